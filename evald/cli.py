@@ -1,0 +1,63 @@
+"""Command line: `evald <command>`.
+
+Each command lives in its own module exposing ``SUMMARY`` (one line), ``EXAMPLES`` (text shown
+under ``--help``), ``configure(parser)`` and ``run(args) -> int``. Modules are imported lazily so
+``evald --help`` stays fast and one command's heavy imports never slow another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from evald import __version__
+
+COMMANDS: dict[str, str] = {
+    "score": "evald.score.command",
+    "replay": "evald.replay",
+    "demo": "evald.demo.command",
+    "run": "evald.daemon.command",
+    "check-config": "evald.daemon.check_config",
+    "produce": "evald.daemon.produce",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="evald",
+        description="Watch search and recommendation quality: score ranked lists with "
+        "trec_eval-exact measures, offline or live from Kafka.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run 'evald COMMAND --help' for a command's options and examples.",
+    )
+    parser.add_argument("--version", action="version", version=f"evald {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        cmd = sub.add_parser(
+            name,
+            help=module.SUMMARY,
+            description=module.SUMMARY,
+            epilog="examples:\n" + module.EXAMPLES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.configure(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
