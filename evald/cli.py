@@ -1,8 +1,9 @@
 """Command line: `evald <command>`.
 
 Each command lives in its own module exposing ``SUMMARY`` (one line), ``EXAMPLES`` (text shown
-under ``--help``), ``configure(parser)`` and ``run(args) -> int``. Modules are imported lazily so
-``evald --help`` stays fast and one command's heavy imports never slow another.
+under ``--help``), ``configure(parser)`` and ``run(args) -> int``. Building the parser imports
+every command module, so each keeps its heavy imports (numpy, kafka, pydantic models) inside
+``run``: ``evald --help`` stays fast and one command's dependencies never slow another.
 """
 
 from __future__ import annotations
