@@ -1,0 +1,115 @@
+"""Batched ranking measures with trec_eval / ir_measures semantics.
+
+``evaluate(parse_measures("nDCG@10,RR"), Batch.from_lists(...))`` returns one float64 array of
+shape (n,) per measure. ``mean_of`` turns those into the single number per measure that reports
+and dashboards show (a weighted mean for aggregates such as GAUC).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from evald.metrics import kernels
+from evald.metrics.batch import Batch
+from evald.metrics.names import (
+    DEFAULT_MEASURES,
+    FAMILIES,
+    Measure,
+    MeasureError,
+    make_measure,
+    parse_measure,
+    parse_measures,
+    required_depth,
+    valid_forms,
+)
+
+__all__ = [
+    "DEFAULT_MEASURES",
+    "FAMILIES",
+    "Batch",
+    "Measure",
+    "MeasureError",
+    "evaluate",
+    "make_measure",
+    "mean_of",
+    "parse_measure",
+    "parse_measures",
+    "required_depth",
+    "valid_forms",
+    "weights_of",
+]
+
+_Kernel = Callable[[Measure, Batch], np.ndarray]
+
+
+def _exp(m: Measure) -> bool:
+    return m["dcg"] == "exp-log2"
+
+
+_KERNELS: dict[str, _Kernel] = {
+    "P": lambda m, b: kernels.precision(b.grades, m["rel"], m.cutoff),
+    "R": lambda m, b: kernels.recall(b.grades, b.ideal, m["rel"], m.cutoff),
+    "F1": lambda m, b: kernels.f1(b.grades, b.ideal, m["rel"], m.cutoff),
+    "CG": lambda m, b: kernels.cg(b.grades, m.cutoff),
+    "DCG": lambda m, b: kernels.dcg(b.grades, m.cutoff, _exp(m)),
+    "nDCG": lambda m, b: kernels.ndcg(b.grades, b.ideal, m.cutoff, _exp(m)),
+    "AP": lambda m, b: kernels.average_precision(
+        b.grades, b.ideal, m["rel"], m.cutoff, m["denom"] == "min"
+    ),
+    "RR": lambda m, b: kernels.reciprocal_rank(b.grades, m["rel"], m.cutoff),
+    "Success": lambda m, b: kernels.success(b.grades, m["rel"], m.cutoff),
+    "RBP": lambda m, b: kernels.rbp(
+        b.grades, b.ideal, m["p"], None if m["graded"] else m["rel"], m.cutoff
+    ),
+    "RBPResidual": lambda m, b: kernels.rbp_residual(
+        b.judged, b.lengths, b.ideal, m["p"], m.cutoff
+    ),
+    "ERR": lambda m, b: kernels.err(b.grades, m["gmax"], m.cutoff),
+    "AUC": lambda m, b: kernels.auc(b.grades, b.judged, m["rel"])[0],
+    "GAUC": lambda m, b: kernels.auc(b.grades, b.judged, m["rel"])[0],
+    "KendallTau": lambda m, b: kernels.kendall_tau_b(b.grades, b.judged),
+}
+
+
+def _check_depth(measures: Sequence[Measure], batch: Batch) -> None:
+    """Refuse to score a measure on a batch cut shorter than the ranks it reads."""
+    if not batch.truncated:
+        return
+    for measure in measures:
+        needed = required_depth([measure])
+        if needed is None or needed > batch.depth:
+            raise ValueError(
+                f"{measure} reads {'the whole list' if needed is None else f'{needed} ranks'} "
+                f"but the batch was built with depth={batch.depth}; build it with "
+                "depth=required_depth(measures)"
+            )
+
+
+def evaluate(measures: Sequence[Measure], batch: Batch) -> dict[Measure, np.ndarray]:
+    """Score every list of the batch: {measure: float64 array (n,)} in the given order."""
+    _check_depth(measures, batch)
+    out: dict[Measure, np.ndarray] = {}
+    for measure in measures:
+        values = _KERNELS[measure.family](measure, batch)
+        out[measure] = np.ascontiguousarray(values, dtype=np.float64)
+    return out
+
+
+def weights_of(measure: Measure, batch: Batch) -> np.ndarray:
+    """Weight of each list in the measure's mean: 1 each, except GAUC (see kernels.auc).
+
+    Sums of ``weights * values`` and of ``weights`` are mergeable across batches.
+    """
+    if measure.family == "GAUC":
+        _check_depth([measure], batch)
+        return kernels.auc(batch.grades, batch.judged, measure["rel"])[1]
+    return np.ones(batch.n, dtype=np.float64)
+
+
+def mean_of(measure: Measure, values: np.ndarray, batch: Batch) -> float:
+    """The one number reported for a measure over a batch; 0.0 when no list has weight."""
+    weights = weights_of(measure, batch)
+    total = float(weights.sum())
+    return float(np.dot(weights, values) / total) if total > 0 else 0.0
