@@ -1,0 +1,333 @@
+"""The HTTP endpoints: address parsing, /metrics negotiation, health and readiness, lifecycle."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from evald.http import AddressError, Heartbeat, MetricsServer, parse_address
+
+TIMEOUT = 10
+
+
+def request(
+    server: MetricsServer,
+    path: str,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    host = server.url.split("//", 1)[1].rsplit(":", 1)[0].strip("[]")
+    conn = http.client.HTTPConnection(host, server.port, timeout=TIMEOUT)
+    try:
+        conn.request(method, path, headers=headers or {})
+        response = conn.getresponse()
+        body = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., MetricsServer]]:
+    """Start servers on free loopback ports; every one is stopped at teardown."""
+    started: list[MetricsServer] = []
+
+    def start(address: str = "127.0.0.1:0", **kwargs: object) -> MetricsServer:
+        server = MetricsServer(address, **kwargs)  # type: ignore[arg-type]
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+# --- addresses -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (":9464", ("0.0.0.0", 9464)),
+        ("0.0.0.0:9464", ("0.0.0.0", 9464)),
+        ("127.0.0.1:0", ("127.0.0.1", 0)),
+        ("[::1]:9464", ("::1", 9464)),
+        ("[::]:80", ("::", 80)),
+        ("[0:0:0:0:0:0:0:1]:65535", ("::1", 65535)),
+        ("localhost:9464", ("localhost", 9464)),
+        ("  metrics.internal:1 ", ("metrics.internal", 1)),
+    ],
+)
+def test_parse_address_accepts_the_documented_forms(text: str, expected: tuple[str, int]) -> None:
+    assert parse_address(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ("", "empty"),
+        ("9464", "expected HOST:PORT"),
+        ("127.0.0.1", "expected HOST:PORT"),
+        ("::1:9464", "IPv6 needs brackets"),
+        ("[::1:9464", "expected HOST:PORT"),
+        ("127.0.0.1:", "is not a number"),
+        ("127.0.0.1:http", "is not a number"),
+        (":-1", "is not a number"),
+        ("127.0.0.1:65536", "above 65535"),
+        ("[fe80::zz]:1", "bad IPv6 address"),
+        ("256.1.1.1:9464", "bad host"),
+        ("host name:9464", "bad host"),
+        ("[::1]:٣", "is not a number"),
+    ],
+)
+def test_parse_address_rejects_bad_forms_with_a_clear_message(text: str, complaint: str) -> None:
+    with pytest.raises(AddressError) as info:
+        parse_address(text)
+    assert complaint in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_bad_address_fails_at_construction_not_at_first_scrape() -> None:
+    with pytest.raises(AddressError):
+        MetricsServer("no-port-here")
+
+
+# --- health and readiness -------------------------------------------------------------------
+
+
+def test_readyz_follows_the_ready_callable_and_explains_why_not(serve) -> None:
+    state: dict[str, object] = {"ready": (False, "restoring partition 3")}
+    server = serve(ready=lambda: state["ready"])
+    status, headers, body = request(server, "/readyz")
+    assert status == 503
+    assert body == b"restoring partition 3\n"
+    assert headers["content-type"].startswith("text/plain")
+    state["ready"] = True
+    assert request(server, "/readyz")[:3:2] == (200, b"ok\n")
+    state["ready"] = False
+    assert request(server, "/readyz")[:3:2] == (503, b"not ready\n")
+
+
+def test_healthz_follows_the_healthy_callable(serve) -> None:
+    alive = threading.Event()
+    server = serve(healthy=alive.is_set)
+    assert request(server, "/healthz")[0] == 503
+    alive.set()
+    assert request(server, "/healthz")[:3:2] == (200, b"ok\n")
+
+
+def test_a_raising_check_reports_failure_and_the_server_keeps_serving(serve) -> None:
+    def broken() -> bool:
+        raise RuntimeError("consumer gone")
+
+    server = serve(ready=broken)
+    status, _, body = request(server, "/readyz")
+    assert status == 503
+    assert b"RuntimeError: consumer gone" in body
+    assert request(server, "/healthz")[0] == 200
+
+
+def test_heartbeat_goes_stale_by_the_injected_clock_and_reports_stop() -> None:
+    now = [1000.0]
+    beat = Heartbeat(max_age=30, clock=lambda: now[0])
+    assert beat() == (True, "ok")
+    now[0] += 30
+    assert beat()[0] is True
+    now[0] += 1
+    ok, reason = beat()
+    assert not ok
+    assert "silent for 31s" in reason
+    beat.beat()
+    assert beat()[0] is True
+    beat.stop()
+    assert beat() == (False, "processing loop stopped")
+
+
+def test_heartbeat_rejects_a_non_positive_age() -> None:
+    with pytest.raises(ValueError, match="max_age"):
+        Heartbeat(max_age=0)
+
+
+def test_healthz_served_from_a_heartbeat(serve) -> None:
+    now = [0.0]
+    beat = Heartbeat(max_age=5, clock=lambda: now[0])
+    server = serve(healthy=beat)
+    assert request(server, "/healthz")[0] == 200
+    now[0] = 6.0
+    status, _, body = request(server, "/healthz")
+    assert status == 503
+    assert b"silent" in body
+
+
+# --- routing ----------------------------------------------------------------------------------
+
+
+def test_unknown_paths_are_404_and_writes_are_405(serve) -> None:
+    server = serve()
+    assert request(server, "/nope")[0] == 404
+    assert request(server, "/metrics/extra")[0] == 404
+    status, headers, _ = request(server, "/metrics", method="POST")
+    assert status == 405
+    assert headers["allow"] == "GET, HEAD"
+
+
+def test_trailing_slash_and_query_strings_are_tolerated(serve) -> None:
+    server = serve(ready=lambda: True)
+    assert request(server, "/readyz/")[0] == 200
+    assert request(server, "/healthz?verbose=1")[0] == 200
+
+
+# --- /metrics ---------------------------------------------------------------------------------
+
+
+def _registry_with_a_counter() -> CollectorRegistry:
+    from prometheus_client import Counter
+
+    registry = CollectorRegistry()
+    counter = Counter("evald_probe", "A counter to see on /metrics.", ["kind"], registry=registry)
+    counter.labels("a").inc(3)
+    return registry
+
+
+def test_metrics_defaults_to_the_text_format(serve) -> None:
+    server = serve(registry=_registry_with_a_counter())
+    status, headers, body = request(server, "/metrics")
+    assert status == 200
+    assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert int(headers["content-length"]) == len(body)
+    families = {f.name: f for f in parse_text(body.decode())}
+    assert families["evald_probe"].samples[0].value == 3.0
+
+
+def test_metrics_honours_openmetrics_in_accept_as_prometheus_sends_it(serve) -> None:
+    server = serve(registry=_registry_with_a_counter())
+    accept = (
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+        "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    )
+    status, headers, body = request(server, "/metrics", headers={"Accept": accept})
+    assert status == 200
+    assert headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert body.endswith(b"# EOF\n")
+    families = {f.name: f for f in parse_om(body.decode())}
+    assert families["evald_probe"].type == "counter"
+
+
+def test_metrics_gzip_when_asked(serve) -> None:
+    server = serve(registry=_registry_with_a_counter())
+    _, _, plain = request(server, "/metrics")
+    status, headers, body = request(server, "/metrics", headers={"Accept-Encoding": "gzip"})
+    assert status == 200
+    assert headers["content-encoding"] == "gzip"
+    unzipped = gzip.decompress(body)
+    # _created is the only wall-clock value; everything before it is identical.
+    assert unzipped.split(b"evald_probe_created")[0] == plain.split(b"evald_probe_created")[0]
+
+
+def test_metrics_head_sends_headers_only(serve) -> None:
+    server = serve(registry=_registry_with_a_counter())
+    status, headers, body = request(server, "/metrics", method="HEAD")
+    assert status == 200
+    assert body == b""
+    assert int(headers["content-length"]) > 0
+
+
+def test_metrics_name_filter(serve) -> None:
+    server = serve(registry=_registry_with_a_counter())
+    _, _, body = request(server, "/metrics?name[]=evald_probe_total")
+    text = body.decode()
+    assert "evald_probe_total" in text
+    assert "evald_probe_created" not in text
+
+
+def test_a_failing_collector_is_a_500_for_that_scrape_only(serve) -> None:
+    registry = _registry_with_a_counter()
+
+    class Exploding:
+        armed = True
+
+        def collect(self):
+            if self.armed:
+                raise RuntimeError("boom")
+            return iter(())
+
+    exploding = Exploding()
+    registry.register(exploding)
+    server = serve(registry=registry)
+    assert request(server, "/metrics")[0] == 500
+    exploding.armed = False
+    assert request(server, "/metrics")[0] == 200
+
+
+def test_concurrent_scrapes_all_succeed(serve) -> None:
+    server = serve(registry=_registry_with_a_counter())
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: request(server, "/metrics"), range(32)))
+    assert {status for status, _, _ in results} == {200}
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+
+
+def test_port_zero_binds_a_free_port_and_stop_releases_it() -> None:
+    server = MetricsServer("127.0.0.1:0")
+    with pytest.raises(RuntimeError, match="not started"):
+        _ = server.port
+    server.start()
+    try:
+        port = server.port
+        assert port > 0
+        assert server.url == f"http://127.0.0.1:{port}"
+        assert request(server, "/healthz")[0] == 200
+    finally:
+        server.stop()
+    server.stop()  # idempotent
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT).close()
+    again = MetricsServer(f"127.0.0.1:{port}")
+    again.start()
+    try:
+        assert again.port == port
+    finally:
+        again.stop()
+
+
+def test_a_taken_port_fails_loudly_at_start(serve) -> None:
+    first = serve()
+    second = MetricsServer(f"127.0.0.1:{first.port}")
+    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{first.port}"):
+        second.start()
+
+
+def test_context_manager_starts_and_stops() -> None:
+    with MetricsServer("127.0.0.1:0") as server:
+        port = server.port
+        assert request(server, "/healthz")[0] == 200
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT).close()
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this host")
+def test_ipv6_loopback(serve) -> None:
+    server = serve("[::1]:0")
+    assert server.url == f"http://[::1]:{server.port}"
+    assert request(server, "/healthz")[0] == 200
