@@ -1,0 +1,219 @@
+"""`evald score`: per-query measures (JSON Lines) or their means, from JSONL or TREC files.
+
+Exit status: 0 when every line was scored, 1 when some lines were rejected (the rest is still
+scored and written), 2 on a usage error (bad measure name, unreadable file, conflicting options).
+Numpy and the metric engine are imported inside :func:`run` so ``evald --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from typing import IO, TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from evald.metrics import Measure
+    from evald.score.inputs import Input
+    from evald.score.records import Qid
+
+SUMMARY = "score ranked lists offline (JSON Lines or TREC run/qrels) with trec_eval-exact measures"
+
+EXAMPLES = """\
+  evald score lists.jsonl                          per-query JSON Lines on stdout
+  evald score lists.jsonl --mean                   mean of each measure (table on a terminal)
+  cat lists.jsonl | evald score --measures 'nDCG@10,RR,P(rel=2)@5'
+  evald score --run run.txt --qrels qrels.txt --mean             like trec_eval
+  evald score --run run.txt --qrels qrels.txt --complete --mean  like trec_eval -c
+  evald score lists.jsonl --output per_query.jsonl --mean        rows to a file, means to stdout
+  evald score --example --mean                     the bundled example data set
+
+input line: {"qid": "q1", "ranking": ["d3", "d1", "d7"], "qrels": {"d1": 2, "d9": 1}}
+exit status: 0 all lines scored, 1 some lines rejected (reported on stderr), 2 usage error
+"""
+
+DEFAULT_BATCH_SIZE = 10_000
+EXAMPLE = "example.jsonl"
+
+
+class UsageError(Exception):
+    """A problem with the command line or an input file as a whole: exit status 2."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Declare the options (the default measure set is shown without importing numpy)."""
+    parser.add_argument(
+        "input",
+        nargs="?",
+        metavar="FILE",
+        help="JSON Lines input, one list per line; '-' or omitted reads stdin",
+    )
+    parser.add_argument("--run", metavar="FILE", help="TREC run: qid Q0 docid rank score tag")
+    parser.add_argument("--qrels", metavar="FILE", help="TREC qrels: qid iter docid grade")
+    parser.add_argument(
+        "--complete",
+        action="store_true",
+        help="with --run/--qrels: also score qrels queries missing from the run, as empty "
+        "rankings (trec_eval -c); by default they are skipped, as trec_eval does",
+    )
+    parser.add_argument(
+        "--example",
+        action="store_true",
+        help="score the small example data set bundled with evald",
+    )
+    parser.add_argument(
+        "-m",
+        "--measures",
+        metavar="LIST",
+        help="comma-separated ir_measures-style names "
+        "(default: nDCG@10,RR,Success@10,RBP(p=0.8),P@10,R@10,AP@10)",
+    )
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", help="write per-query rows to FILE instead of stdout"
+    )
+    parser.add_argument(
+        "--mean",
+        action="store_true",
+        help="print the mean of each measure instead of per-query rows (with --output, the rows "
+        "still go to FILE)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("auto", "table", "json"),
+        default="auto",
+        help="how --mean prints: a table on a terminal and JSON otherwise (auto, the default)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"lists scored per batch (default {DEFAULT_BATCH_SIZE}); memory is bounded by it",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be ≥ 1")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Score everything readable; see the module docstring for the exit status."""
+    from evald.metrics import DEFAULT_MEASURES, MeasureError, parse_measures
+
+    try:
+        measures = parse_measures(args.measures or DEFAULT_MEASURES)
+    except MeasureError as exc:
+        _error(str(exc))
+        return 2
+    try:
+        _check_sources(args)
+        with contextlib.ExitStack() as stack:
+            return _score(args, measures, stack)
+    except UsageError as exc:
+        _error(str(exc))
+        return 2
+
+
+def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack) -> int:
+    from evald.score.output import JsonlWriter, format_mean_json, format_table
+    from evald.score.records import Rejection
+    from evald.score.scoring import BatchScorer, per_query
+
+    source = _input(args, stack)
+    rows_out: TextIO | None = None
+    if args.output:
+        rows_out = _open_write(args.output, stack)
+    elif not args.mean:
+        rows_out = sys.stdout
+    names = [str(m) for m in per_query(measures)]
+    writer = JsonlWriter(rows_out, names) if rows_out is not None else None
+    scorer = BatchScorer(measures, writer.write if writer else _discard, batch_size=args.batch_size)
+    rejected = 0
+    for item in source.items():
+        if isinstance(item, Rejection):
+            rejected += 1
+            print(item, file=sys.stderr)
+        else:
+            scorer.add(item)
+    scorer.flush()
+    if rows_out is not None:
+        rows_out.flush()
+    notes = source.notes()
+    if rejected:
+        notes.insert(0, f"{rejected} line(s) rejected; {scorer.scored} queries scored")
+    for note in notes:
+        print(f"evald score: {note}", file=sys.stderr)
+    if args.mean:
+        table = args.format == "table" or (args.format == "auto" and sys.stdout.isatty())
+        rows = scorer.means()
+        sys.stdout.write(format_table(rows) if table else format_mean_json(rows, scorer.scored))
+        sys.stdout.flush()
+    return 1 if rejected else 0
+
+
+def _discard(qids: Sequence[Qid], columns: Sequence[object]) -> None:
+    """The row sink when only the means are wanted."""
+
+
+def _check_sources(args: argparse.Namespace) -> None:
+    trec = args.run is not None or args.qrels is not None
+    if trec and (args.run is None or args.qrels is None):
+        raise UsageError("--run and --qrels go together")
+    if sum([trec, args.input is not None, args.example]) > 1:
+        raise UsageError("give one input: a JSONL FILE, --run/--qrels, or --example")
+    if args.complete and not trec:
+        raise UsageError("--complete applies to --run/--qrels input")
+    if trec and args.run == "-" and args.qrels == "-":
+        raise UsageError("--run and --qrels cannot both read stdin")
+
+
+def _input(args: argparse.Namespace, stack: contextlib.ExitStack) -> Input:
+    """The chosen input; files are opened here so a missing one is a usage error up front."""
+    from evald.score.inputs import JsonlInput, TrecInput
+
+    if args.run is not None:
+        return TrecInput(
+            (_lines(args.run, stack), _name(args.run)),
+            (_lines(args.qrels, stack), _name(args.qrels)),
+            complete=args.complete,
+        )
+    if args.example:
+        path = resources.files("evald") / "data" / EXAMPLE
+        return JsonlInput(stack.enter_context(path.open("rb")), f"<example {EXAMPLE}>")
+    source = args.input or "-"
+    return JsonlInput(_lines(source, stack), _name(source))
+
+
+def _name(path: str) -> str:
+    return "<stdin>" if path == "-" else path
+
+
+def _lines(path: str, stack: contextlib.ExitStack) -> IO[bytes]:
+    """The file (or stdin for '-') as binary lines; unreadable files are usage errors."""
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        return stack.enter_context(open(path, "rb"))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _open_write(path: str, stack: contextlib.ExitStack) -> TextIO:
+    if path == "-":
+        return sys.stdout
+    try:
+        return stack.enter_context(open(path, "w", encoding="utf-8", newline="\n"))
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _error(message: str) -> None:
+    print(f"evald score: error: {message}", file=sys.stderr)

@@ -1,0 +1,136 @@
+"""JSON Lines input: one ``{"qid", "ranking", "qrels"}`` object per line.
+
+Parsing never raises on data: every line becomes a :class:`Query` or a :class:`Rejection` whose
+reason names the first problem found, so one bad line costs that line and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from evald.score.records import Query, Rejection
+
+
+class _DuplicateKey(ValueError):
+    """Raised inside the JSON decoder: a repeated key makes the object ambiguous."""
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_object)
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, for messages users can act on."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def parse_line(text: str) -> Query | str:
+    """One JSONL line -> a :class:`Query`, or the reason it is rejected.
+
+    Conventions: ``qid`` is a string or an integer (booleans and floats are not ids);
+    ``ranking`` is an array of distinct strings; ``qrels`` maps docids to finite numbers ≥ 0
+    (booleans are not numbers). Unknown keys are ignored.
+    """
+    try:
+        obj = _DECODER.decode(text)
+    except _DuplicateKey as exc:
+        return f"duplicate key {json.dumps(str(exc))}"
+    except ValueError as exc:  # json.JSONDecodeError and recursion-free malformed input
+        return f"not JSON: {exc}"
+    except RecursionError:
+        return "not JSON: nested too deeply"
+    if not isinstance(obj, dict):
+        return f"expected a JSON object, got {json_type(obj)}"
+    for key in ("qid", "ranking", "qrels"):
+        if key not in obj:
+            return f'missing "{key}"'
+    qid = obj["qid"]
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        return f'"qid" must be a string or an integer, got {json_type(qid)}'
+    ranking = obj["ranking"]
+    if not isinstance(ranking, list):
+        return f'"ranking" must be an array of strings, got {json_type(ranking)}'
+    for pos, doc in enumerate(ranking):
+        if not isinstance(doc, str):
+            return f'"ranking"[{pos}] must be a string, got {json_type(doc)}'
+    if len(set(ranking)) != len(ranking):
+        return _duplicate_reason(ranking)
+    qrels = obj["qrels"]
+    if not isinstance(qrels, dict):
+        return f'"qrels" must be an object, got {json_type(qrels)}'
+    grades: dict[str, float] = {}
+    for doc, grade in qrels.items():
+        reason = grade_problem(grade)
+        if reason is not None:
+            return f"grade of {json.dumps(doc)} {reason}"
+        grades[doc] = float(grade)
+    return Query(qid=qid, ranking=ranking, qrels=grades)
+
+
+def grade_problem(grade: object) -> str | None:
+    """Why ``grade`` is not a valid JSONL grade (a finite number ≥ 0), or None if it is."""
+    if isinstance(grade, bool) or not isinstance(grade, (int, float)):
+        return f"must be a number, got {json_type(grade)}"
+    if not math.isfinite(grade):
+        return f"must be finite, got {grade}"
+    if grade < 0:
+        return f"must be ≥ 0, got {grade}"
+    return None
+
+
+def _duplicate_reason(ranking: list[str]) -> str:
+    first: dict[str, int] = {}
+    for pos, doc in enumerate(ranking):
+        if doc in first:
+            return (
+                f'duplicate docid {json.dumps(doc)} in "ranking" (positions {first[doc]} and {pos})'
+            )
+        first[doc] = pos
+    raise AssertionError("called without a duplicate")  # pragma: no cover
+
+
+def read_jsonl(lines: Iterable[bytes], source: str) -> Iterator[Query | Rejection]:
+    """Parse raw lines lazily, in input order; blank lines are skipped, not rejected.
+
+    Lines are numbered from 1 as editors do, so a reported ``file:line`` can be opened directly.
+    """
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield Rejection(source, number, f"not valid UTF-8 (byte {exc.start})")
+            continue
+        if number == 1:
+            text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
+        if not text.strip():
+            continue
+        parsed = parse_line(text)
+        if isinstance(parsed, str):
+            yield Rejection(source, number, parsed)
+        else:
+            yield parsed

@@ -1,0 +1,257 @@
+"""TREC run and qrels files, read and joined the way trec_eval does it.
+
+Run lines are ``qid Q0 docid rank score tag`` (fields after the tag are ignored, as is the rank:
+each query is re-ordered by score descending, then docid descending, trec_eval's rule). Qrels
+lines are ``qid iter docid grade``. Blank lines and lines starting with ``#`` are skipped.
+
+Where trec_eval aborts the whole evaluation (a malformed line, a docid twice in one query) evald
+reports the line and leaves out only the query it belongs to: a query is scored from complete
+data or not at all, never from what is left after dropping a line.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from evald.score.records import Query, Rejection
+
+# ASCII decimal numbers only: float() alone would also take "1_000", "nan" and non-ASCII digits,
+# which trec_eval's atof()/atol() read as something else entirely.
+_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_INFINITY = re.compile(r"[+-]?inf(?:inity)?", re.ASCII | re.IGNORECASE)
+
+
+def parse_score(text: str) -> float | None:
+    """A run score: a decimal number or ±inf (both order well); None if not a number or NaN."""
+    if _DECIMAL.fullmatch(text) or _INFINITY.fullmatch(text):
+        return float(text)
+    return None
+
+
+def parse_grade(text: str) -> float | None:
+    """A qrels grade: a finite decimal number; None otherwise."""
+    if _DECIMAL.fullmatch(text):
+        value = float(text)
+        if math.isfinite(value):
+            return value
+    return None
+
+
+def _fields(raw: bytes) -> list[str] | str | None:
+    """Whitespace-split fields of a line, None to skip it, or why it cannot be read."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not valid UTF-8 (byte {exc.start})"
+    fields = text.split()
+    if not fields or fields[0].startswith("#"):
+        return None
+    return fields
+
+
+@dataclass
+class Qrels:
+    """Judgments per query, in first-appearance order.
+
+    Negative grades are kept out of ``judgments``: trec_eval reads them as "in the pool but not
+    judged", which no measure counts as relevant and no ideal ranking includes, so every value
+    stays equal to trec_eval's. ``negative`` counts them so the command can say so.
+    """
+
+    judgments: dict[str, dict[str, float]] = field(default_factory=dict)  # every qid seen
+    negative: int = 0
+    bad: set[str] = field(default_factory=set)
+
+
+def read_qrels(lines: Iterable[bytes], source: str) -> tuple[Qrels, list[Rejection]]:
+    """Read a qrels file; a query with a rejected line is marked bad (not scored)."""
+    qrels = Qrels()
+    negatives: set[tuple[str, str]] = set()  # (qid, docid) judged with a grade < 0
+    rejections: list[Rejection] = []
+    for number, raw in enumerate(lines, start=1):
+        fields = _fields(raw)
+        if fields is None:
+            continue
+        if isinstance(fields, str):
+            rejections.append(Rejection(source, number, fields))
+            continue
+        judged = qrels.judgments.setdefault(fields[0], {})
+        if len(fields) != 4:
+            qrels.bad.add(fields[0])
+            rejections.append(
+                Rejection(
+                    source,
+                    number,
+                    f"expected 4 fields (qid iter docid grade), got {len(fields)}; "
+                    f"query {fields[0]!r} is not scored",
+                )
+            )
+            continue
+        qid, _, doc, grade_text = fields
+        grade = parse_grade(grade_text)
+        if grade is None:
+            qrels.bad.add(qid)
+            rejections.append(
+                Rejection(
+                    source,
+                    number,
+                    f"grade {grade_text!r} is not a finite number; query {qid!r} is not scored",
+                )
+            )
+            continue
+        if doc in judged or (qid, doc) in negatives:
+            qrels.bad.add(qid)
+            rejections.append(
+                Rejection(
+                    source,
+                    number,
+                    f"docid {doc!r} is judged twice for query {qid!r}; the query is not scored",
+                )
+            )
+            continue
+        if grade < 0:
+            negatives.add((qid, doc))
+            qrels.negative += 1
+        else:
+            judged[doc] = grade
+    return qrels, rejections
+
+
+@dataclass
+class _RunQuery:
+    docs: list[str] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    """Retrieved documents per query, in first-appearance order, not yet sorted.
+
+    Every qid seen on a line is a key of ``queries``, even when all its lines were rejected, so
+    the join can tell "not in the run" from "in the run but not scorable".
+    """
+
+    source: str = "run"
+    queries: dict[str, _RunQuery] = field(default_factory=dict)
+    bad: set[str] = field(default_factory=set)
+
+    def duplicates(self, qid: str) -> list[Rejection]:
+        """One rejection per repeated docid of the query; empty when its docids are distinct.
+
+        trec_eval refuses a run with a docid twice in one query ("duplicate docs"); evald
+        refuses only that query.
+        """
+        entry = self.queries[qid]
+        if len(set(entry.docs)) == len(entry.docs):
+            return []
+        first: dict[str, int] = {}
+        found: list[Rejection] = []
+        for doc, line in zip(entry.docs, entry.lines, strict=True):
+            if doc in first:
+                found.append(
+                    Rejection(
+                        self.source,
+                        line,
+                        f"docid {doc!r} appears twice in query {qid!r} (also line "
+                        f"{first[doc]}); the query is not scored",
+                    )
+                )
+            else:
+                first[doc] = line
+        return found
+
+    def ranking(self, qid: str) -> list[str]:
+        """The query's docids in trec_eval order: score descending, then docid descending."""
+        entry = self.queries[qid]
+        ordered = sorted(zip(entry.scores, entry.docs, strict=True), reverse=True)
+        return [doc for _, doc in ordered]
+
+
+def read_run(lines: Iterable[bytes], source: str) -> tuple[Run, list[Rejection]]:
+    """Read a run file; a query with a malformed line is marked bad (not scored)."""
+    run = Run(source=source)
+    rejections: list[Rejection] = []
+    for number, raw in enumerate(lines, start=1):
+        fields = _fields(raw)
+        if fields is None:
+            continue
+        if isinstance(fields, str):
+            rejections.append(Rejection(source, number, fields))
+            continue
+        entry = run.queries.get(fields[0])
+        if entry is None:
+            entry = run.queries[fields[0]] = _RunQuery()
+        if len(fields) < 6:
+            run.bad.add(fields[0])
+            rejections.append(
+                Rejection(
+                    source,
+                    number,
+                    f"expected 6 fields (qid Q0 docid rank score tag), got {len(fields)}; "
+                    f"query {fields[0]!r} is not scored",
+                )
+            )
+            continue
+        qid, doc, score_text = fields[0], fields[2], fields[4]
+        score = parse_score(score_text)
+        if score is None:
+            run.bad.add(qid)
+            rejections.append(
+                Rejection(
+                    source,
+                    number,
+                    f"score {score_text!r} is not a number; query {qid!r} is not scored",
+                )
+            )
+            continue
+        entry.docs.append(doc)
+        entry.scores.append(score)
+        entry.lines.append(number)
+    return run, rejections
+
+
+@dataclass
+class JoinStats:
+    """What the join left out or added, reported on stderr after scoring."""
+
+    unjudged: int = 0  # queries in the run without qrels: skipped, as trec_eval does
+    missing: int = 0  # qrels-only queries (not in the run), scored only with --complete
+    completed: int = 0  # qrels-only queries scored with an empty ranking (--complete)
+    not_scored: int = 0  # queries left out because one of their lines was rejected
+
+
+def join(
+    run: Run, qrels: Qrels, *, complete: bool, stats: JoinStats
+) -> Iterator[Query | Rejection]:
+    """Pair run and qrels per query: run order first, then (``complete``) qrels-only queries.
+
+    Queries in the run but not in the qrels are skipped (trec_eval does the same); queries in the
+    qrels but not in the run are skipped too unless ``complete`` (trec_eval ``-c``), which
+    scores them with an empty ranking.
+    """
+    bad = run.bad | qrels.bad
+    for qid in run.queries:
+        if qid not in qrels.judgments:
+            stats.unjudged += 1
+            continue
+        rejected = run.duplicates(qid) if qid not in bad else []
+        if qid in bad or rejected:
+            stats.not_scored += 1
+            yield from rejected
+            continue
+        yield Query(qid=qid, ranking=run.ranking(qid), qrels=qrels.judgments[qid])
+    for qid, judged in qrels.judgments.items():
+        if qid in run.queries:
+            continue
+        stats.missing += 1
+        if not complete:
+            continue
+        if qid in bad:
+            stats.not_scored += 1
+            continue
+        stats.completed += 1
+        yield Query(qid=qid, ranking=[], qrels=judged)
