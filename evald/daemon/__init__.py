@@ -1,0 +1,1 @@
+"""`evald run`, `evald check-config`, `evald produce`: the Kafka consumer-group daemon."""

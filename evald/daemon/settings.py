@@ -1,0 +1,346 @@
+"""Settings of `evald run`: one pydantic model fed from a YAML file, `EVALD_*` variables and flags.
+
+Precedence is flags > environment > file > defaults, merged key by key (a flag that sets
+``kafka.bootstrap_servers`` leaves the file's ``kafka.sasl_username`` alone).
+
+Environment mapping: ``EVALD_<SECTION>__<FIELD>`` (double underscore between levels, case
+insensitive), e.g. ``EVALD_KAFKA__BOOTSTRAP_SERVERS=k1:9092,k2:9092``,
+``EVALD_KAFKA__SASL_PASSWORD=...``, ``EVALD_TOPICS__RESULTS=evald.results``,
+``EVALD_ENGINE__WINDOW=30m``. Values are read as YAML scalars, so ``true``/``10``/``[a, b]`` work.
+``EVALD_CONFIG`` names the YAML file when ``--config`` is not given.
+
+The ``engine`` section is validated by :class:`evald.config.EngineConfig`; errors name the field
+with its full dotted path (``engine.window: ...``) so a bad deployment is fixed in one look.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "DaemonSettings",
+    "KafkaSettings",
+    "Settings",
+    "SettingsError",
+    "TopicSettings",
+    "env_overrides",
+    "load_settings",
+    "masked",
+    "merge",
+]
+
+ENV_PREFIX = "EVALD_"
+MASK = "********"
+
+
+class SettingsError(ValueError):
+    """An invalid setting; the message starts with the dotted field name and says why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSettings(_Strict):
+    """Connection and security options passed through to kafka-python's clients."""
+
+    bootstrap_servers: list[str] = Field(default_factory=lambda: ["localhost:9092"], min_length=1)
+    client_id: str = "evald"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: SecretStr | None = None
+    ssl_check_hostname: bool = True
+    session_timeout_ms: int = Field(10_000, ge=1_000)
+    heartbeat_interval_ms: int = Field(3_000, ge=100)
+    max_poll_interval_ms: int = Field(300_000, ge=1_000)
+    request_timeout_ms: int = Field(30_000, ge=1_000)
+    transaction_timeout_ms: int = Field(60_000, ge=1_000)
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port(cls, value: list[str]) -> list[str]:
+        for server in value:
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{server!r} is not HOST:PORT (e.g. kafka-1:9092)")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> KafkaSettings:
+        """Cross-field rules kafka-python would otherwise only report at connect time."""
+        sasl = self.security_protocol.startswith("SASL")
+        if sasl and self.sasl_mechanism is None:
+            raise ValueError("sasl_mechanism is required with security_protocol " +
+                             self.security_protocol)
+        if sasl and (not self.sasl_username or self.sasl_password is None):
+            raise ValueError("sasl_username and sasl_password are required with SASL")
+        if not sasl and self.sasl_mechanism is not None:
+            raise ValueError("sasl_mechanism needs security_protocol SASL_PLAINTEXT or SASL_SSL")
+        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be at most a third of session_timeout_ms")
+        return self
+
+    def client_config(self) -> dict[str, Any]:
+        """Keyword arguments shared by kafka-python's consumer, producer and admin client."""
+        config: dict[str, Any] = {
+            "bootstrap_servers": list(self.bootstrap_servers),
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+            "request_timeout_ms": self.request_timeout_ms,
+        }
+        if self.sasl_mechanism is not None:
+            config["sasl_mechanism"] = self.sasl_mechanism
+            config["sasl_plain_username"] = self.sasl_username
+            assert self.sasl_password is not None  # enforced in model_post_init
+            config["sasl_plain_password"] = self.sasl_password.get_secret_value()
+        if self.security_protocol.endswith("SSL"):
+            config["ssl_check_hostname"] = self.ssl_check_hostname
+            for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+                if getattr(self, key) is not None:
+                    config[key] = getattr(self, key)
+            if self.ssl_password is not None:
+                config["ssl_password"] = self.ssl_password.get_secret_value()
+        return config
+
+
+class TopicSettings(_Strict):
+    """Topic names. ``checkpoints`` defaults to ``<results>.checkpoints`` (see docs/design.md)."""
+
+    impressions: str = "evald.impressions"
+    feedback: str = "evald.feedback"
+    results: str = "evald.results"
+    dlq: str = "evald.dlq"
+    checkpoints: str | None = None
+
+    @field_validator("impressions", "feedback", "results", "dlq", "checkpoints")
+    @classmethod
+    def _topic_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value or len(value) > 249 or value in {".", ".."}:
+            raise ValueError("a topic name is 1-249 characters and not '.' or '..'")
+        bad = sorted({ch for ch in value if not (ch.isascii() and (ch.isalnum() or ch in "._-"))})
+        if bad:
+            raise ValueError(f"characters {''.join(bad)!r} are not allowed (use a-z A-Z 0-9 . _ -)")
+        return value
+
+    @property
+    def checkpoint_topic(self) -> str:
+        """The effective checkpoint topic name."""
+        return self.checkpoints or f"{self.results}.checkpoints"
+
+    @model_validator(mode="after")
+    def _distinct(self) -> TopicSettings:
+        names = [self.impressions, self.feedback, self.results, self.dlq, self.checkpoint_topic]
+        if len(set(names)) != len(names):
+            raise ValueError("impressions, feedback, results, dlq and checkpoints must differ")
+        return self
+
+
+class DaemonSettings(_Strict):
+    """The consumer loop: group membership, commit cadence, backpressure, shutdown, retries."""
+
+    group_id: str = Field("evald", min_length=1)
+    instance_id: str = Field(default_factory=socket.gethostname, min_length=1)
+    metrics_address: str = "127.0.0.1:9464"
+    commit_interval_ms: int = Field(1_000, ge=10)
+    commit_max_records: int = Field(10_000, ge=1)
+    poll_timeout_ms: int = Field(200, ge=1, le=10_000)
+    max_poll_records: int = Field(2_000, ge=1)
+    pause_at: float = Field(0.9, gt=0, le=1, description="pause at this fraction of max_pending")
+    resume_at: float = Field(0.6, gt=0, lt=1, description="resume under this fraction")
+    shutdown_timeout_s: float = Field(30.0, gt=0)
+    retry_backoff_initial_ms: int = Field(200, ge=1)
+    retry_backoff_max_ms: int = Field(10_000, ge=1)
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        from evald.http import parse_address
+
+        parse_address(value)
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DaemonSettings:
+        if self.resume_at >= self.pause_at:
+            raise ValueError("resume_at must be below pause_at")
+        if self.retry_backoff_initial_ms > self.retry_backoff_max_ms:
+            raise ValueError("retry_backoff_initial_ms must not exceed retry_backoff_max_ms")
+        return self
+
+
+class Settings(_Strict):
+    """Everything `evald run` needs. ``engine`` is checked by EngineConfig (see load_settings)."""
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    topics: TopicSettings = Field(default_factory=TopicSettings)
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
+    engine: dict[str, Any] = Field(default_factory=dict)
+
+    def engine_config(self) -> Any:
+        """The validated ``evald.config.EngineConfig``."""
+        from evald.config import load_config
+
+        return load_config(self.engine)
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge two nested mappings; ``override`` wins key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise SettingsError(f"{'.'.join(path)}: {part} is not a section")
+    node[path[-1]] = value
+
+
+def _scalar(text: str) -> Any:
+    """A value from the environment or ``--set``, read as a YAML scalar/flow value."""
+    try:
+        return yaml.safe_load(text) if text.strip() else text
+    except yaml.YAMLError:
+        return text
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The nested settings named by ``EVALD_SECTION__FIELD`` variables."""
+    tree: dict[str, Any] = {}
+    for name, text in sorted(environ.items()):
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() == "EVALD_CONFIG":
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX):].split("__")]
+        if len(path) < 2 or not all(path):
+            raise SettingsError(
+                f"{name}: use EVALD_<SECTION>__<FIELD>, e.g. EVALD_KAFKA__BOOTSTRAP_SERVERS"
+            )
+        value: Any = text if path[-1] in _STRING_FIELDS else _scalar(text)
+        _set_path(tree, path, value)
+    return tree
+
+
+# Secrets and names are taken verbatim: YAML would turn "0123" into 123 or "yes" into True.
+_STRING_FIELDS = frozenset({"sasl_password", "ssl_password", "sasl_username", "group_id",
+                            "instance_id", "client_id"})
+
+
+def set_overrides(items: list[str]) -> dict[str, Any]:
+    """The nested settings named by ``--set section.field=value`` items."""
+    tree: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        path = [part.strip() for part in key.split(".")]
+        if not sep or len(path) < 2 or not all(path):
+            raise SettingsError(f"--set {item!r}: use SECTION.FIELD=VALUE, e.g. engine.window=30m")
+        _set_path(tree, path, text if path[-1] in _STRING_FIELDS else _scalar(text))
+    return tree
+
+
+def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The YAML settings file as a mapping (empty file = no settings)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"config file {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"config file {path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path}: the top level must be a mapping of sections")
+    return data
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        loc = ".".join(str(part) for part in item["loc"] if part != "__root__")
+        loc = loc or "settings"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown setting"
+        lines.append(f"{loc}: {message}")
+    return "\n".join(lines)
+
+
+def load_settings(
+    *,
+    file: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    validate_engine: bool = True,
+) -> Settings:
+    """Merge file, environment and flag settings (in rising precedence) and validate them.
+
+    Raises SettingsError whose message names each bad field by its dotted path.
+    """
+    environ = os.environ if environ is None else environ
+    file = file if file is not None else environ.get("EVALD_CONFIG") or None
+    tree: dict[str, Any] = read_file(file) if file else {}
+    tree = merge(tree, env_overrides(environ))
+    tree = merge(tree, dict(flags or {}))
+    for section in ("kafka", "topics", "daemon"):
+        if section in tree and tree[section] is not None and not isinstance(tree[section], dict):
+            raise SettingsError(f"{section}: must be a mapping of fields")
+    try:
+        settings = Settings.model_validate(tree)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
+    if validate_engine:
+        from evald.config import ConfigError
+
+        try:
+            settings.engine_config()
+        except ConfigError as exc:
+            lines = str(exc).splitlines() or ["invalid"]
+            raise SettingsError("\n".join(f"engine.{line}" for line in lines)) from None
+    return settings
+
+
+def masked(settings: Settings) -> dict[str, Any]:
+    """The effective settings as plain data with every secret replaced by a mask."""
+    data = settings.model_dump(mode="json")
+    for key in ("sasl_password", "ssl_password"):
+        if data["kafka"].get(key) is not None:
+            data["kafka"][key] = MASK
+    data["topics"]["checkpoints"] = settings.topics.checkpoint_topic
+    return data
