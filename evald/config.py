@@ -1,0 +1,184 @@
+"""EngineConfig: every knob of the streaming engine, validated once at start.
+
+Durations accept ``"30m"``-style strings or integer milliseconds and are stored as ms. A bad
+value raises :class:`ConfigError` whose message starts with the field path
+(``window: invalid duration ...``) so the daemon can print it and exit 2.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from evald.durations import parse_duration
+from evald.events import Limits
+
+#: label names the exposition itself uses; a segment key with one of these names would clash
+RESERVED_LABELS = frozenset(
+    {"measure", "window", "le", "partition", "reason", "kind", "outcome", "instance", "job"}
+)
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+DEFAULT_ACTION_GRADES: dict[str, float] = {"click": 1.0, "add_to_cart": 2.0, "purchase": 3.0}
+DEFAULT_HISTOGRAM_BOUNDS: tuple[float, ...] = (
+    0.0,
+    0.05,
+    0.1,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.6,
+    0.7,
+    0.8,
+    0.9,
+    0.95,
+    1.0,
+)
+
+
+def _duration(value: Any) -> int:
+    return parse_duration(value)
+
+
+Duration = Annotated[int, BeforeValidator(_duration)]
+
+
+class ConfigError(ValueError):
+    """Invalid engine configuration; ``str()`` names the offending field first."""
+
+
+def _default_measures() -> list[str]:
+    from evald.metrics import DEFAULT_MEASURES
+
+    return [part.strip() for part in DEFAULT_MEASURES.split(",")]
+
+
+class EngineConfig(BaseModel):
+    """Join, scoring and aggregation settings (docs/semantics.md explains each rule)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: Duration = Field(
+        30 * 60_000, gt=0, description="attribution window after an impression"
+    )
+    lateness: Duration = Field(2 * 60_000, ge=0, description="watermark = max event ts - lateness")
+    idle_timeout: Duration = Field(
+        5 * 60_000,
+        gt=0,
+        description="wall time without events before a partition's watermark "
+        "advances with the wall clock",
+    )
+    measures: list[str] = Field(default_factory=_default_measures, min_length=1)
+    label_keys: list[str] = Field(default_factory=lambda: ["model", "arm", "surface"])
+    label_value_cap: int = Field(50, ge=1, description="distinct values per label key")
+    action_grades: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_ACTION_GRADES))
+    limits: Limits = Field(default_factory=Limits)
+    max_pending: int = Field(1_000_000, ge=1, description="pending impressions per engine")
+    max_held_feedback: int = Field(
+        1_000_000, ge=1, description="feedback held for impressions not seen yet"
+    )
+    bucket: Duration = Field(60_000, gt=0, description="event-time bucket of the window sums")
+    windows: list[Duration] = Field(
+        default_factory=lambda: [5 * 60_000, 60 * 60_000],
+        min_length=1,
+        description="roll-up windows exported (multiples of bucket)",
+    )
+    retention: Duration = Field(3 * 3_600_000, gt=0, description="how long buckets are kept")
+    histogram_bounds: list[float] = Field(
+        default_factory=lambda: list(DEFAULT_HISTOGRAM_BOUNDS), min_length=1
+    )
+    batch_size: int = Field(4096, ge=1, description="finalized impressions scored per batch")
+
+    @field_validator("measures", mode="before")
+    @classmethod
+    def _split_measures(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part for part in value.split(",") if part.strip()] or [value]
+        return value
+
+    @field_validator("measures")
+    @classmethod
+    def _canonical_measures(cls, value: list[str]) -> list[str]:
+        from evald.metrics import parse_measures
+
+        return [str(m) for m in parse_measures(value)]
+
+    @field_validator("label_keys")
+    @classmethod
+    def _check_label_keys(cls, value: list[str]) -> list[str]:
+        for key in value:
+            if not _LABEL_NAME.fullmatch(key) or key.startswith("__"):
+                raise ValueError(f"{key!r} is not a valid Prometheus label name")
+            if key in RESERVED_LABELS:
+                raise ValueError(
+                    f"{key!r} is reserved (used by evald's own series: "
+                    f"{', '.join(sorted(RESERVED_LABELS))})"
+                )
+        if len(set(value)) != len(value):
+            raise ValueError("label keys must be distinct")
+        return value
+
+    @field_validator("action_grades")
+    @classmethod
+    def _check_action_grades(cls, value: dict[str, float]) -> dict[str, float]:
+        for action, grade in value.items():
+            if action == "judgment":
+                raise ValueError("'judgment' is built in (its grade comes from the event)")
+            if not action:
+                raise ValueError("action names must not be empty")
+            if isinstance(grade, bool) or not math.isfinite(grade) or grade < 0:
+                raise ValueError(f"grade of {action!r} must be a finite number >= 0")
+        return value
+
+    @field_validator("histogram_bounds")
+    @classmethod
+    def _check_bounds(cls, value: list[float]) -> list[float]:
+        if any(not math.isfinite(b) for b in value):
+            raise ValueError("histogram bounds must be finite (+Inf is implied)")
+        if any(b >= c for b, c in itertools.pairwise(value)):
+            raise ValueError("histogram bounds must be strictly increasing")
+        return value
+
+    @model_validator(mode="after")
+    def _check_windows(self) -> EngineConfig:
+        for width in self.windows:
+            if width <= 0 or width % self.bucket:
+                raise ValueError(
+                    f"windows: {width} ms is not a positive multiple of bucket ({self.bucket} ms)"
+                )
+        if self.retention < max(self.windows):
+            raise ValueError("retention: must be at least the longest window")
+        return self
+
+
+def load_config(data: Mapping[str, Any] | None = None, **overrides: Any) -> EngineConfig:
+    """Validate settings into an :class:`EngineConfig`; errors name the field (``ConfigError``)."""
+    merged = {**(data or {}), **overrides}
+    try:
+        return EngineConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """``field.path: message`` per error, one per line."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"{loc}: {message}" if loc else message)
+    return "\n".join(lines)

@@ -1,0 +1,57 @@
+"""Durations as milliseconds: ``"30m"``, ``"2m"``, ``"1h30m"``, ``"500ms"`` <-> ``int``.
+
+Every time knob in evald is an integer number of milliseconds internally; humans write the
+compact form. Plain integers (and digit-only strings) are milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNIT_MS: dict[str, int] = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"(?:\d+(?:ms|s|m|h|d))+")
+
+
+class DurationError(ValueError):
+    """A duration that is neither milliseconds nor a ``1h30m``-style string."""
+
+
+def parse_duration(value: str | int) -> int:
+    """Milliseconds of ``value``; raises :class:`DurationError` on anything else.
+
+    Accepts a non-negative int (ms), a digit string (ms) or concatenated ``<n><unit>`` parts with
+    units ``d h m s ms`` (``"1h30m"``, ``"90s"``, ``"250ms"``). Booleans and floats are refused
+    so that a YAML ``yes`` or ``1.5`` never becomes a silent duration.
+    """
+    if isinstance(value, bool):
+        raise DurationError(f"expected a duration like '30m' or milliseconds, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise DurationError(f"duration must not be negative, got {value}")
+        return value
+    if not isinstance(value, str):
+        raise DurationError(f"expected a duration like '30m' or milliseconds, got {value!r}")
+    text = value.strip().lower()
+    if text.isdigit():
+        return int(text)
+    if not text or not _WHOLE.fullmatch(text):
+        raise DurationError(
+            f"invalid duration {value!r}: use milliseconds or parts like '30m', '1h30m', "
+            "'90s', '500ms' (units d, h, m, s, ms)"
+        )
+    return sum(int(n) * _UNIT_MS[unit] for n, unit in _PART.findall(text))
+
+
+def format_duration(ms: int) -> str:
+    """Shortest ``1h30m``-style spelling of ``ms`` (``0`` -> ``"0ms"``); inverse of parsing."""
+    if ms < 0:
+        raise DurationError(f"duration must not be negative, got {ms}")
+    if ms == 0:
+        return "0ms"
+    parts: list[str] = []
+    for unit in ("d", "h", "m", "s", "ms"):
+        n, ms = divmod(ms, _UNIT_MS[unit])
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts)

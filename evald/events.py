@@ -1,0 +1,137 @@
+"""Event models: what an impression and a feedback event look like on the wire.
+
+Both are pydantic v2 models validated straight from the raw JSON bytes (``model_validate_json``)
+so that decoding is one pass in pydantic-core. Size limits are configurable, so the concrete
+models used by the decoder are subclasses built per :class:`Limits` by :func:`limited_models`;
+they are still ``Impression`` / ``Feedback`` instances.
+
+Timestamps are normalised on validation to ``int`` epoch milliseconds: the wire form is either
+an integer (epoch ms) or an RFC 3339 string with an explicit offset.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    create_model,
+)
+
+#: Latest accepted timestamp (9999-12-31T23:59:59.999Z): beyond it RFC 3339 cannot spell it.
+MAX_TS_MS = 253_402_300_799_999
+
+
+def parse_timestamp(value: int | str) -> int:
+    """Epoch milliseconds of an int (already ms) or an RFC 3339 string with an offset."""
+    if isinstance(value, int):
+        ms = value
+    else:
+        text = value.strip()
+        if len(text) < 20 or text[10] not in "Tt ":
+            raise ValueError(f"not an RFC 3339 timestamp: {value!r}")
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"not an RFC 3339 timestamp: {value!r}") from None
+        if parsed.tzinfo is None:
+            raise ValueError(f"timestamp has no UTC offset: {value!r}")
+        delta = parsed - _EPOCH
+        ms = (delta.days * 86_400 + delta.seconds) * 1_000 + delta.microseconds // 1_000
+    if not 0 <= ms <= MAX_TS_MS:
+        raise ValueError(f"timestamp out of range (0 .. {MAX_TS_MS} ms): {value!r}")
+    return ms
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def format_timestamp(ms: int) -> str:
+    """RFC 3339 UTC with millisecond precision: ``2024-05-01T12:00:00.250Z``."""
+    seconds, millis = divmod(ms, 1_000)
+    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{millis:03d}Z"
+
+
+Timestamp = Annotated[StrictInt | StrictStr, AfterValidator(parse_timestamp)]
+NonNegativeGrade = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+
+
+class Limits(BaseModel):
+    """Bounds on one event so no single record can exhaust memory or a label set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_items: int = Field(1000, ge=1, description="items per served list")
+    max_labels: int = Field(32, ge=0, description="label pairs per impression")
+    max_string_length: int = Field(512, ge=1, description="characters in any id, label or query")
+    max_event_bytes: int = Field(65_536, ge=64, description="bytes of one raw event")
+
+
+class Impression(BaseModel):
+    """A served list: ``items`` in served order; ``labels`` name its segment (model, arm, ...)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["impression"] = "impression"
+    request_id: StrictStr
+    ts: Timestamp
+    items: list[StrictStr]
+    labels: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    query: StrictStr | None = None
+    user_id: StrictStr | None = None
+    scores: list[Annotated[float, Field(allow_inf_nan=False, strict=True)]] | None = None
+
+
+class Feedback(BaseModel):
+    """One user action on one item of a served list; ``grade`` overrides the action's grade."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["feedback"] = "feedback"
+    request_id: StrictStr
+    ts: Timestamp
+    item: StrictStr
+    action: StrictStr
+    grade: NonNegativeGrade | None = None
+    position: Annotated[int, Field(ge=0, strict=True)] | None = None
+    event_id: StrictStr | None = None
+
+
+@functools.lru_cache(maxsize=16)
+def limited_models(limits: Limits) -> tuple[type[Impression], type[Feedback]]:
+    """Subclasses of the models enforcing ``limits`` inside pydantic-core (no Python pass)."""
+    text = Annotated[str, StringConstraints(max_length=limits.max_string_length, strict=True)]
+    items = Annotated[list[text], Field(max_length=limits.max_items)]  # type: ignore[valid-type]
+    labels = Annotated[dict[text, text], Field(max_length=limits.max_labels)]  # type: ignore[valid-type]
+    scores = Annotated[
+        list[Annotated[float, Field(allow_inf_nan=False, strict=True)]],
+        Field(max_length=limits.max_items),
+    ]
+    impression: Any = create_model(
+        "Impression",
+        __base__=Impression,
+        request_id=(text, ...),
+        items=(items, ...),
+        labels=(labels, Field(default_factory=dict)),
+        query=(text | None, None),
+        user_id=(text | None, None),
+        scores=(scores | None, None),
+    )
+    feedback: Any = create_model(
+        "Feedback",
+        __base__=Feedback,
+        request_id=(text, ...),
+        item=(text, ...),
+        action=(text, ...),
+        event_id=(text | None, None),
+    )
+    return impression, feedback

@@ -1,0 +1,56 @@
+import pytest
+
+from evald.config import RESERVED_LABELS, ConfigError, EngineConfig, load_config
+from evald.metrics import DEFAULT_MEASURES
+
+
+def test_defaults():
+    c = EngineConfig()
+    assert c.window == 30 * 60_000 and c.lateness == 2 * 60_000
+    assert c.label_keys == ["model", "arm", "surface"] and c.label_value_cap == 50
+    assert c.limits.max_items == 1000
+    assert c.action_grades == {"click": 1.0, "add_to_cart": 2.0, "purchase": 3.0}
+    assert ",".join(c.measures) == DEFAULT_MEASURES.replace(" ", "")
+
+
+def test_durations_and_measures_are_normalised():
+    c = load_config({"window": "10m", "lateness": 500, "measures": "nDCG@5, RR"})
+    assert c.window == 600_000 and c.lateness == 500
+    assert c.measures == ["nDCG@5", "RR"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"window": "soon"}, "window"),
+        ({"window": 0}, "window"),
+        ({"lateness": -1}, "lateness"),
+        ({"measures": "nDCG@ten"}, "measures"),
+        ({"label_keys": ["arm", "arm"]}, "label_keys"),
+        ({"label_keys": ["bad-name"]}, "label_keys"),
+        ({"label_keys": ["__x"]}, "label_keys"),
+        ({"action_grades": {"like": float("nan")}}, "action_grades"),
+        ({"action_grades": {"judgment": 1}}, "action_grades"),
+        ({"limits": {"max_items": 0}}, "limits.max_items"),
+        ({"max_pending": 0}, "max_pending"),
+        ({"windows": ["90s"]}, "windows"),
+        ({"retention": "1m"}, "retention"),
+        ({"histogram_bounds": [0.5, 0.1]}, "histogram_bounds"),
+        ({"typo": 1}, "typo"),
+    ],
+)
+def test_errors_name_the_field(settings, field):
+    with pytest.raises(ConfigError) as err:
+        load_config(settings)
+    assert str(err.value).startswith(field), str(err.value)
+
+
+@pytest.mark.parametrize("key", sorted(RESERVED_LABELS))
+def test_reserved_label_keys_refused(key):
+    with pytest.raises(ConfigError, match="reserved"):
+        load_config(label_keys=[key])
+
+
+def test_extra_actions_configurable():
+    c = load_config(action_grades={"click": 1, "like": 0.5})
+    assert c.action_grades == {"click": 1.0, "like": 0.5}
