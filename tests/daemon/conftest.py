@@ -34,7 +34,8 @@ def wait_for_port(port: int, timeout: float) -> None:
             return
         except OSError:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing accepted on 127.0.0.1:{port} within {timeout}s") from None
+                message = f"nothing accepted on 127.0.0.1:{port} within {timeout}s"
+                raise TimeoutError(message) from None
             time.sleep(0.05)
 
 

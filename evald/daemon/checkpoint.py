@@ -1,0 +1,135 @@
+"""Per-partition checkpoints, written to the checkpoint topic inside each commit transaction.
+
+Why a topic and not the offset-commit metadata: the broker the integration tests run against
+(tansu) accepts but does not store commit metadata, and it does not filter records of aborted
+transactions from ``read_committed`` fetches. So a checkpoint record alone cannot be trusted (an
+aborted one is visible too). What *is* reliable there and on Apache Kafka: consumer-group offsets
+committed by ``send_offsets_to_transaction`` move if and only if the transaction commits. Each
+transaction therefore commits, next to the input offsets, the offset *of the checkpoint record
+itself* (checkpoint topic, partition p) + 1: the committed checkpoint of p is the record just
+before the group's committed offset on the checkpoint topic. See docs/design.md.
+
+The checkpoint also lists the offset ranges of the results partition p written by committed
+transactions, so window aggregates can be rebuilt from exactly the committed results even where
+aborted records stay visible.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = ["VERSION", "Checkpoint", "ResultRange", "extend_ranges", "prune_ranges"]
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class ResultRange:
+    """Offsets ``[start, end)`` of results partition p written by committed transactions.
+
+    ``max_ts`` is the largest event time (ms) of a result in the range, used to forget ranges
+    that no aggregate window can reach any more.
+    """
+
+    start: int
+    end: int
+    max_ts: int | None = None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What restart needs to resume partition p exactly where the last commit left it.
+
+    ``committed``: the input offsets committed with it (kind -> offset), i.e. where replay starts.
+    ``consumed``: the next offset the engine had not yet seen (kind -> offset); records between
+    ``committed`` and ``consumed`` are replayed to rebuild pending joins, not counted again.
+    ``watermark``: the engine's finalization watermark of p (ms) at commit.
+    ``epoch_start``: first results offset of the current ownership epoch, or None before the
+    epoch wrote any result (see :func:`extend_ranges`).
+    """
+
+    partition: int
+    watermark: int | None
+    committed: dict[str, int]
+    consumed: dict[str, int]
+    results: tuple[ResultRange, ...] = ()
+    epoch_start: int | None = None
+    instance: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        """Compact JSON bytes (the value of the checkpoint record)."""
+        doc = {
+            "v": VERSION,
+            "partition": self.partition,
+            "watermark": self.watermark,
+            "committed": self.committed,
+            "consumed": self.consumed,
+            "results": [[r.start, r.end, r.max_ts] for r in self.results],
+            "epoch_start": self.epoch_start,
+            "instance": self.instance,
+        }
+        if self.extra:
+            doc["extra"] = self.extra
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Checkpoint:
+        """Parse :meth:`encode` output; raises ValueError on anything else."""
+        try:
+            doc = json.loads(raw)
+            if doc.get("v") != VERSION:
+                raise ValueError(f"unsupported checkpoint version {doc.get('v')!r}")
+            return cls(
+                partition=int(doc["partition"]),
+                watermark=None if doc["watermark"] is None else int(doc["watermark"]),
+                committed={str(k): int(v) for k, v in doc["committed"].items()},
+                consumed={str(k): int(v) for k, v in doc["consumed"].items()},
+                results=tuple(
+                    ResultRange(int(s), int(e), None if t is None else int(t))
+                    for s, e, t in doc["results"]
+                ),
+                epoch_start=None if doc.get("epoch_start") is None else int(doc["epoch_start"]),
+                instance=str(doc.get("instance", "")),
+                extra=dict(doc.get("extra") or {}),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed checkpoint: {exc!r}") from None
+
+    def with_ranges(self, results: tuple[ResultRange, ...], epoch_start: int | None) -> Checkpoint:
+        """A copy with new result ranges."""
+        return replace(self, results=results, epoch_start=epoch_start)
+
+
+def extend_ranges(ranges: tuple[ResultRange, ...], epoch_start: int | None,
+                  first: int, last: int, max_ts: int | None
+                  ) -> tuple[tuple[ResultRange, ...], int]:
+    """Record that a committed transaction wrote results at offsets ``first..last``.
+
+    Within one ownership epoch (from restore until the next restore or abort), the only
+    records this instance interleaves in partition p are its own transaction markers, so the
+    epoch's results form one range ``[epoch_start, last + 1)``: the last range is extended. A
+    new epoch (``epoch_start`` None) starts a new range, which excludes whatever an aborted or
+    crashed transaction left between the epochs. Returns (ranges, epoch_start).
+    """
+    if first > last:
+        raise ValueError("first must not exceed last")
+    if epoch_start is None or not ranges or ranges[-1].start != epoch_start:
+        return (*ranges, ResultRange(first, last + 1, max_ts)), first
+    head = ranges[-1]
+    merged_ts = head.max_ts if max_ts is None else max(max_ts, head.max_ts or max_ts)
+    return (*ranges[:-1], ResultRange(head.start, last + 1, merged_ts)), epoch_start
+
+
+def prune_ranges(ranges: tuple[ResultRange, ...], horizon_ts: int | None
+                 ) -> tuple[ResultRange, ...]:
+    """Drop ranges whose newest result is older than ``horizon_ts`` (no window reaches them).
+
+    The last range is always kept: it anchors the current epoch.
+    """
+    if horizon_ts is None or len(ranges) <= 1:
+        return ranges
+    kept = tuple(r for r in ranges[:-1] if r.max_ts is None or r.max_ts >= horizon_ts)
+    return (*kept, ranges[-1])

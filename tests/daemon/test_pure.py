@@ -1,0 +1,70 @@
+"""Pure helpers of the daemon: backoff, topic layout checks, checkpoint records and ranges."""
+
+from __future__ import annotations
+
+import pytest
+
+from evald.daemon.backoff import Backoff
+from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
+from evald.daemon.topics import TopicLayoutError, check_layout, missing_outputs
+
+
+def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
+    top = Backoff(0.1, 1.0, rand=lambda: 1.0)
+    assert [round(top.next_delay(), 3) for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    top.reset()
+    assert top.next_delay() == pytest.approx(0.1)
+    bottom = Backoff(0.1, 1.0, rand=lambda: 0.0)
+    assert [round(bottom.next_delay(), 3) for _ in range(3)] == [0.05, 0.1, 0.2]
+    with pytest.raises(ValueError):
+        Backoff(2.0, 1.0)
+
+
+def test_layout_accepts_copartitioned_inputs() -> None:
+    counts = {"imp": 4, "fb": 4, "res": 4, "dlq": None}
+    assert check_layout(counts, impressions="imp", feedback="fb", outputs=("res", "dlq")) == 4
+    assert missing_outputs(counts, ("res", "dlq")) == ["dlq"]
+
+
+def test_layout_refuses_different_partition_counts() -> None:
+    with pytest.raises(TopicLayoutError, match="co-partitioned: imp has 4 partitions, fb has 3"):
+        check_layout({"imp": 4, "fb": 3}, impressions="imp", feedback="fb")
+
+
+def test_layout_refuses_missing_inputs_and_small_outputs() -> None:
+    with pytest.raises(TopicLayoutError, match="fb do not exist"):
+        check_layout({"imp": 2}, impressions="imp", feedback="fb")
+    with pytest.raises(TopicLayoutError, match="res has 2 partitions but the inputs have 4"):
+        check_layout({"imp": 4, "fb": 4, "res": 2}, impressions="imp", feedback="fb",
+                     outputs=("res",))
+
+
+def test_checkpoint_round_trips_and_rejects_garbage() -> None:
+    cp = Checkpoint(partition=3, watermark=1_700_000_000_000,
+                    committed={"impression": 10, "feedback": 7},
+                    consumed={"impression": 25, "feedback": 30},
+                    results=(ResultRange(0, 5, 99), ResultRange(9, 12, None)),
+                    epoch_start=9, instance="a")
+    assert Checkpoint.decode(cp.encode()) == cp
+    for raw in (b"not json", b"{}", b'{"v": 99}', b'{"v": 1, "partition": 1}'):
+        with pytest.raises(ValueError):
+            Checkpoint.decode(raw)
+
+
+def test_ranges_extend_within_an_epoch_and_split_across_epochs() -> None:
+    ranges, epoch = extend_ranges((), None, 0, 4, 100)
+    assert ranges == (ResultRange(0, 5, 100),) and epoch == 0
+    # next transaction of the same epoch: after our own commit marker at offset 5
+    ranges, epoch = extend_ranges(ranges, epoch, 6, 9, 90)
+    assert ranges == (ResultRange(0, 10, 100),) and epoch == 0
+    # restart: a new epoch starts after aborted records at 10..14, which stay outside
+    ranges, epoch = extend_ranges(ranges, None, 15, 15, 120)
+    assert ranges == (ResultRange(0, 10, 100), ResultRange(15, 16, 120)) and epoch == 15
+    with pytest.raises(ValueError):
+        extend_ranges(ranges, epoch, 5, 4, None)
+
+
+def test_prune_keeps_reachable_ranges_and_the_current_epoch() -> None:
+    ranges = (ResultRange(0, 5, 100), ResultRange(7, 9, 300), ResultRange(11, 12, 50))
+    assert prune_ranges(ranges, 200) == (ResultRange(7, 9, 300), ResultRange(11, 12, 50))
+    assert prune_ranges(ranges, None) == ranges
