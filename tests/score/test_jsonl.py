@@ -1,0 +1,109 @@
+"""JSONL parsing: accepted shapes, and every rejection reason with its line number."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evald.score.jsonl import parse_line, read_jsonl
+from evald.score.records import Query, Rejection
+
+
+def line(**fields: object) -> str:
+    base: dict[str, object] = {"qid": "q1", "ranking": ["a", "b"], "qrels": {"a": 1}}
+    base.update(fields)
+    return json.dumps(base)
+
+
+def test_valid_line_keeps_order_and_converts_grades_to_float() -> None:
+    parsed = parse_line(line(ranking=["c", "a", "b"], qrels={"a": 2, "z": 0.5}))
+    assert parsed == Query(qid="q1", ranking=["c", "a", "b"], qrels={"a": 2.0, "z": 0.5})
+    assert isinstance(parsed, Query)
+    assert all(type(g) is float for g in parsed.qrels.values())
+
+
+def test_integer_qid_is_kept_as_an_integer() -> None:
+    parsed = parse_line(line(qid=17))
+    assert isinstance(parsed, Query) and parsed.qid == 17
+
+
+def test_unknown_keys_are_ignored_and_empty_lists_are_fine() -> None:
+    parsed = parse_line(line(ranking=[], qrels={}, query="shoes", arm="B"))
+    assert parsed == Query(qid="q1", ranking=[], qrels={})
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("{not json", "not JSON: "),
+        ("[1, 2]", "expected a JSON object, got array"),
+        ('"q1"', "expected a JSON object, got string"),
+        ('{"ranking": [], "qrels": {}}', 'missing "qid"'),
+        ('{"qid": "q", "qrels": {}}', 'missing "ranking"'),
+        ('{"qid": "q", "ranking": []}', 'missing "qrels"'),
+        (line(qid=True), '"qid" must be a string or an integer, got boolean'),
+        (line(qid=1.5), '"qid" must be a string or an integer, got number'),
+        (line(qid=None), '"qid" must be a string or an integer, got null'),
+        (line(ranking="a b"), '"ranking" must be an array of strings, got string'),
+        (line(ranking={"a": 1}), '"ranking" must be an array of strings, got object'),
+        (line(ranking=["a", 3]), '"ranking"[1] must be a string, got number'),
+        (line(ranking=["a", None]), '"ranking"[1] must be a string, got null'),
+        (line(ranking=["a", "b", "a"]), 'duplicate docid "a" in "ranking" (positions 0 and 2)'),
+        (line(qrels=["a"]), '"qrels" must be an object, got array'),
+        (line(qrels={"a": -1}), 'grade of "a" must be ≥ 0, got -1'),
+        (line(qrels={"a": -0.5}), 'grade of "a" must be ≥ 0, got -0.5'),
+        (line(qrels={"a": True}), 'grade of "a" must be a number, got boolean'),
+        (line(qrels={"a": "2"}), 'grade of "a" must be a number, got string'),
+        (line(qrels={"a": None}), 'grade of "a" must be a number, got null'),
+        (line(qrels={"a": [1]}), 'grade of "a" must be a number, got array'),
+        ('{"qid": "q", "ranking": [], "qrels": {"a": NaN}}', 'grade of "a" must be finite'),
+        ('{"qid": "q", "ranking": [], "qrels": {"a": Infinity}}', 'grade of "a" must be finite'),
+        ('{"qid": "q", "ranking": [], "qrels": {"a": 1e999}}', 'grade of "a" must be finite'),
+        ('{"qid": "q", "ranking": [], "qrels": {"a": 1, "a": 2}}', 'duplicate key "a"'),
+        ('{"qid": "q", "qid": "r", "ranking": [], "qrels": {}}', 'duplicate key "qid"'),
+    ],
+)
+def test_rejection_reasons(text: str, reason: str) -> None:
+    parsed = parse_line(text)
+    assert isinstance(parsed, str)
+    assert parsed.startswith(reason)
+
+
+def test_reader_numbers_lines_from_one_skips_blank_lines_and_keeps_order() -> None:
+    raw = [
+        line(qid="a").encode(),
+        b"\n",
+        b"   \n",
+        b"oops\n",
+        line(qid="b").encode() + b"\n",
+        b"\xff\xfe{}\n",
+        line(qid="c", ranking=["x", "x"]).encode(),
+    ]
+    items = list(read_jsonl(raw, "in.jsonl"))
+    assert [type(i).__name__ for i in items] == [
+        "Query",
+        "Rejection",
+        "Query",
+        "Rejection",
+        "Rejection",
+    ]
+    assert [i.qid for i in items if isinstance(i, Query)] == ["a", "b"]
+    rejections = [i for i in items if isinstance(i, Rejection)]
+    assert [(r.source, r.line) for r in rejections] == [
+        ("in.jsonl", 4),
+        ("in.jsonl", 6),
+        ("in.jsonl", 7),
+    ]
+    assert rejections[1].reason == "not valid UTF-8 (byte 0)"
+    assert str(rejections[0]).startswith("in.jsonl:4: not JSON: ")
+
+
+def test_byte_order_mark_on_the_first_line_is_tolerated() -> None:
+    items = list(read_jsonl(["\ufeff".encode() + line().encode()], "x"))
+    assert isinstance(items[0], Query)
+
+
+def test_crlf_line_endings_parse() -> None:
+    items = list(read_jsonl([line().encode() + b"\r\n"], "x"))
+    assert isinstance(items[0], Query)

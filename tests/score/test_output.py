@@ -1,0 +1,73 @@
+"""Output formats: per-query JSON Lines, the means table and the means JSON object."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+
+from evald.score.output import JsonlWriter, MeanRow, format_mean_json, format_table, json_number
+
+
+def test_rows_are_valid_json_with_keys_in_measure_order_and_exact_floats() -> None:
+    out = io.StringIO()
+    writer = JsonlWriter(out, ["nDCG@10", "RBP(p=0.8)", "nDCG(dcg='exp-log2')@5"])
+    third = 1 / 3
+    writer.write(["q1", 7], [np.array([0.5, third]), np.array([1.0, 0.0]), [0.25, 1e-300]])
+    rows = [json.loads(text, object_pairs_hook=list) for text in out.getvalue().splitlines()]
+    assert rows == [
+        [("qid", "q1"), ("nDCG@10", 0.5), ("RBP(p=0.8)", 1.0), ("nDCG(dcg='exp-log2')@5", 0.25)],
+        [("qid", 7), ("nDCG@10", third), ("RBP(p=0.8)", 0.0), ("nDCG(dcg='exp-log2')@5", 1e-300)],
+    ]
+    assert writer.rows == 2
+
+
+def test_non_ascii_qids_and_quotes_are_escaped_properly() -> None:
+    out = io.StringIO()
+    JsonlWriter(out, ["RR"]).write(['q"1\\ é\n'], [[1.0]])
+    assert json.loads(out.getvalue()) == {"qid": 'q"1\\ é\n', "RR": 1.0}
+    assert out.getvalue().count("\n") == 1
+
+
+def test_rows_without_measures_still_carry_the_qid() -> None:
+    out = io.StringIO()
+    JsonlWriter(out, []).write(["a", "b"], [])
+    assert [json.loads(x) for x in out.getvalue().splitlines()] == [{"qid": "a"}, {"qid": "b"}]
+
+
+def test_column_count_mismatch_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="expected 2 columns"):
+        JsonlWriter(io.StringIO(), ["a", "b"]).write(["q"], [[1.0]])
+
+
+def test_non_finite_values_become_null() -> None:
+    assert json_number(math.nan) == "null"
+    assert json_number(math.inf) == "null"
+    assert json_number(0.1) == "0.1"
+
+
+def test_table_aligns_columns_and_rounds_to_four_digits() -> None:
+    rows = [MeanRow("nDCG@10", 0.123456, 1200), MeanRow("GAUC", 2 / 3, 7), MeanRow("RR", None, 0)]
+    assert format_table(rows).splitlines() == [
+        "measure    mean     n",
+        "nDCG@10  0.1235  1200",
+        "GAUC     0.6667     7",
+        "RR            -     0",
+    ]
+
+
+def test_mean_json_is_one_object_with_counts_only_where_they_differ() -> None:
+    rows = [MeanRow("nDCG@10", 0.5, 3), MeanRow("GAUC", 0.25, 2), MeanRow("RR", None, 0)]
+    text = format_mean_json(rows, 3)
+    assert text.endswith("}\n") and text.count("\n") == 1
+    assert json.loads(text, object_pairs_hook=list) == [
+        ("n", 3),
+        ("nDCG@10", 0.5),
+        ("GAUC", 0.25),
+        ("n(GAUC)", 2),
+        ("RR", None),
+        ("n(RR)", 0),
+    ]
