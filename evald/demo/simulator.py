@@ -187,7 +187,12 @@ class Simulator:
         ranks = np.arange(1, cat.queries + 1, dtype=np.float64)
         weights = ranks**-cat.zipf_s
         self._query_cdf = np.cumsum(weights / weights.sum())
-        self._cand = setup.integers(0, cat.items, size=(cat.queries, cat.candidates))
+        if cat.candidates > cat.items or cat.depth > cat.candidates:
+            raise ValueError("need depth <= candidates <= items")
+        # distinct candidates per query: a served list never repeats an item
+        self._cand = np.stack(
+            [setup.choice(cat.items, cat.candidates, replace=False) for _ in range(cat.queries)]
+        )
         self._rel = setup.choice(
             len(cat.relevance), size=(cat.queries, cat.candidates), p=np.asarray(cat.relevance)
         ).astype(np.int8)
