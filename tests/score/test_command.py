@@ -1,0 +1,359 @@
+"""`evald score` end to end through ``evald.cli.main``, checked against pytrec_eval (trec_eval)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import pytrec_eval
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import evald.cli
+from evald.metrics import DEFAULT_MEASURES
+from tests.score.conftest import SCORE_ONLY, Evald
+
+DATA = Path(__file__).resolve().parents[2] / "evald" / "data"
+
+#: evald name -> (pytrec_eval measure, key in its results)
+TREC_EQUIVALENTS = {
+    "nDCG@10": ("ndcg_cut.10", "ndcg_cut_10"),
+    "nDCG": ("ndcg", "ndcg"),
+    "RR": ("recip_rank", "recip_rank"),
+    "P@5": ("P.5", "P_5"),
+    "R@5": ("recall.5", "recall_5"),
+    "AP": ("map", "map"),
+    "AP@5": ("map_cut.5", "map_cut_5"),
+    "Success@5": ("success.5", "success_5"),
+}
+
+
+def row(qid: object, ranking: list[str], qrels: dict[str, object]) -> dict[str, object]:
+    return {"qid": qid, "ranking": ranking, "qrels": qrels}
+
+
+# --- JSONL input ---------------------------------------------------------------------------
+
+
+def test_per_query_rows_in_input_order_with_canonical_keys(evald_main: Evald, jsonl_file) -> None:
+    path = jsonl_file(
+        row("b", ["d1", "d2", "d3"], {"d2": 1, "d9": 1}),
+        row(7, ["d1"], {"d1": 2}),
+        row("a", [], {"d1": 1}),
+    )
+    result = evald_main("score", path, "--measures", "RR,P@2,MRR,Hit@1,R@3")
+    assert result.status == 0 and result.err == ""
+    rows = result.rows()
+    assert [list(r) for r in rows] == [["qid", "RR", "P@2", "Success@1", "R@3"]] * 3
+    assert rows == [
+        {"qid": "b", "RR": 0.5, "P@2": 0.5, "Success@1": 0.0, "R@3": 0.5},
+        {"qid": 7, "RR": 1.0, "P@2": 0.5, "Success@1": 1.0, "R@3": 1.0},
+        {"qid": "a", "RR": 0.0, "P@2": 0.0, "Success@1": 0.0, "R@3": 0.0},
+    ]
+
+
+def test_default_measures_are_the_documented_set(evald_main: Evald, jsonl_file) -> None:
+    result = evald_main("score", jsonl_file(row("q", ["a"], {"a": 1})))
+    assert list(result.rows()[0])[1:] == DEFAULT_MEASURES.split(",")
+
+
+def test_reads_stdin_when_no_file_or_dash(evald_main: Evald) -> None:
+    data = (json.dumps(row("q1", ["x", "y"], {"y": 3})) + "\n").encode()
+    for argv in (["score", "-m", "RR"], ["score", "-", "-m", "RR"]):
+        result = evald_main(*argv, stdin=data)
+        assert result.status == 0
+        assert result.rows() == [{"qid": "q1", "RR": 0.5}]
+
+
+def test_bad_lines_are_reported_skipped_and_make_the_status_1(
+    evald_main: Evald, jsonl_file
+) -> None:
+    path = jsonl_file(
+        row("ok1", ["a"], {"a": 1}),
+        "this is not json",
+        row("dup", ["a", "b", "a"], {"a": 1}),
+        row("neg", ["a"], {"a": -1}),
+        row("nan", ["a"], {"a": float("nan")}),
+        row("boolean", ["a"], {"a": True}),
+        row(["list"], ["a"], {"a": 1}),
+        row("ok2", ["b", "a"], {"a": 1}),
+    )
+    result = evald_main("score", path, "-m", "RR")
+    assert result.status == 1
+    assert result.rows() == [{"qid": "ok1", "RR": 1.0}, {"qid": "ok2", "RR": 0.5}]
+    err = result.err.splitlines()
+    assert [line.split(": ", 1)[0] for line in err[:6]] == [f"{path}:{n}" for n in range(2, 8)]
+    assert "not JSON" in err[0]
+    assert 'duplicate docid "a"' in err[1]
+    assert "must be ≥ 0" in err[2]
+    assert "must be finite" in err[3]
+    assert "got boolean" in err[4]
+    assert '"qid" must be a string or an integer' in err[5]
+    assert err[6] == "evald score: 6 line(s) rejected; 2 queries scored"
+
+
+def test_gauc_is_only_in_the_mean(evald_main: Evald, jsonl_file) -> None:
+    path = jsonl_file(
+        row("a", ["r", "n"], {"r": 1, "n": 0}),
+        row("b", ["n1", "n2", "r"], {"r": 1, "n1": 0, "n2": 0}),
+    )
+    rows = evald_main("score", path, "-m", "AUC,GAUC").rows()
+    assert rows == [{"qid": "a", "AUC": 1.0}, {"qid": "b", "AUC": 0.0}]
+    mean = json.loads(evald_main("score", path, "-m", "AUC,GAUC", "--mean").out)
+    assert mean == {"n": 2, "AUC": 0.5, "GAUC": pytest.approx(2 / 5)}
+
+
+# --- means and output destinations ---------------------------------------------------------
+
+
+def test_mean_is_json_when_not_a_terminal_and_a_table_on_one(evald_main: Evald, jsonl_file) -> None:
+    path = jsonl_file(row("a", ["x"], {"x": 1}), row("b", ["y", "x"], {"x": 1}))
+    as_json = evald_main("score", path, "-m", "RR,P@1", "--mean")
+    assert json.loads(as_json.out) == {"n": 2, "RR": 0.75, "P@1": 0.5}
+    table = evald_main("score", path, "-m", "RR,P@1", "--mean", tty=True)
+    assert table.out.splitlines() == [
+        "measure    mean  n",
+        "RR       0.7500  2",
+        "P@1      0.5000  2",
+    ]
+    forced = evald_main("score", path, "-m", "RR", "--mean", "--format", "table")
+    assert forced.out.splitlines()[0].split() == ["measure", "mean", "n"]
+    forced_json = evald_main("score", path, "-m", "RR", "--mean", "--format", "json", tty=True)
+    assert json.loads(forced_json.out) == {"n": 2, "RR": 0.75}
+
+
+def test_output_file_gets_rows_while_the_mean_goes_to_stdout(
+    evald_main: Evald, jsonl_file, tmp_path: Path
+) -> None:
+    out = tmp_path / "rows.jsonl"
+    path = jsonl_file(row("a", ["x"], {"x": 1}), row("b", ["y"], {"x": 1}))
+    result = evald_main("score", path, "-m", "RR", "--output", str(out), "--mean")
+    assert json.loads(result.out) == {"n": 2, "RR": 0.5}
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows == [{"qid": "a", "RR": 1.0}, {"qid": "b", "RR": 0.0}]
+
+
+def test_batches_do_not_change_the_output(evald_main: Evald, jsonl_file) -> None:
+    rows = [row(f"q{i}", [f"d{j}" for j in range(i % 7)], {f"d{i % 5}": i % 3}) for i in range(23)]
+    path = jsonl_file(*rows)
+    one = evald_main("score", path, "--batch-size", "100")
+    many = evald_main("score", path, "--batch-size", "4")
+    assert one.out == many.out and len(one.rows()) == 23
+
+
+def test_empty_input_scores_nothing(evald_main: Evald, jsonl_file) -> None:
+    result = evald_main("score", jsonl_file(), "-m", "RR", "--mean")
+    assert result.status == 0
+    assert json.loads(result.out) == {"n": 0, "RR": None}
+
+
+# --- usage errors --------------------------------------------------------------------------
+
+
+def test_bad_measure_is_a_usage_error_listing_valid_forms(evald_main: Evald, jsonl_file) -> None:
+    result = evald_main("score", jsonl_file(), "--measures", "nDCG@10,ndcg_cut_10")
+    assert result.status == 2
+    assert result.out == ""
+    assert result.err.startswith("evald score: error: ")
+    assert "valid forms" in result.err and "nDCG@k" in result.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--run", "r.txt"], "--run and --qrels go together"),
+        (["--qrels", "q.txt"], "--run and --qrels go together"),
+        (["in.jsonl", "--example"], "give one input"),
+        (["in.jsonl", "--run", "r", "--qrels", "q"], "give one input"),
+        (["in.jsonl", "--complete"], "--complete applies to --run/--qrels input"),
+        (["--run", "-", "--qrels", "-"], "cannot both read stdin"),
+        (["does/not/exist.jsonl"], "cannot read does/not/exist.jsonl: No such file"),
+    ],
+)
+def test_conflicting_options_and_missing_files_exit_2(
+    evald_main: Evald, argv: list[str], message: str
+) -> None:
+    result = evald_main("score", *argv)
+    assert result.status == 2
+    assert message in result.err
+
+
+def test_unwritable_output_is_a_usage_error(evald_main: Evald, jsonl_file, tmp_path: Path) -> None:
+    result = evald_main("score", jsonl_file(), "--output", str(tmp_path / "no" / "dir" / "x"))
+    assert result.status == 2 and "cannot write" in result.err
+
+
+def test_batch_size_must_be_a_positive_integer(evald_main: Evald) -> None:
+    with pytest.raises(SystemExit) as exc:
+        evald_main("score", "--batch-size", "0")
+    assert exc.value.code == 2
+
+
+def test_help_shows_examples_and_the_real_default_measures(
+    evald_main: Evald, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        evald_main("score", "--help")
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "examples:" in text and "--run run.txt --qrels qrels.txt" in text
+    assert DEFAULT_MEASURES in text.replace("\n", "").replace(" ", "")
+
+
+# --- TREC input against trec_eval (pytrec_eval) --------------------------------------------
+
+
+def write(path: Path, lines: list[str]) -> str:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def test_score_ties_are_broken_by_docid_descending(evald_main: Evald, tmp_path: Path) -> None:
+    # all three docs tie on score; trec_eval orders them c, b, a, so the relevant "a" is third
+    run = write(tmp_path / "run", ["q1 Q0 a 1 5 t", "q1 Q0 b 2 5 t", "q1 Q0 c 3 5 t"])
+    qrels = write(tmp_path / "qrels", ["q1 0 a 1", "q1 0 b 0"])
+    result = evald_main("score", "--run", run, "--qrels", qrels, "-m", "RR,P@2,AP")
+    assert result.rows() == [{"qid": "q1", "RR": 1 / 3, "P@2": 0.0, "AP": 1 / 3}]
+    evaluator = pytrec_eval.RelevanceEvaluator({"q1": {"a": 1, "b": 0}}, {"recip_rank"})
+    assert evaluator.evaluate({"q1": {"a": 5.0, "b": 5.0, "c": 5.0}})["q1"]["recip_rank"] == 1 / 3
+
+
+trec_docs = st.sampled_from([f"d{i}" for i in range(12)])
+trec_queries = st.sampled_from(["q1", "q2", "q3", "q10", "Q4"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    run=st.dictionaries(
+        trec_queries,
+        st.dictionaries(trec_docs, st.sampled_from([0.5, 1.0, 1.0, 2.25, -3.0]), min_size=1),
+        min_size=1,
+    ),
+    qrels=st.dictionaries(
+        trec_queries, st.dictionaries(trec_docs, st.integers(-1, 3), min_size=1), min_size=1
+    ),
+)
+def test_trec_files_score_like_trec_eval(run: dict, qrels: dict) -> None:
+    """Ties in score (0.5/1.0/2.25 repeat), unjudged and negatively judged docs, queries on one
+    side only: every per-query value equals pytrec_eval's within 1e-9."""
+    with mock.patch.object(evald.cli, "COMMANDS", SCORE_ONLY), tempfile.TemporaryDirectory() as tmp:
+        run_path = write(
+            Path(tmp, "run"),
+            [
+                f"{qid} Q0 {doc} {rank} {score!r} tag"
+                for qid, docs in run.items()
+                for rank, (doc, score) in enumerate(docs.items(), start=1)
+            ],
+        )
+        qrels_path = write(
+            Path(tmp, "qrels"),
+            [
+                f"{qid} 0 {doc} {grade}"
+                for qid, docs in qrels.items()
+                for doc, grade in docs.items()
+            ],
+        )
+        out_path = Path(tmp, "out.jsonl")
+        status = evald.cli.main(
+            ["score", "--run", run_path, "--qrels", qrels_path, "--output", str(out_path),
+             "-m", ",".join(TREC_EQUIVALENTS)]
+        )  # fmt: skip
+        ours = {r["qid"]: r for r in map(json.loads, out_path.read_text().splitlines())}
+    assert status == 0
+    expected = pytrec_eval.RelevanceEvaluator(
+        qrels, {trec for trec, _ in TREC_EQUIVALENTS.values()}
+    ).evaluate(run)
+    assert set(ours) == set(expected) == set(run) & set(qrels)
+    for qid, values in expected.items():
+        for name, (_, key) in TREC_EQUIVALENTS.items():
+            assert ours[qid][name] == pytest.approx(values[key], abs=1e-9), (qid, name)
+
+
+def test_trec_skips_and_complete_are_reported(evald_main: Evald, tmp_path: Path) -> None:
+    run = write(tmp_path / "run", ["q1 Q0 a 1 2 t", "q9 Q0 a 1 2 t", "q8 Q0 a 1 2 t"])
+    qrels = write(tmp_path / "qrels", ["q1 0 a 1", "q2 0 b 1", "q2 0 c -1"])
+    plain = evald_main("score", "--run", run, "--qrels", qrels, "-m", "RR,P@1")
+    assert plain.status == 0
+    assert plain.rows() == [{"qid": "q1", "RR": 1.0, "P@1": 1.0}]
+    assert plain.err.splitlines() == [
+        "evald score: 2 run queries have no qrels and were skipped (as trec_eval does)",
+        "evald score: 1 qrels queries are not in the run and were skipped (as trec_eval does); "
+        "--complete scores them as empty rankings (trec_eval -c)",
+        "evald score: 1 judgments with a negative grade were read as unjudged "
+        "(trec_eval's convention)",
+    ]
+    complete = evald_main("score", "--run", run, "--qrels", qrels, "-m", "RR,P@1", "--complete")
+    assert complete.rows() == [
+        {"qid": "q1", "RR": 1.0, "P@1": 1.0},
+        {"qid": "q2", "RR": 0.0, "P@1": 0.0},
+    ]
+    assert "1 qrels queries missing from the run were scored as empty" in complete.err
+    mean = evald_main("score", "--run", run, "--qrels", qrels, "-m", "RR", "--complete", "--mean")
+    assert json.loads(mean.out) == {"n": 2, "RR": 0.5}
+
+
+def test_trec_rejections_name_file_and_line_and_set_status_1(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    run = write(
+        tmp_path / "run",
+        ["q1 Q0 a 1 2 t", "q1 Q0 a 2 1 t", "q2 Q0 b 1 x t", "q3 Q0 c 1 1", "q4 Q0 d 1 1 t"],
+    )
+    qrels = write(tmp_path / "qrels", ["q1 0 a 1", "q2 0 b 1", "q3 0 c 1", "q4 0 d 1", "q4 0 e"])
+    result = evald_main("score", "--run", run, "--qrels", qrels, "-m", "RR")
+    assert result.status == 1
+    assert result.out == ""
+    err = result.err.splitlines()
+    assert err[0].startswith(f"{run}:3: score 'x' is not a number")
+    assert err[1].startswith(f"{run}:4: expected 6 fields")
+    assert err[2].startswith(f"{qrels}:5: expected 4 fields")
+    assert err[3].startswith(f"{run}:2: docid 'a' appears twice in query 'q1' (also line 1)")
+    assert "evald score: 4 line(s) rejected; 0 queries scored" in err
+    assert "evald score: 4 queries were not scored because of rejected lines" in err
+
+
+def test_trec_run_from_stdin(evald_main: Evald, tmp_path: Path) -> None:
+    qrels = write(tmp_path / "qrels", ["q1 0 b 1"])
+    result = evald_main(
+        "score", "--run", "-", "--qrels", qrels, "-m", "RR", stdin=b"q1 Q0 a 1 2 t\nq1 Q0 b 2 1 t\n"
+    )
+    assert result.rows() == [{"qid": "q1", "RR": 0.5}]
+
+
+# --- the bundled example and the real process ----------------------------------------------
+
+
+def test_bundled_example_jsonl_and_trec_files_agree(evald_main: Evald) -> None:
+    """The example ships in both formats; the run's scores fall with the served rank."""
+    example = evald_main("score", "--example")
+    trec = evald_main(
+        "score", "--run", str(DATA / "example.run"), "--qrels", str(DATA / "example.qrels")
+    )
+    assert example.status == trec.status == 0
+    assert len(example.rows()) == 30
+    assert example.out == trec.out
+
+
+def test_python_dash_m_evald_runs_the_command(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(DATA.parents[1])}
+    version = subprocess.run(
+        [sys.executable, "-m", "evald", "--version"], capture_output=True, text=True, env=env
+    )
+    assert version.returncode == 0 and version.stdout.startswith("evald ")
+    scored = subprocess.run(
+        [sys.executable, "-m", "evald", "score", "--example", "--mean", "-m", "nDCG@10,RR"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert scored.returncode == 0, scored.stderr
+    mean = json.loads(scored.stdout)
+    assert mean["n"] == 30 and set(mean) == {"n", "nDCG@10", "RR"}
+    assert 0 < mean["nDCG@10"] < 1
