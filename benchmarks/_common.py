@@ -163,6 +163,7 @@ class Traffic:
 
     lines: list[bytes]
     kinds: list[str]  # "impression" / "feedback", parallel to lines
+    times: list[int]  # event time (epoch ms), parallel to lines
     impressions: int
     feedback: int
     first_ts: int
@@ -252,7 +253,8 @@ def generate_traffic(
     both = imp_lines + fb_lines
     lines = [both[k] for k in order]
     kinds = ["impression" if k < n else "feedback" for k in order]
-    return Traffic(lines, kinds, n, n_fb, int(all_ts.min()), int(all_ts.max()))
+    times = all_ts[order].tolist()
+    return Traffic(lines, kinds, times, n, n_fb, int(all_ts.min()), int(all_ts.max()))
 
 
 # ---------------------------------------------------------------------------------------------
