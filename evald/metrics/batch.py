@@ -159,4 +159,3 @@ def _check_finite(*arrays: np.ndarray) -> None:
     for array in arrays:
         if not np.isfinite(array).all():
             raise ValueError("grades must be finite numbers (got NaN or infinity)")
-

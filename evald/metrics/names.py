@@ -174,8 +174,9 @@ def make_measure(family: str, cutoff: int | None = None, **params: Any) -> Measu
         raise MeasureError(f"{label}: needs a cutoff; valid forms: {', '.join(spec.forms)}")
     if spec.cutoff == NONE and cutoff is not None:
         raise MeasureError(f"{label}: takes no cutoff; valid forms: {', '.join(spec.forms)}")
-    if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int)
-                               or cutoff < 1):
+    if cutoff is not None and (
+        isinstance(cutoff, bool) or not isinstance(cutoff, int) or cutoff < 1
+    ):
         raise MeasureError(f"{label}: the cutoff must be a positive integer")
     values: dict[str, Any] = {}
     for key, value in params.items():
@@ -232,7 +233,10 @@ def parse_measure(text: str) -> Measure:
     cutoff: int | None = None
     if cutoff_text is not None:
         if not cutoff_text.isdigit():
-            raise MeasureError(f"{text.strip()!r}: the cutoff after '@' must be a positive integer")
+            raise MeasureError(
+                f"{text.strip()!r}: the cutoff after '@' must be a positive integer; "
+                f"valid forms: {valid_forms()}"
+            )
         cutoff = int(cutoff_text)
     params: dict[str, Any] = {}
     if args is not None and args.strip():

@@ -22,9 +22,7 @@ from evald.metrics import Batch, evaluate, parse_measures
 
 CUTOFFS = (1, 2, 3, 5, 10, 20)  # 20 is beyond every generated list
 TOL = 1e-9
-SETTINGS = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @dataclass(frozen=True)
@@ -163,13 +161,17 @@ def ranx_inputs(case: Case, binary: bool = False) -> tuple[TypedList, TypedList]
     qrels, run = TypedList(), TypedList()
     for ranking, judgments in zip(case.rankings, case.qrels, strict=True):
         rows = sorted(
-            ((ids.setdefault(d, float(len(ids))), float(min(g, 1) if binary else g))
-             for d, g in judgments.items()),
+            (
+                (ids.setdefault(d, float(len(ids))), float(min(g, 1) if binary else g))
+                for d, g in judgments.items()
+            ),
             key=lambda row: -row[1],
         )
         qrels.append(np.array(rows, dtype=np.float64).reshape(-1, 2))
-        scored = [(ids.setdefault(d, float(len(ids))), float(len(ranking) - r))
-                  for r, d in enumerate(ranking)]
+        scored = [
+            (ids.setdefault(d, float(len(ids))), float(len(ranking) - r))
+            for r, d in enumerate(ranking)
+        ]
         run.append(np.array(scored, dtype=np.float64).reshape(-1, 2))
     return qrels, run
 

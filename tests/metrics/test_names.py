@@ -1,0 +1,122 @@
+"""Measure names: parsing, canonical spelling, errors, required depth."""
+
+from __future__ import annotations
+
+import pytest
+
+from evald.metrics import (
+    DEFAULT_MEASURES,
+    FAMILIES,
+    MeasureError,
+    make_measure,
+    parse_measure,
+    parse_measures,
+    required_depth,
+    valid_forms,
+)
+
+
+@pytest.mark.parametrize(
+    ("written", "canonical"),
+    [
+        ("nDCG@10", "nDCG@10"),
+        ("NDCG@10", "nDCG@10"),
+        ("nDCG(dcg='log2')@10", "nDCG@10"),
+        ('nDCG(dcg="exp-log2")@5', "nDCG(dcg='exp-log2')@5"),
+        ("P(rel=2)@5", "P(rel=2)@5"),
+        ("P(rel=2.0)@5", "P(rel=2)@5"),
+        ("P(rel=1)@5", "P@5"),
+        ("P(rel=0.5)@5", "P(rel=0.5)@5"),
+        ("Hit@3", "Success@3"),
+        ("MRR", "RR"),
+        ("MAP@100", "AP@100"),
+        ("RBP", "RBP(p=0.8)"),
+        ("RBP(p=0.8)", "RBP(p=0.8)"),
+        ("RBP(rel=2, p=0.9)", "RBP(p=0.9,rel=2)"),
+        ("RBP(graded=True)", "RBP(p=0.8,graded=True)"),
+        ("RBPResidual", "RBPResidual(p=0.8)"),
+        ("RBPResidual(p=0.5)@10", "RBPResidual(p=0.5)@10"),
+        ("ERR@20", "ERR@20"),
+        ("ERR(gmax=4)@20", "ERR@20"),
+        ("ERR(gmax=3)@20", "ERR(gmax=3)@20"),
+        ("AP(denom='min')@5", "AP(denom='min')@5"),
+        (" AUC(rel=2) ", "AUC(rel=2)"),
+        ("GAUC", "GAUC"),
+        ("KendallTau", "KendallTau"),
+        ("F1@3", "F1@3"),
+        ("DCG@6", "DCG@6"),
+        ("CG@3", "CG@3"),
+    ],
+)
+def test_canonical_names(written: str, canonical: str) -> None:
+    measure = parse_measure(written)
+    assert str(measure) == canonical
+    assert parse_measure(canonical) == measure  # canonical names parse back to themselves
+
+
+def test_default_measures_parse_and_print_back() -> None:
+    measures = parse_measures(DEFAULT_MEASURES)
+    assert ",".join(str(m) for m in measures) == DEFAULT_MEASURES
+
+
+def test_list_input_comma_inside_parentheses_and_duplicates() -> None:
+    measures = parse_measures(["RBP(p=0.9,rel=2)@10, P@5", "Hit@5", "Success@5"])
+    assert [str(m) for m in measures] == ["RBP(p=0.9,rel=2)@10", "P@5", "Success@5"]
+
+
+def test_parameter_access_falls_back_to_defaults() -> None:
+    measure = parse_measure("RBP(rel=2)")
+    assert measure["p"] == 0.8 and measure["rel"] == 2 and measure["graded"] is False
+    assert make_measure("P", 5, rel=2) == parse_measure("P(rel=2)@5")
+
+
+@pytest.mark.parametrize(
+    ("bad", "fragment"),
+    [
+        ("ndcg@10", "unknown measure family 'ndcg'"),
+        ("Foo", "unknown measure family"),
+        ("P", "needs a cutoff"),
+        ("Success", "needs a cutoff"),
+        ("P@0", "positive integer"),
+        ("P@x", "positive integer"),
+        ("P@-3", "positive integer"),
+        ("AUC@5", "takes no cutoff"),
+        ("P(level=2)@5", "unknown parameter 'level'"),
+        ("P(rel=0)@5", "rel=0"),
+        ("P(rel='a')@5", "must be a number"),
+        ("RBP(p=1.5)", "strictly between 0 and 1"),
+        ("RBP(p=0.8,rel=2,graded=True)", "no rel threshold"),
+        ("nDCG(dcg='exp')@5", "'log2', 'exp-log2'"),
+        ("nDCG(dcg=exp)@5", "cannot read the value"),
+        ("ERR(gmax=0)@5", "between 1 and 30"),
+        ("P(rel)@5", "key=value"),
+        ("P@5)", "valid forms: P@k"),
+        ("P(rel=2@5", "malformed"),
+        ("2P@5", "malformed"),
+        ("", "no measure given"),
+        (" , ", "no measure given"),
+    ],
+)
+def test_errors_say_what_is_wrong(bad: str, fragment: str) -> None:
+    with pytest.raises(MeasureError) as info:
+        parse_measures(bad)
+    assert fragment in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_unknown_name_lists_every_valid_form() -> None:
+    with pytest.raises(MeasureError) as info:
+        parse_measures("nDCG@10,Precision@5,MRR,bogus@3")
+    message = str(info.value)
+    for family in FAMILIES.values():
+        for form in family.forms:
+            assert form in message
+    assert valid_forms() in message
+
+
+def test_required_depth() -> None:
+    assert required_depth(parse_measures("P@5,nDCG@10,Success@3")) == 10
+    assert required_depth(parse_measures(DEFAULT_MEASURES)) is None  # RR reads the whole list
+    assert required_depth(parse_measures("RR@10,RBP(p=0.8)@20")) == 20
+    assert required_depth(parse_measures("P@5,AUC")) is None
+    assert required_depth([]) == 0
