@@ -1,0 +1,235 @@
+"""Aggregates: per segment x measure histograms and event-time window sums.
+
+Two views of the same finalized values:
+
+* **Histograms** over [0, 1] (configurable bounds) per segment and measure: Prometheus
+  histograms, so they only ever grow; fed by every impression this process finalizes.
+* **Window sums** (count, sum, sum of squares) per partition, event-time bucket (of the
+  impression's ``ts``), segment and measure. They merge by addition, so the 5m / 1h roll-ups,
+  several partitions and several instances all combine exactly. Buckets older than the
+  retention are dropped; a partition handed to another instance is dropped whole.
+
+Non-finite measure values are left out of both (counted per measure in ``count``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evald.durations import format_duration
+from evald.segments import SegmentIndex
+from evald.stats import mean_ci95
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRow:
+    """One (window, segment, measure) aggregate over impressions with start <= ts < end."""
+
+    window: str  # "5m", "1h"
+    start_ms: int
+    end_ms: int
+    labels: dict[str, str]  # segment labels (configured keys; __none__ / __other__)
+    measure: str
+    count: int
+    sum: float
+    sum_squares: float
+    mean: float  # NaN when count == 0
+    ci95_halfwidth: float  # NaN when count < 2
+
+    def to_json(self) -> dict[str, object]:
+        """The ``--windows`` line; NaN becomes null."""
+
+        def num(x: float) -> float | None:
+            return None if x != x else x
+
+        return {
+            "window": self.window,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+            "labels": self.labels,
+            "measure": self.measure,
+            "count": self.count,
+            "sum": self.sum,
+            "sum_squares": self.sum_squares,
+            "mean": num(self.mean),
+            "ci95_halfwidth": num(self.ci95_halfwidth),
+        }
+
+
+class Aggregates:
+    """Histogram and window state; read by the exposition, written by the engine only.
+
+    Histogram arrays are indexed ``[segment_id, measure_index, ...]`` with segment ids from
+    ``segments`` (``segments.labels_of(i)`` gives the label pairs) and measures in ``measures``
+    order. ``hist_counts[s, m, b]`` counts values <= ``bounds[b]`` and > ``bounds[b-1]``
+    (the last bucket is +Inf); make them cumulative for Prometheus with ``np.cumsum``.
+    """
+
+    def __init__(
+        self,
+        measures: Sequence[str],
+        segments: SegmentIndex,
+        bounds: Sequence[float],
+        bucket_ms: int,
+        windows_ms: Sequence[int],
+        retention_ms: int,
+    ) -> None:
+        self.measures: list[str] = list(measures)
+        self.segments = segments
+        self.bounds = np.asarray(bounds, dtype=np.float64)
+        self.bucket_ms = bucket_ms
+        self.windows_ms: list[int] = list(windows_ms)
+        self.retention_ms = retention_ms
+        m, b = len(self.measures), len(self.bounds) + 1
+        self.hist_counts = np.zeros((0, m, b), dtype=np.int64)
+        self.hist_sum = np.zeros((0, m), dtype=np.float64)
+        self.hist_count = np.zeros((0, m), dtype=np.int64)
+        #: finalized impressions without positive feedback, per segment (a counter)
+        self.abandoned = np.zeros(0, dtype=np.int64)
+        #: partition -> bucket index (ts // bucket_ms) -> [segment, measure, (n, sum, squares)]
+        self._windows: dict[int, dict[int, np.ndarray]] = {}
+
+    # ---------------------------------------------------------------- writing
+
+    def _grow(self, n_segments: int) -> None:
+        have = self.hist_counts.shape[0]
+        if n_segments <= have:
+            return
+        extra = max(n_segments - have, have, 8)
+        m, b = self.hist_counts.shape[1:]
+        self.hist_counts = np.concatenate([self.hist_counts, np.zeros((extra, m, b), np.int64)])
+        self.hist_sum = np.concatenate([self.hist_sum, np.zeros((extra, m))])
+        self.hist_count = np.concatenate([self.hist_count, np.zeros((extra, m), np.int64)])
+        self.abandoned = np.concatenate([self.abandoned, np.zeros(extra, np.int64)])
+
+    def observe(
+        self,
+        partition: int,
+        segment_ids: np.ndarray,
+        ts: np.ndarray,
+        values: np.ndarray,
+        *,
+        abandoned: np.ndarray | None = None,
+        histogram: bool = True,
+    ) -> None:
+        """Add finalized impressions: ``values`` is (n, len(measures)) in measure order.
+
+        ``histogram=False`` feeds only the window sums (results replayed after a restart were
+        already counted in a histogram by the process that produced them).
+        """
+        n = len(segment_ids)
+        if n == 0:
+            return
+        seg = np.asarray(segment_ids, dtype=np.intp)
+        values = np.asarray(values, dtype=np.float64)
+        finite = np.isfinite(values)
+        clean = np.where(finite, values, 0.0)
+        self._grow(len(self.segments))
+        if histogram:
+            m_idx = np.broadcast_to(np.arange(values.shape[1]), values.shape)
+            s_idx = np.broadcast_to(seg[:, None], values.shape)
+            b_idx = np.searchsorted(self.bounds, clean, side="left")
+            np.add.at(self.hist_counts, (s_idx[finite], m_idx[finite], b_idx[finite]), 1)
+            np.add.at(self.hist_sum, seg, clean)
+            np.add.at(self.hist_count, seg, finite.astype(np.int64))
+            if abandoned is not None:
+                np.add.at(self.abandoned, seg[abandoned], 1)
+        self._add_windows(partition, seg, np.asarray(ts, dtype=np.int64), clean, finite)
+
+    def _add_windows(
+        self, partition: int, seg: np.ndarray, ts: np.ndarray, clean: np.ndarray, finite: np.ndarray
+    ) -> None:
+        buckets = self._windows.setdefault(partition, {})
+        keys = ts // self.bucket_ms
+        rows = len(self.segments)
+        parts = np.stack([finite.astype(np.float64), clean, clean * clean], axis=-1)
+        for key in np.unique(keys).tolist():
+            sel = keys == key
+            arr = buckets.get(key)
+            if arr is None or arr.shape[0] < rows:
+                grown = np.zeros((max(rows, 8), len(self.measures), 3))
+                if arr is not None:
+                    grown[: arr.shape[0]] = arr
+                arr = buckets[key] = grown
+            np.add.at(arr, seg[sel], parts[sel])
+
+    def prune(self, partition: int, before_ms: int) -> None:
+        """Drop the partition's buckets that end at or before ``before_ms``."""
+        buckets = self._windows.get(partition)
+        if not buckets:
+            return
+        for key in [k for k in buckets if (k + 1) * self.bucket_ms <= before_ms]:
+            del buckets[key]
+
+    def drop_partition(self, partition: int) -> None:
+        """Forget a partition's window sums (another instance now owns it)."""
+        self._windows.pop(partition, None)
+
+    # ---------------------------------------------------------------- reading
+
+    def partitions(self) -> list[int]:
+        return sorted(self._windows)
+
+    def bucket_range(self) -> tuple[int, int] | None:
+        """(first, last) bucket index holding data over all partitions, or None."""
+        keys = [k for buckets in self._windows.values() for k in buckets]
+        return (min(keys), max(keys)) if keys else None
+
+    def window_sums(self, start_ms: int, end_ms: int) -> np.ndarray:
+        """Merged (segments, measures, 3) sums of every bucket inside [start_ms, end_ms)."""
+        out = np.zeros((len(self.segments), len(self.measures), 3))
+        first, last = start_ms // self.bucket_ms, end_ms // self.bucket_ms
+        for buckets in self._windows.values():
+            for key, arr in buckets.items():
+                if first <= key < last:
+                    rows = min(arr.shape[0], out.shape[0])
+                    out[:rows] += arr[:rows]
+        return out
+
+    def window_rows(
+        self, complete_before: int | None, *, last_only: bool = True, final: bool = False
+    ) -> list[WindowRow]:
+        """Rows for complete windows: each window ``[start, end)`` with ``end <= complete_before``.
+
+        ``last_only`` gives the last complete window per width (what the exposition shows);
+        otherwise every complete window still in retention that holds data (``--windows``).
+        ``final`` (after a drain) means all data is in: the window holding the newest bucket
+        counts as complete too. Windows are aligned to multiples of their width since the
+        epoch; segments with no impression in a window are left out.
+        """
+        span = self.bucket_range()
+        if span is None or (complete_before is None and not final):
+            return []
+        rows: list[WindowRow] = []
+        for width in self.windows_ms:
+            if final:
+                data_end = (span[1] + 1) * self.bucket_ms
+                last_end = -(-data_end // width) * width
+            else:
+                assert complete_before is not None
+                last_end = complete_before // width * width
+            if last_only:
+                ends = [last_end]
+            else:
+                first_end = (span[0] * self.bucket_ms) // width * width + width
+                ends = list(range(first_end, last_end + 1, width))
+            for end in ends:
+                rows.extend(self._rows_for(width, end - width, end))
+        return rows
+
+    def _rows_for(self, width: int, start: int, end: int) -> Iterator[WindowRow]:
+        sums = self.window_sums(start, end)
+        name = format_duration(width)
+        for seg_id, per_measure in enumerate(sums):
+            if not per_measure[:, 0].any():
+                continue
+            labels = self.segments.labels_of(seg_id)
+            for m_idx, measure in enumerate(self.measures):
+                count, total, squares = per_measure[m_idx].tolist()
+                mean, half = mean_ci95(count, total, squares)
+                yield WindowRow(
+                    name, start, end, labels, measure, int(count), total, squares, mean, half
+                )

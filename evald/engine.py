@@ -1,0 +1,308 @@
+"""Engine: decode -> join -> score -> aggregate, one instance per process.
+
+The same engine runs under ``evald replay`` (files), ``evald demo`` and ``evald run`` (Kafka).
+``feed`` does the per-event work (validate, join, advance the partition's watermark);
+``tick`` applies the idle fallback and scores everything the watermarks closed, in numpy
+batches; ``drain`` closes everything. State read by the exposition is plain attributes:
+``stats`` (counters), ``aggregates`` (histograms and window sums), ``pending()``,
+``pending_feedback()``, ``watermarks()`` and ``window_rows()``.
+
+Daemon hooks (exactly-once on Kafka): ``low_offsets``, ``checkpoint``, ``restore``,
+``drop_partition``, ``absorb_result`` and the ``on_result`` callback; docs/semantics.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from evald.aggregate import Aggregates, WindowRow
+from evald.config import EngineConfig
+from evald.decode import Decoder, Rejection
+from evald.events import Feedback, Impression, format_timestamp, parse_timestamp
+from evald.join import Joined, JoinStore
+from evald.metrics import Batch, evaluate, parse_measures, required_depth
+from evald.segments import LabelTable, SegmentIndex
+from evald.stats import Stats
+
+KINDS = ("impression", "feedback")
+
+
+@dataclass(slots=True)
+class Result:
+    """One finalized impression: what ``--results`` and the results topic carry."""
+
+    request_id: str
+    ts: int  # epoch ms
+    labels: dict[str, str]
+    measures: dict[str, float]
+    partition: int = 0
+    reason: str = "window"  # what closed it: window / cap / drain
+    abandoned: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures"}``."""
+        return {
+            "request_id": self.request_id,
+            "ts": format_timestamp(self.ts),
+            "labels": self.labels,
+            "measures": self.measures,
+        }
+
+
+class Engine:
+    """The streaming evaluation engine; not thread-safe (one loop drives it)."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_result: Callable[[Result], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.on_result = on_result
+        self.decoder = Decoder(config.limits, config.action_grades)
+        self._measures = parse_measures(config.measures)
+        self.measure_names: list[str] = [str(m) for m in self._measures]
+        self._depth = required_depth(self._measures)
+        self.segments = SegmentIndex(config.label_keys, config.label_value_cap)
+        self.stats = Stats()
+        self.aggregates = Aggregates(
+            self.measure_names,
+            self.segments,
+            config.histogram_bounds,
+            config.bucket,
+            config.windows,
+            config.retention,
+        )
+        self._stores: dict[int, JoinStore] = {}
+        self._drained = False
+
+    # ------------------------------------------------------------------ input
+
+    def _store(self, partition: int) -> JoinStore:
+        store = self._stores.get(partition)
+        if store is None:
+            cfg = self.config
+            store = self._stores[partition] = JoinStore(
+                partition,
+                window=cfg.window,
+                lateness=cfg.lateness,
+                idle_timeout=cfg.idle_timeout,
+                max_pending=cfg.max_pending,
+                max_held=cfg.max_held_feedback,
+                labels=LabelTable(self.segments),
+                stats=self.stats,
+                clock=self.clock,
+            )
+        return store
+
+    def feed(
+        self,
+        raw: bytes,
+        *,
+        partition: int = 0,
+        kind: str | None = None,
+        offset: int | None = None,
+    ) -> Impression | Feedback | Rejection:
+        """Validate and join one raw event; never raises on bad data (returns a Rejection).
+
+        ``kind`` comes from the source when it knows it (a Kafka topic); ``offset`` is the
+        source offset, remembered for ``low_offsets``.
+        """
+        event = self.decoder.decode(raw, kind)
+        store = self._stores.get(partition) or self._store(partition)
+        if isinstance(event, Rejection):
+            if not store.is_replayed(kind or "", offset):
+                self.stats.rejected[event.reason] += 1
+                self.stats.events[(event.kind, "rejected")] += 1
+            return event
+        self._drained = False
+        if isinstance(event, Impression):
+            replayed = store.is_replayed("impression", offset)
+            outcome = store.add_impression(event, offset, replayed)
+            if not replayed:
+                self.stats.events[("impression", outcome)] += 1
+        else:
+            replayed = store.is_replayed("feedback", offset)
+            outcome = store.add_feedback(event, self.decoder.grade_of(event), offset, replayed)
+            if not replayed:
+                self.stats.events[("feedback", outcome)] += 1
+        return event
+
+    # ------------------------------------------------------------------ finalization
+
+    def tick(self) -> int:
+        """Idle fallback, then score and aggregate everything closed; returns how many."""
+        now = self.clock()
+        done = 0
+        for store in list(self._stores.values()):
+            store.idle(now)
+            done += self._finalize(store, now)
+            self._prune(store)
+        return done
+
+    def drain(self) -> int:
+        """Close and score everything pending (end of input, draining shutdown)."""
+        now = self.clock()
+        done = 0
+        for store in list(self._stores.values()):
+            store.close_all()
+            done += self._finalize(store, now)
+        self._drained = True
+        return done
+
+    def _finalize(self, store: JoinStore, now: float) -> int:
+        done = 0
+        started = store.first_close_wall
+        while True:
+            joined = store.take(self.config.batch_size)
+            if joined is None:
+                break
+            self._score(store.partition, joined)
+            n = len(joined.request_ids)
+            done += n
+            if started is not None:
+                self.stats.observe_lag(now - started, n)
+        return done
+
+    def _batch(self, joined: Joined) -> Batch:
+        """Batch where every served item is judged (as Batch.from_served_grades), built from
+        the padded matrix directly so no per-item Python list is made."""
+        grades, lengths = joined.grades, joined.lengths
+        width = self._depth or grades.shape[1]
+        if width <= grades.shape[1]:
+            cut = np.ascontiguousarray(grades[:, :width])
+        else:
+            cut = np.zeros((grades.shape[0], width))
+            cut[:, : grades.shape[1]] = grades
+        ideal = -np.sort(-grades, axis=1)
+        judged = np.arange(width) < lengths[:, None]
+        return Batch(cut, lengths, ideal, judged)
+
+    def _score(self, partition: int, joined: Joined) -> None:
+        n = len(joined.request_ids)
+        scored = evaluate(self._measures, self._batch(joined))
+        values = np.empty((n, len(self._measures)))
+        for j, measure in enumerate(self._measures):
+            values[:, j] = scored[measure]
+        abandoned = ~(joined.grades > 0).any(axis=1)
+        values[abandoned] = 0.0
+        stats = self.stats
+        for reason in joined.reasons:
+            stats.finalized[reason] += 1
+        stats.abandoned += int(abandoned.sum())
+        self.aggregates.observe(
+            partition, joined.segment_ids, joined.ts, values, abandoned=abandoned
+        )
+        callback = self.on_result
+        if callback is None:
+            return
+        names = self.measure_names
+        ts_list = joined.ts.tolist()
+        for i, row in enumerate(values.tolist()):
+            callback(
+                Result(
+                    joined.request_ids[i],
+                    ts_list[i],
+                    joined.labels[i],
+                    dict(zip(names, row, strict=True)),
+                    partition,
+                    joined.reasons[i],
+                    bool(abandoned[i]),
+                )
+            )
+
+    def _prune(self, store: JoinStore) -> None:
+        wm = store.watermark
+        if wm is not None:
+            self.aggregates.prune(store.partition, wm - self.config.window - self.config.retention)
+
+    # ------------------------------------------------------------------ reading
+
+    def pending(self) -> int:
+        """Impressions in memory (waiting for their window, or closed and not yet scored)."""
+        return sum(s.pending() for s in self._stores.values())
+
+    def pending_feedback(self) -> int:
+        """Feedback held because its impression has not arrived (yet)."""
+        return sum(s.held for s in self._stores.values())
+
+    def watermarks(self) -> dict[int, int | None]:
+        """Event-time watermark (ms) per partition; None before its first event."""
+        return {p: s.watermark for p, s in sorted(self._stores.items())}
+
+    def complete_before(self) -> int | None:
+        """Event time before which every impression is finalized, over all partitions.
+
+        An impression with ``ts + window <= watermark`` is closed; the least advanced
+        partition bounds it. None before any event.
+        """
+        marks = [s.watermark for s in self._stores.values() if s.watermark is not None]
+        return min(marks) - self.config.window + 1 if marks else None
+
+    def window_rows(self, *, last_only: bool = True) -> list[WindowRow]:
+        """Window aggregates of the last complete window per width (``last_only``, what the
+        exposition shows) or of every complete window in retention. After a drain all data is
+        final, so the window holding the newest impression counts as complete."""
+        return self.aggregates.window_rows(
+            self.complete_before(), last_only=last_only, final=self._drained
+        )
+
+    # ------------------------------------------------------------------ daemon hooks
+
+    def low_offsets(self, partition: int) -> dict[str, int | None]:
+        """Smallest offset per source kind still needed to rebuild ``partition``'s state:
+        pending impressions, the feedback merged into them and held feedback. Call after
+        ``tick()`` so closed impressions have been emitted. None: nothing pending."""
+        store = self._stores.get(partition)
+        if store is None:
+            return {"impression": None, "feedback": None}
+        return store.low_offsets()
+
+    def checkpoint(self, partition: int) -> int | None:
+        """The partition's watermark (ms) to store with the committed offsets."""
+        store = self._stores.get(partition)
+        return None if store is None else store.watermark
+
+    def restore(
+        self, partition: int, watermark_ms: int | None, consumed: Mapping[str, int]
+    ) -> None:
+        """Rebuild ``partition`` after a restart by re-feeding from its low offsets.
+
+        Events fed with ``offset < consumed[kind]`` were seen before the crash: impressions
+        among them whose window closed by ``watermark_ms`` were already emitted and are
+        skipped; the others, and their feedback, rebuild the pending state; no counter moves.
+        Feedback re-fed while its impression is not pending is held silently (it may have been
+        waiting for that impression before the crash). Later offsets behave normally.
+        """
+        self._store(partition).restore(watermark_ms, dict(consumed))
+
+    def drop_partition(self, partition: int) -> None:
+        """Forget a partition's pending state and window sums (histograms stay)."""
+        self._stores.pop(partition, None)
+        self.aggregates.drop_partition(partition)
+
+    def absorb_result(self, result: Mapping[str, Any], partition: int) -> None:
+        """Add an already-emitted result (read back from the results topic) to the window
+        sums of ``partition``; histograms are untouched (they are process counters)."""
+        ts = result["ts"]
+        ts_ms = parse_timestamp(ts)
+        measures = result.get("measures") or {}
+        labels = result.get("labels") or {}
+        segment = self.segments.segment_of(labels)
+        row = [float(measures.get(name, float("nan"))) for name in self.measure_names]
+        self.aggregates.observe(
+            partition,
+            np.asarray([segment]),
+            np.asarray([ts_ms]),
+            np.asarray([row]),
+            histogram=False,
+        )

@@ -1,0 +1,111 @@
+"""Segments: impression labels -> a bounded set of segment tuples.
+
+Only the configured label keys form a segment. Each key accepts its first ``cap`` distinct
+values; later new values become ``__other__`` and a missing key is ``__none__``. So at most
+``(cap + 1) ** len(keys)`` segments can exist whatever the input (in practice far fewer), and
+the Prometheus series count stays bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+OTHER = "__other__"
+NONE = "__none__"
+
+
+class SegmentIndex:
+    """Assigns dense integer ids to segment tuples; ids are stable for the process lifetime."""
+
+    def __init__(self, keys: Sequence[str], cap: int) -> None:
+        self.keys: tuple[str, ...] = tuple(keys)
+        self.cap = cap
+        self._accepted: list[dict[str, str]] = [{} for _ in self.keys]
+        self._ids: dict[tuple[str, ...], int] = {}
+        #: segment tuples by id, values in the order of ``keys``
+        self.segments: list[tuple[str, ...]] = []
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    def value_counts(self) -> list[int]:
+        """Distinct accepted values per key (``__other__`` / ``__none__`` not included)."""
+        return [len(values) for values in self._accepted]
+
+    def segment_of(self, labels: Mapping[str, str]) -> int:
+        """Id of the segment an impression with ``labels`` belongs to (creating it if new)."""
+        values = []
+        for key, accepted in zip(self.keys, self._accepted, strict=True):
+            value = labels.get(key)
+            if value is None:
+                values.append(NONE)
+                continue
+            known = accepted.get(value)
+            if known is None:
+                if len(accepted) >= self.cap:
+                    known = OTHER
+                else:
+                    accepted[value] = known = value
+            values.append(known)
+        segment = tuple(values)
+        found = self._ids.get(segment)
+        if found is None:
+            found = self._ids[segment] = len(self.segments)
+            self.segments.append(segment)
+        return found
+
+    def labels_of(self, segment_id: int) -> dict[str, str]:
+        """The segment as a ``{key: value}`` dict (Prometheus label pairs)."""
+        return dict(zip(self.keys, self.segments[segment_id], strict=True))
+
+
+class LabelTable:
+    """Interns the label dicts of pending impressions so identical dicts are stored once.
+
+    Results must carry the impression's labels exactly as given, but thousands of pending
+    impressions share a handful of label sets. Entries are reference counted and recycled when
+    no pending impression uses them, so the table is bounded by the pending state.
+    """
+
+    def __init__(self, segments: SegmentIndex) -> None:
+        self._segments = segments
+        self._ids: dict[tuple[tuple[str, str], ...], int] = {}
+        self._keys: list[tuple[tuple[str, str], ...] | None] = []
+        self.labels: list[dict[str, str] | None] = []
+        self.segment: list[int] = []
+        self._refs: list[int] = []
+        self._free: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def acquire(self, labels: dict[str, str]) -> int:
+        """Id for ``labels`` with one more reference."""
+        key = tuple(labels.items())
+        found = self._ids.get(key)
+        if found is not None:
+            self._refs[found] += 1
+            return found
+        segment = self._segments.segment_of(labels)
+        if self._free:
+            found = self._free.pop()
+            self._keys[found], self.labels[found] = key, labels
+            self.segment[found], self._refs[found] = segment, 1
+        else:
+            found = len(self.labels)
+            self._keys.append(key)
+            self.labels.append(labels)
+            self.segment.append(segment)
+            self._refs.append(1)
+        self._ids[key] = found
+        return found
+
+    def release(self, label_id: int) -> None:
+        """Drop one reference; the entry is recycled at zero."""
+        self._refs[label_id] -= 1
+        if self._refs[label_id] == 0:
+            key = self._keys[label_id]
+            assert key is not None
+            del self._ids[key]
+            self._keys[label_id] = self.labels[label_id] = None
+            self._free.append(label_id)

@@ -1,0 +1,71 @@
+"""Pipeline-health counters and the small statistics shared by aggregates and exports.
+
+``Stats`` is plain data: the exposition reads these dicts at scrape time; only the engine
+writes them. Every known label value is present from the start (value 0), so each series
+exists before its first event.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from evald.decode import REASONS
+
+EVENT_KINDS = ("impression", "feedback", "unknown")
+EVENT_OUTCOMES = ("accepted", "rejected", "duplicate")
+UNATTRIBUTED_REASONS = ("late", "early", "orphaned", "duplicate", "unknown_item")
+FINALIZE_REASONS = ("window", "cap", "drain")
+#: seconds; wall time from a window closing (by the watermark) to its impressions being scored
+LAG_BOUNDS: tuple[float, ...] = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+Z95 = 1.959963984540054
+
+
+class Stats:
+    """Monotonic counters of what the engine did with each event (Prometheus counters)."""
+
+    def __init__(self) -> None:
+        #: (kind, outcome) -> events; kind "unknown" when a rejected record had no clear kind
+        self.events: dict[tuple[str, str], int] = {
+            (k, o): 0 for k in EVENT_KINDS for o in EVENT_OUTCOMES
+        }
+        #: rejection reason -> records (see evald.decode.REASONS)
+        self.rejected: dict[str, int] = dict.fromkeys(REASONS, 0)
+        #: why accepted feedback did not count towards any impression
+        self.unattributed: dict[str, int] = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
+        #: impressions scored, by what closed them
+        self.finalized: dict[str, int] = dict.fromkeys(FINALIZE_REASONS, 0)
+        #: impressions whose window had already closed on arrival (finalized at once)
+        self.late_impressions = 0
+        #: impressions finalized with no positive feedback (also per segment in Aggregates)
+        self.abandoned = 0
+        self.lag_bounds: tuple[float, ...] = LAG_BOUNDS
+        #: non-cumulative counts per lag bucket, the last one is +Inf
+        self.lag_counts: list[int] = [0] * (len(LAG_BOUNDS) + 1)
+        self.lag_sum = 0.0
+        self.lag_count = 0
+
+    def observe_lag(self, seconds: float, n: int) -> None:
+        """Record ``n`` impressions finalized ``seconds`` after their window closed."""
+        seconds = max(0.0, seconds)
+        index = int(np.searchsorted(self.lag_bounds, seconds, side="left"))
+        self.lag_counts[index] += n
+        self.lag_sum += seconds * n
+        self.lag_count += n
+
+
+def mean_ci95(count: float, total: float, squares: float) -> tuple[float, float]:
+    """Mean and 95% CI half-width (normal approximation) from mergeable sums.
+
+    Half-width = 1.96 * s / sqrt(n) with the sample standard deviation s; NaN when n < 2
+    (undefined), mean NaN when n = 0.
+    """
+    if count <= 0:
+        return math.nan, math.nan
+    mean = total / count
+    if count < 2:
+        return mean, math.nan
+    variance = max(0.0, (squares - total * total / count) / (count - 1))
+    return mean, Z95 * math.sqrt(variance / count)
