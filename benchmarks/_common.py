@@ -361,3 +361,47 @@ def broker(timeout: float = 30.0) -> Iterator[str]:
 def python_cmd(*args: str) -> list[str]:
     """Command line running this interpreter (the project's .venv) with `args`."""
     return [sys.executable, *args]
+
+
+def create_topics(bootstrap: str, names: Sequence[str], partitions: int) -> None:
+    """Create topics with `partitions` partitions each (inputs must be co-partitioned)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="evald-bench-admin")
+    try:
+        admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names]
+        )
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, records: Sequence[tuple[str, bytes, bytes]]) -> float:
+    """Send (topic, key, value) records, keyed so the default partitioner co-partitions by key.
+
+    Returns the seconds it took (flush included); not part of any benchmark figure.
+    """
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        client_id="evald-bench-producer",
+        linger_ms=20,
+        batch_size=512 * 1024,
+        acks=1,
+        max_request_size=8 * 1024 * 1024,
+    )
+    t0 = time.perf_counter()
+    try:
+        for topic, key, value in records:
+            producer.send(topic, key=key, value=value)
+        producer.flush(timeout=600)
+    finally:
+        producer.close(timeout=30)
+    return time.perf_counter() - t0
+
+
+def request_key(raw: bytes) -> bytes:
+    """The request_id of a generated event line, as the Kafka key (producers key by it)."""
+    start = raw.index(b'"request_id":"') + len(b'"request_id":"')
+    return raw[start : raw.index(b'"', start)]

