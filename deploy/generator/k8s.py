@@ -1,0 +1,226 @@
+"""Kubernetes manifests for `evald run`, rendered from a :class:`Spec` and the rule/dashboard text.
+
+The PrometheusRule and the dashboard ConfigMap embed the very files compose mounts (parsed
+rule groups; the dashboard JSON verbatim), so there is one source of truth and nothing drifts.
+Ports, probe paths and labels come from the spec, so the Deployment, Service and PodMonitor
+cannot disagree either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import yaml
+
+from deploy.generator.spec import Spec
+from deploy.generator.yamlout import dump, generated_header
+
+PORT_NAME = "metrics"
+LIVENESS_PATH = "/healthz"
+READINESS_PATH = "/readyz"
+SETTINGS_FILE = "evald.yaml"
+SETTINGS_DIR = "/etc/evald"
+SHUTDOWN_TIMEOUT_S = 30
+PARTITIONS = 6  # per input topic; replicas beyond this would sit idle
+REPLICAS = 2
+
+Manifest = dict[str, Any]
+
+
+def _labels(spec: Spec) -> dict[str, str]:
+    return {"app.kubernetes.io/name": spec.app, "app.kubernetes.io/component": "daemon"}
+
+
+def _meta(spec: Spec, name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "namespace": spec.namespace, "labels": _labels(spec), **extra}
+
+
+def settings_text(spec: Spec) -> str:
+    """The `evald run` settings file (see docs/daemon.md); secrets belong in a Secret/env."""
+    settings = {
+        "kafka": {"bootstrap_servers": ["kafka-bootstrap:9092"], "client_id": spec.app},
+        "topics": {
+            "impressions": "evald.impressions",
+            "feedback": "evald.feedback",
+            "results": "evald.results",
+            "dlq": "evald.dlq",
+        },
+        "daemon": {
+            "group_id": spec.app,
+            "metrics_address": f"0.0.0.0:{spec.metrics_port}",
+            "shutdown_timeout_s": SHUTDOWN_TIMEOUT_S,
+        },
+        "engine": {"window": "30m", "lateness": "2m", "label_keys": list(spec.segment_labels)},
+    }
+    return yaml.safe_dump(settings, sort_keys=False)
+
+
+def settings_configmap(spec: Spec) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(spec, f"{spec.app}-settings"),
+        "data": {SETTINGS_FILE: settings_text(spec)},
+    }
+
+
+def deployment(spec: Spec) -> Manifest:
+    probe = {"port": PORT_NAME, "scheme": "HTTP"}
+    checksum = hashlib.sha256(settings_text(spec).encode()).hexdigest()
+    container = {
+        "name": spec.app,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["run", "--config", f"{SETTINGS_DIR}/{SETTINGS_FILE}"],
+        "env": [
+            # the pod name: a stable, unique instance id for the transactional producer
+            {
+                "name": "EVALD_DAEMON__INSTANCE_ID",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+            },
+        ],
+        "ports": [{"name": PORT_NAME, "containerPort": spec.metrics_port, "protocol": "TCP"}],
+        "livenessProbe": {
+            "httpGet": {"path": LIVENESS_PATH, **probe},
+            "periodSeconds": 10,
+            "timeoutSeconds": 3,
+            "failureThreshold": 6,
+        },
+        "readinessProbe": {
+            # not ready while restoring state or while the broker is unreachable
+            "httpGet": {"path": READINESS_PATH, **probe},
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+            "failureThreshold": 3,
+        },
+        "startupProbe": {
+            "httpGet": {"path": LIVENESS_PATH, **probe},
+            "periodSeconds": 2,
+            "failureThreshold": 30,
+        },
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "512Mi"},
+            "limits": {"memory": "1Gi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(spec, spec.app),
+        "spec": {
+            "replicas": REPLICAS,
+            "selector": {"matchLabels": _labels(spec)},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+            },
+            "template": {
+                "metadata": {
+                    "labels": _labels(spec),
+                    "annotations": {"checksum/settings": checksum},
+                },
+                "spec": {
+                    # evald drains, commits and leaves the group within shutdown_timeout_s
+                    "terminationGracePeriodSeconds": SHUTDOWN_TIMEOUT_S + 15,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 10001,
+                        "runAsGroup": 10001,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "settings", "configMap": {"name": f"{spec.app}-settings"}},
+                        {"name": "tmp", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def service(spec: Spec) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(spec, spec.app),
+        "spec": {
+            "selector": _labels(spec),
+            "ports": [
+                {
+                    "name": PORT_NAME,
+                    "port": spec.metrics_port,
+                    "targetPort": PORT_NAME,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def pod_monitor(spec: Spec) -> Manifest:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _meta(spec, spec.app),
+        "spec": {
+            "selector": {"matchLabels": _labels(spec)},
+            "podMetricsEndpoints": [{"port": PORT_NAME, "path": "/metrics", "interval": "15s"}],
+        },
+    }
+
+
+def prometheus_rule(spec: Spec, rule_files: dict[str, str]) -> Manifest:
+    groups: list[Any] = []
+    for text in rule_files.values():
+        groups.extend(yaml.safe_load(text)["groups"])
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": _meta(spec, spec.app),
+        "spec": {"groups": groups},
+    }
+
+
+def dashboard_configmap(spec: Spec, dashboards: dict[str, str]) -> Manifest:
+    meta = _meta(spec, f"{spec.app}-dashboards")
+    # the Grafana sidecar (kube-prometheus-stack) loads ConfigMaps with this label
+    meta["labels"] = {**meta["labels"], "grafana_dashboard": "1"}
+    meta["annotations"] = {"grafana_folder": spec.app}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(dashboards)}
+
+
+def namespace(spec: Spec) -> Manifest:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": spec.namespace}}
+
+
+def render(spec: Spec, rule_files: dict[str, str], dashboards: dict[str, str]) -> dict[str, str]:
+    """``{path relative to deploy/: YAML text}`` for every manifest and the kustomization."""
+    header = generated_header("deploy/prometheus/rules, deploy/grafana/dashboards")
+    manifests = {
+        "namespace.yaml": namespace(spec),
+        "settings-configmap.yaml": settings_configmap(spec),
+        "deployment.yaml": deployment(spec),
+        "service.yaml": service(spec),
+        "podmonitor.yaml": pod_monitor(spec),
+        "prometheusrule.yaml": prometheus_rule(spec, rule_files),
+        "dashboard-configmap.yaml": dashboard_configmap(spec, dashboards),
+    }
+    out = {f"k8s/{name}": dump(doc, header=header) for name, doc in manifests.items()}
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": list(manifests),
+    }
+    out["k8s/kustomization.yaml"] = dump(kustomization, header=header)
+    return out

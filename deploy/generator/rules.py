@@ -1,0 +1,307 @@
+"""Prometheus recording and alerting rules for evald, rendered from a :class:`Spec`.
+
+Recording rules turn the exported histograms and window sums into per-segment and per-arm means
+that aggregate across instances (sum the rates/sums first, divide last). Alerts read the recorded
+series so dashboards and alerts agree on one definition of every number.
+
+Naming follows Prometheus' ``level:metric:operation`` convention: ``segment:`` keeps every
+segment label, ``arm:`` keeps the arm and the comparison labels, ``arms:`` compares two arms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deploy.generator.spec import Spec
+
+Rule = dict[str, Any]
+Group = dict[str, Any]
+
+# Scrape-side label kept in every aggregation so two evald deployments never mix.
+JOB = "job"
+
+
+def _by(*labels: str) -> str:
+    return ", ".join(labels)
+
+
+def _seconds(duration: str) -> int:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    return int(duration[:-1]) * units[duration[-1]]
+
+
+def segment_keys(spec: Spec) -> tuple[str, ...]:
+    """Labels of a per-segment, per-measure series after aggregation across instances."""
+    return ("measure", JOB, *spec.segment_labels)
+
+
+def arm_keys(spec: Spec) -> tuple[str, ...]:
+    """Labels of a per-arm series: the arm plus what arms are compared within."""
+    return ("measure", JOB, *spec.comparison_labels, spec.arm_label)
+
+
+def comparison_keys(spec: Spec) -> tuple[str, ...]:
+    """Labels of a treatment-versus-control series."""
+    return ("measure", JOB, *spec.comparison_labels)
+
+
+def _histogram_means(spec: Spec, rng: str) -> list[Rule]:
+    seg = _by(*segment_keys(spec))
+    arm = _by(*arm_keys(spec))
+    arm_label = spec.arm_label
+    return [
+        {
+            "record": f"segment:evald_measure_count:rate{rng}",
+            "expr": f"sum by ({seg}) (rate(evald_measure_count[{rng}]))",
+        },
+        {
+            "record": f"segment:evald_measure_sum:rate{rng}",
+            "expr": f"sum by ({seg}) (rate(evald_measure_sum[{rng}]))",
+        },
+        {
+            "record": f"segment:evald_measure:mean{rng}",
+            "expr": f"segment:evald_measure_sum:rate{rng}\n"
+            f"  / (segment:evald_measure_count:rate{rng} > 0)",
+        },
+        {
+            "record": f"arm:evald_measure_count:rate{rng}",
+            "expr": f"sum by ({arm}) (segment:evald_measure_count:rate{rng})",
+        },
+        {
+            "record": f"arm:evald_measure:mean{rng}",
+            "expr": f"sum by ({arm}) (segment:evald_measure_sum:rate{rng})\n"
+            f"  / (arm:evald_measure_count:rate{rng} > 0)",
+        },
+        {
+            "record": f"arms:evald_measure:treatment_control_ratio{rng}",
+            "expr": f'arm:evald_measure:mean{rng}{{{arm_label}="{spec.treatment}"}}\n'
+            f"  / ignoring ({arm_label})\n"
+            f'(arm:evald_measure:mean{rng}{{{arm_label}="{spec.control}"}} > 0)',
+        },
+    ]
+
+
+def _window_stats(spec: Spec) -> list[Rule]:
+    seg = _by("window", *segment_keys(spec))
+    arm = _by("window", *arm_keys(spec))
+    a, t, c = spec.arm_label, spec.treatment, spec.control
+    rules: list[Rule] = []
+    for part in ("count", "sum", "sum_squares"):
+        rules.append(
+            {
+                "record": f"segment:evald_window_{part}:sum",
+                "expr": f"sum by ({seg}) (evald_window_{part})",
+            }
+        )
+    rules.append(
+        {
+            "record": "segment:evald_window:mean",
+            "expr": "segment:evald_window_sum:sum / (segment:evald_window_count:sum > 0)",
+        }
+    )
+    for part in ("count", "sum", "sum_squares"):
+        rules.append(
+            {
+                "record": f"arm:evald_window_{part}:sum",
+                "expr": f"sum by ({arm}) (segment:evald_window_{part}:sum)",
+            }
+        )
+    n = "arm:evald_window_count:sum"
+    s = "arm:evald_window_sum:sum"
+    q = "arm:evald_window_sum_squares:sum"
+    rules += [
+        {"record": "arm:evald_window:mean", "expr": f"{s} / ({n} > 0)"},
+        {
+            # squared standard error of the mean: sample variance / n, variance from the sums
+            "record": "arm:evald_window:stderr_squared",
+            "expr": f"clamp_min({q} - {s} ^ 2 / {n}, 0)\n  / (({n} > 1) - 1)\n  / {n}",
+        },
+        {
+            "record": "arms:evald_window:treatment_minus_control",
+            "expr": f'arm:evald_window:mean{{{a}="{t}"}}\n'
+            f"  - ignoring ({a})\n"
+            f'arm:evald_window:mean{{{a}="{c}"}}',
+        },
+        {
+            "record": "arms:evald_window:treatment_minus_control_ci_bound",
+            "expr": f"{spec.thresholds.ci_z} * sqrt(\n"
+            f'  arm:evald_window:stderr_squared{{{a}="{t}"}}\n'
+            f"  + ignoring ({a})\n"
+            f'  arm:evald_window:stderr_squared{{{a}="{c}"}}\n'
+            ")",
+        },
+    ]
+    return rules
+
+
+def recording_groups(spec: Spec) -> list[Group]:
+    """Groups of recording rules: histogram means (5m, 1h), arm ratios, event-time windows."""
+    return [
+        {
+            "name": "evald.histogram-means",
+            "rules": _histogram_means(spec, "5m") + _histogram_means(spec, "1h"),
+        },
+        {"name": "evald.event-time-windows", "rules": _window_stats(spec)},
+    ]
+
+
+def _segment_text(spec: Spec, keys: tuple[str, ...]) -> str:
+    return " ".join(f"{k}={{{{ $labels.{k} }}}}" for k in keys if k != "measure")
+
+
+def _quality_drop(spec: Spec, name: str, offset: str, baseline: str) -> Rule:
+    th = spec.thresholds
+    keys = segment_keys(spec)
+    on = _by(*keys)
+    per_hour = th.drop_min_samples
+    return {
+        "alert": name,
+        "expr": f"(\n"
+        f"  segment:evald_measure:mean1h\n"
+        f"  < {1 - th.drop_ratio:g} * segment:evald_measure:mean1h offset {offset}\n"
+        f")\n"
+        f"and on ({on}) (segment:evald_measure_count:rate1h * 3600 >= {per_hour})\n"
+        f"and on ({on}) (segment:evald_measure_count:rate1h offset {offset} * 3600 >= {per_hour})",
+        "for": th.drop_for,
+        "labels": {"severity": "warning", "baseline": offset},
+        "annotations": {
+            "summary": f"{{{{ $labels.measure }}}} dropped more than {th.drop_ratio:.0%} "
+            f"against the same time {baseline}",
+            "description": f"The 1h mean of {{{{ $labels.measure }}}} for "
+            f"{_segment_text(spec, keys)} is more than {th.drop_ratio:.0%} below its value at the "
+            f"same time {baseline}, with at least {per_hour} scored impressions per hour in both.",
+        },
+    }
+
+
+def _treatment_below_control(spec: Spec) -> Rule:
+    th = spec.thresholds
+    a = spec.arm_label
+    on = _by("window", *comparison_keys(spec))
+    count = "arm:evald_window_count:sum"
+    return {
+        "alert": "EvaldTreatmentBelowControl",
+        "expr": "(\n"
+        '  arms:evald_window:treatment_minus_control{window="1h"}\n'
+        '  < -arms:evald_window:treatment_minus_control_ci_bound{window="1h"}\n'
+        ")\n"
+        f'and on ({on}) ({count}{{window="1h", {a}="{spec.control}"}} >= {th.ci_min_samples})\n'
+        f'and on ({on}) ({count}{{window="1h", {a}="{spec.treatment}"}} >= {th.ci_min_samples})',
+        "for": th.ci_for,
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": f"{{{{ $labels.measure }}}}: {spec.treatment} arm below {spec.control}",
+            "description": f"In the last complete 1h event-time window, the {spec.treatment} mean "
+            f"of {{{{ $labels.measure }}}} ({_segment_text(spec, comparison_keys(spec))}) is below "
+            f"the {spec.control} mean by more than {th.ci_z} standard errors of the difference "
+            f"(at least {th.ci_min_samples} impressions per arm).",
+        },
+    }
+
+
+def _unattributed_ratio(spec: Spec, reason: str, name: str, ratio: float) -> Rule:
+    th = spec.thresholds
+    rng = th.ratio_range
+    feedback = 'evald_events_total{kind="feedback"}'
+    return {
+        "alert": name,
+        "expr": "(\n"
+        f'  sum by ({JOB}) (rate(evald_feedback_unattributed_total{{reason="{reason}"}}[{rng}]))\n'
+        f"  / sum by ({JOB}) (rate({feedback}[{rng}]))\n"
+        f"  > {ratio:g}\n"
+        ")\n"
+        f"and on ({JOB}) (sum by ({JOB}) (increase({feedback}[{rng}])) >= {th.ratio_min_events})",
+        "for": th.ratio_for,
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": f"More than {ratio:.0%} of feedback is {reason}",
+            "description": f"Over the last {rng}, more than {ratio:.0%} of feedback events of job "
+            f"{{{{ $labels.job }}}} were {reason} and could not be attributed to an impression.",
+        },
+    }
+
+
+def alert_groups(spec: Spec) -> list[Group]:
+    """One group of alerts on quality, experiment arms and pipeline health."""
+    th = spec.thresholds
+    rng = th.ratio_range
+    delay = th.finalize_delay
+    accepted = 'evald_events_total{kind="impression", outcome="accepted"}'
+    look_back = f"{_seconds(delay) // 60 + 15}m"  # the whole span in which those were finalized
+    alerts = [
+        _quality_drop(spec, "EvaldQualityDropVsLastWeek", "1w", "last week"),
+        _quality_drop(spec, "EvaldQualityDropVsYesterday", "1d", "yesterday"),
+        _treatment_below_control(spec),
+        {
+            "alert": "EvaldWatermarkStalled",
+            "expr": f"changes(evald_watermark_timestamp_seconds[{th.watermark_stall}]) == 0\n"
+            "and evald_watermark_timestamp_seconds > 0",
+            "for": th.watermark_for,
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Event-time watermark stalled",
+                "description": f"The watermark of partition {{{{ $labels.partition }}}} on "
+                f"{{{{ $labels.instance }}}} has not moved for {th.watermark_stall}; windows no "
+                "longer close, so nothing is scored.",
+            },
+        },
+        {
+            "alert": "EvaldNoImpressionsFinalized",
+            "expr": f"(sum by ({JOB}, instance) (increase({accepted}[15m] offset {delay})) > 0)\n"
+            f"unless on ({JOB}, instance)\n"
+            f"(sum by ({JOB}, instance) (increase(evald_impressions_finalized_total[{look_back}]))"
+            " > 0)",
+            "for": th.finalize_for,
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Impressions are accepted but none is finalized",
+                "description": f"{{{{ $labels.instance }}}} accepted impressions more than {delay} "
+                f"ago but finalized none in the last {look_back}: the join is stuck.",
+            },
+        },
+        {
+            "alert": "EvaldHighRejectedRate",
+            "expr": "(\n"
+            f'  sum by ({JOB}) (rate(evald_events_total{{outcome="rejected"}}[{rng}]))\n'
+            f"  / sum by ({JOB}) (rate(evald_events_total[{rng}]))\n"
+            f"  > {th.rejected_ratio:g}\n"
+            ")\n"
+            f"and on ({JOB}) (sum by ({JOB}) (increase(evald_events_total[{rng}]))"
+            f" >= {th.ratio_min_events})",
+            "for": th.ratio_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"More than {th.rejected_ratio:.0%} of events are rejected",
+                "description": f"Over the last {rng}, more than {th.rejected_ratio:.0%} of the "
+                "events of job {{ $labels.job }} were rejected; see evald_rejected_total by "
+                "reason and the dead-letter topic.",
+            },
+        },
+        _unattributed_ratio(spec, "late", "EvaldHighLateFeedbackRate", th.late_ratio),
+        _unattributed_ratio(spec, "orphaned", "EvaldHighOrphanedFeedbackRate", th.orphaned_ratio),
+        {
+            "alert": "EvaldConsumerLagHigh",
+            "expr": f"sum by ({JOB}, topic) (evald_consumer_lag) > {th.lag_records}\n"
+            f"and on ({JOB}, topic)\n"
+            f"deriv(sum by ({JOB}, topic) (evald_consumer_lag)[{th.lag_for}:1m]) >= 0",
+            "for": th.lag_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Kafka consumer lag is high and not shrinking",
+                "description": f"evald is more than {th.lag_records} records behind on topic "
+                "{{ $labels.topic }} and the lag is not decreasing.",
+            },
+        },
+        {
+            "alert": "EvaldNotReady",
+            "expr": "evald_ready == 0",
+            "for": th.not_ready_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "evald is not ready",
+                "description": "{{ $labels.instance }} has reported not ready for "
+                f"{th.not_ready_for} (broker unreachable, restoring state, or starting).",
+            },
+        },
+    ]
+    return [{"name": "evald.alerts", "rules": alerts}]

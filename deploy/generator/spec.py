@@ -1,0 +1,81 @@
+"""What the generated rules, dashboard and manifests assume about an evald deployment.
+
+One frozen value drives every renderer, so the label keys, arm values, ports and thresholds used
+by the Prometheus rules, the Grafana dashboard and the Kubernetes manifests cannot disagree.
+Defaults mirror evald's defaults (segment label keys, default measures, metrics port); a test
+cross-checks them against the package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_MEASURES: tuple[str, ...] = (
+    "nDCG@10",
+    "RR",
+    "Success@10",
+    "RBP(p=0.8)",
+    "P@10",
+    "R@10",
+    "AP@10",
+)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Alert thresholds; each is a knob an operator is expected to tune."""
+
+    drop_ratio: float = 0.10  # relative drop of a 1h mean against its baseline that alerts
+    drop_min_samples: int = 200  # scored impressions per hour, now AND in the baseline hour
+    drop_for: str = "30m"
+    ci_z: float = 1.96  # two-sided 95% normal bound on treatment - control
+    ci_min_samples: int = 100  # scored impressions per arm in the 1h window
+    ci_for: str = "15m"
+    watermark_stall: str = "15m"  # no watermark movement for this long (idle fallback included)
+    watermark_for: str = "5m"
+    finalize_delay: str = "45m"  # > window + lateness + idle timeout: accepted by then => finalized
+    finalize_for: str = "10m"
+    rejected_ratio: float = 0.05
+    late_ratio: float = 0.05
+    orphaned_ratio: float = 0.05
+    ratio_range: str = "10m"
+    ratio_min_events: int = 500  # events in ratio_range before a ratio can alert
+    ratio_for: str = "10m"
+    lag_records: int = 50_000
+    lag_for: str = "15m"
+    not_ready_for: str = "10m"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Deployment facts shared by all renderers."""
+
+    segment_labels: tuple[str, ...] = ("model", "arm", "surface")
+    arm_label: str = "arm"
+    control: str = "control"
+    treatment: str = "treatment"
+    # labels whose value is fixed by the arm (each arm serves its own model): dropped when arms
+    # are compared, or treatment and control would never match.
+    arm_scoped_labels: tuple[str, ...] = ("model",)
+    measures: tuple[str, ...] = DEFAULT_MEASURES
+    metrics_port: int = 9464
+    app: str = "evald"
+    image: str = "ghcr.io/evald/evald:latest"
+    namespace: str = "evald"
+    dashboard_uid: str = "evald-quality"
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    def __post_init__(self) -> None:
+        if self.arm_label not in self.segment_labels:
+            raise ValueError(f"arm_label {self.arm_label!r} is not a segment label")
+        for label in self.arm_scoped_labels:
+            if label not in self.segment_labels or label == self.arm_label:
+                raise ValueError(f"arm_scoped_labels: {label!r} is not a non-arm segment label")
+        if self.control == self.treatment:
+            raise ValueError("control and treatment arm values must differ")
+
+    @property
+    def comparison_labels(self) -> tuple[str, ...]:
+        """Segment labels two arms are compared within (arm and arm-scoped labels removed)."""
+        dropped = {self.arm_label, *self.arm_scoped_labels}
+        return tuple(label for label in self.segment_labels if label not in dropped)
