@@ -60,7 +60,7 @@ def parse_line(text: str) -> Query | str:
         obj = _DECODER.decode(text)
     except _DuplicateKey as exc:
         return f"duplicate key {json.dumps(str(exc))}"
-    except ValueError as exc:  # json.JSONDecodeError and recursion-free malformed input
+    except ValueError as exc:  # json.JSONDecodeError
         return f"not JSON: {exc}"
     except RecursionError:
         return "not JSON: nested too deeply"
@@ -75,28 +75,52 @@ def parse_line(text: str) -> Query | str:
     ranking = obj["ranking"]
     if not isinstance(ranking, list):
         return f'"ranking" must be an array of strings, got {json_type(ranking)}'
-    for pos, doc in enumerate(ranking):
-        if not isinstance(doc, str):
-            return f'"ranking"[{pos}] must be a string, got {json_type(doc)}'
+    if not set(map(type, ranking)) <= _STR:  # one C-level pass; find the culprit only if needed
+        pos, doc = next((i, d) for i, d in enumerate(ranking) if not isinstance(d, str))
+        return f'"ranking"[{pos}] must be a string, got {json_type(doc)}'
     if len(set(ranking)) != len(ranking):
         return _duplicate_reason(ranking)
     qrels = obj["qrels"]
     if not isinstance(qrels, dict):
         return f'"qrels" must be an object, got {json_type(qrels)}'
-    grades: dict[str, float] = {}
-    for doc, grade in qrels.items():
-        reason = grade_problem(grade)
-        if reason is not None:
-            return f"grade of {json.dumps(doc)} {reason}"
-        grades[doc] = float(grade)
-    return Query(qid=qid, ranking=ranking, qrels=grades)
+    grades = list(qrels.values())
+    if not _plain_grades(grades):
+        for doc, grade in qrels.items():
+            reason = grade_problem(grade)
+            if reason is not None:
+                return f"grade of {json.dumps(doc)} {reason}"
+    return Query(qid=qid, ranking=ranking, qrels=qrels)  # int grades stay int: numbers all the same
+
+
+_STR = frozenset({str})
+_NUMBERS = frozenset({int, float})
+
+
+def _plain_grades(grades: list[object]) -> bool:
+    """Fast path: True if every grade is surely valid (numbers, sum finite, minimum ≥ 0).
+
+    False only means "look closer": :func:`grade_problem` then checks each grade, so a false
+    alarm (finite grades whose sum overflows) costs time, never a wrong rejection.
+    """
+    if not grades:
+        return True
+    if not set(map(type, grades)) <= _NUMBERS:
+        return False
+    try:
+        return math.isfinite(sum(grades)) and min(grades) >= 0  # type: ignore[arg-type]
+    except OverflowError:
+        return False
 
 
 def grade_problem(grade: object) -> str | None:
     """Why ``grade`` is not a valid JSONL grade (a finite number ≥ 0), or None if it is."""
     if isinstance(grade, bool) or not isinstance(grade, (int, float)):
         return f"must be a number, got {json_type(grade)}"
-    if not math.isfinite(grade):
+    try:
+        finite = math.isfinite(grade)
+    except OverflowError:  # an integer too large for a float
+        finite = False
+    if not finite:
         return f"must be finite, got {grade}"
     if grade < 0:
         return f"must be ≥ 0, got {grade}"

@@ -10,7 +10,10 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import TextIO
+
+import numpy as np
 
 from evald.score.records import Qid
 
@@ -25,26 +28,43 @@ class JsonlWriter:
 
     def __init__(self, stream: TextIO, names: Sequence[str]) -> None:
         self._stream = stream
-        self._keys = [", " + json.dumps(name, ensure_ascii=False) + ": " for name in names]
+        keys = [json.dumps(name, ensure_ascii=False).replace("%", "%%") for name in names]
+        self._width = len(names)
+        # one %-template per row: %r of a float is its shortest round-trip repr
+        self._template = '{"qid": %s' + "".join(f", {key}: %r" for key in keys) + "}\n"
+        self._keys = [f", {key}: " for key in keys]
         self.rows = 0
 
     def write(self, qids: Sequence[Qid], columns: Sequence[Sequence[float]]) -> None:
         """Write one row per qid; ``columns[j][i]`` is measure j's value for query i."""
-        if len(columns) != len(self._keys):
-            raise ValueError(f"expected {len(self._keys)} columns, got {len(columns)}")
-        lists = [c.tolist() if hasattr(c, "tolist") else list(c) for c in columns]
-        keys = self._keys
-        parts: list[str] = []
-        rows = zip(*lists, strict=True) if lists else [()] * len(qids)
-        for qid, row in zip(qids, rows, strict=True):
-            parts.append('{"qid": ')
-            parts.append(json.dumps(qid, ensure_ascii=False))
-            for key, value in zip(keys, row, strict=True):
-                parts.append(key)
-                parts.append(json_number(value))
-            parts.append("}\n")
-        self._stream.write("".join(parts))
+        if len(columns) != self._width:
+            raise ValueError(f"expected {self._width} columns, got {len(columns)}")
+        arrays = [np.asarray(c, dtype=np.float64) for c in columns]
+        ids = [encode_qid(qid) for qid in qids]
+        if all(bool(np.isfinite(a).all()) for a in arrays):
+            template = self._template
+            rows = zip(ids, *(a.tolist() for a in arrays), strict=True)
+            text = "".join([template % row for row in rows])
+        else:
+            text = self._with_nulls(ids, [a.tolist() for a in arrays])
+        self._stream.write(text)
         self.rows += len(qids)
+
+    def _with_nulls(self, ids: list[str], lists: list[list[float]]) -> str:
+        """Slow path for a batch holding a NaN or infinity (JSON has neither): write null."""
+        parts: list[str] = []
+        rows = zip(*lists, strict=True) if lists else [()] * len(ids)
+        for qid, row in zip(ids, rows, strict=True):
+            parts.append('{"qid": ' + qid)
+            for key, value in zip(self._keys, row, strict=True):
+                parts.append(key + json_number(value))
+            parts.append("}\n")
+        return "".join(parts)
+
+
+def encode_qid(qid: Qid) -> str:
+    """A qid as a JSON value: strings escaped (non-ASCII kept), integers as digits."""
+    return encode_basestring(qid) if isinstance(qid, str) else str(int(qid))
 
 
 @dataclass(frozen=True)

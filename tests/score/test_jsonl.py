@@ -16,11 +16,10 @@ def line(**fields: object) -> str:
     return json.dumps(base)
 
 
-def test_valid_line_keeps_order_and_converts_grades_to_float() -> None:
-    parsed = parse_line(line(ranking=["c", "a", "b"], qrels={"a": 2, "z": 0.5}))
-    assert parsed == Query(qid="q1", ranking=["c", "a", "b"], qrels={"a": 2.0, "z": 0.5})
+def test_valid_line_keeps_order_and_grades() -> None:
+    parsed = parse_line(line(ranking=["c", "a", "b"], qrels={"a": 2, "z": 0.5, "y": 1e300}))
+    assert parsed == Query(qid="q1", ranking=["c", "a", "b"], qrels={"a": 2, "z": 0.5, "y": 1e300})
     assert isinstance(parsed, Query)
-    assert all(type(g) is float for g in parsed.qrels.values())
 
 
 def test_integer_qid_is_kept_as_an_integer() -> None:
@@ -61,6 +60,11 @@ def test_unknown_keys_are_ignored_and_empty_lists_are_fine() -> None:
         ('{"qid": "q", "ranking": [], "qrels": {"a": Infinity}}', 'grade of "a" must be finite'),
         ('{"qid": "q", "ranking": [], "qrels": {"a": 1e999}}', 'grade of "a" must be finite'),
         ('{"qid": "q", "ranking": [], "qrels": {"a": 1, "a": 2}}', 'duplicate key "a"'),
+        (
+            '{"qid": "q", "ranking": [], "qrels": {"a": 1' + "0" * 400 + "}}",
+            'grade of "a" must be fin',
+        ),
+        ('{"qid": "q", "ranking": [], "qrels": {"a": 1e308, "b": 1e308, "c": -1}}', 'grade of "c"'),
         ('{"qid": "q", "qid": "r", "ranking": [], "qrels": {}}', 'duplicate key "qid"'),
     ],
 )
@@ -107,3 +111,8 @@ def test_byte_order_mark_on_the_first_line_is_tolerated() -> None:
 def test_crlf_line_endings_parse() -> None:
     items = list(read_jsonl([line().encode() + b"\r\n"], "x"))
     assert isinstance(items[0], Query)
+
+
+def test_grades_whose_sum_overflows_are_still_accepted() -> None:
+    parsed = parse_line(line(qrels={"a": 1e308, "b": 1e308}))
+    assert isinstance(parsed, Query) and parsed.qrels == {"a": 1e308, "b": 1e308}
