@@ -33,7 +33,6 @@ REASONS: tuple[str, ...] = (
     "too_many_items",
     "too_many_labels",
     "string_too_long",
-    "duplicate_item",
 )
 
 JUDGMENT = "judgment"
@@ -130,14 +129,14 @@ class Decoder:
         else:
             first, second = self._feedback, self._impression
         try:
-            event = first.model_validate_json(raw)
+            event = first.__pydantic_validator__.validate_json(raw)
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
             head = _reason_of(errors[0])
             if second is None or head in ("invalid_json", "not_an_object"):
                 return Rejection(head, _describe(errors[0]), raw, kind or "unknown")
             try:
-                event = second.model_validate_json(raw)
+                event = second.__pydantic_validator__.validate_json(raw)
             except ValidationError as exc2:
                 other = exc2.errors(include_url=False, include_context=False, include_input=False)
                 return self._inferred_failure(raw, first is self._impression, errors, other)
@@ -172,21 +171,17 @@ class Decoder:
         return Rejection(_reason_of(errors[0]), _describe(errors[0]), raw, kind)
 
     def _check(self, event: Impression | Feedback, raw: bytes) -> Impression | Feedback | Rejection:
-        """Rules pydantic cannot express per configuration: actions, judgments, duplicates."""
-        if isinstance(event, Feedback):
-            action = event.action
-            if action == JUDGMENT:
-                if event.grade is None:
-                    return Rejection("missing_grade", "judgment without a grade", raw, "feedback")
-            elif action not in self.action_grades:
-                known = ", ".join(sorted([*self.action_grades, JUDGMENT]))
-                return Rejection(
-                    "unknown_action", f"unknown action {action!r} (known: {known})", raw, "feedback"
-                )
+        """Rules pydantic cannot express per configuration: known actions, judgment grades."""
+        if event.kind == "impression":
             return event
-        items = event.items
-        if len(set(items)) != len(items):
-            return Rejection(
-                "duplicate_item", "an item appears twice in the served list", raw, "impression"
-            )
-        return event
+        action = event.action  # type: ignore[union-attr]
+        if action in self.action_grades:
+            return event
+        if action == JUDGMENT:
+            if event.grade is None:  # type: ignore[union-attr]
+                return Rejection("missing_grade", "judgment without a grade", raw, "feedback")
+            return event
+        known = ", ".join(sorted([*self.action_grades, JUDGMENT]))
+        return Rejection(
+            "unknown_action", f"unknown action {action!r} (known: {known})", raw, "feedback"
+        )

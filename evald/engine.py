@@ -84,6 +84,9 @@ class Engine:
         )
         self._stores: dict[int, JoinStore] = {}
         self._drained = False
+        self._decode = self.decoder.decode
+        self._grades = self.decoder.action_grades
+        self._events = self.stats.events
 
     # ------------------------------------------------------------------ input
 
@@ -117,24 +120,30 @@ class Engine:
         ``kind`` comes from the source when it knows it (a Kafka topic); ``offset`` is the
         source offset, remembered for ``low_offsets``.
         """
-        event = self.decoder.decode(raw, kind)
+        event = self._decode(raw, kind)
         store = self._stores.get(partition) or self._store(partition)
-        if isinstance(event, Rejection):
-            if not store.is_replayed(kind or "", offset):
-                self.stats.rejected[event.reason] += 1
-                self.stats.events[(event.kind, "rejected")] += 1
+        until = store.replay_until
+        if until is None or offset is None:
+            replayed = False
+        else:
+            replayed = offset < until.get(kind or getattr(event, "kind", ""), -1)
+        if event.kind == "feedback":
+            grade = event.grade  # type: ignore[union-attr]
+            if grade is None:
+                grade = self._grades[event.action]  # type: ignore[union-attr]
+            outcome = store.add_feedback(event, grade, offset, replayed)  # type: ignore[arg-type]
+            if not replayed:
+                self._events[("feedback", outcome)] += 1
+        elif event.kind == "impression":
+            outcome = store.add_impression(event, offset, replayed)  # type: ignore[arg-type]
+            if not replayed:
+                self._events[("impression", outcome)] += 1
+        else:
+            if not replayed:
+                self.stats.rejected[event.reason] += 1  # type: ignore[union-attr]
+                self._events[(event.kind, "rejected")] += 1
             return event
         self._drained = False
-        if isinstance(event, Impression):
-            replayed = store.is_replayed("impression", offset)
-            outcome = store.add_impression(event, offset, replayed)
-            if not replayed:
-                self.stats.events[("impression", outcome)] += 1
-        else:
-            replayed = store.is_replayed("feedback", offset)
-            outcome = store.add_feedback(event, self.decoder.grade_of(event), offset, replayed)
-            if not replayed:
-                self.stats.events[("feedback", outcome)] += 1
         return event
 
     # ------------------------------------------------------------------ finalization

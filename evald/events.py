@@ -20,7 +20,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictInt,
     StrictStr,
     StringConstraints,
     create_model,
@@ -61,7 +60,12 @@ def format_timestamp(ms: int) -> str:
     return f"{stamp}.{millis:03d}Z"
 
 
-Timestamp = Annotated[StrictInt | StrictStr, AfterValidator(parse_timestamp)]
+#: ints are checked inside pydantic-core; only RFC 3339 strings need the Python parser
+Timestamp = Annotated[
+    Annotated[int, Field(ge=0, le=MAX_TS_MS, strict=True)]
+    | Annotated[StrictStr, AfterValidator(parse_timestamp)],
+    Field(union_mode="left_to_right"),
+]
 NonNegativeGrade = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 
 

@@ -22,6 +22,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,10 +33,7 @@ from evald.stats import Stats
 _NONE = -1
 
 
-def _item_hash(item: str) -> int:
-    """Process-local 64-bit id of an item; 0 is reserved for padding."""
-    h = hash(item)
-    return h if h else 1
+_BIG = 1 << 62  # "no deadline"
 
 
 @dataclass(slots=True)
@@ -84,22 +82,25 @@ class _Held:
 class _DeadlineQueue:
     """Pop-in-deadline-order queue, O(1) for the common in-order arrivals.
 
-    Values pushed with a deadline >= the last one go to a FIFO deque; earlier ones (out-of-
-    order arrivals) to a heap. The minimum is at the head of one of the two.
+    Values pushed with a deadline >= the last one go to a FIFO deque that stores only the
+    value (its deadline is recomputed by ``deadline_of`` when it reaches the head, so an
+    in-order pending impression costs one pointer here); earlier ones (out-of-order arrivals)
+    go to a heap of (deadline, seq, value). The minimum is at the head of one of the two.
     """
 
-    def __init__(self) -> None:
-        self.fifo: deque[tuple[int, object]] = deque()
-        self.heap: list[tuple[int, int, object]] = []
-        self._tail = -(1 << 62)
+    def __init__(self, deadline_of: Callable[[Any], int]) -> None:
+        self.fifo: deque[Any] = deque()
+        self.heap: list[tuple[int, int, Any]] = []
+        self._deadline_of = deadline_of
+        self._tail = -_BIG
         self._seq = 0
 
     def __len__(self) -> int:
         return len(self.fifo) + len(self.heap)
 
-    def push(self, deadline: int, value: object) -> None:
+    def push(self, deadline: int, value: Any) -> None:
         if deadline >= self._tail:
-            self.fifo.append((deadline, value))
+            self.fifo.append(value)
             self._tail = deadline
         else:
             self._seq += 1
@@ -108,14 +109,14 @@ class _DeadlineQueue:
     def min_deadline(self) -> int | None:
         fifo, heap = self.fifo, self.heap
         if fifo:
-            return min(fifo[0][0], heap[0][0]) if heap else fifo[0][0]
+            head = self._deadline_of(fifo[0])
+            return min(head, heap[0][0]) if heap else head
         return heap[0][0] if heap else None
 
-    def pop(self) -> tuple[int, object]:
+    def pop(self) -> Any:
         fifo, heap = self.fifo, self.heap
-        if heap and (not fifo or heap[0][0] < fifo[0][0]):
-            deadline, _, value = heapq.heappop(heap)
-            return deadline, value
+        if heap and (not fifo or heap[0][0] < self._deadline_of(fifo[0])):
+            return heapq.heappop(heap)[2]
         return fifo.popleft()
 
 
@@ -142,8 +143,10 @@ class JoinStore:
         # watermark
         self.watermark: int | None = None
         self.max_ts: int | None = None
-        self._last_event_wall = clock()
+        self._last_event_wall = clock()  # wall time of the tick that first saw the last event
         self._wm_at_last_event: int | None = None
+        self._fresh = False  # events arrived since the last tick
+        self._due = _BIG  # earliest deadline in either queue (cached: checked on every event)
         # pending impressions
         self._index: dict[str, int] = {}
         self._rid: list[str | None] = []
@@ -159,7 +162,7 @@ class JoinStore:
         self._items = np.zeros(16 * cap, np.int64)
         self._items_end = 0
         self._items_live = 0
-        self._queue = _DeadlineQueue()
+        self._queue = _DeadlineQueue(lambda slot: int(self._ts[slot]) + self.window)
         self._closed = Closed([], [])
         self.first_close_wall: float | None = None
         # attached feedback entries (chained per slot)
@@ -175,7 +178,7 @@ class JoinStore:
         self._fb_top = 0
         # held (early) feedback
         self._held: dict[str, list[_Held]] = {}
-        self._held_queue = _DeadlineQueue()
+        self._held_queue = _DeadlineQueue(lambda held: held.deadline)
         self.held = 0
         # restore mode: kind -> first offset not seen before the crash
         self.replay_until: dict[str, int] | None = None
@@ -206,31 +209,44 @@ class JoinStore:
         if replayed and wm is not None and deadline <= wm:
             return "skipped"
         rid = imp.request_id
-        if rid in self._index:
+        index = self._index
+        if rid in index:
             return "duplicate"
-        if len(self._index) >= self.max_pending:
+        if len(index) >= self.max_pending:
             self._evict_oldest()
-        slot = self._alloc_slot(len(imp.items))
-        self._index[rid] = slot
+        items = imp.items
+        n = len(items)
+        slot = self._alloc_slot(n)
+        index[rid] = slot
         self._rid[slot] = rid
         self._ts[slot] = ts
         self._label[slot] = self.labels.acquire(imp.labels)
-        self._offset[slot] = _NONE if offset is None else offset
-        start = self._start[slot]
-        n = len(imp.items)
+        if offset is not None:
+            self._offset[slot] = offset
         if n:
-            self._items[start : start + n] = [_item_hash(x) for x in imp.items]
-        held = self._held.pop(rid, None)
-        if held is not None:
-            self._attach_held(slot, ts, held)
+            start = self._items_end - n
+            self._items[start : self._items_end] = list(map(hash, items))
+        if self._held:
+            held = self._held.pop(rid, None)
+            if held is not None:
+                self._attach_held(slot, ts, held)
         if wm is not None and deadline <= wm:
             if not replayed:
                 self.stats.late_impressions += 1
-            del self._index[rid]
+            del index[rid]
             self._close(slot, "window")
         else:
             self._queue.push(deadline, slot)
-        self._advance(ts)
+            if deadline < self._due:
+                self._due = deadline
+        self._fresh = True
+        if self.max_ts is None or ts > self.max_ts:
+            self.max_ts = ts
+            mark = ts - self.lateness
+            if wm is None or mark > wm:
+                self.watermark = mark
+                if mark >= self._due:
+                    self._close_due(mark)
         return "accepted"
 
     def _alloc_slot(self, n: int) -> int:
@@ -245,8 +261,7 @@ class JoinStore:
             self._make_room(n)
         self._start[slot] = self._items_end
         self._len[slot] = n
-        self._head[slot] = _NONE
-        self._used[slot] = True
+        self._used[slot] = True  # _head and _offset were reset when the slot was freed
         self._items_end += n
         self._items_live += n
         return slot
@@ -286,11 +301,12 @@ class JoinStore:
     def _evict_oldest(self) -> None:
         """At the cap: close the open impression with the earliest deadline now."""
         while self._queue:
-            _, slot = self._queue.pop()
+            slot = self._queue.pop()
             rid = self._rid[slot]  # type: ignore[index]
             if rid is not None and self._index.get(rid) == slot:
                 del self._index[rid]
                 self._close(slot, "cap")
+                self._refresh_due()
                 return
 
     def _close(self, slot: int, reason: str) -> None:
@@ -304,16 +320,24 @@ class JoinStore:
     def add_feedback(self, fb: Feedback, grade: float, offset: int | None, replayed: bool) -> str:
         """Join one feedback event; returns "accepted" or "duplicate" (repeated event_id)."""
         ts = fb.ts
-        evid = 0 if fb.event_id is None else _item_hash(fb.event_id)
+        evid = 0 if fb.event_id is None else hash(fb.event_id)
         off = _NONE if offset is None else offset
         slot = self._index.get(fb.request_id)
         if slot is None:
             outcome = self._hold(fb, grade, evid, off, replayed)
         else:
             outcome = self._attach(
-                slot, int(self._ts[slot]), ts, _item_hash(fb.item), grade, evid, off, replayed
+                slot, int(self._ts[slot]), ts, hash(fb.item), grade, evid, off, replayed
             )
-        self._advance(ts)
+        self._fresh = True
+        if self.max_ts is None or ts > self.max_ts:
+            self.max_ts = ts
+            mark = ts - self.lateness
+            wm = self.watermark
+            if wm is None or mark > wm:
+                self.watermark = mark
+                if mark >= self._due:
+                    self._close_due(mark)
         return outcome
 
     def _attach(
@@ -391,12 +415,15 @@ class JoinStore:
             return "duplicate"
         if self.held >= self.max_held:
             self._expire_held(None, count_one=True)
-        entry = _Held(rid, fb.ts, _item_hash(fb.item), grade, evid, off, replayed, deadline)
+            self._refresh_due()
+        entry = _Held(rid, fb.ts, hash(fb.item), grade, evid, off, replayed, deadline)
         if waiting is None:
             self._held[rid] = [entry]
         else:
             waiting.append(entry)
         self._held_queue.push(deadline, entry)
+        if deadline < self._due:
+            self._due = deadline
         self.held += 1
         return "accepted"
 
@@ -424,8 +451,7 @@ class JoinStore:
             assert deadline is not None
             if not count_one and (watermark is None or deadline > watermark):
                 return
-            _, value = queue.pop()
-            entry: _Held = value  # type: ignore[assignment]
+            entry: _Held = queue.pop()
             if not entry.alive:
                 continue
             entry.alive = False
@@ -442,36 +468,46 @@ class JoinStore:
 
     # ------------------------------------------------------------------ watermark
 
-    def _advance(self, ts: int) -> None:
-        self._last_event_wall = self._clock()
-        if self.max_ts is None or ts > self.max_ts:
-            self.max_ts = ts
-            mark = ts - self.lateness
-            if self.watermark is None or mark > self.watermark:
-                self.set_watermark(mark)
-        self._wm_at_last_event = self.watermark
+    def _refresh_due(self) -> None:
+        due = self._queue.min_deadline()
+        held = self._held_queue.min_deadline()
+        self._due = min(_BIG if due is None else due, _BIG if held is None else held)
+
+    def _close_due(self, mark: int) -> None:
+        """Close every open impression and expire every held feedback due at ``mark``."""
+        queue = self._queue
+        index, rids = self._index, self._rid
+        due = queue.min_deadline()
+        while due is not None and due <= mark:
+            slot = queue.pop()
+            rid = rids[slot]  # type: ignore[index]
+            if rid is not None and index.get(rid) == slot:
+                del index[rid]
+                self._close(slot, "window")  # type: ignore[arg-type]
+            due = queue.min_deadline()
+        due = self._held_queue.min_deadline()
+        if due is not None and due <= mark:
+            self._expire_held(mark)
+        self._refresh_due()
 
     def set_watermark(self, mark: int) -> None:
         """Move the watermark forward (never back) and close everything now due."""
         if self.watermark is not None and mark <= self.watermark:
             return
         self.watermark = mark
-        queue = self._queue
-        due = queue.min_deadline()
-        while due is not None and due <= mark:
-            _, slot = queue.pop()
-            rid = self._rid[slot]  # type: ignore[index]
-            if rid is not None and self._index.get(rid) == slot:
-                del self._index[rid]
-                self._close(slot, "window")  # type: ignore[arg-type]
-            due = queue.min_deadline()
-        due = self._held_queue.min_deadline()
-        if due is not None and due <= mark:
-            self._expire_held(mark)
+        if mark >= self._due:
+            self._close_due(mark)
 
     def idle(self, now: float) -> None:
-        """Idle fallback: after ``idle_timeout`` of wall time without events, advance the
-        watermark by the wall time elapsed since the last event (docs/semantics.md)."""
+        """Called on every tick. Idle fallback: once the partition has had no event for
+        ``idle_timeout`` of wall time, its watermark is the watermark it had after its last
+        event plus the wall time elapsed since then (docs/semantics.md). The time of an event
+        is taken as the time of the first tick after it."""
+        if self._fresh:
+            self._fresh = False
+            self._last_event_wall = now
+            self._wm_at_last_event = self.watermark
+            return
         base = self._wm_at_last_event
         if base is None:
             return
@@ -484,9 +520,10 @@ class JoinStore:
         re-fed silently (see Engine.restore)."""
         if watermark is not None:
             self.set_watermark(watermark)
-            self._wm_at_last_event = self.watermark
+        self._wm_at_last_event = self.watermark
         self.replay_until = dict(consumed)
         self._last_event_wall = self._clock()
+        self._fresh = False
 
     # ------------------------------------------------------------------ finalization
 
@@ -494,13 +531,14 @@ class JoinStore:
         """Drain: close every open impression now; held feedback is orphaned."""
         queue = self._queue
         while queue:
-            _, slot = queue.pop()
+            slot = queue.pop()
             rid = self._rid[slot]  # type: ignore[index]
             if rid is not None and self._index.get(rid) == slot:
                 del self._index[rid]
                 self._close(slot, "drain")  # type: ignore[arg-type]
         while self._held_queue:
             self._expire_held(None, count_one=True)
+        self._refresh_due()
 
     def take(self, limit: int) -> Joined | None:
         """Remove up to ``limit`` closed impressions (closing order) and grade their items."""
@@ -517,7 +555,7 @@ class JoinStore:
         cols = np.arange(width)
         mask = cols < lengths[:, None]
         pos = np.where(mask, self._start[idx][:, None] + cols, 0)
-        items = np.where(mask, self._items[pos], 0)
+        items = self._items[pos]
         grades = np.zeros((len(slots), width), np.float64)
         rows: list[int] = []
         entries: list[int] = []
@@ -531,12 +569,12 @@ class JoinStore:
         if entries:
             e = np.asarray(entries, dtype=np.intp)
             r = np.asarray(rows, dtype=np.intp)
-            hit = items[r] == self._fb_item[e][:, None]
-            matched = hit.any(axis=1)
+            hit = (items[r] == self._fb_item[e][:, None]) & mask[r]
+            col = hit.argmax(axis=1)  # an item served twice is credited at its first rank
+            matched = hit[np.arange(len(e)), col]
             missing = ~matched & ~self._fb_replayed[e]
             self.stats.unattributed["unknown_item"] += int(missing.sum())
-            hr, hc = np.nonzero(hit)
-            np.maximum.at(grades, (r[hr], hc), self._fb_grade[e][hr])
+            np.maximum.at(grades, (r[matched], col[matched]), self._fb_grade[e][matched])
             self._fb_live[e] = False
             self._fb_free.extend(entries)
         request_ids = [self._rid[s] for s in slots]
@@ -548,6 +586,8 @@ class JoinStore:
             self._rid[slot] = None
             self.labels.release(label_id)
         self._used[idx] = False
+        self._head[idx] = _NONE
+        self._offset[idx] = _NONE
         self._items_live -= int(lengths.sum())
         self._free_slots.extend(slots)
         return Joined(request_ids, ts, label_ids, segment_ids, labels, grades, lengths, reasons)  # type: ignore[arg-type]

@@ -63,8 +63,13 @@ CASES: dict[str, bytes] = {
     "too_many_items": imp(items=list("abcdef")),
     "too_many_labels": imp(labels={"a": "1", "b": "2", "c": "3"}),
     "string_too_long": imp(request_id="r" * 17),
-    "duplicate_item": imp(items=["a", "b", "a"]),
 }
+
+
+def test_an_item_served_twice_is_accepted(decoder):
+    # the metric engine credits a repeated item at its first rank; nothing to reject
+    got = decoder.decode(imp(items=["a", "b", "a"]))
+    assert isinstance(got, Impression) and got.items == ["a", "b", "a"]
 
 
 def test_every_reason_has_a_case():
