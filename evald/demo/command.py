@@ -1,0 +1,404 @@
+"""`evald demo`: simulated A/B search traffic through the real engine, live.
+
+The simulator's records are fed to an :class:`~evald.engine.Engine` paced in wall time (event
+time runs ``--speed`` times faster), ``/metrics`` is served on ``--metrics-address`` and a live
+view shows per-segment quality. Half-way (``--regress-at``) the treatment arm's ranker degrades
+so the drop shows in the view and in Prometheus. Ctrl-C or SIGTERM stops it cleanly: the
+engine is drained, a final before/after summary printed, exit status 0.
+
+Heavy imports (numpy, the engine) happen inside :func:`run` so ``evald --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:  # typing only: run() imports these, so `evald --help` stays light
+    from evald.config import EngineConfig
+    from evald.decode import Rejection
+    from evald.demo.live import Health, LiveView, Snapshot
+    from evald.demo.simulator import SimEvent, Simulator
+    from evald.engine import Engine
+    from evald.http import MetricsServer
+
+SUMMARY = "simulated A/B search traffic through the full engine: live view and /metrics"
+
+EXAMPLES = """\
+  evald demo                              # until Ctrl-C; /metrics on http://127.0.0.1:9464/metrics
+  evald demo --duration 120               # two minutes; the treatment regresses after one
+  evald demo --regress-at 20 --speed 120  # faster event time, an early regression
+  evald demo --no-live --duration 30      # plain summary lines, e.g. into a log file
+  evald demo --metrics-address 127.0.0.1:0 --duration 10   # any free port (printed)
+"""
+
+#: wall seconds before the regression when the run has no --duration
+DEFAULT_REGRESS_AT = 40.0
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def _regress_at(text: str) -> float | None:
+    if text.strip().lower() in ("off", "never", "none"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds or 'off', got {text!r}") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text!r}")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--duration",
+        type=_positive,
+        metavar="SECONDS",
+        help="stop after this many wall seconds (default: run until Ctrl-C)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default="127.0.0.1:9464",
+        metavar="HOST:PORT",
+        help="serve /metrics /healthz /readyz here (default: %(default)s; port 0 = any free)",
+    )
+    parser.add_argument(
+        "--speed",
+        type=_positive,
+        default=60.0,
+        help="event time runs this many times faster than wall time (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=_positive,
+        default=3000.0,
+        metavar="EVENTS_PER_S",
+        help="records fed per wall second, approximately (default: %(default)s)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="simulation seed (default: 0)")
+    parser.add_argument(
+        "--regress-at",
+        type=_regress_at,
+        default=argparse.SUPPRESS,
+        metavar="SECONDS",
+        help="wall seconds after start when the treatment ranker degrades, or 'off' "
+        f"(default: half of --duration, else {DEFAULT_REGRESS_AT:g})",
+    )
+    parser.add_argument(
+        "--window",
+        default="5m",
+        metavar="DURATION",
+        help="attribution window of the join, in event time (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--lateness",
+        default="2m",
+        metavar="DURATION",
+        help="allowed lateness: watermark = newest event time - lateness (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-live",
+        action="store_true",
+        help="print plain summary lines every few seconds instead of the live table",
+    )
+
+
+def regress_at(args: argparse.Namespace) -> float | None:
+    """The wall second of the regression: explicit, else mid-run, else a fixed default."""
+    if hasattr(args, "regress_at"):
+        return args.regress_at
+    if args.duration is not None:
+        return args.duration / 2
+    return DEFAULT_REGRESS_AT
+
+
+def run(args: argparse.Namespace) -> int:
+    from evald.config import ConfigError, EngineConfig
+    from evald.http import AddressError
+
+    try:
+        config = EngineConfig(window=args.window, lateness=args.lateness)
+    except (ConfigError, ValueError) as exc:
+        print(f"evald demo: {_first_line(exc)}", file=sys.stderr)
+        return 2
+    try:
+        demo = build_demo(
+            config,
+            seed=args.seed,
+            rate=args.rate,
+            speed=args.speed,
+            regress_at_s=regress_at(args),
+            metrics_address=args.metrics_address,
+            live=not args.no_live and sys.stdout.isatty(),
+            stream=sys.stdout,
+        )
+    except AddressError as exc:
+        print(f"evald demo: --metrics-address: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"evald demo: {exc}", file=sys.stderr)
+        return 1
+    return _run_with_signals(demo, args.duration)
+
+
+def _run_with_signals(demo: DemoLoop, duration: float | None) -> int:
+    """Run until the duration ends or SIGINT/SIGTERM asks to stop; always drain and report."""
+    import signal
+
+    previous: dict[int, object] = {}
+
+    def ask_stop(signum: int, _frame: object) -> None:
+        demo.stop(signal.Signals(signum).name)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, ask_stop)
+    try:
+        demo.run(duration)
+    finally:
+        demo.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+    return 0
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+class DemoLoop:
+    """Feeds simulated records to the engine in (sped-up) real time and keeps the view fresh.
+
+    Single-threaded: the loop owns the engine; the HTTP thread only scrapes, under ``lock``.
+    ``clock`` and ``sleep`` are injected so tests can drive time.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        simulator: Simulator,
+        view: LiveView,
+        *,
+        lock: threading.Lock,
+        server: MetricsServer | None = None,
+        regress_at_ms: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        tick_interval: float = 0.1,
+        max_batch: int = 20_000,
+        on_beat: Callable[[], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.simulator = simulator
+        self.view = view
+        self.lock = lock
+        self.server = server
+        self.regress_at_ms = regress_at_ms
+        self.clock = clock
+        self.sleep = sleep
+        self.tick_interval = tick_interval
+        self.max_batch = max_batch
+        self.on_beat = on_beat
+        self.fed = 0
+        self.event_time_ms = simulator.start_ms
+        self.stop_reason: str | None = None
+        self.running = False
+        #: the last rejected records, kept for the view (the counters are in engine.stats)
+        self.rejections: deque[Rejection] = deque(maxlen=20)
+        self._rate = (0.0, 0)  # (wall time, fed) at the previous frame
+        self._events_per_s = 0.0
+
+    def stop(self, reason: str = "stop") -> None:
+        """Ask the loop to finish (signal-handler safe: only sets a flag)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    def run(self, duration: float | None = None) -> None:
+        """Feed until ``duration`` wall seconds pass or :meth:`stop`; then drain and report."""
+        from evald.decode import Rejection
+
+        events: Iterator[SimEvent] = iter(self.simulator)
+        speed_ms = self.simulator.speed * 1000.0
+        start = self.clock()
+        self._rate = (start, 0)
+        last_tick = start
+        head = next(events, None)
+        self.running = True
+        while self.stop_reason is None and head is not None:
+            now = self.clock()
+            if duration is not None and now - start >= duration:
+                self.stop("duration")
+                break
+            due_ms = self.simulator.start_ms + (now - start) * speed_ms
+            batch = 0
+            with self.lock:
+                while head is not None and head.at_ms <= due_ms and batch < self.max_batch:
+                    out = self.engine.feed(head.value, kind=head.kind)
+                    if isinstance(out, Rejection):
+                        self.rejections.append(out)
+                    head = next(events, None)
+                    batch += 1
+                self.fed += batch
+                self.event_time_ms = int(due_ms)
+                if now - last_tick >= self.tick_interval:
+                    self.engine.tick()
+                    last_tick = now
+            if self.on_beat is not None:
+                self.on_beat()
+            if self.view.due():
+                self.view.show(self.snapshot())
+            if batch < self.max_batch:  # caught up: wait for the next records to fall due
+                self.sleep(0.02)
+        self.running = False
+        with self.lock:
+            self.engine.drain()
+        self.view.final(self.final_snapshot())
+
+    def close(self) -> None:
+        """Release the port (idempotent)."""
+        if self.server is not None:
+            self.server.stop()
+
+    # ---------------------------------------------------------------- snapshots
+
+    def _notes(self) -> list[str]:
+        from evald.demo.live import _clock
+
+        notes: list[str] = []
+        if self.regress_at_ms is not None:
+            when = _clock(self.regress_at_ms)
+            if self.event_time_ms < self.regress_at_ms:
+                wall = (self.regress_at_ms - self.event_time_ms) / 1000 / self.simulator.speed
+                notes.append(f"treatment ranker degrades at {when} event time (in {wall:.0f}s)")
+            else:
+                notes.append(f"treatment ranker degraded since {when} event time")
+        if self.rejections:
+            last = self.rejections[-1]
+            notes.append(f"last rejected record: {last.reason}: {last.detail}"[:160])
+        if self.server is not None:
+            notes.append(f"metrics: {self.server.url}/metrics · Ctrl-C to stop")
+        return notes
+
+    def _health_now(self) -> Health:
+        from evald.demo.live import health
+
+        now = self.clock()
+        then, fed = self._rate
+        if now - then >= 0.5:
+            self._events_per_s = (self.fed - fed) / (now - then)
+            self._rate = (now, self.fed)
+        marks = [m for m in self.engine.watermarks().values() if m is not None]
+        return health(
+            self.engine.stats,
+            pending=self.engine.pending(),
+            newest_ms=self.event_time_ms,
+            watermark_ms=min(marks) if marks else None,
+            events_per_s=self._events_per_s,
+        )
+
+    def snapshot(self) -> Snapshot:
+        """The current frame: the last complete aggregate window against the one before."""
+        from evald.demo.live import Snapshot, last_windows, summarize
+
+        width = self.engine.aggregates.windows_ms[0]
+        with self.lock:
+            windows = last_windows(self.engine.complete_before(), width)
+            current, previous = windows if windows else (None, None)
+            rows = summarize(self.engine.aggregates, current, previous)
+            health = self._health_now()
+        return Snapshot(self.event_time_ms, current, rows, health, self._notes())
+
+    def final_snapshot(self) -> Snapshot:
+        """After the drain: the whole run after the regression against before it.
+
+        Without a regression (or once the buckets before it aged out of retention) the last
+        two aggregate windows of the run are compared instead.
+        """
+        from evald.demo.live import Snapshot, summarize
+
+        agg = self.engine.aggregates
+        bucket = agg.bucket_ms
+        first = self.simulator.start_ms // bucket * bucket
+        end = -(-self.event_time_ms // bucket) * bucket
+        regress = self.regress_at_ms
+        span = agg.bucket_range()
+        kept_from = span[0] * bucket if span else first
+        with self.lock:
+            if regress is not None and first < regress < end and kept_from <= first:
+                after = (-(-regress // bucket) * bucket, end)
+                before = (first, regress // bucket * bucket)
+                notes = ["after the regression (arrow: against before it)"]
+            else:
+                width = agg.windows_ms[0]
+                last = end // width * width
+                after, before = (last - width, last), (last - 2 * width, last - width)
+                notes = ["last complete window (arrow: against the one before)"]
+            rows = summarize(agg, after, before)
+            health = self._health_now()
+        reason = self.stop_reason or "end of traffic"
+        notes.append(f"stopped ({reason}) after feeding {self.fed:,} records; engine drained")
+        return Snapshot(self.event_time_ms, after, rows, health, notes)
+
+
+def build_demo(
+    config: EngineConfig,
+    *,
+    seed: int,
+    rate: float,
+    speed: float,
+    regress_at_s: float | None,
+    metrics_address: str,
+    live: bool,
+    stream: TextIO,
+    clock: Callable[[], float] = time.monotonic,
+) -> DemoLoop:
+    """Wire simulator, engine, metrics server and view; the server is already listening."""
+    from evald.demo.live import LiveView
+    from evald.demo.simulator import Simulator
+    from evald.engine import Engine
+    from evald.exposition import build_registry
+    from evald.http import Heartbeat, MetricsServer
+
+    start_ms = int(time.time() * 1000)
+    regress_ms = None if regress_at_s is None else start_ms + int(regress_at_s * speed * 1000)
+    simulator = Simulator(seed, rate=rate, speed=speed, start_ms=start_ms, regress_at_ms=regress_ms)
+    engine = Engine(config)
+    lock = threading.Lock()
+    heartbeat = Heartbeat(max_age=30.0)
+    holder: list[DemoLoop] = []
+
+    def ready() -> tuple[bool, str]:
+        return (bool(holder) and holder[0].running, "simulated traffic is not flowing")
+
+    registry, _ = build_registry(engine, lock=lock, ready=ready)
+    server = MetricsServer(metrics_address, registry, ready=ready, healthy=heartbeat)
+    server.start()
+    view = LiveView(stream, tty=live, clock=clock)
+    demo = DemoLoop(
+        engine,
+        simulator,
+        view,
+        lock=lock,
+        server=server,
+        regress_at_ms=regress_ms,
+        clock=clock,
+        on_beat=heartbeat.beat,
+    )
+    holder.append(demo)
+    print(f"evald demo: serving {server.url}/metrics", file=sys.stderr, flush=True)
+    return demo

@@ -1,0 +1,390 @@
+"""The demo's terminal view: per-segment quality of the last complete window, plus join health.
+
+Everything here is a pure function of the engine's plain state (``Aggregates`` window sums,
+``Stats`` counters) except :class:`LiveView`, which only decides *when* and *how* to write:
+a redrawn ANSI table on a terminal, one summary line per segment every few seconds otherwise
+(logs and pipes stay readable).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TextIO
+
+import numpy as np
+
+from evald.aggregate import Aggregates
+from evald.stats import Stats, mean_ci95
+
+#: (canonical measure, column title): what the demo shows, in order. The first drives the trend.
+SHOWN: tuple[tuple[str, str], ...] = (
+    ("nDCG@10", "nDCG@10"),
+    ("RR", "MRR"),
+    ("Success@10", "Hit@10"),
+    ("RBP(p=0.8)", "RBP.8"),
+)
+
+UP, DOWN, FLAT = "up", "down", "flat"
+
+_ARROWS = {UP: ("↑", "^"), DOWN: ("↓", "v"), FLAT: ("→", "="), "": (" ", " ")}
+_GREEN, _RED, _DIM, _BOLD, _RESET = "\x1b[32m", "\x1b[31m", "\x1b[2m", "\x1b[1m", "\x1b[0m"
+_HOME_CLEAR = "\x1b[H\x1b[J"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Mean of one measure over a window, with its 95% CI half-width (NaN if unknown)."""
+
+    mean: float
+    half: float
+
+
+@dataclass(frozen=True)
+class SegmentSummary:
+    """One row of the view: a segment's last complete window against the one before."""
+
+    name: str
+    count: int  # impressions in the current window
+    total: int  # impressions finalized since start
+    current: dict[str, Estimate]
+    previous: dict[str, Estimate]
+    trend: str  # UP / DOWN / FLAT, or "" when there is no previous window to compare to
+
+
+@dataclass(frozen=True)
+class Health:
+    """Join health in the units a person watching wants."""
+
+    events_per_s: float
+    accepted: int
+    pending: int
+    rejected: int
+    late: int
+    orphaned: int
+    duplicates: int
+    unknown_items: int
+    abandoned: int
+    finalized: int
+    watermark_lag_s: float | None  # newest event time seen minus the watermark
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one frame shows."""
+
+    event_time_ms: int
+    window: tuple[int, int] | None  # [start, end) of the current window
+    segments: list[SegmentSummary]
+    health: Health
+    notes: list[str] = field(default_factory=list)
+
+
+def trend(current: Estimate | None, previous: Estimate | None) -> str:
+    """UP/DOWN when the change exceeds the combined 95% half-widths, FLAT otherwise.
+
+    A change inside the noise is FLAT, so the arrow only moves for a real shift such as the
+    injected regression.
+    """
+    if current is None or previous is None or math.isnan(current.mean + previous.mean):
+        return ""
+    bound = math.hypot(_finite(current.half), _finite(previous.half))
+    delta = current.mean - previous.mean
+    if delta > bound:
+        return UP
+    if delta < -bound:
+        return DOWN
+    return FLAT
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else 0.0
+
+
+def group_sums(
+    aggregates: Aggregates, sums: np.ndarray, group_by: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """Merge per-segment (segments, measures, k) sums into display groups by label values.
+
+    Sums merge by addition, so grouping over, say, every surface is exact.
+    """
+    groups: dict[str, np.ndarray] = {}
+    for seg_id in range(min(len(aggregates.segments), sums.shape[0])):
+        labels = aggregates.segments.labels_of(seg_id)
+        name = " · ".join(labels.get(key, "__none__") for key in group_by)
+        if name in groups:
+            groups[name] = groups[name] + sums[seg_id]
+        else:
+            groups[name] = sums[seg_id].copy()
+    return groups
+
+
+def last_windows(
+    complete_before_ms: int | None, width_ms: int
+) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The last complete window ending at or before ``complete_before_ms``, and the one before.
+
+    Windows are aligned to multiples of ``width_ms`` since the epoch, as the exposition's.
+    """
+    if complete_before_ms is None:
+        return None
+    end = complete_before_ms // width_ms * width_ms
+    return (end - width_ms, end), (end - 2 * width_ms, end - width_ms)
+
+
+def summarize(
+    aggregates: Aggregates,
+    current: tuple[int, int] | None,
+    previous: tuple[int, int] | None,
+    *,
+    group_by: Sequence[str] = ("arm", "model"),
+    shown: Sequence[tuple[str, str]] = SHOWN,
+) -> list[SegmentSummary]:
+    """Rows comparing event-time range ``current`` with ``previous``, per display group.
+
+    Segments are grouped by the ``group_by`` labels (sums merge exactly); groups with no
+    scored impression at all are left out. The trend compares the first ``shown`` measure.
+    """
+    index = {name: i for i, name in enumerate(aggregates.measures)}
+    wanted = [name for name, _ in shown if name in index]
+    cur_sums = _range_sums(aggregates, current, group_by)
+    prev_sums = _range_sums(aggregates, previous, group_by)
+    n_seg = len(aggregates.segments)
+    totals = group_sums(aggregates, aggregates.hist_count[:n_seg, :, None], group_by)
+
+    rows: list[SegmentSummary] = []
+    for name in sorted(set(totals) | set(cur_sums)):
+        total = int(totals[name][:, 0].max()) if name in totals else 0
+        count = int(cur_sums[name][:, 0].max()) if name in cur_sums else 0
+        if total == 0 and count == 0:
+            continue
+        cur = _estimates(cur_sums.get(name), wanted, index)
+        prev = _estimates(prev_sums.get(name), wanted, index)
+        first = wanted[0] if wanted else None
+        arrow = trend(cur.get(first), prev.get(first)) if first else ""
+        rows.append(SegmentSummary(name, count, total, cur, prev, arrow))
+    return rows
+
+
+def _range_sums(
+    aggregates: Aggregates, span: tuple[int, int] | None, group_by: Sequence[str]
+) -> dict[str, np.ndarray]:
+    if span is None:
+        return {}
+    return group_sums(aggregates, aggregates.window_sums(*span), group_by)
+
+
+def _estimates(
+    sums: np.ndarray | None, wanted: Sequence[str], index: Mapping[str, int]
+) -> dict[str, Estimate]:
+    if sums is None:
+        return {}
+    out: dict[str, Estimate] = {}
+    for name in wanted:
+        count, total, squares = sums[index[name]].tolist()
+        if count > 0:
+            out[name] = Estimate(*mean_ci95(count, total, squares))
+    return out
+
+
+def health(
+    stats: Stats,
+    *,
+    pending: int,
+    newest_ms: int | None,
+    watermark_ms: int | None,
+    events_per_s: float,
+) -> Health:
+    """Fold the engine's counters into the health line."""
+    accepted = sum(n for (_, outcome), n in stats.events.items() if outcome == "accepted")
+    duplicates = sum(n for (_, outcome), n in stats.events.items() if outcome == "duplicate")
+    lag = None
+    if newest_ms is not None and watermark_ms is not None:
+        lag = max(0.0, (newest_ms - watermark_ms) / 1000.0)
+    return Health(
+        events_per_s=events_per_s,
+        accepted=accepted,
+        pending=pending,
+        rejected=sum(stats.rejected.values()),
+        late=stats.unattributed.get("late", 0),
+        orphaned=stats.unattributed.get("orphaned", 0),
+        duplicates=duplicates + stats.unattributed.get("duplicate", 0),
+        unknown_items=stats.unattributed.get("unknown_item", 0),
+        abandoned=stats.abandoned,
+        finalized=sum(stats.finalized.values()),
+        watermark_lag_s=lag,
+    )
+
+
+# ------------------------------------------------------------------------------ rendering
+
+
+def _clock(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S")
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _value(estimate: Estimate | None) -> str:
+    if estimate is None or math.isnan(estimate.mean):
+        return "-"
+    if math.isnan(estimate.half):
+        return f"{estimate.mean:.3f}"
+    return f"{estimate.mean:.3f}±{estimate.half:.3f}"
+
+
+def arrow(direction: str, *, unicode: bool = True) -> str:
+    fancy, plain = _ARROWS.get(direction, _ARROWS[""])
+    return fancy if unicode else plain
+
+
+def health_line(h: Health) -> str:
+    lag = "-" if h.watermark_lag_s is None else _duration(h.watermark_lag_s)
+    return (
+        f"{h.events_per_s:,.0f} events/s · pending {h.pending:,} · scored {h.finalized:,}"
+        f" (abandoned {h.abandoned:,}) · rejected {h.rejected:,} · late {h.late:,}"
+        f" · orphaned {h.orphaned:,} · duplicates {h.duplicates:,}"
+        f" · unknown item {h.unknown_items:,} · watermark lag {lag}"
+    )
+
+
+def render_table(
+    snap: Snapshot,
+    *,
+    shown: Sequence[tuple[str, str]] = SHOWN,
+    color: bool = True,
+    unicode: bool = True,
+) -> str:
+    """The full-screen frame (no cursor movement; :class:`LiveView` adds that)."""
+
+    def paint(text: str, code: str) -> str:
+        return f"{code}{text}{_RESET}" if color else text
+
+    lines: list[str] = []
+    if snap.window is None:
+        where = "waiting for the first complete window"
+    else:
+        start, end = snap.window
+        where = f"window {_clock(start)}-{_clock(end)}"
+    lines.append(paint(f"evald demo · event time {_clock(snap.event_time_ms)} · {where}", _BOLD))
+    name_w = max([len("segment"), *(len(s.name) for s in snap.segments)])
+    header = [f"{'segment':<{name_w}}"]
+    header += [f"{title:>13}" for _, title in shown]
+    header += [f"{'n':>7}", f"{'total':>9}", " trend"]
+    lines.append("  ".join(header))
+    for seg in snap.segments:
+        cells = [f"{seg.name:<{name_w}}"]
+        cells += [f"{_value(seg.current.get(name)):>13}" for name, _ in shown]
+        cells += [f"{seg.count:>7,}", f"{seg.total:>9,}"]
+        mark = arrow(seg.trend, unicode=unicode)
+        if seg.trend == UP:
+            mark = paint(mark, _GREEN)
+        elif seg.trend == DOWN:
+            mark = paint(mark, _RED)
+        cells.append(f" {mark}")
+        lines.append("  ".join(cells))
+    if not snap.segments:
+        lines.append(paint("(no impression scored yet: windows close in event time)", _DIM))
+    lines.append("")
+    lines.append(health_line(snap.health))
+    lines.extend(snap.notes)
+    return "\n".join(lines) + "\n"
+
+
+def render_lines(
+    snap: Snapshot, elapsed_s: float, *, shown: Sequence[tuple[str, str]] = SHOWN
+) -> str:
+    """The plain form: one line per segment and one health line, each prefixed by the time."""
+    stamp = f"[{_duration(elapsed_s):>6}]"
+    lines: list[str] = []
+    window = "-" if snap.window is None else f"{_clock(snap.window[0])}-{_clock(snap.window[1])}"
+    for seg in snap.segments:
+        values = " ".join(
+            f"{title}={_value(seg.current.get(name)).split('±')[0]}" for name, title in shown
+        )
+        trend_text = seg.trend or "-"
+        lines.append(
+            f"{stamp} window={window} segment={seg.name!r} {values} n={seg.count} "
+            f"total={seg.total} trend={trend_text}"
+        )
+    lines.append(f"{stamp} {health_line(snap.health)}")
+    return "\n".join(lines) + "\n"
+
+
+def can_encode(stream: TextIO, text: str) -> bool:
+    """Whether ``stream`` can print ``text`` (arrows and '±' need UTF-8)."""
+    try:
+        text.encode(getattr(stream, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+class LiveView:
+    """Decides when to draw and in which form; the caller supplies snapshots.
+
+    On a terminal (``tty=True``) it redraws the table in place at most every ``interval``
+    seconds; otherwise it appends a plain summary every ``plain_interval`` seconds. The clock
+    is injected so tests control time.
+    """
+
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        tty: bool,
+        interval: float = 1.0,
+        plain_interval: float = 5.0,
+        clock: Callable[[], float],
+    ) -> None:
+        self.stream = stream
+        self.tty = tty
+        self.interval = interval if tty else plain_interval
+        self._clock = clock
+        self._start = clock()
+        self._last: float | None = None
+        self.unicode = can_encode(stream, "↑↓→±·")
+        self.frames = 0
+
+    def due(self) -> bool:
+        return self._last is None or self._clock() - self._last >= self.interval
+
+    def show(self, snap: Snapshot, *, force: bool = False) -> bool:
+        """Draw ``snap`` if a frame is due (or ``force``); returns whether it drew."""
+        if not force and not self.due():
+            return False
+        now = self._clock()
+        self._last = now
+        if self.tty:
+            text = _HOME_CLEAR + render_table(snap, unicode=self.unicode)
+        else:
+            text = render_lines(snap, now - self._start)
+        if not self.unicode:
+            text = _ascii(text)
+        self.stream.write(text)
+        self.stream.flush()
+        self.frames += 1
+        return True
+
+    def final(self, snap: Snapshot) -> None:
+        """The closing summary: always the plain table, no cursor control and no colour."""
+        text = render_table(snap, color=False, unicode=self.unicode)
+        if not self.unicode:
+            text = _ascii(text)
+        self.stream.write("\n" + text)
+        self.stream.flush()
+
+
+def _ascii(text: str) -> str:
+    return text.replace("·", "|").replace("±", "+-")

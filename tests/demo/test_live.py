@@ -1,0 +1,193 @@
+"""The live view: window arithmetic, grouping, trend, rendering and when frames are drawn."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+
+from evald.aggregate import Aggregates
+from evald.demo.live import (
+    DOWN,
+    FLAT,
+    UP,
+    Estimate,
+    Health,
+    LiveView,
+    SegmentSummary,
+    Snapshot,
+    health,
+    last_windows,
+    render_lines,
+    render_table,
+    summarize,
+    trend,
+)
+from evald.segments import SegmentIndex
+from evald.stats import Z95, Stats
+
+MEASURES = ["nDCG@10", "RR", "Success@10", "RBP(p=0.8)"]
+MIN = 60_000
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _aggregates() -> Aggregates:
+    segments = SegmentIndex(["model", "arm", "surface"], 50)
+    return Aggregates(MEASURES, segments, [0.5, 1.0], MIN, [5 * MIN, 60 * MIN], 180 * MIN)
+
+
+def _observe(agg: Aggregates, labels: dict[str, str], ts: list[int], values: list[float]) -> None:
+    seg = agg.segments.segment_of(labels)
+    rows = np.repeat(np.asarray(values, float)[:, None], len(MEASURES), axis=1)
+    rows[:, 1] = 1.0  # RR constant: its CI is 0
+    agg.observe(0, np.full(len(ts), seg), np.asarray(ts), rows)
+
+
+def test_last_windows_are_aligned_to_the_width() -> None:
+    assert last_windows(None, 5 * MIN) is None
+    assert last_windows(12 * MIN + 5, 5 * MIN) == ((5 * MIN, 10 * MIN), (0, 5 * MIN))
+    assert last_windows(10 * MIN, 5 * MIN) == ((5 * MIN, 10 * MIN), (0, 5 * MIN))
+
+
+def test_trend_moves_only_beyond_the_noise() -> None:
+    assert trend(Estimate(0.8, 0.01), Estimate(0.7, 0.01)) == UP
+    assert trend(Estimate(0.6, 0.01), Estimate(0.7, 0.01)) == DOWN
+    # |delta| = 0.05 < hypot(0.04, 0.04) = 0.0566: inside the noise
+    assert trend(Estimate(0.75, 0.04), Estimate(0.7, 0.04)) == FLAT
+    assert trend(Estimate(0.75, math.nan), Estimate(0.7, math.nan)) == UP
+    assert trend(None, Estimate(0.7, 0.01)) == ""
+    assert trend(Estimate(math.nan, math.nan), Estimate(0.7, 0.01)) == ""
+
+
+def test_summarize_merges_surfaces_and_compares_windows() -> None:
+    agg = _aggregates()
+    control = {"model": "m1", "arm": "control"}
+    treatment = {"model": "m2", "arm": "treatment"}
+    prev_web, prev_app = [0.9, 0.7, 0.8], [0.6, 1.0]
+    cur_web, cur_app = [0.5, 0.4], [0.3, 0.2, 0.1]
+    _observe(agg, {**control, "surface": "web"}, [MIN, 2 * MIN, 3 * MIN], prev_web)
+    _observe(agg, {**control, "surface": "app"}, [4 * MIN, 4 * MIN + 1], prev_app)
+    _observe(agg, {**control, "surface": "web"}, [5 * MIN, 9 * MIN], cur_web)
+    _observe(agg, {**control, "surface": "app"}, [6 * MIN, 7 * MIN, 8 * MIN], cur_app)
+    _observe(agg, {**treatment, "surface": "web"}, [6 * MIN, 6 * MIN], [0.5, 0.5])
+    # outside both windows: in the totals only
+    _observe(agg, {**treatment, "surface": "web"}, [11 * MIN], [1.0])
+
+    cur, prev = last_windows(10 * MIN, 5 * MIN)  # type: ignore[misc]
+    rows = {row.name: row for row in summarize(agg, cur, prev)}
+    assert set(rows) == {"control · m1", "treatment · m2"}
+
+    c = rows["control · m1"]
+    current = np.asarray(cur_web + cur_app)
+    previous = np.asarray(prev_web + prev_app)
+    assert c.count == 5 and c.total == 10
+    assert c.current["nDCG@10"].mean == pytest.approx(current.mean())
+    half = Z95 * current.std(ddof=1) / math.sqrt(len(current))
+    assert c.current["nDCG@10"].half == pytest.approx(half)
+    assert c.previous["nDCG@10"].mean == pytest.approx(previous.mean())
+    assert c.current["RR"] == Estimate(1.0, 0.0)
+    assert c.trend == DOWN
+
+    t = rows["treatment · m2"]
+    assert t.count == 2 and t.total == 3
+    assert t.previous == {}
+    assert t.trend == ""
+
+
+def test_summarize_without_windows_still_lists_scored_segments() -> None:
+    agg = _aggregates()
+    _observe(agg, {"model": "m1", "arm": "control", "surface": "web"}, [MIN], [0.5])
+    rows = summarize(agg, None, None, group_by=("arm",))
+    assert [(r.name, r.count, r.total, r.current) for r in rows] == [("control", 0, 1, {})]
+    assert summarize(_aggregates(), None, None) == []
+
+
+def test_health_folds_engine_counters() -> None:
+    stats = Stats()
+    stats.events[("impression", "accepted")] = 10
+    stats.events[("feedback", "accepted")] = 5
+    stats.events[("impression", "duplicate")] = 2
+    stats.unattributed["duplicate"] = 3
+    stats.unattributed["late"] = 4
+    stats.unattributed["orphaned"] = 1
+    reason = next(iter(stats.rejected))
+    stats.rejected[reason] = 6
+    h = health(stats, pending=7, newest_ms=200_000, watermark_ms=80_000, events_per_s=12.5)
+    assert (h.accepted, h.duplicates, h.late, h.orphaned, h.rejected, h.pending) == (
+        15,
+        5,
+        4,
+        1,
+        6,
+        7,
+    )
+    assert h.watermark_lag_s == 120.0
+    assert (
+        health(stats, pending=0, newest_ms=None, watermark_ms=1, events_per_s=0).watermark_lag_s
+        is None
+    )
+
+
+def _snapshot() -> Snapshot:
+    rows = [
+        SegmentSummary("control · m1", 120, 900, {"nDCG@10": Estimate(0.7, 0.02)}, {}, FLAT),
+        SegmentSummary("treatment · m2", 130, 950, {"nDCG@10": Estimate(0.4, 0.02)}, {}, DOWN),
+    ]
+    h = Health(3000.0, 100, 5, 1, 2, 3, 4, 0, 6, 90, 120.0)
+    return Snapshot(1_767_225_900_000, (1_767_225_600_000, 1_767_225_900_000), rows, h, ["note"])
+
+
+def test_render_table_colour_and_plain() -> None:
+    text = render_table(_snapshot())
+    assert "\x1b[31m↓" in text  # the drop is red
+    assert "0.700±0.020" in text and "0.400±0.020" in text
+    assert "window 00:00:00-00:05:00" in text
+    assert "watermark lag 2m00s" in text and text.rstrip().endswith("note")
+    plain = render_table(_snapshot(), color=False, unicode=False)
+    assert "\x1b" not in plain
+    assert " v" in plain and "↓" not in plain
+
+
+def test_render_lines_one_line_per_segment_plus_health() -> None:
+    text = render_lines(_snapshot(), 65.0)
+    lines = text.splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("[ 1m05s]") and "segment='control · m1'" in lines[0]
+    assert "nDCG@10=0.700" in lines[0] and "MRR=-" in lines[0] and "trend=flat" in lines[0]
+    assert "trend=down" in lines[1]
+    assert "3,000 events/s" in lines[2]
+
+
+def test_live_view_on_a_terminal_redraws_in_place_each_interval() -> None:
+    clock, out = FakeClock(), io.StringIO()
+    view = LiveView(out, tty=True, interval=1.0, clock=clock)
+    assert view.show(_snapshot())
+    assert not view.show(_snapshot())  # not due yet
+    clock.now += 1.0
+    assert view.show(_snapshot())
+    assert out.getvalue().count("\x1b[H\x1b[J") == 2 == view.frames
+
+
+def test_live_view_plain_every_few_seconds_and_ascii_when_needed() -> None:
+    clock = FakeClock()
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="ascii")
+    view = LiveView(out, tty=False, plain_interval=5.0, clock=clock)
+    view.show(_snapshot())
+    clock.now += 4.9
+    assert not view.show(_snapshot())
+    clock.now += 0.1
+    assert view.show(_snapshot())
+    view.final(_snapshot())
+    text = raw.getvalue().decode("ascii")  # nothing unencodable reached the stream
+    assert "\x1b" not in text
+    assert "control | m1" in text and "0.700+-0.020" in text
