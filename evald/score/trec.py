@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -122,9 +123,12 @@ def read_qrels(lines: Iterable[bytes], source: str) -> tuple[Qrels, list[Rejecti
 
 @dataclass
 class _RunQuery:
+    """One query's run lines; scores and line numbers in typed arrays (8 bytes per line each,
+    a third of what boxed Python numbers in a list cost)."""
+
     docs: list[str] = field(default_factory=list)
-    scores: list[float] = field(default_factory=list)
-    lines: list[int] = field(default_factory=list)
+    scores: array[float] = field(default_factory=lambda: array("d"))
+    lines: array[int] = field(default_factory=lambda: array("q"))
 
 
 @dataclass
