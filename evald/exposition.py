@@ -9,22 +9,44 @@ sample on every scrape, which at 10k series is most of a 100 ms budget. :class:`
 the same bytes (text 0.0.4 and OpenMetrics 1.0.0, checked byte for byte in the tests) but caches
 each series' rendered name-and-labels prefix across scrapes; anything it does not handle
 (exemplars, native histograms, UTF-8 names, other escapings) falls back to prometheus_client.
+
+Composition: :func:`build_registry` puts the engine collector, ``evald_ready``, the process and
+platform collectors and any ``extra`` collectors (the Kafka daemon's :class:`DaemonCollector`)
+on one private ``CollectorRegistry``; ``evald.http.MetricsServer`` serves that registry.
+Series names, types and labels are listed in docs/metrics-reference.md.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from functools import partial
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.exposition import generate_latest as _text_generate
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as _om
+from prometheus_client.registry import CollectorRegistry
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["Collector", "Encoder"]
+if TYPE_CHECKING:
+    from evald.aggregate import WindowRow
+    from evald.engine import Engine
+
+__all__ = [
+    "ENGINE_FAMILIES",
+    "Collector",
+    "Encoder",
+    "EngineCollector",
+    "ReadyCollector",
+    "build_registry",
+]
 
 
 class Collector(Protocol):
@@ -166,10 +188,17 @@ class Encoder:
         return "".join(out).encode("utf-8")
 
 
+_KNOWN_LEGACY: set[str] = set()
+
+
 def _legacy(name: str) -> str:
     """Names the fast path can write verbatim; anything else goes to the library encoder."""
+    if name in _KNOWN_LEGACY:
+        return name
     if _LEGACY_NAME.match(name) is None:
         raise _Fallback
+    if len(_KNOWN_LEGACY) < 10_000:  # names are few; never let odd input grow it unbounded
+        _KNOWN_LEGACY.add(name)
     return name
 
 
@@ -201,3 +230,379 @@ class _Fixed:
 
     def collect(self) -> Iterable[Metric]:
         return iter(self._families)
+
+
+# --------------------------------------------------------------------------------------------
+# The engine collector
+# --------------------------------------------------------------------------------------------
+
+#: Values of the ``window`` label come from the configured widths (default ``5m`` and ``1h``).
+WINDOW_SERIES: tuple[str, ...] = ("mean", "count", "sum", "sum_squares", "ci95_halfwidth")
+
+_WINDOW_HELP = {
+    "mean": "Mean measure value over the last complete event-time window.",
+    "count": "Impressions in the last complete event-time window with a finite measure value "
+    "(merge across instances: sum).",
+    "sum": "Sum of measure values over the last complete event-time window (merge: sum).",
+    "sum_squares": "Sum of squared measure values over the last complete event-time window "
+    "(merge: sum; with sum and count it gives the variance).",
+    "ci95_halfwidth": "95% confidence half-width of the window mean: 1.96 * s / sqrt(n) with the "
+    "sample standard deviation s; absent when n < 2.",
+}
+# A gauge named *_sum or *_count fails promtool's lint ("non-histogram and non-summary metrics
+# should not have _sum suffix"); the lint skips untyped metrics and PromQL treats both alike, so
+# these two keep their contract names and are exposed untyped.
+_WINDOW_TYPE = {
+    "mean": "gauge",
+    "count": "unknown",
+    "sum": "unknown",
+    "sum_squares": "gauge",
+    "ci95_halfwidth": "gauge",
+}
+
+_MEASURE_HELP = (
+    "Value of each finalized impression's measure, per measure and segment; observed when the "
+    "impression is scored (mean over time: rate(_sum) / rate(_count))."
+)
+
+#: (name, type) of every family the engine collector can yield, for ``describe()``.
+ENGINE_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("evald_measure", "histogram"),
+    *((f"evald_window_{part}", _WINDOW_TYPE[part]) for part in WINDOW_SERIES),
+    ("evald_window_end_timestamp_seconds", "gauge"),
+    ("evald_events", "counter"),
+    ("evald_rejected", "counter"),
+    ("evald_feedback_unattributed", "counter"),
+    ("evald_impressions_finalized", "counter"),
+    ("evald_impressions_abandoned", "counter"),
+    ("evald_pending_impressions", "gauge"),
+    ("evald_pending_feedback", "gauge"),
+    ("evald_watermark_timestamp_seconds", "gauge"),
+    ("evald_finalize_lag_seconds", "histogram"),
+)
+
+
+class _Snapshot:
+    """Engine state copied in one go (under the caller's lock), so families are built without
+    holding it and every family of one scrape describes the same moment."""
+
+    __slots__ = (
+        "abandoned",
+        "bounds",
+        "events",
+        "finalized",
+        "hist_counts",
+        "hist_sum",
+        "label_keys",
+        "lag_bounds",
+        "lag_counts",
+        "lag_sum",
+        "measures",
+        "pending_feedback",
+        "pending_impressions",
+        "rejected",
+        "segments",
+        "unattributed",
+        "watermarks",
+        "window_rows",
+    )
+
+    def __init__(self, engine: Engine) -> None:
+        aggregates = engine.aggregates
+        stats = engine.stats
+        self.label_keys: tuple[str, ...] = tuple(engine.segments.keys)
+        self.measures: list[str] = list(aggregates.measures)
+        self.bounds: list[float] = aggregates.bounds.tolist()
+        counts = aggregates.hist_counts
+        segments = engine.segments.segments
+        n = min(len(segments), counts.shape[0])
+        self.segments: list[tuple[str, ...]] = segments[:n]
+        # Cumulative per bucket: the +Inf bucket is also _count, so they always agree.
+        self.hist_counts: list = np.cumsum(counts[:n], axis=2).tolist()
+        self.hist_sum: list = aggregates.hist_sum[:n].tolist()
+        self.abandoned: list[int] = aggregates.abandoned[:n].tolist()
+        self.events = dict(stats.events)
+        self.rejected = dict(stats.rejected)
+        self.unattributed = dict(stats.unattributed)
+        self.finalized = dict(stats.finalized)
+        self.lag_bounds: list[float] = list(stats.lag_bounds)
+        self.lag_counts: list[int] = list(stats.lag_counts)
+        self.lag_sum: float = float(stats.lag_sum)
+        self.pending_impressions = engine.pending()
+        self.pending_feedback = engine.pending_feedback()
+        self.watermarks = engine.watermarks()
+        self.window_rows: list[WindowRow] = engine.window_rows()
+
+
+class EngineCollector:
+    """prometheus_client custom collector over an :class:`~evald.engine.Engine`.
+
+    Reads the engine's plain state at scrape time; nothing is recorded per event. The engine is
+    not thread-safe: pass the ``lock`` the processing loop holds around ``feed``/``tick``/
+    ``drain`` so a scrape copies a consistent state (held only for the copy, a few ms at 10k
+    series). Without a lock the copy is retried when a dict changes size under it.
+
+    ``engine`` may be replaced (``collector.engine = new``) when the owner rebuilds its engine,
+    or be None (no engine series).
+    """
+
+    def __init__(
+        self,
+        engine: Engine | None,
+        *,
+        lock: AbstractContextManager[Any] | None = None,
+        retries: int = 5,
+        max_cached: int = 100_000,
+    ) -> None:
+        self.engine = engine
+        self.lock = lock
+        self.retries = max(1, retries)
+        self.max_cached = max_cached
+        # Label dicts are rebuilt from tuples only when a series is new: keyed by series.
+        self._hist_labels: dict[tuple, tuple[dict[str, str], list[dict[str, str]]]] = {}
+        self._window_labels: dict[tuple, dict[str, str]] = {}
+
+    def describe(self) -> Iterable[Metric]:
+        """Family names without samples, so a registry can refuse duplicates at register()."""
+        return [Metric(name, name, kind) for name, kind in ENGINE_FAMILIES]
+
+    def snapshot(self) -> _Snapshot | None:
+        engine = self.engine
+        if engine is None:
+            return None
+        for attempt in range(self.retries):
+            try:
+                if self.lock is None:
+                    return _Snapshot(engine)
+                with self.lock:
+                    return _Snapshot(engine)
+            except RuntimeError:  # "dictionary changed size during iteration", unlocked only
+                if self.lock is not None or attempt == self.retries - 1:
+                    raise
+        return None  # unreachable
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.snapshot()
+        if snap is None:
+            return
+        if len(self._hist_labels) + len(self._window_labels) > self.max_cached:
+            self._hist_labels.clear()
+            self._window_labels.clear()
+        yield self._measure_histogram(snap)
+        yield from self._windows(snap)
+        yield from self._health(snap)
+
+    # ---------------------------------------------------------------- measure histograms
+
+    def _measure_histogram(self, snap: _Snapshot) -> Metric:
+        family = Metric("evald_measure", _MEASURE_HELP, "histogram")
+        samples = family.samples
+        les = [_le(b) for b in snap.bounds] + ["+Inf"]
+        cache = self._hist_labels
+        keys = snap.label_keys
+        for segment, cumulative, sums in zip(
+            snap.segments, snap.hist_counts, snap.hist_sum, strict=True
+        ):
+            for measure, buckets, total in zip(snap.measures, cumulative, sums, strict=True):
+                key = (measure, segment)
+                cached = cache.get(key)
+                if cached is None:
+                    base = {"measure": measure, **dict(zip(keys, segment, strict=True))}
+                    cached = cache[key] = (base, [{**base, "le": le} for le in les])
+                base, bucket_labels = cached
+                for labels, value in zip(bucket_labels, buckets, strict=True):
+                    samples.append(Sample("evald_measure_bucket", labels, value))
+                samples.append(Sample("evald_measure_count", base, buckets[-1]))
+                samples.append(Sample("evald_measure_sum", base, total))
+        return family
+
+    # ---------------------------------------------------------------- event-time windows
+
+    def _windows(self, snap: _Snapshot) -> Iterator[Metric]:
+        families = {
+            part: Metric(f"evald_window_{part}", _WINDOW_HELP[part], _WINDOW_TYPE[part])
+            for part in WINDOW_SERIES
+        }
+        mean, count, total, squares, half = (families[p].samples for p in WINDOW_SERIES)
+        ends: dict[str, int] = {}
+        cache = self._window_labels
+        for row in snap.window_rows:
+            ends[row.window] = max(ends.get(row.window, row.end_ms), row.end_ms)
+            key = (row.window, row.measure, *row.labels.values())
+            labels = cache.get(key)
+            if labels is None:
+                labels = cache[key] = {"measure": row.measure, "window": row.window, **row.labels}
+            if row.mean == row.mean:  # NaN (no finite value) is left out, not exported
+                mean.append(Sample("evald_window_mean", labels, row.mean))
+            count.append(Sample("evald_window_count", labels, row.count))
+            total.append(Sample("evald_window_sum", labels, row.sum))
+            squares.append(Sample("evald_window_sum_squares", labels, row.sum_squares))
+            if row.ci95_halfwidth == row.ci95_halfwidth:
+                half.append(Sample("evald_window_ci95_halfwidth", labels, row.ci95_halfwidth))
+        yield from families.values()
+        end_family = Metric(
+            "evald_window_end_timestamp_seconds",
+            "End (exclusive, event time) of the last complete window the evald_window_* series "
+            "describe; absent until a complete window holds data.",
+            "gauge",
+        )
+        for window, end_ms in ends.items():
+            end_family.samples.append(
+                Sample("evald_window_end_timestamp_seconds", {"window": window}, end_ms / 1000)
+            )
+        yield end_family
+
+    # ---------------------------------------------------------------- pipeline health
+
+    def _health(self, snap: _Snapshot) -> Iterator[Metric]:
+        yield _counter(
+            "evald_events",
+            "Input events by kind and what the engine did with them.",
+            ("kind", "outcome"),
+            snap.events.items(),
+        )
+        yield _counter(
+            "evald_rejected",
+            "Rejected input records by reason (kept in the rejected file / dead-letter topic).",
+            ("reason",),
+            [((k,), v) for k, v in snap.rejected.items()],
+        )
+        yield _counter(
+            "evald_feedback_unattributed",
+            "Accepted feedback that counted towards no impression, by reason.",
+            ("reason",),
+            [((k,), v) for k, v in snap.unattributed.items()],
+        )
+        yield _counter(
+            "evald_impressions_finalized",
+            "Impressions scored, by what closed them (window, pending cap, drain).",
+            ("reason",),
+            [((k,), v) for k, v in snap.finalized.items()],
+        )
+        yield _counter(
+            "evald_impressions_abandoned",
+            "Finalized impressions with no positive feedback (they score 0), per segment.",
+            snap.label_keys,
+            zip(snap.segments, snap.abandoned, strict=True),
+        )
+        yield _gauge(
+            "evald_pending_impressions",
+            "Impressions held in memory, waiting for their attribution window to close.",
+            snap.pending_impressions,
+        )
+        yield _gauge(
+            "evald_pending_feedback",
+            "Feedback held because its impression has not arrived (yet).",
+            snap.pending_feedback,
+        )
+        marks = Metric(
+            "evald_watermark_timestamp_seconds",
+            "Event-time watermark per input partition (max event time seen minus the allowed "
+            "lateness, or advanced by the idle fallback).",
+            "gauge",
+        )
+        for partition, mark in snap.watermarks.items():
+            if mark is not None:
+                marks.samples.append(
+                    Sample(
+                        "evald_watermark_timestamp_seconds",
+                        {"partition": str(partition)},
+                        mark / 1000,
+                    )
+                )
+        yield marks
+        lag = Metric(
+            "evald_finalize_lag_seconds",
+            "Wall time from an attribution window closing (by the watermark) to its impressions "
+            "being scored.",
+            "histogram",
+        )
+        cumulative = 0
+        for bound, n in zip([*snap.lag_bounds, math.inf], snap.lag_counts, strict=True):
+            cumulative += n
+            lag.samples.append(
+                Sample("evald_finalize_lag_seconds_bucket", {"le": _le(bound)}, cumulative)
+            )
+        lag.samples.append(Sample("evald_finalize_lag_seconds_count", {}, cumulative))
+        lag.samples.append(Sample("evald_finalize_lag_seconds_sum", {}, snap.lag_sum))
+        yield lag
+
+
+def _le(bound: float) -> str:
+    """Bucket bound as prometheus_client writes it (``0.5``, ``1.0``, ``+Inf``)."""
+    return floatToGoString(bound)
+
+
+def _counter(
+    name: str,
+    documentation: str,
+    label_names: Sequence[str],
+    rows: Iterable[tuple[Sequence[str], float]],
+) -> Metric:
+    family = Metric(name, documentation, "counter")
+    sample_name = name + "_total"
+    for values, value in rows:
+        labels = dict(zip(label_names, values, strict=True))
+        family.samples.append(Sample(sample_name, labels, value))
+    return family
+
+
+def _gauge(name: str, documentation: str, value: float) -> Metric:
+    family = Metric(name, documentation, "gauge")
+    family.samples.append(Sample(name, {}, value))
+    return family
+
+
+class ReadyCollector:
+    """``evald_ready``: 1 when the owner's readiness check passes, else 0.
+
+    For commands without a collector of their own for it (``evald demo``); the Kafka daemon
+    exports ``evald_ready`` from its own collector instead.
+    """
+
+    def __init__(self, ready: Callable[[], object]) -> None:
+        self.ready = ready
+
+    def describe(self) -> Iterable[Metric]:
+        return [Metric("evald_ready", "evald_ready", "gauge")]
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            result = self.ready()
+            ok = bool(result[0]) if isinstance(result, tuple) else bool(result)
+        except Exception:  # a broken check reads as not ready, never as a failed scrape
+            ok = False
+        yield _gauge(
+            "evald_ready",
+            "1 when evald is ready to serve (inputs restored and flowing), else 0.",
+            1.0 if ok else 0.0,
+        )
+
+
+def build_registry(
+    engine: Engine | None,
+    *,
+    lock: AbstractContextManager[Any] | None = None,
+    ready: Callable[[], object] | None = None,
+    extra: Iterable[Collector] = (),
+    process: bool = True,
+) -> tuple[CollectorRegistry, EngineCollector]:
+    """A private registry with the engine collector and the standard companions.
+
+    ``ready`` adds ``evald_ready`` (leave it out when an ``extra`` collector exports it, as the
+    Kafka daemon's does); ``extra`` collectors (the daemon's series) go on the same registry;
+    ``process`` adds prometheus_client's process, platform and GC collectors. Returns the
+    registry and the engine collector (to swap ``collector.engine`` later).
+    """
+    registry = CollectorRegistry(auto_describe=True)
+    collector = EngineCollector(engine, lock=lock)
+    registry.register(collector)
+    if ready is not None:
+        registry.register(ReadyCollector(ready))
+    for item in extra:
+        registry.register(item)  # type: ignore[arg-type]
+    if process:
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
+    return registry, collector
