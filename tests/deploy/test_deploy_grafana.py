@@ -1,0 +1,132 @@
+"""The Grafana dashboard and its provisioning files."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from deploy_support import DEPLOY, load_yaml
+
+from deploy.generator import render
+from deploy.generator.spec import DEFAULT_MEASURES, Spec
+
+DASHBOARD_PATH = DEPLOY / render.DASHBOARD
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD_PATH.read_text(encoding="utf-8"))
+
+
+def panels() -> list[dict[str, Any]]:
+    return [p for p in dashboard()["panels"] if p["type"] != "row"]
+
+
+def dashboard_queries() -> list[str]:
+    return [t["expr"] for p in panels() for t in p["targets"]]
+
+
+def substitute_variables(expr: str) -> str:
+    """Grafana's template variables replaced by values Prometheus accepts."""
+    expr = expr.replace("$__rate_interval", "1m").replace("$window", "1h")
+    return re.sub(r"\$[a-z_]+", ".*", expr)
+
+
+def test_uid_is_fixed_and_the_json_is_stable() -> None:
+    board = dashboard()
+    assert board["uid"] == Spec().dashboard_uid == "evald-quality"
+    assert "id" not in board  # provisioning assigns it; a fixed id would clash across Grafanas
+
+
+def test_datasource_is_a_variable_used_by_every_panel_and_query() -> None:
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    ds = {"type": "prometheus", "uid": "${datasource}"}
+    for panel in panels():
+        assert panel["datasource"] == ds, panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"] == ds, panel["title"]
+    text = DASHBOARD_PATH.read_text()
+    # no hard-coded data source uid anywhere
+    assert set(re.findall(r'"uid": "([^"]*)"', text)) == {"${datasource}", "evald-quality"}
+
+
+def test_a_label_values_variable_per_segment_label_and_every_query_filters_on_it() -> None:
+    spec = Spec()
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    for label in spec.segment_labels:
+        var = variables[label]
+        assert var["type"] == "query"
+        assert var["query"]["query"] == f"label_values(evald_measure_count, {label})"
+        assert var["includeAll"] and var["multi"]
+    measure_queries = [q for q in dashboard_queries() if "evald_window_sum{" in q]
+    assert measure_queries
+    for query in measure_queries:
+        for label in spec.segment_labels:
+            assert f'{label}=~"${label}"' in query
+
+
+def test_a_panel_per_default_measure_with_last_week_and_a_confidence_band() -> None:
+    by_title = {p["title"]: p for p in panels()}
+    for measure in DEFAULT_MEASURES:
+        panel = by_title[measure]
+        exprs = {t["legendFormat"]: t["expr"] for t in panel["targets"]}
+        assert set(exprs) == {
+            "{{arm}}",
+            "{{arm}} last week",
+            "{{arm}} ci95 lower",
+            "{{arm}} ci95 upper",
+        }
+        assert f'measure="{measure}"' in exprs["{{arm}}"]
+        assert "offset 1w" in exprs["{{arm}} last week"]
+        assert "offset" not in exprs["{{arm}}"]
+        for side in ("lower", "upper"):
+            assert "evald_window_sum_squares{" in exprs[f"{{{{arm}}}} ci95 {side}"]
+        fills = {
+            o["matcher"]["options"]: {p["id"]: p["value"] for p in o["properties"]}
+            for o in panel["fieldConfig"]["overrides"]
+        }
+        for arm in (Spec().control, Spec().treatment):
+            assert fills[f"{arm} ci95 upper"]["custom.fillBelowTo"] == f"{arm} ci95 lower"
+
+
+def test_health_panels_cover_counts_abandonment_join_lag_and_watermark() -> None:
+    queries = "\n".join(dashboard_queries())
+    for name in (
+        "evald_window_count",
+        "evald_measure_count",
+        "evald_impressions_abandoned_total",
+        "evald_feedback_unattributed_total",
+        "evald_rejected_total",
+        "evald_events_total",
+        "evald_consumer_lag",
+        "evald_watermark_timestamp_seconds",
+        "evald_pending_impressions",
+        "evald_finalize_lag_seconds_bucket",
+    ):
+        assert name in queries, name
+
+
+def test_panel_ids_are_unique_and_the_grid_has_no_overlap() -> None:
+    all_panels = dashboard()["panels"]
+    ids = [p["id"] for p in all_panels]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for panel in all_panels:
+        g = panel["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, panel["title"]
+                cells.add((x, y))
+
+
+def test_provisioning_points_at_the_dashboards_and_the_prometheus_datasource() -> None:
+    datasources = load_yaml(DEPLOY / "grafana/provisioning/datasources/prometheus.yml")
+    (ds,) = datasources["datasources"]
+    assert ds["type"] == "prometheus" and ds["isDefault"] is True
+    providers = load_yaml(DEPLOY / "grafana/provisioning/dashboards/evald.yml")
+    (provider,) = providers["providers"]
+    assert provider["type"] == "file"
+    assert provider["options"]["path"].startswith("/")
