@@ -1,0 +1,330 @@
+"""`evald replay`: run the streaming engine over JSON Lines event files, deterministically.
+
+Files are read in the order given (``-`` or none = stdin), every line is fed to one Engine
+(partition 0, kind inferred per line), ``tick()`` runs every ``--tick-every`` lines and
+everything pending is finalized at the end. The wall clock never moves (the idle fallback is
+a live-only concern), so the same input always gives the same output files.
+
+Exit status: 0 done (rejected lines are counted, reported and kept, not fatal unless
+``--strict``), 1 with ``--strict`` when some lines were rejected, 2 usage error (bad option or
+configuration value, unreadable file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evald.config import EngineConfig
+    from evald.engine import Engine, Result
+
+SUMMARY = "replay JSON Lines impression/feedback events through the streaming engine"
+
+EXAMPLES = """\
+  evald replay events.jsonl                                  summary of counts
+  evald replay day1.jsonl day2.jsonl --results results.jsonl --windows windows.jsonl
+  cat events.jsonl | evald replay - --window 10m --lateness 30s --measures 'nDCG@10,RR'
+  evald replay events.jsonl --rejected rejected.jsonl --strict   exit 1 if a line is rejected
+  evald replay events.jsonl --config engine.yaml             every engine knob from a file
+
+impression: {"request_id": "r1", "ts": "2024-05-01T12:00:00Z", "items": ["a", "b"],
+             "labels": {"model": "v2", "arm": "treatment"}}
+feedback:   {"request_id": "r1", "ts": 1714564800000, "item": "b", "action": "click"}
+results line: {"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures": {name: value}}
+"""
+
+TICK_EVERY = 4096
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Declare the options; engine defaults live in EngineConfig (docs/semantics.md)."""
+    parser.add_argument(
+        "files", nargs="*", metavar="FILE", help="JSON Lines event files; '-' or none: stdin"
+    )
+    parser.add_argument("--window", metavar="DUR", help="attribution window (default 30m)")
+    parser.add_argument("--lateness", metavar="DUR", help="allowed lateness (default 2m)")
+    parser.add_argument(
+        "-m", "--measures", metavar="LIST", help="comma-separated measures (default set: see docs)"
+    )
+    parser.add_argument(
+        "--label-keys",
+        metavar="KEYS",
+        help="comma-separated segment label keys (model,arm,surface)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML or JSON mapping of EngineConfig fields; the flags above override it",
+    )
+    parser.add_argument("--results", metavar="OUT", help="one JSON line per finalized impression")
+    parser.add_argument(
+        "--windows", metavar="OUT", help="one JSON line per (window, segment, measure)"
+    )
+    parser.add_argument("--rejected", metavar="OUT", help="rejected lines with their reasons")
+    parser.add_argument(
+        "--tick-every",
+        type=int,
+        default=TICK_EVERY,
+        metavar="N",
+        help=f"score what the watermark closed every N lines (default {TICK_EVERY})",
+    )
+    parser.add_argument("--strict", action="store_true", help="exit 1 when any line was rejected")
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="progress bar on stderr (auto: when stderr is a terminal)",
+    )
+
+
+class UsageError(Exception):
+    """Bad option, configuration value or unreadable input: exit status 2."""
+
+
+def build_config(args: argparse.Namespace) -> EngineConfig:
+    """EngineConfig from ``--config`` plus the flags; errors name the field."""
+    from evald.config import ConfigError, load_config
+
+    data: dict[str, Any] = {}
+    if args.config:
+        data = _read_config_file(args.config)
+    if args.window is not None:
+        data["window"] = args.window
+    if args.lateness is not None:
+        data["lateness"] = args.lateness
+    if args.measures is not None:
+        data["measures"] = args.measures
+    if args.label_keys is not None:
+        data["label_keys"] = [k.strip() for k in args.label_keys.split(",") if k.strip()]
+    try:
+        return load_config(data)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _read_config_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise UsageError(f"--config: cannot read {path}: {exc.strerror}") from None
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--config: {path} is not valid YAML/JSON: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"--config: {path} must hold a mapping of engine settings")
+    return data
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def result_line(result: Result) -> str:
+    """The ``--results`` JSON line (non-finite measure values become null)."""
+    body = result.to_json()
+    measures = body["measures"]
+    if not all(math.isfinite(v) for v in measures.values()):
+        body["measures"] = {k: _finite(v) for k, v in measures.items()}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+
+
+class Progress:
+    """A one-line progress bar on stderr, redrawn at most 5 times a second."""
+
+    def __init__(self, total_bytes: int | None, enabled: bool) -> None:
+        self.total = total_bytes
+        self.enabled = enabled
+        self._last = 0.0
+
+    def update(self, done_bytes: int, events: int, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.2:
+            return
+        self._last = now
+        if self.total:
+            share = min(1.0, done_bytes / self.total)
+            bar = "#" * int(share * 30)
+            text = f"\r[{bar:<30}] {share:6.1%}  {events:,} events"
+        else:
+            text = f"\r{events:,} events, {done_bytes / 1e6:.1f} MB"
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _lines(paths: list[str]) -> Iterator[tuple[str, int, bytes, int]]:
+    """(source name, line number, raw line without its newline, bytes consumed) per line."""
+    for path in paths or ["-"]:
+        if path == "-":
+            name, stream = "<stdin>", sys.stdin.buffer
+            ctx: contextlib.AbstractContextManager[Any] = contextlib.nullcontext(stream)
+        else:
+            name = path
+            try:
+                ctx = open(path, "rb")  # noqa: SIM115 (closed by the with below)
+            except OSError as exc:
+                raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        with ctx as fh:
+            for number, raw in enumerate(fh, start=1):
+                size = len(raw)
+                line = raw.rstrip(b"\r\n")
+                if line.strip():
+                    yield name, number, line, size
+                else:
+                    yield name, number, b"", size
+
+
+def _open_out(path: str | None, stack: contextlib.ExitStack) -> IO[str] | None:
+    if path is None:
+        return None
+    if path == "-":
+        return sys.stdout
+    try:
+        return stack.enter_context(open(path, "w", encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def replay(
+    engine: Engine,
+    paths: list[str],
+    *,
+    results: IO[str] | None = None,
+    rejected: IO[str] | None = None,
+    tick_every: int = TICK_EVERY,
+    progress: Progress | None = None,
+) -> dict[str, int]:
+    """Feed every line of ``paths`` (in order) to ``engine``, then drain; returns counts."""
+    from evald.decode import Rejection
+
+    if results is not None:
+        write_result = results.write
+
+        def on_result(result: Result) -> None:
+            write_result(result_line(result) + "\n")
+
+        engine.on_result = on_result
+    feed, tick = engine.feed, engine.tick
+    lines = blank = 0
+    done_bytes = 0
+    for name, number, raw, size in _lines(paths):
+        done_bytes += size
+        if not raw:
+            blank += 1
+            continue
+        lines += 1
+        got = feed(raw)
+        if rejected is not None and isinstance(got, Rejection):
+            rejected.write(
+                json.dumps({"file": name, "line": number, **got.to_json()}, ensure_ascii=False)
+                + "\n"
+            )
+        if lines % tick_every == 0:
+            tick()
+            if progress is not None:
+                progress.update(done_bytes, lines)
+    tick()
+    engine.drain()
+    if progress is not None:
+        progress.update(done_bytes, lines, force=True)
+    return {"lines": lines, "blank": blank}
+
+
+def summary(engine: Engine, counts: dict[str, int]) -> list[str]:
+    """Human-readable summary lines of what happened to every event."""
+    stats = engine.stats
+    ev = stats.events
+    rows = [
+        f"lines read             {counts['lines']:,} (+{counts['blank']:,} blank)",
+        f"impressions            {ev[('impression', 'accepted')]:,} accepted, "
+        f"{ev[('impression', 'duplicate')]:,} duplicate, "
+        f"{stats.late_impressions:,} arrived after their window closed",
+        f"feedback               {ev[('feedback', 'accepted')]:,} accepted, "
+        f"{ev[('feedback', 'duplicate')]:,} duplicate",
+        f"rejected               {sum(stats.rejected.values()):,}" + _breakdown(stats.rejected),
+        f"finalized impressions  {sum(stats.finalized.values()):,}"
+        + _breakdown(stats.finalized)
+        + f", {stats.abandoned:,} abandoned (no positive feedback)",
+        f"feedback not counted   {sum(stats.unattributed.values()):,}"
+        + _breakdown(stats.unattributed),
+    ]
+    return rows
+
+
+def _breakdown(counts: dict[str, int]) -> str:
+    parts = [f"{k} {v:,}" for k, v in counts.items() if v]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def means(engine: Engine) -> list[str]:
+    """Overall mean per measure over every finalized impression (from the histograms)."""
+    agg = engine.aggregates
+    total = agg.hist_sum.sum(axis=0)
+    count = agg.hist_count.sum(axis=0)
+    rows = []
+    for m, name in enumerate(agg.measures):
+        if count[m]:
+            rows.append(f"  {name:<20} {total[m] / count[m]:.6f}  (n={int(count[m]):,})")
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``evald replay``."""
+    try:
+        config = build_config(args)
+        if args.tick_every < 1:
+            raise UsageError("--tick-every must be >= 1")
+        from evald.engine import Engine
+
+        engine = Engine(config, clock=lambda: 0.0)
+        paths = list(args.files)
+        for path in paths:
+            if path != "-" and not os.access(path, os.R_OK):
+                raise UsageError(f"cannot read {path}")
+        sizes = [os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p)]
+        total = sum(sizes) if paths and len(sizes) == len(paths) else None
+        show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+        progress = Progress(total, show)
+        with contextlib.ExitStack() as stack:
+            results = _open_out(args.results, stack)
+            rejected = _open_out(args.rejected, stack)
+            windows = _open_out(args.windows, stack)
+            counts = replay(
+                engine,
+                paths,
+                results=results,
+                rejected=rejected,
+                tick_every=args.tick_every,
+                progress=progress,
+            )
+            progress.close()
+            if windows is not None:
+                for row in engine.window_rows(last_only=False):
+                    windows.write(json.dumps(row.to_json(), ensure_ascii=False) + "\n")
+    except UsageError as exc:
+        print(f"evald replay: {exc}", file=sys.stderr)
+        return 2
+    out = sys.stderr if "-" in (args.results, args.windows, args.rejected) else sys.stdout
+    print("\n".join([*summary(engine, counts), "means:", *means(engine)]), file=out)
+    rejected_n = sum(engine.stats.rejected.values())
+    return 1 if args.strict and rejected_n else 0
