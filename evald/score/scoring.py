@@ -51,23 +51,47 @@ Sink = Callable[[Sequence[Qid], Sequence[np.ndarray]], None]
 """Receives each scored batch: qids and one values column per per-query measure."""
 
 
-class BatchScorer:
-    """Collects queries, scores them a batch at a time, hands rows to ``sink``, keeps means."""
+#: Matrix cells (lists x width) one batch may hold: a batch is padded to its widest list, so a
+#: few very long lists would otherwise blow a 10k-list batch up to gigabytes.
+CELL_BUDGET = 4_000_000
 
-    def __init__(self, measures: Sequence[Measure], sink: Sink, *, batch_size: int = 10_000):
-        if batch_size < 1:
-            raise ValueError("batch_size must be ≥ 1")
+
+class BatchScorer:
+    """Collects queries, scores them a batch at a time, hands rows to ``sink``, keeps means.
+
+    A batch is scored when it reaches ``batch_size`` lists or when adding the next list would
+    take its padded matrices past ``cell_budget`` cells, whichever comes first; a single list
+    longer than the budget is scored on its own. Rows always come out in input order.
+    """
+
+    def __init__(
+        self,
+        measures: Sequence[Measure],
+        sink: Sink,
+        *,
+        batch_size: int = 10_000,
+        cell_budget: int = CELL_BUDGET,
+    ) -> None:
+        if batch_size < 1 or cell_budget < 1:
+            raise ValueError("batch_size and cell_budget must be ≥ 1")
         self.measures = list(measures)
         self.row_measures = per_query(self.measures)
         self._sink = sink
         self._batch_size = batch_size
+        self._cell_budget = cell_budget
         self._depth = required_depth(self.measures)
         self._pending: list[Query] = []
+        self._width = 0  # widest matrix row the pending batch needs
         self._means = {m: MeanAccumulator() for m in self.measures}
         self.scored = 0
 
     def add(self, query: Query) -> None:
+        served = len(query.ranking) if self._depth is None else min(len(query.ranking), self._depth)
+        width = max(served, len(query.qrels), 1)  # the ideal matrix is as wide as the judgments
+        if self._pending and max(self._width, width) * (len(self._pending) + 1) > self._cell_budget:
+            self.flush()
         self._pending.append(query)
+        self._width = max(self._width, width)
         if len(self._pending) >= self._batch_size:
             self.flush()
 
@@ -75,7 +99,7 @@ class BatchScorer:
         """Score what is pending (the caller calls it once more at end of input)."""
         if not self._pending:
             return
-        queries, self._pending = self._pending, []
+        queries, self._pending, self._width = self._pending, [], 0
         batch = Batch.from_lists(
             [q.ranking for q in queries], [q.qrels for q in queries], depth=self._depth
         )

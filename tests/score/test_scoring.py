@@ -43,9 +43,11 @@ queries = st.lists(
 )
 
 
-def run_all(items: list[Query], batch_size: int) -> tuple[Collect, BatchScorer]:
+def run_all(
+    items: list[Query], batch_size: int, cell_budget: int = 10**9
+) -> tuple[Collect, BatchScorer]:
     sink = Collect()
-    scorer = BatchScorer(MEASURES, sink, batch_size=batch_size)
+    scorer = BatchScorer(MEASURES, sink, batch_size=batch_size, cell_budget=cell_budget)
     for query in items:
         scorer.add(query)
     scorer.flush()
@@ -53,12 +55,12 @@ def run_all(items: list[Query], batch_size: int) -> tuple[Collect, BatchScorer]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(items=queries, batch_size=st.integers(1, 7))
+@given(items=queries, batch_size=st.integers(1, 7), cell_budget=st.integers(1, 40))
 def test_rows_and_means_do_not_depend_on_the_batch_size(
-    items: list[Query], batch_size: int
+    items: list[Query], batch_size: int, cell_budget: int
 ) -> None:
     whole, whole_scorer = run_all(items, 10_000)
-    split, split_scorer = run_all(items, batch_size)
+    split, split_scorer = run_all(items, batch_size, cell_budget)
     assert split.qids == whole.qids == [q.qid for q in items]
     assert split.columns == whole.columns
     for a, b in zip(whole_scorer.means(), split_scorer.means(), strict=True):
@@ -124,3 +126,40 @@ def test_accumulator_merges_batches_exactly() -> None:
 def test_batch_size_must_be_positive() -> None:
     with pytest.raises(ValueError):
         BatchScorer(MEASURES, Collect(), batch_size=0)
+
+
+class BatchSizes(Collect):
+    """Row sink that records how many rows each scored batch had."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def __call__(self, qids: Sequence[Qid], columns: Sequence[np.ndarray]) -> None:
+        self.sizes.append(len(qids))
+        super().__call__(qids, columns)
+
+
+def test_long_lists_close_a_batch_early_to_bound_its_matrix() -> None:
+    short = [Query(f"s{i}", ["a", "b"], {"a": 1}) for i in range(6)]
+    long = Query("long", [f"d{i}" for i in range(50)], {"d3": 1})
+    sink = BatchSizes()
+    scorer = BatchScorer(parse_measures("RR"), sink, batch_size=100, cell_budget=60)
+    for query in [*short[:3], long, *short[3:]]:
+        scorer.add(query)
+    scorer.flush()
+    # 3 short lists (width 2) fit; the 50-wide list alone would make 4 x 50 > 60 cells, so the
+    # short ones go first, the long one is scored alone, then the rest (3 x 2 cells)
+    assert sink.sizes == [3, 1, 3]
+    assert sink.qids == ["s0", "s1", "s2", "long", "s3", "s4", "s5"]
+    assert sink.columns[0][3] == 0.25
+
+
+def test_the_cut_off_depth_not_the_list_length_sets_the_width() -> None:
+    long = [Query(f"q{i}", [f"d{j}" for j in range(50)], {"d0": 1}) for i in range(4)]
+    sink = BatchSizes()
+    scorer = BatchScorer(parse_measures("P@5"), sink, batch_size=100, cell_budget=20)
+    for query in long:
+        scorer.add(query)
+    scorer.flush()
+    assert sink.sizes == [4]  # 4 lists x 5 ranks = 20 cells: one batch
