@@ -22,16 +22,22 @@ if TYPE_CHECKING:
 SUMMARY = "score ranked lists offline (JSON Lines or TREC run/qrels) with trec_eval-exact measures"
 
 EXAMPLES = """\
-  evald score lists.jsonl                          per-query JSON Lines on stdout
-  evald score lists.jsonl --mean                   mean of each measure (table on a terminal)
-  cat lists.jsonl | evald score --measures 'nDCG@10,RR,P(rel=2)@5'
-  evald score --run run.txt --qrels qrels.txt --mean             like trec_eval
-  evald score --run run.txt --qrels qrels.txt --complete --mean  like trec_eval -c
-  evald score lists.jsonl --output per_query.jsonl --mean        rows to a file, means to stdout
-  evald score --example --mean                     the bundled example data set
+  # per-query JSON Lines on stdout, the default measures
+  evald score lists.jsonl
+  # the mean of each measure (an aligned table on a terminal, JSON otherwise)
+  evald score lists.jsonl --mean
+  # chosen measures, from stdin
+  cat lists.jsonl | evald score --measures 'nDCG@10,RR,P(rel=2)@5,RBP(p=0.9)'
+  # TREC files, like trec_eval (and with --complete, like trec_eval -c)
+  evald score --run run.txt --qrels qrels.txt --mean
+  # per-query rows to a file and the means to stdout
+  evald score lists.jsonl --output per_query.jsonl --mean
+  # the small example data set bundled with evald
+  evald score --example --mean
 
 input line: {"qid": "q1", "ranking": ["d3", "d1", "d7"], "qrels": {"d1": 2, "d9": 1}}
 exit status: 0 all lines scored, 1 some lines rejected (reported on stderr), 2 usage error
+formats and trec_eval conventions: docs/score.md; measure names: docs/metrics.md
 """
 
 DEFAULT_BATCH_SIZE = 10_000
