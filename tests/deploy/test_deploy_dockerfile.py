@@ -1,0 +1,133 @@
+"""The Dockerfile and its build context, checked offline (no Docker engine here)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from deploy_support import REPO
+
+from deploy.generator.spec import Spec
+
+DOCKERFILE = REPO / "Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text(encoding="utf-8"))
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def final_stage() -> list[tuple[str, str]]:
+    steps = instructions()
+    last_from = max(i for i, (word, _) in enumerate(steps) if word == "FROM")
+    return steps[last_from:]
+
+
+def test_runtime_image_is_python_slim() -> None:
+    assert final_stage()[0] == ("FROM", "python:3.11-slim")
+    for word, args in instructions():
+        if word == "FROM":
+            assert args.split()[0] == "python:3.11-slim"
+
+
+def test_runs_as_a_non_root_user_created_in_the_image() -> None:
+    stage = final_stage()
+    users = [args for word, args in stage if word == "USER"]
+    assert users, "no USER in the final stage"
+    uid = users[-1].split(":")[0]
+    assert uid not in {"0", "root"}
+    created = " ".join(args for word, args in stage if word == "RUN")
+    assert f"--uid {uid}" in created
+    user_at = max(i for i, (w, _) in enumerate(stage) if w == "USER")
+    entry_at = max(i for i, (w, _) in enumerate(stage) if w == "ENTRYPOINT")
+    assert user_at < entry_at
+
+
+def test_healthcheck_probes_healthz_with_python_on_the_exposed_port() -> None:
+    stage = dict(final_stage())
+    port = Spec().metrics_port
+    assert stage["EXPOSE"] == str(port)
+    health = stage["HEALTHCHECK"]
+    cmd = json.loads(health[health.index("CMD") + 3 :].strip())
+    assert cmd[0] == "python"
+    env = dict(item.split("=", 1) for item in shlex.split(stage["ENV"]) if "=" in item)
+    url = env["EVALD_HEALTHCHECK_URL"]
+    assert url == f"http://127.0.0.1:{port}/healthz"
+    assert "EVALD_HEALTHCHECK_URL" in cmd[-1]
+    # the daemon listens on all interfaces inside the container, on the exposed port
+    assert env["EVALD_DAEMON__METRICS_ADDRESS"] == f"0.0.0.0:{port}"
+
+
+def test_entrypoint_is_evald() -> None:
+    stage = dict(final_stage())
+    assert json.loads(stage["ENTRYPOINT"]) == ["evald"]
+    assert json.loads(stage["CMD"]) == ["run"]
+
+
+def test_the_image_installs_the_project_with_pip() -> None:
+    runs = " ".join(args for word, args in instructions() if word == "RUN")
+    assert re.search(r"pip (wheel|install) [^&]*\s\.(\s|$)", runs)
+    assert "--no-cache-dir" in runs
+
+
+def _ignored(rel: str, patterns: list[str]) -> bool:
+    """Docker's .dockerignore semantics for the patterns used here (last match wins)."""
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pat = pattern[1:] if negate else pattern
+        pat = pat.rstrip("/")
+        parts = rel.split("/")
+        hit = any(
+            fnmatch.fnmatch("/".join(parts[:i]), pat.replace("**/", "*"))
+            or fnmatch.fnmatch("/".join(parts[:i]), pat)
+            for i in range(1, len(parts) + 1)
+        )
+        if hit:
+            ignored = not negate
+    return ignored
+
+
+@pytest.fixture(scope="module")
+def ignore_patterns() -> list[str]:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+def test_build_context_keeps_what_pip_install_reads(ignore_patterns: list[str]) -> None:
+    pyproject = (REPO / "pyproject.toml").read_text()
+    readme = re.search(r'^readme = "([^"]+)"', pyproject, re.MULTILINE)
+    assert readme is not None
+    needed = ["pyproject.toml", readme.group(1), "evald/__init__.py", "evald/cli.py"]
+    needed += [p.relative_to(REPO).as_posix() for p in (REPO / "evald").rglob("*.py")]
+    for rel in needed:
+        assert not _ignored(rel, ignore_patterns), f"{rel} is excluded from the build context"
+    for rel in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        "tests/deploy/conftest.py",
+        "evald/__pycache__/cli.cpython-311.pyc",
+    ):
+        assert _ignored(rel, ignore_patterns), f"{rel} would be sent to the daemon"
+
+
+def test_every_copied_source_exists_in_the_context(ignore_patterns: list[str]) -> None:
+    for word, args in instructions():
+        if word != "COPY" or args.startswith("--from"):
+            continue
+        *sources, _dest = args.split()
+        for source in sources:
+            path = REPO / source
+            assert path.exists(), source
+            assert not _ignored(Path(source).as_posix(), ignore_patterns), source

@@ -1,0 +1,142 @@
+"""Kubernetes manifests: parse, and cross-reference ports, probes, labels and selectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from deploy_support import DEPLOY, load_all_yaml, load_yaml
+
+from deploy.generator.k8s import LIVENESS_PATH, READINESS_PATH
+from deploy.generator.spec import Spec
+
+K8S = DEPLOY / "k8s"
+
+
+@pytest.fixture(scope="module")
+def manifests() -> dict[str, dict[str, Any]]:
+    kustomization = load_yaml(K8S / "kustomization.yaml")
+    out = {}
+    for name in kustomization["resources"]:
+        (doc,) = load_all_yaml(K8S / name)
+        out[doc["kind"]] = doc
+    return out
+
+
+def test_kustomization_lists_every_manifest_once() -> None:
+    listed = load_yaml(K8S / "kustomization.yaml")["resources"]
+    on_disk = sorted(p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(listed) == on_disk
+    assert len(set(listed)) == len(listed)
+
+
+def test_required_kinds_are_present(manifests: dict[str, dict[str, Any]]) -> None:
+    required = {"Namespace", "Deployment", "Service", "PodMonitor", "PrometheusRule", "ConfigMap"}
+    assert required <= set(manifests)
+    kinds = [load_all_yaml(p)[0]["kind"] for p in K8S.glob("*.yaml")]
+    assert kinds.count("ConfigMap") == 2  # settings + dashboards
+
+
+def _container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_deployment_probes_hit_healthz_and_readyz_on_the_metrics_port(
+    manifests: dict[str, dict[str, Any]],
+) -> None:
+    container = _container(manifests["Deployment"])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": Spec().metrics_port}
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": LIVENESS_PATH,
+        "port": "metrics",
+        "scheme": "HTTP",
+    }
+    assert container["readinessProbe"]["httpGet"]["path"] == READINESS_PATH
+    assert (LIVENESS_PATH, READINESS_PATH) == ("/healthz", "/readyz")
+
+
+def test_selectors_match_pod_labels(manifests: dict[str, dict[str, Any]]) -> None:
+    deployment = manifests["Deployment"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert manifests["Service"]["spec"]["selector"].items() <= pod_labels.items()
+    monitor = manifests["PodMonitor"]["spec"]
+    assert monitor["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_service_and_pod_monitor_use_the_named_container_port(
+    manifests: dict[str, dict[str, Any]],
+) -> None:
+    names = {p["name"] for p in _container(manifests["Deployment"])["ports"]}
+    (svc_port,) = manifests["Service"]["spec"]["ports"]
+    assert svc_port["targetPort"] in names and svc_port["port"] == Spec().metrics_port
+    (endpoint,) = manifests["PodMonitor"]["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in names and endpoint["path"] == "/metrics"
+
+
+def test_settings_configmap_is_mounted_and_binds_the_metrics_port(
+    manifests: dict[str, dict[str, Any]],
+) -> None:
+    deployment = manifests["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = _container(deployment)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    config_path = container["args"][container["args"].index("--config") + 1]
+    (mount,) = [m for m in container["volumeMounts"] if config_path.startswith(m["mountPath"])]
+    configmap_name = volumes[mount["name"]]["configMap"]["name"]
+    settings_cm = next(
+        doc
+        for p in K8S.glob("*.yaml")
+        for doc in load_all_yaml(p)
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == configmap_name
+    )
+    file_name = config_path.rsplit("/", 1)[1]
+    settings = yaml.safe_load(settings_cm["data"][file_name])
+    port = int(settings["daemon"]["metrics_address"].rsplit(":", 1)[1])
+    assert port == Spec().metrics_port
+    grace = pod["terminationGracePeriodSeconds"]
+    assert grace > settings["daemon"]["shutdown_timeout_s"]
+
+
+def test_settings_in_the_configmap_are_valid_evald_settings(tmp_path) -> None:
+    """The settings file the Deployment mounts is accepted by `evald run`'s loader."""
+    from evald.daemon.settings import load_settings
+
+    cm = load_yaml(K8S / "settings-configmap.yaml")
+    path = tmp_path / "evald.yaml"
+    path.write_text(cm["data"]["evald.yaml"])
+    settings = load_settings(file=str(path), flags={}, environ={})
+    assert settings.daemon.metrics_address.endswith(f":{Spec().metrics_port}")
+    settings.engine_config()
+
+
+def test_pod_runs_as_non_root_with_a_read_only_root(manifests: dict[str, dict[str, Any]]) -> None:
+    pod = manifests["Deployment"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    container = _container(manifests["Deployment"])
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_every_manifest_is_namespaced_consistently() -> None:
+    namespaces = set()
+    for path in K8S.glob("*.yaml"):
+        for doc in load_all_yaml(path):
+            if doc["kind"] in {"Namespace", "Kustomization"}:
+                continue
+            namespaces.add(doc["metadata"]["namespace"])
+    (ns,) = load_all_yaml(K8S / "namespace.yaml")
+    assert namespaces == {ns["metadata"]["name"]}
+
+
+def test_dashboard_configmap_is_picked_up_by_the_grafana_sidecar(
+    manifests: dict[str, dict[str, Any]],
+) -> None:
+    cm = load_yaml(K8S / "dashboard-configmap.yaml")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert list(cm["data"]) == ["evald.json"]
