@@ -123,10 +123,12 @@ class Engine:
         event = self._decode(raw, kind)
         store = self._stores.get(partition) or self._store(partition)
         until = store.replay_until
-        if until is None or offset is None:
-            replayed = False
-        else:
-            replayed = offset < until.get(kind or getattr(event, "kind", ""), -1)
+        if event.__class__ is Rejection:
+            if until is None or offset is None or offset >= until.get(kind or "", -1):
+                self.stats.rejected[event.reason] += 1  # type: ignore[union-attr]
+                self._events[(event.kind, "rejected")] += 1
+            return event
+        replayed = until is not None and offset is not None and offset < until.get(event.kind, -1)
         if event.kind == "feedback":
             grade = event.grade  # type: ignore[union-attr]
             if grade is None:
@@ -134,15 +136,10 @@ class Engine:
             outcome = store.add_feedback(event, grade, offset, replayed)  # type: ignore[arg-type]
             if not replayed:
                 self._events[("feedback", outcome)] += 1
-        elif event.kind == "impression":
+        else:
             outcome = store.add_impression(event, offset, replayed)  # type: ignore[arg-type]
             if not replayed:
                 self._events[("impression", outcome)] += 1
-        else:
-            if not replayed:
-                self.stats.rejected[event.reason] += 1  # type: ignore[union-attr]
-                self._events[(event.kind, "rejected")] += 1
-            return event
         self._drained = False
         return event
 
