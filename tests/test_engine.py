@@ -1,0 +1,283 @@
+"""Engine-level behaviour: counters, partitions, window rows and the daemon hooks."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import numpy as np
+import pytest
+
+from evald.config import load_config
+from evald.engine import Engine, Result
+from evald.events import format_timestamp
+
+MIN = 60_000
+WINDOW = 10 * MIN
+LATENESS = MIN
+
+
+def imp(rid: str, ts: int, items: list[str], **labels: str) -> bytes:
+    return json.dumps({"request_id": rid, "ts": ts, "items": items, "labels": labels}).encode()
+
+
+def fb(rid: str, ts: int, item: str, action: str = "click", **extra: object) -> bytes:
+    body = {"request_id": rid, "ts": ts, "item": item, "action": action, **extra}
+    return json.dumps(body).encode()
+
+
+def make(**settings: object) -> tuple[Engine, list[Result]]:
+    results: list[Result] = []
+    config = load_config({"window": WINDOW, "lateness": LATENESS, "measures": "RR,P@2", **settings})
+    return Engine(config, clock=lambda: 0.0, on_result=results.append), results
+
+
+def test_counters_by_kind_outcome_and_reason():
+    engine, _ = make()
+    engine.feed(imp("r", 0, ["a"]))
+    engine.feed(imp("r", 0, ["a"]))
+    engine.feed(fb("r", 1, "a"))
+    engine.feed(b"{oops")
+    engine.feed(fb("r", 1, "a", action="wink"))
+    ev = engine.stats.events
+    assert ev[("impression", "accepted")] == 1 and ev[("impression", "duplicate")] == 1
+    assert ev[("feedback", "accepted")] == 1 and ev[("feedback", "rejected")] == 1
+    assert ev[("unknown", "rejected")] == 1
+    assert engine.stats.rejected["invalid_json"] == 1
+    assert engine.stats.rejected["unknown_action"] == 1
+
+
+def test_result_json_schema():
+    engine, results = make()
+    engine.feed(imp("r", 1_714_564_800_250, ["a", "b"], arm="t", extra="kept"))
+    engine.feed(fb("r", 1_714_564_800_300, "b"))
+    engine.drain()
+    line = results[0].to_json()
+    assert line == {
+        "request_id": "r",
+        "ts": "2024-05-01T12:00:00.250Z",
+        "labels": {"arm": "t", "extra": "kept"},
+        "measures": {"RR": 0.5, "P@2": 0.5},
+    }
+    assert format_timestamp(results[0].ts) == line["ts"]
+
+
+def test_partitions_have_their_own_watermarks():
+    engine, results = make()
+    engine.feed(imp("a", 0, ["x"]), partition=0)
+    engine.feed(imp("b", 0, ["x"]), partition=1)
+    engine.feed(imp("c", WINDOW + LATENESS, ["x"]), partition=0)
+    engine.tick()
+    assert engine.watermarks() == {0: WINDOW, 1: -LATENESS}
+    assert [(r.request_id, r.partition) for r in results] == [("a", 0)]
+    assert engine.pending() == 2
+
+
+def test_window_rows_match_an_independent_computation():
+    engine, results = make(bucket="1m", windows=["5m", "1h"])
+    rng = np.random.default_rng(1)
+    max_ts = 0
+    for k in range(400):
+        ts = k * 15_000  # 100 minutes
+        arm = "A" if k % 3 else "B"
+        engine.feed(imp(f"r{k}", ts, ["a", "b", "c"], arm=arm))
+        max_ts = ts
+        if rng.random() < 0.7:
+            engine.feed(fb(f"r{k}", ts + 10, str(rng.choice(["a", "b", "c"]))))
+            max_ts = ts + 10
+        engine.tick()
+    complete = engine.complete_before()
+    assert complete == max_ts - LATENESS - WINDOW + 1
+    rows = engine.window_rows()
+    assert {r.window for r in rows} == {"5m", "1h"}
+    for row in rows:
+        assert row.end_ms <= complete and row.end_ms % (5 * MIN) == 0
+        vals = [
+            r.measures[row.measure]
+            for r in results
+            if row.start_ms <= r.ts < row.end_ms and r.labels["arm"] == row.labels["arm"]
+        ]
+        assert row.count == len(vals)
+        assert row.sum == pytest.approx(sum(vals))
+        assert row.sum_squares == pytest.approx(sum(v * v for v in vals))
+        assert row.mean == pytest.approx(statistics.fmean(vals))
+        half = 1.959963984540054 * statistics.stdev(vals) / len(vals) ** 0.5
+        assert row.ci95_halfwidth == pytest.approx(half)
+        assert row.labels == {"model": "__none__", "arm": row.labels["arm"], "surface": "__none__"}
+    five = {r.end_ms for r in rows if r.window == "5m"}
+    assert five == {complete // (5 * MIN) * (5 * MIN)}
+
+
+def test_histograms_count_every_finalized_impression():
+    engine, results = make(histogram_bounds=[0.0, 0.5, 1.0])
+    for k in range(20):
+        engine.feed(imp(f"r{k}", k, ["a", "b"], arm="A"))
+        if k % 2:
+            engine.feed(fb(f"r{k}", k + 1, "a" if k % 4 == 1 else "b"))
+    engine.drain()
+    agg = engine.aggregates
+    seg = engine.segments.segment_of({"arm": "A"})
+    m = agg.measures.index("RR")
+    rr = [r.measures["RR"] for r in results]
+    assert agg.hist_count[seg, m] == 20
+    assert agg.hist_sum[seg, m] == pytest.approx(sum(rr))
+    # buckets: <=0, (0, 0.5], (0.5, 1], +Inf
+    assert agg.hist_counts[seg, m].tolist() == [
+        sum(v <= 0 for v in rr),
+        sum(0 < v <= 0.5 for v in rr),
+        sum(0.5 < v <= 1 for v in rr),
+        0,
+    ]
+    assert agg.abandoned[seg] == 10
+
+
+def test_cardinality_is_capped_under_100k_distinct_label_values():
+    engine, results = make(label_value_cap=50, window="1m", lateness=0)
+    for k in range(100_000):
+        engine.feed(imp(f"r{k}", k, ["a"], model=f"m{k}", arm=f"a{k % 70}"))
+        if k % 5_000 == 0:
+            engine.tick()
+    engine.drain()
+    assert len(results) == 100_000
+    segments = engine.segments.segments
+    for key_index in range(3):
+        assert len({seg[key_index] for seg in segments}) <= 51
+    assert len(segments) <= 51 * 51
+    assert engine.segments.value_counts()[:2] == [50, 50]
+    assert any(seg[0] == "__other__" for seg in segments)
+    # the raw labels are still on every result
+    assert results[-1].labels == {"model": "m99999", "arm": "a39"}
+
+
+# ------------------------------------------------------------------------ daemon hooks
+
+
+def test_low_offsets_track_pending_impressions_merged_and_held_feedback():
+    engine, _ = make()
+    assert engine.low_offsets(0) == {"impression": None, "feedback": None}
+    engine.feed(imp("a", 0, ["x"]), kind="impression", offset=10)
+    engine.feed(imp("b", 1, ["x"]), kind="impression", offset=11)
+    engine.feed(fb("b", 2, "x"), kind="feedback", offset=5)
+    engine.feed(fb("later", 3, "x"), kind="feedback", offset=6)  # held
+    assert engine.low_offsets(0) == {"impression": 10, "feedback": 5}
+    engine.feed(imp("c", WINDOW + LATENESS + 1, ["x"]), kind="impression", offset=12)
+    engine.tick()  # a and b closed and emitted; the held feedback is still waiting
+    assert engine.low_offsets(0) == {"impression": 12, "feedback": 6}
+    engine.drain()
+    assert engine.low_offsets(0) == {"impression": None, "feedback": None}
+    assert engine.checkpoint(0) == WINDOW + 1
+    assert engine.checkpoint(7) is None
+
+
+def _stream(seed: int, n: int = 400) -> list[tuple[str, int, bytes]]:
+    """(kind, per-kind offset, raw) in arrival order for two co-partitioned topics."""
+    rng = np.random.default_rng(seed)
+    events: list[tuple[int, str, bytes]] = []
+    for k in range(n):
+        ts = k * 20_000
+        items = [f"i{x}" for x in rng.choice(30, size=4, replace=False)]
+        events.append((ts, "impression", imp(f"r{k}", ts, items, arm=f"{k % 2}")))
+        for _ in range(int(rng.integers(0, 4))):
+            lag = int(rng.integers(-MIN, WINDOW + MIN))
+            events.append((ts + lag, "feedback", fb(f"r{k}", ts + lag, str(rng.choice(items)))))
+    events.sort(key=lambda e: e[0] + int(rng.integers(0, LATENESS)))
+    offsets = {"impression": 0, "feedback": 0}
+    out = []
+    for _, kind, raw in events:
+        out.append((kind, offsets[kind], raw))
+        offsets[kind] += 1
+    return out
+
+
+@pytest.mark.parametrize("crash_at", [1, 150, 433, 700])
+def test_restore_after_a_crash_emits_every_impression_exactly_once(crash_at):
+    stream = _stream(5)
+    reference, ref_results = make()
+    for kind, off, raw in stream:
+        reference.feed(raw, kind=kind, offset=off)
+        reference.tick()
+    reference.drain()
+    want = {r.request_id: r.measures for r in ref_results}
+
+    # first life: commit (results emitted so far + low offsets + watermark) at crash_at
+    first, first_results = make()
+    consumed = {"impression": 0, "feedback": 0}
+    for kind, off, raw in stream[:crash_at]:
+        first.feed(raw, kind=kind, offset=off)
+        first.tick()
+        consumed[kind] = off + 1
+    committed = list(first_results)
+    low = first.low_offsets(0)
+    watermark = first.checkpoint(0)
+    # ... events after the commit are lost with the crash (their results were never committed)
+
+    second, second_results = make()
+    second.restore(0, watermark, consumed)
+    start = {k: consumed[k] if low[k] is None else low[k] for k in consumed}
+    for kind, off, raw in stream:
+        if off >= start[kind]:
+            second.feed(raw, kind=kind, offset=off)
+            second.tick()
+    second.drain()
+    got = [r.request_id for r in committed + second_results]
+    assert len(got) == len(set(got)), "an impression was emitted twice"
+    assert {r.request_id: r.measures for r in committed + second_results} == want
+
+
+def test_restore_counts_only_events_not_seen_before():
+    engine, _ = make()
+    engine.restore(0, 15 * MIN, {"impression": 2, "feedback": 1})
+    engine.feed(imp("old", 0, ["a"]), kind="impression", offset=0)  # done before: skipped
+    engine.feed(imp("open", 15 * MIN, ["a"]), kind="impression", offset=1)  # rebuilt silently
+    engine.feed(fb("gone", 1, "a"), kind="feedback", offset=0)  # no impression: silent
+    engine.feed(b"junk", kind="feedback", offset=0)  # rejected before: not counted again
+    assert sum(engine.stats.events.values()) == 0
+    assert engine.pending() == 1 and engine.watermarks() == {0: 15 * MIN}
+    engine.feed(imp("new", 15 * MIN, ["a"]), kind="impression", offset=2)
+    engine.feed(b"junk", kind="feedback", offset=1)
+    assert engine.stats.events[("impression", "accepted")] == 1
+    assert engine.stats.rejected["invalid_json"] == 1
+
+
+def test_drop_partition_forgets_state_and_window_sums_but_not_histograms():
+    engine, _ = make()
+    engine.feed(imp("a", 0, ["x"], arm="A"), partition=0)
+    engine.feed(imp("b", 0, ["x"], arm="A"), partition=1)
+    engine.feed(imp("c", 0, ["x"], arm="A"), partition=1)
+    engine.drain()
+    seg = engine.segments.segment_of({"arm": "A"})
+    assert engine.aggregates.hist_count[seg].max() == 3
+    engine.drop_partition(1)
+    assert engine.aggregates.partitions() == [0]
+    assert engine.aggregates.hist_count[seg].max() == 3
+    rows = engine.window_rows()
+    assert {r.count for r in rows} == {1}
+    assert 1 not in engine.watermarks()
+
+
+def test_absorb_result_feeds_window_sums_only():
+    engine, results = make()
+    engine.feed(imp("a", 0, ["x"], arm="A"))
+    engine.feed(fb("a", 1, "x"))
+    engine.drain()
+    line = json.loads(json.dumps(results[0].to_json()))
+    other, _ = make()
+    other.absorb_result(line, 4)
+    other.absorb_result({**line, "request_id": "b", "measures": {"RR": 0.25, "P@2": 0.5}}, 4)
+    assert other.aggregates.hist_count.sum() == 0
+    other.drain()
+    rows = {(r.window, r.measure): r for r in other.window_rows()}
+    assert rows[("5m", "RR")].count == 2
+    assert rows[("5m", "RR")].sum == pytest.approx(1.25)
+    assert other.aggregates.partitions() == [4]
+
+
+def test_on_result_gets_every_result_in_finalization_order():
+    engine, results = make()
+    for k in range(5):
+        engine.feed(imp(f"r{k}", k * MIN, ["x"]), partition=k % 2)
+    engine.feed(imp("z", 30 * MIN, ["x"]), partition=0)
+    engine.feed(imp("z", 30 * MIN, ["x"]), partition=1)
+    engine.tick()
+    # partition 0 first (r0, r2, r4 in deadline order), then partition 1
+    assert [r.request_id for r in results] == ["r0", "r2", "r4", "r1", "r3"]
