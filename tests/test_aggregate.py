@@ -1,0 +1,105 @@
+import math
+
+import numpy as np
+import pytest
+
+from evald.aggregate import Aggregates
+from evald.segments import SegmentIndex
+from evald.stats import mean_ci95
+
+MIN = 60_000
+
+
+def make() -> tuple[Aggregates, SegmentIndex]:
+    segments = SegmentIndex(["arm"], cap=5)
+    agg = Aggregates(["m1", "m2"], segments, [0.0, 0.5, 1.0], MIN, [5 * MIN, 60 * MIN], 120 * MIN)
+    return agg, segments
+
+
+def test_histogram_buckets_are_upper_inclusive():
+    agg, segments = make()
+    seg = segments.segment_of({"arm": "A"})
+    values = np.array([[0.0, 0.5], [0.5, 1.0], [0.7, 2.0]])
+    agg.observe(0, np.array([seg] * 3), np.array([0, 1, 2]), values)
+    assert agg.hist_counts[seg, 0].tolist() == [1, 1, 1, 0]  # 0 | (0,.5] | (.5,1] | +Inf
+    assert agg.hist_counts[seg, 1].tolist() == [0, 1, 1, 1]
+    assert agg.hist_sum[seg].tolist() == pytest.approx([1.2, 3.5])
+    assert agg.hist_count[seg].tolist() == [3, 3]
+
+
+def test_non_finite_values_are_left_out():
+    agg, segments = make()
+    seg = segments.segment_of({})
+    agg.observe(0, np.array([seg, seg]), np.array([0, 0]), np.array([[np.nan, 1.0], [0.5, 1.0]]))
+    assert agg.hist_count[seg].tolist() == [1, 2]
+    assert agg.hist_sum[seg].tolist() == [0.5, 2.0]
+    (row,) = [r for r in agg.window_rows(5 * MIN) if r.measure == "m1"]
+    assert row.count == 1 and row.sum == 0.5
+
+
+def test_window_sums_merge_partitions_and_buckets():
+    agg, segments = make()
+    seg = segments.segment_of({"arm": "A"})
+    rng = np.random.default_rng(0)
+    ts = rng.integers(0, 10 * MIN, size=200)
+    vals = rng.random((200, 2))
+    parts = rng.integers(0, 3, size=200)
+    for p in range(3):
+        sel = parts == p
+        agg.observe(p, np.full(sel.sum(), seg), ts[sel], vals[sel])
+    rows = agg.window_rows(10 * MIN, last_only=False)
+    fives = sorted((r.start_ms, r.measure, r) for r in rows if r.window == "5m")
+    assert [(s, m) for s, m, _ in fives] == [(0, "m1"), (0, "m2"), (5 * MIN, "m1"), (5 * MIN, "m2")]
+    for start, measure, row in fives:
+        m = int(measure[1]) - 1
+        sel = (ts >= start) & (ts < start + 5 * MIN)
+        assert row.count == sel.sum()
+        assert row.sum == pytest.approx(vals[sel, m].sum())
+        assert row.sum_squares == pytest.approx((vals[sel, m] ** 2).sum())
+        assert row.mean == pytest.approx(vals[sel, m].mean())
+    # the 1h window holding [0, 10m) is not complete at 10m
+    assert not [r for r in rows if r.window == "1h"]
+    assert [r.end_ms for r in agg.window_rows(10 * MIN) if r.measure == "m1"] == [10 * MIN]
+
+
+def test_final_includes_the_window_holding_the_newest_data():
+    agg, segments = make()
+    agg.observe(0, np.array([segments.segment_of({})]), np.array([7 * MIN]), np.array([[1, 1]]))
+    assert agg.window_rows(None) == []
+    rows = agg.window_rows(None, final=True)
+    assert {(r.window, r.start_ms, r.end_ms) for r in rows} == {
+        ("5m", 5 * MIN, 10 * MIN),
+        ("1h", 0, 60 * MIN),
+    }
+
+
+def test_prune_and_drop_partition():
+    agg, segments = make()
+    seg = segments.segment_of({})
+    agg.observe(0, np.array([seg, seg]), np.array([0, 30 * MIN]), np.ones((2, 2)))
+    agg.observe(1, np.array([seg]), np.array([0]), np.ones((1, 2)))
+    agg.prune(0, 30 * MIN)  # drops partition 0's buckets ending at or before 30m
+    assert agg.window_sums(0, 60 * MIN)[seg, 0, 0] == 2  # partition 0's 30m + partition 1's 0m
+    agg.drop_partition(1)
+    assert agg.window_sums(0, 60 * MIN)[seg, 0, 0] == 1
+    assert agg.partitions() == [0]
+    assert agg.hist_count[seg, 0] == 3  # histograms never go down
+
+
+def test_segments_created_after_buckets_exist_grow_the_arrays():
+    agg, segments = make()
+    for k in range(12):
+        agg.observe(
+            0, np.array([segments.segment_of({"arm": f"a{k}"})]), np.array([0]), np.ones((1, 2))
+        )
+    assert len(segments) == 6  # 5 values + __other__
+    sums = agg.window_sums(0, 5 * MIN)
+    assert sums[:, 0, 0].tolist() == [1, 1, 1, 1, 1, 7]
+
+
+def test_mean_ci95():
+    mean, half = mean_ci95(4, 2.0, 1.5)
+    sd = math.sqrt((1.5 - 2.0**2 / 4) / 3)
+    assert mean == 0.5 and half == pytest.approx(1.959963984540054 * sd / 2)
+    assert math.isnan(mean_ci95(0, 0, 0)[0])
+    assert mean_ci95(1, 0.3, 0.09)[0] == 0.3 and math.isnan(mean_ci95(1, 0.3, 0.09)[1])
