@@ -331,3 +331,56 @@ def test_ipv6_loopback(serve) -> None:
     server = serve("[::1]:0")
     assert server.url == f"http://[::1]:{server.port}"
     assert request(server, "/healthz")[0] == 200
+
+
+# --- end to end with a real engine ------------------------------------------------------------
+
+
+def test_metrics_serves_a_real_engine_over_http(serve) -> None:
+    import json
+
+    from evald.config import EngineConfig
+    from evald.engine import Engine
+    from evald.exposition import build_registry
+
+    engine = Engine(EngineConfig(measures=["RR"], window=60_000, lateness=0), clock=lambda: 0.0)
+    t0 = 1_763_683_200_000
+    lock = threading.Lock()
+    clicked_rank = {"a": 1, "b": 2, "c": None}  # RR = 1, 1/2, 0
+    for i, (rid, rank) in enumerate(clicked_rank.items()):
+        items = ["x", "y", "z"]
+        doc = {"request_id": rid, "ts": t0 + i, "items": items, "labels": {"arm": "control"}}
+        engine.feed(json.dumps(doc).encode())
+        if rank is not None:
+            click = {
+                "request_id": rid,
+                "ts": t0 + i + 5,
+                "item": items[rank - 1],
+                "action": "click",
+            }
+            engine.feed(json.dumps(click).encode())
+    engine.drain()
+    registry, _ = build_registry(engine, lock=lock, ready=lambda: True)
+    server = serve(registry=registry, ready=lambda: True)
+    accept = "application/openmetrics-text;version=1.0.0"
+    for headers in ({}, {"Accept": accept}):
+        status, got_headers, body = request(server, "/metrics", headers=headers)
+        assert status == 200
+        openmetrics = got_headers["content-type"].startswith("application/openmetrics-text")
+        assert openmetrics == ("Accept" in headers)
+        parse = parse_om if openmetrics else parse_text
+        values = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in parse(body.decode())
+            for s in family.samples
+        }
+        labels = (
+            ("arm", "control"),
+            ("measure", "RR"),
+            ("model", "__none__"),
+            ("surface", "__none__"),
+        )
+        assert values[("evald_measure_count", labels)] == 3
+        assert values[("evald_measure_sum", labels)] == 1.5
+        assert values[("evald_ready", ())] == 1
+        assert values[("evald_impressions_abandoned_total", labels[:1] + labels[2:])] == 1
