@@ -1,0 +1,242 @@
+"""`evald replay`: CLI behaviour, output files, and replay == offline scoring of joined qrels."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evald.cli import main
+from evald.events import format_timestamp
+from evald.metrics import Batch, evaluate, parse_measures
+
+MIN = 60_000
+MEASURES = "nDCG@10,RR,Success@10,RBP(p=0.8),P@5,R@10,AP@10,nDCG"
+
+
+def imp(rid: str, ts: int, items: list[str], **labels: str) -> dict:
+    return {"request_id": rid, "ts": ts, "items": items, "labels": labels}
+
+
+def fb(rid: str, ts: int, item: str, action: str = "click", **extra: object) -> dict:
+    return {"request_id": rid, "ts": ts, "item": item, "action": action, **extra}
+
+
+def write_jsonl(path: Path, rows: list[dict | bytes]) -> Path:
+    with path.open("wb") as fh:
+        for row in rows:
+            fh.write(row if isinstance(row, bytes) else json.dumps(row).encode())
+            fh.write(b"\n")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_outputs_summary_and_rejections(tmp_path, capsys):
+    events = write_jsonl(
+        tmp_path / "events.jsonl",
+        [
+            imp("r1", 1_714_564_800_000, ["a", "b", "c"], arm="A"),
+            fb("r1", 1_714_564_800_500, "b", "purchase"),
+            b"",
+            b'{"request_id": "r2", "ts": "not a time", "items": ["a"]}',
+            b"not json at all",
+            imp("r2", "2024-05-01T12:01:00Z", ["a"], arm="B"),
+        ],
+    )
+    out = tmp_path / "results.jsonl"
+    windows = tmp_path / "windows.jsonl"
+    rejected = tmp_path / "rejected.jsonl"
+    rc = main(
+        [
+            "replay",
+            str(events),
+            "--measures",
+            "RR,P@2",
+            "--results",
+            str(out),
+            "--windows",
+            str(windows),
+            "--rejected",
+            str(rejected),
+        ]
+    )
+    assert rc == 0
+    results = read_jsonl(out)
+    assert results == [
+        {
+            "request_id": "r1",
+            "ts": "2024-05-01T12:00:00.000Z",
+            "labels": {"arm": "A"},
+            "measures": {"RR": 0.5, "P@2": 0.5},
+        },
+        {
+            "request_id": "r2",
+            "ts": "2024-05-01T12:01:00.000Z",
+            "labels": {"arm": "B"},
+            "measures": {"RR": 0.0, "P@2": 0.0},
+        },
+    ]
+    bad = read_jsonl(rejected)
+    assert [(b["line"], b["reason"]) for b in bad] == [(4, "bad_timestamp"), (5, "invalid_json")]
+    assert bad[1]["raw"] == "not json at all" and bad[0]["file"] == str(events)
+    rows = read_jsonl(windows)
+    five = {(r["labels"]["arm"], r["measure"]): r for r in rows if r["window"] == "5m"}
+    assert five[("A", "RR")]["count"] == 1 and five[("A", "RR")]["mean"] == 0.5
+    assert five[("A", "RR")]["ci95_halfwidth"] is None
+    assert five[("B", "P@2")]["start_ms"] == 1_714_564_800_000
+    assert {r["window"] for r in rows} == {"5m", "1h"}
+    text = capsys.readouterr().out
+    assert "rejected               2 (invalid_json 1, bad_timestamp 1)" in text
+    assert "abandoned" in text
+
+
+def test_strict_exit_status_and_usage_errors(tmp_path, capsys):
+    events = write_jsonl(tmp_path / "e.jsonl", [imp("r", 0, ["a"]), b"{"])
+    assert main(["replay", str(events)]) == 0
+    assert main(["replay", str(events), "--strict"]) == 1
+    assert main(["replay", str(events), "--window", "soon"]) == 2
+    assert "window" in capsys.readouterr().err
+    assert main(["replay", str(events), "--measures", "nope@3"]) == 2
+    assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
+    config = tmp_path / "engine.yaml"
+    config.write_text("window: 5m\nlabel_keys: [le]\n")
+    assert main(["replay", str(events), "--config", str(config)]) == 2
+    assert "label_keys" in capsys.readouterr().err
+
+
+def test_config_file_and_flags(tmp_path):
+    events = write_jsonl(
+        tmp_path / "e.jsonl",
+        [imp("r", 0, ["a", "b"]), fb("r", 6 * MIN, "b")],  # inside 10m, outside 5m
+    )
+    config = tmp_path / "engine.yaml"
+    config.write_text("window: 5m\nmeasures: RR\n")
+    out = tmp_path / "r.jsonl"
+    main(["replay", str(events), "--config", str(config), "--results", str(out)])
+    assert read_jsonl(out)[0]["measures"] == {"RR": 0.0}
+    main(["replay", str(events), "--config", str(config), "--window", "10m", "--results", str(out)])
+    assert read_jsonl(out)[0]["measures"] == {"RR": 0.5}
+
+
+def test_several_files_in_order_and_stdin(tmp_path):
+    first = write_jsonl(tmp_path / "1.jsonl", [imp("r", 0, ["a", "b"])])
+    second = write_jsonl(tmp_path / "2.jsonl", [fb("r", 10, "b")])
+    out = tmp_path / "r.jsonl"
+    main(["replay", str(first), str(second), "--measures", "RR", "--results", str(out)])
+    assert read_jsonl(out)[0]["measures"] == {"RR": 0.5}
+    proc = subprocess.run(
+        [sys.executable, "-m", "evald", "replay", "-", "--measures", "RR", "--results", "-"],
+        input=first.read_bytes() + second.read_bytes(),
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(proc.stdout.splitlines()[0])["measures"] == {"RR": 0.5}
+    assert b"finalized impressions  1" in proc.stderr
+
+
+# ---------------------------------------------------------------------------- replay == score
+
+WINDOW = 30 * MIN
+LATENESS = 2 * MIN
+GRADES = {"click": 1, "add_to_cart": 2, "purchase": 3}
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> tuple[list[dict], dict[str, tuple[list[str], dict[str, float]]]]:
+    """Random impressions and feedback (inside and outside the window, unknown items,
+    repeats), their arrival order shuffled within the lateness bound; and the joined truth."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    n = draw(st.integers(1, 40))
+    rng = np.random.default_rng(seed)
+    events: list[tuple[int, dict]] = []
+    truth: dict[str, tuple[list[str], dict[str, float]]] = {}
+    for k in range(n):
+        ts = int(rng.integers(0, 3 * WINDOW))
+        length = int(rng.integers(0, 15))
+        items = [f"d{x}" for x in rng.choice(40, size=length, replace=False)]
+        rid = f"q{k}"
+        events.append((ts, imp(rid, ts, items)))
+        qrels: dict[str, float] = {}
+        for _ in range(int(rng.integers(0, 6))):
+            kind = rng.random()
+            lag = int(rng.integers(0, WINDOW + 1))
+            if kind < 0.1:
+                lag = -int(rng.integers(1, MIN))  # early
+            elif kind < 0.2:
+                lag = WINDOW + int(rng.integers(1, MIN))  # late
+            elif kind < 0.4:
+                lag = int(rng.choice([-1, 0, 1, WINDOW - 1, WINDOW, WINDOW + 1]))  # edges
+            item = str(rng.choice(items)) if items and rng.random() < 0.9 else "unknown"
+            if rng.random() < 0.2:
+                grade = float(rng.integers(0, 5))
+                event = fb(rid, ts + lag, item, "judgment", grade=grade)
+            else:
+                action = str(rng.choice(list(GRADES)))
+                grade = GRADES[action]
+                event = fb(rid, ts + lag, item, action)
+            events.append((ts + lag, event))
+            if 0 <= lag <= WINDOW and item in items:
+                qrels[item] = max(qrels.get(item, 0.0), grade)
+        truth[rid] = (items, qrels)
+    # arrival = event time + a delay below the lateness: no event is ever behind the watermark
+    jitter = rng.choice([0, LATENESS - 1], size=len(events))
+    jitter = np.where(rng.random(len(events)) < 0.5, jitter, rng.integers(0, LATENESS, len(events)))
+    arrival = [ts + int(j) for (ts, _), j in zip(events, jitter, strict=True)]
+    order = sorted(range(len(events)), key=lambda i: (arrival[i], i))
+    return [events[i][1] for i in order], truth
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(streams())
+def test_replay_equals_offline_scoring_of_the_joined_qrels(tmp_path_factory, stream):
+    events, truth = stream
+    tmp = tmp_path_factory.mktemp("prop")
+    path = write_jsonl(tmp / "events.jsonl", events)
+    out = tmp / "results.jsonl"
+    rc = main(
+        ["replay", str(path), "--measures", MEASURES, "--results", str(out), "--tick-every", "3"]
+    )
+    assert rc == 0
+    got = {r["request_id"]: r["measures"] for r in read_jsonl(out)}
+    assert set(got) == set(truth)
+
+    ids = sorted(truth)
+    measures = parse_measures(MEASURES)
+    rankings = [truth[q][0] for q in ids]
+    # every served item is judged in the stream (0 unless feedback says otherwise)
+    qrels = [{d: truth[q][1].get(d, 0.0) for d in truth[q][0]} for q in ids]
+    scored = evaluate(measures, Batch.from_lists(rankings, qrels))
+    for i, q in enumerate(ids):
+        for m in measures:
+            assert got[q][str(m)] == pytest.approx(float(scored[m][i]), abs=1e-12), (q, str(m))
+
+    # and through `evald score` on the same joined qrels, as a user would
+    score_in = write_jsonl(
+        tmp / "joined.jsonl",
+        [{"qid": q, "ranking": truth[q][0], "qrels": qrels[i]} for i, q in enumerate(ids)],
+    )
+    score_out = tmp / "scored.jsonl"
+    assert main(["score", str(score_in), "--measures", MEASURES, "--output", str(score_out)]) == 0
+    for row in read_jsonl(score_out):
+        for m in measures:
+            assert got[row["qid"]][str(m)] == pytest.approx(row[str(m)], abs=1e-12)
+
+
+def test_results_ts_is_rfc3339_utc_with_ms(tmp_path):
+    path = write_jsonl(tmp_path / "e.jsonl", [imp("r", 1_700_000_000_123, ["a"])])
+    out = tmp_path / "r.jsonl"
+    main(["replay", str(path), "--results", str(out)])
+    assert read_jsonl(out)[0]["ts"] == format_timestamp(1_700_000_000_123)
+    assert read_jsonl(out)[0]["ts"] == "2023-11-14T22:13:20.123Z"
