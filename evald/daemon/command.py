@@ -1,0 +1,116 @@
+"""`evald run`: the Kafka consumer-group daemon (settings in docs/daemon.md, design in
+docs/design.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from evald.daemon.options import add_settings_flags, settings_from_args
+from evald.daemon.settings import SettingsError
+
+SUMMARY = "Consume impressions and feedback from Kafka; write results exactly once; serve /metrics."
+EXAMPLES = """\
+  evald run --bootstrap-servers kafka:9092 --group-id evald
+  evald run --config /etc/evald/evald.yaml --metrics-address :9464
+  EVALD_KAFKA__SASL_PASSWORD=... evald run --config evald.yaml --sasl-username svc
+exit status: 0 stopped by SIGTERM/SIGINT, 2 invalid settings or topics not co-partitioned
+"""
+
+log = logging.getLogger("evald.daemon")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Settings flags plus logging."""
+    add_settings_flags(parser)
+    parser.add_argument("--log-level", default=os.environ.get("EVALD_LOG_LEVEL", "INFO"),
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+class EngineRef:
+    """Forwards to the engine of the current session, so collectors survive a reconnect."""
+
+    def __init__(self) -> None:
+        self.engine: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        engine = self.__dict__.get("engine")
+        if engine is None:
+            raise AttributeError(name)
+        return getattr(engine, name)
+
+
+def _registry(ref: EngineRef, stats: Any, ready: Any, config: Any) -> Any:
+    """The /metrics registry: the engine series (when the exposition provides them) + ours."""
+    from evald.daemon.stats import DaemonCollector
+
+    try:
+        from evald.exposition import build_registry  # type: ignore[attr-defined]
+    except ImportError:
+        from prometheus_client.registry import CollectorRegistry
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(DaemonCollector(stats, include_ready=True))
+        return registry
+    return build_registry(ref, ready=ready, extra=[DaemonCollector(stats, include_ready=False)])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT; exit 0 after a clean stop, 2 on invalid settings/topics."""
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLogger().level))
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"evald run: invalid settings\n{exc}", file=sys.stderr)
+        return 2
+
+    from evald.daemon.runner import Daemon
+    from evald.daemon.stats import DaemonStats
+    from evald.engine import Engine
+    from evald.http import MetricsServer
+
+    config = settings.engine_config()
+    stats = DaemonStats()
+    ref = EngineRef()
+
+    def factory(on_result: Any) -> Engine:
+        return Engine(config, on_result=on_result)
+
+    daemon = Daemon(settings, factory, stats=stats,
+                    on_engine=lambda engine: setattr(ref, "engine", engine))
+    server = MetricsServer(settings.daemon.metrics_address,
+                           registry=_registry(ref, stats, daemon.ready, config),
+                           ready=daemon.ready)
+    server.start()
+    timeout = settings.daemon.shutdown_timeout_s
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("received %s: finishing (at most %.0fs)", signal.Signals(signum).name, timeout)
+        daemon.stop()
+        # a broker that is gone must not keep us past the deadline: state is safe in Kafka
+        watchdog = threading.Timer(timeout, _hard_exit, args=(timeout,))
+        watchdog.daemon = True
+        watchdog.start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("evald run: group %s, instance %s, metrics on %s", settings.daemon.group_id,
+             settings.daemon.instance_id, server.url)
+    try:
+        return daemon.run()
+    finally:
+        server.stop()
+
+
+def _hard_exit(timeout: float) -> None:
+    log.warning("clean shutdown did not finish within %.0fs; exiting (uncommitted work is "
+                "replayed by the next owner)", timeout)
+    logging.shutdown()
+    os._exit(0)

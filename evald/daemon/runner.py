@@ -1,0 +1,618 @@
+"""The consumer loop of `evald run`: poll, merge, feed, tick, and commit it all in one transaction.
+
+One *session* = one consumer, one transactional producer, one engine. Anything transient that
+goes wrong (broker gone, coordinator moved, transaction fenced) ends the session: the open
+transaction is abandoned (the broker aborts it), the clients are closed, and after a jittered
+backoff a new session restores every assigned partition from its last committed checkpoint.
+That single recovery path is what makes crash, rebalance and outage behave the same way; see
+docs/design.md for why the result is exactly-once.
+
+Threading: kafka-python runs network I/O and rebalance callbacks on its own thread while the
+main thread is inside ``poll()``/``close()``; the callbacks here only record what happened
+(plus, on revocation, commit through the producer, which has its own I/O thread), and all
+engine work stays on the main thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata
+
+from evald.daemon.backoff import Backoff
+from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
+from evald.daemon.merge import KINDS, Merger
+from evald.daemon.restore import RestoreError, read_checkpoint, read_ranges
+from evald.daemon.settings import Settings
+from evald.daemon.stats import DaemonStats
+from evald.daemon.topics import TopicLayoutError, check_layout, missing_outputs
+from evald.decode import Rejection
+from evald.engine import Engine, Result
+
+__all__ = ["Daemon", "EngineFactory", "result_document"]
+
+log = logging.getLogger("evald.daemon")
+
+EngineFactory = Callable[[Callable[[Result], None]], Engine]
+"""Builds a fresh engine whose ``on_result`` is the given callback."""
+
+#: how long restoring one partition may take before the session is restarted
+RESTORE_TIMEOUT_S = 120.0
+#: records of one kind held in a partition's merge buffer before its fetch is paused
+MERGE_BUFFER_CAP = 20_000
+
+
+def result_document(result: Result) -> dict[str, Any]:
+    """The JSON document of a Result: the `evald replay --results` schema."""
+    return result.to_json()
+
+
+class _Fatal(Exception):
+    """Ends the daemon with an exit status (e.g. topics not co-partitioned: 2)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class _Part:
+    """The daemon's bookkeeping for one owned partition number p (both input topics)."""
+
+    partition: int
+    merger: Merger[Any]
+    restored: bool = False
+    fed_next: dict[str, int] = field(default_factory=dict)
+    fetched_next: dict[str, int] = field(default_factory=dict)
+    ranges: tuple[ResultRange, ...] = ()
+    epoch_start: int | None = None
+    txn_results: list[Any] = field(default_factory=list)
+    txn_max_ts: int | None = None
+    dirty: bool = False
+    merge_paused: set[str] = field(default_factory=set)
+
+
+class _Listener(ConsumerRebalanceListener):
+    """Rebalance callbacks (run on kafka-python's I/O thread while the main thread polls)."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.daemon._on_revoked({tp.partition for tp in revoked}, lost=False)
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.daemon._on_assigned({tp.partition for tp in assigned})
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self.daemon._on_revoked({tp.partition for tp in lost}, lost=True)
+
+
+class Daemon:
+    """`evald run`'s loop. ``run()`` returns the exit status; ``stop()`` may be called anytime."""
+
+    def __init__(self, settings: Settings, engine_factory: EngineFactory, *,
+                 stats: DaemonStats | None = None, clock: Callable[[], float] = time.monotonic,
+                 on_engine: Callable[[Any], None] | None = None,
+                 merge_hold_s: float = 2.0) -> None:
+        self.settings = settings
+        self.engine_factory = engine_factory
+        self.stats = stats or DaemonStats()
+        self.clock = clock
+        self.on_engine = on_engine
+        self.merge_hold_s = merge_hold_s
+        self._stop = threading.Event()
+        self._backoff = Backoff(settings.daemon.retry_backoff_initial_ms / 1000,
+                                settings.daemon.retry_backoff_max_ms / 1000)
+        self._parts: dict[int, _Part] = {}
+        self._to_restore: set[int] = set()
+        self._engine: Engine | None = None
+        self._consumer: KafkaConsumer | None = None
+        self._producer: KafkaProducer | None = None
+        self._reader: KafkaConsumer | None = None
+        self._txn_open = False
+        self._txn_poisoned = False
+        self._abandoning = False
+        self._bp_paused = False
+        self._max_pending = 1
+        self._uncommitted = 0
+        self._pending_dlq: list[str] = []
+        self._last_commit = clock()
+        self._last_probe = 0.0
+        self._broker_ok = False
+        self.started_at = clock()
+        self.ready_at: float | None = None
+
+    # -- public ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to finish: stop fetching, commit, leave the group, return 0."""
+        self._stop.set()
+
+    def ready(self) -> tuple[bool, str]:
+        """/readyz: every assigned partition restored and the broker answering."""
+        if not self._broker_ok:
+            return False, "broker not reachable (retrying)"
+        if self._consumer is None:
+            return False, "not connected"
+        waiting = sorted(self._to_restore | {p for p, s in self._parts.items() if not s.restored})
+        if waiting:
+            return False, f"restoring partitions {waiting}"
+        return True, "ok"
+
+    def run(self) -> int:
+        """Run sessions until stopped; transient failures are retried with backoff."""
+        while not self._stop.is_set():
+            try:
+                self._session()
+                return 0
+            except _Fatal as exc:
+                log.error("%s", exc)
+                return exc.status
+            except (KafkaError, OSError, RestoreError, TimeoutError) as exc:
+                self._set_ready(False)
+                delay = self._backoff.next_delay()
+                log.warning("kafka session failed (%s: %s); retrying in %.1fs",
+                            type(exc).__name__, exc, delay)
+            except Exception:
+                # never die on a surprise: the state is in Kafka, a new session restores it
+                self._set_ready(False)
+                delay = self._backoff.next_delay()
+                log.exception("kafka session failed unexpectedly; retrying in %.1fs", delay)
+            finally:
+                self._teardown()
+            self._stop.wait(delay)
+        return 0
+
+    # -- session --------------------------------------------------------------------------
+
+    def _session(self) -> None:
+        cfg = self.settings
+        client = cfg.kafka.client_config()
+        self.stats.sessions += 1
+        self._check_topics(client)
+        self._engine = self.engine_factory(self._on_result)
+        self._max_pending = self._engine.config.max_pending
+        if self.on_engine is not None:
+            self.on_engine(self._engine)
+        self._producer = KafkaProducer(
+            transactional_id=f"evald-{cfg.daemon.group_id}-{cfg.daemon.instance_id}",
+            transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
+            max_block_ms=cfg.kafka.request_timeout_ms,
+            linger_ms=5,
+            **client,
+        )
+        # fences and aborts whatever a previous incarnation of this instance left open
+        self._producer.init_transactions()
+        self._reader = KafkaConsumer(group_id=None, enable_auto_commit=False,
+                                     isolation_level="read_uncommitted", **client)
+        self._consumer = KafkaConsumer(
+            group_id=cfg.daemon.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            session_timeout_ms=cfg.kafka.session_timeout_ms,
+            heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
+            max_poll_interval_ms=cfg.kafka.max_poll_interval_ms,
+            max_poll_records=cfg.daemon.max_poll_records,
+            **client,
+        )
+        self._consumer.subscribe([cfg.topics.impressions, cfg.topics.feedback],
+                                 listener=_Listener(self))
+        self._broker_ok = True
+        self._last_commit = self.clock()
+        while not self._stop.is_set():
+            self._cycle()
+        self._shutdown()
+
+    def _check_topics(self, client: dict[str, Any]) -> None:
+        """Refuse topics that are not co-partitioned; create missing output topics."""
+        topics = self.settings.topics
+        outputs = (topics.results, topics.checkpoint_topic, topics.dlq)
+        admin = KafkaAdminClient(**client)
+        try:
+            existing = set(admin.list_topics())
+            names = [t for t in (topics.impressions, topics.feedback, *outputs) if t in existing]
+            counts: dict[str, int | None] = dict.fromkeys(
+                (topics.impressions, topics.feedback, *outputs))
+            for desc in admin.describe_topics(names) if names else []:
+                counts[desc.get("name") or desc.get("topic")] = len(desc["partitions"])
+            try:
+                partitions = check_layout(counts, impressions=topics.impressions,
+                                          feedback=topics.feedback, outputs=outputs)
+            except TopicLayoutError as exc:
+                raise _Fatal(2, f"evald run: refusing to start: {exc}") from None
+            create = missing_outputs(counts, outputs)
+            if create:
+                log.info("creating output topics %s with %d partitions", create, partitions)
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    admin.create_topics([NewTopic(name, partitions, 1) for name in create])
+        finally:
+            admin.close()
+
+    def _cycle(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        batches = consumer.poll(timeout_ms=self.settings.daemon.poll_timeout_ms)
+        if self._txn_poisoned:
+            raise KafkaError("transaction aborted during a rebalance; resynchronising")
+        for p in sorted(self._to_restore):
+            self._restore(p)
+        self._to_restore.clear()
+        for tp, records in batches.items():
+            self._buffer(tp, records)
+        fed = self._feed()
+        self._engine.tick()
+        self._backpressure()
+        self._uncommitted += fed
+        now = self.clock()
+        interval = self.settings.daemon.commit_interval_ms / 1000
+        if (self._uncommitted >= self.settings.daemon.commit_max_records
+                or now - self._last_commit >= interval):
+            self._commit()
+            self._last_commit = now
+        if now - self._last_probe >= interval:
+            self._probe()
+            self._last_probe = now
+
+    # -- input ----------------------------------------------------------------------------
+
+    def _kind(self, topic: str) -> str:
+        return "impression" if topic == self.settings.topics.impressions else "feedback"
+
+    def _tp(self, kind: str, p: int) -> TopicPartition:
+        topics = self.settings.topics
+        return TopicPartition(topics.impressions if kind == "impression" else topics.feedback, p)
+
+    def _buffer(self, tp: TopicPartition, records: list[Any]) -> None:
+        part = self._parts.get(tp.partition)
+        if part is None or not part.restored:
+            return  # not ours (any more): the new owner re-reads from the committed offset
+        kind = self._kind(tp.topic)
+        expected = part.fetched_next[kind]
+        for record in records:
+            if record.offset < expected:
+                continue
+            if record.offset > expected and record.offset > part.fed_next[kind]:
+                # a gap can only come from compaction/retention; accept it, never go back
+                log.debug("offset gap on %s: expected %d got %d", tp, expected, record.offset)
+            part.merger.push(kind, record.timestamp, record)
+            expected = record.offset + 1
+        part.fetched_next[kind] = expected
+        consumer = self._consumer
+        assert consumer is not None
+        if part.merger.buffered(kind) > MERGE_BUFFER_CAP and kind not in part.merge_paused:
+            consumer.pause(tp)
+            part.merge_paused.add(kind)
+
+    def _caught_up(self, part: _Part) -> dict[str, bool]:
+        consumer = self._consumer
+        assert consumer is not None
+        out = {}
+        for kind in KINDS:
+            high = consumer.highwater(self._tp(kind, part.partition))
+            out[kind] = high is not None and part.fetched_next[kind] >= high
+        return out
+
+    def _feed(self) -> int:
+        engine = self._engine
+        consumer = self._consumer
+        assert consumer is not None
+        fed = 0
+        for p, part in sorted(self._parts.items()):
+            if not part.restored:
+                continue
+            for kind, record in part.merger.release(self._caught_up(part)):
+                outcome = engine.feed(record.value if record.value is not None else b"",
+                                      partition=p, kind=kind, offset=record.offset)
+                part.fed_next[kind] = record.offset + 1
+                part.dirty = True
+                fed += 1
+                if isinstance(outcome, Rejection):
+                    self._dead_letter(outcome, record, kind)
+            for kind in list(part.merge_paused):
+                if part.merger.buffered(kind) <= MERGE_BUFFER_CAP // 2:
+                    part.merge_paused.discard(kind)
+                    if not (kind == "impression" and self._bp_paused):
+                        consumer.resume(self._tp(kind, p))
+        return fed
+
+    def _backpressure(self) -> None:
+        """Pause the impressions partitions near max_pending; resume once drained."""
+        consumer = self._consumer
+        assert consumer is not None
+        pending = self._engine.pending()
+        daemon = self.settings.daemon
+        owned = [self._tp("impression", p) for p, s in self._parts.items() if s.restored]
+        if not self._bp_paused and pending >= daemon.pause_at * self._max_pending:
+            self._bp_paused = True
+            self.stats.pauses += 1
+            if owned:
+                consumer.pause(*owned)
+            log.info("backpressure: %d pending impressions, pausing impressions", pending)
+        elif self._bp_paused and pending <= daemon.resume_at * self._max_pending:
+            self._bp_paused = False
+            resume = [tp for tp in owned
+                      if "impression" not in self._parts[tp.partition].merge_paused]
+            if resume:
+                consumer.resume(*resume)
+            log.info("backpressure released: %d pending impressions", pending)
+
+    # -- output ---------------------------------------------------------------------------
+
+    def _begin(self) -> KafkaProducer:
+        producer = self._producer
+        assert producer is not None
+        if not self._txn_open:
+            producer.begin_transaction()
+            self._txn_open = True
+        return producer
+
+    def _on_result(self, result: Result) -> None:
+        p = result.partition
+        part = self._parts.get(p)
+        doc = result_document(result)
+        producer = self._begin()
+        future = producer.send(
+            self.settings.topics.results,
+            key=str(doc["request_id"]).encode(),
+            value=json.dumps(doc, separators=(",", ":"), sort_keys=True).encode(),
+            partition=p,
+        )
+        if part is not None:
+            part.txn_results.append(future)
+            ts = int(result.ts)
+            part.txn_max_ts = ts if part.txn_max_ts is None else max(part.txn_max_ts, ts)
+            part.dirty = True
+
+    def _dead_letter(self, rejection: Rejection, record: Any, kind: str) -> None:
+        reason, detail = rejection.reason, rejection.detail
+        producer = self._begin()
+        producer.send(
+            self.settings.topics.dlq,
+            key=record.key,
+            value=record.value if record.value is not None else b"",
+            headers=[
+                ("evald-reason", reason.encode()),
+                ("evald-detail", detail.encode()[:4096]),
+                ("evald-source-topic", record.topic.encode()),
+                ("evald-source-partition", str(record.partition).encode()),
+                ("evald-source-offset", str(record.offset).encode()),
+                ("evald-kind", kind.encode()),
+            ],
+        )
+        self._pending_dlq.append(reason)
+
+    def _commit(self) -> None:
+        """One transaction: results + dead letters + checkpoints + input and checkpoint offsets.
+
+        Tansu only applies transactional offset commits of transactions that also wrote a
+        record, and the checkpoint records are always there, so every commit carries one.
+        """
+        parts = [s for s in self._parts.values() if s.restored]
+        if not parts or not (self._txn_open or any(s.dirty for s in parts)):
+            return
+        producer = self._begin()
+        consumer = self._consumer
+        assert consumer is not None
+        producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
+        engine = self._engine
+        topics = self.settings.topics
+        planned: list[tuple[_Part, Checkpoint, Any]] = []
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        horizon_ms = self._horizon_ms()
+        for part in parts:
+            p = part.partition
+            ranges, epoch = part.ranges, part.epoch_start
+            if part.txn_results:
+                result_offsets = [f.get(timeout=30).offset for f in part.txn_results]
+                ranges, epoch = extend_ranges(ranges, epoch, min(result_offsets),
+                                              max(result_offsets), part.txn_max_ts)
+            watermark = engine.checkpoint(p)
+            if watermark is not None and horizon_ms is not None:
+                ranges = prune_ranges(ranges, watermark - horizon_ms)
+            low = engine.low_offsets(p)
+            committed = {}
+            for kind in KINDS:
+                low_kind = low.get(kind)
+                committed[kind] = (part.fed_next[kind] if low_kind is None
+                                   else min(low_kind, part.fed_next[kind]))
+            checkpoint = Checkpoint(partition=p, watermark=watermark, committed=committed,
+                                    consumed=dict(part.fed_next), results=ranges,
+                                    epoch_start=epoch, instance=self.settings.daemon.instance_id)
+            future = producer.send(topics.checkpoint_topic, key=str(p).encode(),
+                                   value=checkpoint.encode(), partition=p)
+            planned.append((part, checkpoint, future))
+            for kind in KINDS:
+                offsets[self._tp(kind, p)] = OffsetAndMetadata(committed[kind], "", -1)
+        producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
+        for _, checkpoint, future in planned:
+            offsets[TopicPartition(topics.checkpoint_topic, checkpoint.partition)] = (
+                OffsetAndMetadata(future.get(timeout=30).offset + 1, "", -1))
+        producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        producer.commit_transaction()
+        self._txn_open = False
+        produced = 0
+        for part, checkpoint, _ in planned:
+            produced += len(part.txn_results)
+            part.ranges, part.epoch_start = checkpoint.results, checkpoint.epoch_start
+            part.txn_results = []
+            part.txn_max_ts = None
+            part.dirty = False
+        with self.stats.lock:
+            self.stats.results_produced += produced
+            self.stats.dlq.update(self._pending_dlq)
+            self.stats.commits += 1
+        self._pending_dlq = []
+        self._uncommitted = 0
+        self._backoff.reset()
+
+    def _horizon_ms(self) -> int | None:
+        """How far back (event time) rebuilt aggregates can reach: retention plus lateness."""
+        if self._engine is None:
+            return None
+        config = self._engine.config
+        return int(config.retention) + int(config.window) + int(config.lateness)
+
+    def _abort(self) -> None:
+        """Abandon the open transaction; every owned partition must then be restored again."""
+        producer = self._producer
+        if self._txn_open and producer is not None:
+            try:
+                producer.abort_transaction()
+            except KafkaError as exc:
+                log.warning("abort failed (%s); the broker will time the transaction out", exc)
+        self._txn_open = False
+        self._pending_dlq = []
+        with self.stats.lock:
+            self.stats.aborts += 1
+
+    # -- rebalance ------------------------------------------------------------------------
+
+    def _on_revoked(self, partitions: set[int], *, lost: bool) -> None:
+        """Commit what is finalized (unless lost), then forget the revoked partitions."""
+        if self._abandoning:
+            lost = True  # the session failed: its in-memory state is not trusted any more
+        if not lost:
+            try:
+                self._commit()
+            except Exception:
+                log.exception("commit on revocation failed; aborting")
+                lost = True
+        if lost and self._txn_open:
+            self._abort()
+            # what the aborted transaction held for partitions we keep is gone too
+            self._txn_poisoned = True
+        for p in partitions:
+            part = self._parts.pop(p, None)
+            self._to_restore.discard(p)
+            if part is not None and self._engine is not None:
+                self._engine.drop_partition(p)
+        log.info("partitions %s %s", sorted(partitions), "lost" if lost else "revoked")
+
+    def _on_assigned(self, partitions: set[int]) -> None:
+        for p in partitions:
+            if p not in self._parts:
+                self._parts[p] = _Part(p, Merger(self.merge_hold_s, self.clock))
+                self._to_restore.add(p)
+        log.info("partitions %s assigned", sorted(partitions))
+
+    def _restore(self, p: int) -> None:
+        """Resume partition p from its committed checkpoint (or from the start)."""
+        part = self._parts.get(p)
+        consumer, reader = self._consumer, self._reader
+        if part is None or consumer is None or reader is None:
+            return
+        started = self.clock()
+        topics = self.settings.topics
+        ckpt_tp = TopicPartition(topics.checkpoint_topic, p)
+        committed = consumer.committed(ckpt_tp)
+        engine = self._engine
+        if committed:
+            checkpoint = read_checkpoint(reader, topics.checkpoint_topic, p, committed,
+                                         RESTORE_TIMEOUT_S, self.clock)
+            engine.restore(p, checkpoint.watermark, dict(checkpoint.consumed))
+            absorbed = 0
+            for doc in read_ranges(reader, topics.results, p, checkpoint.results,
+                                   RESTORE_TIMEOUT_S, self.clock):
+                engine.absorb_result(doc, p)
+                absorbed += 1
+            start = dict(checkpoint.committed)
+            part.ranges = checkpoint.results
+            log.info("partition %d restored: watermark %s, replay from %s to %s, %d results "
+                     "absorbed in %.2fs", p, checkpoint.watermark, start, checkpoint.consumed,
+                     absorbed, self.clock() - started)
+        else:
+            start = {}
+            for kind in KINDS:
+                tp = self._tp(kind, p)
+                start[kind] = consumer.beginning_offsets([tp])[tp]
+        part.epoch_start = None
+        for kind in KINDS:
+            consumer.seek(self._tp(kind, p), start[kind])
+        part.fed_next = dict(start)
+        part.fetched_next = dict(start)
+        part.merger.clear()
+        part.restored = True
+        with self.stats.lock:
+            self.stats.restores += 1
+
+    # -- health ---------------------------------------------------------------------------
+
+    def _probe(self) -> None:
+        """Refresh consumer lag; doubles as the broker reachability check behind /readyz."""
+        consumer = self._consumer
+        assert consumer is not None
+        tps = [self._tp(kind, p) for p, s in self._parts.items() if s.restored for kind in KINDS]
+        try:
+            ends = consumer.end_offsets(tps, timeout_ms=2_000) if tps else {}
+        except KafkaError as exc:
+            self._broker_ok = False
+            self._set_ready(False)
+            log.warning("broker not answering: %s", exc)
+            return
+        self._broker_ok = True
+        lag = {}
+        for tp, end in ends.items():
+            part = self._parts.get(tp.partition)
+            if part is not None and part.restored:
+                lag[(tp.topic, tp.partition)] = max(0, end - part.fed_next[self._kind(tp.topic)])
+        self.stats.set_lag(lag)
+        self._set_ready(self.ready()[0])
+
+    def _set_ready(self, ready: bool) -> None:
+        if ready and self.ready_at is None:
+            self.ready_at = self.clock()
+            log.info("ready %.2fs after start", self.ready_at - self.started_at)
+        self.stats.ready = ready
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        """Stop fetching, commit, leave the group (close() revokes: nothing left to commit)."""
+        consumer = self._consumer
+        assert consumer is not None
+        assigned = list(consumer.assignment())
+        if assigned:
+            consumer.pause(*assigned)
+        self._commit()
+        consumer.close(autocommit=False, timeout_ms=5_000)
+        self._consumer = None
+        self._set_ready(False)
+
+    def _teardown(self) -> None:
+        """Close whatever the session opened; an open transaction is left for the broker."""
+        self._broker_ok = False
+        self._abandoning = True
+        for name in ("_consumer", "_reader"):
+            client = getattr(self, name)
+            if client is not None:
+                try:
+                    client.close(autocommit=False, timeout_ms=1_000)
+                except Exception:
+                    log.debug("closing %s failed", name, exc_info=True)
+                setattr(self, name, None)
+        if self._producer is not None:
+            try:
+                self._producer.close(timeout=1)
+            except Exception:
+                log.debug("closing producer failed", exc_info=True)
+            self._producer = None
+        self._parts.clear()
+        self._to_restore.clear()
+        self._txn_open = False
+        self._txn_poisoned = False
+        self._bp_paused = False
+        self._pending_dlq = []
+        self._abandoning = False

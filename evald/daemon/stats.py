@@ -1,0 +1,76 @@
+"""Daemon-only counters and their Prometheus collector (names fixed in docs/architecture.md)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+__all__ = ["DaemonCollector", "DaemonStats"]
+
+
+@dataclass
+class DaemonStats:
+    """Plain counters written by the consumer loop, read by scrapes (a lock guards the maps)."""
+
+    pauses: int = 0
+    results_produced: int = 0
+    dlq: Counter[str] = field(default_factory=Counter)
+    lag: dict[tuple[str, int], int] = field(default_factory=dict)
+    ready: bool = False
+    commits: int = 0
+    aborts: int = 0
+    sessions: int = 0
+    restores: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def set_lag(self, lag: dict[tuple[str, int], int]) -> None:
+        """Replace the consumer-lag snapshot (partitions no longer owned disappear)."""
+        with self.lock:
+            self.lag = dict(lag)
+
+
+class DaemonCollector:
+    """Exposes :class:`DaemonStats` next to the engine's series on the same registry."""
+
+    def __init__(self, stats: DaemonStats, *, include_ready: bool = True) -> None:
+        self.stats = stats
+        self.include_ready = include_ready
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self.stats
+        with stats.lock:
+            lag = sorted(stats.lag.items())
+            dlq = sorted(stats.dlq.items())
+        lag_family = GaugeMetricFamily(
+            "evald_consumer_lag", "Records in the input topic partition not yet fed to the engine",
+            labels=["topic", "partition"],
+        )
+        for (topic, partition), value in lag:
+            lag_family.add_metric([topic, str(partition)], value)
+        yield lag_family
+        yield CounterMetricFamily(
+            "evald_backpressure_pauses", "Times the impressions partitions were paused because "
+            "pending impressions reached the high-water mark", value=stats.pauses,
+        )
+        dlq_family = CounterMetricFamily(
+            "evald_dlq_records", "Rejected records written to the dead-letter topic",
+            labels=["reason"],
+        )
+        for reason, value in dlq:
+            dlq_family.add_metric([reason], value)
+        yield dlq_family
+        yield CounterMetricFamily(
+            "evald_results_produced", "Finalized results written to the results topic "
+            "(in transactions that committed)", value=stats.results_produced,
+        )
+        if not self.include_ready:
+            return
+        yield GaugeMetricFamily(
+            "evald_ready", "1 when every assigned partition is restored and the broker answers",
+            value=1.0 if stats.ready else 0.0,
+        )
