@@ -6,9 +6,10 @@ vectorised over the (n, depth) matrix.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -65,23 +66,22 @@ class Batch:
         if len(rankings) != len(qrels):
             raise ValueError(f"{len(rankings)} rankings but {len(qrels)} qrels")
         n = len(rankings)
-        served: list[list[float]] = []
-        flags: list[list[bool]] = []
-        positives: list[list[float]] = []
+        served: list[float] = []  # NaN marks an unjudged rank
+        positives: list[float] = []
+        counts: list[int] = []
         for ranking, judgments in zip(rankings, qrels, strict=True):
             if len(set(ranking)) != len(ranking):
-                seen: set[str] = set()
-                ranking = [_first_or_none(item, seen) for item in ranking]
-            got = [judgments.get(item) if item is not None else None for item in ranking]
-            served.append([0.0 if g is None else g for g in got])
-            flags.append([g is not None for g in got])
-            # `not g <= 0` keeps NaN so that _check_finite rejects it
-            positives.append([g for g in judgments.values() if not g <= 0])
-        lengths = np.fromiter((len(r) for r in rankings), dtype=np.int64, count=n)
-        width = _width(lengths, depth)
-        grades = _pad(served, lengths, width, np.float64)
-        judged = _pad(flags, lengths, width, np.bool_)
-        ideal = _sorted_desc(_pad(positives, None, None, np.float64))
+                ranking = _first_copies(ranking)
+            served.extend(map(judgments.get, ranking, repeat(math.nan)))
+            before = len(positives)
+            # keeps NaN and +-inf so that the finiteness check below rejects them
+            positives.extend([g for g in judgments.values() if not 0 >= g > -math.inf])
+            counts.append(len(positives) - before)
+        lengths = np.fromiter(map(len, rankings), dtype=np.int64, count=n)
+        full = _pad(served, lengths, _width(lengths, depth), fill=math.nan)
+        judged = ~np.isnan(full)
+        grades = np.where(judged, full, 0.0)
+        ideal = _sorted_desc(_pad(positives, np.asarray(counts, dtype=np.int64), None))
         _check_finite(grades, ideal)
         np.maximum(grades, 0.0, out=grades)
         return cls(grades, lengths, ideal, judged)
@@ -98,56 +98,52 @@ class Batch:
             full = np.asarray(grades, dtype=np.float64)
             lengths = np.full(full.shape[0], full.shape[1], dtype=np.int64)
         else:
-            lengths = np.fromiter((len(g) for g in grades), dtype=np.int64, count=len(grades))
-            full = _pad(grades, lengths, None, np.float64)
-        _check_finite(full, full)
+            lengths = np.fromiter(map(len, grades), dtype=np.int64, count=len(grades))
+            full = _pad(list(chain.from_iterable(grades)), lengths, None)
+        _check_finite(full)
         full = np.maximum(full, 0.0)
         ideal = _sorted_desc(full)
         width = _width(lengths, depth)
-        cut = full[:, :width] if width <= full.shape[1] else _widen(full, width)
+        cut = np.ascontiguousarray(full[:, :width]) if width < full.shape[1] else full
         judged = np.arange(width) < lengths[:, None]
-        return cls(np.ascontiguousarray(cut), lengths, ideal, judged)
+        return cls(cut, lengths, ideal, judged)
 
 
-def _first_or_none(item: str, seen: set[str]) -> str | None:
-    if item in seen:
-        return None
-    seen.add(item)
-    return item
+_REPEATED = object()  # stands in for a repeated item id: never a qrels key
+
+
+def _first_copies(ranking: Sequence[str]) -> list[object]:
+    """The ranking with every repeat of an item replaced by a marker no judgment matches."""
+    seen: set[str] = set()
+    out: list[object] = []
+    for item in ranking:
+        out.append(_REPEATED if item in seen else item)
+        seen.add(item)
+    return out
 
 
 def _width(lengths: np.ndarray, depth: int | None) -> int:
-    if depth is not None:
-        if depth < 1:
-            raise ValueError("depth must be >= 1")
-        return depth
-    return max(int(lengths.max(initial=0)), 1)
+    """Stored depth: the requested one, never deeper than the longest list (ranks past every
+    list's end are non-relevant to the kernels anyway), at least 1."""
+    longest = max(int(lengths.max(initial=0)), 1)
+    if depth is None:
+        return longest
+    if depth < 1:
+        raise ValueError("depth must be >= 1")
+    return min(depth, longest)
 
 
 def _pad(
-    rows: Sequence[Sequence[float]] | Sequence[Sequence[bool]],
-    lengths: np.ndarray | None,
-    width: int | None,
-    dtype: type,
+    flat: Sequence[float], lengths: np.ndarray, width: int | None, fill: float = 0.0
 ) -> np.ndarray:
-    """Left-aligned (n, width) matrix from ragged rows, truncating rows longer than width."""
-    if lengths is None:
-        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-    full_width = max(int(lengths.max(initial=0)), 1)
-    out = np.zeros((len(rows), full_width), dtype=dtype)
-    total = int(lengths.sum())
-    if total:
-        flat = np.fromiter(chain.from_iterable(rows), dtype=dtype, count=total)
-        out[np.arange(full_width) < lengths[:, None]] = flat
-    if width is None or width == full_width:
+    """Left-aligned float64 (n, width) matrix from concatenated rows, cut at width."""
+    longest = max(int(lengths.max(initial=0)), 1)
+    out = np.full((lengths.shape[0], longest), fill, dtype=np.float64)
+    if len(flat):
+        out[np.arange(longest) < lengths[:, None]] = np.asarray(flat, dtype=np.float64)
+    if width is None or width >= longest:
         return out
-    return out[:, :width].copy() if width < full_width else _widen(out, width)
-
-
-def _widen(matrix: np.ndarray, width: int) -> np.ndarray:
-    out = np.zeros((matrix.shape[0], width), dtype=matrix.dtype)
-    out[:, : matrix.shape[1]] = matrix
-    return out
+    return np.ascontiguousarray(out[:, :width])
 
 
 def _sorted_desc(matrix: np.ndarray) -> np.ndarray:

@@ -95,11 +95,14 @@ def test_depth_cut_keeps_the_ideal_and_refuses_deeper_measures() -> None:
             evaluate(parse_measures(deep), cut)
 
 
-def test_depth_beyond_every_list_pads_with_unjudged_zeros() -> None:
-    batch = Batch.from_lists([["a"]], [{"a": 1}], depth=4)
-    assert batch.depth == 4 and not batch.truncated
-    np.testing.assert_array_equal(batch.judged, [[True, False, False, False]])
-    assert float(evaluate(parse_measures("P@4"), batch)[parse_measures("P@4")[0]][0]) == 0.25
+def test_depth_beyond_every_list_stores_no_padding() -> None:
+    # a huge cutoff must not allocate a huge matrix; the kernels treat missing ranks as empty
+    batch = Batch.from_lists([["a"], ["b", "c"]], [{"a": 1}, {}], depth=1_000_000)
+    assert batch.depth == 2 and not batch.truncated
+    np.testing.assert_array_equal(batch.judged, [[True, False], [False, False]])
+    measure = parse_measures("P@1000000")[0]
+    assert evaluate([measure], batch)[measure].tolist() == [1e-6, 0.0]
+    assert Batch.from_served_grades([[1.0]], depth=50).depth == 1
 
 
 def test_depth_must_be_positive() -> None:
