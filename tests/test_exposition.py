@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -18,6 +19,7 @@ import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, Info
@@ -624,3 +626,58 @@ def test_scrapes_while_the_loop_feeds_are_consistent(locked: bool) -> None:
     assert scrapes >= 3
     final = scrape(registry)
     assert sum(named(final, "evald_impressions_finalized_total").values()) == len(served)
+
+
+# --------------------------------------------------------------------------------------------
+# docs/metrics-reference.md stays true to the exposition
+# --------------------------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def promql_examples() -> list[str]:
+    """Every expression in the reference's promql blocks (blank lines separate them)."""
+    text = (DOCS / "metrics-reference.md").read_text()
+    out = []
+    for block in re.findall(r"```promql\n(.*?)```", text, flags=re.S):
+        for chunk in re.split(r"\n\s*\n", block):
+            lines = [
+                ln for ln in chunk.splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+            ]
+            if lines:
+                out.append("\n".join(lines))
+    return out
+
+
+def test_reference_documents_every_exposed_family_and_only_real_names(drained) -> None:
+    engine, _ = drained
+    registry, _ = build_registry(engine, ready=lambda: True, process=False)
+    exposed = scrape(registry)
+    sample_names = {name for name, _ in exposed}
+    family_names = {name for name, _ in ENGINE_FAMILIES} | {"evald_ready"}
+    contract = set(re.findall(r"`(evald_[a-z0-9_]+)`", (DOCS / "architecture.md").read_text()))
+    reference = (DOCS / "metrics-reference.md").read_text()
+    documented = set(re.findall(r"\bevald_[a-z0-9_]*[a-z0-9]\b", reference))  # not evald_window_*
+    for name, kind in [*ENGINE_FAMILIES, ("evald_ready", "gauge")]:
+        shown = name + "_total" if kind == "counter" else name
+        assert f"`{shown}`" in reference, f"{shown} is not in docs/metrics-reference.md"
+    unknown = documented - sample_names - family_names - contract
+    assert not unknown, f"the reference names series evald does not expose: {sorted(unknown)}"
+    assert len(promql_examples()) >= 15
+
+
+@pytest.mark.prometheus
+def test_reference_promql_examples_parse(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package 'prometheus'; `make test` installs it)")
+    rules = [
+        {"record": f"docs:example_{i}", "expr": expr} for i, expr in enumerate(promql_examples())
+    ]
+    path = tmp_path / "examples.rules.yml"
+    path.write_text(json.dumps({"groups": [{"name": "docs", "rules": rules}]}))  # JSON is YAML
+    done = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    assert f"SUCCESS: {len(rules)} rules found" in done.stdout.decode()
