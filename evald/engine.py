@@ -83,6 +83,7 @@ class Engine:
             config.retention,
         )
         self._stores: dict[int, JoinStore] = {}
+        self._open_total = [0]  # open impressions over all partitions, kept by the stores
         self._drained = False
         self._decode = self.decoder.decode
         self._grades = self.decoder.action_grades
@@ -100,12 +101,21 @@ class Engine:
                 lateness=cfg.lateness,
                 idle_timeout=cfg.idle_timeout,
                 max_pending=cfg.max_pending,
+                open_total=self._open_total,
+                evict=self._evict,
                 max_held=cfg.max_held_feedback,
                 labels=LabelTable(self.segments),
                 stats=self.stats,
                 clock=self.clock,
             )
         return store
+
+    def _evict(self, store: JoinStore) -> None:
+        """``max_pending`` reached: close the oldest open impression of the partition that
+        is receiving one, or of the fullest partition if that one has none open."""
+        if not store.open():
+            store = max(self._stores.values(), key=JoinStore.open)
+        store.evict_oldest()
 
     def feed(
         self,
@@ -293,7 +303,9 @@ class Engine:
 
     def drop_partition(self, partition: int) -> None:
         """Forget a partition's pending state and window sums (histograms stay)."""
-        self._stores.pop(partition, None)
+        store = self._stores.pop(partition, None)
+        if store is not None:
+            self._open_total[0] -= store.open()
         self.aggregates.drop_partition(partition)
 
     def absorb_result(self, result: Mapping[str, Any], partition: int) -> None:

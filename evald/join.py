@@ -131,6 +131,8 @@ class JoinStore:
         lateness: int,
         idle_timeout: int,
         max_pending: int,
+        open_total: list[int],
+        evict: Callable[[JoinStore], None],
         max_held: int,
         labels: LabelTable,
         stats: Stats,
@@ -139,6 +141,9 @@ class JoinStore:
         self.partition = partition
         self.window, self.lateness, self.idle_timeout = window, lateness, idle_timeout
         self.max_pending, self.max_held = max_pending, max_held
+        #: open impressions over every partition of the engine (shared, one element)
+        self._open_total = open_total
+        self._evict = evict
         self.labels, self.stats, self._clock = labels, stats, clock
         # watermark
         self.watermark: int | None = None
@@ -212,12 +217,13 @@ class JoinStore:
         index = self._index
         if rid in index:
             return "duplicate"
-        if len(index) >= self.max_pending:
-            self._evict_oldest()
+        if self._open_total[0] >= self.max_pending:
+            self._evict(self)
         items = imp.items
         n = len(items)
         slot = self._alloc_slot(n)
         index[rid] = slot
+        self._open_total[0] += 1
         self._rid[slot] = rid
         self._ts[slot] = ts
         self._label[slot] = self.labels.acquire(imp.labels)
@@ -234,6 +240,7 @@ class JoinStore:
             if not replayed:
                 self.stats.late_impressions += 1
             del index[rid]
+            self._open_total[0] -= 1
             self._close(slot, "window")
         else:
             self._queue.push(deadline, slot)
@@ -298,13 +305,14 @@ class JoinStore:
         self._start[slots] = new_start
         self._items_end = total
 
-    def _evict_oldest(self) -> None:
-        """At the cap: close the open impression with the earliest deadline now."""
+    def evict_oldest(self) -> None:
+        """At the cap: close this partition's open impression with the earliest deadline."""
         while self._queue:
             slot = self._queue.pop()
             rid = self._rid[slot]  # type: ignore[index]
             if rid is not None and self._index.get(rid) == slot:
                 del self._index[rid]
+                self._open_total[0] -= 1
                 self._close(slot, "cap")
                 self._refresh_due()
                 return
@@ -483,6 +491,7 @@ class JoinStore:
             rid = rids[slot]  # type: ignore[index]
             if rid is not None and index.get(rid) == slot:
                 del index[rid]
+                self._open_total[0] -= 1
                 self._close(slot, "window")  # type: ignore[arg-type]
             due = queue.min_deadline()
         due = self._held_queue.min_deadline()
@@ -535,6 +544,7 @@ class JoinStore:
             rid = self._rid[slot]  # type: ignore[index]
             if rid is not None and self._index.get(rid) == slot:
                 del self._index[rid]
+                self._open_total[0] -= 1
                 self._close(slot, "drain")  # type: ignore[arg-type]
         while self._held_queue:
             self._expire_held(None, count_one=True)
