@@ -18,6 +18,7 @@ Series names, types and labels are listed in docs/metrics-reference.md.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,6 +39,8 @@ from prometheus_client.utils import floatToGoString
 if TYPE_CHECKING:
     from evald.aggregate import WindowRow
     from evald.engine import Engine
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ENGINE_FAMILIES",
@@ -358,6 +361,8 @@ class EngineCollector:
         self.lock = lock
         self.retries = max(1, retries)
         self.max_cached = max_cached
+        #: scrapes whose engine state could not be read (logged; engine series left out)
+        self.failures = 0
         # Label dicts are rebuilt from tuples only when a series is new: keyed by series.
         self._hist_labels: dict[tuple, tuple[dict[str, str], list[dict[str, str]]]] = {}
         self._window_labels: dict[tuple, dict[str, str]] = {}
@@ -382,7 +387,14 @@ class EngineCollector:
         return None  # unreachable
 
     def collect(self) -> Iterator[Metric]:
-        snap = self.snapshot()
+        try:
+            snap = self.snapshot()
+        except Exception:
+            # The registry's other collectors (evald_ready, daemon, process) must still be
+            # served, above all while something is wrong: skip only the engine's families.
+            self.failures += 1
+            log.exception("reading the engine for /metrics failed; its series are left out")
+            return
         if snap is None:
             return
         if len(self._hist_labels) + len(self._window_labels) > self.max_cached:

@@ -560,6 +560,27 @@ def test_registry_refuses_a_second_source_of_the_same_series() -> None:
         registry.register(EngineCollector(make_engine()))
 
 
+def test_an_unreadable_engine_leaves_out_only_its_own_series(caplog) -> None:
+    """E.g. a daemon's engine proxy before its first session: readiness must still be served."""
+
+    class NoEngineYet:
+        def __getattr__(self, name: str) -> object:
+            raise AttributeError(name)
+
+    registry, collector = build_registry(
+        NoEngineYet(),  # type: ignore[arg-type]
+        ready=lambda: (False, "connecting"),
+        process=False,
+    )
+    samples = scrape(registry)
+    assert samples == {("evald_ready", frozenset()): 0.0}
+    assert collector.failures == 1
+    assert "reading the engine for /metrics failed" in caplog.text
+    collector.engine = make_engine()
+    assert series(scrape(registry), "evald_pending_impressions") == 0
+    assert collector.failures == 1
+
+
 def test_replacing_the_engine_switches_the_series(drained) -> None:
     engine, served = drained
     collector = EngineCollector(make_engine())
