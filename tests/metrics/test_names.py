@@ -120,3 +120,12 @@ def test_required_depth() -> None:
     assert required_depth(parse_measures("RR@10,RBP(p=0.8)@20")) == 20
     assert required_depth(parse_measures("P@5,AUC")) is None
     assert required_depth([]) == 0
+
+
+def test_every_advertised_form_parses() -> None:
+    for family in FAMILIES.values():
+        for form in family.forms:
+            concrete = (
+                form.replace("@k", "@5").replace("rel=N", "rel=2").replace("gmax=N", "gmax=3")
+            )
+            assert str(parse_measure(concrete)).startswith(family.name), form

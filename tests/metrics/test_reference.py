@@ -147,7 +147,10 @@ def ir_measures_values(case: Case, names: list[str]) -> dict[str, list[float]]:
 @given(case=cases)
 @example(case=EDGE)
 def test_names_and_values_equal_ir_measures(case: Case) -> None:
-    names = ["nDCG@5", "nDCG", "P(rel=2)@3", "R@10", "AP(rel=2)", "RR@3", "RR(rel=3)", "Success@2"]
+    names = [
+        "nDCG@5", "nDCG", "nDCG@20", "P(rel=2)@3", "P@20", "R@10", "R(rel=2)@5", "AP(rel=2)",
+        "AP@5", "RR@3", "RR(rel=3)", "Success@2", "Success(rel=2)@3",
+    ]  # fmt: skip
     theirs = ir_measures_values(case, names)
     ours = {str(m): v for m, v in evaluate(parse_measures(names), case.batch()).items()}
     for name in names:
