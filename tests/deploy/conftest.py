@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Iterator
 
 import pytest
 from deploy_support import REPO
@@ -31,3 +32,16 @@ def promtool() -> str:
 def prometheus_bin() -> str:
     """Path of the Prometheus server binary."""
     return _tool("prometheus")
+
+
+@pytest.fixture(scope="session")
+def demo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One `evald demo` for the session (event time 300x wall time, so 1h windows close in
+    ~15s), serving /metrics on a free loopback port; stopped at the end."""
+    from live_support import start_demo
+
+    proc, base = start_demo(tmp_path_factory.mktemp("demo"), speed=300.0, duration=600.0)
+    try:
+        yield base
+    finally:
+        proc.stop()
