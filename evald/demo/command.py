@@ -128,13 +128,13 @@ def regress_at(args: argparse.Namespace) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evald.config import ConfigError, EngineConfig
+    from evald.config import ConfigError, load_config
     from evald.http import AddressError
 
     try:
-        config = EngineConfig(window=args.window, lateness=args.lateness)
-    except (ConfigError, ValueError) as exc:
-        print(f"evald demo: {_first_line(exc)}", file=sys.stderr)
+        config = load_config(window=args.window, lateness=args.lateness)
+    except ConfigError as exc:
+        print(f"evald demo: --{_first_line(exc)}", file=sys.stderr)
         return 2
     try:
         demo = build_demo(
@@ -220,8 +220,23 @@ class DemoLoop:
         self.running = False
         #: the last rejected records, kept for the view (the counters are in engine.stats)
         self.rejections: deque[Rejection] = deque(maxlen=20)
+        #: records the engine raised on instead of rejecting (should stay 0)
+        self.engine_errors = 0
         self._rate = (0.0, 0)  # (wall time, fed) at the previous frame
         self._events_per_s = 0.0
+
+    def _engine_error(self, event: SimEvent) -> None:
+        """Count a record the engine raised on (it should have returned a Rejection)."""
+        self.engine_errors += 1
+        if self.engine_errors == 1:
+            import traceback
+
+            print(
+                f"evald demo: the engine raised on the {event.kind} record {event.value[:120]!r};"
+                " skipping such records (a bug: bad data must be rejected, not raise)",
+                file=sys.stderr,
+            )
+            traceback.print_exc(file=sys.stderr)
 
     def stop(self, reason: str = "stop") -> None:
         """Ask the loop to finish (signal-handler safe: only sets a flag)."""
@@ -248,7 +263,11 @@ class DemoLoop:
             batch = 0
             with self.lock:
                 while head is not None and head.at_ms <= due_ms and batch < self.max_batch:
-                    out = self.engine.feed(head.value, kind=head.kind)
+                    try:
+                        out = self.engine.feed(head.value, kind=head.kind)
+                    except Exception:  # an engine bug must not end the demo; say so loudly
+                        self._engine_error(head)
+                        out = None
                     if isinstance(out, Rejection):
                         self.rejections.append(out)
                     head = next(events, None)
@@ -287,6 +306,8 @@ class DemoLoop:
                 notes.append(f"treatment ranker degrades at {when} event time (in {wall:.0f}s)")
             else:
                 notes.append(f"treatment ranker degraded since {when} event time")
+        if self.engine_errors:
+            notes.append(f"engine errors (records skipped): {self.engine_errors:,}")
         if self.rejections:
             last = self.rejections[-1]
             notes.append(f"last rejected record: {last.reason}: {last.detail}"[:160])

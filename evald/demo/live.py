@@ -323,9 +323,15 @@ def render_lines(
 
 
 def can_encode(stream: TextIO, text: str) -> bool:
-    """Whether ``stream`` can print ``text`` (arrows and '±' need UTF-8)."""
+    """Whether ``stream`` can print ``text`` (arrows and '±' need UTF-8).
+
+    A stream without an encoding (``io.StringIO``) holds str and takes anything.
+    """
+    encoding = getattr(stream, "encoding", None)
+    if encoding is None:
+        return True
     try:
-        text.encode(getattr(stream, "encoding", None) or "ascii")
+        text.encode(encoding)
     except (UnicodeEncodeError, LookupError):
         return False
     return True

@@ -1,0 +1,315 @@
+"""`evald demo` end to end: the real engine on simulated traffic, /metrics, signals."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from evald.config import EngineConfig
+from evald.demo import command
+from evald.demo.command import DemoLoop, build_demo, regress_at
+from evald.demo.live import LiveView
+from evald.demo.simulator import DEFAULT_START_MS, Faults, Simulator
+from evald.engine import Engine, Result
+
+ROOT = Path(__file__).resolve().parents[2]
+MIN = 60_000
+
+
+class VirtualTime:
+    """A clock that only moves when the loop sleeps: runs take CPU time, not wall time."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    return parser.parse_args(argv)
+
+
+def _measure_counts(body: str) -> dict[tuple[str, str], float]:
+    """``evald_measure_count`` per (arm, measure), summed over the other labels."""
+    out: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name == "evald_measure_count":
+                key = (sample.labels["arm"], sample.labels["measure"])
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_regression_lowers_the_treatment_ndcg_measured_by_the_engine() -> None:
+    """Real engine, generated events: treatment beats control, then drops after the regression."""
+    start, half = DEFAULT_START_MS, 20 * MIN
+    sim = Simulator(
+        21,
+        rate=3000,
+        speed=60,
+        stop_ms=start + 2 * half,
+        regress_at_ms=start + half,
+        faults=Faults(malformed=0.0),
+    )
+    results: list[Result] = []
+    engine = Engine(EngineConfig(window="5m", lateness="2m"), on_result=results.append)
+    for event in sim:
+        engine.feed(event.value, kind=event.kind)
+    engine.drain()
+    assert engine.pending() == 0
+
+    scores: dict[tuple[str, bool], list[float]] = {}
+    for r in results:
+        scores.setdefault((r.labels["arm"], r.ts >= start + half), []).append(r.measures["nDCG@10"])
+    mean = {key: float(np.mean(v)) for key, v in scores.items()}
+    assert min(len(v) for v in scores.values()) > 5_000
+    assert mean[("treatment", False)] > mean[("control", False)] + 0.02
+    assert mean[("treatment", True)] < mean[("treatment", False)] - 0.15
+    assert mean[("control", True)] == pytest.approx(mean[("control", False)], abs=0.03)
+
+
+def test_loop_paces_feeds_and_drains_in_virtual_time() -> None:
+    vt = VirtualTime()
+    out = io.StringIO()
+    speed, start = 60.0, DEFAULT_START_MS
+    regress = start + int(20 * speed * 1000)
+    sim = Simulator(4, rate=2000, speed=speed, start_ms=start, regress_at_ms=regress)
+    engine = Engine(EngineConfig(window="5m", lateness="2m"))
+    view = LiveView(out, tty=False, plain_interval=5.0, clock=vt.clock)
+    loop = DemoLoop(
+        engine,
+        sim,
+        view,
+        lock=threading.Lock(),
+        regress_at_ms=regress,
+        clock=vt.clock,
+        sleep=vt.sleep,
+    )
+    loop.run(40.0)
+
+    # fed what fell due in 40 s at 60x: event time advanced 40 min, about rate x 40 records
+    step_ms = 0.02 * speed * 1000  # the loop sleeps 20 ms between feeds
+    assert start + 40 * speed * 1000 - step_ms <= loop.event_time_ms <= start + 40 * speed * 1000
+    assert 2000 * 40 * 0.75 < loop.fed < 2000 * 40 * 1.25
+    assert engine.pending() == 0  # drained
+    accepted = sum(n for (_, outcome), n in engine.stats.events.items() if outcome == "accepted")
+    assert accepted > 0.9 * loop.fed
+    assert sum(engine.stats.rejected.values()) > 0  # the simulator's malformed records
+    assert loop.engine_errors == 0, "the engine raised on a record instead of rejecting it"
+
+    text = out.getvalue()
+    assert view.frames >= 8  # a plain summary every 5 virtual seconds
+    assert "segment='control · ranker-v1'" in text
+    final = text[text.rindex("evald demo · event time") :]
+    assert "stopped (duration)" in final
+    assert "after the regression" in final
+    treatment = next(line for line in final.splitlines() if line.startswith("treatment"))
+    assert treatment.rstrip().endswith("↓")
+
+
+def test_regress_at_defaults_to_mid_run() -> None:
+    assert regress_at(_parse(["--duration", "30"])) == 15.0
+    assert regress_at(_parse([])) == command.DEFAULT_REGRESS_AT
+    assert regress_at(_parse(["--regress-at", "5", "--duration", "30"])) == 5.0
+    assert regress_at(_parse(["--regress-at", "off"])) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--speed", "0"], ["--rate", "-1"], ["--duration", "nan"], ["--regress-at", "soon"]],
+)
+def test_bad_flags_are_usage_errors(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _parse(argv)
+    assert exc.value.code == 2
+
+
+def test_bad_window_or_address_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert command.run(_parse(["--window", "soon", "--duration", "1"])) == 2
+    assert "evald demo: --window:" in capsys.readouterr().err
+    assert command.run(_parse(["--metrics-address", "nowhere", "--duration", "1"])) == 2
+    assert "--metrics-address" in capsys.readouterr().err
+
+
+def test_taken_port_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = _parse(["--metrics-address", f"127.0.0.1:{port}", "--duration", "1"])
+        assert command.run(args) == 1
+    assert "cannot listen" in capsys.readouterr().err
+
+
+def test_run_in_process_serves_metrics_and_restores_signal_handlers() -> None:
+    """build_demo + run as the command does, scraping /metrics over HTTP while it runs."""
+    before = signal.getsignal(signal.SIGINT)
+    out = io.StringIO()
+    demo = build_demo(
+        EngineConfig(window="5m", lateness="2m"),
+        seed=1,
+        rate=3000,
+        speed=600,
+        regress_at_s=1.0,
+        metrics_address="127.0.0.1:0",
+        live=False,
+        stream=out,
+    )
+    url = demo.server.url  # type: ignore[union-attr]
+    assert url.startswith("http://127.0.0.1:")
+    scraped: dict[str, object] = {}
+
+    def scrape() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            status, body = _get(url + "/metrics")
+            counts = _measure_counts(body)
+            if status == 200 and sum(counts.values()) > 0:
+                scraped["counts"] = counts
+                scraped["ready"] = _get(url + "/readyz")[0]
+                scraped["healthy"] = _get(url + "/healthz")[0]
+                return
+            time.sleep(0.1)
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        assert command._run_with_signals(demo, 3.0) == 0
+    finally:
+        scraper.join(15)
+        demo.close()
+    counts = scraped.get("counts")
+    assert isinstance(counts, dict) and counts[("control", "nDCG@10")] > 0
+    assert counts[("treatment", "nDCG@10")] > 0
+    assert scraped["ready"] == 200 and scraped["healthy"] == 200
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(OSError):  # the port is released
+        urllib.request.urlopen(url + "/metrics", timeout=2)
+    assert "stopped (duration)" in out.getvalue()
+
+
+# ------------------------------------------------------------------ as a process
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start `python -m evald demo ...`; every process started is killed at teardown."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*argv: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "evald", "demo", *argv],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _metrics_url(proc: subprocess.Popen[str], timeout: float = 20.0) -> str:
+    """Read stderr until the demo says where it serves (bounded in time)."""
+    assert proc.stderr is not None
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stderr, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    seen = []
+    try:
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                continue
+            line = proc.stderr.readline()
+            if not line:
+                break
+            seen.append(line)
+            if "serving http://" in line:
+                return line.split("serving ", 1)[1].strip()
+    finally:
+        selector.close()
+    raise AssertionError(f"the demo never said where it serves; stderr: {''.join(seen)!r}")
+
+
+def _wait_for_scores(url: str, timeout: float = 15.0) -> dict[tuple[str, str], float]:
+    deadline = time.monotonic() + timeout
+    counts: dict[tuple[str, str], float] = {}
+    while time.monotonic() < deadline:
+        status, body = _get(url)
+        counts = _measure_counts(body) if status == 200 else {}
+        if sum(counts.values()) > 0:
+            return counts
+        time.sleep(0.2)
+    raise AssertionError(f"no evald_measure_count > 0 within {timeout}s: {counts}")
+
+
+def test_process_with_duration_serves_metrics_and_exits_0(
+    spawn: Callable[..., subprocess.Popen[str]],
+) -> None:
+    proc = spawn("--duration", "4", "--speed", "600", "--metrics-address", "127.0.0.1:0")
+    url = _metrics_url(proc)
+    assert url.startswith("http://127.0.0.1:")
+    counts = _wait_for_scores(url)
+    assert counts[("control", "nDCG@10")] > 0
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    # stdout is a pipe, not a terminal: plain lines, no cursor control
+    assert "\x1b[" not in out
+    final = out[out.rindex("evald demo · event time") :]
+    assert any(line.startswith("treatment · ranker-v2") for line in final.splitlines())
+    assert "stopped (duration)" in final
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_stops_cleanly_with_a_final_summary(
+    spawn: Callable[..., subprocess.Popen[str]], sig: signal.Signals
+) -> None:
+    proc = spawn("--speed", "600", "--metrics-address", "127.0.0.1:0")
+    url = _metrics_url(proc)
+    _wait_for_scores(url)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert f"stopped ({sig.name})" in out, (out, err)
+    assert "engine drained" in out, (out, err)
+    assert "Traceback" not in err, err
