@@ -220,6 +220,8 @@ class DemoLoop:
         self.running = False
         #: the last rejected records, kept for the view (the counters are in engine.stats)
         self.rejections: deque[Rejection] = deque(maxlen=20)
+        #: event time between the simulated clock and the oldest record not fed yet
+        self.behind_ms = 0
         #: records the engine raised on instead of rejecting (should stay 0)
         self.engine_errors = 0
         self._rate = (0.0, 0)  # (wall time, fed) at the previous frame
@@ -273,7 +275,10 @@ class DemoLoop:
                     head = next(events, None)
                     batch += 1
                 self.fed += batch
-                self.event_time_ms = int(due_ms)
+                # records due but not fed yet: the engine cannot keep up with --rate
+                self.behind_ms = 0 if head is None else max(0, int(due_ms) - head.at_ms)
+                #: event time the feed has reached (the simulated clock, unless behind)
+                self.event_time_ms = int(due_ms) - self.behind_ms
                 if now - last_tick >= self.tick_interval:
                     self.engine.tick()
                     last_tick = now
@@ -306,6 +311,9 @@ class DemoLoop:
                 notes.append(f"treatment ranker degrades at {when} event time (in {wall:.0f}s)")
             else:
                 notes.append(f"treatment ranker degraded since {when} event time")
+        if self.behind_ms > self.simulator.speed * 1000:
+            behind = self.behind_ms / 1000 / self.simulator.speed
+            notes.append(f"feeding {behind:.1f}s (wall) behind the simulated clock: lower --rate")
         if self.engine_errors:
             notes.append(f"engine errors (records skipped): {self.engine_errors:,}")
         if self.rejections:
