@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import json
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -14,6 +15,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from evald.config import EngineConfig
+from evald.engine import Engine
+from evald.exposition import build_registry
 from evald.http import AddressError, Heartbeat, MetricsServer, parse_address
 
 TIMEOUT = 10
@@ -190,27 +194,49 @@ def test_trailing_slash_and_query_strings_are_tolerated(serve) -> None:
 # --- /metrics ---------------------------------------------------------------------------------
 
 
-def _registry_with_a_counter() -> CollectorRegistry:
-    from prometheus_client import Counter
+T0 = 1_763_683_200_000
+RR_LABELS = (("arm", "control"), ("measure", "RR"), ("model", "__none__"), ("surface", "__none__"))
 
-    registry = CollectorRegistry()
-    counter = Counter("evald_probe", "A counter to see on /metrics.", ["kind"], registry=registry)
-    counter.labels("a").inc(3)
+
+def engine_registry(
+    lock: threading.Lock | None = None, ready: Callable[[], bool] | None = None
+) -> CollectorRegistry:
+    """A real Engine fed three impressions (RR = 1, 1/2 and 0 by where the click landed),
+    drained, behind the registry the commands build."""
+    engine = Engine(EngineConfig(measures=["RR"], window=60_000, lateness=0), clock=lambda: 0.0)
+    clicked_rank = {"a": 1, "b": 2, "c": None}
+    for i, (rid, rank) in enumerate(clicked_rank.items()):
+        items = ["x", "y", "z"]
+        doc = {"request_id": rid, "ts": T0 + i, "items": items, "labels": {"arm": "control"}}
+        engine.feed(json.dumps(doc).encode())
+        if rank is not None:
+            click = {"request_id": rid, "ts": T0 + i + 5, "item": items[rank - 1]}
+            engine.feed(json.dumps({**click, "action": "click"}).encode())
+    engine.drain()
+    registry, _ = build_registry(engine, lock=lock, ready=ready, process=False)
     return registry
 
 
+def parsed(body: bytes, openmetrics: bool = False) -> dict[tuple[str, tuple], float]:
+    parse = parse_om if openmetrics else parse_text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in parse(body.decode())
+        for s in family.samples
+    }
+
+
 def test_metrics_defaults_to_the_text_format(serve) -> None:
-    server = serve(registry=_registry_with_a_counter())
+    server = serve(registry=engine_registry())
     status, headers, body = request(server, "/metrics")
     assert status == 200
     assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     assert int(headers["content-length"]) == len(body)
-    families = {f.name: f for f in parse_text(body.decode())}
-    assert families["evald_probe"].samples[0].value == 3.0
+    assert parsed(body)[("evald_measure_count", RR_LABELS)] == 3
 
 
 def test_metrics_honours_openmetrics_in_accept_as_prometheus_sends_it(serve) -> None:
-    server = serve(registry=_registry_with_a_counter())
+    server = serve(registry=engine_registry())
     accept = (
         "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
         "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
@@ -219,23 +245,23 @@ def test_metrics_honours_openmetrics_in_accept_as_prometheus_sends_it(serve) -> 
     assert status == 200
     assert headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
     assert body.endswith(b"# EOF\n")
-    families = {f.name: f for f in parse_om(body.decode())}
-    assert families["evald_probe"].type == "counter"
+    types = {f.name: f.type for f in parse_om(body.decode())}
+    assert types["evald_events"] == "counter"
+    assert types["evald_measure"] == "histogram"
+    assert parsed(body, openmetrics=True)[("evald_measure_sum", RR_LABELS)] == 1.5
 
 
 def test_metrics_gzip_when_asked(serve) -> None:
-    server = serve(registry=_registry_with_a_counter())
+    server = serve(registry=engine_registry())
     _, _, plain = request(server, "/metrics")
     status, headers, body = request(server, "/metrics", headers={"Accept-Encoding": "gzip"})
     assert status == 200
     assert headers["content-encoding"] == "gzip"
-    unzipped = gzip.decompress(body)
-    # _created is the only wall-clock value; everything before it is identical.
-    assert unzipped.split(b"evald_probe_created")[0] == plain.split(b"evald_probe_created")[0]
+    assert gzip.decompress(body) == plain
 
 
 def test_metrics_head_sends_headers_only(serve) -> None:
-    server = serve(registry=_registry_with_a_counter())
+    server = serve(registry=engine_registry())
     status, headers, body = request(server, "/metrics", method="HEAD")
     assert status == 200
     assert body == b""
@@ -243,18 +269,16 @@ def test_metrics_head_sends_headers_only(serve) -> None:
 
 
 def test_metrics_name_filter(serve) -> None:
-    server = serve(registry=_registry_with_a_counter())
-    _, _, body = request(server, "/metrics?name[]=evald_probe_total")
-    text = body.decode()
-    assert "evald_probe_total" in text
-    assert "evald_probe_created" not in text
+    server = serve(registry=engine_registry())
+    _, _, body = request(server, "/metrics?name[]=evald_measure_count")
+    assert set(parsed(body)) == {("evald_measure_count", RR_LABELS)}
 
 
 def test_a_failing_collector_is_a_500_for_that_scrape_only(serve) -> None:
-    registry = _registry_with_a_counter()
+    registry = engine_registry()
 
     class Exploding:
-        armed = True
+        armed = False
 
         def collect(self):
             if self.armed:
@@ -263,6 +287,7 @@ def test_a_failing_collector_is_a_500_for_that_scrape_only(serve) -> None:
 
     exploding = Exploding()
     registry.register(exploding)
+    exploding.armed = True
     server = serve(registry=registry)
     assert request(server, "/metrics")[0] == 500
     exploding.armed = False
@@ -270,7 +295,7 @@ def test_a_failing_collector_is_a_500_for_that_scrape_only(serve) -> None:
 
 
 def test_concurrent_scrapes_all_succeed(serve) -> None:
-    server = serve(registry=_registry_with_a_counter())
+    server = serve(registry=engine_registry())
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda _: request(server, "/metrics"), range(32)))
     assert {status for status, _, _ in results} == {200}
@@ -337,50 +362,19 @@ def test_ipv6_loopback(serve) -> None:
 
 
 def test_metrics_serves_a_real_engine_over_http(serve) -> None:
-    import json
-
-    from evald.config import EngineConfig
-    from evald.engine import Engine
-    from evald.exposition import build_registry
-
-    engine = Engine(EngineConfig(measures=["RR"], window=60_000, lateness=0), clock=lambda: 0.0)
-    t0 = 1_763_683_200_000
     lock = threading.Lock()
-    clicked_rank = {"a": 1, "b": 2, "c": None}  # RR = 1, 1/2, 0
-    for i, (rid, rank) in enumerate(clicked_rank.items()):
-        items = ["x", "y", "z"]
-        doc = {"request_id": rid, "ts": t0 + i, "items": items, "labels": {"arm": "control"}}
-        engine.feed(json.dumps(doc).encode())
-        if rank is not None:
-            click = {
-                "request_id": rid,
-                "ts": t0 + i + 5,
-                "item": items[rank - 1],
-                "action": "click",
-            }
-            engine.feed(json.dumps(click).encode())
-    engine.drain()
-    registry, _ = build_registry(engine, lock=lock, ready=lambda: True)
-    server = serve(registry=registry, ready=lambda: True)
+    server = serve(registry=engine_registry(lock, ready=lambda: True), ready=lambda: True)
     accept = "application/openmetrics-text;version=1.0.0"
     for headers in ({}, {"Accept": accept}):
         status, got_headers, body = request(server, "/metrics", headers=headers)
         assert status == 200
         openmetrics = got_headers["content-type"].startswith("application/openmetrics-text")
         assert openmetrics == ("Accept" in headers)
-        parse = parse_om if openmetrics else parse_text
-        values = {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in parse(body.decode())
-            for s in family.samples
-        }
-        labels = (
-            ("arm", "control"),
-            ("measure", "RR"),
-            ("model", "__none__"),
-            ("surface", "__none__"),
-        )
-        assert values[("evald_measure_count", labels)] == 3
-        assert values[("evald_measure_sum", labels)] == 1.5
+        values = parsed(body, openmetrics)
+        assert values[("evald_measure_count", RR_LABELS)] == 3
+        assert values[("evald_measure_sum", RR_LABELS)] == 1.5
+        assert values[("evald_measure_bucket", tuple(sorted((*RR_LABELS, ("le", "0.4")))))] == 1
+        assert values[("evald_measure_bucket", tuple(sorted((*RR_LABELS, ("le", "0.5")))))] == 2
         assert values[("evald_ready", ())] == 1
-        assert values[("evald_impressions_abandoned_total", labels[:1] + labels[2:])] == 1
+        abandoned = (RR_LABELS[0], *RR_LABELS[2:])
+        assert values[("evald_impressions_abandoned_total", abandoned)] == 1
