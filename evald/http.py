@@ -100,13 +100,13 @@ def _outcome(check: Check, what: str) -> tuple[bool, str]:
     """Run a health/readiness check; a check that raises counts as failing, never as a crash."""
     try:
         result = check()
+        if isinstance(result, tuple):
+            ok, reason = result
+            return bool(ok), str(reason) if reason else ("ok" if ok else f"not {what}")
+        return bool(result), "ok" if result else f"not {what}"
     except Exception as exc:  # a broken check must not take the endpoint down
         log.warning("%s check raised", what, exc_info=True)
         return False, f"{what} check failed: {type(exc).__name__}: {exc}"
-    if isinstance(result, tuple):
-        ok, reason = result
-        return bool(ok), str(reason) if reason else ("ok" if ok else f"not {what}")
-    return bool(result), "ok" if result else f"not {what}"
 
 
 class Heartbeat:
@@ -151,6 +151,10 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type, owner: MetricsServer) -> None:
         self.owner = owner
         super().__init__(address, handler)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A scraper hanging up mid-response is routine; socketserver would print a traceback.
+        log.debug("connection from %s failed", client_address, exc_info=True)
 
 
 class _Handler(BaseHTTPRequestHandler):

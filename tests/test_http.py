@@ -141,6 +141,13 @@ def test_a_raising_check_reports_failure_and_the_server_keeps_serving(serve) -> 
     assert request(server, "/healthz")[0] == 200
 
 
+def test_a_malformed_check_result_reports_failure(serve) -> None:
+    server = serve(ready=lambda: (True, "ok", "extra"))
+    status, _, body = request(server, "/readyz")
+    assert status == 503
+    assert b"ready check failed: ValueError" in body
+
+
 def test_heartbeat_goes_stale_by_the_injected_clock_and_reports_stop() -> None:
     now = [1000.0]
     beat = Heartbeat(max_age=30, clock=lambda: now[0])
