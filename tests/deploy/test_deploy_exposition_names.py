@@ -179,7 +179,7 @@ def test_daemon_series_used_by_rules_and_dashboard_are_scraped_from_evald_run(
         return counts if counts.get("evald_consumer_lag", 0) > 0 else None
 
     try:
-        counts = wait_until(families, 90, "consumer lag samples from evald run")
+        counts = wait_until(families, 45, "consumer lag samples from evald run")
     except TimeoutError:
         pytest.fail(f"no consumer lag from evald run /metrics; last answer: {last}")
     absent = {n for n in wanted if n not in counts}
