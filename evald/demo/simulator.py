@@ -19,6 +19,7 @@ per second and can feed benchmarks and ``evald produce`` as well as the demo.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -165,8 +166,8 @@ class Simulator:
         catalogue: Catalogue | None = None,
         block: int | None = None,
     ) -> None:
-        if rate <= 0 or speed <= 0:
-            raise ValueError("rate and speed must be positive")
+        if not (0 < rate < math.inf and 0 < speed < math.inf):
+            raise ValueError(f"rate and speed must be positive and finite, got {rate}, {speed}")
         if block is not None and block <= 0:
             raise ValueError("block must be positive")
         self.seed = seed
@@ -241,10 +242,6 @@ class Simulator:
             pending.add(new)
             # every later record arrives at or after the last request of this block
             yield from _emit(pending.pop(int(clock)))
-
-    def arm_of(self, user: int) -> int:
-        """Stable A/B assignment of a user id (0 = control, 1 = treatment)."""
-        return int(_arm(np.asarray([user]))[0])
 
     # -- generation ---------------------------------------------------------------------
 

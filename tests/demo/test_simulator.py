@@ -212,3 +212,5 @@ def test_bad_arguments_are_refused() -> None:
         Simulator(rate=0)
     with pytest.raises(ValueError):
         Simulator(speed=-1)
+    with pytest.raises(ValueError):
+        Simulator(rate=float("nan"))
