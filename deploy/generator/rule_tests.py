@@ -214,7 +214,7 @@ def _ci_tests(spec: Spec, alerts: _Alerts) -> list[Case]:
             ],
         },
         {
-            "name": "differences within the bound, or in favour of treatment, stay silent",
+            "name": "a 0.01 difference, within the bound at n=1000, stays silent",
             "interval": "1m",
             "input_series": _window_series(spec, {c: (1000, 0.5, 0.3), t: (1000, 0.49, 0.3)}),
             "alert_rule_test": [{"eval_time": "30m", "alertname": name}],
