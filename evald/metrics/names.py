@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ class _Param:
     """One parameter a family accepts: its default and a validator/normaliser."""
 
     default: Any
-    check: Any  # Callable[[Any], Any] raising ValueError with a reason
+    check: Callable[[Any], Any]  # returns the normalised value or raises ValueError(reason)
 
 
 def _positive_number(value: Any) -> float | int:
@@ -47,7 +47,7 @@ def _probability(value: Any) -> float:
     return float(value)
 
 
-def _choice(*options: str) -> Any:
+def _choice(*options: str) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         if value not in options:
             raise ValueError("must be one of " + ", ".join(repr(o) for o in options))

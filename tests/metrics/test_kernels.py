@@ -227,6 +227,16 @@ def test_values_are_float64_and_bounded(rows: list[list[float | None]]) -> None:
             assert np.all((values >= 0) & (values <= 1 + 1e-12)), str(measure)
 
 
+@SETTINGS
+@given(rows=judged_lists, k=st.sampled_from([1, 3, 20]))
+def test_cumulative_gain_sums_the_top_k_grades(rows: list[list[float | None]], k: int) -> None:
+    batch = as_batch(rows)
+    expected = [sum(g for g in r[:k] if g is not None) for r in rows]
+    np.testing.assert_allclose(one(f"CG@{k}", batch), expected, rtol=0, atol=1e-12)
+    full = [sum(g for g in r if g is not None) for r in rows]
+    np.testing.assert_allclose(one("CG", batch), full, rtol=0, atol=1e-12)
+
+
 def test_cutoff_beyond_the_list_counts_missing_ranks_as_non_relevant() -> None:
     batch = Batch.from_served_grades([[1, 1, 1]])
     values = {

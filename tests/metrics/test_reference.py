@@ -179,6 +179,7 @@ def ranx_inputs(case: Case, binary: bool = False) -> tuple[TypedList, TypedList]
     return qrels, run
 
 
+@pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaTypeSafetyWarning")  # inside ranx f1
 @SETTINGS
 @given(case=cases)
 @example(case=EDGE)
@@ -186,8 +187,12 @@ def test_graded_and_set_measures_equal_ranx(case: Case) -> None:
     qrels, run = ranx_inputs(case)
     batch = case.batch()
     for k in CUTOFFS:
-        names = parse_measures(f"nDCG(dcg='exp-log2')@{k},F1@{k},Hit@{k},RR@{k}")
+        names = parse_measures(
+            f"nDCG(dcg='exp-log2')@{k},F1@{k},Hit@{k},RR@{k},DCG@{k},DCG(dcg='exp-log2')@{k}"
+        )
         got = {str(m): v for m, v in evaluate(names, batch).items()}
+        check(got[f"DCG@{k}"], ranx_metrics.dcg(qrels, run, k, 1), f"dcg@{k}")
+        check(got[f"DCG(dcg='exp-log2')@{k}"], ranx_metrics.dcg_burges(qrels, run, k, 1), "burges")
         burges = ranx_metrics.ndcg_burges(qrels, run, k, 1)
         check(got[f"nDCG(dcg='exp-log2')@{k}"], burges, f"ndcg_burges@{k}")
         check(got[f"F1@{k}"], ranx_metrics.f1(qrels, run, k, 1), f"F1@{k}")
