@@ -15,8 +15,9 @@ class Backoff:
     broker from reconnecting in lock step. ``reset()`` after a success.
     """
 
-    def __init__(self, initial_s: float, maximum_s: float,
-                 rand: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self, initial_s: float, maximum_s: float, rand: Callable[[], float] = random.random
+    ) -> None:
         if not 0 < initial_s <= maximum_s:
             raise ValueError("need 0 < initial_s <= maximum_s")
         self.initial_s = initial_s

@@ -103,9 +103,13 @@ class Checkpoint:
         return replace(self, results=results, epoch_start=epoch_start)
 
 
-def extend_ranges(ranges: tuple[ResultRange, ...], epoch_start: int | None,
-                  first: int, last: int, max_ts: int | None
-                  ) -> tuple[tuple[ResultRange, ...], int]:
+def extend_ranges(
+    ranges: tuple[ResultRange, ...],
+    epoch_start: int | None,
+    first: int,
+    last: int,
+    max_ts: int | None,
+) -> tuple[tuple[ResultRange, ...], int]:
     """Record that a committed transaction wrote results at offsets ``first..last``.
 
     Within one ownership epoch (from restore until the next restore or abort), the only
@@ -123,8 +127,9 @@ def extend_ranges(ranges: tuple[ResultRange, ...], epoch_start: int | None,
     return (*ranges[:-1], ResultRange(head.start, last + 1, merged_ts)), epoch_start
 
 
-def prune_ranges(ranges: tuple[ResultRange, ...], horizon_ts: int | None
-                 ) -> tuple[ResultRange, ...]:
+def prune_ranges(
+    ranges: tuple[ResultRange, ...], horizon_ts: int | None
+) -> tuple[ResultRange, ...]:
     """Drop ranges whose newest result is older than ``horizon_ts`` (no window reaches them).
 
     The last range is always kept: it anchors the current epoch.

@@ -28,8 +28,11 @@ log = logging.getLogger("evald.daemon")
 def configure(parser: argparse.ArgumentParser) -> None:
     """Settings flags plus logging."""
     add_settings_flags(parser)
-    parser.add_argument("--log-level", default=os.environ.get("EVALD_LOG_LEVEL", "INFO"),
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("EVALD_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    )
 
 
 class EngineRef:
@@ -62,8 +65,11 @@ def _registry(ref: EngineRef, stats: Any, ready: Any, config: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT; exit 0 after a clean stop, 2 on invalid settings/topics."""
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         settings = settings_from_args(args)
@@ -83,11 +89,14 @@ def run(args: argparse.Namespace) -> int:
     def factory(on_result: Any) -> Engine:
         return Engine(config, on_result=on_result)
 
-    daemon = Daemon(settings, factory, stats=stats,
-                    on_engine=lambda engine: setattr(ref, "engine", engine))
-    server = MetricsServer(settings.daemon.metrics_address,
-                           registry=_registry(ref, stats, daemon.ready, config),
-                           ready=daemon.ready)
+    daemon = Daemon(
+        settings, factory, stats=stats, on_engine=lambda engine: setattr(ref, "engine", engine)
+    )
+    server = MetricsServer(
+        settings.daemon.metrics_address,
+        registry=_registry(ref, stats, daemon.ready, config),
+        ready=daemon.ready,
+    )
     server.start()
     timeout = settings.daemon.shutdown_timeout_s
 
@@ -101,8 +110,12 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info("evald run: group %s, instance %s, metrics on %s", settings.daemon.group_id,
-             settings.daemon.instance_id, server.url)
+    log.info(
+        "evald run: group %s, instance %s, metrics on %s",
+        settings.daemon.group_id,
+        settings.daemon.instance_id,
+        server.url,
+    )
     try:
         return daemon.run()
     finally:
@@ -110,7 +123,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _hard_exit(timeout: float) -> None:
-    log.warning("clean shutdown did not finish within %.0fs; exiting (uncommitted work is "
-                "replayed by the next owner)", timeout)
+    log.warning(
+        "clean shutdown did not finish within %.0fs; exiting (uncommitted work is "
+        "replayed by the next owner)",
+        timeout,
+    )
     logging.shutdown()
     os._exit(0)

@@ -6,15 +6,17 @@ daemon fed whatever each fetch happened to return (a burst of impressions, then 
 feedback), which feedback counts as late would depend on fetch sizes and timing, and a restart
 would not reproduce an uninterrupted run. Feeding partition p's records of both topics in
 record-timestamp order (impressions first on equal timestamps) makes the sequence the engine
-sees a function of the data alone. A record is released once the other topic has a later
-record buffered or is caught up with its end; ``hold_s`` bounds how long a record waits for a
-topic that stays silent (liveness beats exactness when a producer is down).
+sees a function of the data alone. A record is released once the other topic has a record
+buffered that sorts after it, or after it waited ``hold_s``: a topic that reports "nothing
+more" may simply not have been fetched yet (producers flush the two topics independently), so
+the grace applies at the end of a backlog too. Records more than ``hold_s`` apart in arrival are
+still fed in arrival order; liveness beats exactness when a producer is down.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -51,12 +53,8 @@ class Merger(Generic[R]):
             return len(self._queues[kind])
         return sum(len(q) for q in self._queues.values())
 
-    def release(self, caught_up: Mapping[str, bool]) -> list[tuple[str, R]]:
-        """Pop every record that can be fed now, in feed order.
-
-        ``caught_up[kind]`` says the consumer has read that topic partition to its end, so no
-        record of that kind is known to be missing.
-        """
+    def release(self) -> list[tuple[str, R]]:
+        """Pop every record that can be fed now, in feed order."""
         out: list[tuple[str, R]] = []
         imp, fb = self._queues["impression"], self._queues["feedback"]
         now = self._clock()
@@ -65,16 +63,10 @@ class Merger(Generic[R]):
                 kind = "impression" if (imp[0].timestamp, 0) <= (fb[0].timestamp, 1) else "feedback"
             else:
                 kind = "impression" if imp else "feedback"
-                other = "feedback" if imp else "impression"
-                head = self._queues[kind][0]
-                if not caught_up.get(other, False) and now - head.since < self.hold_s:
+                if now - self._queues[kind][0].since < self.hold_s:
                     break
             out.append((kind, self._queues[kind].popleft().record))
         return out
-
-    def drain(self) -> list[tuple[str, R]]:
-        """Everything held, in order (used before a checkpoint on shutdown)."""
-        return self.release({kind: True for kind in KINDS})
 
     def clear(self) -> None:
         """Forget everything held (the partition is being revoked or resynchronised)."""

@@ -28,31 +28,47 @@ FLAG_PATHS: dict[str, str] = {
 
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """The flags that override the file and the environment (secrets only via file or env)."""
-    parser.add_argument("--config", metavar="FILE",
-                        help="YAML settings file (default: $EVALD_CONFIG)")
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML settings file (default: $EVALD_CONFIG)"
+    )
     group = parser.add_argument_group("kafka")
     group.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]")
-    group.add_argument("--security-protocol",
-                       choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+    group.add_argument(
+        "--security-protocol", choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+    )
     group.add_argument("--sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-    group.add_argument("--sasl-username", metavar="NAME",
-                       help="the password comes from EVALD_KAFKA__SASL_PASSWORD or the file")
+    group.add_argument(
+        "--sasl-username",
+        metavar="NAME",
+        help="the password comes from EVALD_KAFKA__SASL_PASSWORD or the file",
+    )
     topics = parser.add_argument_group("topics")
     topics.add_argument("--impressions-topic", metavar="TOPIC")
     topics.add_argument("--feedback-topic", metavar="TOPIC")
     topics.add_argument("--results-topic", metavar="TOPIC")
     topics.add_argument("--dlq-topic", metavar="TOPIC")
-    topics.add_argument("--checkpoint-topic", metavar="TOPIC",
-                        help="transactional checkpoints (default: RESULTS.checkpoints)")
+    topics.add_argument(
+        "--checkpoint-topic",
+        metavar="TOPIC",
+        help="transactional checkpoints (default: RESULTS.checkpoints)",
+    )
     daemon = parser.add_argument_group("daemon")
     daemon.add_argument("--group-id", metavar="GROUP")
-    daemon.add_argument("--instance-id", metavar="ID",
-                        help="stable per instance; names the transactional producer "
-                        "(default: hostname)")
-    daemon.add_argument("--metrics-address", metavar="HOST:PORT",
-                        help="where /metrics, /healthz and /readyz listen")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="any other setting, e.g. --set engine.window=30m (repeatable)")
+    daemon.add_argument(
+        "--instance-id",
+        metavar="ID",
+        help="stable per instance; names the transactional producer (default: hostname)",
+    )
+    daemon.add_argument(
+        "--metrics-address", metavar="HOST:PORT", help="where /metrics, /healthz and /readyz listen"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="any other setting, e.g. --set engine.window=30m (repeatable)",
+    )
 
 
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -26,19 +26,29 @@ EXAMPLES = """\
 def configure(parser: argparse.ArgumentParser) -> None:
     """Same connection/topic flags as `evald run`, plus the traffic shape."""
     add_settings_flags(parser)
-    parser.add_argument("--events", type=int, default=None,
-                        help="stop after this many records (default: endless with --realtime, "
-                             "else 100000)")
+    parser.add_argument(
+        "--events",
+        type=int,
+        default=None,
+        help="stop after this many records (default: endless with --realtime, else 100000)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rate", type=float, default=3_000.0, help="events per wall second")
-    parser.add_argument("--speed", type=float, default=60.0,
-                        help="event-time seconds per wall second")
-    parser.add_argument("--clean", action="store_true",
-                        help="no duplicates, losses or malformed records")
-    parser.add_argument("--partitions", type=int, default=3,
-                        help="partition count when the topics have to be created")
-    parser.add_argument("--realtime", action="store_true",
-                        help="pace records by their simulated arrival time")
+    parser.add_argument(
+        "--speed", type=float, default=60.0, help="event-time seconds per wall second"
+    )
+    parser.add_argument(
+        "--clean", action="store_true", help="no duplicates, losses or malformed records"
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=3,
+        help="partition count when the topics have to be created",
+    )
+    parser.add_argument(
+        "--realtime", action="store_true", help="pace records by their simulated arrival time"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
                 admin.create_topics([NewTopic(t, args.partitions, 1) for t in create])
     finally:
         admin.close()
-    sim = Simulator(args.seed, rate=args.rate, speed=args.speed,
-                    faults=Faults.none() if args.clean else None)
+    sim = Simulator(
+        args.seed, rate=args.rate, speed=args.speed, faults=Faults.none() if args.clean else None
+    )
     limit = args.events if args.events is not None else (None if args.realtime else 100_000)
     producer = KafkaProducer(linger_ms=20, **client)
     started = time.monotonic()
@@ -86,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         producer.flush()
         producer.close()
-    print(f"evald produce: wrote {written} records to {topics.impressions} / {topics.feedback}",
-          file=sys.stderr)
+    print(
+        f"evald produce: wrote {written} records to {topics.impressions} / {topics.feedback}",
+        file=sys.stderr,
+    )
     return 0

@@ -24,8 +24,14 @@ class RestoreError(RuntimeError):
     """State could not be read back within the deadline (treated as a transient error)."""
 
 
-def _records(reader: KafkaConsumer, tp: TopicPartition, start: int, end: int,
-             deadline: float, clock: Callable[[], float]) -> Iterator[Any]:
+def _records(
+    reader: KafkaConsumer,
+    tp: TopicPartition,
+    start: int,
+    end: int,
+    deadline: float,
+    clock: Callable[[], float],
+) -> Iterator[Any]:
     """Yield the records of ``tp`` with offsets in ``[start, end)``, in order."""
     if start >= end:
         return
@@ -34,8 +40,7 @@ def _records(reader: KafkaConsumer, tp: TopicPartition, start: int, end: int,
     next_offset = start
     while next_offset < end:
         if clock() > deadline:
-            raise RestoreError(f"reading {tp.topic}[{tp.partition}] {next_offset}..{end} "
-                               "timed out")
+            raise RestoreError(f"reading {tp.topic}[{tp.partition}] {next_offset}..{end} timed out")
         batch = reader.poll(timeout_ms=200, max_records=5_000).get(tp, [])
         for record in batch:
             if record.offset < next_offset:
@@ -51,23 +56,36 @@ def _records(reader: KafkaConsumer, tp: TopicPartition, start: int, end: int,
                 return
 
 
-def read_checkpoint(reader: KafkaConsumer, topic: str, partition: int, committed: int,
-                    timeout_s: float, clock: Callable[[], float] = time.monotonic) -> Checkpoint:
+def read_checkpoint(
+    reader: KafkaConsumer,
+    topic: str,
+    partition: int,
+    committed: int,
+    timeout_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> Checkpoint:
     """The checkpoint record at ``committed - 1`` of the checkpoint topic partition."""
     tp = TopicPartition(topic, partition)
     deadline = clock() + timeout_s
     for record in _records(reader, tp, committed - 1, committed, deadline, clock):
         checkpoint = Checkpoint.decode(record.value)
         if checkpoint.partition != partition:
-            raise RestoreError(f"checkpoint at {topic}[{partition}]@{record.offset} is for "
-                               f"partition {checkpoint.partition}")
+            raise RestoreError(
+                f"checkpoint at {topic}[{partition}]@{record.offset} is for "
+                f"partition {checkpoint.partition}"
+            )
         return checkpoint
     raise RestoreError(f"no checkpoint record at {topic}[{partition}]@{committed - 1}")
 
 
-def read_ranges(reader: KafkaConsumer, topic: str, partition: int,
-                ranges: tuple[ResultRange, ...], timeout_s: float,
-                clock: Callable[[], float] = time.monotonic) -> Iterator[dict[str, Any]]:
+def read_ranges(
+    reader: KafkaConsumer,
+    topic: str,
+    partition: int,
+    ranges: tuple[ResultRange, ...],
+    timeout_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[dict[str, Any]]:
     """The committed results of one partition, decoded, range by range in offset order."""
     tp = TopicPartition(topic, partition)
     deadline = clock() + timeout_s

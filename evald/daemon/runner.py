@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -102,10 +103,16 @@ class _Listener(ConsumerRebalanceListener):
 class Daemon:
     """`evald run`'s loop. ``run()`` returns the exit status; ``stop()`` may be called anytime."""
 
-    def __init__(self, settings: Settings, engine_factory: EngineFactory, *,
-                 stats: DaemonStats | None = None, clock: Callable[[], float] = time.monotonic,
-                 on_engine: Callable[[Any], None] | None = None,
-                 merge_hold_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        engine_factory: EngineFactory,
+        *,
+        stats: DaemonStats | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_engine: Callable[[Any], None] | None = None,
+        merge_hold_s: float = 2.0,
+    ) -> None:
         self.settings = settings
         self.engine_factory = engine_factory
         self.stats = stats or DaemonStats()
@@ -113,8 +120,10 @@ class Daemon:
         self.on_engine = on_engine
         self.merge_hold_s = merge_hold_s
         self._stop = threading.Event()
-        self._backoff = Backoff(settings.daemon.retry_backoff_initial_ms / 1000,
-                                settings.daemon.retry_backoff_max_ms / 1000)
+        self._backoff = Backoff(
+            settings.daemon.retry_backoff_initial_ms / 1000,
+            settings.daemon.retry_backoff_max_ms / 1000,
+        )
         self._parts: dict[int, _Part] = {}
         self._to_restore: set[int] = set()
         self._engine: Engine | None = None
@@ -163,8 +172,12 @@ class Daemon:
             except (KafkaError, OSError, RestoreError, TimeoutError) as exc:
                 self._set_ready(False)
                 delay = self._backoff.next_delay()
-                log.warning("kafka session failed (%s: %s); retrying in %.1fs",
-                            type(exc).__name__, exc, delay)
+                log.warning(
+                    "kafka session failed (%s: %s); retrying in %.1fs",
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
             except Exception:
                 # never die on a surprise: the state is in Kafka, a new session restores it
                 self._set_ready(False)
@@ -195,8 +208,9 @@ class Daemon:
         )
         # fences and aborts whatever a previous incarnation of this instance left open
         self._producer.init_transactions()
-        self._reader = KafkaConsumer(group_id=None, enable_auto_commit=False,
-                                     isolation_level="read_uncommitted", **client)
+        self._reader = KafkaConsumer(
+            group_id=None, enable_auto_commit=False, isolation_level="read_uncommitted", **client
+        )
         self._consumer = KafkaConsumer(
             group_id=cfg.daemon.group_id,
             enable_auto_commit=False,
@@ -208,8 +222,9 @@ class Daemon:
             max_poll_records=cfg.daemon.max_poll_records,
             **client,
         )
-        self._consumer.subscribe([cfg.topics.impressions, cfg.topics.feedback],
-                                 listener=_Listener(self))
+        self._consumer.subscribe(
+            [cfg.topics.impressions, cfg.topics.feedback], listener=_Listener(self)
+        )
         self._broker_ok = True
         self._last_commit = self.clock()
         while not self._stop.is_set():
@@ -225,12 +240,17 @@ class Daemon:
             existing = set(admin.list_topics())
             names = [t for t in (topics.impressions, topics.feedback, *outputs) if t in existing]
             counts: dict[str, int | None] = dict.fromkeys(
-                (topics.impressions, topics.feedback, *outputs))
+                (topics.impressions, topics.feedback, *outputs)
+            )
             for desc in admin.describe_topics(names) if names else []:
                 counts[desc.get("name") or desc.get("topic")] = len(desc["partitions"])
             try:
-                partitions = check_layout(counts, impressions=topics.impressions,
-                                          feedback=topics.feedback, outputs=outputs)
+                partitions = check_layout(
+                    counts,
+                    impressions=topics.impressions,
+                    feedback=topics.feedback,
+                    outputs=outputs,
+                )
             except TopicLayoutError as exc:
                 raise _Fatal(2, f"evald run: refusing to start: {exc}") from None
             create = missing_outputs(counts, outputs)
@@ -254,12 +274,14 @@ class Daemon:
             self._buffer(tp, records)
         fed = self._feed()
         self._engine.tick()
-        self._backpressure()
+        self._backpressure(fed)
         self._uncommitted += fed
         now = self.clock()
         interval = self.settings.daemon.commit_interval_ms / 1000
-        if (self._uncommitted >= self.settings.daemon.commit_max_records
-                or now - self._last_commit >= interval):
+        if (
+            self._uncommitted >= self.settings.daemon.commit_max_records
+            or now - self._last_commit >= interval
+        ):
             self._commit()
             self._last_commit = now
         if now - self._last_probe >= interval:
@@ -296,15 +318,6 @@ class Daemon:
             consumer.pause(tp)
             part.merge_paused.add(kind)
 
-    def _caught_up(self, part: _Part) -> dict[str, bool]:
-        consumer = self._consumer
-        assert consumer is not None
-        out = {}
-        for kind in KINDS:
-            high = consumer.highwater(self._tp(kind, part.partition))
-            out[kind] = high is not None and part.fetched_next[kind] >= high
-        return out
-
     def _feed(self) -> int:
         engine = self._engine
         consumer = self._consumer
@@ -313,9 +326,13 @@ class Daemon:
         for p, part in sorted(self._parts.items()):
             if not part.restored:
                 continue
-            for kind, record in part.merger.release(self._caught_up(part)):
-                outcome = engine.feed(record.value if record.value is not None else b"",
-                                      partition=p, kind=kind, offset=record.offset)
+            for kind, record in part.merger.release():
+                outcome = engine.feed(
+                    record.value if record.value is not None else b"",
+                    partition=p,
+                    kind=kind,
+                    offset=record.offset,
+                )
                 part.fed_next[kind] = record.offset + 1
                 part.dirty = True
                 fed += 1
@@ -328,8 +345,14 @@ class Daemon:
                         consumer.resume(self._tp(kind, p))
         return fed
 
-    def _backpressure(self) -> None:
-        """Pause the impressions partitions near max_pending; resume once drained."""
+    def _backpressure(self, fed: int) -> None:
+        """Pause the impressions partitions near max_pending; resume once drained.
+
+        Only feedback can drain pending impressions while impressions are paused (its event
+        times move the watermark). When a cycle feeds nothing and no feedback is buffered,
+        staying paused would stall until the idle fallback, so impressions resume and the
+        engine's own max_pending cap bounds memory instead.
+        """
         consumer = self._consumer
         assert consumer is not None
         pending = self._engine.pending()
@@ -341,10 +364,14 @@ class Daemon:
             if owned:
                 consumer.pause(*owned)
             log.info("backpressure: %d pending impressions, pausing impressions", pending)
-        elif self._bp_paused and pending <= daemon.resume_at * self._max_pending:
+        elif self._bp_paused and (
+                pending <= daemon.resume_at * self._max_pending
+                or (fed == 0 and not any(s.merger.buffered("feedback")
+                                         for s in self._parts.values()))):
             self._bp_paused = False
-            resume = [tp for tp in owned
-                      if "impression" not in self._parts[tp.partition].merge_paused]
+            resume = [
+                tp for tp in owned if "impression" not in self._parts[tp.partition].merge_paused
+            ]
             if resume:
                 consumer.resume(*resume)
             log.info("backpressure released: %d pending impressions", pending)
@@ -417,8 +444,9 @@ class Daemon:
             ranges, epoch = part.ranges, part.epoch_start
             if part.txn_results:
                 result_offsets = [f.get(timeout=30).offset for f in part.txn_results]
-                ranges, epoch = extend_ranges(ranges, epoch, min(result_offsets),
-                                              max(result_offsets), part.txn_max_ts)
+                ranges, epoch = extend_ranges(
+                    ranges, epoch, min(result_offsets), max(result_offsets), part.txn_max_ts
+                )
             watermark = engine.checkpoint(p)
             if watermark is not None and horizon_ms is not None:
                 ranges = prune_ranges(ranges, watermark - horizon_ms)
@@ -426,20 +454,29 @@ class Daemon:
             committed = {}
             for kind in KINDS:
                 low_kind = low.get(kind)
-                committed[kind] = (part.fed_next[kind] if low_kind is None
-                                   else min(low_kind, part.fed_next[kind]))
-            checkpoint = Checkpoint(partition=p, watermark=watermark, committed=committed,
-                                    consumed=dict(part.fed_next), results=ranges,
-                                    epoch_start=epoch, instance=self.settings.daemon.instance_id)
-            future = producer.send(topics.checkpoint_topic, key=str(p).encode(),
-                                   value=checkpoint.encode(), partition=p)
+                committed[kind] = (
+                    part.fed_next[kind] if low_kind is None else min(low_kind, part.fed_next[kind])
+                )
+            checkpoint = Checkpoint(
+                partition=p,
+                watermark=watermark,
+                committed=committed,
+                consumed=dict(part.fed_next),
+                results=ranges,
+                epoch_start=epoch,
+                instance=self.settings.daemon.instance_id,
+            )
+            future = producer.send(
+                topics.checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
+            )
             planned.append((part, checkpoint, future))
             for kind in KINDS:
                 offsets[self._tp(kind, p)] = OffsetAndMetadata(committed[kind], "", -1)
         producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
         for _, checkpoint, future in planned:
             offsets[TopicPartition(topics.checkpoint_topic, checkpoint.partition)] = (
-                OffsetAndMetadata(future.get(timeout=30).offset + 1, "", -1))
+                OffsetAndMetadata(future.get(timeout=30).offset + 1, "", -1)
+            )
         producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
         producer.commit_transaction()
         self._txn_open = False
@@ -520,19 +557,28 @@ class Daemon:
         committed = consumer.committed(ckpt_tp)
         engine = self._engine
         if committed:
-            checkpoint = read_checkpoint(reader, topics.checkpoint_topic, p, committed,
-                                         RESTORE_TIMEOUT_S, self.clock)
+            checkpoint = read_checkpoint(
+                reader, topics.checkpoint_topic, p, committed, RESTORE_TIMEOUT_S, self.clock
+            )
             engine.restore(p, checkpoint.watermark, dict(checkpoint.consumed))
             absorbed = 0
-            for doc in read_ranges(reader, topics.results, p, checkpoint.results,
-                                   RESTORE_TIMEOUT_S, self.clock):
+            for doc in read_ranges(
+                reader, topics.results, p, checkpoint.results, RESTORE_TIMEOUT_S, self.clock
+            ):
                 engine.absorb_result(doc, p)
                 absorbed += 1
             start = dict(checkpoint.committed)
             part.ranges = checkpoint.results
-            log.info("partition %d restored: watermark %s, replay from %s to %s, %d results "
-                     "absorbed in %.2fs", p, checkpoint.watermark, start, checkpoint.consumed,
-                     absorbed, self.clock() - started)
+            log.info(
+                "partition %d restored: watermark %s, replay from %s to %s, %d results "
+                "absorbed in %.2fs",
+                p,
+                checkpoint.watermark,
+                start,
+                checkpoint.consumed,
+                absorbed,
+                self.clock() - started,
+            )
         else:
             start = {}
             for kind in KINDS:
@@ -567,6 +613,9 @@ class Daemon:
         for tp, end in ends.items():
             part = self._parts.get(tp.partition)
             if part is not None and part.restored:
+                # some brokers (tansu) answer ListOffsets behind the last batch; the high
+                # watermark of the latest fetch is exact, so take the larger
+                end = max(end, consumer.highwater(tp) or 0)
                 lag[(tp.topic, tp.partition)] = max(0, end - part.fed_next[self._kind(tp.topic)])
         self.stats.set_lag(lag)
         self._set_ready(self.ready()[0])
@@ -587,9 +636,20 @@ class Daemon:
         if assigned:
             consumer.pause(*assigned)
         self._commit()
+        if self.settings.daemon.windows_file and self._engine is not None:
+            self._write_windows(self.settings.daemon.windows_file)
         consumer.close(autocommit=False, timeout_ms=5_000)
         self._consumer = None
         self._set_ready(False)
+
+    def _write_windows(self, path: str) -> None:
+        """Dump every window aggregate in retention (same lines as `evald replay --windows`)."""
+        assert self._engine is not None
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            for row in self._engine.window_rows(last_only=False):
+                out.write(json.dumps(row.to_json(), ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
 
     def _teardown(self) -> None:
         """Close whatever the session opened; an open transaction is left for the broker."""

@@ -97,8 +97,9 @@ class KafkaSettings(_Strict):
         """Cross-field rules kafka-python would otherwise only report at connect time."""
         sasl = self.security_protocol.startswith("SASL")
         if sasl and self.sasl_mechanism is None:
-            raise ValueError("sasl_mechanism is required with security_protocol " +
-                             self.security_protocol)
+            raise ValueError(
+                "sasl_mechanism is required with security_protocol " + self.security_protocol
+            )
         if sasl and (not self.sasl_username or self.sasl_password is None):
             raise ValueError("sasl_username and sasl_password are required with SASL")
         if not sasl and self.sasl_mechanism is not None:
@@ -179,6 +180,11 @@ class DaemonSettings(_Strict):
     shutdown_timeout_s: float = Field(30.0, gt=0)
     retry_backoff_initial_ms: int = Field(200, ge=1)
     retry_backoff_max_ms: int = Field(10_000, ge=1)
+    windows_file: str | None = Field(
+        None,
+        description="on a clean stop, write every window aggregate in retention here "
+        "(the `evald replay --windows` JSONL schema)",
+    )
 
     @field_validator("metrics_address")
     @classmethod
@@ -246,7 +252,7 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     for name, text in sorted(environ.items()):
         if not name.upper().startswith(ENV_PREFIX) or name.upper() == "EVALD_CONFIG":
             continue
-        path = [part.lower() for part in name[len(ENV_PREFIX):].split("__")]
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
         if len(path) < 2 or not all(path):
             raise SettingsError(
                 f"{name}: use EVALD_<SECTION>__<FIELD>, e.g. EVALD_KAFKA__BOOTSTRAP_SERVERS"
@@ -257,8 +263,9 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 # Secrets and names are taken verbatim: YAML would turn "0123" into 123 or "yes" into True.
-_STRING_FIELDS = frozenset({"sasl_password", "ssl_password", "sasl_username", "group_id",
-                            "instance_id", "client_id"})
+_STRING_FIELDS = frozenset(
+    {"sasl_password", "ssl_password", "sasl_username", "group_id", "instance_id", "client_id"}
+)
 
 
 def set_overrides(items: list[str]) -> dict[str, Any]:

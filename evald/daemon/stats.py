@@ -47,30 +47,36 @@ class DaemonCollector:
             lag = sorted(stats.lag.items())
             dlq = sorted(stats.dlq.items())
         lag_family = GaugeMetricFamily(
-            "evald_consumer_lag", "Records in the input topic partition not yet fed to the engine",
+            "evald_consumer_lag",
+            "Records in the input topic partition not yet fed to the engine",
             labels=["topic", "partition"],
         )
         for (topic, partition), value in lag:
             lag_family.add_metric([topic, str(partition)], value)
         yield lag_family
         yield CounterMetricFamily(
-            "evald_backpressure_pauses", "Times the impressions partitions were paused because "
-            "pending impressions reached the high-water mark", value=stats.pauses,
+            "evald_backpressure_pauses",
+            "Times the impressions partitions were paused because "
+            "pending impressions reached the high-water mark",
+            value=stats.pauses,
         )
         dlq_family = CounterMetricFamily(
-            "evald_dlq_records", "Rejected records written to the dead-letter topic",
+            "evald_dlq_records",
+            "Rejected records written to the dead-letter topic",
             labels=["reason"],
         )
         for reason, value in dlq:
             dlq_family.add_metric([reason], value)
         yield dlq_family
         yield CounterMetricFamily(
-            "evald_results_produced", "Finalized results written to the results topic "
-            "(in transactions that committed)", value=stats.results_produced,
+            "evald_results_produced",
+            "Finalized results written to the results topic (in transactions that committed)",
+            value=stats.results_produced,
         )
         if not self.include_ready:
             return
         yield GaugeMetricFamily(
-            "evald_ready", "1 when every assigned partition is restored and the broker answers",
+            "evald_ready",
+            "1 when every assigned partition is restored and the broker answers",
             value=1.0 if stats.ready else 0.0,
         )

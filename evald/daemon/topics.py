@@ -17,8 +17,13 @@ class TopicLayoutError(RuntimeError):
     """The topics cannot be used as configured; the message says which and how to fix it."""
 
 
-def check_layout(counts: Mapping[str, int | None], *, impressions: str, feedback: str,
-                 outputs: tuple[str, ...] = ()) -> int:
+def check_layout(
+    counts: Mapping[str, int | None],
+    *,
+    impressions: str,
+    feedback: str,
+    outputs: tuple[str, ...] = (),
+) -> int:
     """Return the shared partition count of the input topics, or raise TopicLayoutError.
 
     ``counts`` maps topic name -> partition count (None: the topic does not exist). Output
