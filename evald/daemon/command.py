@@ -35,34 +35,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class EngineRef:
-    """Forwards to the engine of the current session, so collectors survive a reconnect."""
-
-    def __init__(self) -> None:
-        self.engine: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        engine = self.__dict__.get("engine")
-        if engine is None:
-            raise AttributeError(name)
-        return getattr(engine, name)
-
-
-def _registry(ref: EngineRef, stats: Any, ready: Any, config: Any) -> Any:
-    """The /metrics registry: the engine series (when the exposition provides them) + ours."""
-    from evald.daemon.stats import DaemonCollector
-
-    try:
-        from evald.exposition import build_registry  # type: ignore[attr-defined]
-    except ImportError:
-        from prometheus_client.registry import CollectorRegistry
-
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(DaemonCollector(stats, include_ready=True))
-        return registry
-    return build_registry(ref, ready=ready, extra=[DaemonCollector(stats, include_ready=False)])
-
-
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT; exit 0 after a clean stop, 2 on invalid settings/topics."""
     logging.basicConfig(
@@ -78,25 +50,25 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     from evald.daemon.runner import Daemon
-    from evald.daemon.stats import DaemonStats
+    from evald.daemon.stats import DaemonCollector, DaemonStats
     from evald.engine import Engine
+    from evald.exposition import build_registry
     from evald.http import MetricsServer
 
     config = settings.engine_config()
     stats = DaemonStats()
-    ref = EngineRef()
 
     def factory(on_result: Any) -> Engine:
         return Engine(config, on_result=on_result)
 
-    daemon = Daemon(
-        settings, factory, stats=stats, on_engine=lambda engine: setattr(ref, "engine", engine)
+    daemon = Daemon(settings, factory, stats=stats)
+    # evald_ready comes from the daemon's collector (it knows about partitions and the broker)
+    registry, collector = build_registry(
+        None, lock=daemon.lock, extra=[DaemonCollector(stats, include_ready=True)]
     )
-    server = MetricsServer(
-        settings.daemon.metrics_address,
-        registry=_registry(ref, stats, daemon.ready, config),
-        ready=daemon.ready,
-    )
+    # each session builds a fresh engine (restored from Kafka): point the collector at it
+    daemon.on_engine = lambda engine: setattr(collector, "engine", engine)
+    server = MetricsServer(settings.daemon.metrics_address, registry=registry, ready=daemon.ready)
     server.start()
     timeout = settings.daemon.shutdown_timeout_s
 

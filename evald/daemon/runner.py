@@ -120,6 +120,9 @@ class Daemon:
         self.on_engine = on_engine
         self.merge_hold_s = merge_hold_s
         self._stop = threading.Event()
+        #: held around every engine access; scrapes take it to copy a consistent state. Never
+        #: held across consumer.poll()/close(): rebalance callbacks take it on the I/O thread.
+        self.lock = threading.RLock()
         self._backoff = Backoff(
             settings.daemon.retry_backoff_initial_ms / 1000,
             settings.daemon.retry_backoff_max_ms / 1000,
@@ -267,23 +270,24 @@ class Daemon:
         batches = consumer.poll(timeout_ms=self.settings.daemon.poll_timeout_ms)
         if self._txn_poisoned:
             raise KafkaError("transaction aborted during a rebalance; resynchronising")
-        for p in sorted(self._to_restore):
-            self._restore(p)
-        self._to_restore.clear()
-        for tp, records in batches.items():
-            self._buffer(tp, records)
-        fed = self._feed()
-        self._engine.tick()
-        self._backpressure(fed)
-        self._uncommitted += fed
-        now = self.clock()
-        interval = self.settings.daemon.commit_interval_ms / 1000
-        if (
-            self._uncommitted >= self.settings.daemon.commit_max_records
-            or now - self._last_commit >= interval
-        ):
-            self._commit()
-            self._last_commit = now
+        with self.lock:
+            for p in sorted(self._to_restore):
+                self._restore(p)
+            self._to_restore.clear()
+            for tp, records in batches.items():
+                self._buffer(tp, records)
+            fed = self._feed()
+            self._engine.tick()
+            self._backpressure(fed)
+            self._uncommitted += fed
+            now = self.clock()
+            interval = self.settings.daemon.commit_interval_ms / 1000
+            if (
+                self._uncommitted >= self.settings.daemon.commit_max_records
+                or now - self._last_commit >= interval
+            ):
+                self._commit()
+                self._last_commit = now
         if now - self._last_probe >= interval:
             self._probe()
             self._last_probe = now
@@ -365,9 +369,9 @@ class Daemon:
                 consumer.pause(*owned)
             log.info("backpressure: %d pending impressions, pausing impressions", pending)
         elif self._bp_paused and (
-                pending <= daemon.resume_at * self._max_pending
-                or (fed == 0 and not any(s.merger.buffered("feedback")
-                                         for s in self._parts.values()))):
+            pending <= daemon.resume_at * self._max_pending
+            or (fed == 0 and not any(s.merger.buffered("feedback") for s in self._parts.values()))
+        ):
             self._bp_paused = False
             resume = [
                 tp for tp in owned if "impression" not in self._parts[tp.partition].merge_paused
@@ -519,6 +523,10 @@ class Daemon:
 
     def _on_revoked(self, partitions: set[int], *, lost: bool) -> None:
         """Commit what is finalized (unless lost), then forget the revoked partitions."""
+        with self.lock:
+            self._revoke(partitions, lost=lost)
+
+    def _revoke(self, partitions: set[int], *, lost: bool) -> None:
         if self._abandoning:
             lost = True  # the session failed: its in-memory state is not trusted any more
         if not lost:
@@ -539,6 +547,10 @@ class Daemon:
         log.info("partitions %s %s", sorted(partitions), "lost" if lost else "revoked")
 
     def _on_assigned(self, partitions: set[int]) -> None:
+        with self.lock:
+            self._assign(partitions)
+
+    def _assign(self, partitions: set[int]) -> None:
         for p in partitions:
             if p not in self._parts:
                 self._parts[p] = _Part(p, Merger(self.merge_hold_s, self.clock))
@@ -635,9 +647,10 @@ class Daemon:
         assigned = list(consumer.assignment())
         if assigned:
             consumer.pause(*assigned)
-        self._commit()
-        if self.settings.daemon.windows_file and self._engine is not None:
-            self._write_windows(self.settings.daemon.windows_file)
+        with self.lock:
+            self._commit()
+            if self.settings.daemon.windows_file and self._engine is not None:
+                self._write_windows(self.settings.daemon.windows_file)
         consumer.close(autocommit=False, timeout_ms=5_000)
         self._consumer = None
         self._set_ready(False)

@@ -60,8 +60,15 @@ class Broker:
         listen = f"tcp://127.0.0.1:{self.port}"
         advertised = f"tcp://127.0.0.1:{self.advertised_port}"
         self._proc = subprocess.Popen(
-            [binary, "broker", "--listener-url", listen,
-             "--advertised-listener-url", advertised, "--silent"],
+            [
+                binary,
+                "broker",
+                "--listener-url",
+                listen,
+                "--advertised-listener-url",
+                advertised,
+                "--silent",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -207,8 +214,17 @@ class KafkaTools:
         finally:
             admin.close()
 
-    def produce_sim(self, impressions: str, feedback: str, *, events: int, seed: int,
-                    skip: int = 0, rate: float = 200.0, clean: bool = False) -> int:
+    def produce_sim(
+        self,
+        impressions: str,
+        feedback: str,
+        *,
+        events: int,
+        seed: int,
+        skip: int = 0,
+        rate: float = 200.0,
+        clean: bool = False,
+    ) -> int:
         """Write simulator events ``skip .. skip+events`` (keyed by request_id, timestamped)."""
         from itertools import islice
 
@@ -229,8 +245,14 @@ class KafkaTools:
             producer.close(timeout=5)
         return written
 
-    def produce_raw(self, topic: str, values: list[bytes], *, partition: int = 0,
-                    timestamp_ms: int | None = None) -> None:
+    def produce_raw(
+        self,
+        topic: str,
+        values: list[bytes],
+        *,
+        partition: int = 0,
+        timestamp_ms: int | None = None,
+    ) -> None:
         """Write raw values to one partition."""
         from kafka import KafkaProducer
 
@@ -257,8 +279,9 @@ class KafkaTools:
         """
         from kafka import KafkaConsumer, TopicPartition
 
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                 auto_offset_reset="earliest")
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        )
         try:
             partitions = consumer.partitions_for_topic(topic) or set()
             tps = [TopicPartition(topic, p) for p in sorted(partitions)]
@@ -291,10 +314,10 @@ class KafkaTools:
         engine = Engine(config, on_result=results.append)
         records = [(r, "impression") for r in self.read(impressions)]
         records += [(r, "feedback") for r in self.read(feedback)]
-        records.sort(key=lambda x: (x[0].partition, x[0].timestamp, x[1] != "impression",
-                                    x[0].offset))
+        records.sort(
+            key=lambda x: (x[0].partition, x[0].timestamp, x[1] != "impression", x[0].offset)
+        )
         for record, kind in records:
-            engine.feed(record.value, partition=record.partition, kind=kind,
-                        offset=record.offset)
+            engine.feed(record.value, partition=record.partition, kind=kind, offset=record.offset)
         engine.tick()
         return {r.request_id: r.to_json() for r in results}, engine

@@ -37,8 +37,9 @@ ENGINE = {"window": "1m", "lateness": "10s", "windows": ["5m"], "retention": "2h
 KAFKA = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.2) -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2
+) -> Any:
     """Poll ``predicate`` until truthy; fail (never hang) after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -51,20 +52,32 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
 
 
 def names(unique: str) -> dict[str, str]:
-    return {"impressions": f"imp-{unique}", "feedback": f"fb-{unique}",
-            "results": f"res-{unique}", "dlq": f"dlq-{unique}"}
+    return {
+        "impressions": f"imp-{unique}",
+        "feedback": f"fb-{unique}",
+        "results": f"res-{unique}",
+        "dlq": f"dlq-{unique}",
+    }
 
 
-def make_settings(bootstrap: str, unique: str, instance: str = "a",
-                  **daemon: Any) -> Settings:
-    return load_settings(environ={}, flags={
-        "kafka": {"bootstrap_servers": bootstrap, **KAFKA},
-        "topics": names(unique),
-        "daemon": {"group_id": f"g-{unique}", "instance_id": instance,
-                   "commit_interval_ms": 300, "metrics_address": "127.0.0.1:0",
-                   "retry_backoff_initial_ms": 100, "retry_backoff_max_ms": 1000, **daemon},
-        "engine": ENGINE,
-    })
+def make_settings(bootstrap: str, unique: str, instance: str = "a", **daemon: Any) -> Settings:
+    return load_settings(
+        environ={},
+        flags={
+            "kafka": {"bootstrap_servers": bootstrap, **KAFKA},
+            "topics": names(unique),
+            "daemon": {
+                "group_id": f"g-{unique}",
+                "instance_id": instance,
+                "commit_interval_ms": 300,
+                "metrics_address": "127.0.0.1:0",
+                "retry_backoff_initial_ms": 100,
+                "retry_backoff_max_ms": 1000,
+                **daemon,
+            },
+            "engine": ENGINE,
+        },
+    )
 
 
 @contextlib.contextmanager
@@ -106,8 +119,9 @@ def results_by_id(tools: KafkaTools, topic: str) -> dict[str, list[dict[str, Any
     return out
 
 
-def assert_exactly_once(got: dict[str, list[dict[str, Any]]], expected: dict[str, Any],
-                        *, allow_identical_copies: bool) -> int:
+def assert_exactly_once(
+    got: dict[str, list[dict[str, Any]]], expected: dict[str, Any], *, allow_identical_copies: bool
+) -> int:
     """Each expected request_id present with the expected values, nothing else; returns how
     many extra identical copies (from aborted transactions) were seen."""
     assert expected, "the reference finalized nothing: the test data is too short"
@@ -126,9 +140,14 @@ def assert_exactly_once(got: dict[str, list[dict[str, Any]]], expected: dict[str
 
 def assert_windows_equal(rows: list[dict[str, Any]], reference: Engine) -> None:
     """Window aggregates equal the uninterrupted engine's (sums up to float re-association)."""
+
     def key(row: dict[str, Any]) -> tuple[Any, ...]:
-        return (row["window"], row["start_ms"], tuple(sorted(row["labels"].items())),
-                row["measure"])
+        return (
+            row["window"],
+            row["start_ms"],
+            tuple(sorted(row["labels"].items())),
+            row["measure"],
+        )
 
     want = {key(r): r for r in (row.to_json() for row in reference.window_rows(last_only=False))}
     have = {key(r): r for r in rows}
@@ -137,8 +156,9 @@ def assert_windows_equal(rows: list[dict[str, Any]], reference: Engine) -> None:
     for k, row in want.items():
         assert have[k]["count"] == row["count"], k
         assert math.isclose(have[k]["sum"], row["sum"], rel_tol=1e-9, abs_tol=1e-9), k
-        assert math.isclose(have[k]["sum_squares"], row["sum_squares"], rel_tol=1e-9,
-                            abs_tol=1e-9), k
+        assert math.isclose(
+            have[k]["sum_squares"], row["sum_squares"], rel_tol=1e-9, abs_tol=1e-9
+        ), k
 
 
 def read_windows(path: Path) -> list[dict[str, Any]]:
@@ -148,8 +168,9 @@ def read_windows(path: Path) -> list[dict[str, Any]]:
 # -- in-process ----------------------------------------------------------------------------
 
 
-def test_end_to_end_equals_uninterrupted_engine(broker: Broker, kafka_tools: KafkaTools,
-                                                unique: str, tmp_path: Path) -> None:
+def test_end_to_end_equals_uninterrupted_engine(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
+) -> None:
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 3, topics["feedback"]: 3})
     kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=5000, seed=1)
@@ -157,8 +178,9 @@ def test_end_to_end_equals_uninterrupted_engine(broker: Broker, kafka_tools: Kaf
     settings = make_settings(broker.bootstrap, unique, windows_file=str(windows))
     with running(settings) as daemon:
         wait_until(lambda: settled(daemon, kafka_tools, unique), 90, "the daemon to settle")
-    expected, reference = kafka_tools.expected(settings.engine_config(), topics["impressions"],
-                                               topics["feedback"])
+    expected, reference = kafka_tools.expected(
+        settings.engine_config(), topics["impressions"], topics["feedback"]
+    )
     got = results_by_id(kafka_tools, topics["results"])
     assert_exactly_once(got, expected, allow_identical_copies=False)
     assert daemon.stats.results_produced == len(expected)
@@ -167,7 +189,8 @@ def test_end_to_end_equals_uninterrupted_engine(broker: Broker, kafka_tools: Kaf
 
 
 def test_malformed_records_go_to_the_dlq_and_the_daemon_keeps_going(
-        broker: Broker, kafka_tools: KafkaTools, unique: str) -> None:
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
     bad_impressions = [b"not json", b'{"request_id": 5}', b"[1,2]"]
@@ -177,16 +200,29 @@ def test_malformed_records_go_to_the_dlq_and_the_daemon_keeps_going(
     kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=1500, seed=2)
     settings = make_settings(broker.bootstrap, unique)
     with running(settings) as daemon:
-        wait_until(lambda: settled(daemon, kafka_tools, unique)
-                   and daemon.stats.results_produced > 0, 90, "results after the bad records")
+        wait_until(
+            lambda: settled(daemon, kafka_tools, unique) and daemon.stats.results_produced > 0,
+            90,
+            "results after the bad records",
+        )
         dlq = wait_until(
-            lambda: [r for r in kafka_tools.read(topics["dlq"])
-                     if dict(r.headers)["evald-source-offset"] in (b"0", b"1", b"2")
-                     and dict(r.headers)["evald-source-topic"].startswith(b"")],
-            30, "dead letters")
+            lambda: [
+                r
+                for r in kafka_tools.read(topics["dlq"])
+                if dict(r.headers)["evald-source-offset"] in (b"0", b"1", b"2")
+                and dict(r.headers)["evald-source-topic"].startswith(b"")
+            ],
+            30,
+            "dead letters",
+        )
         assert daemon.ready()[0]
-    by_source = {(dict(r.headers)["evald-source-topic"].decode(),
-                  int(dict(r.headers)["evald-source-offset"])): r for r in dlq}
+    by_source = {
+        (
+            dict(r.headers)["evald-source-topic"].decode(),
+            int(dict(r.headers)["evald-source-offset"]),
+        ): r
+        for r in dlq
+    }
     for offset, raw in enumerate(bad_impressions):
         record = by_source[(topics["impressions"], offset)]
         assert record.value == raw
@@ -198,16 +234,35 @@ def test_malformed_records_go_to_the_dlq_and_the_daemon_keeps_going(
     assert sum(daemon.stats.dlq.values()) >= len(bad_impressions) + len(bad_feedback)
 
 
-def test_topics_not_copartitioned_are_refused(broker: Broker, kafka_tools: KafkaTools,
-                                              unique: str) -> None:
+def test_topics_not_copartitioned_are_refused(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 3})
     proc = subprocess.run(
-        [sys.executable, "-m", "evald", "run", "--bootstrap-servers", broker.bootstrap,
-         "--impressions-topic", topics["impressions"], "--feedback-topic", topics["feedback"],
-         "--results-topic", topics["results"], "--dlq-topic", topics["dlq"],
-         "--group-id", f"g-{unique}", "--metrics-address", "127.0.0.1:0"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "evald",
+            "run",
+            "--bootstrap-servers",
+            broker.bootstrap,
+            "--impressions-topic",
+            topics["impressions"],
+            "--feedback-topic",
+            topics["feedback"],
+            "--results-topic",
+            topics["results"],
+            "--dlq-topic",
+            topics["dlq"],
+            "--group-id",
+            f"g-{unique}",
+            "--metrics-address",
+            "127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
     assert "not co-partitioned" in proc.stderr
@@ -215,7 +270,8 @@ def test_topics_not_copartitioned_are_refused(broker: Broker, kafka_tools: Kafka
 
 
 def test_backpressure_pauses_impressions_and_bounds_pending(
-        broker: Broker, kafka_tools: KafkaTools, unique: str) -> None:
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
     """Dense traffic (more impressions per window than max_pending): the impressions partition
     is paused and resumed, pending stays bounded, nothing is finalized twice. Exactness against
     an uninterrupted run is not claimed here: a paused topic changes the feed order."""
@@ -223,8 +279,9 @@ def test_backpressure_pauses_impressions_and_bounds_pending(
     kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
     # clean traffic: a duplicated impression arriving after its original was evicted by the
     # cap would legitimately be finalized a second time
-    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=4000, seed=3,
-                            rate=2000, clean=True)
+    kafka_tools.produce_sim(
+        topics["impressions"], topics["feedback"], events=4000, seed=3, rate=2000, clean=True
+    )
     settings = make_settings(broker.bootstrap, unique, max_poll_records=50)
     settings = settings.model_copy(update={"engine": {**ENGINE, "max_pending": 200}})
     peak = 0
@@ -247,7 +304,8 @@ def test_backpressure_pauses_impressions_and_bounds_pending(
 
 
 def test_broker_outage_longer_than_the_session_timeout(
-        proxied_broker: tuple[Broker, TcpProxy], unique: str, tmp_path: Path) -> None:
+    proxied_broker: tuple[Broker, TcpProxy], unique: str, tmp_path: Path
+) -> None:
     broker, proxy = proxied_broker
     tools = KafkaTools(broker.bootstrap)
     topics = names(unique)
@@ -262,16 +320,19 @@ def test_broker_outage_longer_than_the_session_timeout(
         time.sleep(KAFKA["session_timeout_ms"] / 1000 + 2)
         assert not daemon.ready()[0]
         proxy.restore()
-        tools.produce_sim(topics["impressions"], topics["feedback"], events=2500, seed=4,
-                          skip=2500)
+        tools.produce_sim(topics["impressions"], topics["feedback"], events=2500, seed=4, skip=2500)
         wait_until(lambda: settled(daemon, tools, unique), 120, "recovery after the outage")
-    expected, reference = tools.expected(settings.engine_config(), topics["impressions"],
-                                         topics["feedback"])
-    copies = assert_exactly_once(results_by_id(tools, topics["results"]), expected,
-                                 allow_identical_copies=True)
+    expected, reference = tools.expected(
+        settings.engine_config(), topics["impressions"], topics["feedback"]
+    )
+    copies = assert_exactly_once(
+        results_by_id(tools, topics["results"]), expected, allow_identical_copies=True
+    )
     assert_windows_equal(read_windows(windows), reference)
-    print(f"outage: {copies} identical copies from aborted transactions, "
-          f"{daemon.stats.sessions} sessions")
+    print(
+        f"outage: {copies} identical copies from aborted transactions, "
+        f"{daemon.stats.sessions} sessions"
+    )
 
 
 # -- subprocesses: kill -9 -----------------------------------------------------------------
@@ -285,17 +346,42 @@ class Instance:
         self.windows = tmp_path / f"windows-{instance}.jsonl"
         topics = names(unique)
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
-        env.update({"EVALD_KAFKA__SESSION_TIMEOUT_MS": str(KAFKA["session_timeout_ms"]),
-                    "EVALD_KAFKA__HEARTBEAT_INTERVAL_MS": str(KAFKA["heartbeat_interval_ms"])})
-        args = [sys.executable, "-m", "evald", "run", "--bootstrap-servers", bootstrap,
-                "--impressions-topic", topics["impressions"],
-                "--feedback-topic", topics["feedback"], "--results-topic", topics["results"],
-                "--dlq-topic", topics["dlq"], "--group-id", f"g-{unique}",
-                "--instance-id", instance, "--metrics-address", f"127.0.0.1:{self.port}",
-                "--set", "daemon.commit_interval_ms=300",
-                "--set", f"daemon.windows_file={self.windows}",
-                "--set", "daemon.retry_backoff_max_ms=1000",
-                "--set", "daemon.shutdown_timeout_s=20"]
+        env.update(
+            {
+                "EVALD_KAFKA__SESSION_TIMEOUT_MS": str(KAFKA["session_timeout_ms"]),
+                "EVALD_KAFKA__HEARTBEAT_INTERVAL_MS": str(KAFKA["heartbeat_interval_ms"]),
+            }
+        )
+        args = [
+            sys.executable,
+            "-m",
+            "evald",
+            "run",
+            "--bootstrap-servers",
+            bootstrap,
+            "--impressions-topic",
+            topics["impressions"],
+            "--feedback-topic",
+            topics["feedback"],
+            "--results-topic",
+            topics["results"],
+            "--dlq-topic",
+            topics["dlq"],
+            "--group-id",
+            f"g-{unique}",
+            "--instance-id",
+            instance,
+            "--metrics-address",
+            f"127.0.0.1:{self.port}",
+            "--set",
+            "daemon.commit_interval_ms=300",
+            "--set",
+            f"daemon.windows_file={self.windows}",
+            "--set",
+            "daemon.retry_backoff_max_ms=1000",
+            "--set",
+            "daemon.shutdown_timeout_s=20",
+        ]
         for key, value in ENGINE.items():
             args += ["--set", f"engine.{key}={json.dumps(value)}"]
         self.log = (tmp_path / f"{instance}.log").open("ab")
@@ -324,8 +410,11 @@ class Instance:
         status, text = self.get("/metrics")
         if status != 200 or self.get("/readyz")[0] != 200:
             return False
-        lags = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines()
-                if x.startswith("evald_consumer_lag{")]
+        lags = [
+            float(x.rsplit(" ", 1)[1])
+            for x in text.splitlines()
+            if x.startswith("evald_consumer_lag{")
+        ]
         return len(lags) == 2 * partitions and sum(lags) == 0
 
     def kill(self) -> None:
@@ -358,15 +447,19 @@ def instances(broker: Broker, unique: str, tmp_path: Path) -> Iterator[Callable[
             inst.close()
 
 
-def test_kill_9_mid_stream_then_restart_is_exact(broker: Broker, kafka_tools: KafkaTools,
-                                                 unique: str, instances: Callable[[str], Instance],
-                                                 ) -> None:
+def test_kill_9_mid_stream_then_restart_is_exact(
+    broker: Broker,
+    kafka_tools: KafkaTools,
+    unique: str,
+    instances: Callable[[str], Instance],
+) -> None:
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 3, topics["feedback"]: 3})
     kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=8000, seed=5)
     first = instances("a")
-    wait_until(lambda: first.metric("evald_results_produced_total") > 300, 90,
-               "results before the kill")
+    wait_until(
+        lambda: first.metric("evald_results_produced_total") > 300, 90, "results before the kill"
+    )
     first.kill()
     second = instances("a")
     wait_until(lambda: second.get("/readyz")[0] == 200, 90, "readiness after restart")
@@ -376,31 +469,44 @@ def test_kill_9_mid_stream_then_restart_is_exact(broker: Broker, kafka_tools: Ka
     assert second.terminate() == 0
     expected, reference = kafka_tools.expected(
         make_settings(broker.bootstrap, unique).engine_config(),
-        topics["impressions"], topics["feedback"])
-    copies = assert_exactly_once(results_by_id(kafka_tools, topics["results"]), expected,
-                                 allow_identical_copies=True)
+        topics["impressions"],
+        topics["feedback"],
+    )
+    copies = assert_exactly_once(
+        results_by_id(kafka_tools, topics["results"]), expected, allow_identical_copies=True
+    )
     assert_windows_equal(read_windows(second.windows), reference)
-    print(f"kill -9: restart to ready {recovery:.2f}s (process start included), "
-          f"{copies} identical copies from the aborted transaction")
+    print(
+        f"kill -9: restart to ready {recovery:.2f}s (process start included), "
+        f"{copies} identical copies from the aborted transaction"
+    )
 
 
 def test_two_instances_one_killed_partitions_move_exact(
-        broker: Broker, kafka_tools: KafkaTools, unique: str,
-        instances: Callable[[str], Instance]) -> None:
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[[str], Instance]
+) -> None:
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 4, topics["feedback"]: 4})
     kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=8000, seed=6)
     a, b = instances("a"), instances("b")
-    wait_until(lambda: a.metric("evald_results_produced_total") > 100
-               and b.metric("evald_results_produced_total") > 100, 90,
-               "both instances producing results")
+    wait_until(
+        lambda: (
+            a.metric("evald_results_produced_total") > 100
+            and b.metric("evald_results_produced_total") > 100
+        ),
+        90,
+        "both instances producing results",
+    )
     a.kill()
     wait_until(lambda: b.lag_zero(4), 150, "the survivor to take over and catch up")
     time.sleep(1.0)
     assert b.terminate() == 0
     expected, reference = kafka_tools.expected(
         make_settings(broker.bootstrap, unique).engine_config(),
-        topics["impressions"], topics["feedback"])
-    assert_exactly_once(results_by_id(kafka_tools, topics["results"]), expected,
-                        allow_identical_copies=True)
+        topics["impressions"],
+        topics["feedback"],
+    )
+    assert_exactly_once(
+        results_by_id(kafka_tools, topics["results"]), expected, allow_identical_copies=True
+    )
     assert_windows_equal(read_windows(b.windows), reference)

@@ -35,16 +35,21 @@ def test_layout_refuses_missing_inputs_and_small_outputs() -> None:
     with pytest.raises(TopicLayoutError, match="fb do not exist"):
         check_layout({"imp": 2}, impressions="imp", feedback="fb")
     with pytest.raises(TopicLayoutError, match="res has 2 partitions but the inputs have 4"):
-        check_layout({"imp": 4, "fb": 4, "res": 2}, impressions="imp", feedback="fb",
-                     outputs=("res",))
+        check_layout(
+            {"imp": 4, "fb": 4, "res": 2}, impressions="imp", feedback="fb", outputs=("res",)
+        )
 
 
 def test_checkpoint_round_trips_and_rejects_garbage() -> None:
-    cp = Checkpoint(partition=3, watermark=1_700_000_000_000,
-                    committed={"impression": 10, "feedback": 7},
-                    consumed={"impression": 25, "feedback": 30},
-                    results=(ResultRange(0, 5, 99), ResultRange(9, 12, None)),
-                    epoch_start=9, instance="a")
+    cp = Checkpoint(
+        partition=3,
+        watermark=1_700_000_000_000,
+        committed={"impression": 10, "feedback": 7},
+        consumed={"impression": 25, "feedback": 30},
+        results=(ResultRange(0, 5, 99), ResultRange(9, 12, None)),
+        epoch_start=9,
+        instance="a",
+    )
     assert Checkpoint.decode(cp.encode()) == cp
     for raw in (b"not json", b"{}", b'{"v": 99}', b'{"v": 1, "partition": 1}'):
         with pytest.raises(ValueError):

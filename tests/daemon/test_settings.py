@@ -19,11 +19,15 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
-    path = write(tmp_path, "kafka:\n  bootstrap_servers: file:1\n  client_id: from-file\n"
-                           "daemon:\n  group_id: file-group\n  instance_id: file-inst\n")
+    path = write(
+        tmp_path,
+        "kafka:\n  bootstrap_servers: file:1\n  client_id: from-file\n"
+        "daemon:\n  group_id: file-group\n  instance_id: file-inst\n",
+    )
     env = {"EVALD_KAFKA__BOOTSTRAP_SERVERS": "env:1,env:2", "EVALD_DAEMON__GROUP_ID": "env-group"}
-    settings = load_settings(file=path, environ=env, flags={"daemon": {"group_id": "flag-group"}},
-                             validate_engine=False)
+    settings = load_settings(
+        file=path, environ=env, flags={"daemon": {"group_id": "flag-group"}}, validate_engine=False
+    )
     assert settings.kafka.bootstrap_servers == ["env:1", "env:2"]
     assert settings.kafka.client_id == "from-file"
     assert settings.daemon.group_id == "flag-group"
@@ -31,9 +35,13 @@ def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
 
 
 def test_env_values_are_yaml_scalars_but_secrets_stay_strings() -> None:
-    env = {"EVALD_DAEMON__COMMIT_INTERVAL_MS": "250", "EVALD_KAFKA__SECURITY_PROTOCOL": "SASL_SSL",
-           "EVALD_KAFKA__SASL_MECHANISM": "SCRAM-SHA-512", "EVALD_KAFKA__SASL_USERNAME": "007",
-           "EVALD_KAFKA__SASL_PASSWORD": "0123"}
+    env = {
+        "EVALD_DAEMON__COMMIT_INTERVAL_MS": "250",
+        "EVALD_KAFKA__SECURITY_PROTOCOL": "SASL_SSL",
+        "EVALD_KAFKA__SASL_MECHANISM": "SCRAM-SHA-512",
+        "EVALD_KAFKA__SASL_USERNAME": "007",
+        "EVALD_KAFKA__SASL_PASSWORD": "0123",
+    }
     settings = load_settings(environ=env, validate_engine=False)
     assert settings.daemon.commit_interval_ms == 250
     assert settings.kafka.sasl_username == "007"
@@ -44,9 +52,13 @@ def test_env_values_are_yaml_scalars_but_secrets_stay_strings() -> None:
 
 
 def test_masked_hides_every_secret() -> None:
-    env = {"EVALD_KAFKA__SECURITY_PROTOCOL": "SASL_SSL", "EVALD_KAFKA__SASL_MECHANISM": "PLAIN",
-           "EVALD_KAFKA__SASL_USERNAME": "svc", "EVALD_KAFKA__SASL_PASSWORD": "hunter2",
-           "EVALD_KAFKA__SSL_PASSWORD": "keypass"}
+    env = {
+        "EVALD_KAFKA__SECURITY_PROTOCOL": "SASL_SSL",
+        "EVALD_KAFKA__SASL_MECHANISM": "PLAIN",
+        "EVALD_KAFKA__SASL_USERNAME": "svc",
+        "EVALD_KAFKA__SASL_PASSWORD": "hunter2",
+        "EVALD_KAFKA__SSL_PASSWORD": "keypass",
+    }
     data = masked(load_settings(environ=env, validate_engine=False))
     assert data["kafka"]["sasl_password"] == MASK
     assert data["kafka"]["ssl_password"] == MASK
@@ -96,8 +108,20 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def test_flags_map_onto_settings_paths() -> None:
-    args = parse(["--bootstrap-servers", "a:1,b:2", "--results-topic", "res", "--group-id", "g",
-                  "--set", "engine.window=10m", "--set", "daemon.group_id=ignored"])
+    args = parse(
+        [
+            "--bootstrap-servers",
+            "a:1,b:2",
+            "--results-topic",
+            "res",
+            "--group-id",
+            "g",
+            "--set",
+            "engine.window=10m",
+            "--set",
+            "daemon.group_id=ignored",
+        ]
+    )
     assert flag_overrides(args) == {
         "kafka": {"bootstrap_servers": "a:1,b:2"},
         "topics": {"results": "res"},
@@ -106,8 +130,9 @@ def test_flags_map_onto_settings_paths() -> None:
     }
 
 
-def test_check_config_exit_codes(capsys: pytest.CaptureFixture[str],
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_config_exit_codes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name in [n for n in __import__("os").environ if n.upper().startswith("EVALD_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("EVALD_KAFKA__SECURITY_PROTOCOL", "SASL_PLAINTEXT")
