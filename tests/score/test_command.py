@@ -236,7 +236,14 @@ trec_queries = st.sampled_from(["q1", "q2", "q3", "q10", "Q4"])
         min_size=1,
     ),
     qrels=st.dictionaries(
-        trec_queries, st.dictionaries(trec_docs, st.integers(-1, 3), min_size=1), min_size=1
+        trec_queries,
+        # at least one grade >= 0 per query: pytrec_eval was seen to hang, after earlier
+        # evaluations in the same process, on a query whose every judgment is negative (see
+        # test_query_with_only_negative_judgments_scores_zero for evald's answer)
+        st.dictionaries(trec_docs, st.integers(-1, 3), min_size=1).filter(
+            lambda judged: max(judged.values()) >= 0
+        ),
+        min_size=1,
     ),
 )
 def test_trec_files_score_like_trec_eval(run: dict, qrels: dict) -> None:
@@ -273,6 +280,15 @@ def test_trec_files_score_like_trec_eval(run: dict, qrels: dict) -> None:
     for qid, values in expected.items():
         for name, (_, key) in TREC_EQUIVALENTS.items():
             assert ours[qid][name] == pytest.approx(values[key], abs=1e-9), (qid, name)
+
+
+def test_query_with_only_negative_judgments_scores_zero(evald_main: Evald, tmp_path: Path) -> None:
+    """Every judgment unjudged: no relevant document, so 0 everywhere (trec_eval, run alone on
+    such a query, prints 0 too) — and the query is scored, not skipped: it is in the qrels."""
+    run = write(tmp_path / "run", ["q1 Q0 a 1 2 t", "q1 Q0 b 2 1 t"])
+    qrels = write(tmp_path / "qrels", ["q1 0 a -1", "q1 0 b -1"])
+    result = evald_main("score", "--run", run, "--qrels", qrels, "-m", ",".join(TREC_EQUIVALENTS))
+    assert result.rows() == [{"qid": "q1", **dict.fromkeys(TREC_EQUIVALENTS, 0.0)}]
 
 
 def test_trec_skips_and_complete_are_reported(evald_main: Evald, tmp_path: Path) -> None:
