@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from evald.metrics import DEFAULT_MEASURES, MeasureError, parse_measures
 
     try:
-        measures = parse_measures(args.measures or DEFAULT_MEASURES)
+        measures = parse_measures(DEFAULT_MEASURES if args.measures is None else args.measures)
     except MeasureError as exc:
         _error(str(exc))
         return 2

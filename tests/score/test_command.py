@@ -164,6 +164,11 @@ def test_bad_measure_is_a_usage_error_listing_valid_forms(evald_main: Evald, jso
     assert "valid forms" in result.err and "nDCG@k" in result.err
 
 
+def test_empty_measure_list_is_a_usage_error_not_the_default(evald_main: Evald, jsonl_file) -> None:
+    result = evald_main("score", jsonl_file(), "--measures", "")
+    assert result.status == 2 and "no measure given" in result.err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
