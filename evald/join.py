@@ -10,15 +10,17 @@ they close (vectorised over the closed batch). docs/semantics.md states every ru
 * feedback counts for an impression when ``imp.ts <= fb.ts <= imp.ts + window``; feedback for
   an impression not seen yet is held until the watermark passes ``fb.ts + window``.
 
-Memory layout, per pending impression: item ids as 64-bit hashes in one flat numpy arena
-(``_items``, slot ``s`` owns ``_items[_start[s] : _start[s] + _len[s]]``), fixed-width numpy
-columns per slot, the request id string as the key of one dict, and interned label dicts.
-Attached feedback lives in numpy columns chained per slot. Nothing per item is a Python object.
+Memory layout: a pending impression owns no Python object. Its item ids are 64-bit hashes in
+one flat ``array('q')`` arena and its request id is UTF-8 in one ``bytearray`` arena (both
+compacted when half garbage); fixed-width numpy columns hold the rest; request ids map to
+slots through a numpy open-addressing table keyed by the id's 64-bit hash; label dicts are
+interned. Attached feedback lives in numpy columns chained per slot.
 """
 
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,9 +33,126 @@ from evald.segments import LabelTable
 from evald.stats import Stats
 
 _NONE = -1
-
-
 _BIG = 1 << 62  # "no deadline"
+_EMPTY, _TOMB = 0, 1  # reserved keys of the request-id table
+
+
+def _rid_key(rid: str) -> int:
+    """64-bit key of a request id in the table (never one of the reserved keys)."""
+    h = hash(rid)
+    return h + 2 if 0 <= h <= 1 else h
+
+
+class _RidTable:
+    """request-id key -> slot; open addressing with linear probing over two numpy arrays.
+
+    12 bytes a bucket at most half full, instead of a dict entry plus a string and an int
+    object per pending impression. Two ids with the same 64-bit hash would be taken for one
+    (probability ~n^2 / 2^65).
+    """
+
+    def __init__(self, capacity: int = 1 << 12) -> None:
+        self._alloc(capacity)
+
+    def _alloc(self, capacity: int) -> None:
+        self.keys = np.zeros(capacity, np.int64)
+        self.vals = np.zeros(capacity, np.int32)
+        self.mask = capacity - 1
+        self.live = 0
+        self.used = 0  # live + tombstones
+
+    def __len__(self) -> int:
+        return self.live
+
+    def get(self, key: int) -> int:
+        """Slot of ``key`` or -1."""
+        item = self.keys.item
+        mask = self.mask
+        i = key & mask
+        while True:
+            k = item(i)
+            if k == key:
+                return int(self.vals.item(i))
+            if k == _EMPTY:
+                return _NONE
+            i = (i + 1) & mask
+
+    def insert(self, key: int, slot: int) -> None:
+        """Add a key known to be absent."""
+        if (self.used + 1) * 2 > self.mask + 1:
+            self._rebuild()
+        item = self.keys.item
+        mask = self.mask
+        i = key & mask
+        while True:
+            k = item(i)
+            if k in (_EMPTY, _TOMB):
+                break
+            i = (i + 1) & mask
+        if k == _EMPTY:
+            self.used += 1
+        self.keys[i] = key
+        self.vals[i] = slot
+        self.live += 1
+
+    def remove(self, key: int) -> None:
+        """Remove a key known to be present (leaves a tombstone)."""
+        item = self.keys.item
+        mask = self.mask
+        i = key & mask
+        while item(i) != key:
+            i = (i + 1) & mask
+        self.keys[i] = _TOMB
+        self.live -= 1
+
+    def _rebuild(self) -> None:
+        """Drop tombstones, growing so the table is at most a quarter full afterwards."""
+        live = (self.keys != _EMPTY) & (self.keys != _TOMB)
+        keys, vals = self.keys[live], self.vals[live]
+        capacity = self.mask + 1
+        while len(keys) * 4 > capacity:
+            capacity *= 2
+        self._alloc(capacity)
+        pos = keys & self.mask
+        todo = np.arange(len(keys))
+        while len(todo):  # vectorised linear probing, one probe step per round
+            p = pos[todo]
+            free = self.keys[p] == _EMPTY
+            cand, where = todo[free], p[free]
+            where, first = np.unique(where, return_index=True)
+            won = cand[first]
+            self.keys[where] = keys[won]
+            self.vals[where] = vals[won]
+            placed = np.zeros(len(keys), np.bool_)
+            placed[won] = True
+            todo = todo[~placed[todo]]
+            pos[todo] = (pos[todo] + 1) & self.mask
+        self.live = self.used = len(keys)
+
+
+class _IntFifo:
+    """FIFO of ints in an ``array('i')`` (4 bytes each), compacted as it drains."""
+
+    def __init__(self) -> None:
+        self._a = array("i")
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._a) - self._head
+
+    def __getitem__(self, index: int) -> int:
+        return self._a[self._head + index]
+
+    def append(self, value: int) -> None:
+        self._a.append(value)
+
+    def popleft(self) -> int:
+        value = self._a[self._head]
+        self._head += 1
+        if self._head >= 4096 and self._head * 2 >= len(self._a):
+            del self._a[: self._head]
+            self._head = 0
+        return value
 
 
 @dataclass(slots=True)
@@ -88,8 +207,8 @@ class _DeadlineQueue:
     go to a heap of (deadline, seq, value). The minimum is at the head of one of the two.
     """
 
-    def __init__(self, deadline_of: Callable[[Any], int]) -> None:
-        self.fifo: deque[Any] = deque()
+    def __init__(self, deadline_of: Callable[[Any], int], fifo: Any = None) -> None:
+        self.fifo: Any = deque() if fifo is None else fifo
         self.heap: list[tuple[int, int, Any]] = []
         self._deadline_of = deadline_of
         self._tail = -_BIG
@@ -152,32 +271,35 @@ class JoinStore:
         self._wm_at_last_event: int | None = None
         self._fresh = False  # events arrived since the last tick
         self._due = _BIG  # earliest deadline in either queue (cached: checked on every event)
-        # pending impressions
-        self._index: dict[str, int] = {}
-        self._rid: list[str | None] = []
+        # pending impressions: slot columns (0 in _label / _offset / _head means "none";
+        # they store id + 1), the two arenas and the request-id table
+        self._table = _RidTable()
         cap = 1024
         self._ts = np.zeros(cap, np.int64)
-        self._start = np.zeros(cap, np.int64)
+        self._start = np.zeros(cap, np.int64)  # in _items
         self._len = np.zeros(cap, np.int32)
-        self._label = np.zeros(cap, np.int32)
-        self._offset = np.full(cap, _NONE, np.int64)
-        self._head = np.full(cap, _NONE, np.int32)  # first attached feedback entry
-        self._used = np.zeros(cap, np.bool_)
+        self._rid_start = np.zeros(cap, np.int64)  # in _rids
+        self._rid_len = np.zeros(cap, np.int32)
+        self._key = np.zeros(cap, np.int64)  # request-id table key
+        self._label = np.zeros(cap, np.int32)  # label id + 1; 0 = free slot
+        self._offset = np.zeros(cap, np.int64)  # source offset + 1
+        self._head = np.zeros(cap, np.int32)  # first attached feedback entry + 1
+        self._top = 0
         self._free_slots: list[int] = []
-        self._items = np.zeros(16 * cap, np.int64)
-        self._items_end = 0
-        self._items_live = 0
-        self._queue = _DeadlineQueue(lambda slot: int(self._ts[slot]) + self.window)
+        self._items = array("q")
+        self._items_garbage = 0
+        self._rids = bytearray()
+        self._rids_garbage = 0
+        self._queue = _DeadlineQueue(lambda slot: self._ts.item(slot) + self.window, _IntFifo())
         self._closed = Closed([], [])
         self.first_close_wall: float | None = None
-        # attached feedback entries (chained per slot)
+        # attached feedback entries (chained per slot; 0 in _fb_next = end, else entry + 1)
         fcap = 1024
         self._fb_item = np.zeros(fcap, np.int64)
         self._fb_grade = np.zeros(fcap, np.float64)
-        self._fb_next = np.full(fcap, _NONE, np.int32)
+        self._fb_next = np.zeros(fcap, np.int32)
         self._fb_evid = np.zeros(fcap, np.int64)
-        self._fb_offset = np.full(fcap, _NONE, np.int64)
-        self._fb_live = np.zeros(fcap, np.bool_)
+        self._fb_offset = np.zeros(fcap, np.int64)  # source offset + 1
         self._fb_replayed = np.zeros(fcap, np.bool_)
         self._fb_free: list[int] = []
         self._fb_top = 0
@@ -192,10 +314,10 @@ class JoinStore:
 
     def pending(self) -> int:
         """Impressions held in memory: open plus closed-but-not-yet-scored."""
-        return len(self._index) + len(self._closed.slots)
+        return len(self._table) + len(self._closed.slots)
 
     def open(self) -> int:
-        return len(self._index)
+        return len(self._table)
 
     def is_replayed(self, kind: str, offset: int | None) -> bool:
         """True for an event re-fed after a restart that was seen before the crash."""
@@ -214,24 +336,29 @@ class JoinStore:
         if replayed and wm is not None and deadline <= wm:
             return "skipped"
         rid = imp.request_id
-        index = self._index
-        if rid in index:
+        key = _rid_key(rid)
+        table = self._table
+        if table.get(key) != _NONE:
             return "duplicate"
         if self._open_total[0] >= self.max_pending:
             self._evict(self)
-        items = imp.items
-        n = len(items)
-        slot = self._alloc_slot(n)
-        index[rid] = slot
-        self._open_total[0] += 1
-        self._rid[slot] = rid
+        slot = self._free_slots.pop() if self._free_slots else self._new_slot()
+        items = self._items
+        self._start[slot] = len(items)
+        self._len[slot] = len(imp.items)
+        items.extend(map(hash, imp.items))
+        rids = self._rids
+        raw_rid = rid.encode()
+        self._rid_start[slot] = len(rids)
+        self._rid_len[slot] = len(raw_rid)
+        rids += raw_rid
         self._ts[slot] = ts
-        self._label[slot] = self.labels.acquire(imp.labels)
+        self._key[slot] = key
+        self._label[slot] = self.labels.acquire(imp.labels) + 1
         if offset is not None:
-            self._offset[slot] = offset
-        if n:
-            start = self._items_end - n
-            self._items[start : self._items_end] = list(map(hash, items))
+            self._offset[slot] = offset + 1
+        table.insert(key, slot)
+        self._open_total[0] += 1
         if self._held:
             held = self._held.pop(rid, None)
             if held is not None:
@@ -239,8 +366,6 @@ class JoinStore:
         if wm is not None and deadline <= wm:
             if not replayed:
                 self.stats.late_impressions += 1
-            del index[rid]
-            self._open_total[0] -= 1
             self._close(slot, "window")
         else:
             self._queue.push(deadline, slot)
@@ -256,68 +381,76 @@ class JoinStore:
                     self._close_due(mark)
         return "accepted"
 
-    def _alloc_slot(self, n: int) -> int:
-        if self._free_slots:
-            slot = self._free_slots.pop()
-        else:
-            slot = len(self._rid)
-            self._rid.append(None)
-            if slot >= len(self._ts):
-                self._grow_slots()
-        if self._items_end + n > len(self._items):
-            self._make_room(n)
-        self._start[slot] = self._items_end
-        self._len[slot] = n
-        self._used[slot] = True  # _head and _offset were reset when the slot was freed
-        self._items_end += n
-        self._items_live += n
+    def _new_slot(self) -> int:
+        slot = self._top
+        self._top += 1
+        if slot >= len(self._ts):
+            cap = len(self._ts) * 2
+            for name in (
+                "_ts",
+                "_start",
+                "_len",
+                "_rid_start",
+                "_rid_len",
+                "_key",
+                "_label",
+                "_offset",
+                "_head",
+            ):
+                old = getattr(self, name)
+                new = np.zeros(cap, old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+        if self._items_garbage > max(len(self._items) // 2, 1 << 16):
+            self._compact_items()
+        if self._rids_garbage > max(len(self._rids) // 2, 1 << 16):
+            self._compact_rids()
         return slot
 
-    def _grow_slots(self) -> None:
-        cap = len(self._ts) * 2
+    def _live_slots(self) -> np.ndarray:
+        return np.flatnonzero(self._label[: self._top])
 
-        def grow(a: np.ndarray, fill: int) -> np.ndarray:
-            out = np.full(cap, fill, a.dtype)
-            out[: len(a)] = a
-            return out
-
-        self._ts, self._start = grow(self._ts, 0), grow(self._start, 0)
-        self._len, self._label = grow(self._len, 0), grow(self._label, 0)
-        self._offset, self._head = grow(self._offset, _NONE), grow(self._head, _NONE)
-        self._used = grow(self._used, 0)
-
-    def _make_room(self, n: int) -> None:
-        """Compact the item arena if half of it is garbage, else double it."""
-        cap = len(self._items)
-        if (self._items_live + n) * 2 > cap:
-            cap = max(cap * 2, (self._items_live + n) * 2)
-        slots = np.flatnonzero(self._used)
-        slots = slots[np.argsort(self._start[slots], kind="stable")]
-        lens = self._len[slots].astype(np.int64)
-        total = int(lens.sum())
+    def _compact_items(self) -> None:
+        """Rewrite the item arena with only the live slots' items."""
+        slots = self._live_slots()
+        starts, lens = self._start[slots], self._len[slots].astype(np.int64)
         new_start = np.zeros(len(slots), np.int64)
         if len(slots):
             np.cumsum(lens[:-1], out=new_start[1:])
-        src = np.repeat(self._start[slots] - new_start, lens) + np.arange(total)
-        items = np.zeros(cap, np.int64)
-        items[:total] = self._items[src]
-        self._items = items
+        src = np.repeat(starts - new_start, lens) + np.arange(int(lens.sum()))
+        view = np.frombuffer(self._items, np.int64)
+        kept = view[src].tobytes()
+        del view
+        self._items = array("q")
+        self._items.frombytes(kept)
         self._start[slots] = new_start
-        self._items_end = total
+        self._items_garbage = 0
+
+    def _compact_rids(self) -> None:
+        """Rewrite the request-id arena with only the live slots' ids."""
+        slots = self._live_slots()
+        starts, lens = self._rid_start[slots], self._rid_len[slots].astype(np.int64)
+        new_start = np.zeros(len(slots), np.int64)
+        if len(slots):
+            np.cumsum(lens[:-1], out=new_start[1:])
+        src = np.repeat(starts - new_start, lens) + np.arange(int(lens.sum()))
+        view = np.frombuffer(self._rids, np.uint8)
+        kept = view[src].tobytes()
+        del view
+        self._rids = bytearray(kept)
+        self._rid_start[slots] = new_start
+        self._rids_garbage = 0
 
     def evict_oldest(self) -> None:
         """At the cap: close this partition's open impression with the earliest deadline."""
-        while self._queue:
-            slot = self._queue.pop()
-            rid = self._rid[slot]  # type: ignore[index]
-            if rid is not None and self._index.get(rid) == slot:
-                del self._index[rid]
-                self._open_total[0] -= 1
-                self._close(slot, "cap")
-                self._refresh_due()
-                return
+        if self._queue:
+            self._close(self._queue.pop(), "cap")
+            self._refresh_due()
 
     def _close(self, slot: int, reason: str) -> None:
+        """Take an open impression out of the join; it is scored by the next take()."""
+        self._table.remove(self._key.item(slot))
+        self._open_total[0] -= 1
         if not self._closed.slots and self.first_close_wall is None:
             self.first_close_wall = self._clock()
         self._closed.slots.append(slot)
@@ -328,14 +461,14 @@ class JoinStore:
     def add_feedback(self, fb: Feedback, grade: float, offset: int | None, replayed: bool) -> str:
         """Join one feedback event; returns "accepted" or "duplicate" (repeated event_id)."""
         ts = fb.ts
-        evid = 0 if fb.event_id is None else hash(fb.event_id)
-        off = _NONE if offset is None else offset
-        slot = self._index.get(fb.request_id)
-        if slot is None:
+        evid = 0 if fb.event_id is None else hash(fb.event_id) or 1
+        off = 0 if offset is None else offset + 1
+        slot = self._table.get(_rid_key(fb.request_id))
+        if slot == _NONE:
             outcome = self._hold(fb, grade, evid, off, replayed)
         else:
             outcome = self._attach(
-                slot, int(self._ts[slot]), ts, hash(fb.item), grade, evid, off, replayed
+                slot, self._ts.item(slot), ts, hash(fb.item), grade, evid, off, replayed
             )
         self._fresh = True
         if self.max_ts is None or ts > self.max_ts:
@@ -367,15 +500,15 @@ class JoinStore:
             if not replayed:
                 self.stats.unattributed["late"] += 1
             return "accepted"
-        head = int(self._head[slot])
+        head = self._head.item(slot)
         if evid:
-            entry = head
-            while entry != _NONE:
-                if self._fb_evid[entry] == evid:
+            link = head
+            while link:
+                if self._fb_evid.item(link - 1) == evid:
                     if not replayed:
                         self.stats.unattributed["duplicate"] += 1
                     return "duplicate"
-                entry = int(self._fb_next[entry])
+                link = self._fb_next.item(link - 1)
         if self._fb_free:
             entry = self._fb_free.pop()
         else:
@@ -385,26 +518,23 @@ class JoinStore:
                 self._grow_feedback()
         self._fb_item[entry] = item
         self._fb_grade[entry] = grade
-        self._fb_evid[entry] = evid
-        self._fb_offset[entry] = off
-        self._fb_live[entry] = True
-        self._fb_replayed[entry] = replayed
+        if evid:
+            self._fb_evid[entry] = evid
+        if off:
+            self._fb_offset[entry] = off
+        if replayed:
+            self._fb_replayed[entry] = True
         self._fb_next[entry] = head
-        self._head[slot] = entry
+        self._head[slot] = entry + 1
         return "accepted"
 
     def _grow_feedback(self) -> None:
         cap = len(self._fb_item) * 2
-
-        def grow(a: np.ndarray, fill: float) -> np.ndarray:
-            out = np.full(cap, fill, a.dtype)
-            out[: len(a)] = a
-            return out
-
-        self._fb_item, self._fb_grade = grow(self._fb_item, 0), grow(self._fb_grade, 0.0)
-        self._fb_next, self._fb_evid = grow(self._fb_next, _NONE), grow(self._fb_evid, 0)
-        self._fb_offset, self._fb_live = grow(self._fb_offset, _NONE), grow(self._fb_live, 0)
-        self._fb_replayed = grow(self._fb_replayed, 0)
+        for name in ("_fb_item", "_fb_grade", "_fb_next", "_fb_evid", "_fb_offset", "_fb_replayed"):
+            old = getattr(self, name)
+            new = np.zeros(cap, old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
 
     def _hold(self, fb: Feedback, grade: float, evid: int, off: int, replayed: bool) -> str:
         """Feedback before its impression: keep it until fb.ts + window passes the watermark."""
@@ -484,15 +614,9 @@ class JoinStore:
     def _close_due(self, mark: int) -> None:
         """Close every open impression and expire every held feedback due at ``mark``."""
         queue = self._queue
-        index, rids = self._index, self._rid
         due = queue.min_deadline()
         while due is not None and due <= mark:
-            slot = queue.pop()
-            rid = rids[slot]  # type: ignore[index]
-            if rid is not None and index.get(rid) == slot:
-                del index[rid]
-                self._open_total[0] -= 1
-                self._close(slot, "window")  # type: ignore[arg-type]
+            self._close(queue.pop(), "window")
             due = queue.min_deadline()
         due = self._held_queue.min_deadline()
         if due is not None and due <= mark:
@@ -540,12 +664,7 @@ class JoinStore:
         """Drain: close every open impression now; held feedback is orphaned."""
         queue = self._queue
         while queue:
-            slot = queue.pop()
-            rid = self._rid[slot]  # type: ignore[index]
-            if rid is not None and self._index.get(rid) == slot:
-                del self._index[rid]
-                self._open_total[0] -= 1
-                self._close(slot, "drain")  # type: ignore[arg-type]
+            self._close(queue.pop(), "drain")
         while self._held_queue:
             self._expire_held(None, count_one=True)
         self._refresh_due()
@@ -565,17 +684,19 @@ class JoinStore:
         cols = np.arange(width)
         mask = cols < lengths[:, None]
         pos = np.where(mask, self._start[idx][:, None] + cols, 0)
-        items = self._items[pos]
+        view = np.frombuffer(self._items, np.int64) if len(self._items) else np.zeros(1, np.int64)
+        items = view[pos]
+        del view
         grades = np.zeros((len(slots), width), np.float64)
         rows: list[int] = []
         entries: list[int] = []
         heads = self._head[idx].tolist()
-        fb_next = self._fb_next
-        for row, entry in enumerate(heads):
-            while entry != _NONE:
+        fb_next = self._fb_next.item
+        for row, link in enumerate(heads):
+            while link:
                 rows.append(row)
-                entries.append(entry)
-                entry = int(fb_next[entry])
+                entries.append(link - 1)
+                link = fb_next(link - 1)
         if entries:
             e = np.asarray(entries, dtype=np.intp)
             r = np.asarray(rows, dtype=np.intp)
@@ -585,40 +706,61 @@ class JoinStore:
             missing = ~matched & ~self._fb_replayed[e]
             self.stats.unattributed["unknown_item"] += int(missing.sum())
             np.maximum.at(grades, (r[matched], col[matched]), self._fb_grade[e][matched])
-            self._fb_live[e] = False
+            self._fb_evid[e] = 0
+            self._fb_offset[e] = 0
+            self._fb_replayed[e] = False
             self._fb_free.extend(entries)
-        request_ids = [self._rid[s] for s in slots]
-        label_ids = self._label[idx].tolist()
+        request_ids = self._request_ids(idx)
+        label_ids = (self._label[idx] - 1).tolist()
         labels = [self.labels.labels[i] for i in label_ids]
         segment_ids = np.asarray([self.labels.segment[i] for i in label_ids], dtype=np.intp)
         ts = self._ts[idx].copy()
-        for slot, label_id in zip(slots, label_ids, strict=True):
-            self._rid[slot] = None
+        for label_id in label_ids:
             self.labels.release(label_id)
-        self._used[idx] = False
-        self._head[idx] = _NONE
-        self._offset[idx] = _NONE
-        self._items_live -= int(lengths.sum())
+        self._items_garbage += int(lengths.sum())
+        self._rids_garbage += int(self._rid_len[idx].sum())
+        self._label[idx] = 0
+        self._head[idx] = 0
+        self._offset[idx] = 0
         self._free_slots.extend(slots)
         return Joined(request_ids, ts, label_ids, segment_ids, labels, grades, lengths, reasons)  # type: ignore[arg-type]
+
+    def _request_ids(self, idx: np.ndarray) -> list[str]:
+        """Decode the request ids of slots ``idx`` from the arena in one gather."""
+        lens = self._rid_len[idx].astype(np.int64)
+        total = int(lens.sum())
+        if not total:
+            return [""] * len(idx)
+        ends = np.cumsum(lens)
+        src = np.repeat(self._rid_start[idx] - (ends - lens), lens) + np.arange(total)
+        view = np.frombuffer(self._rids, np.uint8)
+        raw = view[src].tobytes()
+        del view
+        bounds = [0, *ends.tolist()]
+        return [raw[bounds[i] : bounds[i + 1]].decode() for i in range(len(idx))]
 
     # ------------------------------------------------------------------ checkpoints
 
     def low_offsets(self) -> dict[str, int | None]:
         """Smallest source offset per kind still needed to rebuild this partition's state."""
-        imp_off = self._offset[: len(self._rid)][self._used[: len(self._rid)]]
-        imp_off = imp_off[imp_off >= 0]
-        top = self._fb_top
-        fb_off = self._fb_offset[:top][self._fb_live[:top]]
-        fb_off = fb_off[fb_off >= 0]
-        held = [
-            h.offset
+        slots = self._live_slots()
+        imp_off = self._offset[slots]
+        imp_off = imp_off[imp_off > 0]
+        lows: list[int] = []
+        fb_next, fb_offset = self._fb_next.item, self._fb_offset.item
+        for link in self._head[slots].tolist():
+            while link:
+                off = fb_offset(link - 1)
+                if off:
+                    lows.append(off - 1)
+                link = fb_next(link - 1)
+        lows.extend(
+            h.offset - 1
             for waiting in self._held.values()
             for h in waiting
-            if h.alive and h.offset >= 0
-        ]
-        low_fb = min([*([int(fb_off.min())] if len(fb_off) else []), *held], default=None)
+            if h.alive and h.offset > 0
+        )
         return {
-            "impression": int(imp_off.min()) if len(imp_off) else None,
-            "feedback": low_fb,
+            "impression": int(imp_off.min()) - 1 if len(imp_off) else None,
+            "feedback": min(lows, default=None),
         }

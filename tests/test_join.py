@@ -331,3 +331,36 @@ def test_many_lists_of_varied_length_reuse_the_item_arena():
     assert {k: r.measures["RR"] for k, r in got.items()} == truth
     for k, r in got.items():
         assert math.isclose(r.measures["P@1000"], (truth[k] > 0) / 1000)
+
+
+def test_cap_counts_every_partition():
+    engine, results, _ = make(max_pending=3)
+    engine.feed(imp("p0-a", 10, ["a"]), partition=0)
+    engine.feed(imp("p0-b", 20, ["a"]), partition=0)
+    engine.feed(imp("p1-a", 5, ["a"]), partition=1)
+    engine.feed(imp("p1-b", 30, ["a"]), partition=1)  # cap over both: p1's oldest goes
+    engine.feed(imp("p2-a", 40, ["a"]), partition=2)  # p2 has none open: the fullest gives
+    engine.tick()
+    assert [(r.request_id, r.reason) for r in results] == [("p0-a", "cap"), ("p1-a", "cap")]
+    assert engine.pending() == 3
+
+
+def test_request_id_table_survives_tombstones_and_rebuilds():
+    from evald.join import _rid_key, _RidTable
+
+    table = _RidTable(capacity=8)
+    rng = np.random.default_rng(11)
+    live: dict[int, int] = {}
+    for step in range(20_000):
+        if live and rng.random() < 0.45:
+            key = list(live)[int(rng.integers(len(live)))]
+            table.remove(key)
+            del live[key]
+        else:
+            key = _rid_key(f"r{step}")
+            table.insert(key, step)
+            live[key] = step
+        assert len(table) == len(live)
+    assert all(table.get(k) == v for k, v in live.items())
+    assert table.get(_rid_key("never")) == -1
+    assert any(k < 0 for k in live) and any(k > 0 for k in live)
