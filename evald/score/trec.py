@@ -53,6 +53,15 @@ def _fields(raw: bytes) -> list[str] | str | None:
     return fields
 
 
+def _qid_of(raw: bytes) -> str | None:
+    """The first field of an undecodable line, if it decodes: the query the line belonged to."""
+    first = raw.split(None, 1)[:1]
+    try:
+        return first[0].decode("utf-8") if first else None
+    except UnicodeDecodeError:
+        return None
+
+
 @dataclass
 class Qrels:
     """Judgments per query, in first-appearance order.
@@ -77,6 +86,11 @@ def read_qrels(lines: Iterable[bytes], source: str) -> tuple[Qrels, list[Rejecti
         if fields is None:
             continue
         if isinstance(fields, str):
+            qid = _qid_of(raw)
+            if qid is not None:
+                qrels.judgments.setdefault(qid, {})
+                qrels.bad.add(qid)
+                fields += f"; query {qid!r} is not scored"
             rejections.append(Rejection(source, number, fields))
             continue
         judged = qrels.judgments.setdefault(fields[0], {})
@@ -184,6 +198,11 @@ def read_run(lines: Iterable[bytes], source: str) -> tuple[Run, list[Rejection]]
         if fields is None:
             continue
         if isinstance(fields, str):
+            qid = _qid_of(raw)
+            if qid is not None:
+                run.queries.setdefault(qid, _RunQuery())
+                run.bad.add(qid)
+                fields += f"; query {qid!r} is not scored"
             rejections.append(Rejection(source, number, fields))
             continue
         entry = run.queries.get(fields[0])

@@ -9,7 +9,8 @@ from evald.score.trec import JoinStats, join, parse_grade, parse_score, read_qre
 
 
 def lines(text: str) -> list[bytes]:
-    return [row.encode() for row in text.splitlines(keepends=True)]
+    """UTF-8 lines; a lone surrogate such as \\udcff stands for an invalid byte (0xff)."""
+    return [row.encode("utf-8", "surrogateescape") for row in text.splitlines(keepends=True)]
 
 
 def scored(run_text: str, qrels_text: str, *, complete: bool = False) -> tuple[list, JoinStats]:
@@ -71,9 +72,18 @@ def test_malformed_run_lines_are_rejected_and_their_query_left_out(row: str, rea
     assert stats.not_scored == 1
 
 
-def test_invalid_utf8_line_is_rejected() -> None:
-    _, rejected = read_run([b"q1 Q0 d\xff 1 1 t\n"], "run")
-    assert [str(r) for r in rejected] == ["run:1: not valid UTF-8 (byte 7)"]
+def test_invalid_utf8_lines_are_rejected_with_their_query_when_it_can_be_read() -> None:
+    items, stats = scored(
+        "q1 Q0 a 1 2 t\nq1 Q0 d\udcff 1 1 t\nq2 Q0 b 1 1 t\n\udcff Q0 c 1 1 t\n",
+        "q1 0 a 1\nq2 0 b 1\nq2 0 \udcff 1\n",
+    )
+    assert [str(i) for i in items if isinstance(i, Rejection)] == [
+        "run:2: not valid UTF-8 (byte 7); query 'q1' is not scored",
+        "run:4: not valid UTF-8 (byte 0)",
+        "qrels:3: not valid UTF-8 (byte 5); query 'q2' is not scored",  # after "q2 0 "
+    ]
+    assert [i for i in items if isinstance(i, Query)] == []
+    assert stats.not_scored == 2
 
 
 def test_scores_accept_exponents_and_infinities() -> None:
