@@ -34,6 +34,7 @@ class FakeTty(io.StringIO):
 
 
 Evald = Callable[..., Outcome]
+WriteJsonl = Callable[..., str]
 
 #: The command table narrowed to `score`: the CLI builds every command's parser, and these
 #: tests are about this command, not about whether the other commands import.
@@ -65,7 +66,7 @@ def evald_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
 
 
 @pytest.fixture
-def jsonl_file(tmp_path: Path) -> Iterator[Callable[..., str]]:
+def jsonl_file(tmp_path: Path) -> Iterator[WriteJsonl]:
     """Write JSON Lines (dicts or raw strings) to a file in tmp_path; returns its path."""
     counter = iter(range(1_000_000))
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import evald.cli
 from evald.metrics import DEFAULT_MEASURES
-from tests.score.conftest import SCORE_ONLY, Evald
+from tests.score.conftest import SCORE_ONLY, Evald, WriteJsonl
 
 DATA = Path(__file__).resolve().parents[2] / "evald" / "data"
 
@@ -41,7 +41,9 @@ def row(qid: object, ranking: list[str], qrels: dict[str, object]) -> dict[str, 
 # --- JSONL input ---------------------------------------------------------------------------
 
 
-def test_per_query_rows_in_input_order_with_canonical_keys(evald_main: Evald, jsonl_file) -> None:
+def test_per_query_rows_in_input_order_with_canonical_keys(
+    evald_main: Evald, jsonl_file: WriteJsonl
+) -> None:
     path = jsonl_file(
         row("b", ["d1", "d2", "d3"], {"d2": 1, "d9": 1}),
         row(7, ["d1"], {"d1": 2}),
@@ -58,7 +60,7 @@ def test_per_query_rows_in_input_order_with_canonical_keys(evald_main: Evald, js
     ]
 
 
-def test_default_measures_are_the_documented_set(evald_main: Evald, jsonl_file) -> None:
+def test_default_measures_are_the_documented_set(evald_main: Evald, jsonl_file: WriteJsonl) -> None:
     result = evald_main("score", jsonl_file(row("q", ["a"], {"a": 1})))
     assert list(result.rows()[0])[1:] == DEFAULT_MEASURES.split(",")
 
@@ -98,7 +100,7 @@ def test_bad_lines_are_reported_skipped_and_make_the_status_1(
     assert err[6] == "evald score: 6 line(s) rejected; 2 queries scored"
 
 
-def test_gauc_is_only_in_the_mean(evald_main: Evald, jsonl_file) -> None:
+def test_gauc_is_only_in_the_mean(evald_main: Evald, jsonl_file: WriteJsonl) -> None:
     path = jsonl_file(
         row("a", ["r", "n"], {"r": 1, "n": 0}),
         row("b", ["n1", "n2", "r"], {"r": 1, "n1": 0, "n2": 0}),
@@ -112,7 +114,9 @@ def test_gauc_is_only_in_the_mean(evald_main: Evald, jsonl_file) -> None:
 # --- means and output destinations ---------------------------------------------------------
 
 
-def test_mean_is_json_when_not_a_terminal_and_a_table_on_one(evald_main: Evald, jsonl_file) -> None:
+def test_mean_is_json_when_not_a_terminal_and_a_table_on_one(
+    evald_main: Evald, jsonl_file: WriteJsonl
+) -> None:
     path = jsonl_file(row("a", ["x"], {"x": 1}), row("b", ["y", "x"], {"x": 1}))
     as_json = evald_main("score", path, "-m", "RR,P@1", "--mean")
     assert json.loads(as_json.out) == {"n": 2, "RR": 0.75, "P@1": 0.5}
@@ -129,7 +133,7 @@ def test_mean_is_json_when_not_a_terminal_and_a_table_on_one(evald_main: Evald, 
 
 
 def test_output_file_gets_rows_while_the_mean_goes_to_stdout(
-    evald_main: Evald, jsonl_file, tmp_path: Path
+    evald_main: Evald, jsonl_file: WriteJsonl, tmp_path: Path
 ) -> None:
     out = tmp_path / "rows.jsonl"
     path = jsonl_file(row("a", ["x"], {"x": 1}), row("b", ["y"], {"x": 1}))
@@ -139,7 +143,7 @@ def test_output_file_gets_rows_while_the_mean_goes_to_stdout(
     assert rows == [{"qid": "a", "RR": 1.0}, {"qid": "b", "RR": 0.0}]
 
 
-def test_batches_do_not_change_the_output(evald_main: Evald, jsonl_file) -> None:
+def test_batches_do_not_change_the_output(evald_main: Evald, jsonl_file: WriteJsonl) -> None:
     rows = [row(f"q{i}", [f"d{j}" for j in range(i % 7)], {f"d{i % 5}": i % 3}) for i in range(23)]
     path = jsonl_file(*rows)
     one = evald_main("score", path, "--batch-size", "100")
@@ -147,7 +151,7 @@ def test_batches_do_not_change_the_output(evald_main: Evald, jsonl_file) -> None
     assert one.out == many.out and len(one.rows()) == 23
 
 
-def test_empty_input_scores_nothing(evald_main: Evald, jsonl_file) -> None:
+def test_empty_input_scores_nothing(evald_main: Evald, jsonl_file: WriteJsonl) -> None:
     result = evald_main("score", jsonl_file(), "-m", "RR", "--mean")
     assert result.status == 0
     assert json.loads(result.out) == {"n": 0, "RR": None}
@@ -156,7 +160,9 @@ def test_empty_input_scores_nothing(evald_main: Evald, jsonl_file) -> None:
 # --- usage errors --------------------------------------------------------------------------
 
 
-def test_bad_measure_is_a_usage_error_listing_valid_forms(evald_main: Evald, jsonl_file) -> None:
+def test_bad_measure_is_a_usage_error_listing_valid_forms(
+    evald_main: Evald, jsonl_file: WriteJsonl
+) -> None:
     result = evald_main("score", jsonl_file(), "--measures", "nDCG@10,ndcg_cut_10")
     assert result.status == 2
     assert result.out == ""
@@ -164,7 +170,9 @@ def test_bad_measure_is_a_usage_error_listing_valid_forms(evald_main: Evald, jso
     assert "valid forms" in result.err and "nDCG@k" in result.err
 
 
-def test_empty_measure_list_is_a_usage_error_not_the_default(evald_main: Evald, jsonl_file) -> None:
+def test_empty_measure_list_is_a_usage_error_not_the_default(
+    evald_main: Evald, jsonl_file: WriteJsonl
+) -> None:
     result = evald_main("score", jsonl_file(), "--measures", "")
     assert result.status == 2 and "no measure given" in result.err
 
@@ -189,7 +197,9 @@ def test_conflicting_options_and_missing_files_exit_2(
     assert message in result.err
 
 
-def test_unwritable_output_is_a_usage_error(evald_main: Evald, jsonl_file, tmp_path: Path) -> None:
+def test_unwritable_output_is_a_usage_error(
+    evald_main: Evald, jsonl_file: WriteJsonl, tmp_path: Path
+) -> None:
     result = evald_main("score", jsonl_file(), "--output", str(tmp_path / "no" / "dir" / "x"))
     assert result.status == 2 and "cannot write" in result.err
 
