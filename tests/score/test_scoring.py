@@ -62,7 +62,9 @@ def test_rows_and_means_do_not_depend_on_the_batch_size(
     whole, whole_scorer = run_all(items, 10_000)
     split, split_scorer = run_all(items, batch_size, cell_budget)
     assert split.qids == whole.qids == [q.qid for q in items]
-    assert split.columns == whole.columns
+    # equal to the last few ulps: numpy may sum a row in another order in a wider batch
+    for ours, reference in zip(split.columns, whole.columns, strict=True):
+        assert ours == pytest.approx(reference, rel=1e-12, abs=1e-15)
     for a, b in zip(whole_scorer.means(), split_scorer.means(), strict=True):
         assert (a.name, a.n) == (b.name, b.n)
         if a.mean is None or b.mean is None:
