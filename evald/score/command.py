@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -136,7 +137,7 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
     source = _input(args, stack)
     rows_out: TextIO | None = None
     if args.output:
-        rows_out = _open_write(args.output, stack)
+        rows_out = _open_write(args.output, stack, [args.input, args.run, args.qrels])
     elif not args.mean:
         rows_out = sys.stdout
     names = [str(m) for m in per_query(measures)]
@@ -212,13 +213,24 @@ def _lines(path: str, stack: contextlib.ExitStack) -> IO[bytes]:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _open_write(path: str, stack: contextlib.ExitStack) -> TextIO:
+def _open_write(path: str, stack: contextlib.ExitStack, inputs: Sequence[str | None]) -> TextIO:
+    """Open the rows file, refusing one of the inputs: opening it would truncate it unread."""
     if path == "-":
         return sys.stdout
+    for source in inputs:
+        if source not in (None, "-") and _same_file(path, source):
+            raise UsageError(f"--output {path} is also an input; it would be overwritten")
     try:
         return stack.enter_context(open(path, "w", encoding="utf-8", newline="\n"))
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # the output does not exist yet
+        return False
 
 
 def _error(message: str) -> None:

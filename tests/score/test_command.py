@@ -214,6 +214,16 @@ def test_unwritable_output_is_a_usage_error(
     assert result.status == 2 and "cannot write" in result.err
 
 
+def test_output_onto_an_input_is_refused_before_truncating_it(
+    evald_main: Evald, jsonl_file: WriteJsonl
+) -> None:
+    path = jsonl_file(row("a", ["x"], {"x": 1}))
+    before = Path(path).read_text()
+    result = evald_main("score", path, "--output", path)
+    assert result.status == 2 and "is also an input" in result.err
+    assert Path(path).read_text() == before
+
+
 def test_batch_size_must_be_a_positive_integer(evald_main: Evald) -> None:
     with pytest.raises(SystemExit) as exc:
         evald_main("score", "--batch-size", "0")
