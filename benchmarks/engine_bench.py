@@ -187,7 +187,11 @@ def body(argv: Sequence[str] | None) -> None:
     )
     stats = getattr(engine, "stats", None)
     if stats is not None:
-        c.line("check: engine.stats", repr(stats)[:300])
+        accepted = {k: v for (k, o), v in getattr(stats, "events", {}).items() if o == "accepted"}
+        c.line(
+            "check: accepted events by kind", ", ".join(f"{k} {v:,}" for k, v in accepted.items())
+        )
+        c.line("check: unattributed feedback", repr(getattr(stats, "unattributed", "?")))
     if results != traffic.impressions:
         c.line("WARNING", "not every impression was finalized: figures below are suspect")
 

@@ -23,9 +23,10 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
 from benchmarks import _common as c
 
@@ -43,6 +44,10 @@ def child_consume(bootstrap: str, topics: list[str], expected: int, group: str) 
         group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        # the daemon's defaults, so both pay the same group-join wait (tansu holds a first
+        # JoinGroup for about half the session timeout)
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=3_000,
         max_poll_records=2000,
     )
     seen, first = 0, None
@@ -92,8 +97,21 @@ def evald_events(url: str) -> tuple[float, dict[str, float]]:
     return c.sum_samples(samples, "evald_events_total"), samples
 
 
+def tail(log: IO[bytes], size: int = 3000) -> str:
+    """The last `size` bytes of a child's log file."""
+    log.flush()
+    log.seek(0, os.SEEK_END)
+    log.seek(max(0, log.tell() - size))
+    return log.read().decode(errors="replace")
+
+
 def run_evald(
-    bootstrap: str, topics: dict[str, str], expected: int, group: str, env: dict[str, str]
+    bootstrap: str,
+    topics: dict[str, str],
+    expected: int,
+    group: str,
+    env: dict[str, str],
+    timeout: float,
 ) -> dict[str, Any]:
     """`python -m evald run` until /metrics counts `expected` events; then SIGTERM it."""
     port = c.free_port()
@@ -117,17 +135,16 @@ def run_evald(
         "--metrics-address",
         f"127.0.0.1:{port}",
     )
-    log = open(os.devnull, "wb")  # noqa: SIM115 - closed below
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below; a pipe could fill and block it
     t0 = time.time()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, env={**os.environ, **env})
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
     first = last = None
     samples: dict[str, float] = {}
     try:
-        deadline = t0 + 900
+        deadline = t0 + timeout
         while time.time() < deadline:
             if proc.poll() is not None:
-                err = proc.stderr.read().decode()[-3000:] if proc.stderr else ""
-                raise RuntimeError(f"evald run exited {proc.returncode}: {err}")
+                raise RuntimeError(f"evald run exited {proc.returncode}: {tail(log)}")
             try:
                 count, samples = evald_events(url)
             except OSError:
@@ -140,7 +157,9 @@ def run_evald(
                 break
             time.sleep(POLL_S)
         if last is None:
-            raise RuntimeError("evald run did not consume every record within 15 minutes")
+            raise RuntimeError(
+                f"evald run did not consume every record in {timeout:.0f} s: {tail(log)}"
+            )
     finally:
         c.stop_process(proc, timeout=30)
         log.close()
@@ -180,7 +199,9 @@ def body(args: Any) -> None:
             f"{c.fmt_s(base['drain'])}  {c.fmt_rate(traffic.events / base['drain'])}",
         )
         c.require("evald.daemon.command", "run", "configure")
-        ev = run_evald(bootstrap, topics, traffic.events, "bench-evald", {})
+        # generous: 20x the bare consumer's time, at least 2 minutes
+        budget = max(120.0, 20 * base["total"])
+        ev = run_evald(bootstrap, topics, traffic.events, "bench-evald", {}, budget)
         c.line(
             "evald run, spawn -> all consumed",
             f"{c.fmt_s(ev['total'])}  {c.fmt_rate(traffic.events / ev['total'])}",
