@@ -28,10 +28,11 @@ class JsonlWriter:
 
     def __init__(self, stream: TextIO, names: Sequence[str]) -> None:
         self._stream = stream
-        keys = [json.dumps(name, ensure_ascii=False).replace("%", "%%") for name in names]
+        keys = [json.dumps(name, ensure_ascii=False) for name in names]
         self._width = len(names)
         # one %-template per row: %r of a float is its shortest round-trip repr
-        self._template = '{"qid": %s' + "".join(f", {key}: %r" for key in keys) + "}\n"
+        escaped = "".join(f", {key.replace('%', '%%')}: %r" for key in keys)
+        self._template = '{"qid": %s' + escaped + "}\n"
         self._keys = [f", {key}: " for key in keys]
         self.rows = 0
 

@@ -43,6 +43,18 @@ def test_column_count_mismatch_is_a_programming_error() -> None:
         JsonlWriter(io.StringIO(), ["a", "b"]).write(["q"], [[1.0]])
 
 
+def test_a_batch_with_a_non_finite_value_writes_null_there_and_numbers_elsewhere() -> None:
+    out = io.StringIO()
+    JsonlWriter(out, ["a%s", "b"]).write(["q1", "q2"], [[0.5, math.nan], [math.inf, 0.25]])
+    assert [json.loads(x) for x in out.getvalue().splitlines()] == [
+        {"qid": "q1", "a%s": 0.5, "b": None},
+        {"qid": "q2", "a%s": None, "b": 0.25},
+    ]
+    finite = io.StringIO()
+    JsonlWriter(finite, ["a%s"]).write(["q"], [[1.0]])
+    assert json.loads(finite.getvalue()) == {"qid": "q", "a%s": 1.0}
+
+
 def test_non_finite_values_become_null() -> None:
     assert json_number(math.nan) == "null"
     assert json_number(math.inf) == "null"
