@@ -37,7 +37,8 @@ def prometheus_bin() -> str:
 @pytest.fixture(scope="session")
 def demo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One `evald demo` for the session (event time 300x wall time, so 1h windows close in
-    ~15s), serving /metrics on a free loopback port; stopped at the end."""
+    ~15s; the treatment arm regresses after 6s), serving /metrics on a free loopback port;
+    stopped at the end."""
     from live_support import start_demo
 
     proc, base = start_demo(tmp_path_factory.mktemp("demo"), speed=300.0, duration=600.0)

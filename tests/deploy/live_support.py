@@ -21,6 +21,8 @@ from deploy_support import DEPLOY, REPO, free_port
 
 T = TypeVar("T")
 
+SCRAPE_INTERVAL_S = 2  # the live Prometheus scrapes and evaluates rules this often
+
 
 def http_get(url: str, timeout: float = 3.0) -> tuple[int, str]:
     try:
@@ -45,6 +47,16 @@ def wait_until(probe: Callable[[], T | None], timeout: float, what: str, step: f
     raise TimeoutError(f"{what} not within {timeout}s (last error: {last_error})")
 
 
+def _die_with_parent() -> None:
+    """In the child: be killed if the test process dies without running its finalizers
+    (e.g. pytest killed by a timeout), so no server outlives the test run (Linux only)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class Process:
     """A child process with its output in a log file, stopped gently then forcibly."""
 
@@ -52,7 +64,12 @@ class Process:
         self.log = log
         self._fh = log.open("wb")
         self.proc = subprocess.Popen(
-            argv, cwd=cwd, stdout=self._fh, stderr=subprocess.STDOUT, env={**os.environ}
+            argv,
+            cwd=cwd,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ},
+            preexec_fn=_die_with_parent,
         )
 
     def alive(self) -> bool:
@@ -73,8 +90,11 @@ class Process:
         self._fh.close()
 
 
-def start_demo(tmp: Path, *, speed: float = 300.0, duration: float = 180.0) -> tuple[Process, str]:
-    """`evald demo` serving /metrics on a free loopback port; returns (process, base URL)."""
+def start_demo(
+    tmp: Path, *, speed: float = 300.0, duration: float = 180.0, regress_at: float = 6.0
+) -> tuple[Process, str]:
+    """`evald demo` serving /metrics on a free loopback port; returns (process, base URL).
+    The treatment arm's ranker degrades ``regress_at`` wall seconds after the start."""
     port = free_port()
     argv = [
         sys.executable,
@@ -88,6 +108,10 @@ def start_demo(tmp: Path, *, speed: float = 300.0, duration: float = 180.0) -> t
         str(speed),
         "--duration",
         str(duration),
+        "--regress-at",
+        str(regress_at),
+        "--rate",
+        "1000",
         "--metrics-address",
         f"127.0.0.1:{port}",
     ]
@@ -101,10 +125,11 @@ def start_demo(tmp: Path, *, speed: float = 300.0, duration: float = 180.0) -> t
     return proc, base
 
 
-def prometheus_config(target: str, scrape_interval: str = "1s") -> dict[str, Any]:
+def prometheus_config(target: str) -> dict[str, Any]:
     """The compose scrape config, pointed at ``target`` with absolute rule paths."""
     config = yaml.safe_load((DEPLOY / "prometheus/prometheus.yml").read_text())
-    config["global"] = {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval}
+    interval = f"{SCRAPE_INTERVAL_S}s"
+    config["global"] = {"scrape_interval": interval, "evaluation_interval": interval}
     config["rule_files"] = [str(DEPLOY / "prometheus" / p) for p in config["rule_files"]]
     (job,) = config["scrape_configs"]
     job["static_configs"] = [{"targets": [target]}]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from deploy_support import DEPLOY, load_yaml
-from live_support import http_get, query, start_prometheus, wait_until
+from live_support import SCRAPE_INTERVAL_S, http_get, query, start_prometheus, wait_until
 from test_deploy_grafana import dashboard_queries, substitute_variables
 
 from deploy.generator import render
@@ -42,7 +42,7 @@ def _values(base: str, expr: str) -> list[tuple[dict[str, str], float]]:
 
 
 def test_prometheus_scrapes_evald(prometheus: str) -> None:
-    up = wait_until(lambda: _values(prometheus, 'up{job="evald"} == 1'), 30, "target up")
+    up = wait_until(lambda: _values(prometheus, 'up{job="evald"} == 1'), 60, "target up")
     assert len(up) == 1
 
 
@@ -99,7 +99,7 @@ def test_window_mean_rule_equals_the_sums_at_its_evaluation_time(prometheus: str
     at = float(stamped[0]["value"][1])
     recorded = _by_segment(prometheus, 'arm:evald_window:mean{window="1h"}', at)
     candidates = []
-    for t in (at, at - 1.0):
+    for t in (at, at - SCRAPE_INTERVAL_S):
         sums = _by_segment(
             prometheus, 'sum by (measure, arm, surface) (evald_window_sum{window="1h"})', t
         )
@@ -124,12 +124,25 @@ def test_every_rule_evaluates_without_error(prometheus: str) -> None:
         ready = all(not r["lastEvaluation"].startswith("0001") for r in rules)
         return rules if status == 200 and ready else None
 
-    rules = wait_until(evaluated, 30, "every rule evaluated once")
+    rules = wait_until(evaluated, 60, "every rule evaluated once")
     assert len(rules) == len(RECORDED) + sum(
         len(g["rules"]) for g in load_yaml(DEPLOY / render.ALERT_RULES)["groups"]
     )
     broken = {r["name"]: r.get("lastError") for r in rules if r["health"] != "ok"}
     assert not broken
+
+
+def test_the_treatment_alert_condition_catches_the_demo_regression(prometheus: str) -> None:
+    """The demo degrades the treatment ranker mid-run; the alert's own expression (on the 5m
+    window, which closes every second here, instead of 1h) must flag it on real evald data."""
+    rules = load_yaml(DEPLOY / render.ALERT_RULES)["groups"][0]["rules"]
+    (alert,) = [r for r in rules if r["alert"] == "EvaldTreatmentBelowControl"]
+    expr = alert["expr"].replace('window="1h"', 'window="5m"')
+    assert expr != alert["expr"]
+    flagged = wait_until(lambda: query(prometheus, expr), 60, "the regression flagged")
+    measures = {r["metric"]["measure"] for r in flagged}
+    assert "nDCG@10" in measures, measures
+    assert {r["metric"]["window"] for r in flagged} == {"5m"}
 
 
 def test_every_dashboard_query_runs_and_quality_panels_have_data(prometheus: str) -> None:
