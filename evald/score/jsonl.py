@@ -118,8 +118,8 @@ def grade_problem(grade: object) -> str | None:
         return f"must be a number, got {json_type(grade)}"
     try:
         finite = math.isfinite(grade)
-    except OverflowError:  # an integer too large for a float
-        finite = False
+    except OverflowError:
+        return "must be finite, got an integer too large for a float"
     if not finite:
         return f"must be finite, got {grade}"
     if grade < 0:
