@@ -62,8 +62,9 @@ def test_unknown_keys_are_ignored_and_empty_lists_are_fine() -> None:
         ('{"qid": "q", "ranking": [], "qrels": {"a": 1, "a": 2}}', 'duplicate key "a"'),
         (
             '{"qid": "q", "ranking": [], "qrels": {"a": 1' + "0" * 400 + "}}",
-            'grade of "a" must be fin',
+            'grade of "a" must be finite, got an integer too large for a float',
         ),
+        ('{"qid": "q", "ranking": [], "qrels": {"a": 1' + "0" * 5000 + "}}", "not JSON: "),
         ('{"qid": "q", "ranking": [], "qrels": {"a": 1e308, "b": 1e308, "c": -1}}', 'grade of "c"'),
         ('{"qid": "q", "qid": "r", "ranking": [], "qrels": {}}', 'duplicate key "qid"'),
     ],
