@@ -105,6 +105,8 @@ class Decoder:
         self.action_grades: dict[str, float] = dict(action_grades)
         self._max_bytes = limits.max_event_bytes
         self._impression, self._feedback = limited_models(limits)
+        self._validate_impression = self._impression.__pydantic_validator__.validate_json
+        self._validate_feedback = self._feedback.__pydantic_validator__.validate_json
 
     def grade_of(self, feedback: Feedback) -> float:
         """The grade a decoded feedback event contributes (explicit ``grade`` wins)."""
@@ -118,28 +120,32 @@ class Decoder:
             return Rejection(
                 "too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, kind or "unknown"
             )
-        if kind == "impression":
-            first, second = self._impression, None
+        if kind is None:
+            if b'"items"' in raw:
+                first, second = self._validate_impression, self._validate_feedback
+            else:
+                first, second = self._validate_feedback, self._validate_impression
+        elif kind == "impression":
+            first, second = self._validate_impression, None
         elif kind == "feedback":
-            first, second = self._feedback, None
-        elif kind is not None:
-            return Rejection("unknown_kind", f"unknown source kind {kind!r}", raw)
-        elif b'"items"' in raw:
-            first, second = self._impression, self._feedback
+            first, second = self._validate_feedback, None
         else:
-            first, second = self._feedback, self._impression
+            return Rejection("unknown_kind", f"unknown source kind {kind!r}", raw)
         try:
-            event = first.__pydantic_validator__.validate_json(raw)
+            event = first(raw)
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
             head = _reason_of(errors[0])
             if second is None or head in ("invalid_json", "not_an_object"):
                 return Rejection(head, _describe(errors[0]), raw, kind or "unknown")
             try:
-                event = second.__pydantic_validator__.validate_json(raw)
+                event = second(raw)
             except ValidationError as exc2:
                 other = exc2.errors(include_url=False, include_context=False, include_input=False)
-                return self._inferred_failure(raw, first is self._impression, errors, other)
+                guessed = first is self._validate_impression
+                return self._inferred_failure(raw, guessed, errors, other)
+        if event.kind == "impression" or event.action in self.action_grades:
+            return event
         return self._check(event, raw)
 
     def _inferred_failure(

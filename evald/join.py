@@ -77,23 +77,33 @@ class _RidTable:
                 return _NONE
             i = (i + 1) & mask
 
-    def insert(self, key: int, slot: int) -> None:
-        """Add a key known to be absent."""
+    def insert(self, key: int, slot: int) -> int:
+        """Add ``key`` -> ``slot`` unless ``key`` is present; returns the present slot or -1.
+
+        One probe run serves both the duplicate check and the insertion.
+        """
         if (self.used + 1) * 5 > (self.mask + 1) * 3:
             self._rebuild()
         item = self.keys.item
         mask = self.mask
         i = key & mask
+        free = -1
         while True:
             k = item(i)
-            if k in (_EMPTY, _TOMB):
+            if k == key:
+                return int(self.vals.item(i))
+            if k == _EMPTY:
                 break
+            if k == _TOMB and free < 0:
+                free = i
             i = (i + 1) & mask
-        if k == _EMPTY:
+        if free < 0:
+            free = i
             self.used += 1
-        self.keys[i] = key
-        self.vals[i] = slot
+        self.keys[free] = key
+        self.vals[free] = slot
         self.live += 1
+        return _NONE
 
     def remove(self, key: int) -> None:
         """Remove a key known to be present (leaves a tombstone)."""
@@ -339,11 +349,14 @@ class JoinStore:
         rid = imp.request_id
         key = _rid_key(rid)
         table = self._table
-        if table.get(key) != _NONE:
-            return "duplicate"
         if self._open_total[0] >= self.max_pending:
+            if table.get(key) != _NONE:
+                return "duplicate"
             self._evict(self)
         slot = self._free_slots.pop() if self._free_slots else self._new_slot()
+        if table.insert(key, slot) != _NONE:
+            self._free_slots.append(slot)
+            return "duplicate"
         items = self._items
         self._start[slot] = len(items)
         self._len[slot] = len(imp.items)
@@ -358,7 +371,6 @@ class JoinStore:
         self._label[slot] = self.labels.acquire(imp.labels) + 1
         if offset is not None:
             self._offset[slot] = offset + 1
-        table.insert(key, slot)
         self._open_total[0] += 1
         if self._held:
             held = self._held.pop(rid, None)
@@ -614,11 +626,22 @@ class JoinStore:
 
     def _close_due(self, mark: int) -> None:
         """Close every open impression and expire every held feedback due at ``mark``."""
-        queue = self._queue
-        due = queue.min_deadline()
-        while due is not None and due <= mark:
-            self._close(queue.pop(), "window")
-            due = queue.min_deadline()
+        fifo: _IntFifo = self._queue.fifo
+        heap = self._queue.heap
+        ts_of = self._ts.item
+        window = self.window
+        while True:  # merge the in-order FIFO and the out-of-order heap by deadline
+            a, head = fifo._a, fifo._head
+            first = ts_of(a[head]) + window if head < len(a) else _BIG
+            other = heap[0][0] if heap else _BIG
+            if first <= other:
+                if first > mark:
+                    break
+                self._close(fifo.popleft(), "window")
+            else:
+                if other > mark:
+                    break
+                self._close(heapq.heappop(heap)[2], "window")
         due = self._held_queue.min_deadline()
         if due is not None and due <= mark:
             self._expire_held(mark)

@@ -358,7 +358,8 @@ def test_request_id_table_survives_tombstones_and_rebuilds():
             del live[key]
         else:
             key = _rid_key(f"r{step}")
-            table.insert(key, step)
+            assert table.insert(key, step) == -1
+            assert table.insert(key, -5) == step  # present: reported, not replaced
             live[key] = step
         assert len(table) == len(live)
     assert all(table.get(k) == v for k, v in live.items())
