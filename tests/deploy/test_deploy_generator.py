@@ -103,3 +103,21 @@ def test_comparison_labels_drop_arm_and_arm_scoped_labels() -> None:
     assert Spec().comparison_labels == ("surface",)
     spec = replace(Spec(), segment_labels=("model", "arm", "surface", "locale"))
     assert spec.comparison_labels == ("surface", "locale")
+
+
+def test_spec_defaults_agree_with_evald_defaults() -> None:
+    """The deployment assumes evald's defaults; if the package changes them, so must the spec."""
+    from evald.cli import build_parser
+    from evald.config import EngineConfig
+    from evald.daemon.settings import DaemonSettings
+    from evald.demo.simulator import ARMS
+    from evald.metrics import DEFAULT_MEASURES, parse_measures
+
+    spec = Spec()
+    assert spec.measures == tuple(DEFAULT_MEASURES.split(","))
+    assert [str(m) for m in parse_measures(list(spec.measures))] == list(spec.measures)
+    assert spec.segment_labels == tuple(EngineConfig().label_keys)
+    assert (spec.control, spec.treatment) == tuple(arm for arm, _model in ARMS)
+    assert DaemonSettings().metrics_address.endswith(f":{spec.metrics_port}")
+    demo_args = build_parser().parse_args(["demo"])
+    assert demo_args.metrics_address.endswith(f":{spec.metrics_port}")
