@@ -8,11 +8,13 @@ RUN pip install --no-cache-dir --upgrade pip \
  && pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
+# Every EVALD_* variable is read as a setting (EVALD_<SECTION>__<FIELD>), so the healthcheck URL
+# deliberately has another prefix.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     EVALD_DAEMON__METRICS_ADDRESS=0.0.0.0:9464 \
-    EVALD_HEALTHCHECK_URL=http://127.0.0.1:9464/healthz
+    HEALTHCHECK_URL=http://127.0.0.1:9464/healthz
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl \
  && rm -rf /wheels \
@@ -24,6 +26,6 @@ WORKDIR /tmp
 EXPOSE 9464
 # No curl in slim images: probe /healthz with the Python that is already there.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
-  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['EVALD_HEALTHCHECK_URL'], timeout=4)"]
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['HEALTHCHECK_URL'], timeout=4)"]
 ENTRYPOINT ["evald"]
 CMD ["run"]

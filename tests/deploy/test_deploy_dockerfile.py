@@ -62,11 +62,25 @@ def test_healthcheck_probes_healthz_with_python_on_the_exposed_port() -> None:
     cmd = json.loads(health[health.index("CMD") + 3 :].strip())
     assert cmd[0] == "python"
     env = dict(item.split("=", 1) for item in shlex.split(stage["ENV"]) if "=" in item)
-    url = env["EVALD_HEALTHCHECK_URL"]
+    url = env["HEALTHCHECK_URL"]
     assert url == f"http://127.0.0.1:{port}/healthz"
-    assert "EVALD_HEALTHCHECK_URL" in cmd[-1]
+    assert "HEALTHCHECK_URL" in cmd[-1]
     # the daemon listens on all interfaces inside the container, on the exposed port
     assert env["EVALD_DAEMON__METRICS_ADDRESS"] == f"0.0.0.0:{port}"
+
+
+def test_image_environment_is_accepted_by_evald_settings() -> None:
+    """`evald run` reads every EVALD_* variable as a setting and refuses unknown ones: the
+    image's own environment must load."""
+    from evald.daemon.settings import load_settings
+
+    env = {}
+    for word, args in final_stage():
+        if word == "ENV":
+            env.update(item.split("=", 1) for item in shlex.split(args) if "=" in item)
+    assert any(name.startswith("EVALD_") for name in env)
+    settings = load_settings(environ=env)
+    assert settings.daemon.metrics_address == env["EVALD_DAEMON__METRICS_ADDRESS"]
 
 
 def test_entrypoint_is_evald() -> None:

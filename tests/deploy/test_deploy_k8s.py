@@ -114,6 +114,25 @@ def test_settings_in_the_configmap_are_valid_evald_settings(tmp_path) -> None:
     settings.engine_config()
 
 
+def test_deployment_environment_is_accepted_by_evald_settings(
+    manifests: dict[str, dict[str, Any]], tmp_path
+) -> None:
+    """EVALD_* variables are settings; those the pod sets (downward API values stood in for by
+    a pod name) must load together with the mounted settings file."""
+    from evald.daemon.settings import load_settings
+
+    env = {
+        item["name"]: item.get("value", "evald-7d9f8-abcde")
+        for item in _container(manifests["Deployment"]).get("env", [])
+    }
+    assert env
+    cm = load_yaml(K8S / "settings-configmap.yaml")
+    path = tmp_path / "evald.yaml"
+    path.write_text(cm["data"]["evald.yaml"])
+    settings = load_settings(file=str(path), environ=env)
+    assert settings.daemon.instance_id == "evald-7d9f8-abcde"
+
+
 def test_pod_runs_as_non_root_with_a_read_only_root(manifests: dict[str, dict[str, Any]]) -> None:
     pod = manifests["Deployment"]["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
