@@ -89,8 +89,30 @@ class Encoder:
 
     def __init__(self, max_cached: int = 200_000) -> None:
         self.max_cached = max_cached
-        self._text_prefix: dict[tuple, str] = {}
-        self._om_prefix: dict[tuple, str] = {}
+        # ``name{labels} `` per series; both formats write it alike. Label sets the engine
+        # collector hands out as FrozenLabels are keyed by identity (the entry keeps the dict
+        # alive, so its id cannot be reused); any other dict by content.
+        self._by_identity: dict[tuple[str, int], tuple[FrozenLabels, str]] = {}
+        self._by_content: dict[tuple, str] = {}
+
+    def _prefix_of(self, sname: str, labels: dict[str, str]) -> str:
+        if labels.__class__ is FrozenLabels:
+            entry = self._by_identity.get((sname, id(labels)))
+            if entry is not None and entry[0] is labels:
+                return entry[1]
+            prefix = _prefix(_legacy(sname), labels)
+            self._by_identity[(sname, id(labels))] = (labels, prefix)  # type: ignore[assignment]
+            return prefix
+        key = (sname, *labels.items())
+        prefix = self._by_content.get(key)
+        if prefix is None:
+            prefix = self._by_content[key] = _prefix(_legacy(sname), labels)
+        return prefix
+
+    def _trim(self) -> None:
+        if len(self._by_identity) + len(self._by_content) > self.max_cached:
+            self._by_identity.clear()
+            self._by_content.clear()
 
     def encode(
         self,
@@ -124,9 +146,8 @@ class Encoder:
 
     def text(self, families: Iterable[Metric]) -> bytes:
         """Prometheus text format 0.0.4, byte-identical to ``prometheus_client.generate_latest``."""
-        cache = self._text_prefix
-        if len(cache) > self.max_cached:
-            cache.clear()
+        self._trim()
+        prefix_of = self._prefix_of
         out: list[str] = []
         append = out.append
         for metric in families:
@@ -140,18 +161,14 @@ class Encoder:
                 sname, labels, value, timestamp, _exemplar, native = sample
                 if native is not None:
                     raise _Fallback
-                key = (sname, *labels.items())
-                prefix = cache.get(key)
-                if prefix is None:
-                    prefix = _prefix(_legacy(sname), labels)
-                    cache[key] = prefix
-                line = prefix + floatToGoString(value)
+                line = prefix_of(sname, labels) + _go_float(value)
                 if timestamp is not None:
                     line += f" {int(float(timestamp) * 1000):d}"
                 line += "\n"
-                suffix = sname[len(name) :] if sname.startswith(name) else ""
-                if suffix in _TEXT_SPLIT_SUFFIXES:
-                    split.setdefault(suffix, []).append(line)
+                if sname.endswith(_TEXT_SPLIT_SUFFIXES) and sname[len(name) :] in (
+                    _TEXT_SPLIT_SUFFIXES
+                ):
+                    split.setdefault(sname[len(name) :], []).append(line)
                 else:
                     append(line)
             for suffix, lines in sorted(split.items()):
@@ -161,9 +178,8 @@ class Encoder:
 
     def openmetrics(self, families: Iterable[Metric]) -> bytes:
         """OpenMetrics 1.0.0 text, byte-identical to prometheus_client's OpenMetrics encoder."""
-        cache = self._om_prefix
-        if len(cache) > self.max_cached:
-            cache.clear()
+        self._trim()
+        prefix_of = self._prefix_of
         out: list[str] = []
         append = out.append
         for metric in families:
@@ -178,17 +194,43 @@ class Encoder:
                 sname, labels, value, timestamp, exemplar, native = sample
                 if native is not None or exemplar:
                     raise _Fallback
-                key = (sname, *labels.items())
-                prefix = cache.get(key)
-                if prefix is None:
-                    prefix = _prefix(_legacy(sname), labels)
-                    cache[key] = prefix
-                line = prefix if value is None else prefix + floatToGoString(value)
+                prefix = prefix_of(sname, labels)
+                line = prefix if value is None else prefix + _go_float(value)
                 if timestamp is not None:
                     line += f" {timestamp}"
                 append(line + "\n")
         append("# EOF\n")
         return "".join(out).encode("utf-8")
+
+
+class FrozenLabels(dict):  # type: ignore[type-arg]
+    """A label set that never changes after construction, so encoders may cache by identity.
+
+    The engine collector builds one per series and reuses it across scrapes.
+    """
+
+    __slots__ = ()
+
+    def _frozen(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("FrozenLabels cannot be changed")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _frozen  # type: ignore[assignment]
+    __ior__ = _frozen  # type: ignore[assignment]
+
+
+_INF = math.inf
+
+
+def _go_float(value: float) -> str:
+    """Same string as prometheus_client's ``floatToGoString``, without its work for the
+    common case: a finite number below 1e6 is exactly ``repr(float(value))``."""
+    cls = value.__class__
+    if cls is float:
+        if -_INF < value < 1e6:  # NaN fails both comparisons
+            return repr(value)
+    elif cls is int and -(2**53) < value < 1_000_000:
+        return repr(float(value))
+    return floatToGoString(value)
 
 
 _KNOWN_LEGACY: set[str] = set()
@@ -364,8 +406,8 @@ class EngineCollector:
         #: scrapes whose engine state could not be read (logged; engine series left out)
         self.failures = 0
         # Label dicts are rebuilt from tuples only when a series is new: keyed by series.
-        self._hist_labels: dict[tuple, tuple[dict[str, str], list[dict[str, str]]]] = {}
-        self._window_labels: dict[tuple, dict[str, str]] = {}
+        self._hist_labels: dict[tuple, tuple[FrozenLabels, list[FrozenLabels]]] = {}
+        self._window_labels: dict[tuple, FrozenLabels] = {}
 
     def describe(self) -> Iterable[Metric]:
         """Family names without samples, so a registry can refuse duplicates at register()."""
@@ -419,8 +461,8 @@ class EngineCollector:
                 key = (measure, segment)
                 cached = cache.get(key)
                 if cached is None:
-                    base = {"measure": measure, **dict(zip(keys, segment, strict=True))}
-                    cached = cache[key] = (base, [{**base, "le": le} for le in les])
+                    base = FrozenLabels(measure=measure, **dict(zip(keys, segment, strict=True)))
+                    cached = cache[key] = (base, [FrozenLabels(base, le=le) for le in les])
                 base, bucket_labels = cached
                 for labels, value in zip(bucket_labels, buckets, strict=True):
                     samples.append(Sample("evald_measure_bucket", labels, value))
@@ -443,7 +485,9 @@ class EngineCollector:
             key = (row.window, row.measure, *row.labels.values())
             labels = cache.get(key)
             if labels is None:
-                labels = cache[key] = {"measure": row.measure, "window": row.window, **row.labels}
+                labels = cache[key] = FrozenLabels(
+                    row.labels, measure=row.measure, window=row.window
+                )
             if row.mean == row.mean:  # NaN (no finite value) is left out, not exported
                 mean.append(Sample("evald_window_mean", labels, row.mean))
             count.append(Sample("evald_window_count", labels, row.count))

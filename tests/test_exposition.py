@@ -22,12 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge, Info
 from prometheus_client import Counter as PromCounter
 from prometheus_client.exposition import generate_latest as library_text
 from prometheus_client.openmetrics.exposition import generate_latest as library_om
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
+from prometheus_client.utils import floatToGoString
 
 from evald.config import EngineConfig
 from evald.engine import Engine
@@ -35,7 +38,9 @@ from evald.exposition import (
     ENGINE_FAMILIES,
     Encoder,
     EngineCollector,
+    FrozenLabels,
     ReadyCollector,
+    _go_float,
     build_registry,
 )
 
@@ -702,3 +707,62 @@ def test_reference_promql_examples_parse(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
     assert f"SUCCESS: {len(rules)} rules found" in done.stdout.decode()
+
+
+# --------------------------------------------------------------------------------------------
+# Encoder internals that the byte-equality tests may not reach
+# --------------------------------------------------------------------------------------------
+
+
+@given(
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(min_value=-(2**60), max_value=2**60),
+        st.sampled_from([0.0, -0.0, 999_999.9999, 1e6, 1_234_567.0, 1e-7, 2**53, -(2**53)]),
+    )
+)
+def test_value_formatting_matches_prometheus_client(value: float) -> None:
+    assert _go_float(value) == floatToGoString(value)
+
+
+def test_frozen_labels_refuse_changes_so_identity_caching_is_safe() -> None:
+    labels = FrozenLabels({"arm": "a"}, measure="RR")
+    for change in (
+        lambda: labels.__setitem__("arm", "b"),
+        lambda: labels.update(arm="b"),
+        lambda: labels.pop("arm"),
+        lambda: labels.clear(),
+        lambda: labels.setdefault("x", "y"),
+        lambda: labels.popitem(),
+        lambda: labels.__delitem__("arm"),
+    ):
+        with pytest.raises(TypeError):
+            change()
+    assert labels == {"arm": "a", "measure": "RR"}
+
+
+def test_encoder_cache_is_bounded_and_still_correct_after_clearing(drained) -> None:
+    """Fresh collectors hand out fresh label sets (as after an engine swap): the identity cache
+    would keep every generation; max_cached clears it instead."""
+    engine, _ = drained
+
+    def scrape_with(encoder: Encoder) -> tuple[int, int]:
+        families = list(EngineCollector(engine).collect())
+
+        class Frozen:
+            def collect(self):
+                return iter(families)
+
+        assert encoder.text(families) == library_text(Frozen())
+        samples = [s for f in families for s in f.samples]
+        frozen = sum(1 for s in samples if isinstance(s.labels, FrozenLabels))
+        return frozen, len(samples) - frozen
+
+    unbounded, bounded = Encoder(), Encoder(max_cached=100)
+    for generation in range(1, 4):
+        frozen, other = scrape_with(unbounded)
+        assert frozen > 100
+        assert len(unbounded._by_identity) == generation * frozen
+        assert len(unbounded._by_content) == other
+        scrape_with(bounded)
+        assert len(bounded._by_identity) + len(bounded._by_content) == frozen + other
