@@ -18,6 +18,7 @@ from deploy.generator import rules
 from deploy.generator.spec import Spec
 
 MINUTES_PER_WEEK = 7 * 24 * 60
+DAY = 24 * 60  # minutes
 Labels = dict[str, str]
 Case = dict[str, Any]
 
@@ -112,12 +113,16 @@ def _quality_tests(spec: Spec, alerts: _Alerts) -> list[Case]:
     tail = 120
     drop_labels = {"measure": measure, **JOB, **treatment}
 
-    def case(per_min: int, tail_sums: list[float], mean_before: float) -> list[dict[str, str]]:
+    def case(
+        per_min: int, tail_sums: list[float], before: list[tuple[int, float]]
+    ) -> list[dict[str, str]]:
+        """``before``: (minutes, mean) segments covering the history; then ``tail_sums``."""
+        assert sum(minutes for minutes, _ in before) == history
         # two instances share the traffic: the rules must sum before dividing
         series = []
         for n in (0, 1):
             labels = {"measure": measure, **treatment, **_instance(n)}
-            sums = [(history, mean_before * per_min / 2)]
+            sums = [(minutes, mean * per_min / 2) for minutes, mean in before]
             sums += [(1, s / 2) for s in tail_sums]
             series.append(
                 {
@@ -144,13 +149,13 @@ def _quality_tests(spec: Spec, alerts: _Alerts) -> list[Case]:
         {
             "name": "quality drop against last week and yesterday fires after its for: duration",
             "interval": "1m",
-            "input_series": case(60, drop, 0.75),
+            "input_series": case(60, drop, [(history, 0.75)]),
             "alert_rule_test": [
                 # 20m into the drop: 10% lower since ~18m, pending but not yet firing
                 *({"eval_time": f"{week_end}1h20m", "alertname": n} for n in names),
-                # 115m in: below the bound since ~18m, for more than 30m
+                # 110m in: below the bound since ~18m, for more than 30m
                 *(
-                    {"eval_time": f"{week_end}2h55m", "alertname": n, "exp_alerts": [e]}
+                    {"eval_time": f"{week_end}2h50m", "alertname": n, "exp_alerts": [e]}
                     for n, e in zip(names, fired, strict=True)
                 ),
             ],
@@ -158,18 +163,28 @@ def _quality_tests(spec: Spec, alerts: _Alerts) -> list[Case]:
         {
             "name": "quality noise of +-8% per minute around the baseline stays silent",
             "interval": "1m",
-            "input_series": case(60, noise, 0.75),
+            "input_series": case(60, noise, [(history, 0.75)]),
             "alert_rule_test": [
                 {"eval_time": f"{week_end}{t}", "alertname": n}
-                for t in ("1h30m", "2h", "2h55m")
+                for t in ("1h30m", "2h", "2h50m")
                 for n in names
             ],
         },
         {
             "name": "the same drop at low traffic (under the sample guard) stays silent",
             "interval": "1m",
-            "input_series": case(2, low, 0.75),
-            "alert_rule_test": [{"eval_time": f"{week_end}2h55m", "alertname": n} for n in names],
+            "input_series": case(2, low, [(history, 0.75)]),
+            "alert_rule_test": [{"eval_time": f"{week_end}2h50m", "alertname": n} for n in names],
+        },
+        {
+            # the drop happened a day ago: yesterday is no better than today, last week is
+            "name": "a drop that started a day ago fires against last week only",
+            "interval": "1m",
+            "input_series": case(60, drop, [(history - DAY, 0.75), (DAY, 0.5)]),
+            "alert_rule_test": [
+                {"eval_time": f"{week_end}2h50m", "alertname": names[0], "exp_alerts": [fired[0]]},
+                {"eval_time": f"{week_end}2h50m", "alertname": names[1]},
+            ],
         },
     ]
 
@@ -476,7 +491,8 @@ RULE_FILES = ["../rules/evald-recording.rules.yml", "../rules/evald-alerts.rules
 
 
 def build_quality(spec: Spec) -> dict[str, Any]:
-    """Week-long scenarios, evaluated every 5m: 1m evaluation over a week is needlessly slow."""
+    """Week-long scenarios, evaluated every 5m: 1m evaluation over a week is needlessly slow (and
+    10m would leave recorded series older than the 5m lookback when alerts read them)."""
     return {
         "rule_files": RULE_FILES,
         "evaluation_interval": "5m",
