@@ -225,3 +225,12 @@ def test_evald_command_lines_parse_with_evald(compose: dict[str, Any], service: 
     if service == "evald":
         assert settings.daemon.metrics_address == "0.0.0.0:9464"
         settings.engine_config()  # the --set engine.* overrides validate
+
+
+def test_third_party_images_are_pinned(compose: dict[str, Any]) -> None:
+    for name, service in services(compose).items():
+        image = service.get("image", "")
+        if service.get("build") or image == "evald:local":
+            continue
+        repo, _, tag = image.rpartition(":")
+        assert repo and tag and tag != "latest", f"{name}: pin {image!r} to a version"
