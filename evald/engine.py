@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,8 +29,6 @@ from evald.metrics import Batch, evaluate, parse_measures, required_depth
 from evald.segments import LabelTable, SegmentIndex
 from evald.stats import Stats
 
-KINDS = ("impression", "feedback")
-
 
 @dataclass(slots=True)
 class Result:
@@ -42,8 +40,7 @@ class Result:
     measures: dict[str, float]
     partition: int = 0
     reason: str = "window"  # what closed it: window / cap / drain
-    abandoned: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    abandoned: bool = False  # no positive feedback: every measure is 0
 
     def to_json(self) -> dict[str, Any]:
         """``{"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures"}``."""

@@ -330,13 +330,6 @@ class JoinStore:
     def open(self) -> int:
         return len(self._table)
 
-    def is_replayed(self, kind: str, offset: int | None) -> bool:
-        """True for an event re-fed after a restart that was seen before the crash."""
-        until = self.replay_until
-        if until is None or offset is None:
-            return False
-        return offset < until.get(kind, -1)
-
     # ------------------------------------------------------------------ impressions
 
     def add_impression(self, imp: Impression, offset: int | None, replayed: bool) -> str:
