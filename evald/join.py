@@ -407,10 +407,6 @@ class JoinStore:
                 new = np.zeros(cap, old.dtype)
                 new[: len(old)] = old
                 setattr(self, name, new)
-        if self._items_garbage > max(len(self._items) // 2, 1 << 16):
-            self._compact_items()
-        if self._rids_garbage > max(len(self._rids) // 2, 1 << 16):
-            self._compact_rids()
         return slot
 
     def _live_slots(self) -> np.ndarray:
@@ -737,6 +733,10 @@ class JoinStore:
         self._items_garbage += int(lengths.sum())
         self._rids_garbage += int(self._rid_len[idx].sum())
         self._label[idx] = 0
+        if self._items_garbage > max(len(self._items) // 2, 1 << 16):
+            self._compact_items()
+        if self._rids_garbage > max(len(self._rids) // 2, 1 << 16):
+            self._compact_rids()
         self._head[idx] = 0
         self._offset[idx] = 0
         self._free_slots.extend(slots)

@@ -308,8 +308,19 @@ def test_results_do_not_depend_on_how_often_tick_runs():
     assert len(runs[0][0]) == 300
 
 
-def test_many_lists_of_varied_length_reuse_the_item_arena():
+def test_many_lists_of_varied_length_reuse_the_item_arena(monkeypatch):
     """Slots and item storage are recycled (compaction) and every grade lands on its item."""
+    from evald.join import JoinStore
+
+    compactions: list[str] = []
+    for name in ("_compact_items", "_compact_rids"):
+        original = getattr(JoinStore, name)
+
+        def counted(self, _original=original, _name=name):
+            compactions.append(_name)
+            return _original(self)
+
+        monkeypatch.setattr(JoinStore, name, counted)
     engine, results, _ = make(measures="P@1000,RR")
     rng = np.random.default_rng(3)
     truth = {}
@@ -317,13 +328,14 @@ def test_many_lists_of_varied_length_reuse_the_item_arena():
         ts = k * 1_000
         n = int(rng.integers(0, 60))
         items = [f"{k}-{j}" for j in range(n)]
-        engine.feed(imp(f"r{k}", ts, items))
+        rid = f"r{k}-" + "é" * int(rng.integers(0, 40))  # ids of varied (UTF-8) length
+        engine.feed(imp(rid, ts, items))
         if n:
             j = int(rng.integers(0, n))
-            engine.feed(fb(f"r{k}", ts + 1, items[j]))
-            truth[f"r{k}"] = 1 / (j + 1)
+            engine.feed(fb(rid, ts + 1, items[j]))
+            truth[rid] = 1 / (j + 1)
         else:
-            truth[f"r{k}"] = 0.0
+            truth[rid] = 0.0
         if k % 50 == 0:
             engine.tick()
     engine.drain()
@@ -331,6 +343,7 @@ def test_many_lists_of_varied_length_reuse_the_item_arena():
     assert {k: r.measures["RR"] for k, r in got.items()} == truth
     for k, r in got.items():
         assert math.isclose(r.measures["P@1000"], (truth[k] > 0) / 1000)
+    assert set(compactions) == {"_compact_items", "_compact_rids"}
 
 
 def test_cap_counts_every_partition():
