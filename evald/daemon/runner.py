@@ -33,6 +33,7 @@ from kafka.structs import OffsetAndMetadata
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
+from evald.daemon.kafka_compat import unpark_resumed
 from evald.daemon.merge import KINDS, Merger
 from evald.daemon.restore import RestoreError, read_checkpoint, read_ranges
 from evald.daemon.settings import Settings
@@ -267,6 +268,7 @@ class Daemon:
     def _cycle(self) -> None:
         consumer = self._consumer
         assert consumer is not None
+        unpark_resumed(consumer)
         batches = consumer.poll(timeout_ms=self.settings.daemon.poll_timeout_ms)
         if self._txn_poisoned:
             raise KafkaError("transaction aborted during a rebalance; resynchronising")
