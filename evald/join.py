@@ -340,7 +340,9 @@ class JoinStore:
         if replayed and wm is not None and deadline <= wm:
             return "skipped"
         rid = imp.request_id
-        key = _rid_key(rid)
+        key = hash(rid)  # _rid_key, inlined: this runs once per event
+        if 0 <= key <= 1:
+            key += 2
         table = self._table
         if self._open_total[0] >= self.max_pending:
             if table.get(key) != _NONE:
@@ -374,7 +376,12 @@ class JoinStore:
                 self.stats.late_impressions += 1
             self._close(slot, "window")
         else:
-            self._queue.push(deadline, slot)
+            queue = self._queue
+            if deadline >= queue._tail:  # in order: the FIFO (queue.push, inlined)
+                queue.fifo._a.append(slot)
+                queue._tail = deadline
+            else:
+                queue.push(deadline, slot)
             if deadline < self._due:
                 self._due = deadline
         self._fresh = True
@@ -465,7 +472,8 @@ class JoinStore:
         ts = fb.ts
         evid = 0 if fb.event_id is None else hash(fb.event_id) or 1
         off = 0 if offset is None else offset + 1
-        slot = self._table.get(_rid_key(fb.request_id))
+        key = hash(fb.request_id)  # _rid_key, inlined
+        slot = self._table.get(key + 2 if 0 <= key <= 1 else key)
         if slot == _NONE:
             outcome = self._hold(fb, grade, evid, off, replayed)
         else:
