@@ -57,6 +57,8 @@ class _RidTable:
     def _alloc(self, capacity: int) -> None:
         self.keys = np.zeros(capacity, np.int64)
         self.vals = np.zeros(capacity, np.int32)
+        # memoryviews: scalar access from Python is ~2x cheaper than numpy indexing
+        self._k, self._v = memoryview(self.keys), memoryview(self.vals)
         self.mask = capacity - 1
         self.live = 0
         self.used = 0  # live + tombstones
@@ -66,13 +68,13 @@ class _RidTable:
 
     def get(self, key: int) -> int:
         """Slot of ``key`` or -1."""
-        item = self.keys.item
+        keys = self._k
         mask = self.mask
         i = key & mask
         while True:
-            k = item(i)
+            k = keys[i]
             if k == key:
-                return int(self.vals.item(i))
+                return self._v[i]
             if k == _EMPTY:
                 return _NONE
             i = (i + 1) & mask
@@ -84,14 +86,14 @@ class _RidTable:
         """
         if (self.used + 1) * 5 > (self.mask + 1) * 3:
             self._rebuild()
-        item = self.keys.item
+        keys = self._k
         mask = self.mask
         i = key & mask
         free = -1
         while True:
-            k = item(i)
+            k = keys[i]
             if k == key:
-                return int(self.vals.item(i))
+                return self._v[i]
             if k == _EMPTY:
                 break
             if k == _TOMB and free < 0:
@@ -100,19 +102,19 @@ class _RidTable:
         if free < 0:
             free = i
             self.used += 1
-        self.keys[free] = key
-        self.vals[free] = slot
+        keys[free] = key
+        self._v[free] = slot
         self.live += 1
         return _NONE
 
     def remove(self, key: int) -> None:
         """Remove a key known to be present (leaves a tombstone)."""
-        item = self.keys.item
+        keys = self._k
         mask = self.mask
         i = key & mask
-        while item(i) != key:
+        while keys[i] != key:
             i = (i + 1) & mask
-        self.keys[i] = _TOMB
+        keys[i] = _TOMB
         self.live -= 1
 
     def _rebuild(self) -> None:
@@ -301,7 +303,7 @@ class JoinStore:
         self._items_garbage = 0
         self._rids = bytearray()
         self._rids_garbage = 0
-        self._queue = _DeadlineQueue(lambda slot: self._ts.item(slot) + self.window, _IntFifo())
+        self._queue = _DeadlineQueue(lambda slot: self._m_ts[slot] + self.window, _IntFifo())
         self._closed = Closed([], [])
         self.first_close_wall: float | None = None
         # attached feedback entries (chained per slot; 0 in _fb_next = end, else entry + 1)
@@ -314,12 +316,29 @@ class JoinStore:
         self._fb_replayed = np.zeros(fcap, np.bool_)
         self._fb_free: list[int] = []
         self._fb_top = 0
+        self._bind()
         # held (early) feedback
         self._held: dict[str, list[_Held]] = {}
         self._held_queue = _DeadlineQueue(lambda held: held.deadline)
         self.held = 0
         # restore mode: kind -> first offset not seen before the crash
         self.replay_until: dict[str, int] | None = None
+
+    def _bind(self) -> None:
+        """(Re)create the memoryviews the per-event code indexes: a memoryview item is about
+        twice as cheap to read or write from Python as a numpy scalar index."""
+        self._m_ts, self._m_start, self._m_len = (
+            memoryview(self._ts),
+            memoryview(self._start),
+            memoryview(self._len),
+        )
+        self._m_rid_start, self._m_rid_len = memoryview(self._rid_start), memoryview(self._rid_len)
+        self._m_key, self._m_label = memoryview(self._key), memoryview(self._label)
+        self._m_offset, self._m_head = memoryview(self._offset), memoryview(self._head)
+        self._m_fb_item, self._m_fb_grade = memoryview(self._fb_item), memoryview(self._fb_grade)
+        self._m_fb_next, self._m_fb_evid = memoryview(self._fb_next), memoryview(self._fb_evid)
+        self._m_fb_offset = memoryview(self._fb_offset)
+        self._m_fb_replayed = memoryview(self._fb_replayed)
 
     # ------------------------------------------------------------------ sizes
 
@@ -353,19 +372,19 @@ class JoinStore:
             self._free_slots.append(slot)
             return "duplicate"
         items = self._items
-        self._start[slot] = len(items)
-        self._len[slot] = len(imp.items)
+        self._m_start[slot] = len(items)
+        self._m_len[slot] = len(imp.items)
         items.extend(map(hash, imp.items))
         rids = self._rids
         raw_rid = rid.encode()
-        self._rid_start[slot] = len(rids)
-        self._rid_len[slot] = len(raw_rid)
+        self._m_rid_start[slot] = len(rids)
+        self._m_rid_len[slot] = len(raw_rid)
         rids += raw_rid
-        self._ts[slot] = ts
-        self._key[slot] = key
-        self._label[slot] = self.labels.acquire(imp.labels) + 1
+        self._m_ts[slot] = ts
+        self._m_key[slot] = key
+        self._m_label[slot] = self.labels.acquire(imp.labels) + 1
         if offset is not None:
-            self._offset[slot] = offset + 1
+            self._m_offset[slot] = offset + 1
         self._open_total[0] += 1
         if self._held:
             held = self._held.pop(rid, None)
@@ -414,6 +433,7 @@ class JoinStore:
                 new = np.zeros(cap, old.dtype)
                 new[: len(old)] = old
                 setattr(self, name, new)
+            self._bind()
         return slot
 
     def _live_slots(self) -> np.ndarray:
@@ -458,7 +478,7 @@ class JoinStore:
 
     def _close(self, slot: int, reason: str) -> None:
         """Take an open impression out of the join; it is scored by the next take()."""
-        self._table.remove(self._key.item(slot))
+        self._table.remove(self._m_key[slot])
         self._open_total[0] -= 1
         if not self._closed.slots and self.first_close_wall is None:
             self.first_close_wall = self._clock()
@@ -478,7 +498,7 @@ class JoinStore:
             outcome = self._hold(fb, grade, evid, off, replayed)
         else:
             outcome = self._attach(
-                slot, self._ts.item(slot), ts, hash(fb.item), grade, evid, off, replayed
+                slot, self._m_ts[slot], ts, hash(fb.item), grade, evid, off, replayed
             )
         self._fresh = True
         if self.max_ts is None or ts > self.max_ts:
@@ -510,15 +530,15 @@ class JoinStore:
             if not replayed:
                 self.stats.unattributed["late"] += 1
             return "accepted"
-        head = self._head.item(slot)
+        head = self._m_head[slot]
         if evid:
             link = head
             while link:
-                if self._fb_evid.item(link - 1) == evid:
+                if self._m_fb_evid[link - 1] == evid:
                     if not replayed:
                         self.stats.unattributed["duplicate"] += 1
                     return "duplicate"
-                link = self._fb_next.item(link - 1)
+                link = self._m_fb_next[link - 1]
         if self._fb_free:
             entry = self._fb_free.pop()
         else:
@@ -526,16 +546,16 @@ class JoinStore:
             self._fb_top += 1
             if entry >= len(self._fb_item):
                 self._grow_feedback()
-        self._fb_item[entry] = item
-        self._fb_grade[entry] = grade
+        self._m_fb_item[entry] = item
+        self._m_fb_grade[entry] = grade
         if evid:
-            self._fb_evid[entry] = evid
+            self._m_fb_evid[entry] = evid
         if off:
-            self._fb_offset[entry] = off
+            self._m_fb_offset[entry] = off
         if replayed:
-            self._fb_replayed[entry] = True
-        self._fb_next[entry] = head
-        self._head[slot] = entry + 1
+            self._m_fb_replayed[entry] = True
+        self._m_fb_next[entry] = head
+        self._m_head[slot] = entry + 1
         return "accepted"
 
     def _grow_feedback(self) -> None:
@@ -545,6 +565,7 @@ class JoinStore:
             new = np.zeros(cap, old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
+        self._bind()
 
     def _hold(self, fb: Feedback, grade: float, evid: int, off: int, replayed: bool) -> str:
         """Feedback before its impression: keep it until fb.ts + window passes the watermark."""
@@ -625,7 +646,7 @@ class JoinStore:
         """Close every open impression and expire every held feedback due at ``mark``."""
         fifo: _IntFifo = self._queue.fifo
         heap = self._queue.heap
-        ts_of = self._ts.item
+        ts_of = self._m_ts.__getitem__
         window = self.window
         while True:  # merge the in-order FIFO and the out-of-order heap by deadline
             a, head = fifo._a, fifo._head
@@ -712,7 +733,7 @@ class JoinStore:
         rows: list[int] = []
         entries: list[int] = []
         heads = self._head[idx].tolist()
-        fb_next = self._fb_next.item
+        fb_next = self._m_fb_next.__getitem__
         for row, link in enumerate(heads):
             while link:
                 rows.append(row)
@@ -772,7 +793,7 @@ class JoinStore:
         imp_off = self._offset[slots]
         imp_off = imp_off[imp_off > 0]
         lows: list[int] = []
-        fb_next, fb_offset = self._fb_next.item, self._fb_offset.item
+        fb_next, fb_offset = self._m_fb_next.__getitem__, self._m_fb_offset.__getitem__
         for link in self._head[slots].tolist():
             while link:
                 off = fb_offset(link - 1)
