@@ -301,11 +301,11 @@ class DemoLoop:
     # ---------------------------------------------------------------- snapshots
 
     def _notes(self) -> list[str]:
-        from evald.demo.live import _clock
+        from evald.demo.live import hms
 
         notes: list[str] = []
         if self.regress_at_ms is not None:
-            when = _clock(self.regress_at_ms)
+            when = hms(self.regress_at_ms)
             if self.event_time_ms < self.regress_at_ms:
                 wall = (self.regress_at_ms - self.event_time_ms) / 1000 / self.simulator.speed
                 notes.append(f"treatment ranker degrades at {when} event time (in {wall:.0f}s)")

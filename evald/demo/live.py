@@ -221,7 +221,8 @@ def health(
 # ------------------------------------------------------------------------------ rendering
 
 
-def _clock(ms: int) -> str:
+def hms(ms: int) -> str:
+    """Event time of day, UTC (``HH:MM:SS``): enough to follow windows closing."""
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S")
 
 
@@ -276,8 +277,8 @@ def render_table(
         where = "waiting for the first complete window"
     else:
         start, end = snap.window
-        where = f"window {_clock(start)}-{_clock(end)}"
-    lines.append(paint(f"evald demo · event time {_clock(snap.event_time_ms)} · {where}", _BOLD))
+        where = f"window {hms(start)}-{hms(end)}"
+    lines.append(paint(f"evald demo · event time {hms(snap.event_time_ms)} · {where}", _BOLD))
     name_w = max([len("segment"), *(len(s.name) for s in snap.segments)])
     header = [f"{'segment':<{name_w}}"]
     header += [f"{title:>13}" for _, title in shown]
@@ -308,7 +309,7 @@ def render_lines(
     """The plain form: one line per segment and one health line, each prefixed by the time."""
     stamp = f"[{_duration(elapsed_s):>6}]"
     lines: list[str] = []
-    window = "-" if snap.window is None else f"{_clock(snap.window[0])}-{_clock(snap.window[1])}"
+    window = "-" if snap.window is None else f"{hms(snap.window[0])}-{hms(snap.window[1])}"
     for seg in snap.segments:
         values = " ".join(
             f"{title}={_value(seg.current.get(name)).split('±')[0]}" for name, title in shown

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -221,57 +220,65 @@ def test_run_in_process_serves_metrics_and_restores_signal_handlers() -> None:
 # ------------------------------------------------------------------ as a process
 
 
-@pytest.fixture
-def spawn() -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """Start `python -m evald demo ...`; every process started is killed at teardown."""
-    procs: list[subprocess.Popen[str]] = []
+class Demo:
+    """A running `python -m evald demo`; stderr goes to a file the test can poll."""
 
-    def start(*argv: str) -> subprocess.Popen[str]:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(
+    def __init__(self, argv: list[str], err_path: Path) -> None:
+        self.err_path = err_path
+        self._err = err_path.open("w")
+        self.proc = subprocess.Popen(
             [sys.executable, "-m", "evald", "demo", *argv],
             cwd=ROOT,
-            env=env,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self._err,
             text=True,
         )
-        procs.append(proc)
-        return proc
+
+    def err(self) -> str:
+        return self.err_path.read_text()
+
+    def metrics_url(self, timeout: float = 30.0) -> str:
+        """Wait (bounded) until the demo says where it serves."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.err().splitlines():
+                if "serving http://" in line:
+                    return line.split("serving ", 1)[1].strip()
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"the demo never said where it serves; stderr: {self.err()!r}")
+
+    def finish(self, timeout: float = 30.0) -> tuple[int, str, str]:
+        """Wait for exit: (status, stdout, stderr)."""
+        out, _ = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, self.err()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._err.close()
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Callable[..., Demo]]:
+    """Start `python -m evald demo ...`; every process started is killed at teardown."""
+    demos: list[Demo] = []
+
+    def start(*argv: str) -> Demo:
+        demos.append(Demo(list(argv), tmp_path / f"stderr-{len(demos)}.txt"))
+        return demos[-1]
 
     yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+    for demo in demos:
+        demo.close()
 
 
-def _metrics_url(proc: subprocess.Popen[str], timeout: float = 20.0) -> str:
-    """Read stderr until the demo says where it serves (bounded in time)."""
-    assert proc.stderr is not None
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stderr, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout
-    seen = []
-    try:
-        while time.monotonic() < deadline:
-            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                continue
-            line = proc.stderr.readline()
-            if not line:
-                break
-            seen.append(line)
-            if "serving http://" in line:
-                return line.split("serving ", 1)[1].strip()
-    finally:
-        selector.close()
-    raise AssertionError(f"the demo never said where it serves; stderr: {''.join(seen)!r}")
-
-
-def _wait_for_scores(url: str, timeout: float = 15.0) -> dict[tuple[str, str], float]:
+def _wait_for_scores(url: str, timeout: float = 30.0) -> dict[tuple[str, str], float]:
     deadline = time.monotonic() + timeout
     counts: dict[tuple[str, str], float] = {}
     while time.monotonic() < deadline:
@@ -284,15 +291,15 @@ def _wait_for_scores(url: str, timeout: float = 15.0) -> dict[tuple[str, str], f
 
 
 def test_process_with_duration_serves_metrics_and_exits_0(
-    spawn: Callable[..., subprocess.Popen[str]],
+    spawn: Callable[..., Demo],
 ) -> None:
-    proc = spawn("--duration", "4", "--speed", "600", "--metrics-address", "127.0.0.1:0")
-    url = _metrics_url(proc)
+    demo = spawn("--duration", "4", "--speed", "600", "--metrics-address", "127.0.0.1:0")
+    url = demo.metrics_url()
     assert url.startswith("http://127.0.0.1:")
     counts = _wait_for_scores(url)
     assert counts[("control", "nDCG@10")] > 0
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    status, out, err = demo.finish()
+    assert status == 0, err
     # stdout is a pipe, not a terminal: plain lines, no cursor control
     assert "\x1b[" not in out
     final = out[out.rindex("evald demo · event time") :]
@@ -302,14 +309,14 @@ def test_process_with_duration_serves_metrics_and_exits_0(
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_stops_cleanly_with_a_final_summary(
-    spawn: Callable[..., subprocess.Popen[str]], sig: signal.Signals
+    spawn: Callable[..., Demo], sig: signal.Signals
 ) -> None:
-    proc = spawn("--speed", "600", "--metrics-address", "127.0.0.1:0")
-    url = _metrics_url(proc)
+    demo = spawn("--speed", "600", "--metrics-address", "127.0.0.1:0")
+    url = demo.metrics_url()
     _wait_for_scores(url)
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    demo.proc.send_signal(sig)
+    status, out, err = demo.finish()
+    assert status == 0, err
     assert f"stopped ({sig.name})" in out, (out, err)
     assert "engine drained" in out, (out, err)
     assert "Traceback" not in err, err
