@@ -305,15 +305,23 @@ class Engine:
             self._open_total[0] -= store.open()
         self.aggregates.drop_partition(partition)
 
-    def absorb_result(self, result: Mapping[str, Any], partition: int) -> None:
+    def absorb_result(self, result: Mapping[str, Any], partition: int) -> bool:
         """Add an already-emitted result (read back from the results topic) to the window
-        sums of ``partition``; histograms are untouched (they are process counters)."""
-        ts = result["ts"]
-        ts_ms = parse_timestamp(ts)
-        measures = result.get("measures") or {}
-        labels = result.get("labels") or {}
+        sums of ``partition``; histograms are untouched (they are process counters).
+
+        Returns False, changing nothing, for a record that is not a result (bad ``ts``,
+        labels or measures): read-back data must not crash the engine either.
+        """
+        try:
+            ts_ms = parse_timestamp(result["ts"])
+            labels = dict(result.get("labels") or {})
+            measures = result.get("measures") or {}
+            row = [float(measures.get(name, float("nan"))) for name in self.measure_names]
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+                raise TypeError("labels must map strings to strings")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return False
         segment = self.segments.segment_of(labels)
-        row = [float(measures.get(name, float("nan"))) for name in self.measure_names]
         self.aggregates.observe(
             partition,
             np.asarray([segment]),
@@ -321,3 +329,4 @@ class Engine:
             np.asarray([row]),
             histogram=False,
         )
+        return True

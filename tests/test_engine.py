@@ -262,8 +262,15 @@ def test_absorb_result_feeds_window_sums_only():
     engine.drain()
     line = json.loads(json.dumps(results[0].to_json()))
     other, _ = make()
-    other.absorb_result(line, 4)
-    other.absorb_result({**line, "request_id": "b", "measures": {"RR": 0.25, "P@2": 0.5}}, 4)
+    assert other.absorb_result(line, 4)
+    assert other.absorb_result({**line, "request_id": "b", "measures": {"RR": 0.25, "P@2": 0.5}}, 4)
+    for bad in (
+        {},
+        {**line, "ts": "yesterday"},
+        {**line, "measures": {"RR": "x"}},
+        {**line, "labels": [1]},
+    ):
+        assert not other.absorb_result(bad, 4)
     assert other.aggregates.hist_count.sum() == 0
     other.drain()
     rows = {(r.window, r.measure): r for r in other.window_rows()}
