@@ -149,7 +149,7 @@ def _measure_panel(spec: Spec, q: _Queries, measure: str) -> Panel:
         unit="none",
         description=f"Mean {measure} per arm over the last complete $window event-time window "
         "(sums merged across instances), the same window a week earlier (dashed), and the "
-        f"{spec.thresholds.ci_z}-standard-error band from the exported sums of squares.",
+        f"{spec.thresholds.ci_z:.2f}-standard-error band from the exported sums of squares.",
         overrides=overrides,
         minimum=0,
         maximum=1 if _bounded(measure) else None,

@@ -193,7 +193,7 @@ def _treatment_below_control(spec: Spec) -> Rule:
             "summary": f"{{{{ $labels.measure }}}}: {spec.treatment} arm below {spec.control}",
             "description": f"In the last complete 1h event-time window, the {spec.treatment} mean "
             f"of {{{{ $labels.measure }}}} ({_segment_text(spec, comparison_keys(spec))}) is below "
-            f"the {spec.control} mean by more than {th.ci_z} standard errors of the difference "
+            f"the {spec.control} mean by more than {th.ci_z:.2f} standard errors of the difference "
             f"(at least {th.ci_min_samples} impressions per arm).",
         },
     }

@@ -28,7 +28,8 @@ class Thresholds:
     drop_ratio: float = 0.10  # relative drop of a 1h mean against its baseline that alerts
     drop_min_samples: int = 200  # scored impressions per hour, now AND in the baseline hour
     drop_for: str = "30m"
-    ci_z: float = 1.96  # two-sided 95% normal bound on treatment - control
+    # two-sided 95% normal quantile, exactly the z of evald's own evald_window_ci95_halfwidth
+    ci_z: float = 1.959963984540054
     ci_min_samples: int = 100  # scored impressions per arm in the 1h window
     ci_for: str = "15m"
     watermark_stall: str = "15m"  # no watermark movement for this long (idle fallback included)

@@ -112,12 +112,14 @@ def test_spec_defaults_agree_with_evald_defaults() -> None:
     from evald.daemon.settings import DaemonSettings
     from evald.demo.simulator import ARMS
     from evald.metrics import DEFAULT_MEASURES, parse_measures
+    from evald.stats import Z95
 
     spec = Spec()
     assert spec.measures == tuple(DEFAULT_MEASURES.split(","))
     assert [str(m) for m in parse_measures(list(spec.measures))] == list(spec.measures)
     assert spec.segment_labels == tuple(EngineConfig().label_keys)
     assert (spec.control, spec.treatment) == tuple(arm for arm, _model in ARMS)
+    assert spec.thresholds.ci_z == Z95  # the dashboard band equals evald's own ci95 half-width
     assert DaemonSettings().metrics_address.endswith(f":{spec.metrics_port}")
     demo_args = build_parser().parse_args(["demo"])
     assert demo_args.metrics_address.endswith(f":{spec.metrics_port}")

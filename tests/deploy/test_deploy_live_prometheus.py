@@ -145,6 +145,36 @@ def test_the_treatment_alert_condition_catches_the_demo_regression(prometheus: s
     assert {r["metric"]["window"] for r in flagged} == {"5m"}
 
 
+def test_dashboard_band_equals_the_engines_own_confidence_interval(prometheus: str) -> None:
+    """Bound to one segment, the dashboard's band (from the exported sums of squares) has the
+    half-width evald itself exports as evald_window_ci95_halfwidth."""
+    import time
+
+    from test_deploy_grafana import panels
+
+    rows = wait_until(
+        lambda: query(prometheus, 'evald_window_ci95_halfwidth{measure="nDCG@10", window="5m"}'),
+        60,
+        "exported half-widths",
+    )
+    segment = rows[0]["metric"]
+    at = time.time() - SCRAPE_INTERVAL_S
+    (panel,) = [p for p in panels() if p["title"] == "nDCG@10"]
+    bound = {}
+    for target in panel["targets"]:
+        if "ci95" in target["legendFormat"]:
+            expr = target["expr"].replace("$window", "5m")
+            for label in ("job", *Spec().segment_labels):
+                expr = expr.replace(f"${label}", segment[label])
+            (row,) = query(prometheus, expr, at)
+            bound[target["legendFormat"].rsplit(" ", 1)[1]] = float(row["value"][1])
+    selector = ", ".join(f'{k}="{v}"' for k, v in segment.items() if k != "__name__")
+    (exported,) = query(prometheus, f"evald_window_ci95_halfwidth{{{selector}}}", at)
+    half = (bound["upper"] - bound["lower"]) / 2
+    assert half > 0
+    assert math.isclose(half, float(exported["value"][1]), rel_tol=1e-9)
+
+
 def test_every_dashboard_query_runs_and_quality_panels_have_data(prometheus: str) -> None:
     wait_until(lambda: _values(prometheus, "evald_window_sum"), 60, "window series")
     empty_quality = []
