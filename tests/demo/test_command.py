@@ -84,6 +84,8 @@ def test_regression_lowers_the_treatment_ndcg_measured_by_the_engine() -> None:
         engine.feed(event.value, kind=event.kind)
     engine.drain()
     assert engine.pending() == 0
+    # every generated record is valid for the real decoder when no garbage is injected
+    assert sum(engine.stats.rejected.values()) == 0
 
     scores: dict[tuple[str, bool], list[float]] = {}
     for r in results:
@@ -131,7 +133,9 @@ def test_loop_paces_feeds_and_drains_in_virtual_time() -> None:
     assert "stopped (duration)" in final
     assert "after the regression" in final
     treatment = next(line for line in final.splitlines() if line.startswith("treatment"))
+    control = next(line for line in final.splitlines() if line.startswith("control"))
     assert treatment.rstrip().endswith("↓")
+    assert control.rstrip().endswith("→")
 
 
 def test_regress_at_defaults_to_mid_run() -> None:
