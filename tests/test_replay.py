@@ -240,3 +240,12 @@ def test_results_ts_is_rfc3339_utc_with_ms(tmp_path):
     main(["replay", str(path), "--results", str(out)])
     assert read_jsonl(out)[0]["ts"] == format_timestamp(1_700_000_000_123)
     assert read_jsonl(out)[0]["ts"] == "2023-11-14T22:13:20.123Z"
+
+
+def test_progress_bar_on_request(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "e.jsonl", [imp(f"r{k}", k, ["a"]) for k in range(50)])
+    assert main(["replay", str(path), "--progress", "always", "--tick-every", "10"]) == 0
+    err = capsys.readouterr().err
+    assert "100.0%" in err and "50 events" in err
+    assert main(["replay", str(path), "--progress", "never"]) == 0
+    assert capsys.readouterr().err == ""
