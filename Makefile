@@ -26,12 +26,12 @@ demo: $(STAMP)
 	$(BIN)/evald demo
 
 test: $(STAMP) tools
-	$(BIN)/ruff check evald tests benchmarks
+	$(BIN)/ruff check evald tests benchmarks deploy
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check evald tests benchmarks
-	$(BIN)/ruff format --check evald tests benchmarks
+	$(BIN)/ruff check evald tests benchmarks deploy
+	$(BIN)/ruff format --check evald tests benchmarks deploy
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
