@@ -353,10 +353,10 @@ class DemoLoop:
         return Snapshot(self.event_time_ms, current, rows, health, self._notes())
 
     def final_snapshot(self) -> Snapshot:
-        """After the drain: the whole run after the regression against before it.
+        """After the drain: the run after the regression against the run before it.
 
-        Without a regression (or once the buckets before it aged out of retention) the last
-        two aggregate windows of the run are compared instead.
+        Without a regression inside the run (or when the buckets before it aged out of
+        retention) it shows the whole run still in retention, without a trend.
         """
         from evald.demo.live import Snapshot, summarize
 
@@ -364,23 +364,22 @@ class DemoLoop:
         bucket = agg.bucket_ms
         first = self.simulator.start_ms // bucket * bucket
         end = -(-self.event_time_ms // bucket) * bucket
-        regress = self.regress_at_ms
         span = agg.bucket_range()
-        kept_from = span[0] * bucket if span else first
+        kept_from = max(first, span[0] * bucket) if span else first
+        before: tuple[int, int] | None = None
+        after: tuple[int, int] = (kept_from, end)
+        note = "whole run (no trend)"
+        regress = self.regress_at_ms
+        if regress is not None and kept_from == first:
+            split_before, split_after = regress // bucket * bucket, -(-regress // bucket) * bucket
+            if first < split_before and split_after < end:
+                before, after = (first, split_before), (split_after, end)
+                note = "after the regression (arrow: against before it)"
         with self.lock:
-            if regress is not None and first < regress < end and kept_from <= first:
-                after = (-(-regress // bucket) * bucket, end)
-                before = (first, regress // bucket * bucket)
-                notes = ["after the regression (arrow: against before it)"]
-            else:
-                width = agg.windows_ms[0]
-                last = end // width * width
-                after, before = (last - width, last), (last - 2 * width, last - width)
-                notes = ["last complete window (arrow: against the one before)"]
             rows = summarize(agg, after, before)
             health = self._health_now()
         reason = self.stop_reason or "end of traffic"
-        notes.append(f"stopped ({reason}) after feeding {self.fed:,} records; engine drained")
+        notes = [note, f"stopped ({reason}) after feeding {self.fed:,} records; engine drained"]
         return Snapshot(self.event_time_ms, after, rows, health, notes)
 
 
