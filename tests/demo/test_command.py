@@ -138,6 +138,23 @@ def test_loop_paces_feeds_and_drains_in_virtual_time() -> None:
     assert control.rstrip().endswith("→")
 
 
+def test_final_summary_without_regression_covers_the_whole_run() -> None:
+    vt = VirtualTime()
+    out = io.StringIO()
+    sim = Simulator(5, rate=2000, speed=60, start_ms=DEFAULT_START_MS)
+    engine = Engine(EngineConfig(window="5m", lateness="2m"))
+    view = LiveView(out, tty=False, clock=vt.clock)
+    loop = DemoLoop(engine, sim, view, lock=threading.Lock(), clock=vt.clock, sleep=vt.sleep)
+    loop.run(15.0)
+    snap = loop.final_snapshot()
+    assert snap.notes[0] == "whole run (no trend)"
+    assert {row.name for row in snap.segments} == {"control · ranker-v1", "treatment · ranker-v2"}
+    for row in snap.segments:
+        assert row.count == row.total > 0  # every scored impression is in the range
+        assert row.trend == ""
+    assert sum(row.total for row in snap.segments) == sum(engine.stats.finalized.values())
+
+
 def test_regress_at_defaults_to_mid_run() -> None:
     assert regress_at(_parse(["--duration", "30"])) == 15.0
     assert regress_at(_parse([])) == command.DEFAULT_REGRESS_AT
