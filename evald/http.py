@@ -171,11 +171,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._route(head=True)
 
     def do_POST(self) -> None:
+        # The request body is never read: close the connection so it is not taken for the
+        # next request on a kept-alive connection.
+        self.close_connection = True
         self._reply(
             HTTPStatus.METHOD_NOT_ALLOWED,
             b"only GET and HEAD\n",
             head=False,
-            extra=[("Allow", "GET, HEAD")],
+            extra=[("Allow", "GET, HEAD"), ("Connection", "close")],
         )
 
     do_PUT = do_DELETE = do_PATCH = do_POST

@@ -192,6 +192,19 @@ def test_unknown_paths_are_404_and_writes_are_405(serve) -> None:
     assert headers["allow"] == "GET, HEAD"
 
 
+def test_a_refused_post_body_is_not_read_as_the_next_request(serve) -> None:
+    server = serve(ready=lambda: True)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn:
+        smuggled = b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+        head = f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {len(smuggled)}\r\n\r\n"
+        conn.sendall(head.encode() + smuggled)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 405")
+    assert b"404" not in received  # the connection closed after the 405
+
+
 def test_trailing_slash_and_query_strings_are_tolerated(serve) -> None:
     server = serve(ready=lambda: True)
     assert request(server, "/readyz/")[0] == 200
