@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -18,6 +19,8 @@ from hypothesis import strategies as st
 
 import evald.cli
 from evald.metrics import DEFAULT_MEASURES
+from evald.score.records import Query
+from evald.score.scoring import BatchScorer
 
 if TYPE_CHECKING:  # fixture types only; conftest is never imported as a module
     from tests.score.conftest import Evald, WriteJsonl
@@ -165,6 +168,32 @@ def test_empty_input_scores_nothing(evald_main: Evald, jsonl_file: WriteJsonl) -
     result = evald_main("score", jsonl_file(), "-m", "RR", "--mean")
     assert result.status == 0
     assert json.loads(result.out) == {"n": 0, "RR": None}
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_garbage_collector_is_left_as_it_was(
+    evald_main: Evald, jsonl_file: WriteJsonl, enabled: bool
+) -> None:
+    """Scoring pauses the cyclic collector; the caller's setting comes back, even after an error."""
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        seen: list[bool] = []
+        real_add = BatchScorer.add
+
+        def spy(self: BatchScorer, query: Query) -> None:
+            seen.append(gc.isenabled())
+            real_add(self, query)
+
+        with mock.patch.object(BatchScorer, "add", spy):
+            assert evald_main("score", jsonl_file(row("q1", ["a"], {"a": 1}))).status == 0
+        assert seen == [False] and gc.isenabled() is enabled
+        boom = mock.patch.object(BatchScorer, "flush", side_effect=RuntimeError("boom"))
+        with boom, pytest.raises(RuntimeError, match="boom"):
+            evald_main("score", jsonl_file(row("q1", ["a"], {"a": 1})))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 # --- usage errors --------------------------------------------------------------------------

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from evald.score.jsonl import parse_line, read_jsonl
+from evald.score.jsonl import accept_line, parse_line, read_jsonl
 from evald.score.records import Query, Rejection
 
 
@@ -117,3 +119,117 @@ def test_crlf_line_endings_parse() -> None:
 def test_grades_whose_sum_overflows_are_still_accepted() -> None:
     parsed = parse_line(line(qrels={"a": 1e308, "b": 1e308}))
     assert isinstance(parsed, Query) and parsed.qrels == {"a": 1e308, "b": 1e308}
+
+
+# --- the fast path: accept_line may only ever accept what parse_line accepts, as the same Query
+
+
+def test_fast_path_accepts_an_ordinary_line_as_the_exact_path_does() -> None:
+    text = line(ranking=["c", "a", "b"], qrels={"a": 2, "z": 0.5}, query="shoes", qid=17)
+    assert accept_line(text.encode()) == parse_line(text)
+    assert isinstance(accept_line(text.encode()), Query)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"qid": "q", "ranking": [], "qrels": {"a": 1, "a": 2}}',
+        '{"qid": "q", "ranking": [], "qrels": {"a" : 1, "a":2}}',  # space before one colon
+        '{"qid": "q", "qid" : "r", "ranking": [], "qrels": {}}',
+        '{"qid": "q", "ranking": [], "qrels": {}, "x": {"y": [{"k": 1, "k": 2}]}}',  # nested
+        '{"qid": "q", "ranking": [], "qrels": {}, "x": {"k": 1}, "x": {"k": 1}}',
+    ],
+)
+def test_duplicate_keys_anywhere_never_pass_the_fast_path(text: str) -> None:
+    assert accept_line(text.encode()) is None
+    (item,) = read_jsonl([text.encode()], "in.jsonl")
+    assert isinstance(item, Rejection) and item.reason.startswith("duplicate key ")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        line(ranking=["sku:1", "sku:2"], qrels={"sku:1": 1}),  # a colon in a string
+        line(qrels={"a": 1e308, "b": 1e308}),  # finite grades whose sum overflows
+        '{"qid": "q", "ranking": ["\\ud800"], "qrels": {}}',  # lone surrogate: json reads it
+        "\ufeff" + line(),  # byte-order mark
+        line(query={"deep": [[[{"a": 1}]]]}),  # nested ignored keys are counted, not refused
+    ],
+)
+def test_lines_the_fast_path_leaves_out_are_still_read_exactly(text: str) -> None:
+    (item,) = read_jsonl([text.encode()], "in.jsonl")
+    assert item == parse_line(text.removeprefix("\ufeff"))
+    assert isinstance(item, Query)
+
+
+def _json_fragments() -> st.SearchStrategy[str]:
+    """Text close to valid rows, with the shapes that separate the two parsers."""
+    scalar = st.sampled_from(
+        [
+            "0",
+            "-0",
+            "1",
+            "2.5",
+            "-1",
+            "1e999",
+            "-1e999",
+            "1" + "0" * 400,
+            "1e308",
+            "NaN",
+            "Infinity",
+            "true",
+            "false",
+            "null",
+            '"2"',
+            '"a"',
+            '"a:b"',
+            '"\\ud800"',
+            "01",
+            "1.",
+            "[]",
+            "{}",
+            '{"a": 1}',
+            '{"a": 1, "a": 1}',
+            '[1, {"k": 2}]',
+        ]
+    )
+    doc = st.sampled_from(['"a"', '"b"', '"c"', '"a:b"', '"\\u0061"', "1", "null", '"é"'])
+    ranking = st.one_of(st.lists(doc, max_size=4).map(lambda d: "[" + ", ".join(d) + "]"), scalar)
+    pair = st.tuples(
+        doc.filter(lambda d: d.startswith('"')), scalar, st.sampled_from([":", " :", ": "])
+    )
+    qrels = st.one_of(
+        st.lists(pair, max_size=4).map(
+            lambda ps: "{" + ", ".join(k + c + v for k, v, c in ps) + "}"
+        ),
+        scalar,
+    )
+    field = st.one_of(
+        st.tuples(st.just('"qid"'), st.one_of(scalar, doc)),
+        st.tuples(st.just('"ranking"'), ranking),
+        st.tuples(st.just('"qrels"'), qrels),
+        st.tuples(st.sampled_from(['"query"', '"qid"', '"x:y"']), scalar),
+    )
+    required = st.tuples(
+        st.tuples(st.just('"qid"'), st.one_of(doc, scalar)),
+        st.tuples(st.just('"ranking"'), ranking),
+        st.tuples(st.just('"qrels"'), qrels),
+    )
+    return st.tuples(required, st.lists(field, max_size=3), st.permutations(range(6))).map(
+        lambda t: "{" + ", ".join(f"{k}: {v}" for k, v in _shuffled([*t[0], *t[1]], t[2])) + "}"
+    )
+
+
+def _shuffled(items: list[tuple[str, str]], order: list[int]) -> list[tuple[str, str]]:
+    ranked = sorted(range(len(items)), key=lambda i: order[i] if i < len(order) else i)
+    return [items[i] for i in ranked]
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=_json_fragments())
+def test_fast_path_never_disagrees_with_the_exact_path(text: str) -> None:
+    exact = parse_line(text)
+    fast = accept_line(text.encode("utf-8", "surrogatepass"))
+    if fast is not None:
+        assert isinstance(exact, Query) and fast == exact
+        assert [type(v) for v in fast] == [type(v) for v in exact]
