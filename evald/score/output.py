@@ -1,7 +1,9 @@
 """Writing results: per-query JSON Lines, and the means as an aligned table or one JSON object.
 
 Rows are assembled as strings rather than through ``json.dumps`` of a dict: the keys are fixed
-for the whole run, so escaping them once keeps a million-row output cheap.
+for the whole run, so escaping them once keeps a million-row output cheap, and each column's
+values are formatted with ``repr`` (the shortest string that reads back as the same float) once
+per distinct value, since most measures (P@k, RR, Success@k ...) take only a few values.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ class JsonlWriter:
         self._stream = stream
         keys = [json.dumps(name, ensure_ascii=False) for name in names]
         self._width = len(names)
-        # one %-template per row: %r of a float is its shortest round-trip repr
-        escaped = "".join(f", {key.replace('%', '%%')}: %r" for key in keys)
+        # one %-template per row, filled with the already formatted qid and values
+        escaped = "".join(f", {key.replace('%', '%%')}: %s" for key in keys)
         self._template = '{"qid": %s' + escaped + "}\n"
         self._keys = [f", {key}: " for key in keys]
         self.rows = 0
@@ -41,11 +43,13 @@ class JsonlWriter:
         if len(columns) != self._width:
             raise ValueError(f"expected {self._width} columns, got {len(columns)}")
         arrays = [np.asarray(c, dtype=np.float64) for c in columns]
-        ids = [encode_qid(qid) for qid in qids]
+        if set(map(type, qids)) <= _STR:
+            ids = list(map(encode_basestring, qids))
+        else:
+            ids = [encode_qid(qid) for qid in qids]
         if all(bool(np.isfinite(a).all()) for a in arrays):
-            template = self._template
-            rows = zip(ids, *(a.tolist() for a in arrays), strict=True)
-            text = "".join([template % row for row in rows])
+            rows = zip(ids, *map(float_reprs, arrays), strict=True)
+            text = "".join(map(self._template.__mod__, rows))
         else:
             text = self._with_nulls(ids, [a.tolist() for a in arrays])
         self._stream.write(text)
@@ -61,6 +65,23 @@ class JsonlWriter:
                 parts.append(key + json_number(value))
             parts.append("}\n")
         return "".join(parts)
+
+
+_STR = frozenset({str})
+
+
+def float_reprs(values: np.ndarray) -> list[str]:
+    """``repr`` of each float64 of a 1-d array, each distinct value formatted once.
+
+    Distinct means distinct bits, so ``-0.0`` keeps its sign and every string reads back as
+    exactly the value it came from.
+    """
+    flat = np.ascontiguousarray(values, dtype=np.float64)
+    bits, inverse = np.unique(flat.view(np.int64), return_inverse=True)
+    if bits.shape[0] * 2 > flat.shape[0]:  # mostly distinct: format them directly
+        return list(map(repr, flat.tolist()))
+    texts = list(map(repr, bits.view(np.float64).tolist()))
+    return list(map(texts.__getitem__, inverse.tolist()))
 
 
 def encode_qid(qid: Qid) -> str:

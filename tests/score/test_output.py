@@ -8,8 +8,17 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from evald.score.output import JsonlWriter, MeanRow, format_mean_json, format_table, json_number
+from evald.score.output import (
+    JsonlWriter,
+    MeanRow,
+    float_reprs,
+    format_mean_json,
+    format_table,
+    json_number,
+)
 
 
 def test_rows_are_valid_json_with_keys_in_measure_order_and_exact_floats() -> None:
@@ -83,3 +92,36 @@ def test_mean_json_is_one_object_with_counts_only_where_they_differ() -> None:
         ("RR", None),
         ("n(RR)", 0),
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=40),
+    repeats=st.integers(1, 6),
+)
+def test_float_reprs_read_back_bit_for_bit_few_distinct_values_or_many(
+    values: list[float], repeats: int
+) -> None:
+    column = np.array(values * repeats, dtype=np.float64)  # repeats: the format-once path
+    texts = float_reprs(column)
+    assert len(texts) == column.shape[0]
+    back = np.array([float(t) for t in texts], dtype=np.float64)
+    assert back.view(np.int64).tolist() == column.view(np.int64).tolist()
+
+
+def test_negative_zero_keeps_its_sign_among_many_zeros() -> None:
+    column = np.array([0.0] * 10 + [-0.0] + [0.5] * 10)
+    assert float_reprs(column) == ["0.0"] * 10 + ["-0.0"] + ["0.5"] * 10
+
+
+def test_rows_of_a_large_batch_are_exact_whatever_the_column_cardinality() -> None:
+    rng = np.random.default_rng(5)
+    n = 3000
+    columns = [rng.random(n), rng.integers(0, 11, n) / 10, 1 / rng.integers(1, 21, n)]
+    qids: list[str | int] = [f"q{i}" if i % 3 else i for i in range(n)]
+    out = io.StringIO()
+    JsonlWriter(out, ["a", "b", "c"]).write(qids, columns)
+    rows = [json.loads(text) for text in out.getvalue().splitlines()]
+    assert [r["qid"] for r in rows] == qids
+    for key, column in zip("abc", columns, strict=True):
+        assert [r[key] for r in rows] == column.tolist()  # == on floats: exact round trip
