@@ -105,18 +105,9 @@ def tail(log: IO[bytes], size: int = 3000) -> str:
     return log.read().decode(errors="replace")
 
 
-def run_evald(
-    bootstrap: str,
-    topics: dict[str, str],
-    expected: int,
-    group: str,
-    env: dict[str, str],
-    timeout: float,
-) -> dict[str, Any]:
-    """`python -m evald run` until /metrics counts `expected` events; then SIGTERM it."""
-    port = c.free_port()
-    url = f"http://127.0.0.1:{port}/metrics"
-    cmd = c.python_cmd(
+def evald_cmd(bootstrap: str, topics: dict[str, str], group: str, port: int) -> list[str]:
+    """`python -m evald run` on these topics, serving /metrics on 127.0.0.1:port."""
+    return c.python_cmd(
         "-m",
         "evald",
         "run",
@@ -135,6 +126,20 @@ def run_evald(
         "--metrics-address",
         f"127.0.0.1:{port}",
     )
+
+
+def run_evald(
+    bootstrap: str,
+    topics: dict[str, str],
+    expected: int,
+    group: str,
+    env: dict[str, str],
+    timeout: float,
+) -> dict[str, Any]:
+    """`python -m evald run` until /metrics counts `expected` events; then SIGTERM it."""
+    port = c.free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    cmd = evald_cmd(bootstrap, topics, group, port)
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below; a pipe could fill and block it
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
