@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
+from operator import attrgetter, methodcaller
 
 import numpy as np
 
@@ -66,24 +67,27 @@ class Batch:
         if len(rankings) != len(qrels):
             raise ValueError(f"{len(rankings)} rankings but {len(qrels)} qrels")
         n = len(rankings)
-        served: list[float] = []  # NaN marks an unjudged rank
-        positives: list[float] = []
-        counts: list[int] = []
-        for ranking, judgments in zip(rankings, qrels, strict=True):
-            if len(set(ranking)) != len(ranking):
-                ranking = _first_copies(ranking)
-            served.extend(map(judgments.get, ranking, repeat(math.nan)))
-            before = len(positives)
-            # keeps NaN and +-inf so that the finiteness check below rejects them
-            positives.extend([g for g in judgments.values() if not 0 >= g > -math.inf])
-            counts.append(len(positives) - before)
         lengths = np.fromiter(map(len, rankings), dtype=np.int64, count=n)
-        full = _pad(served, lengths, _width(lengths, depth), fill=math.nan)
+        total = int(lengths.sum())
+        if sum(map(len, map(set, rankings))) != total:  # some list repeats an item
+            rankings = [r if len(set(r)) == len(r) else _first_copies(r) for r in rankings]
+        # Every per-item step below is a C-level iterator (map / chain / fromiter): this is the
+        # one place a batch touches Python objects, and `evald score` runs it per input line.
+        lookups = map(map, map(_getter, qrels), rankings, repeat(_UNJUDGED))
+        served = np.fromiter(chain.from_iterable(lookups), dtype=np.float64, count=total)
+        full = _pad(served, lengths, _width(lengths, depth), fill=math.nan)  # NaN: unjudged
+        counts = np.fromiter(map(len, qrels), dtype=np.int64, count=n)
+        values = chain.from_iterable(map(_values, qrels))
+        judgments = _pad(np.fromiter(values, dtype=np.float64, count=int(counts.sum())), counts)
+        _check_finite(judgments)  # every served grade is one of these
         judged = ~np.isnan(full)
         grades = np.where(judged, full, 0.0)
-        ideal = _sorted_desc(_pad(positives, np.asarray(counts, dtype=np.int64), None))
-        _check_finite(grades, ideal)
         np.maximum(grades, 0.0, out=grades)
+        # the ideal keeps grades > 0 only: negatives and zeros sort to the zero padding, which
+        # is then cut to the widest list's count of positive grades
+        ideal = _sorted_desc(np.maximum(judgments, 0.0, out=judgments))
+        positive = int(np.count_nonzero(ideal, axis=1).max(initial=0))
+        ideal = np.ascontiguousarray(ideal[:, : max(positive, 1)])
         return cls(grades, lengths, ideal, judged)
 
     @classmethod
@@ -110,6 +114,9 @@ class Batch:
 
 
 _REPEATED = object()  # stands in for a repeated item id: never a qrels key
+_UNJUDGED = repeat(math.nan)  # the default of every qrels lookup (one shared endless iterator)
+_getter = attrgetter("get")
+_values = methodcaller("values")
 
 
 def _first_copies(ranking: Sequence[str]) -> list[object]:
@@ -134,16 +141,26 @@ def _width(lengths: np.ndarray, depth: int | None) -> int:
 
 
 def _pad(
-    flat: Sequence[float], lengths: np.ndarray, width: int | None, fill: float = 0.0
+    flat: Sequence[float] | np.ndarray,
+    lengths: np.ndarray,
+    width: int | None = None,
+    fill: float = 0.0,
 ) -> np.ndarray:
-    """Left-aligned float64 (n, width) matrix from concatenated rows, cut at width."""
+    """Left-aligned float64 (n, width) matrix from concatenated rows, cut at width.
+
+    A cut row's tail is dropped from ``flat`` before the copy, so the full-width matrix of a
+    batch cut to the measures' depth is never built.
+    """
     longest = max(int(lengths.max(initial=0)), 1)
+    values = np.asarray(flat, dtype=np.float64)
+    if width is not None and width < longest:
+        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        values = values[np.arange(values.shape[0]) - starts < width]
+        longest = width
     out = np.full((lengths.shape[0], longest), fill, dtype=np.float64)
-    if len(flat):
-        out[np.arange(longest) < lengths[:, None]] = np.asarray(flat, dtype=np.float64)
-    if width is None or width >= longest:
-        return out
-    return np.ascontiguousarray(out[:, :width])
+    if values.shape[0]:
+        out[np.arange(longest) < lengths[:, None]] = values
+    return out
 
 
 def _sorted_desc(matrix: np.ndarray) -> np.ndarray:

@@ -139,3 +139,51 @@ def test_required_depth_batches_score_the_same(
     full = evaluate(measures, Batch.from_served_grades(grades))
     for m in measures:
         np.testing.assert_allclose(cut[m], full[m], rtol=0, atol=1e-12, err_msg=str(m))
+
+
+def _reference_rows(
+    ranking: list[str], qrels: dict[str, float]
+) -> tuple[list[float], list[bool], list[float]]:
+    """The documented layout of one list, spelled out item by item: served grades (negatives
+    judged as 0, repeats unjudged), judged flags, and the positive judged grades sorted."""
+    seen: set[str] = set()
+    grades: list[float] = []
+    judged: list[bool] = []
+    for item in ranking:
+        known = item in qrels and item not in seen
+        seen.add(item)
+        grades.append(max(float(qrels[item]), 0.0) if known else 0.0)
+        judged.append(known)
+    ideal = sorted((float(g) for g in qrels.values() if g > 0), reverse=True)
+    return grades, judged, ideal
+
+
+lists_with_judgments = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from("abcdefgh"), max_size=12),
+        st.dictionaries(
+            st.sampled_from("abcdefghxyz"), st.sampled_from([-1, -0.5, 0, 0.5, 1, 2, 3])
+        ),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=lists_with_judgments, depth=st.one_of(st.none(), st.integers(1, 14)))
+def test_from_lists_matches_the_documented_layout_list_by_list(
+    rows: list[tuple[list[str], dict[str, float]]], depth: int | None
+) -> None:
+    batch = Batch.from_lists([r for r, _ in rows], [q for _, q in rows], depth=depth)
+    longest = max([len(r) for r, _ in rows], default=0)
+    width = max(longest, 1) if depth is None else min(depth, max(longest, 1))
+    positives = max([sum(g > 0 for g in q.values()) for _, q in rows], default=0)
+    assert batch.grades.shape == batch.judged.shape == (len(rows), width)
+    assert batch.ideal.shape == (len(rows), max(positives, 1))
+    for i, (ranking, qrels) in enumerate(rows):
+        grades, judged, ideal = _reference_rows(ranking, qrels)
+        pad = width - min(len(ranking), width)
+        assert batch.lengths[i] == len(ranking)
+        assert batch.grades[i].tolist() == grades[:width] + [0.0] * pad
+        assert batch.judged[i].tolist() == judged[:width] + [False] * pad
+        assert batch.ideal[i].tolist() == ideal + [0.0] * (batch.ideal.shape[1] - len(ideal))
