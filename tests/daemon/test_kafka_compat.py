@@ -26,6 +26,9 @@ def test_a_resumed_partition_is_fetched_to_its_end(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=50,
+        # tansu's first join of a group waits about half the session timeout
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=1000,
     )
     try:
         consumer.subscribe([imp, fb])
