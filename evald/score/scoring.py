@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -56,12 +57,26 @@ Sink = Callable[[Sequence[Qid], Sequence[np.ndarray]], None]
 CELL_BUDGET = 4_000_000
 
 
+_qid = attrgetter("qid")
+_ranking = attrgetter("ranking")
+_qrels = attrgetter("qrels")
+
+
+def _fitting(widths: np.ndarray, budget: int) -> int:
+    """How many of the lists, from the first, one batch takes: as many as fit ``budget`` cells
+    padded to the widest of them, and always at least one."""
+    cells = np.maximum.accumulate(widths) * np.arange(1, widths.shape[0] + 1)
+    over = np.flatnonzero(cells[1:] > budget)
+    return int(over[0]) + 1 if over.shape[0] else int(widths.shape[0])
+
+
 class BatchScorer:
     """Collects queries, scores them a batch at a time, hands rows to ``sink``, keeps means.
 
-    A batch is scored when it reaches ``batch_size`` lists or when adding the next list would
-    take its padded matrices past ``cell_budget`` cells, whichever comes first; a single list
-    longer than the budget is scored on its own. Rows always come out in input order.
+    Every ``batch_size`` lists (and at the final :meth:`flush`) the pending lists are scored in
+    input order, cut into batches that stay within ``cell_budget`` padded matrix cells; a single
+    list wider than the budget is scored on its own. Widths are measured once per batch with
+    numpy rather than per :meth:`add`, which runs once per input line.
     """
 
     def __init__(
@@ -81,32 +96,43 @@ class BatchScorer:
         self._cell_budget = cell_budget
         self._depth = required_depth(self.measures)
         self._pending: list[Query] = []
-        self._width = 0  # widest matrix row the pending batch needs
         self._means = {m: MeanAccumulator() for m in self.measures}
         self.scored = 0
 
     def add(self, query: Query) -> None:
-        served = len(query.ranking) if self._depth is None else min(len(query.ranking), self._depth)
-        width = max(served, len(query.qrels), 1)  # the ideal matrix is as wide as the judgments
-        if self._pending and max(self._width, width) * (len(self._pending) + 1) > self._cell_budget:
-            self.flush()
+        """Queue one query; a full batch is scored (the cell budget is applied when scoring)."""
         self._pending.append(query)
-        self._width = max(self._width, width)
         if len(self._pending) >= self._batch_size:
             self.flush()
 
     def flush(self) -> None:
         """Score what is pending (the caller calls it once more at end of input)."""
-        if not self._pending:
-            return
-        queries, self._pending, self._width = self._pending, [], 0
+        pending, self._pending = self._pending, []
+        widths = self._widths(pending)
+        start = 0
+        while start < len(pending):
+            stop = start + _fitting(widths[start:], self._cell_budget)
+            self._score(pending[start:stop])
+            start = stop
+
+    def _widths(self, queries: list[Query]) -> np.ndarray:
+        """Matrix row width each query needs: its served ranks up to the depth, its judgments
+        (the ideal matrix is as wide as the judgments), at least 1."""
+        n = len(queries)
+        served = np.fromiter(map(len, map(_ranking, queries)), dtype=np.int64, count=n)
+        if self._depth is not None:
+            np.minimum(served, self._depth, out=served)
+        judged = np.fromiter(map(len, map(_qrels, queries)), dtype=np.int64, count=n)
+        return np.maximum(np.maximum(served, judged), 1)
+
+    def _score(self, queries: list[Query]) -> None:
         batch = Batch.from_lists(
-            [q.ranking for q in queries], [q.qrels for q in queries], depth=self._depth
+            list(map(_ranking, queries)), list(map(_qrels, queries)), depth=self._depth
         )
         values = evaluate(self.measures, batch)
         for measure, column in values.items():
             self._means[measure].add(column, weights_of(measure, batch))
-        self._sink([q.qid for q in queries], [values[m] for m in self.row_measures])
+        self._sink(list(map(_qid, queries)), [values[m] for m in self.row_measures])
         self.scored += len(queries)
 
     def means(self) -> list[MeanRow]:
