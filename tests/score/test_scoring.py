@@ -165,3 +165,26 @@ def test_the_cut_off_depth_not_the_list_length_sets_the_width() -> None:
         scorer.add(query)
     scorer.flush()
     assert sink.sizes == [4]  # 4 lists x 5 ranks = 20 cells: one batch
+
+
+@settings(max_examples=60, deadline=None)
+@given(items=queries, batch_size=st.integers(1, 9), cell_budget=st.integers(1, 30))
+def test_every_batch_is_as_large_as_the_budget_allows_and_no_larger(
+    items: list[Query], batch_size: int, cell_budget: int
+) -> None:
+    sink = BatchSizes()
+    scorer = BatchScorer(parse_measures("RR"), sink, batch_size=batch_size, cell_budget=cell_budget)
+    for query in items:
+        scorer.add(query)
+    scorer.flush()
+    widths = [max(len(q.ranking), len(q.qrels), 1) for q in items]
+    assert sum(sink.sizes) == len(items)
+    start = 0
+    for size in sink.sizes:
+        batch = widths[start : start + size]
+        assert size == 1 or max(batch) * size <= cell_budget
+        chunk_end = (start // batch_size + 1) * batch_size  # add() scores every batch_size lists
+        assert start + size <= chunk_end
+        if start + size < min(chunk_end, len(items)):  # the next list was there to take: too wide
+            assert max(widths[start : start + size + 1]) * (size + 1) > cell_budget
+        start += size
