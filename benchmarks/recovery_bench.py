@@ -89,7 +89,7 @@ def wait_for(cond: Any, proc: Any, log: Any, timeout: float, what: str) -> float
 
 def body(args: Any) -> None:
     c.require("evald.daemon.command", "run", "configure")
-    n = 50_000 if args.quick else 1_000_000
+    n = args.n or (50_000 if args.quick else 1_000_000)
     topics = {
         "impressions": "rec.impressions",
         "feedback": "rec.feedback",
@@ -133,26 +133,37 @@ def body(args: Any) -> None:
             proc = start(cmd, env, log)
             try:
                 t_ready = wait_for(lambda: ready(url), proc, log, budget, "ready after restart")
+                t_first = wait_for(lambda: pending(url) > 0, proc, log, budget, "first replayed")
                 t_full = wait_for(
                     lambda: pending(url) >= n, proc, log, budget, f"{n} pending again"
                 )
             finally:
                 c.stop_process(proc, timeout=60)
-    recovery = t_ready - t1
     rebuilt = t_full - t1
-    c.line("restart: spawn -> /readyz 200", c.fmt_s(recovery))
+    c.line("restart: spawn -> /readyz 200", c.fmt_s(t_ready - t1))
+    c.line("restart: spawn -> first impression replayed (group join)", c.fmt_s(t_first - t1))
     c.line("restart: spawn -> all pending again", f"{c.fmt_s(rebuilt)}  {c.fmt_rate(n / rebuilt)}")
     c.line("restart / cold start (all pending)", f"{rebuilt / (t_full0 - t0):.2f}x")
+    if t_ready < t_first:
+        c.line("NOTE", "/readyz said ready before any state was replayed: not a recovery figure")
+    # Recovered = the pending state is back (what /readyz should mean); linear in N by design.
+    per_m = rebuilt * 1_000_000 / n
+    c.line("projected to 1M pending (replay is linear in N)", c.fmt_s(per_m))
     c.target(
-        f"ready after kill -9 at {n:,} pending",
-        c.fmt_s(recovery),
-        recovery <= TARGET_S,
+        f"recovered after kill -9 at {n:,} pending",
+        c.fmt_s(rebuilt),
+        per_m <= TARGET_S,
         "<= 30 s at 1M",
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = c.parse_args(__doc__ or "", argv)
+    def extra(p: Any) -> None:
+        p.add_argument(
+            "--n", type=int, default=0, help="pending impressions (default 1M, 50k quick)"
+        )
+
+    args = c.parse_args(__doc__ or "", argv, extra)
     return c.run_main(
         "Recovery: kill -9 with pending impressions, restart until ready", lambda: body(args)
     )
