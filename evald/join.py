@@ -107,6 +107,11 @@ class _RidTable:
         self.live += 1
         return _NONE
 
+    def clear(self) -> None:
+        """Remove every key, keeping the capacity."""
+        self.keys.fill(_EMPTY)
+        self.live = self.used = 0
+
     def remove(self, key: int) -> None:
         """Remove a key known to be present (leaves a tombstone)."""
         keys = self._k
@@ -158,6 +163,13 @@ class _IntFifo:
 
     def append(self, value: int) -> None:
         self._a.append(value)
+
+    def take_all(self) -> list[int]:
+        """Remove and return every value, oldest first."""
+        values = self._a[self._head :].tolist()
+        self._a = array("i")
+        self._head = 0
+        return values
 
     def popleft(self) -> int:
         value = self._a[self._head]
@@ -244,6 +256,23 @@ class _DeadlineQueue:
             head = self._deadline_of(fifo[0])
             return min(head, heap[0][0]) if heap else head
         return heap[0][0] if heap else None
+
+    def take_all(self, ts: np.ndarray, window: int) -> list[int]:
+        """Empty a queue of slots whose deadline is ``ts[slot] + window``; returns them in
+        the order repeated ``pop`` calls would (deadline, FIFO before heap on ties, heap by
+        push order), sorted in one numpy pass."""
+        fifo: _IntFifo = self.fifo
+        in_order = fifo.take_all()
+        if not self.heap:
+            return in_order
+        heap = sorted(self.heap)
+        self.heap = []
+        slots = np.asarray(in_order + [value for _, _, value in heap], dtype=np.intp)
+        deadlines = ts[slots] + window
+        source = np.zeros(len(slots), np.int8)
+        source[len(in_order) :] = 1  # position within each source is already pop order
+        order = np.lexsort((np.arange(len(slots)), source, deadlines))
+        return slots[order].tolist()
 
     def pop(self) -> Any:
         fifo, heap = self.fifo, self.heap
@@ -485,6 +514,23 @@ class JoinStore:
         self._closed.slots.append(slot)
         self._closed.reasons.append(reason)
 
+    def _close_many(self, slots: list[int], reason: str) -> None:
+        """``_close`` for many slots at once; when they are every open impression (a drain)
+        the request-id table is cleared in one step instead of one probe run per id."""
+        table = self._table
+        if len(slots) == len(table):
+            table.clear()
+        else:
+            remove, key_of = table.remove, self._m_key.__getitem__
+            for slot in slots:
+                remove(key_of(slot))
+        self._open_total[0] -= len(slots)
+        closed = self._closed
+        if not closed.slots and self.first_close_wall is None:
+            self.first_close_wall = self._clock()
+        closed.slots.extend(slots)
+        closed.reasons.extend([reason] * len(slots))
+
     # ------------------------------------------------------------------ feedback
 
     def add_feedback(self, fb: Feedback, grade: float, offset: int | None, replayed: bool) -> str:
@@ -704,9 +750,9 @@ class JoinStore:
 
     def close_all(self) -> None:
         """Drain: close every open impression now; held feedback is orphaned."""
-        queue = self._queue
-        while queue:
-            self._close(queue.pop(), "drain")
+        slots = self._queue.take_all(self._ts, self.window)
+        if slots:
+            self._close_many(slots, "drain")
         while self._held_queue:
             self._expire_held(None, count_one=True)
         self._refresh_due()

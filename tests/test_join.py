@@ -253,6 +253,29 @@ def test_drain_finalizes_everything_and_orphans_held_feedback():
     assert engine.stats.unattributed["orphaned"] == 1
 
 
+def test_drain_emits_in_deadline_order_and_the_store_is_reusable():
+    engine, results, _ = make()
+    arrivals = [("a", 100), ("k", 200), ("b", 300), ("c", 200), ("d", 300), ("e", 150), ("f", 200)]
+    arrivals += [("g", 50), ("h", 300), ("i", 120)]
+    for rid, ts in arrivals:  # all within the lateness: nothing closes before the drain
+        engine.feed(imp(rid, ts, ["x"]))
+    engine.feed(fb("c", 210, "x"))
+    assert engine.drain() == len(arrivals)
+    # deadline order; equal deadlines in arrival order (sorted() is stable)
+    assert [r.request_id for r in results] == [
+        rid for rid, _ in sorted(arrivals, key=lambda a: a[1])
+    ]
+    assert by_id(results)["c"].measures["P@3"] == pytest.approx(1 / 3)
+    # drained ids are forgotten: the same ids join again as new impressions
+    results.clear()
+    engine.feed(imp("a", 1_000, ["x", "y"]))
+    engine.feed(fb("a", 1_010, "y"))
+    assert engine.pending() == 1 and engine.stats.events[("impression", "duplicate")] == 0
+    engine.drain()
+    (res,) = results
+    assert res.request_id == "a" and res.measures["RR"] == pytest.approx(0.5)
+
+
 def test_cap_finalizes_the_oldest_early_and_counts_it():
     engine, results, _ = make(max_pending=2)
     engine.feed(imp("r1", 100, ["a"]))
