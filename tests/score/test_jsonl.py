@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -233,3 +234,26 @@ def test_fast_path_never_disagrees_with_the_exact_path(text: str) -> None:
     if fast is not None:
         assert isinstance(exact, Query) and fast == exact
         assert [type(v) for v in fast] == [type(v) for v in exact]
+
+
+number_texts = st.one_of(
+    st.floats(min_value=0, allow_infinity=False).map(repr),
+    st.from_regex(r"\A(0|[1-9][0-9]{0,24})(\.[0-9]{1,25})?([eE][-+]?[0-9]{1,3})?\Z"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(grades=st.lists(number_texts, min_size=1, max_size=4))
+def test_fast_path_reads_every_number_to_the_same_value_as_json(grades: list[str]) -> None:
+    """Both parsers must round a decimal to the same float (or keep the same integer)."""
+    pairs = ", ".join(f'"d{i}": {g}' for i, g in enumerate(grades))
+    text = f'{{"qid": "q", "ranking": ["d0"], "qrels": {{{pairs}}}}}'
+    exact = parse_line(text)
+    fast = accept_line(text.encode())
+    if isinstance(exact, Query) and fast is None:  # only a non-finite sum may send it there
+        assert not math.isfinite(sum(map(float, exact.qrels.values())))
+    if fast is not None:
+        assert isinstance(exact, Query)
+        assert [(type(g), g) for g in fast.qrels.values()] == [
+            (type(g), g) for g in exact.qrels.values()
+        ]
