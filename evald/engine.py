@@ -219,19 +219,17 @@ class Engine:
         if callback is None:
             return
         names = self.measure_names
-        ts_list = joined.ts.tolist()
-        for i, row in enumerate(values.tolist()):
-            callback(
-                Result(
-                    joined.request_ids[i],
-                    ts_list[i],
-                    joined.labels[i],
-                    dict(zip(names, row, strict=True)),
-                    partition,
-                    joined.reasons[i],
-                    bool(abandoned[i]),
-                )
-            )
+        for request_id, ts, labels, row, reason, empty in zip(
+            joined.request_ids,
+            joined.ts.tolist(),
+            joined.labels,
+            values.tolist(),
+            joined.reasons,
+            abandoned.tolist(),
+            strict=True,
+        ):
+            measures = dict(zip(names, row, strict=True))
+            callback(Result(request_id, ts, labels, measures, partition, reason, empty))
 
     def _prune(self, store: JoinStore) -> None:
         wm = store.watermark

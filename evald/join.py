@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -776,18 +776,8 @@ class JoinStore:
         items = view[pos]
         del view
         grades = np.zeros((len(slots), width), np.float64)
-        rows: list[int] = []
-        entries: list[int] = []
-        heads = self._head[idx].tolist()
-        fb_next = self._m_fb_next.__getitem__
-        for row, link in enumerate(heads):
-            while link:
-                rows.append(row)
-                entries.append(link - 1)
-                link = fb_next(link - 1)
-        if entries:
-            e = np.asarray(entries, dtype=np.intp)
-            r = np.asarray(rows, dtype=np.intp)
+        r, e = self._attached(idx)
+        if len(e):
             hit = (items[r] == self._fb_item[e][:, None]) & mask[r]
             col = hit.argmax(axis=1)  # an item served twice is credited at its first rank
             matched = hit[np.arange(len(e)), col]
@@ -797,14 +787,15 @@ class JoinStore:
             self._fb_evid[e] = 0
             self._fb_offset[e] = 0
             self._fb_replayed[e] = False
-            self._fb_free.extend(entries)
+            self._fb_free.extend(e.tolist())
         request_ids = self._request_ids(idx)
         label_ids = (self._label[idx] - 1).tolist()
-        labels = [self.labels.labels[i] for i in label_ids]
-        segment_ids = np.asarray([self.labels.segment[i] for i in label_ids], dtype=np.intp)
+        table = self.labels
+        labels = [table.labels[i] for i in label_ids]
+        segment_ids = np.asarray([table.segment[i] for i in label_ids], dtype=np.intp)
         ts = self._ts[idx].copy()
-        for label_id in label_ids:
-            self.labels.release(label_id)
+        for label_id, count in Counter(label_ids).items():
+            table.release(label_id, count)
         self._items_garbage += int(lengths.sum())
         self._rids_garbage += int(self._rid_len[idx].sum())
         self._label[idx] = 0
@@ -816,6 +807,37 @@ class JoinStore:
         self._offset[idx] = 0
         self._free_slots.extend(slots)
         return Joined(request_ids, ts, label_ids, segment_ids, labels, grades, lengths, reasons)  # type: ignore[arg-type]
+
+    def _attached(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row in ``idx``, feedback entry) of every entry attached to slots ``idx``.
+
+        Chains are walked one link per numpy round while many are left; the few long ones
+        (a list with lots of feedback) are finished in Python so no round is nearly empty.
+        """
+        heads = self._head[idx]
+        rows = np.flatnonzero(heads)
+        links = heads[rows].astype(np.intp) - 1
+        row_parts, entry_parts = [], []
+        while len(links) > 16:
+            row_parts.append(rows)
+            entry_parts.append(links)
+            nxt = self._fb_next[links]
+            more = nxt != 0
+            rows, links = rows[more], nxt[more].astype(np.intp) - 1
+        tail_rows: list[int] = []
+        tail_entries: list[int] = []
+        fb_next = self._m_fb_next.__getitem__
+        for row, entry in zip(rows.tolist(), links.tolist(), strict=True):
+            while True:
+                tail_rows.append(row)
+                tail_entries.append(entry)
+                link = fb_next(entry)
+                if not link:
+                    break
+                entry = link - 1
+        row_parts.append(np.asarray(tail_rows, dtype=np.intp))
+        entry_parts.append(np.asarray(tail_entries, dtype=np.intp))
+        return np.concatenate(row_parts), np.concatenate(entry_parts)
 
     def _request_ids(self, idx: np.ndarray) -> list[str]:
         """Decode the request ids of slots ``idx`` from the arena in one gather."""

@@ -100,9 +100,9 @@ class LabelTable:
         self._ids[key] = found
         return found
 
-    def release(self, label_id: int) -> None:
-        """Drop one reference; the entry is recycled at zero."""
-        self._refs[label_id] -= 1
+    def release(self, label_id: int, count: int = 1) -> None:
+        """Drop ``count`` references; the entry is recycled at zero."""
+        self._refs[label_id] -= count
         if self._refs[label_id] == 0:
             key = self._keys[label_id]
             assert key is not None

@@ -276,6 +276,30 @@ def test_drain_emits_in_deadline_order_and_the_store_is_reusable():
     assert res.request_id == "a" and res.measures["RR"] == pytest.approx(0.5)
 
 
+def test_every_attached_feedback_counts_in_short_and_long_chains():
+    """Many lists with a few feedback events each and one with a long chain: every event is
+    credited (the chains are walked partly vectorised, partly one link at a time)."""
+    engine, results, _ = make(measures="P@50,nDCG@50")
+    rng = np.random.default_rng(5)
+    served = {f"r{n}": [f"i{n}_{k}" for k in range(50)] for n in range(60)}
+    grades: dict[str, dict[str, float]] = {rid: {} for rid in served}
+    for rid, items in served.items():
+        engine.feed(imp(rid, 0, items))
+    for rid, items in served.items():
+        count = 50 if rid == "r7" else int(rng.integers(0, 6))
+        for k in rng.permutation(50)[:count].tolist():
+            grade = float(rng.integers(1, 4))
+            engine.feed(fb(rid, 5, items[k], "judgment", grade=grade))
+            grades[rid][items[k]] = max(grade, grades[rid].get(items[k], 0.0))
+    engine.feed(fb("r3", 5, "not-served"))
+    engine.drain()
+    assert engine.stats.unattributed["unknown_item"] == 1
+    got = by_id(results)
+    assert len(got) == len(served) and len(grades["r7"]) == 50
+    for rid, items in served.items():
+        assert got[rid].measures == pytest.approx(expected("P@50,nDCG@50", items, grades[rid]))
+
+
 def test_cap_finalizes_the_oldest_early_and_counts_it():
     engine, results, _ = make(max_pending=2)
     engine.feed(imp("r1", 100, ["a"]))
