@@ -7,16 +7,16 @@ feedback), which feedback counts as late would depend on fetch sizes and timing,
 would not reproduce an uninterrupted run. Feeding partition p's records of both topics in
 record-timestamp order (impressions first on equal timestamps) makes the sequence the engine
 sees a function of the data alone. A record is released once the other topic has a record
-buffered that sorts after it, or after it waited ``hold_s``: a topic that reports "nothing
-more" may simply not have been fetched yet (producers flush the two topics independently), so
-the grace applies at the end of a backlog too. Records more than ``hold_s`` apart in arrival are
-still fed in arrival order; liveness beats exactness when a producer is down.
+buffered that sorts after it, or when the other topic is caught up and the record waited
+``hold_s`` (see :meth:`Merger.release`). Records more than ``hold_s`` apart in arrival are
+still fed in arrival order, and ``max_hold_s`` bounds every wait: liveness beats exactness when
+a producer or a fetch is stuck.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -38,8 +38,11 @@ class _Held(Generic[R]):
 class Merger(Generic[R]):
     """Buffers one partition's records per kind and releases them in (timestamp, kind) order."""
 
-    def __init__(self, hold_s: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, hold_s: float, clock: Callable[[], float], max_hold_s: float | None = None
+    ) -> None:
         self.hold_s = hold_s
+        self.max_hold_s = max_hold_s if max_hold_s is not None else 15 * hold_s
         self._clock = clock
         self._queues: dict[str, deque[_Held[R]]] = {kind: deque() for kind in KINDS}
 
@@ -53,8 +56,16 @@ class Merger(Generic[R]):
             return len(self._queues[kind])
         return sum(len(q) for q in self._queues.values())
 
-    def release(self) -> list[tuple[str, R]]:
-        """Pop every record that can be fed now, in feed order."""
+    def release(self, caught_up: Mapping[str, bool]) -> list[tuple[str, R]]:
+        """Pop every record that can be fed now, in feed order.
+
+        A record with nothing of the other kind buffered goes once it waited ``hold_s`` *and*
+        the other topic partition is caught up (``caught_up[kind]``: fetched to the high
+        watermark, or deliberately paused), or once it waited ``max_hold_s`` regardless. Both
+        conditions matter: right after an assignment one topic's first fetch can arrive
+        seconds after the other's, and a topic that looks caught up may still have records in
+        a producer's buffer.
+        """
         out: list[tuple[str, R]] = []
         imp, fb = self._queues["impression"], self._queues["feedback"]
         now = self._clock()
@@ -63,7 +74,11 @@ class Merger(Generic[R]):
                 kind = "impression" if (imp[0].timestamp, 0) <= (fb[0].timestamp, 1) else "feedback"
             else:
                 kind = "impression" if imp else "feedback"
-                if now - self._queues[kind][0].since < self.hold_s:
+                other = "feedback" if imp else "impression"
+                waited = now - self._queues[kind][0].since
+                if waited < self.hold_s or (
+                    waited < self.max_hold_s and not caught_up.get(other, False)
+                ):
                     break
             out.append((kind, self._queues[kind].popleft().record))
         return out

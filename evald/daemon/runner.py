@@ -137,6 +137,7 @@ class Daemon:
         self._txn_open = False
         self._txn_poisoned = False
         self._abandoning = False
+        self._joined = False
         self._bp_paused = False
         self._max_pending = 1
         self._uncommitted = 0
@@ -159,6 +160,8 @@ class Daemon:
             return False, "broker not reachable (retrying)"
         if self._consumer is None:
             return False, "not connected"
+        if not self._joined:
+            return False, "joining the consumer group"
         waiting = sorted(self._to_restore | {p for p, s in self._parts.items() if not s.restored})
         if waiting:
             return False, f"restoring partitions {waiting}"
@@ -224,6 +227,7 @@ class Daemon:
             heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
             max_poll_interval_ms=cfg.kafka.max_poll_interval_ms,
             max_poll_records=cfg.daemon.max_poll_records,
+            group_instance_id=cfg.daemon.instance_id if cfg.daemon.static_membership else None,
             **client,
         )
         self._consumer.subscribe(
@@ -324,6 +328,17 @@ class Daemon:
             consumer.pause(tp)
             part.merge_paused.add(kind)
 
+    def _caught_up(self, part: _Part) -> dict[str, bool]:
+        """Per kind: fetched up to the latest fetch high watermark, or paused on purpose."""
+        consumer = self._consumer
+        assert consumer is not None
+        out = {}
+        for kind in KINDS:
+            high = consumer.highwater(self._tp(kind, part.partition))
+            paused = kind == "impression" and self._bp_paused
+            out[kind] = paused or (high is not None and part.fetched_next[kind] >= high)
+        return out
+
     def _feed(self) -> int:
         engine = self._engine
         consumer = self._consumer
@@ -332,7 +347,7 @@ class Daemon:
         for p, part in sorted(self._parts.items()):
             if not part.restored:
                 continue
-            for kind, record in part.merger.release():
+            for kind, record in part.merger.release(self._caught_up(part)):
                 outcome = engine.feed(
                     record.value if record.value is not None else b"",
                     partition=p,
@@ -553,6 +568,7 @@ class Daemon:
             self._assign(partitions)
 
     def _assign(self, partitions: set[int]) -> None:
+        self._joined = True
         for p in partitions:
             if p not in self._parts:
                 self._parts[p] = _Part(p, Merger(self.merge_hold_s, self.clock))
@@ -691,3 +707,4 @@ class Daemon:
         self._bp_paused = False
         self._pending_dlq = []
         self._abandoning = False
+        self._joined = False

@@ -180,6 +180,11 @@ class DaemonSettings(_Strict):
     shutdown_timeout_s: float = Field(30.0, gt=0)
     retry_backoff_initial_ms: int = Field(200, ge=1)
     retry_backoff_max_ms: int = Field(10_000, ge=1)
+    static_membership: bool = Field(
+        False,
+        description="join as a static member (group.instance.id = instance_id): a "
+        "restarted instance gets its partitions back without waiting for the session timeout",
+    )
     windows_file: str | None = Field(
         None,
         description="on a clean stop, write every window aggregate in retention here "

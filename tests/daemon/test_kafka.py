@@ -341,7 +341,9 @@ def test_broker_outage_longer_than_the_session_timeout(
 class Instance:
     """`python -m evald run` as a child process with its own /metrics port."""
 
-    def __init__(self, bootstrap: str, unique: str, instance: str, tmp_path: Path) -> None:
+    def __init__(
+        self, bootstrap: str, unique: str, instance: str, tmp_path: Path, static: bool = False
+    ) -> None:
         self.port = free_port()
         self.windows = tmp_path / f"windows-{instance}.jsonl"
         topics = names(unique)
@@ -382,6 +384,8 @@ class Instance:
             "--set",
             "daemon.shutdown_timeout_s=20",
         ]
+        if static:
+            args += ["--set", "daemon.static_membership=true"]
         for key, value in ENGINE.items():
             args += ["--set", f"engine.{key}={json.dumps(value)}"]
         self.log = (tmp_path / f"{instance}.log").open("ab")
@@ -433,11 +437,11 @@ class Instance:
 
 
 @pytest.fixture
-def instances(broker: Broker, unique: str, tmp_path: Path) -> Iterator[Callable[[str], Instance]]:
+def instances(broker: Broker, unique: str, tmp_path: Path) -> Iterator[Callable[..., Instance]]:
     started: list[Instance] = []
 
-    def start(instance: str) -> Instance:
-        started.append(Instance(broker.bootstrap, unique, instance, tmp_path))
+    def start(instance: str, static: bool = False) -> Instance:
+        started.append(Instance(broker.bootstrap, unique, instance, tmp_path, static))
         return started[-1]
 
     try:
@@ -447,21 +451,23 @@ def instances(broker: Broker, unique: str, tmp_path: Path) -> Iterator[Callable[
             inst.close()
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static-member"])
 def test_kill_9_mid_stream_then_restart_is_exact(
+    static: bool,
     broker: Broker,
     kafka_tools: KafkaTools,
     unique: str,
-    instances: Callable[[str], Instance],
+    instances: Callable[..., Instance],
 ) -> None:
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 3, topics["feedback"]: 3})
     kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=8000, seed=5)
-    first = instances("a")
+    first = instances("a", static)
     wait_until(
         lambda: first.metric("evald_results_produced_total") > 300, 90, "results before the kill"
     )
     first.kill()
-    second = instances("a")
+    second = instances("a", static)
     wait_until(lambda: second.get("/readyz")[0] == 200, 90, "readiness after restart")
     recovery = time.monotonic() - second.started
     wait_until(lambda: second.lag_zero(3), 120, "the restarted daemon to catch up")
@@ -477,13 +483,14 @@ def test_kill_9_mid_stream_then_restart_is_exact(
     )
     assert_windows_equal(read_windows(second.windows), reference)
     print(
-        f"kill -9: restart to ready {recovery:.2f}s (process start included), "
+        f"kill -9 ({'static' if static else 'dynamic'} membership): restart to ready "
+        f"{recovery:.2f}s (process start included), "
         f"{copies} identical copies from the aborted transaction"
     )
 
 
 def test_two_instances_one_killed_partitions_move_exact(
-    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[[str], Instance]
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
 ) -> None:
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 4, topics["feedback"]: 4})
