@@ -155,8 +155,8 @@ def accept_line(raw: bytes) -> Query | None:
     as ``json`` (it refuses lone surrogates, which ``json`` reads), and every check below is the
     exact path's. pydantic-core keeps the last of two equal keys without a word, so duplicate
     keys are ruled out by counting: outside strings every ``:`` in JSON ends one key, so when the
-    line holds no more colons than the decoded objects hold keys, no key was read twice. A colon
-    inside a string (a docid such as ``sku:1``) only sends the line down the exact path.
+    line holds no more colons than the decoded objects hold keys, no key was read twice. Colons
+    inside strings (docids such as ``sku:1``) are then subtracted: see :func:`_colons_in`.
     """
     try:
         obj = from_json(raw, cache_strings=False)
@@ -177,13 +177,33 @@ def accept_line(raw: bytes) -> Query | None:
             keys += sum([_keys_in(v) for k, v in obj.items() if k not in _FIELDS])
         except RecursionError:
             return None
-    if raw.count(b":") != keys:
+    colons = raw.count(b":")
+    if colons != keys and (
+        colons < keys or b"\\u003" in raw or colons - _colons_in(obj) != keys
+    ):
         return None
     if not set(map(type, ranking)) <= _STR or len(set(ranking)) != len(ranking):
         return None
     if qrels and not _plain_grades(list(qrels.values())):
         return None
     return Query(qid, ranking, qrels)
+
+
+def _colons_in(value: object) -> int:
+    """Colons inside the strings (keys and values) of a decoded JSON value.
+
+    Without ``\\u003a`` escapes (the caller checks), each of them was a literal colon of the line,
+    and literal colons of a key or value that a duplicate key dropped are not counted. So
+    ``colons on the line - this == keys decoded`` holds only when every key on the line was
+    decoded, i.e. none was repeated; otherwise the left side is larger.
+    """
+    if type(value) is str:
+        return value.count(":")
+    if type(value) is dict:
+        return sum([k.count(":") + _colons_in(v) for k, v in value.items()])
+    if type(value) is list:
+        return sum([_colons_in(v) for v in value])
+    return 0
 
 
 def _keys_in(value: object) -> int:
