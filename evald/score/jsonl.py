@@ -177,26 +177,36 @@ def accept_line(raw: bytes) -> Query | None:
             keys += sum([_keys_in(v) for k, v in obj.items() if k not in _FIELDS])
         except RecursionError:
             return None
+    if not set(map(type, ranking)) <= _STR or len(set(ranking)) != len(ranking):
+        return None
     colons = raw.count(b":")
     if colons != keys and (
-        colons < keys or b"\\u003" in raw or colons - _colons_in(obj) != keys
+        colons < keys or b"\\u003" in raw or colons - _string_colons(obj, ranking, qrels) != keys
     ):
-        return None
-    if not set(map(type, ranking)) <= _STR or len(set(ranking)) != len(ranking):
         return None
     if qrels and not _plain_grades(list(qrels.values())):
         return None
     return Query(qid, ranking, qrels)
 
 
-def _colons_in(value: object) -> int:
-    """Colons inside the strings (keys and values) of a decoded JSON value.
+def _string_colons(obj: dict[str, Any], ranking: list[str], qrels: dict[str, Any]) -> int:
+    """Colons inside the strings of a decoded line: its keys, docids, qid, ignored values.
 
-    Without ``\\u003a`` escapes (the caller checks), each of them was a literal colon of the line,
-    and literal colons of a key or value that a duplicate key dropped are not counted. So
-    ``colons on the line - this == keys decoded`` holds only when every key on the line was
-    decoded, i.e. none was repeated; otherwise the left side is larger.
+    Without ``\\u003a`` escapes (the caller checks), each was a literal colon of the line, and
+    the literal colons of a key or value that a repeated key dropped are not counted. So
+    ``colons on the line - this == keys decoded`` holds only when no key was repeated; otherwise
+    the left side is larger. Grades are not looked at: a string grade is refused later anyway,
+    and counting too few colons can only send a line to the exact path.
     """
+    count = "".join(ranking).count(":") + "".join(qrels).count(":") + "".join(obj).count(":")
+    for key, value in obj.items():
+        if key != "ranking" and key != "qrels":
+            count += _colons_in(value)
+    return count
+
+
+def _colons_in(value: object) -> int:
+    """Colons inside the strings (keys and values) of any decoded JSON value."""
     if type(value) is str:
         return value.count(":")
     if type(value) is dict:
