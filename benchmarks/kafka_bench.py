@@ -105,9 +105,17 @@ def tail(log: IO[bytes], size: int = 3000) -> str:
     return log.read().decode(errors="replace")
 
 
-def evald_cmd(bootstrap: str, topics: dict[str, str], group: str, port: int) -> list[str]:
-    """`python -m evald run` on these topics, serving /metrics on 127.0.0.1:port."""
+def evald_cmd(
+    bootstrap: str, topics: dict[str, str], group: str, port: int, profile: str | None = None
+) -> list[str]:
+    """`python -m evald run` on these topics, serving /metrics on 127.0.0.1:port.
+
+    With `profile`, the daemon runs under cProfile writing its stats there on exit (SIGTERM
+    makes `evald run` exit normally, so the stats get written).
+    """
+    prefix = ["-m", "cProfile", "-o", profile] if profile else []
     return c.python_cmd(
+        *prefix,
         "-m",
         "evald",
         "run",
@@ -135,11 +143,12 @@ def run_evald(
     group: str,
     env: dict[str, str],
     timeout: float,
+    profile: str | None = None,
 ) -> dict[str, Any]:
     """`python -m evald run` until /metrics counts `expected` events; then SIGTERM it."""
     port = c.free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    cmd = evald_cmd(bootstrap, topics, group, port)
+    cmd = evald_cmd(bootstrap, topics, group, port, profile)
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below; a pipe could fill and block it
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
@@ -169,6 +178,23 @@ def run_evald(
         c.stop_process(proc, timeout=30)
         log.close()
     return {"total": last - t0, "drain": last - (first or last), "samples": samples}
+
+
+def print_profile(path: str, count: int = 25) -> None:
+    """Top functions of the daemon's main thread by own time (figures are not comparable)."""
+    import io
+    import pstats
+
+    if not os.path.exists(path):
+        c.line("profile", "no stats written (did the daemon exit cleanly?)")
+        return
+    buf = io.StringIO()
+    pstats.Stats(path, stream=buf).strip_dirs().sort_stats("tottime").print_stats(count)
+    os.unlink(path)
+    text = buf.getvalue()
+    print("  -- evald run under cProfile (main thread), top by own time:")
+    for row in text[text.index("ncalls") :].rstrip().splitlines():
+        print("    " + row)
 
 
 def body(args: Any) -> None:
@@ -206,7 +232,16 @@ def body(args: Any) -> None:
         c.require("evald.daemon.command", "run", "configure")
         # generous: 20x the bare consumer's time, at least 2 minutes
         budget = max(120.0, 20 * base["total"])
-        ev = run_evald(bootstrap, topics, traffic.events, "bench-evald", {}, budget)
+        prof_path = os.path.join(tempfile.gettempdir(), f"evald-run-{os.getpid()}.prof")
+        ev = run_evald(
+            bootstrap,
+            topics,
+            traffic.events,
+            "bench-evald",
+            {},
+            budget,
+            prof_path if args.profile else None,
+        )
         c.line(
             "evald run, spawn -> all consumed",
             f"{c.fmt_s(ev['total'])}  {c.fmt_rate(traffic.events / ev['total'])}",
@@ -222,6 +257,8 @@ def body(args: Any) -> None:
             f"{c.sum_samples(s, 'evald_results_produced_total'):,.0f} / "
             f"{c.sum_samples(s, 'evald_dlq_records_total'):,.0f}",
         )
+    if args.profile:
+        print_profile(prof_path)
     ratio_total = base["total"] / ev["total"]
     ratio_drain = base["drain"] / ev["drain"] if ev["drain"] > 0 else float("inf")
     c.line("rate ratio evald / bare consumer, spawn -> done", f"{ratio_total:.2f}x")
@@ -238,7 +275,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "--child-consume":
         bootstrap, topics, expected = argv[1], argv[2].split(","), int(argv[3])
         return child_consume(bootstrap, topics, expected, "bench-bare")
-    args = c.parse_args(__doc__ or "", argv)
+
+    def extra(p: Any) -> None:
+        p.add_argument(
+            "--profile",
+            action="store_true",
+            help="run the daemon under cProfile (slower) and print its main thread's top functions",
+        )
+
+    args = c.parse_args(__doc__ or "", argv, extra)
     return c.run_main(
         "Kafka end to end: evald run vs a bare kafka-python consumer", lambda: body(args)
     )
