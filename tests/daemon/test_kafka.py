@@ -342,7 +342,13 @@ class Instance:
     """`python -m evald run` as a child process with its own /metrics port."""
 
     def __init__(
-        self, bootstrap: str, unique: str, instance: str, tmp_path: Path, static: bool = False
+        self,
+        bootstrap: str,
+        unique: str,
+        instance: str,
+        tmp_path: Path,
+        static: bool = False,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.port = free_port()
         self.windows = tmp_path / f"windows-{instance}.jsonl"
@@ -386,6 +392,7 @@ class Instance:
         ]
         if static:
             args += ["--set", "daemon.static_membership=true"]
+        args += list(extra)
         for key, value in ENGINE.items():
             args += ["--set", f"engine.{key}={json.dumps(value)}"]
         self.log = (tmp_path / f"{instance}.log").open("ab")
@@ -440,8 +447,8 @@ class Instance:
 def instances(broker: Broker, unique: str, tmp_path: Path) -> Iterator[Callable[..., Instance]]:
     started: list[Instance] = []
 
-    def start(instance: str, static: bool = False) -> Instance:
-        started.append(Instance(broker.bootstrap, unique, instance, tmp_path, static))
+    def start(instance: str, static: bool = False, extra: tuple[str, ...] = ()) -> Instance:
+        started.append(Instance(broker.bootstrap, unique, instance, tmp_path, static, extra))
         return started[-1]
 
     try:
@@ -517,3 +524,40 @@ def test_two_instances_one_killed_partitions_move_exact(
         results_by_id(kafka_tools, topics["results"]), expected, allow_identical_copies=True
     )
     assert_windows_equal(read_windows(b.windows), reference)
+
+
+def test_kill_9_inside_an_open_transaction_leaked_results_are_not_counted(
+    broker: Broker,
+    kafka_tools: KafkaTools,
+    unique: str,
+    instances: Callable[..., Instance],
+) -> None:
+    """Slow commits so the kill lands while results of an uncommitted transaction are already on
+    the broker. tansu shows them even to read_committed readers after the abort: the copies must
+    be identical to the re-finalized ones, and the rebuilt window aggregates must not count
+    them (they lie outside the checkpoint's committed result ranges)."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=8000, seed=8)
+    # one commit after 5000 fed records, then a transaction that stays open (the interval is
+    # far away) while the remaining ~3000 records are fed and their results written
+    slow = ("--set", "daemon.commit_interval_ms=120000", "--set", "daemon.commit_max_records=5000")
+    first = instances("a", extra=slow)
+    wait_until(lambda: first.metric("evald_results_produced_total") > 0, 90, "a first commit")
+    time.sleep(3.0)
+    first.kill()
+    second = instances("a")
+    wait_until(lambda: second.lag_zero(2), 150, "the restarted daemon to catch up")
+    time.sleep(1.0)
+    assert second.terminate() == 0
+    expected, reference = kafka_tools.expected(
+        make_settings(broker.bootstrap, unique).engine_config(),
+        topics["impressions"],
+        topics["feedback"],
+    )
+    copies = assert_exactly_once(
+        results_by_id(kafka_tools, topics["results"]), expected, allow_identical_copies=True
+    )
+    assert copies > 0, "the kill did not leave an aborted transaction behind: test not effective"
+    assert_windows_equal(read_windows(second.windows), reference)
+    print(f"kill -9 in a transaction: {copies} leaked identical copies, windows exact")
