@@ -377,6 +377,7 @@ class Daemon:
         consumer = self._consumer
         assert consumer is not None
         pending = self._engine.pending()
+        self.stats.peak_pending = max(self.stats.peak_pending, pending)
         daemon = self.settings.daemon
         owned = [self._tp("impression", p) for p, s in self._parts.items() if s.restored]
         if not self._bp_paused and pending >= daemon.pause_at * self._max_pending:

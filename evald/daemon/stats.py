@@ -26,6 +26,8 @@ class DaemonStats:
     aborts: int = 0
     sessions: int = 0
     restores: int = 0
+    #: largest number of pending impressions seen after a tick (memory high-water mark)
+    peak_pending: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def set_lag(self, lag: dict[tuple[str, int], int]) -> None:
