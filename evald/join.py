@@ -707,10 +707,14 @@ class JoinStore:
                 if other > mark:
                     break
                 self._close(heapq.heappop(heap)[2], "window")
-        due = self._held_queue.min_deadline()
-        if due is not None and due <= mark:
+        # the loop stopped at the impression queue's minimum: no second look (this runs on
+        # nearly every event once the window is full)
+        due = first if first <= other else other
+        held = self._held_queue.min_deadline()
+        if held is not None and held <= mark:
             self._expire_held(mark)
-        self._refresh_due()
+            held = self._held_queue.min_deadline()
+        self._due = due if held is None or due <= held else held
 
     def set_watermark(self, mark: int) -> None:
         """Move the watermark forward (never back) and close everything now due."""
