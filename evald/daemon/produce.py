@@ -49,6 +49,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--realtime", action="store_true", help="pace records by their simulated arrival time"
     )
+    parser.add_argument(
+        "--regress-at",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="wall seconds (at --speed) after which the treatment arm's ranker degrades, so "
+        "dashboards and alerts have a drop to show (default: never)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    from evald.demo.simulator import IMPRESSION, Faults, Simulator
+    from evald.demo.simulator import DEFAULT_START_MS, IMPRESSION, Faults, Simulator
 
     client = settings.kafka.client_config()
     topics = settings.topics
@@ -75,8 +83,17 @@ def run(args: argparse.Namespace) -> int:
                 admin.create_topics([NewTopic(t, args.partitions, 1) for t in create])
     finally:
         admin.close()
+    regress_at_ms = (
+        None
+        if args.regress_at is None
+        else DEFAULT_START_MS + int(args.regress_at * 1000 * args.speed)
+    )
     sim = Simulator(
-        args.seed, rate=args.rate, speed=args.speed, faults=Faults.none() if args.clean else None
+        args.seed,
+        rate=args.rate,
+        speed=args.speed,
+        regress_at_ms=regress_at_ms,
+        faults=Faults.none() if args.clean else None,
     )
     limit = args.events if args.events is not None else (None if args.realtime else 100_000)
     producer = KafkaProducer(linger_ms=20, **client)

@@ -7,7 +7,8 @@ Environment mapping: ``EVALD_<SECTION>__<FIELD>`` (double underscore between lev
 insensitive), e.g. ``EVALD_KAFKA__BOOTSTRAP_SERVERS=k1:9092,k2:9092``,
 ``EVALD_KAFKA__SASL_PASSWORD=...``, ``EVALD_TOPICS__RESULTS=evald.results``,
 ``EVALD_ENGINE__WINDOW=30m``. Values are read as YAML scalars, so ``true``/``10``/``[a, b]`` work.
-``EVALD_CONFIG`` names the YAML file when ``--config`` is not given.
+``EVALD_CONFIG`` names the YAML file when ``--config`` is not given; ``EVALD_LOG_LEVEL`` is the
+log level, not a setting.
 
 The ``engine`` section is validated by :class:`evald.config.EngineConfig`; errors name the field
 with its full dotted path (``engine.window: ...``) so a bad deployment is fixed in one look.
@@ -255,7 +256,7 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     """The nested settings named by ``EVALD_SECTION__FIELD`` variables."""
     tree: dict[str, Any] = {}
     for name, text in sorted(environ.items()):
-        if not name.upper().startswith(ENV_PREFIX) or name.upper() == "EVALD_CONFIG":
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() in _PROCESS_VARIABLES:
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
         if len(path) < 2 or not all(path):
@@ -266,6 +267,9 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
         _set_path(tree, path, value)
     return tree
 
+
+# Variables for the process, not settings: the settings file's name and the log level.
+_PROCESS_VARIABLES = frozenset({"EVALD_CONFIG", "EVALD_LOG_LEVEL"})
 
 # Secrets and names are taken verbatim: YAML would turn "0123" into 123 or "yes" into True.
 _STRING_FIELDS = frozenset(

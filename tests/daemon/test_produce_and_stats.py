@@ -12,14 +12,16 @@ from kafka_harness import Broker, KafkaTools
 from prometheus_client import CollectorRegistry, generate_latest
 
 from evald.daemon.stats import DaemonCollector, DaemonStats
-from evald.demo.simulator import IMPRESSION, Simulator
+from evald.demo.simulator import DEFAULT_START_MS, IMPRESSION, Simulator
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("regress_at", [None, 0.01], ids=["steady", "regressed"])
 def test_produce_writes_the_simulator_stream_keyed_and_timestamped(
-    broker: Broker, kafka_tools: KafkaTools, unique: str
+    broker: Broker, kafka_tools: KafkaTools, unique: str, regress_at: float | None
 ) -> None:
     imp, fb = f"pimp-{unique}", f"pfb-{unique}"
+    regress_flags = [] if regress_at is None else ["--regress-at", str(regress_at)]
     proc = subprocess.run(
         [
             sys.executable,
@@ -38,13 +40,18 @@ def test_produce_writes_the_simulator_stream_keyed_and_timestamped(
             "7",
             "--partitions",
             "2",
+            *regress_flags,
         ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    want = list(islice(Simulator(7).events(), 400))  # the stream is endless
+    # 0.01 wall s at the default 60x speed = 600 ms of event time after the stream starts
+    regress_at_ms = None if regress_at is None else DEFAULT_START_MS + 600
+    want = list(islice(Simulator(7, regress_at_ms=regress_at_ms).events(), 400))  # endless
+    if regress_at is not None:  # the flag changed what the treatment arm served
+        assert want != list(islice(Simulator(7).events(), 400))
     got = {(r.key, r.value, r.timestamp) for r in kafka_tools.read(imp) + kafka_tools.read(fb)}
     assert got == {(e.key, e.value, e.at_ms) for e in want}
     # co-partitioned by key: every request's records share one partition number

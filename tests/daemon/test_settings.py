@@ -97,7 +97,8 @@ def test_bad_yaml_file_is_reported(tmp_path: Path) -> None:
 
 
 def test_env_mapping_ignores_other_variables() -> None:
-    assert env_overrides({"PATH": "/bin", "EVALD_CONFIG": "x.yaml"}) == {}
+    process = {"PATH": "/bin", "EVALD_CONFIG": "x.yaml", "EVALD_LOG_LEVEL": "DEBUG"}
+    assert env_overrides(process) == {}
     assert env_overrides({"evald_topics__results": "r"}) == {"topics": {"results": "r"}}
 
 
