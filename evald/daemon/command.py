@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from evald.daemon.stats import DaemonCollector, DaemonStats
     from evald.engine import Engine
     from evald.exposition import build_registry
-    from evald.http import MetricsServer
+    from evald.http import Heartbeat, MetricsServer
 
     config = settings.engine_config()
     stats = DaemonStats()
@@ -61,14 +61,21 @@ def run(args: argparse.Namespace) -> int:
     def factory(on_result: Any) -> Engine:
         return Engine(config, on_result=on_result)
 
-    daemon = Daemon(settings, factory, stats=stats)
+    # liveness: the loop beats every cycle and every retry; a restore (bounded at 120 s) or a
+    # poll (bounded by max_poll_interval) is the longest it legitimately goes without one
+    heartbeat = Heartbeat(
+        max_age=max(180.0, 2 * settings.kafka.max_poll_interval_ms / 1000),
+    )
+    daemon = Daemon(settings, factory, stats=stats, heartbeat=heartbeat.beat)
     # evald_ready comes from the daemon's collector (it knows about partitions and the broker)
     registry, collector = build_registry(
         None, lock=daemon.lock, extra=[DaemonCollector(stats, include_ready=True)]
     )
     # each session builds a fresh engine (restored from Kafka): point the collector at it
     daemon.on_engine = lambda engine: setattr(collector, "engine", engine)
-    server = MetricsServer(settings.daemon.metrics_address, registry=registry, ready=daemon.ready)
+    server = MetricsServer(
+        settings.daemon.metrics_address, registry=registry, ready=daemon.ready, healthy=heartbeat
+    )
     server.start()
     timeout = settings.daemon.shutdown_timeout_s
 
@@ -91,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return daemon.run()
     finally:
+        heartbeat.stop()
         server.stop()
 
 

@@ -113,8 +113,11 @@ class Daemon:
         clock: Callable[[], float] = time.monotonic,
         on_engine: Callable[[Any], None] | None = None,
         merge_hold_s: float = 2.0,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
+        #: called on every cycle and every retry: /healthz is red only when the loop is stuck
+        self._beat = heartbeat or (lambda: None)
         self.engine_factory = engine_factory
         self.stats = stats or DaemonStats()
         self.clock = clock
@@ -192,6 +195,7 @@ class Daemon:
                 log.exception("kafka session failed unexpectedly; retrying in %.1fs", delay)
             finally:
                 self._teardown()
+            self._beat()  # retrying a broker that is away is alive, only not ready
             self._stop.wait(delay)
         return 0
 
@@ -272,6 +276,7 @@ class Daemon:
     def _cycle(self) -> None:
         consumer = self._consumer
         assert consumer is not None
+        self._beat()
         unpark_resumed(consumer)
         batches = consumer.poll(timeout_ms=self.settings.daemon.poll_timeout_ms)
         if self._txn_poisoned:

@@ -305,12 +305,16 @@ def test_broker_outage_longer_than_the_session_timeout(
     tools.produce_sim(topics["impressions"], topics["feedback"], events=2500, seed=4)
     windows = tmp_path / "windows.jsonl"
     settings = make_settings(broker.bootstrap, unique, windows_file=str(windows))
-    with running(settings) as daemon:
+    beats: list[float] = []
+    with running(settings, heartbeat=lambda: beats.append(time.monotonic())) as daemon:
         wait_until(lambda: settled(daemon, tools, unique), 90, "the daemon to settle")
         proxy.cut()
         wait_until(lambda: not daemon.ready()[0], 30, "/readyz to turn red")
+        cut_at = time.monotonic()
         time.sleep(KAFKA["session_timeout_ms"] / 1000 + 2)
         assert not daemon.ready()[0]
+        # not ready, but alive: the loop keeps beating while it retries (/healthz stays green)
+        assert sum(t > cut_at for t in beats) >= 2
         proxy.restore()
         tools.produce_sim(topics["impressions"], topics["feedback"], events=2500, seed=4, skip=2500)
         wait_until(lambda: settled(daemon, tools, unique), 120, "recovery after the outage")
