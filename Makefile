@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check evald tests benchmarks deploy
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
