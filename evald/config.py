@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
@@ -182,3 +184,26 @@ def describe_validation_error(exc: ValidationError) -> str:
         message = str(error["msg"]).removeprefix("Value error, ")
         lines.append(f"{loc}: {message}" if loc else message)
     return "\n".join(lines)
+
+
+def read_mapping_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A YAML (or JSON) settings file as a mapping; an empty file is an empty mapping.
+
+    Shared by `evald replay --config` and `evald run --config`, which wrap the ``ConfigError``
+    (its message starts with the path) in their own error type.
+    """
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    return data

@@ -111,22 +111,12 @@ def build_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def _read_config_file(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise UsageError(f"--config: cannot read {path}: {exc.strerror}") from None
-    import yaml
+    from evald.config import ConfigError, read_mapping_file
 
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsageError(f"--config: {path} is not valid YAML/JSON: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UsageError(f"--config: {path} must hold a mapping of engine settings")
-    return data
+        return read_mapping_file(path)
+    except ConfigError as exc:
+        raise UsageError(f"--config: {exc}") from None
 
 
 def _finite(value: float) -> float | None:

@@ -1,6 +1,6 @@
 import pytest
 
-from evald.config import RESERVED_LABELS, ConfigError, EngineConfig, load_config
+from evald.config import RESERVED_LABELS, ConfigError, EngineConfig, load_config, read_mapping_file
 from evald.metrics import DEFAULT_MEASURES
 
 
@@ -54,3 +54,24 @@ def test_reserved_label_keys_refused(key):
 def test_extra_actions_configurable():
     c = load_config(action_grades={"click": 1, "like": 0.5})
     assert c.action_grades == {"click": 1.0, "like": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [(None, "No such file"), ("window: [5m", "not valid YAML"), ("- 5m\n", "must be a mapping")],
+)
+def test_settings_file_errors_name_the_file(tmp_path, text, reason):
+    path = tmp_path / "engine.yaml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError, match=reason) as info:
+        read_mapping_file(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_empty_settings_file_is_no_settings(tmp_path):
+    path = tmp_path / "engine.yaml"
+    path.write_text("")
+    assert read_mapping_file(path) == {}
+    path.write_text("window: 5m\n")
+    assert read_mapping_file(path) == {"window": "5m"}

@@ -111,6 +111,9 @@ def test_strict_exit_status_and_usage_errors(tmp_path, capsys):
     config.write_text("window: 5m\nlabel_keys: [le]\n")
     assert main(["replay", str(events), "--config", str(config)]) == 2
     assert "label_keys" in capsys.readouterr().err
+    config.write_text("- not a mapping\n")
+    assert main(["replay", str(events), "--config", str(config)]) == 2
+    assert f"--config: {config}: the top level must be a mapping" in capsys.readouterr().err
 
 
 def test_config_file_and_flags(tmp_path):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -32,6 +31,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from evald.config import ConfigError, read_mapping_file
 
 __all__ = [
     "DaemonSettings",
@@ -290,20 +291,11 @@ def set_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The YAML settings file as a mapping (empty file = no settings)."""
+    """The YAML settings file as a mapping of sections (empty file = no settings)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SettingsError(f"config file {path}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"config file {path}: not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise SettingsError(f"config file {path}: the top level must be a mapping of sections")
-    return data
+        return read_mapping_file(path)
+    except ConfigError as exc:
+        raise SettingsError(f"config file {exc}") from None
 
 
 def _describe(error: ValidationError) -> str:
@@ -342,8 +334,6 @@ def load_settings(
     except ValidationError as exc:
         raise SettingsError(_describe(exc)) from None
     if validate_engine:
-        from evald.config import ConfigError
-
         try:
             settings.engine_config()
         except ConfigError as exc:
