@@ -10,7 +10,7 @@ import yaml
 from evald.daemon.options import add_settings_flags, settings_from_args
 from evald.daemon.settings import SettingsError, masked
 
-SUMMARY = "Validate `evald run` settings and print the effective values (secrets masked)."
+SUMMARY = "validate `evald run` settings and print the effective values (secrets masked)"
 EXAMPLES = """\
   evald check-config --config evald.yaml
   EVALD_KAFKA__BOOTSTRAP_SERVERS=k1:9092 evald check-config --group-id evald-prod

@@ -14,7 +14,7 @@ from typing import Any
 from evald.daemon.options import add_settings_flags, settings_from_args
 from evald.daemon.settings import SettingsError
 
-SUMMARY = "Consume impressions and feedback from Kafka; write results exactly once; serve /metrics."
+SUMMARY = "consume impressions and feedback from Kafka; write results exactly once; serve /metrics"
 EXAMPLES = """\
   evald run --bootstrap-servers kafka:9092 --group-id evald
   evald run --config /etc/evald/evald.yaml --metrics-address :9464

@@ -16,7 +16,7 @@ from itertools import islice
 from evald.daemon.options import add_settings_flags, settings_from_args
 from evald.daemon.settings import SettingsError
 
-SUMMARY = "Write simulated search traffic (impressions + feedback) into Kafka for `evald run`."
+SUMMARY = "write simulated search traffic (impressions + feedback) into Kafka for `evald run`"
 EXAMPLES = """\
   evald produce --bootstrap-servers localhost:9092 --events 100000
   evald produce --config evald.yaml --partitions 6 --realtime --rate 2000
