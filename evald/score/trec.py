@@ -76,6 +76,21 @@ class Qrels:
     bad: set[str] = field(default_factory=set)
 
 
+def _reject(
+    rejections: list[Rejection],
+    bad: set[str],
+    source: str,
+    number: int,
+    reason: str,
+    qid: str | None,
+) -> None:
+    """Reject line ``number``; its query (when known) is left out whole, never scored in part."""
+    if qid is not None:
+        bad.add(qid)
+        reason += f"; query {qid!r} is not scored"
+    rejections.append(Rejection(source, number, reason))
+
+
 def read_qrels(lines: Iterable[bytes], source: str) -> tuple[Qrels, list[Rejection]]:
     """Read a qrels file; a query with a rejected line is marked bad (not scored)."""
     qrels = Qrels()
@@ -89,43 +104,23 @@ def read_qrels(lines: Iterable[bytes], source: str) -> tuple[Qrels, list[Rejecti
             qid = _qid_of(raw)
             if qid is not None:
                 qrels.judgments.setdefault(qid, {})
-                qrels.bad.add(qid)
-                fields += f"; query {qid!r} is not scored"
-            rejections.append(Rejection(source, number, fields))
+            _reject(rejections, qrels.bad, source, number, fields, qid)
             continue
         judged = qrels.judgments.setdefault(fields[0], {})
         if len(fields) != 4:
-            qrels.bad.add(fields[0])
-            rejections.append(
-                Rejection(
-                    source,
-                    number,
-                    f"expected 4 fields (qid iter docid grade), got {len(fields)}; "
-                    f"query {fields[0]!r} is not scored",
-                )
-            )
+            reason = f"expected 4 fields (qid iter docid grade), got {len(fields)}"
+            _reject(rejections, qrels.bad, source, number, reason, fields[0])
             continue
         qid, _, doc, grade_text = fields
         grade = parse_grade(grade_text)
         if grade is None:
-            qrels.bad.add(qid)
-            rejections.append(
-                Rejection(
-                    source,
-                    number,
-                    f"grade {grade_text!r} is not a finite number; query {qid!r} is not scored",
-                )
-            )
+            reason = f"grade {grade_text!r} is not a finite number"
+            _reject(rejections, qrels.bad, source, number, reason, qid)
             continue
         if doc in judged or (qid, doc) in negatives:
             qrels.bad.add(qid)
-            rejections.append(
-                Rejection(
-                    source,
-                    number,
-                    f"docid {doc!r} is judged twice for query {qid!r}; the query is not scored",
-                )
-            )
+            reason = f"docid {doc!r} is judged twice for query {qid!r}; the query is not scored"
+            rejections.append(Rejection(source, number, reason))
             continue
         if grade < 0:
             negatives.add((qid, doc))
@@ -201,35 +196,20 @@ def read_run(lines: Iterable[bytes], source: str) -> tuple[Run, list[Rejection]]
             qid = _qid_of(raw)
             if qid is not None:
                 run.queries.setdefault(qid, _RunQuery())
-                run.bad.add(qid)
-                fields += f"; query {qid!r} is not scored"
-            rejections.append(Rejection(source, number, fields))
+            _reject(rejections, run.bad, source, number, fields, qid)
             continue
         entry = run.queries.get(fields[0])
         if entry is None:
             entry = run.queries[fields[0]] = _RunQuery()
         if len(fields) < 6:
-            run.bad.add(fields[0])
-            rejections.append(
-                Rejection(
-                    source,
-                    number,
-                    f"expected 6 fields (qid Q0 docid rank score tag), got {len(fields)}; "
-                    f"query {fields[0]!r} is not scored",
-                )
-            )
+            reason = f"expected 6 fields (qid Q0 docid rank score tag), got {len(fields)}"
+            _reject(rejections, run.bad, source, number, reason, fields[0])
             continue
         qid, doc, score_text = fields[0], fields[2], fields[4]
         score = parse_score(score_text)
         if score is None:
-            run.bad.add(qid)
-            rejections.append(
-                Rejection(
-                    source,
-                    number,
-                    f"score {score_text!r} is not a number; query {qid!r} is not scored",
-                )
-            )
+            reason = f"score {score_text!r} is not a number"
+            _reject(rejections, run.bad, source, number, reason, qid)
             continue
         entry.docs.append(doc)
         entry.scores.append(score)
