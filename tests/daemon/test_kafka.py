@@ -80,6 +80,31 @@ def make_settings(bootstrap: str, unique: str, instance: str = "a", **daemon: An
     )
 
 
+def run_argv(bootstrap: str, unique: str, metrics_address: str) -> list[str]:
+    """`python -m evald run` on the test's topics and group."""
+    topics = names(unique)
+    return [
+        sys.executable,
+        "-m",
+        "evald",
+        "run",
+        "--bootstrap-servers",
+        bootstrap,
+        "--impressions-topic",
+        topics["impressions"],
+        "--feedback-topic",
+        topics["feedback"],
+        "--results-topic",
+        topics["results"],
+        "--dlq-topic",
+        topics["dlq"],
+        "--group-id",
+        f"g-{unique}",
+        "--metrics-address",
+        metrics_address,
+    ]
+
+
 @contextlib.contextmanager
 def running(settings: Settings, **kwargs: Any) -> Iterator[Daemon]:
     """An in-process daemon on a thread, always stopped and joined."""
@@ -240,26 +265,7 @@ def test_topics_not_copartitioned_are_refused(
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 3})
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "evald",
-            "run",
-            "--bootstrap-servers",
-            broker.bootstrap,
-            "--impressions-topic",
-            topics["impressions"],
-            "--feedback-topic",
-            topics["feedback"],
-            "--results-topic",
-            topics["results"],
-            "--dlq-topic",
-            topics["dlq"],
-            "--group-id",
-            f"g-{unique}",
-            "--metrics-address",
-            "127.0.0.1:0",
-        ],
+        run_argv(broker.bootstrap, unique, "127.0.0.1:0"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -348,7 +354,6 @@ class Instance:
     ) -> None:
         self.port = free_port()
         self.windows = tmp_path / f"windows-{instance}.jsonl"
-        topics = names(unique)
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
         env.update(
             {
@@ -357,26 +362,9 @@ class Instance:
             }
         )
         args = [
-            sys.executable,
-            "-m",
-            "evald",
-            "run",
-            "--bootstrap-servers",
-            bootstrap,
-            "--impressions-topic",
-            topics["impressions"],
-            "--feedback-topic",
-            topics["feedback"],
-            "--results-topic",
-            topics["results"],
-            "--dlq-topic",
-            topics["dlq"],
-            "--group-id",
-            f"g-{unique}",
+            *run_argv(bootstrap, unique, f"127.0.0.1:{self.port}"),
             "--instance-id",
             instance,
-            "--metrics-address",
-            f"127.0.0.1:{self.port}",
             "--set",
             "daemon.commit_interval_ms=300",
             "--set",
