@@ -17,7 +17,7 @@ aborted records stay visible.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["VERSION", "Checkpoint", "ResultRange", "extend_ranges", "prune_ranges"]
@@ -97,10 +97,6 @@ class Checkpoint:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed checkpoint: {exc!r}") from None
-
-    def with_ranges(self, results: tuple[ResultRange, ...], epoch_start: int | None) -> Checkpoint:
-        """A copy with new result ranges."""
-        return replace(self, results=results, epoch_start=epoch_start)
 
 
 def extend_ranges(
