@@ -65,9 +65,18 @@ def validate_only(
 
 
 def engine_run(
-    lines: Sequence[bytes], kinds: Sequence[str] | None, engine_cls: Any, config: Any
+    lines: Sequence[bytes],
+    kinds: Sequence[str] | None,
+    engine_cls: Any,
+    config: Any,
+    *,
+    batched: bool = False,
 ) -> Callable[[], tuple[int, Any]]:
-    """Feed every line (kind given or inferred), tick per batch, drain; return results + engine."""
+    """Feed every line (kind given or inferred), tick per batch, drain; return results + engine.
+
+    ``batched``: one ``Engine.feed_batch`` call per poll batch (what replay and the daemon do);
+    otherwise ``Engine.feed`` per line.
+    """
 
     def run() -> tuple[int, Any]:
         results = 0
@@ -81,7 +90,9 @@ def engine_run(
         n = len(lines)
         for lo in range(0, n, BATCH):
             hi = min(lo + BATCH, n)
-            if kinds is None:
+            if batched:
+                engine.feed_batch(lines[lo:hi], kinds=None if kinds is None else kinds[lo:hi])
+            elif kinds is None:
                 for k in range(lo, hi):
                     feed(lines[k])
             else:

@@ -14,7 +14,7 @@ Daemon hooks (exactly-once on Kafka): ``low_offsets``, ``checkpoint``, ``restore
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -150,6 +150,40 @@ class Engine:
                 self._events[("impression", outcome)] += 1
         self._drained = False
         return event
+
+    def feed_batch(
+        self,
+        raws: Sequence[bytes],
+        *,
+        partition: int = 0,
+        kinds: Sequence[str | None] | str | None = None,
+        offsets: Sequence[int] | None = None,
+    ) -> list[tuple[int, Rejection]]:
+        """``feed`` for a poll batch, in order: the same outcome and counters, several times
+        less Python per event (docs/performance.md). Returns (position, rejection) for every
+        refused record; ``kinds`` is one kind for all records, one per record, or None.
+        """
+        store = self._stores.get(partition) or self._store(partition)
+        rejections: list[tuple[int, Rejection]] = []
+        events = self.decoder.decode_many(raws, kinds, rejections)
+        imp_ok, imp_dup, fb_ok, fb_dup = store.join_many(events, offsets, self._grades)
+        counts = self._events
+        counts[("impression", "accepted")] += imp_ok
+        counts[("impression", "duplicate")] += imp_dup
+        counts[("feedback", "accepted")] += fb_ok
+        counts[("feedback", "duplicate")] += fb_dup
+        until = store.replay_until
+        for position, rejection in rejections:
+            if until is not None and offsets is not None:
+                kind = kinds if kinds is None or isinstance(kinds, str) else kinds[position]
+                if offsets[position] < until.get(kind or "", -1):
+                    continue
+            self.stats.rejected[rejection.reason] += 1
+            counts[(rejection.kind, "rejected")] += 1
+        if len(rejections) == len(raws):
+            return rejections
+        self._drained = False
+        return rejections
 
     # ------------------------------------------------------------------ finalization
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -442,6 +442,276 @@ class JoinStore:
                 if mark >= self._due:
                     self._close_due(mark)
         return "accepted"
+
+    # ------------------------------------------------------------------ batches
+
+    def join_many(
+        self,
+        events: Iterable[tuple[int, Impression | Feedback]],
+        offsets: Sequence[int] | None,
+        grades: dict[str, float],
+    ) -> tuple[int, int, int, int]:
+        """Join decoded (position, event) pairs in order, exactly as ``add_impression`` /
+        ``add_feedback`` one by one would; returns (impressions accepted, duplicate,
+        feedback accepted, duplicate), counting only events not re-fed by a restore.
+
+        Why a second path: the per-event call chain was most of the engine's cost. Here the
+        common case (not re-fed, below the cap, an impression queued in deadline order,
+        feedback whose impression is pending) runs inline with every table, column and queue
+        bound to a local; the columns no join decision reads before the batch ends (item
+        hashes, request-id bytes, offsets) are written in bulk once it does. Every other case
+        flushes those and calls the one-event methods, which stay the reference.
+        ``offsets[position]`` is an event's source offset; ``grades`` maps actions to default
+        grades (feedback without its own ``grade``).
+        """
+        window, lateness, max_pending = self.window, self.lateness, self.max_pending
+        open_total, stats = self._open_total, self.stats
+        until = self.replay_until
+        table = self._table
+        tk, tv, mask = table._k, table._v, table.mask
+        free_slots = self._free_slots
+        fifo = self._queue.fifo
+        queue = self._queue
+        label_ids = self.labels._ids
+        label_refs = self.labels._refs
+        acquire = self.labels.acquire
+        m_ts, m_key, m_label, m_head = self._m_ts, self._m_key, self._m_label, self._m_head
+        m_start, m_len, items = self._m_start, self._m_len, self._items
+        m_fb_item, m_fb_grade, m_fb_next = self._m_fb_item, self._m_fb_grade, self._m_fb_next
+        m_fb_evid, m_fb_offset = self._m_fb_evid, self._m_fb_offset
+        fb_free = self._fb_free
+        cap, fb_cap = len(self._ts), len(self._fb_item)
+        imp_ok = imp_dup = fb_ok = fb_dup = 0
+        fresh = False
+        # deferred column writes of impressions accepted inline
+        slots: list[int] = []
+        rids: list[str] = []
+        offs: list[int] = []
+
+        def flush() -> None:
+            if slots:
+                self._write_columns(slots, rids, offs if offsets is not None else None)
+                slots.clear(), rids.clear(), offs.clear()
+
+        for position, event in events:
+            off = -1 if offsets is None else offsets[position]
+            ts = event.ts
+            if event.kind == "impression":
+                replayed = until is not None and off >= 0 and off < until.get("impression", -1)
+                deadline = ts + window
+                if replayed or open_total[0] >= max_pending or deadline < queue._tail:
+                    flush()
+                    outcome = self.add_impression(event, None if off < 0 else off, replayed)  # type: ignore[arg-type]
+                    tk, tv, mask = table._k, table._v, table.mask
+                    m_ts, m_key, m_label, m_head = (
+                        self._m_ts,
+                        self._m_key,
+                        self._m_label,
+                        self._m_head,
+                    )
+                    m_start, m_len = self._m_start, self._m_len
+                    cap = len(self._ts)
+                    if not replayed:
+                        if outcome == "accepted":
+                            imp_ok += 1
+                        elif outcome == "duplicate":
+                            imp_dup += 1
+                    continue
+                rid = event.request_id  # type: ignore[union-attr]
+                key = hash(rid)  # _rid_key, inlined
+                if 0 <= key <= 1:
+                    key += 2
+                # _RidTable.insert, inlined (slot assigned once the id is known to be new)
+                if (table.used + 1) * 5 > (mask + 1) * 3:
+                    table._rebuild()
+                    tk, tv, mask = table._k, table._v, table.mask
+                i = key & mask
+                free = -1
+                while True:
+                    k = tk[i]
+                    if k == key:
+                        break
+                    if k == _EMPTY:
+                        break
+                    if k == _TOMB and free < 0:
+                        free = i
+                    i = (i + 1) & mask
+                if k == key:
+                    imp_dup += 1
+                    continue
+                if free < 0:
+                    free = i
+                    table.used += 1
+                if free_slots:
+                    slot = free_slots.pop()
+                else:
+                    slot = self._top
+                    if slot >= cap:
+                        flush()
+                        self._new_slot()
+                        m_ts, m_key, m_label, m_head = (
+                            self._m_ts,
+                            self._m_key,
+                            self._m_label,
+                            self._m_head,
+                        )
+                        m_start, m_len = self._m_start, self._m_len
+                        cap = len(self._ts)
+                    else:
+                        self._top = slot + 1
+                tk[free] = key
+                tv[free] = slot
+                table.live += 1
+                m_ts[slot] = ts
+                m_key[slot] = key
+                labels = event.labels  # type: ignore[union-attr]
+                label_key = tuple(labels.items())
+                label = label_ids.get(label_key)
+                if label is None:
+                    label = acquire(labels)
+                    label_refs = self.labels._refs
+                else:
+                    label_refs[label] += 1
+                m_label[slot] = label + 1
+                names = event.items  # type: ignore[union-attr]
+                m_start[slot] = len(items)
+                m_len[slot] = len(names)
+                items.fromlist(list(map(hash, names)))  # hashed while still in cache
+                slots.append(slot)
+                rids.append(rid)
+                offs.append(off + 1)
+                open_total[0] += 1
+                if self._held:
+                    held = self._held.pop(rid, None)
+                    if held is not None:
+                        self._attach_held(slot, ts, held)
+                        m_fb_item, m_fb_grade = self._m_fb_item, self._m_fb_grade
+                        m_fb_next, m_fb_evid = self._m_fb_next, self._m_fb_evid
+                        m_fb_offset, fb_cap = self._m_fb_offset, len(self._fb_item)
+                imp_ok += 1
+                wm = self.watermark
+                if wm is not None and deadline <= wm:
+                    flush()
+                    stats.late_impressions += 1
+                    self._close(slot, "window")
+                else:
+                    fifo._a.append(slot)  # in deadline order: the FIFO (queue.push, inlined)
+                    queue._tail = deadline
+                    if deadline < self._due:
+                        self._due = deadline
+            else:
+                replayed = until is not None and off >= 0 and off < until.get("feedback", -1)
+                grade = event.grade  # type: ignore[union-attr]
+                if grade is None:
+                    grade = grades[event.action]  # type: ignore[union-attr]
+                evid_text = event.event_id  # type: ignore[union-attr]
+                evid = 0 if evid_text is None else hash(evid_text) or 1
+                key = hash(event.request_id)  # _rid_key and _RidTable.get, inlined
+                if 0 <= key <= 1:
+                    key += 2
+                i = key & mask
+                while True:
+                    k = tk[i]
+                    if k == key:
+                        slot = tv[i]
+                        break
+                    if k == _EMPTY:
+                        slot = _NONE
+                        break
+                    i = (i + 1) & mask
+                if slot == _NONE or replayed:
+                    flush()
+                    if slot == _NONE:
+                        outcome = self._hold(event, grade, evid, off + 1, replayed)  # type: ignore[arg-type]
+                    else:
+                        outcome = self._attach(
+                            slot,
+                            m_ts[slot],
+                            ts,
+                            hash(event.item),
+                            grade,
+                            evid,
+                            off + 1,
+                            True,  # type: ignore[union-attr]
+                        )
+                    m_fb_item, m_fb_grade = self._m_fb_item, self._m_fb_grade
+                    m_fb_next, m_fb_evid = self._m_fb_next, self._m_fb_evid
+                    m_fb_offset, fb_cap = self._m_fb_offset, len(self._fb_item)
+                    if not replayed:
+                        if outcome == "accepted":
+                            fb_ok += 1
+                        else:
+                            fb_dup += 1
+                else:
+                    # _attach, inlined for a fresh (not re-fed) event
+                    imp_ts = m_ts[slot]
+                    fb_ok += 1
+                    if ts < imp_ts:
+                        stats.unattributed["early"] += 1
+                    elif ts > imp_ts + window:
+                        stats.unattributed["late"] += 1
+                    else:
+                        head = m_head[slot]
+                        link = head if evid else 0
+                        while link:
+                            if m_fb_evid[link - 1] == evid:
+                                break
+                            link = m_fb_next[link - 1]
+                        if link:
+                            stats.unattributed["duplicate"] += 1
+                            fb_ok -= 1
+                            fb_dup += 1
+                        else:
+                            if fb_free:
+                                entry = fb_free.pop()
+                            else:
+                                entry = self._fb_top
+                                self._fb_top = entry + 1
+                                if entry >= fb_cap:
+                                    self._grow_feedback()
+                                    m_fb_item, m_fb_grade = self._m_fb_item, self._m_fb_grade
+                                    m_fb_next, m_fb_evid = self._m_fb_next, self._m_fb_evid
+                                    m_fb_offset, fb_cap = self._m_fb_offset, len(self._fb_item)
+                            m_fb_item[entry] = hash(event.item)  # type: ignore[union-attr]
+                            m_fb_grade[entry] = grade
+                            if evid:
+                                m_fb_evid[entry] = evid
+                            if off >= 0:
+                                m_fb_offset[entry] = off + 1
+                            m_fb_next[entry] = head
+                            m_head[slot] = entry + 1
+            # the watermark moves after the event is joined (add_*'s tail, inlined)
+            fresh = True
+            max_ts = self.max_ts
+            if max_ts is None or ts > max_ts:
+                self.max_ts = ts
+                mark = ts - lateness
+                wm = self.watermark
+                if wm is None or mark > wm:
+                    self.watermark = mark
+                    if mark >= self._due:
+                        flush()
+                        self._close_due(mark)
+        flush()
+        if fresh:
+            self._fresh = True
+        return imp_ok, imp_dup, fb_ok, fb_dup
+
+    def _write_columns(self, slots: list[int], rids: list[str], offs: list[int] | None) -> None:
+        """The columns ``join_many`` defers, for impressions it accepted: request-id bytes
+        appended to their arena with their spans, and source offsets (+1)."""
+        idx = np.asarray(slots, dtype=np.intp)
+        raw = [rid.encode() for rid in rids]
+        rid_lengths = np.fromiter(map(len, raw), np.int64, len(raw))
+        rid_starts = np.empty(len(slots), np.int64)
+        rid_starts[0] = len(self._rids)
+        np.cumsum(rid_lengths[:-1], out=rid_starts[1:])
+        rid_starts[1:] += rid_starts[0]
+        self._rids += b"".join(raw)
+        self._rid_start[idx] = rid_starts
+        self._rid_len[idx] = rid_lengths
+        if offs is not None:
+            self._offset[idx] = offs
 
     def _new_slot(self) -> int:
         slot = self._top
