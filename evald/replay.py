@@ -204,9 +204,10 @@ def replay(
     tick_every: int = TICK_EVERY,
     progress: Progress | None = None,
 ) -> dict[str, int]:
-    """Feed every line of ``paths`` (in order) to ``engine``, then drain; returns counts."""
-    from evald.decode import Rejection
+    """Feed every line of ``paths`` (in order) to ``engine``, then drain; returns counts.
 
+    Lines are fed ``tick_every`` at a time (``Engine.feed_batch``), then scored.
+    """
     if results is not None:
         write_result = results.write
 
@@ -214,25 +215,35 @@ def replay(
             write_result(result_line(result) + "\n")
 
         engine.on_result = on_result
-    feed, tick = engine.feed, engine.tick
+    feed_batch, tick = engine.feed_batch, engine.tick
     lines = blank = 0
     done_bytes = 0
+    where: list[tuple[str, int]] = []  # (file, line) of each record in the batch
+    raws: list[bytes] = []
+
+    def feed() -> None:
+        for position, got in feed_batch(raws):
+            if rejected is not None:
+                name, number = where[position]
+                line = {"file": name, "line": number, **got.to_json()}
+                rejected.write(json.dumps(line, ensure_ascii=False) + "\n")
+        where.clear()
+        raws.clear()
+
     for name, number, raw, size in _lines(paths):
         done_bytes += size
         if not raw:
             blank += 1
             continue
         lines += 1
-        got = feed(raw)
-        if rejected is not None and isinstance(got, Rejection):
-            rejected.write(
-                json.dumps({"file": name, "line": number, **got.to_json()}, ensure_ascii=False)
-                + "\n"
-            )
+        raws.append(raw)
+        where.append((name, number))
         if lines % tick_every == 0:
+            feed()
             tick()
             if progress is not None:
                 progress.update(done_bytes, lines)
+    feed()
     tick()
     engine.drain()
     if progress is not None:
