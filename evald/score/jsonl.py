@@ -7,6 +7,8 @@ Two paths share that contract. :func:`accept_line` is the fast one: pydantic-cor
 parser on the raw bytes plus a few C-level type checks; it only ever *accepts* (or says "look
 closer"). Every line it does not accept goes through :func:`parse_line`, the exact path that
 names the first problem, so the fast path decides speed and never a reason or an outcome.
+The command reads through :mod:`evald.score.jsonl_chunks`, which is faster still on ordinary
+lines and hands every line it does not accept to :func:`read_line` here.
 """
 
 from __future__ import annotations
@@ -230,23 +232,26 @@ def read_jsonl(lines: Iterable[bytes], source: str) -> Iterator[Query | Rejectio
 
     Lines are numbered from 1 as editors do, so a reported ``file:line`` can be opened directly.
     """
-    fast = accept_line
     for number, raw in enumerate(lines, start=1):
-        query = fast(raw)
-        if query is not None:
-            yield query
-            continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            yield Rejection(source, number, f"not valid UTF-8 (byte {exc.start})")
-            continue
-        if number == 1:
-            text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
-        if not text.strip():
-            continue
-        parsed = parse_line(text)
-        if isinstance(parsed, str):
-            yield Rejection(source, number, parsed)
-        else:
-            yield parsed
+        item = read_line(raw, number, source)
+        if item is not None:
+            yield item
+
+
+def read_line(raw: bytes, number: int, source: str) -> Query | Rejection | None:
+    """One raw line (numbered from 1) -> a query, a rejection, or None for a blank line."""
+    query = accept_line(raw)
+    if query is not None:
+        return query
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Rejection(source, number, f"not valid UTF-8 (byte {exc.start})")
+    if number == 1:
+        text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
+    if not text.strip():
+        return None
+    parsed = parse_line(text)
+    if isinstance(parsed, str):
+        return Rejection(source, number, parsed)
+    return parsed
