@@ -43,6 +43,10 @@ formats and trec_eval conventions: docs/score.md; measure names: docs/metrics.md
 """
 
 DEFAULT_BATCH_SIZE = 10_000
+#: Lines read and checked together: enough to run the checks as C-level passes over many lines,
+#: few enough that the lines' objects are still in the CPU cache when they are checked (10 000
+#: at once measured about 2x slower to read than a few hundred).
+READ_CHUNK = 256
 EXAMPLE = "example.jsonl"
 
 
@@ -132,7 +136,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack) -> int:
     from evald.score.output import JsonlWriter, format_mean_json, format_table
-    from evald.score.records import Rejection
     from evald.score.scoring import BatchScorer, per_query
 
     source = _input(args, stack)
@@ -146,12 +149,11 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
     scorer = BatchScorer(measures, writer.write if writer else _discard, batch_size=args.batch_size)
     rejected = 0
     with _cyclic_gc_paused():
-        for item in source.items():
-            if isinstance(item, Rejection):
-                rejected += 1
-                print(item, file=sys.stderr)
-            else:
-                scorer.add(item)
+        for chunk in source.chunks(READ_CHUNK):
+            if chunk.rejections:
+                rejected += len(chunk.rejections)
+                print(*chunk.rejections, sep="\n", file=sys.stderr)
+            scorer.add_many(chunk.qids, chunk.rankings, chunk.qrels)
         scorer.flush()
     if rows_out is not None:
         rows_out.flush()

@@ -1,21 +1,27 @@
 """The command's two input kinds behind one interface: items in input order, then notes.
 
-``items()`` yields queries and rejections as they are read; ``notes()`` (called after) says what
-was left out or added on purpose, so no count changes without a word on stderr.
+``items()`` yields queries and rejections as they are read; ``chunks(size)`` yields the same
+as :class:`Chunk` columns, which is what the command reads (one Python step per chunk rather
+than per line); ``notes()`` (called after) says what was left out or added on purpose, so no
+count changes without a word on stderr.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Protocol
 
 from evald.score.jsonl import read_jsonl
+from evald.score.jsonl_chunks import Chunk, read_chunks
 from evald.score.records import Query, Rejection
 from evald.score.trec import JoinStats, join, read_qrels, read_run
 
 
 class Input(Protocol):
     def items(self) -> Iterator[Query | Rejection]: ...
+
+    def chunks(self, size: int) -> Iterator[Chunk]: ...
 
     def notes(self) -> list[str]: ...
 
@@ -29,6 +35,9 @@ class JsonlInput:
 
     def items(self) -> Iterator[Query | Rejection]:
         return read_jsonl(self._lines, self._source)
+
+    def chunks(self, size: int) -> Iterator[Chunk]:
+        return read_chunks(self._lines, self._source, size)
 
     def notes(self) -> list[str]:
         return []
@@ -59,6 +68,9 @@ class TrecInput:
         self._negative = qrels.negative
         yield from join(run, qrels, complete=self._complete, stats=self._stats)
 
+    def chunks(self, size: int) -> Iterator[Chunk]:
+        return chunked(self.items(), size)
+
     def notes(self) -> list[str]:
         s = self._stats
         notes: list[str] = []
@@ -84,3 +96,20 @@ class TrecInput:
                 "(trec_eval's convention)"
             )
         return notes
+
+
+def chunked(items: Iterable[Query | Rejection], size: int) -> Iterator[Chunk]:
+    """Group items into chunks of up to ``size`` items, order kept within each column."""
+    if size < 1:
+        raise ValueError("size must be ≥ 1")
+    it = iter(items)
+    while group := list(islice(it, size)):
+        chunk = Chunk()
+        for item in group:
+            if isinstance(item, Rejection):
+                chunk.rejections.append(item)
+            else:
+                chunk.qids.append(item.qid)
+                chunk.rankings.append(item.ranking)
+                chunk.qrels.append(item.qrels)
+        yield chunk

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 import numpy as np
 
@@ -57,11 +56,6 @@ Sink = Callable[[Sequence[Qid], Sequence[np.ndarray]], None]
 CELL_BUDGET = 4_000_000
 
 
-_qid = attrgetter("qid")
-_ranking = attrgetter("ranking")
-_qrels = attrgetter("qrels")
-
-
 def _fitting(widths: np.ndarray, budget: int) -> int:
     """How many of the lists, from the first, one batch takes: as many as fit ``budget`` cells
     padded to the widest of them, and always at least one."""
@@ -95,45 +89,71 @@ class BatchScorer:
         self._batch_size = batch_size
         self._cell_budget = cell_budget
         self._depth = required_depth(self.measures)
-        self._pending: list[Query] = []
+        # pending lists as columns: a reader hands over whole chunks of them
+        self._qids: list[Qid] = []
+        self._rankings: list[list[str]] = []
+        self._qrels: list[dict[str, float]] = []
         self._means = {m: MeanAccumulator() for m in self.measures}
         self.scored = 0
 
     def add(self, query: Query) -> None:
         """Queue one query; a full batch is scored (the cell budget is applied when scoring)."""
-        self._pending.append(query)
-        if len(self._pending) >= self._batch_size:
-            self.flush()
+        self.add_many([query.qid], [query.ranking], [query.qrels])
+
+    def add_many(
+        self,
+        qids: Sequence[Qid],
+        rankings: Sequence[list[str]],
+        qrels: Sequence[dict[str, float]],
+    ) -> None:
+        """Queue queries given as columns; every full batch is scored as it fills.
+
+        Batches hold exactly ``batch_size`` consecutive lists whatever the chunks handed in, so
+        the output does not depend on how the input was read.
+        """
+        if not len(qids) == len(rankings) == len(qrels):
+            raise ValueError("qids, rankings and qrels must be as long as each other")
+        start = 0
+        while start < len(qids):
+            room = self._batch_size - len(self._qids)
+            stop = start + room
+            self._qids.extend(qids[start:stop])
+            self._rankings.extend(rankings[start:stop])
+            self._qrels.extend(qrels[start:stop])
+            start = stop
+            if len(self._qids) >= self._batch_size:
+                self.flush()
 
     def flush(self) -> None:
         """Score what is pending (the caller calls it once more at end of input)."""
-        pending, self._pending = self._pending, []
-        widths = self._widths(pending)
+        qids, rankings, qrels = self._qids, self._rankings, self._qrels
+        self._qids, self._rankings, self._qrels = [], [], []
+        widths = self._widths(rankings, qrels)
         start = 0
-        while start < len(pending):
+        while start < len(qids):
             stop = start + _fitting(widths[start:], self._cell_budget)
-            self._score(pending[start:stop])
+            self._score(qids[start:stop], rankings[start:stop], qrels[start:stop])
             start = stop
 
-    def _widths(self, queries: list[Query]) -> np.ndarray:
+    def _widths(self, rankings: list[list[str]], qrels: list[dict[str, float]]) -> np.ndarray:
         """Matrix row width each query needs: its served ranks up to the depth, its judgments
         (the ideal matrix is as wide as the judgments), at least 1."""
-        n = len(queries)
-        served = np.fromiter(map(len, map(_ranking, queries)), dtype=np.int64, count=n)
+        n = len(rankings)
+        served = np.fromiter(map(len, rankings), dtype=np.int64, count=n)
         if self._depth is not None:
             np.minimum(served, self._depth, out=served)
-        judged = np.fromiter(map(len, map(_qrels, queries)), dtype=np.int64, count=n)
+        judged = np.fromiter(map(len, qrels), dtype=np.int64, count=n)
         return np.maximum(np.maximum(served, judged), 1)
 
-    def _score(self, queries: list[Query]) -> None:
-        batch = Batch.from_lists(
-            list(map(_ranking, queries)), list(map(_qrels, queries)), depth=self._depth
-        )
+    def _score(
+        self, qids: list[Qid], rankings: list[list[str]], qrels: list[dict[str, float]]
+    ) -> None:
+        batch = Batch.from_lists(rankings, qrels, depth=self._depth)
         values = evaluate(self.measures, batch)
         for measure, column in values.items():
             self._means[measure].add(column, weights_of(measure, batch))
-        self._sink(list(map(_qid, queries)), [values[m] for m in self.row_measures])
-        self.scored += len(queries)
+        self._sink(qids, [values[m] for m in self.row_measures])
+        self.scored += len(qids)
 
     def means(self) -> list[MeanRow]:
         """One row per measure, in the order the user gave them."""

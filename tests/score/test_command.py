@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 import pytest
@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 import evald.cli
 from evald.metrics import DEFAULT_MEASURES
-from evald.score.records import Query
 from evald.score.scoring import BatchScorer
 
 if TYPE_CHECKING:  # fixture types only; conftest is never imported as a module
@@ -179,13 +178,13 @@ def test_the_garbage_collector_is_left_as_it_was(
     (gc.enable if enabled else gc.disable)()
     try:
         seen: list[bool] = []
-        real_add = BatchScorer.add
+        real_add = BatchScorer.add_many
 
-        def spy(self: BatchScorer, query: Query) -> None:
+        def spy(self: BatchScorer, *columns: Any) -> None:
             seen.append(gc.isenabled())
-            real_add(self, query)
+            real_add(self, *columns)
 
-        with mock.patch.object(BatchScorer, "add", spy):
+        with mock.patch.object(BatchScorer, "add_many", spy):
             assert evald_main("score", jsonl_file(row("q1", ["a"], {"a": 1}))).status == 0
         assert seen == [False] and gc.isenabled() is enabled
         boom = mock.patch.object(BatchScorer, "flush", side_effect=RuntimeError("boom"))

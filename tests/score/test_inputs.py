@@ -49,3 +49,27 @@ def test_trec_input_notes_completed_and_unjudged_queries() -> None:
         "1 run queries have no qrels and were skipped (as trec_eval does)",
         "1 qrels queries missing from the run were scored as empty rankings (--complete)",
     ]
+
+
+def test_trec_chunks_carry_the_items_in_order_as_columns() -> None:
+    def source() -> TrecInput:
+        return TrecInput(
+            (lines("q1 Q0 a 1 1 t\nq2 Q0 b 1\nq3 Q0 c 1 1 t\nq5 Q0 e 1 1 t\n"), "run"),
+            (lines("q1 0 a 1\nq2 0 b 1\nq3 0 c 1\nq5 0 e 2\n"), "qrels"),
+            complete=False,
+        )
+
+    items = list(source().items())
+    chunks = list(source().chunks(2))
+    assert [len(c) + len(c.rejections) for c in chunks] == [2, 2]
+    assert [q for c in chunks for q in c.queries()] == [i for i in items if isinstance(i, Query)]
+    assert [r for c in chunks for r in c.rejections] == [
+        i for i in items if isinstance(i, Rejection)
+    ]
+
+
+def test_jsonl_chunks_match_its_items() -> None:
+    raw = [b'{"qid": "a", "ranking": ["x"], "qrels": {"x": 1}}\n', b"nope\n", b"\n"]
+    (chunk,) = JsonlInput(raw, "<stdin>").chunks(10)
+    items = list(JsonlInput(raw, "<stdin>").items())
+    assert chunk.queries() == items[:1] and chunk.rejections == items[1:]

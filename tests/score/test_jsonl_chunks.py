@@ -52,7 +52,7 @@ valid_lines = st.builds(
         ensure_ascii=False,
     ),
     st.one_of(st.text(max_size=5), st.integers(-(2**70), 2**70)),
-    st.lists(st.text(alphabet="ab:é\\\"\u2028", max_size=4), max_size=5, unique=True),
+    st.lists(st.text(alphabet='ab:é\\"\u2028', max_size=4), max_size=5, unique=True),
     st.lists(
         st.one_of(st.integers(0, 2**1100), st.floats(min_value=0, allow_infinity=False)),
         max_size=5,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -188,3 +189,39 @@ def test_every_batch_is_as_large_as_the_budget_allows_and_no_larger(
         if start + size < min(chunk_end, len(items)):  # the next list was there to take: too wide
             assert max(widths[start : start + size + 1]) * (size + 1) > cell_budget
         start += size
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    items=queries,
+    batch_size=st.integers(1, 7),
+    cuts=st.lists(st.integers(0, 25), max_size=6),
+)
+def test_columns_in_any_chunks_score_exactly_as_one_query_at_a_time(
+    items: list[Query], batch_size: int, cuts: list[int]
+) -> None:
+    """add_many fills batches of exactly batch_size lists, whatever the chunks handed in."""
+    one_sink, one = run_all(items, batch_size)
+    sink = Collect()
+    batches: list[int] = []
+
+    def counting(qids: Sequence[Qid], columns: Sequence[np.ndarray]) -> None:
+        batches.append(len(qids))
+        sink(qids, columns)
+
+    scorer = BatchScorer(MEASURES, counting, batch_size=batch_size)
+    bounds = [0, *sorted(min(c, len(items)) for c in cuts), len(items)]
+    for lo, hi in pairwise(bounds):
+        part = items[lo:hi]
+        scorer.add_many([q.qid for q in part], [q.ranking for q in part], [q.qrels for q in part])
+    scorer.flush()
+    assert sink.qids == one_sink.qids and sink.columns == one_sink.columns
+    assert scorer.means() == one.means()
+    full, rest = divmod(len(items), batch_size)
+    assert batches == [batch_size] * full + ([rest] if rest else [])
+
+
+def test_add_many_refuses_columns_of_different_lengths() -> None:
+    scorer = BatchScorer(MEASURES, Collect())
+    with pytest.raises(ValueError, match="as long as each other"):
+        scorer.add_many(["q1", "q2"], [["a"]], [{}, {}])
