@@ -1,20 +1,23 @@
 """Writing results: per-query JSON Lines, and the means as an aligned table or one JSON object.
 
 Rows are assembled as strings rather than through ``json.dumps`` of a dict: the keys are fixed
-for the whole run, so escaping them once keeps a million-row output cheap, and each column's
-values are formatted with ``repr`` (the shortest string that reads back as the same float) once
-per distinct value, since most measures (P@k, RR, Success@k ...) take only a few values.
+for the whole run, so they are escaped once, and a batch's rows are one ``str.join`` over the
+interleaved keys and values. Each column's values are formatted in bulk (see
+:func:`float_texts`): the text is always exactly Python's ``repr``, the shortest string that
+reads back as the same float.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import TextIO
 
+import msgspec
 import numpy as np
 
 from evald.score.records import Qid
@@ -32,9 +35,7 @@ class JsonlWriter:
         self._stream = stream
         keys = [json.dumps(name, ensure_ascii=False) for name in names]
         self._width = len(names)
-        # one %-template per row, filled with the already formatted qid and values
-        escaped = "".join(f", {key.replace('%', '%%')}: %s" for key in keys)
-        self._template = '{"qid": %s' + escaped + "}\n"
+        # the text before each value of a row: '{"qid": ', ', "nDCG@10": ', ...
         self._keys = [f", {key}: " for key in keys]
         self.rows = 0
 
@@ -48,8 +49,12 @@ class JsonlWriter:
         else:
             ids = [encode_qid(qid) for qid in qids]
         if all(bool(np.isfinite(a).all()) for a in arrays):
-            rows = zip(ids, *map(float_reprs, arrays), strict=True)
-            text = "".join(map(self._template.__mod__, rows))
+            n = len(ids)
+            parts: list[Iterable[str]] = [repeat('{"qid": ', n), ids]
+            for key, array in zip(self._keys, arrays, strict=True):
+                parts += [repeat(key, n), float_texts(array)]
+            parts.append(repeat("}\n", n))
+            text = "".join(chain.from_iterable(zip(*parts, strict=True)))
         else:
             text = self._with_nulls(ids, [a.tolist() for a in arrays])
         self._stream.write(text)
@@ -68,6 +73,31 @@ class JsonlWriter:
 
 
 _STR = frozenset({str})
+
+
+#: Where msgspec's float text equals ``repr``: both write the shortest round-trip digits, but
+#: outside [1e-4, 1e16) ``repr`` switches to an exponent written ``1e-05`` / ``1e+16`` where
+#: msgspec writes ``0.00001`` / ``1e16``. Zero is written ``0.0`` / ``-0.0`` by both.
+_PLAIN_LOW, _PLAIN_HIGH = 1e-4, 1e16
+_ENCODE = msgspec.json.Encoder().encode
+
+
+def float_texts(values: np.ndarray) -> list[str]:
+    """``repr`` of each finite float64 of a 1-d array, formatted in bulk.
+
+    One msgspec call writes the whole column (about 4x faster than ``repr`` per value) when every
+    non-zero magnitude is in [1e-4, 1e16), where its text is ``repr``'s; otherwise
+    :func:`float_reprs` formats it. Measures bounded to [0, 1] take the fast path unless a value
+    falls below 1e-4.
+    """
+    flat = np.ascontiguousarray(values, dtype=np.float64)
+    if not flat.shape[0]:
+        return []
+    magnitude = np.abs(flat)
+    nonzero = magnitude[magnitude != 0]
+    if nonzero.shape[0] and (nonzero.min() < _PLAIN_LOW or nonzero.max() >= _PLAIN_HIGH):
+        return float_reprs(flat)
+    return _ENCODE(flat.tolist()).decode("ascii")[1:-1].split(",")
 
 
 def float_reprs(values: np.ndarray) -> list[str]:

@@ -15,6 +15,7 @@ from evald.score.output import (
     JsonlWriter,
     MeanRow,
     float_reprs,
+    float_texts,
     format_mean_json,
     format_table,
     json_number,
@@ -125,3 +126,42 @@ def test_rows_of_a_large_batch_are_exact_whatever_the_column_cardinality() -> No
     assert [r["qid"] for r in rows] == qids
     for key, column in zip("abc", columns, strict=True):
         assert [r[key] for r in rows] == column.tolist()  # == on floats: exact round trip
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.one_of(
+        st.lists(finite, max_size=30),
+        st.lists(st.floats(min_value=0, max_value=1), max_size=30),  # what measures produce
+        st.lists(st.floats(min_value=1e-4, max_value=1e16, exclude_max=True), max_size=30),
+    ),
+    signs=st.booleans(),
+)
+def test_float_texts_are_exactly_repr_in_and_out_of_the_bulk_range(
+    values: list[float], signs: bool
+) -> None:
+    """The bulk formatter must write Python's repr, character for character, for any float."""
+    column = np.array([-v if signs else v for v in values], dtype=np.float64)
+    assert float_texts(column) == [repr(v) for v in column.tolist()]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.0, -0.0, 1.0, 1e-4, 9.999999999999999e-05, 1e-05, 1e16, 9999999999999998.0, 5e-324, 0.1],
+)
+def test_float_texts_at_the_edges_of_the_bulk_range(value: float) -> None:
+    column = np.array([0.5, value, 0.25])
+    assert float_texts(column) == ["0.5", repr(value), "0.25"]
+
+
+def test_rows_are_one_line_each_even_with_many_columns_and_integer_qids() -> None:
+    out = io.StringIO()
+    names = [f"m{j}" for j in range(12)]
+    columns = [np.full(3, j / 8) for j in range(12)]
+    JsonlWriter(out, names).write([1, "b", -2], columns)
+    lines = out.getvalue().split("\n")
+    assert lines[-1] == "" and len(lines) == 4
+    assert lines[0] == '{"qid": 1, ' + ", ".join(f'"m{j}": {j / 8!r}' for j in range(12)) + "}"
