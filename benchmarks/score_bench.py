@@ -1,10 +1,17 @@
 """`evald score` on 1M lists against ranx and pytrec_eval on the same data, in the same run.
 
 All three read the same JSONL file and score the same five measures. evald is timed end to end
-through its command line entry point (read, validate, score, write one JSON line per query).
-ranx and pytrec_eval are timed end to end too (read the file, build their dicts, evaluate), and
-ranx's numba evaluation alone is shown as well, since that is its best case. ranx is warmed up on
-a small input first so its JIT compile time is not charged to it.
+through its command line entry point (read, validate, score, write one JSON line per query), and
+again with ``--mean`` (no rows written). ranx and pytrec_eval are timed end to end too (read the
+file, build their dicts, evaluate), and their evaluation alone is shown as well. ranx is warmed
+up on a small input first so its JIT compile time is not charged to it.
+
+The same run measures the floors under any reader of this file, each also as a fraction of
+pytrec_eval's end-to-end time: reading the file's lines, and decoding every line with
+``json.loads``, ``pydantic_core.from_json`` and msgspec (evald's parser), results thrown away.
+10x pytrec_eval end to end means a total of 0.10x its time; a floor above that is a bound
+measured, not asserted. Then evald's time on a prefix of the file is split stage by stage
+(``--profile`` adds a cProfile listing of the command).
 
 Targets (issue 6 §7): evald at least as fast as ranx, and at least 10x pytrec_eval.
 """
@@ -13,14 +20,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import gc
 import io
+import itertools
 import json
 import os
+import pstats
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -70,18 +81,28 @@ def load_dicts(path: str) -> tuple[dict[str, dict[str, int]], dict[str, dict[str
     return qrels, run
 
 
-def time_evald(path: str, out: str) -> float:
-    """`evald score FILE --measures ... --output OUT`, in process.
-
-    Goes through the command module's own ``configure``/``run`` (what ``evald.cli`` dispatches
-    to), so one unfinished sibling command cannot stop this benchmark.
-    """
+def evald_args(path: str, *extra: str) -> argparse.Namespace:
+    """The parsed command line of `evald score PATH --measures ... EXTRA`."""
     cmd = c.require("evald.score.command", "configure", "run")
     parser = argparse.ArgumentParser(prog="evald score")
     cmd.configure(parser)  # type: ignore[attr-defined]
-    args = parser.parse_args([path, "--measures", EVALD_MEASURES, "--output", out])
+    return parser.parse_args([path, "--measures", EVALD_MEASURES, *extra])
+
+
+def time_evald(path: str, *extra: str) -> float:
+    """`evald score FILE --measures ... EXTRA` (``--output OUT`` or ``--mean``), in process.
+
+    Goes through the command module's own ``configure``/``run`` (what ``evald.cli`` dispatches
+    to), so one unfinished sibling command cannot stop this benchmark. stdout (the means with
+    ``--mean``) and stderr are captured.
+    """
+    cmd = c.require("evald.score.command", "configure", "run")
+    args = evald_args(path, *extra)
     t0 = time.perf_counter()
-    with contextlib.redirect_stderr(io.StringIO()) as err:
+    with (
+        contextlib.redirect_stderr(io.StringIO()) as err,
+        contextlib.redirect_stdout(io.StringIO()),
+    ):
         rc = cmd.run(args)  # type: ignore[attr-defined]
     elapsed = time.perf_counter() - t0
     if rc != 0:
@@ -163,9 +184,155 @@ def time_evald_kernels(path: str, batch: int = 10_000) -> float:
     return time.perf_counter() - t0
 
 
+# ---------------------------------------------------------------------------------------------
+# floors: what reading the file costs any reader, before any scoring
+
+
+def floor_read(path: str) -> None:
+    """Iterate the file's lines (binary), as every reader here does."""
+    with open(path, "rb") as fh:
+        for _ in fh:
+            pass
+
+
+def floor_json(path: str) -> None:
+    """``json.loads`` of every line, the object thrown away (pytrec_eval's and ranx's reader)."""
+    loads = json.loads
+    with open(path, "rb") as fh:
+        for raw in fh:
+            loads(raw)
+
+
+def floor_pydantic(path: str) -> None:
+    """``pydantic_core.from_json`` of every line (Rust parser to Python objects)."""
+    from pydantic_core import from_json
+
+    with open(path, "rb") as fh:
+        for raw in fh:
+            from_json(raw, cache_strings=False)
+
+
+def floor_msgspec(path: str) -> None:
+    """evald's own decode of every line: msgspec into the typed record, no further checks."""
+    mod = c.require("evald.score.jsonl_chunks", "_DECODE")
+    decode = mod._DECODE  # type: ignore[attr-defined]
+    with open(path, "rb") as fh:
+        for raw in fh:
+            decode(raw)
+
+
+FLOORS = (
+    ("read the file's lines only", floor_read),
+    ("msgspec typed decode per line (evald's parser)", floor_msgspec),
+    ("pydantic_core.from_json per line", floor_pydantic),
+    ("json.loads per line", floor_json),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# where evald's time goes
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic collector off, as `evald score` has it while lines stream."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def write_prefix(path: str, out: str, n: int) -> None:
+    with open(path, "rb") as src, open(out, "wb") as dst:
+        dst.writelines(itertools.islice(src, n))
+
+
+def time_splits(path: str, rows_path: str, batch: int = 10_000) -> dict[str, float]:
+    """The command's pipeline stage by stage, each stage timed on its own, on ``path``.
+
+    Same functions, chunk size and batch size as `evald score`: read the lines; parse and check
+    them (the chunked reader); build the padded matrices (``Batch.from_lists``); the measures'
+    kernels (``evaluate``); format and write the rows. The command's extra bookkeeping (queues,
+    means) is what its own total has beyond their sum.
+    """
+    cmd = c.require("evald.score.command", "READ_CHUNK")
+    reader = c.require("evald.score.jsonl_chunks", "read_chunks")
+    m = c.require("evald.metrics", "Batch", "evaluate", "parse_measures", "required_depth")
+    out = c.require("evald.score.output", "JsonlWriter")
+    measures = m.parse_measures(EVALD_MEASURES)  # type: ignore[attr-defined]
+    depth = m.required_depth(measures)  # type: ignore[attr-defined]
+    clock = time.perf_counter
+    splits = dict.fromkeys(["read", "parse+check", "batch", "kernels", "rows"], 0.0)
+    t0 = clock()
+    with open(path, "rb") as fh:
+        raws = list(fh)
+    splits["read"] = clock() - t0
+    chunks = reader.read_chunks(raws, path, cmd.READ_CHUNK)  # type: ignore[attr-defined]
+    with gc_paused(), open(rows_path, "w", encoding="utf-8") as rows:
+        writer = out.JsonlWriter(rows, [str(x) for x in measures])  # type: ignore[attr-defined]
+        qids: list[object] = []
+        rankings: list[list[str]] = []
+        qrels: list[dict[str, float]] = []
+        done = False
+        while not done:
+            t0 = clock()
+            for chunk in chunks:
+                qids += chunk.qids
+                rankings += chunk.rankings
+                qrels += chunk.qrels
+                if len(qids) >= batch:
+                    break
+            else:
+                done = True
+            # batches of exactly `batch` lists, as the command's scorer cuts them
+            qids, next_qids = qids[:batch], qids[batch:]
+            rankings, next_rankings = rankings[:batch], rankings[batch:]
+            qrels, next_qrels = qrels[:batch], qrels[batch:]
+            t1 = clock()
+            splits["parse+check"] += t1 - t0
+            if qids:
+                b = m.Batch.from_lists(rankings, qrels, depth=depth)  # type: ignore[attr-defined]
+                t2 = clock()
+                values = m.evaluate(measures, b)  # type: ignore[attr-defined]
+                t3 = clock()
+                writer.write(qids, [values[x] for x in measures])
+                t4 = clock()
+                splits["batch"] += t2 - t1
+                splits["kernels"] += t3 - t2
+                splits["rows"] += t4 - t3
+            qids, rankings, qrels = next_qids, next_rankings, next_qrels
+            done = done and not qids
+    del raws
+    return splits
+
+
+def profile_evald(path: str, out: str, top: int = 14) -> None:
+    """cProfile of the command on ``path``: the functions with the most own time."""
+    cmd = c.require("evald.score.command", "run")
+    args = evald_args(path, "--output", out)
+    prof = cProfile.Profile()
+    with contextlib.redirect_stderr(io.StringIO()):
+        prof.runcall(cmd.run, args)  # type: ignore[attr-defined]
+    stats = pstats.Stats(prof)
+    total = sum(row[2] for row in stats.stats.values())  # type: ignore[attr-defined]
+    print(f"  -- cProfile of evald score on that prefix (own time, total {total:.2f} s)")
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)  # type: ignore[attr-defined]
+    for (file, lineno, name), (_, calls, own, _cum, _) in rows[:top]:
+        where = f"{os.path.basename(file)}:{lineno}({name})" if lineno else name
+        c.line(f"{own / total:5.1%}  {where}"[:52], f"{own:.3f} s  {calls:,} calls")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
 def body(argv: Sequence[str] | None) -> None:
-    args = c.parse_args(__doc__ or "", argv)
+    args = c.parse_args(__doc__ or "", argv, extra=_extra_args)
     n = 50_000 if args.quick else 1_000_000
+    split_n = 50_000 if args.quick else 200_000
+    repeat = args.repeat
     warnings.simplefilter("ignore")  # ranx's numba casts warn on every call; noise in a report
     with tempfile.TemporaryDirectory(prefix="evald-score-bench-") as tmp:
         path = os.path.join(tmp, "lists.jsonl")
@@ -176,10 +343,15 @@ def body(argv: Sequence[str] | None) -> None:
         c.line("data", f"{n:,} lists x 20 served, 6 judged each; {size_mb:.0f} MB JSONL")
         c.line("  generated in (not timed)", c.fmt_s(time.perf_counter() - t0))
         c.line("measures", EVALD_MEASURES)
+        if repeat > 1:
+            c.line("repeats", f"best of {repeat} for pytrec_eval, evald and the floors; ranx once")
 
         warm_ranx(tmp, args.seed)
         ranx_total, ranx_eval, ranx_means = time_ranx(path)
-        trec_total, trec_eval, trec_means = time_pytrec(path)
+        trec_runs = [time_pytrec(path) for _ in range(repeat)]
+        trec_total = min(r[0] for r in trec_runs)
+        trec_eval = min(r[1] for r in trec_runs)
+        trec_means = trec_runs[0][2]
         print("  -- end to end from the JSONL file", flush=True)
         c.line(
             "ranx (read, Qrels/Run, evaluate)",
@@ -190,14 +362,36 @@ def body(argv: Sequence[str] | None) -> None:
             f"{c.fmt_s(trec_total)}  {c.fmt_rate(n / trec_total)}",
         )
         try:
-            evald_total = time_evald(path, out)
+            evald_total = min(time_evald(path, "--output", out) for _ in range(repeat))
+            evald_mean = min(time_evald(path, "--mean") for _ in range(repeat))
         except c.NotAvailable as exc:
             c.line("evald score", f"NOT AVAILABLE: {exc}")
-            evald_total = None
-        if evald_total is not None:
+            evald_total = evald_mean = None
+        if evald_total is not None and evald_mean is not None:
             c.line(
                 "evald score FILE --output (CLI, in process)",
                 f"{c.fmt_s(evald_total)}  {c.fmt_rate(n / evald_total)}",
+            )
+            c.line(
+                "evald score FILE --mean (no rows written)",
+                f"{c.fmt_s(evald_mean)}  {c.fmt_rate(n / evald_mean)}",
+            )
+        print(
+            "  -- floors: the file read and decoded, nothing checked or scored"
+            " (fraction of pytrec_eval end to end)",
+            flush=True,
+        )
+        floors: dict[str, float] = {}
+        for label, fn in FLOORS:
+            try:
+                floors[label] = c.best_of(lambda fn=fn: fn(path), repeat)
+            except c.NotAvailable as exc:
+                c.line(label, f"NOT AVAILABLE: {exc}")
+                continue
+            c.line(
+                label,
+                f"{c.fmt_s(floors[label])}  {c.fmt_rate(n / floors[label])}"
+                f"  ({floors[label] / trec_total:.3f}x)",
             )
         print("  -- scoring only, input already parsed into Python objects", flush=True)
         c.line(
@@ -218,8 +412,9 @@ def body(argv: Sequence[str] | None) -> None:
                 "evald Batch.from_lists + evaluate",
                 f"{c.fmt_s(evald_kern)}  {c.fmt_rate(n / evald_kern)}",
             )
-        if evald_total is None:
+        if evald_total is None or evald_mean is None:
             return
+        report_splits(path, tmp, split_n, profile=args.profile)
 
         means = evald_means(out)
         agree = {
@@ -251,9 +446,55 @@ def body(argv: Sequence[str] | None) -> None:
             trec_total >= 10 * evald_total,
             ">= 10x",
         )
+        c.line("end to end: pytrec_eval / evald --mean", f"{trec_total / evald_mean:.2f}x")
         if evald_kern is not None:
             c.line("scoring only: ranx evaluate / evald", f"{ranx_eval / evald_kern:.2f}x")
             c.line("scoring only: pytrec_eval / evald", f"{trec_eval / evald_kern:.2f}x")
+        print("  -- the bound", flush=True)
+        budget = trec_total / 10
+        c.line("10x pytrec_eval end to end allows", f"{c.fmt_s(budget)} for {n:,} lists")
+        for label, seconds in floors.items():
+            c.line(f"  {label.split(' (')[0]}", f"{seconds / budget:.2f}x that budget")
+
+
+def report_splits(path: str, tmp: str, n: int, *, profile: bool) -> None:
+    """Stage-by-stage wall time of evald on the first ``n`` lists, against the command's."""
+    prefix = os.path.join(tmp, "prefix.jsonl")
+    write_prefix(path, prefix, n)
+    rows = os.path.join(tmp, "prefix-rows.jsonl")
+    total = time_evald(prefix, "--output", rows)
+    splits = time_splits(prefix, rows)
+    print(f"  -- where evald's time goes ({n:,} lists; each stage timed on its own)", flush=True)
+    labels = {
+        "read": "read the lines",
+        "parse+check": "parse and check (msgspec, chunk checks)",
+        "batch": "Batch.from_lists (padded matrices)",
+        "kernels": "evaluate (numpy kernels)",
+        "rows": "format and write the rows",
+    }
+    for key, label in labels.items():
+        seconds = splits[key]
+        c.line(label, f"{seconds / n * 1e6:5.2f} µs/list  {seconds / total:5.1%}")
+    rest = total - sum(splits.values())
+    c.line(
+        "rest (queues, means, chunk bookkeeping)",
+        f"{rest / n * 1e6:5.2f} µs/list  {rest / total:5.1%}",
+    )
+    c.line("evald score --output on the same lists", f"{total / n * 1e6:5.2f} µs/list  100%")
+    if profile:
+        profile_evald(prefix, rows)
+
+
+def _extra_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="best of N for pytrec_eval, evald and the floors (ranx runs once: minutes each)",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also print a cProfile listing of evald score"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
