@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evald.metrics import Batch, Measure, evaluate, required_depth, weights_of
+from evald.metrics import Measure, evaluate, required_depth, weights_of
+from evald.score.batching import Lists, build_batch, concat, lists_from, widths
 from evald.score.output import MeanRow
 from evald.score.records import Qid, Query
 
@@ -69,8 +70,9 @@ class BatchScorer:
 
     Every ``batch_size`` lists (and at the final :meth:`flush`) the pending lists are scored in
     input order, cut into batches that stay within ``cell_budget`` padded matrix cells; a single
-    list wider than the budget is scored on its own. Widths are measured once per batch with
-    numpy rather than per :meth:`add`, which runs once per input line.
+    list wider than the budget is scored on its own. Queries are turned into numbers
+    (:class:`Lists`) as they are added, a chunk at a time, while their objects are fresh in the
+    CPU cache; a batch is then padded from those numbers alone.
     """
 
     def __init__(
@@ -89,10 +91,8 @@ class BatchScorer:
         self._batch_size = batch_size
         self._cell_budget = cell_budget
         self._depth = required_depth(self.measures)
-        # pending lists as columns: a reader hands over whole chunks of them
-        self._qids: list[Qid] = []
-        self._rankings: list[list[str]] = []
-        self._qrels: list[dict[str, float]] = []
+        self._pending: list[Lists] = []
+        self._pending_n = 0
         self._means = {m: MeanAccumulator() for m in self.measures}
         self.scored = 0
 
@@ -108,52 +108,41 @@ class BatchScorer:
     ) -> None:
         """Queue queries given as columns; every full batch is scored as it fills.
 
-        Batches hold exactly ``batch_size`` consecutive lists whatever the chunks handed in, so
-        the output does not depend on how the input was read.
+        Each ranking must hold distinct docids, as both readers ensure. Batches hold exactly
+        ``batch_size`` consecutive lists whatever the chunks handed in, so the output does not
+        depend on how the input was read.
         """
-        if not len(qids) == len(rankings) == len(qrels):
-            raise ValueError("qids, rankings and qrels must be as long as each other")
+        lists = lists_from(qids, rankings, qrels)
         start = 0
-        while start < len(qids):
-            room = self._batch_size - len(self._qids)
-            stop = start + room
-            self._qids.extend(qids[start:stop])
-            self._rankings.extend(rankings[start:stop])
-            self._qrels.extend(qrels[start:stop])
+        while start < len(lists):
+            stop = min(len(lists), start + self._batch_size - self._pending_n)
+            part = lists if start == 0 and stop == len(lists) else lists.slice(start, stop)
+            self._pending.append(part)
+            self._pending_n += len(part)
             start = stop
-            if len(self._qids) >= self._batch_size:
+            if self._pending_n >= self._batch_size:
                 self.flush()
 
     def flush(self) -> None:
         """Score what is pending (the caller calls it once more at end of input)."""
-        qids, rankings, qrels = self._qids, self._rankings, self._qrels
-        self._qids, self._rankings, self._qrels = [], [], []
-        widths = self._widths(rankings, qrels)
+        if not self._pending:
+            return
+        lists = concat(self._pending)
+        self._pending, self._pending_n = [], 0
+        needed = widths(lists, self._depth)
         start = 0
-        while start < len(qids):
-            stop = start + _fitting(widths[start:], self._cell_budget)
-            self._score(qids[start:stop], rankings[start:stop], qrels[start:stop])
+        while start < len(lists):
+            stop = start + _fitting(needed[start:], self._cell_budget)
+            self._score(lists if start == 0 and stop == len(lists) else lists.slice(start, stop))
             start = stop
 
-    def _widths(self, rankings: list[list[str]], qrels: list[dict[str, float]]) -> np.ndarray:
-        """Matrix row width each query needs: its served ranks up to the depth, its judgments
-        (the ideal matrix is as wide as the judgments), at least 1."""
-        n = len(rankings)
-        served = np.fromiter(map(len, rankings), dtype=np.int64, count=n)
-        if self._depth is not None:
-            np.minimum(served, self._depth, out=served)
-        judged = np.fromiter(map(len, qrels), dtype=np.int64, count=n)
-        return np.maximum(np.maximum(served, judged), 1)
-
-    def _score(
-        self, qids: list[Qid], rankings: list[list[str]], qrels: list[dict[str, float]]
-    ) -> None:
-        batch = Batch.from_lists(rankings, qrels, depth=self._depth)
+    def _score(self, lists: Lists) -> None:
+        batch = build_batch(lists, self._depth)
         values = evaluate(self.measures, batch)
         for measure, column in values.items():
             self._means[measure].add(column, weights_of(measure, batch))
-        self._sink(qids, [values[m] for m in self.row_measures])
-        self.scored += len(qids)
+        self._sink(lists.qids, [values[m] for m in self.row_measures])
+        self.scored += len(lists)
 
     def means(self) -> list[MeanRow]:
         """One row per measure, in the order the user gave them."""
