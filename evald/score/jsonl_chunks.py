@@ -78,18 +78,13 @@ def read_chunks(lines: Iterable[bytes], source: str, size: int) -> Iterator[Chun
 
 def read_chunk(raws: list[bytes], start: int, source: str) -> Chunk:
     """The chunk of lines ``start + 1 ...``: accepted here, or by the per-line reader."""
-    decode = _DECODE
-    records: list[_Line | None] = []
-    for raw in raws:
-        try:
-            records.append(decode(raw))
-        except (ValueError, RecursionError):  # msgspec.DecodeError is a ValueError
-            records.append(None)
-    fast = [i for i, record in enumerate(records) if record is not None]
-    if len(fast) == len(raws):
-        good: list[_Line] = records  # type: ignore[assignment]
+    try:  # the common case, every line decodes: no Python step per line
+        good: list[_Line] = list(map(_DECODE, raws))
+        fast = list(range(len(raws)))
         lines = raws
-    else:
+    except (ValueError, RecursionError):  # msgspec.DecodeError is a ValueError
+        records = list(map(_decoded, raws))
+        fast = [i for i, record in enumerate(records) if record is not None]
         good = [records[i] for i in fast]  # type: ignore[misc]
         lines = [raws[i] for i in fast]
     rankings = list(map(_ranking, good))
@@ -103,6 +98,14 @@ def read_chunk(raws: list[bytes], start: int, source: str) -> Chunk:
     if len(fast) == len(raws):
         return Chunk(list(map(_qid, good)), rankings, qrels)
     return _merge(raws, start, source, fast, good)
+
+
+def _decoded(raw: bytes) -> _Line | None:
+    """The line's record, or None if msgspec does not accept it."""
+    try:
+        return _DECODE(raw)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _merge(raws: list[bytes], start: int, source: str, fast: list[int], good: list[_Line]) -> Chunk:
