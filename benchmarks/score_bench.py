@@ -254,57 +254,64 @@ def time_splits(path: str, rows_path: str, batch: int = 10_000) -> dict[str, flo
     """The command's pipeline stage by stage, each stage timed on its own, on ``path``.
 
     Same functions, chunk size and batch size as `evald score`: read the lines; parse and check
-    them (the chunked reader); build the padded matrices (``Batch.from_lists``); the measures'
-    kernels (``evaluate``); format and write the rows. The command's extra bookkeeping (queues,
-    means) is what its own total has beyond their sum.
+    them (the chunked reader); look the served docids up in their qrels, per chunk
+    (``lists_from``); pad a batch into matrices (``build_batch``); the measures' kernels
+    (``evaluate``); format and write the rows. The command's extra bookkeeping (queues, means)
+    is what its own total has beyond their sum.
     """
     cmd = c.require("evald.score.command", "READ_CHUNK")
     reader = c.require("evald.score.jsonl_chunks", "read_chunks")
-    m = c.require("evald.metrics", "Batch", "evaluate", "parse_measures", "required_depth")
+    bt = c.require("evald.score.batching", "lists_from", "concat", "build_batch")
+    m = c.require("evald.metrics", "evaluate", "parse_measures", "required_depth")
     out = c.require("evald.score.output", "JsonlWriter")
     measures = m.parse_measures(EVALD_MEASURES)  # type: ignore[attr-defined]
     depth = m.required_depth(measures)  # type: ignore[attr-defined]
     clock = time.perf_counter
-    splits = dict.fromkeys(["read", "parse+check", "batch", "kernels", "rows"], 0.0)
+    splits = dict.fromkeys(["read", "parse+check", "lookups", "pad", "kernels", "rows"], 0.0)
     t0 = clock()
     with open(path, "rb") as fh:
         raws = list(fh)
     splits["read"] = clock() - t0
-    chunks = reader.read_chunks(raws, path, cmd.READ_CHUNK)  # type: ignore[attr-defined]
     with gc_paused(), open(rows_path, "w", encoding="utf-8") as rows:
         writer = out.JsonlWriter(rows, [str(x) for x in measures])  # type: ignore[attr-defined]
-        qids: list[object] = []
-        rankings: list[list[str]] = []
-        qrels: list[dict[str, float]] = []
-        done = False
-        while not done:
+        pending: list[object] = []
+        n = 0
+
+        def score(lists: object) -> None:
             t0 = clock()
-            for chunk in chunks:
-                qids += chunk.qids
-                rankings += chunk.rankings
-                qrels += chunk.qrels
-                if len(qids) >= batch:
-                    break
-            else:
-                done = True
-            # batches of exactly `batch` lists, as the command's scorer cuts them
-            qids, next_qids = qids[:batch], qids[batch:]
-            rankings, next_rankings = rankings[:batch], rankings[batch:]
-            qrels, next_qrels = qrels[:batch], qrels[batch:]
+            b = bt.build_batch(lists, depth)  # type: ignore[attr-defined]
+            t1 = clock()
+            values = m.evaluate(measures, b)  # type: ignore[attr-defined]
+            t2 = clock()
+            writer.write(lists.qids, [values[x] for x in measures])  # type: ignore[attr-defined]
+            splits["pad"] += t1 - t0
+            splits["kernels"] += t2 - t1
+            splits["rows"] += clock() - t2
+
+        chunks = reader.read_chunks(raws, path, cmd.READ_CHUNK)  # type: ignore[attr-defined]
+        while True:
+            t0 = clock()
+            chunk = next(chunks, None)
             t1 = clock()
             splits["parse+check"] += t1 - t0
-            if qids:
-                b = m.Batch.from_lists(rankings, qrels, depth=depth)  # type: ignore[attr-defined]
-                t2 = clock()
-                values = m.evaluate(measures, b)  # type: ignore[attr-defined]
-                t3 = clock()
-                writer.write(qids, [values[x] for x in measures])
-                t4 = clock()
-                splits["batch"] += t2 - t1
-                splits["kernels"] += t3 - t2
-                splits["rows"] += t4 - t3
-            qids, rankings, qrels = next_qids, next_rankings, next_qrels
-            done = done and not qids
+            if chunk is None:
+                break
+            lists = bt.lists_from(chunk.qids, chunk.rankings, chunk.qrels)  # type: ignore[attr-defined]
+            splits["lookups"] += clock() - t1
+            del chunk
+            room = batch - n
+            if len(lists) < room:
+                pending.append(lists)
+                n += len(lists)
+                continue
+            pending.append(lists.slice(0, room))
+            t0 = clock()
+            whole = bt.concat(pending)  # type: ignore[attr-defined]
+            splits["pad"] += clock() - t0
+            score(whole)
+            pending, n = [lists.slice(room, len(lists))], len(lists) - room
+        if n:
+            score(bt.concat(pending))  # type: ignore[attr-defined]
     del raws
     return splits
 
@@ -468,7 +475,8 @@ def report_splits(path: str, tmp: str, n: int, *, profile: bool) -> None:
     labels = {
         "read": "read the lines",
         "parse+check": "parse and check (msgspec, chunk checks)",
-        "batch": "Batch.from_lists (padded matrices)",
+        "lookups": "qrels look-ups per chunk (lists_from)",
+        "pad": "pad a batch into matrices (build_batch)",
         "kernels": "evaluate (numpy kernels)",
         "rows": "format and write the rows",
     }
