@@ -180,6 +180,65 @@ class _IntFifo:
         return value
 
 
+class _OffsetLog:
+    """Source offsets of live entries (pending impressions or attached feedback), so their
+    minimum costs amortised O(1) per event instead of a scan of the pending state per commit.
+
+    An entry is (offset, ref); it is live while ``stored[ref] == offset + 1`` (the store zeroes
+    or overwrites a ref's column when it frees or reuses it). Offsets pushed in increasing
+    order, the rule on a Kafka partition, go to a FIFO; others (held feedback attached later,
+    out-of-order callers) to a heap. Dead entries are dropped when they reach the front.
+    """
+
+    def __init__(self) -> None:
+        self._off = array("q")
+        self._ref = array("i")
+        self._head = 0
+        self._last = -1
+        self._heap: list[tuple[int, int]] = []
+
+    def push(self, offset: int, ref: int) -> None:
+        if offset >= self._last:
+            self._off.append(offset)
+            self._ref.append(ref)
+            self._last = offset
+        else:
+            heapq.heappush(self._heap, (offset, ref))
+
+    def push_many(self, offsets: list[int], refs: list[int]) -> None:
+        if offsets and offsets[0] >= self._last and offsets == sorted(offsets):
+            self._off.extend(offsets)
+            self._ref.extend(refs)
+            self._last = offsets[-1]
+        else:
+            for offset, ref in zip(offsets, refs, strict=True):
+                self.push(offset, ref)
+
+    def low(self, stored: np.ndarray) -> int | None:
+        """Smallest live offset, or None."""
+        off, ref, head = self._off, self._ref, self._head
+        while head < len(off):  # skip dead entries, a numpy chunk at a time
+            end = min(len(off), head + 4096)
+            offs = np.frombuffer(off, np.int64)[head:end]
+            alive = stored[np.frombuffer(ref, np.int32)[head:end]] == offs + 1
+            del offs
+            if alive.any():
+                head += int(alive.argmax())
+                break
+            head = end
+        if head >= 4096 and head * 2 >= len(off):
+            del off[:head], ref[:head]
+            head = 0
+        self._head = head
+        heap = self._heap
+        while heap and stored[heap[0][1]] != heap[0][0] + 1:
+            heapq.heappop(heap)
+        first = off[head] if head < len(off) else None
+        if heap and (first is None or heap[0][0] < first):
+            return heap[0][0]
+        return first
+
+
 @dataclass(slots=True)
 class Closed:
     """Impressions closed by the watermark, the cap or a drain, ready to be scored."""
@@ -346,6 +405,9 @@ class JoinStore:
         self._fb_free: list[int] = []
         self._fb_top = 0
         self._bind()
+        # offsets of pending impressions and attached feedback, for low_offsets
+        self._imp_offsets = _OffsetLog()
+        self._fb_offsets = _OffsetLog()
         # held (early) feedback
         self._held: dict[str, list[_Held]] = {}
         self._held_queue = _DeadlineQueue(lambda held: held.deadline)
@@ -415,6 +477,7 @@ class JoinStore:
         self._m_label[slot] = self.labels.acquire(imp.labels) + 1
         if offset is not None:
             self._m_offset[slot] = offset + 1
+            self._imp_offsets.push(offset, slot)
         self._open_total[0] += 1
         if self._held:
             held = self._held.pop(rid, None)
@@ -480,6 +543,7 @@ class JoinStore:
         m_fb_item, m_fb_grade, m_fb_next = self._m_fb_item, self._m_fb_grade, self._m_fb_next
         m_fb_evid, m_fb_offset = self._m_fb_evid, self._m_fb_offset
         fb_free = self._fb_free
+        fb_push = self._fb_offsets.push
         cap, fb_cap = len(self._ts), len(self._fb_item)
         imp_ok = imp_dup = fb_ok = fb_dup = 0
         fresh = False
@@ -678,6 +742,7 @@ class JoinStore:
                                 m_fb_evid[entry] = evid
                             if off >= 0:
                                 m_fb_offset[entry] = off + 1
+                                fb_push(off, entry)
                             m_fb_next[entry] = head
                             m_head[slot] = entry + 1
             # the watermark moves after the event is joined (add_*'s tail, inlined)
@@ -712,6 +777,7 @@ class JoinStore:
         self._rid_len[idx] = rid_lengths
         if offs is not None:
             self._offset[idx] = offs
+            self._imp_offsets.push_many([off - 1 for off in offs], slots)
 
     def _new_slot(self) -> int:
         slot = self._top
@@ -869,6 +935,7 @@ class JoinStore:
             self._m_fb_evid[entry] = evid
         if off:
             self._m_fb_offset[entry] = off
+            self._fb_offsets.push(off - 1, entry)
         if replayed:
             self._m_fb_replayed[entry] = True
         self._m_fb_next[entry] = head
@@ -1131,25 +1198,18 @@ class JoinStore:
     # ------------------------------------------------------------------ checkpoints
 
     def low_offsets(self) -> dict[str, int | None]:
-        """Smallest source offset per kind still needed to rebuild this partition's state."""
-        slots = self._live_slots()
-        imp_off = self._offset[slots]
-        imp_off = imp_off[imp_off > 0]
-        lows: list[int] = []
-        fb_next, fb_offset = self._m_fb_next.__getitem__, self._m_fb_offset.__getitem__
-        for link in self._head[slots].tolist():
-            while link:
-                off = fb_offset(link - 1)
-                if off:
-                    lows.append(off - 1)
-                link = fb_next(link - 1)
-        lows.extend(
+        """Smallest source offset per kind still needed to rebuild this partition's state:
+        pending impressions, the feedback attached to them, and held feedback."""
+        attached = self._fb_offsets.low(self._fb_offset)
+        held = [
             h.offset - 1
             for waiting in self._held.values()
             for h in waiting
             if h.alive and h.offset > 0
-        )
+        ]
+        if attached is not None:
+            held.append(attached)
         return {
-            "impression": int(imp_off.min()) - 1 if len(imp_off) else None,
-            "feedback": min(lows, default=None),
+            "impression": self._imp_offsets.low(self._offset),
+            "feedback": min(held, default=None),
         }

@@ -13,6 +13,8 @@ from __future__ import annotations
 import itertools
 import json
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,31 +35,33 @@ class Clock:
 
 
 @st.composite
-def records(draw: st.DrawFn) -> tuple[str, bytes]:
-    """One (source kind, raw) record; ids and times from small pools so they collide."""
+def records(draw: st.DrawFn) -> tuple[str, dict[str, object] | bytes, int]:
+    """One (source kind, body or raw bytes, time jitter) record; ids come from small pools so
+    they collide. The test sets ``ts`` from the record's position plus the jitter: mostly in
+    order with small disorder, sometimes far out of order."""
     rid = f"r{draw(st.integers(0, 6))}"
-    ts = draw(st.integers(0, 40)) * MIN // 2 + draw(st.integers(0, 999))
+    jitter = draw(st.one_of(st.integers(-90_000, 60_000), st.integers(-20 * MIN, 20 * MIN)))
     item = f"i{draw(st.integers(0, 6))}"
     shape = draw(st.sampled_from(["imp", "imp", "fb", "fb", "fb", "judgment", "junk", "odd"]))
     if shape == "imp":
         items = draw(st.lists(st.sampled_from([f"i{k}" for k in range(7)]), min_size=1, max_size=5))
         labels = {"arm": draw(st.sampled_from(["a", "b"]))}
-        body: dict[str, object] = {"request_id": rid, "ts": ts, "items": items, "labels": labels}
-        return "impression", json.dumps(body).encode()
+        body: dict[str, object] = {"request_id": rid, "items": items, "labels": labels}
+        return "impression", body, jitter
     if shape == "fb":
-        body = {"request_id": rid, "ts": ts, "item": item, "action": "click"}
+        body = {"request_id": rid, "item": item, "action": "click"}
         if draw(st.booleans()):
             body["event_id"] = f"e{draw(st.integers(0, 2))}"
-        return "feedback", json.dumps(body).encode()
+        return "feedback", body, jitter
     if shape == "judgment":
-        body = {"request_id": rid, "ts": ts, "item": item, "action": "judgment"}
+        body = {"request_id": rid, "item": item, "action": "judgment"}
         if draw(st.booleans()):
             body["grade"] = draw(st.sampled_from([0, 1, 2.5]))
-        return "feedback", json.dumps(body).encode()
+        return "feedback", body, jitter
     if shape == "odd":  # an action nobody configured, or a feedback sent as an impression
-        body = {"request_id": rid, "ts": ts, "item": item, "action": "wink"}
-        return draw(st.sampled_from(["feedback", "impression"])), json.dumps(body).encode()
-    return draw(st.sampled_from(["impression", "feedback"])), b'{"request_id": '
+        body = {"request_id": rid, "item": item, "action": "wink"}
+        return draw(st.sampled_from(["feedback", "impression"])), body, jitter
+    return draw(st.sampled_from(["impression", "feedback"])), b'{"request_id": ', jitter
 
 
 def _engine(max_pending: int, results: list[Result], clock: Clock) -> Engine:
@@ -72,7 +76,26 @@ def _engine(max_pending: int, results: list[Result], clock: Clock) -> Engine:
     return Engine(config, clock=clock, on_result=results.append)
 
 
+def _scanned_low_offsets(engine: Engine, partition: int) -> dict[str, int | None]:
+    """Oracle for Engine.low_offsets: a full scan of the store's pending state."""
+    store = engine._stores.get(partition)
+    if store is None:
+        return {"impression": None, "feedback": None}
+    live = np.flatnonzero(store._label[: store._top])
+    imp = [int(o) - 1 for o in store._offset[live] if o > 0]
+    fbs = []
+    for link in store._head[live].tolist():
+        while link:
+            if store._fb_offset[link - 1]:
+                fbs.append(int(store._fb_offset[link - 1]) - 1)
+            link = int(store._fb_next[link - 1])
+    fbs += [h.offset - 1 for hs in store._held.values() for h in hs if h.alive and h.offset > 0]
+    return {"impression": min(imp, default=None), "feedback": min(fbs, default=None)}
+
+
 def _state(engine: Engine, results: list[Result]) -> dict[str, object]:
+    for partition in (0, 1):
+        assert engine.low_offsets(partition) == _scanned_low_offsets(engine, partition)
     stats = engine.stats
     return {
         "results": [
@@ -93,8 +116,8 @@ def _state(engine: Engine, results: list[Result]) -> dict[str, object]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    stream=st.lists(st.tuples(records(), st.integers(0, 1)), min_size=1, max_size=80),
-    cuts=st.lists(st.integers(0, 80), max_size=8),
+    stream=st.lists(st.tuples(records(), st.integers(0, 1)), min_size=1, max_size=120),
+    cuts=st.lists(st.integers(0, 120), max_size=12),
     max_pending=st.sampled_from([3, 1000]),
     given_kinds=st.booleans(),
     restore_at=st.none() | st.integers(0, 20),
@@ -102,7 +125,11 @@ def _state(engine: Engine, results: list[Result]) -> dict[str, object]:
 def test_feed_batch_equals_feed_event_by_event(stream, cuts, max_pending, given_kinds, restore_at):
     offsets: dict[tuple[int, str], int] = {}
     rows = []  # (partition, kind, offset, raw)
-    for (kind, raw), partition in stream:
+    for index, ((kind, body, jitter), partition) in enumerate(stream):
+        if isinstance(body, bytes):
+            raw = body
+        else:
+            raw = json.dumps({**body, "ts": max(0, index * 40_000 + jitter)}).encode()
         off = offsets.get((partition, kind), 0)
         offsets[(partition, kind)] = off + 1
         rows.append((partition, kind, off, raw))
@@ -179,3 +206,82 @@ def test_feed_batch_counts_a_repeated_event_id_once_inside_one_batch():
     assert engine.stats.events[("feedback", "duplicate")] == 1
     assert engine.stats.unattributed["duplicate"] == 1
     assert results[0].measures["RR"] == 0.5  # only the click on "b" (rank 2) counts
+
+
+def _realistic(seed: int, n: int = 300) -> list[tuple[int, str, bytes]]:
+    """(partition, kind, raw) of realistic traffic: impressions nearly in order, feedback
+    mostly inside the window after them (sometimes before, late, repeated or for an item
+    not served), a few duplicates and malformed records, two partitions."""
+    rng = np.random.default_rng(seed)
+    timed: list[tuple[int, int, str, bytes]] = []
+    for k in range(n):
+        ts = k * 15_000 + int(rng.integers(-LATENESS // 2, LATENESS // 2))
+        rid = f"r{k}" if rng.random() > 0.05 else f"r{max(0, k - 3)}"  # some duplicates
+        items = [f"i{x}" for x in rng.choice(40, size=int(rng.integers(1, 8)), replace=False)]
+        partition = int(rng.integers(0, 2))
+        body = {"request_id": rid, "ts": max(0, ts), "items": items, "labels": {"arm": "ab"[k % 2]}}
+        timed.append((ts, partition, "impression", json.dumps(body).encode()))
+        for _ in range(int(rng.integers(0, 4))):
+            lag = int(rng.choice([-MIN, 0, WINDOW // 3, WINDOW // 2, WINDOW + 2 * MIN]))
+            lag += int(rng.integers(0, MIN))
+            item = str(rng.choice(items)) if rng.random() > 0.1 else "unserved"
+            fbody: dict[str, object] = {
+                "request_id": rid,
+                "ts": max(0, ts + lag),
+                "item": item,
+                "action": "click",
+            }
+            if rng.random() < 0.5:
+                fbody["event_id"] = f"e{int(rng.integers(0, 3))}"
+            timed.append((ts + lag, partition, "feedback", json.dumps(fbody).encode()))
+        if rng.random() < 0.03:
+            timed.append((ts, partition, "feedback", b"not json"))
+    timed.sort(key=lambda e: e[0] + int(rng.integers(0, LATENESS)))
+    return [(p, kind, raw) for _, p, kind, raw in timed]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_feed_batch_equals_feed_on_realistic_traffic(seed):
+    rng = np.random.default_rng(1000 + seed)
+    stream = _realistic(seed)
+    max_pending = [40, 100_000][seed % 2]
+    restore = seed >= 4
+    offsets: dict[tuple[int, str], int] = {}
+    rows = []
+    for partition, kind, raw in stream:
+        off = offsets.get((partition, kind), 0)
+        offsets[(partition, kind)] = off + 1
+        rows.append((partition, kind, off, raw))
+    cuts = sorted({0, len(rows), *rng.integers(0, len(rows), size=40).tolist()})
+
+    outcomes = []
+    for batched in (False, True):
+        results: list[Result] = []
+        clock = Clock()
+        engine = _engine(max_pending, results, clock)
+        if restore:
+            for partition in (0, 1):
+                engine.restore(partition, 20 * MIN, {"impression": 30, "feedback": 50})
+        trajectory = []
+        for lo, hi in itertools.pairwise(cuts):
+            for partition in (0, 1):
+                part = [row for row in rows[lo:hi] if row[0] == partition]
+                if not part:
+                    continue
+                kinds = [row[1] for row in part]
+                offs = [row[2] for row in part]
+                if batched:
+                    engine.feed_batch(
+                        [row[3] for row in part], partition=partition, kinds=kinds, offsets=offs
+                    )
+                else:
+                    for _, kind, off, raw in part:
+                        engine.feed(raw, partition=partition, kind=kind, offset=off)
+            clock.now += 1.0
+            engine.tick()
+            trajectory.append(_state(engine, results))
+        engine.drain()
+        outcomes.append((trajectory, _state(engine, results)))
+    assert outcomes[1] == outcomes[0]
+    final = outcomes[0][1]
+    assert final["results"] and final["unattributed"]["early"] and final["unattributed"]["late"]
