@@ -3,9 +3,10 @@
 Traffic: one impression of 20 items per 1.5 feedback events, in event-time order (seeded).
 Baseline, same process, same bytes: the pydantic models' ``model_validate_json`` on every line,
 each with the right model (the kind known in advance, so this is the cheapest possible floor).
-evald is measured end to end: ``Engine.feed`` on every line, ``tick()`` after every 500 lines (a
-poll batch, as replay and the daemon do), and the final ``drain()``, with a results callback
-counting every finalized impression so nothing can be silently skipped.
+evald is measured end to end: ``Engine.feed_batch`` on every 500 lines (a poll batch, as replay
+and the daemon do; ``Engine.feed`` per line is shown too), ``tick()`` after each batch, and the
+final ``drain()``, with a results callback counting every finalized impression so nothing can be
+silently skipped.
 
 Targets (issue 6 §1): rate >= 0.5x the validation-only rate; aim >= 150k events/s on one core.
 Then cProfile on a smaller run shows where the time goes.
