@@ -106,6 +106,30 @@ def engine_run(
     return run
 
 
+def decode_only(lines: Sequence[bytes], engine_cls: Any, config: Any) -> Callable[[], None]:
+    """evald's decoder alone over the same batches (events dropped as they come)."""
+
+    def run() -> None:
+        decoder = engine_cls(config, clock=FixedClock()).decoder
+        rejected: list[Any] = []
+        for lo in range(0, len(lines), BATCH):
+            for _ in decoder.decode_many(lines[lo : lo + BATCH], None, rejected):
+                pass
+
+    return run
+
+
+def decode_and_join(lines: Sequence[bytes], engine_cls: Any, config: Any) -> Callable[[], None]:
+    """feed_batch on every batch and nothing else: no tick, so nothing is scored."""
+
+    def run() -> None:
+        engine = engine_cls(config, clock=FixedClock())
+        for lo in range(0, len(lines), BATCH):
+            engine.feed_batch(lines[lo : lo + BATCH])
+
+    return run
+
+
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     """Best wall time of `repeat` runs, and the last run's return value."""
     best, last = float("inf"), None
@@ -224,6 +248,21 @@ def body(argv: Sequence[str] | None) -> None:
     )
     c.target(
         "evald absolute rate, one core", c.fmt_rate(rate), rate >= 150_000, ">= 150,000/s (aim)"
+    )
+
+    # where the time goes, by phase and without a profiler: each phase is timed cumulatively
+    # (decode; decode + join; everything) and the differences are the phases' own costs
+    dec_s, _ = timed(decode_only(traffic.lines, engine_cls, config), repeat)
+    join_s, _ = timed(decode_and_join(traffic.lines, engine_cls, config), repeat)
+    per = 1e6 / traffic.events
+    c.line("-- phases (feed_batch, kind inferred), us per event", "")
+    c.line("  pydantic validation (the floor)", f"{base_s * per:.2f} us")
+    c.line("  evald decode (limits, kind sniff, reasons)", f"{dec_s * per:.2f} us")
+    c.line("  + join (hash ids, table, slots, queue)", f"{(join_s - dec_s) * per:.2f} us")
+    c.line("  + score, aggregate, results (tick, drain)", f"{(inferred_s - join_s) * per:.2f} us")
+    c.line(
+        "  budget above decode for 0.5x",
+        f"{(2 * base_s - dec_s) * per:.2f} us (spent: {(inferred_s - dec_s) * per:.2f} us)",
     )
 
     prof_lines = traffic.lines[: min(len(traffic.lines), 50_000)]
