@@ -56,6 +56,7 @@ class Chunk:
     rankings: list[list[str]] = field(default_factory=list)
     qrels: list[dict[str, float]] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
+    fallbacks: int = 0  # lines of the chunk read by the per-line reader
 
     def __len__(self) -> int:
         return len(self.qids)
@@ -65,14 +66,29 @@ class Chunk:
         return list(map(Query, self.qids, self.rankings, self.qrels))
 
 
+#: After a chunk in which most lines needed the per-line reader (lines with unknown keys, such
+#: as ``"query"``, always do: their keys cannot be counted from the typed record), this many
+#: chunks go to the per-line reader directly, so such files pay nothing for a typed decode that
+#: cannot accept them; then the typed path is tried again.
+SKIP_AFTER_MISS = 64
+
+
 def read_chunks(lines: Iterable[bytes], source: str, size: int) -> Iterator[Chunk]:
     """Read ``size`` raw lines at a time; lines are numbered from 1 across chunks."""
     if size < 1:
         raise ValueError("size must be ≥ 1")
     it = iter(lines)
     start = 0
+    skip = 0
     while raws := list(islice(it, size)):
-        yield read_chunk(raws, start, source)
+        if skip:
+            skip -= 1
+            yield _merge(raws, start, source, [], [])
+        else:
+            chunk = read_chunk(raws, start, source)
+            if chunk.fallbacks * 2 > len(raws):
+                skip = SKIP_AFTER_MISS
+            yield chunk
         start += len(raws)
 
 
@@ -110,7 +126,7 @@ def _decoded(raw: bytes) -> _Line | None:
 
 def _merge(raws: list[bytes], start: int, source: str, fast: list[int], good: list[_Line]) -> Chunk:
     """Input order again: the accepted records, and the per-line reader's verdict on the rest."""
-    chunk = Chunk()
+    chunk = Chunk(fallbacks=len(raws) - len(fast))
     accepted = dict(zip(fast, good, strict=True))
     for i, raw in enumerate(raws):
         record = accepted.get(i)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evald.score.jsonl import read_jsonl
-from evald.score.jsonl_chunks import Chunk, read_chunk, read_chunks
+from evald.score.jsonl_chunks import SKIP_AFTER_MISS, Chunk, read_chunk, read_chunks
 from evald.score.records import Query, Rejection
 
 from .test_jsonl import _json_fragments, line
@@ -140,3 +140,19 @@ def test_chunk_size_must_be_positive() -> None:
         list(read_chunks([], "f", 0))
     assert list(read_chunks([], "f", 5)) == []
     assert Chunk().queries() == []
+
+
+def test_after_a_chunk_of_unknown_keys_the_per_line_reader_takes_the_next_chunks() -> None:
+    """Files whose lines all carry extra keys skip the typed decode that cannot accept them."""
+    extra = [line(qid=f"q{i}", query="red shoes").encode() for i in range(4)]
+    plain = [line(qid=f"p{i}").encode() for i in range(2 * (SKIP_AFTER_MISS + 1))]
+    chunks = list(read_chunks(extra + plain, "f", 2))
+    assert [q.qid for c in chunks for q in c.queries()] == [f"q{i}" for i in range(4)] + [
+        f"p{i}" for i in range(len(plain))
+    ]
+    fallbacks = [c.fallbacks for c in chunks]
+    # the first chunk tried the typed path and missed; the next SKIP_AFTER_MISS chunks went
+    # straight to the per-line reader; then the typed path took the plain lines again
+    assert fallbacks[0] == 2
+    assert fallbacks[1 : 1 + SKIP_AFTER_MISS] == [2] * SKIP_AFTER_MISS
+    assert fallbacks[1 + SKIP_AFTER_MISS :] == [0] * (len(chunks) - 1 - SKIP_AFTER_MISS)
