@@ -85,19 +85,21 @@ _ENCODE = msgspec.json.Encoder().encode
 def float_texts(values: np.ndarray) -> list[str]:
     """``repr`` of each finite float64 of a 1-d array, formatted in bulk.
 
-    One msgspec call writes the whole column (about 4x faster than ``repr`` per value) when every
-    non-zero magnitude is in [1e-4, 1e16), where its text is ``repr``'s; otherwise
-    :func:`float_reprs` formats it. Measures bounded to [0, 1] take the fast path unless a value
-    falls below 1e-4.
+    One msgspec call writes the whole column, about 6x faster than ``repr`` per value; its text
+    is ``repr``'s wherever the magnitude is 0 or in [1e-4, 1e16), and the few values outside
+    (a measure's value below 1e-4) are then written again with ``repr``.
     """
     flat = np.ascontiguousarray(values, dtype=np.float64)
     if not flat.shape[0]:
         return []
+    texts = _ENCODE(flat.tolist()).decode("ascii")[1:-1].split(",")
     magnitude = np.abs(flat)
-    nonzero = magnitude[magnitude != 0]
-    if nonzero.shape[0] and (nonzero.min() < _PLAIN_LOW or nonzero.max() >= _PLAIN_HIGH):
-        return float_reprs(flat)
-    return _ENCODE(flat.tolist()).decode("ascii")[1:-1].split(",")
+    outside = np.flatnonzero(
+        ((magnitude < _PLAIN_LOW) & (magnitude != 0)) | (magnitude >= _PLAIN_HIGH)
+    )
+    for i in outside.tolist():
+        texts[i] = repr(float(flat[i]))
+    return texts
 
 
 def float_reprs(values: np.ndarray) -> list[str]:
