@@ -33,9 +33,10 @@ from kafka.structs import OffsetAndMetadata
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
-from evald.daemon.kafka_compat import unpark_resumed
+from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
 from evald.daemon.merge import KINDS, Merger
 from evald.daemon.restore import RestoreError, read_checkpoint, read_ranges
+from evald.daemon.results import ResultEncoder
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
 from evald.daemon.topics import TopicLayoutError, check_layout, missing_outputs
@@ -53,6 +54,11 @@ EngineFactory = Callable[[Callable[[Result], None]], Engine]
 RESTORE_TIMEOUT_S = 120.0
 #: records of one kind held in a partition's merge buffer before its fetch is paused
 MERGE_BUFFER_CAP = 20_000
+#: producer batching: one cycle's results for a partition fit in one batch, so the sender thread
+#: is woken per batch rather than per record (a second queued batch makes kafka-python report
+#: every append as "batch full" and wake the sender on each send); commits flush anyway
+PRODUCER_BATCH_BYTES = 512 * 1024
+PRODUCER_LINGER_MS = 50
 
 
 def result_document(result: Result) -> dict[str, Any]:
@@ -79,7 +85,11 @@ class _Part:
     fetched_next: dict[str, int] = field(default_factory=dict)
     ranges: tuple[ResultRange, ...] = ()
     epoch_start: int | None = None
-    txn_results: list[Any] = field(default_factory=list)
+    #: futures of the first and the last result sent in the open transaction (offsets grow
+    #: within a partition: the idempotent producer keeps their order)
+    txn_first: Any = None
+    txn_last: Any = None
+    txn_count: int = 0
     txn_max_ts: int | None = None
     dirty: bool = False
     merge_paused: set[str] = field(default_factory=set)
@@ -145,6 +155,9 @@ class Daemon:
         self._max_pending = 1
         self._uncommitted = 0
         self._pending_dlq: list[str] = []
+        self._encoder = ResultEncoder()
+        self._appender: RecordAppender | None = None
+        self._results_tps: dict[int, TopicPartition] = {}
         self._last_commit = clock()
         self._last_probe = 0.0
         self._broker_ok = False
@@ -214,11 +227,13 @@ class Daemon:
             transactional_id=f"evald-{cfg.daemon.group_id}-{cfg.daemon.instance_id}",
             transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
             max_block_ms=cfg.kafka.request_timeout_ms,
-            linger_ms=5,
+            linger_ms=PRODUCER_LINGER_MS,
+            batch_size=PRODUCER_BATCH_BYTES,
             **client,
         )
         # fences and aborts whatever a previous incarnation of this instance left open
         self._producer.init_transactions()
+        self._appender = RecordAppender(self._producer)
         self._reader = KafkaConsumer(
             group_id=None, enable_auto_commit=False, isolation_level="read_uncommitted", **client
         )
@@ -314,19 +329,21 @@ class Daemon:
 
     def _buffer(self, tp: TopicPartition, records: list[Any]) -> None:
         part = self._parts.get(tp.partition)
-        if part is None or not part.restored:
+        if part is None or not part.restored or not records:
             return  # not ours (any more): the new owner re-reads from the committed offset
         kind = self._kind(tp.topic)
         expected = part.fetched_next[kind]
-        for record in records:
-            if record.offset < expected:
-                continue
-            if record.offset > expected and record.offset > part.fed_next[kind]:
-                # a gap can only come from compaction/retention; accept it, never go back
-                log.debug("offset gap on %s: expected %d got %d", tp, expected, record.offset)
-            part.merger.push(kind, record.timestamp, record)
-            expected = record.offset + 1
-        part.fetched_next[kind] = expected
+        if records[0].offset < expected:  # re-fetched after a seek: skip what we have
+            records = [record for record in records if record.offset >= expected]
+            if not records:
+                return
+        first, last = records[0].offset, records[-1].offset
+        if first > expected or last - first + 1 != len(records):
+            # a gap can only come from compaction/retention (or transaction markers): accept
+            # it, never go back
+            log.debug("offset gap on %s: expected %d, got %d..%d", tp, expected, first, last)
+        part.merger.extend(kind, [record.timestamp for record in records], records)
+        part.fetched_next[kind] = last + 1
         consumer = self._consumer
         assert consumer is not None
         if part.merger.buffered(kind) > MERGE_BUFFER_CAP and kind not in part.merge_paused:
@@ -347,23 +364,27 @@ class Daemon:
     def _feed(self) -> int:
         engine = self._engine
         consumer = self._consumer
-        assert consumer is not None
+        assert consumer is not None and engine is not None
+        feed = engine.feed
         fed = 0
         for p, part in sorted(self._parts.items()):
             if not part.restored:
                 continue
-            for kind, record in part.merger.release(self._caught_up(part)):
-                outcome = engine.feed(
-                    record.value if record.value is not None else b"",
-                    partition=p,
-                    kind=kind,
-                    offset=record.offset,
-                )
-                part.fed_next[kind] = record.offset + 1
+            fed_next = part.fed_next
+            for kind, run in part.merger.release_runs(self._caught_up(part)):
+                for record in run:
+                    value = record.value
+                    outcome = feed(
+                        b"" if value is None else value,
+                        partition=p,
+                        kind=kind,
+                        offset=record.offset,
+                    )
+                    if outcome.__class__ is Rejection:
+                        self._dead_letter(outcome, record, kind)  # type: ignore[arg-type]
+                fed_next[kind] = run[-1].offset + 1
                 part.dirty = True
-                fed += 1
-                if isinstance(outcome, Rejection):
-                    self._dead_letter(outcome, record, kind)
+                fed += len(run)
             for kind in list(part.merge_paused):
                 if part.merger.buffered(kind) <= MERGE_BUFFER_CAP // 2:
                     part.merge_paused.discard(kind)
@@ -414,21 +435,30 @@ class Daemon:
         return producer
 
     def _on_result(self, result: Result) -> None:
+        """Send one result inside the open transaction (called from the engine's scoring)."""
         p = result.partition
+        key, value = self._encoder.encode(result)
+        if not self._txn_open:
+            self._begin()
         part = self._parts.get(p)
-        doc = result_document(result)
-        producer = self._begin()
-        future = producer.send(
-            self.settings.topics.results,
-            key=str(doc["request_id"]).encode(),
-            value=json.dumps(doc, separators=(",", ":"), sort_keys=True).encode(),
-            partition=p,
-        )
+        first = part is None or part.txn_first is None
+        tp = self._results_tps.get(p) or self._results_tp(p)
+        appender = self._appender
+        assert appender is not None
+        future = appender.send(tp, key, value, first_in_transaction=first)
         if part is not None:
-            part.txn_results.append(future)
+            if first:
+                part.txn_first = future
+            part.txn_last = future
+            part.txn_count += 1
             ts = int(result.ts)
-            part.txn_max_ts = ts if part.txn_max_ts is None else max(part.txn_max_ts, ts)
+            if part.txn_max_ts is None or ts > part.txn_max_ts:
+                part.txn_max_ts = ts
             part.dirty = True
+
+    def _results_tp(self, p: int) -> TopicPartition:
+        tp = self._results_tps[p] = TopicPartition(self.settings.topics.results, p)
+        return tp
 
     def _dead_letter(self, rejection: Rejection, record: Any, kind: str) -> None:
         reason, detail = rejection.reason, rejection.detail
@@ -469,11 +499,10 @@ class Daemon:
         for part in parts:
             p = part.partition
             ranges, epoch = part.ranges, part.epoch_start
-            if part.txn_results:
-                result_offsets = [f.get(timeout=30).offset for f in part.txn_results]
-                ranges, epoch = extend_ranges(
-                    ranges, epoch, min(result_offsets), max(result_offsets), part.txn_max_ts
-                )
+            if part.txn_first is not None:
+                first = part.txn_first.get(timeout=30).offset
+                last = part.txn_last.get(timeout=30).offset
+                ranges, epoch = extend_ranges(ranges, epoch, first, last, part.txn_max_ts)
             watermark = engine.checkpoint(p)
             if watermark is not None and horizon_ms is not None:
                 ranges = prune_ranges(ranges, watermark - horizon_ms)
@@ -509,9 +538,10 @@ class Daemon:
         self._txn_open = False
         produced = 0
         for part, checkpoint, _ in planned:
-            produced += len(part.txn_results)
+            produced += part.txn_count
             part.ranges, part.epoch_start = checkpoint.results, checkpoint.epoch_start
-            part.txn_results = []
+            part.txn_first = part.txn_last = None
+            part.txn_count = 0
             part.txn_max_ts = None
             part.dirty = False
         with self.stats.lock:
@@ -706,6 +736,7 @@ class Daemon:
             except Exception:
                 log.debug("closing producer failed", exc_info=True)
             self._producer = None
+            self._appender = None
         self._parts.clear()
         self._to_restore.clear()
         self._txn_open = False

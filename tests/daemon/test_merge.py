@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from evald.daemon.merge import Merger
 
 BOTH = {"impression": True, "feedback": True}
@@ -64,3 +70,69 @@ def test_a_lone_record_waits_longer_while_the_other_topic_is_behind() -> None:
     merger.push("impression", 60, "i60")
     clock.now += 30
     assert merger.release(behind) == [("impression", "i60")]
+
+
+def reference_release(
+    imp: list[tuple[int, float, str]],
+    fb: list[tuple[int, float, str]],
+    now: float,
+    hold_s: float,
+    max_hold_s: float,
+    caught_up: dict[str, bool],
+) -> list[tuple[str, str]]:
+    """The merge rule spelled out one record at a time: heads compared, lone heads held."""
+    queues = {"impression": list(imp), "feedback": list(fb)}
+    out = []
+    while queues["impression"] or queues["feedback"]:
+        i, f = queues["impression"], queues["feedback"]
+        if i and f:
+            kind = "impression" if (i[0][0], 0) <= (f[0][0], 1) else "feedback"
+        else:
+            kind = "impression" if i else "feedback"
+            other = "feedback" if i else "impression"
+            waited = now - queues[kind][0][1]
+            if waited < hold_s or (waited < max_hold_s and not caught_up[other]):
+                break
+        out.append((kind, queues[kind].pop(0)[2]))
+    return out
+
+
+arrivals = st.lists(
+    st.tuples(st.integers(0, 30), st.sampled_from([0.0, 1.0, 2.5, 40.0])), max_size=25
+)
+
+
+@given(arrivals, arrivals, st.booleans(), st.booleans())
+def test_runs_release_exactly_what_the_record_at_a_time_rule_releases(
+    imp_in: list[tuple[int, float]],
+    fb_in: list[tuple[int, float]],
+    imp_caught_up: bool,
+    fb_caught_up: bool,
+) -> None:
+    clock = FakeClock()
+    merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
+    imp, fb = [], []
+    # records arrive in bursts at increasing clock times (ages 40, 2.5, 1 and 0 s at release)
+    for arrived_ago in (40.0, 2.5, 1.0, 0.0):
+        clock.now = 1000.0 - arrived_ago
+        for kind, source, held in (("impression", imp_in, imp), ("feedback", fb_in, fb)):
+            batch = [
+                (ts, clock.now, f"{kind[0]}{len(held) + n}")
+                for n, (ts, ago) in enumerate(x for x in source if x[1] == arrived_ago)
+            ]
+            merger.extend(kind, [ts for ts, _, _ in batch], [name for _, _, name in batch])
+            held.extend(batch)
+    clock.now = 1000.0
+    caught_up = {"impression": imp_caught_up, "feedback": fb_caught_up}
+    expected = reference_release(imp, fb, clock.now, 2.0, 30.0, caught_up)
+    runs = merger.release_runs(caught_up)
+    assert [(kind, r) for kind, run in runs for r in run] == expected
+    # runs are maximal: two neighbours never have the same kind
+    assert all(a[0] != b[0] for a, b in pairwise(runs))
+    assert merger.buffered() == len(imp) + len(fb) - len(expected)
+
+
+def test_extend_checks_one_timestamp_per_record() -> None:
+    merger: Merger[str] = Merger(2.0, FakeClock())
+    with pytest.raises(ValueError, match="one timestamp per record"):
+        merger.extend("impression", [1, 2], ["only-one"])
