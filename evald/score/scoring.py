@@ -1,9 +1,10 @@
 """Scoring queries in batches and keeping the running means, in constant memory.
 
-Queries arrive one at a time from a reader; :class:`BatchScorer` collects them into batches
-(10k by default) so the numpy kernels work on big matrices while memory stays bounded however
-long the input is. Means are kept as mergeable sums (``Σ w·v``, ``Σ w``), so an aggregate such as
-GAUC, whose weight per list is not 1, averages the same way across batches as within one.
+Queries arrive from a reader a chunk at a time (or one at a time); :class:`BatchScorer` turns
+each chunk into numbers at once and collects them into batches (10k by default), so the numpy
+kernels work on big matrices while memory stays bounded however long the input is. Means are
+kept as mergeable sums (``Σ w·v``, ``Σ w``), so an aggregate such as GAUC, whose weight per list
+is not 1, averages the same way across batches as within one.
 """
 
 from __future__ import annotations
