@@ -72,20 +72,37 @@ class Batch:
         if sum(map(len, map(set, rankings))) != total:  # some list repeats an item
             rankings = [r if len(set(r)) == len(r) else _first_copies(r) for r in rankings]
         # Every per-item step below is a C-level iterator (map / chain / fromiter): this is the
-        # one place a batch touches Python objects, and `evald score` runs it per input line.
+        # one place a batch touches Python objects.
         lookups = map(map, map(_getter, qrels), rankings, repeat(_UNJUDGED))
         served = np.fromiter(chain.from_iterable(lookups), dtype=np.float64, count=total)
-        full = _pad(served, lengths, _width(lengths, depth), fill=math.nan)  # NaN: unjudged
         counts = np.fromiter(map(len, qrels), dtype=np.int64, count=n)
         values = chain.from_iterable(map(_values, qrels))
-        judgments = _pad(np.fromiter(values, dtype=np.float64, count=int(counts.sum())), counts)
-        _check_finite(judgments)  # every served grade is one of these
+        judgments = np.fromiter(values, dtype=np.float64, count=int(counts.sum()))
+        return cls.from_flat(lengths, served, counts, judgments, depth)
+
+    @classmethod
+    def from_flat(
+        cls,
+        lengths: np.ndarray,
+        served: np.ndarray,
+        counts: np.ndarray,
+        judgments: np.ndarray,
+        depth: int | None = None,
+    ) -> Batch:
+        """``from_lists`` on lists already turned into numbers: ``served`` holds each list's
+        grades in served order, concatenated (NaN where the item is unjudged), ``lengths`` the
+        served length of each list; ``judgments`` each list's judged grades (served or not),
+        concatenated, ``counts`` how many per list. A reader can so look grades up while its
+        objects are fresh and drop them before the batch is built."""
+        full = _pad(served, lengths, _width(lengths, depth), fill=math.nan)  # NaN: unjudged
+        padded = _pad(judgments, counts)
+        _check_finite(padded)  # every served grade is one of these
         judged = ~np.isnan(full)
         grades = np.where(judged, full, 0.0)
         np.maximum(grades, 0.0, out=grades)
         # the ideal keeps grades > 0 only: negatives and zeros sort to the zero padding, which
         # is then cut to the widest list's count of positive grades
-        ideal = _sorted_desc(np.maximum(judgments, 0.0, out=judgments))
+        ideal = _sorted_desc(np.maximum(padded, 0.0, out=padded))
         positive = int(np.count_nonzero(ideal, axis=1).max(initial=0))
         ideal = np.ascontiguousarray(ideal[:, : max(positive, 1)])
         return cls(grades, lengths, ideal, judged)

@@ -4,9 +4,9 @@
 lists) is scored; by then the lists' Python objects have left the CPU cache, and that look-up
 measured about twice as slow as the same look-up done on a chunk of a few hundred lists just
 read. So the command does the look-ups per chunk, while the objects are fresh, keeps only
-numbers (:class:`Lists`), and lets the Python objects go. :func:`build_batch` then pads the
-numbers into exactly the matrices ``Batch.from_lists`` builds (a property test checks they are
-equal, array for array), so every value is unchanged.
+numbers (:class:`Lists`), and lets the Python objects go. :func:`build_batch` then hands the
+numbers to ``Batch.from_flat``, the second half of ``Batch.from_lists`` (a property test checks
+the two batches are equal, array for array), so every value is unchanged.
 """
 
 from __future__ import annotations
@@ -107,39 +107,4 @@ def build_batch(lists: Lists, depth: int | None) -> Batch:
 
     Raises ValueError on a NaN or infinite judgment, as ``Batch.from_lists`` does.
     """
-    lengths = lists.lengths
-    full = _pad(lists.served, lengths, _width(lengths, depth), fill=math.nan)  # NaN: unjudged
-    judgments = _pad(lists.judgments, lists.counts)
-    if not np.isfinite(judgments).all():  # every served grade is one of these
-        raise ValueError("grades must be finite numbers (got NaN or infinity)")
-    judged = ~np.isnan(full)
-    grades = np.where(judged, full, 0.0)
-    np.maximum(grades, 0.0, out=grades)
-    # the ideal keeps grades > 0 only: negatives and zeros sort to the zero padding, which is
-    # then cut to the widest list's count of positive grades
-    np.maximum(judgments, 0.0, out=judgments)
-    ideal = -np.sort(-judgments, axis=1) if judgments.shape[1] > 1 else judgments
-    positive = int(np.count_nonzero(ideal, axis=1).max(initial=0))
-    ideal = np.ascontiguousarray(ideal[:, : max(positive, 1)])
-    return Batch(grades, lengths, ideal, judged)
-
-
-def _width(lengths: np.ndarray, depth: int | None) -> int:
-    """Stored depth: ``depth``, never deeper than the longest list, at least 1."""
-    longest = max(int(lengths.max(initial=0)), 1)
-    return longest if depth is None else min(depth, longest)
-
-
-def _pad(
-    flat: np.ndarray, lengths: np.ndarray, width: int | None = None, fill: float = 0.0
-) -> np.ndarray:
-    """Left-aligned float64 (n, width) matrix of concatenated rows, each cut at ``width``."""
-    longest = max(int(lengths.max(initial=0)), 1)
-    if width is not None and width < longest:
-        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-        flat = flat[np.arange(flat.shape[0]) - starts < width]
-        longest = width
-    out = np.full((lengths.shape[0], longest), fill, dtype=np.float64)
-    if flat.shape[0]:
-        out[np.arange(longest) < lengths[:, None]] = flat
-    return out
+    return Batch.from_flat(lists.lengths, lists.served, lists.counts, lists.judgments, depth)
