@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -160,6 +161,8 @@ class Daemon:
         self._results_tps: dict[int, TopicPartition] = {}
         self._last_commit = clock()
         self._last_probe = 0.0
+        #: a poll returned records since the last probe (the broker is answering)
+        self._fetched = False
         self._broker_ok = False
         self.started_at = clock()
         self.ready_at: float | None = None
@@ -302,6 +305,7 @@ class Daemon:
             self._to_restore.clear()
             for tp, records in batches.items():
                 self._buffer(tp, records)
+                self._fetched = True
             fed = self._feed()
             self._engine.tick()
             self._backpressure(fed)
@@ -365,26 +369,31 @@ class Daemon:
         engine = self._engine
         consumer = self._consumer
         assert consumer is not None and engine is not None
-        feed = engine.feed
+        feed_batch = engine.feed_batch
         fed = 0
         for p, part in sorted(self._parts.items()):
             if not part.restored:
                 continue
             fed_next = part.fed_next
-            for kind, run in part.merger.release_runs(self._caught_up(part)):
-                for record in run:
-                    value = record.value
-                    outcome = feed(
-                        b"" if value is None else value,
-                        partition=p,
-                        kind=kind,
-                        offset=record.offset,
-                    )
-                    if outcome.__class__ is Rejection:
-                        self._dead_letter(outcome, record, kind)  # type: ignore[arg-type]
-                fed_next[kind] = run[-1].offset + 1
+            runs = part.merger.release_runs(self._caught_up(part))
+            if runs:
+                # one engine call per partition and cycle: feed_batch pays its setup per call
+                records: list[Any] = []
+                kinds: list[str] = []
+                for kind, run in runs:
+                    records += run
+                    kinds += repeat(kind, len(run))
+                    fed_next[kind] = run[-1].offset + 1
+                rejections = feed_batch(
+                    [record.value or b"" for record in records],
+                    partition=p,
+                    kinds=kinds,
+                    offsets=[record.offset for record in records],
+                )
+                for position, rejection in rejections:
+                    self._dead_letter(rejection, records[position], kinds[position])
                 part.dirty = True
-                fed += len(run)
+                fed += len(records)
             for kind in list(part.merge_paused):
                 if part.merger.buffered(kind) <= MERGE_BUFFER_CAP // 2:
                     part.merge_paused.discard(kind)
@@ -663,12 +672,23 @@ class Daemon:
     # -- health ---------------------------------------------------------------------------
 
     def _probe(self) -> None:
-        """Refresh consumer lag; doubles as the broker reachability check behind /readyz."""
+        """Refresh consumer lag; doubles as the broker reachability check behind /readyz.
+
+        While fetches keep returning records, the broker is evidently answering and every
+        fetch response carries the partition's high watermark, so the lag is taken from those
+        and the loop skips a blocking ListOffsets round trip (about 3% of the drain time in
+        kafka_bench). When nothing was fetched since the last probe, the broker is asked.
+        """
         consumer = self._consumer
         assert consumer is not None
         tps = [self._tp(kind, p) for p, s in self._parts.items() if s.restored for kind in KINDS]
+        fetched, self._fetched = self._fetched, False
+        highs = {tp: consumer.highwater(tp) for tp in tps}
         try:
-            ends = consumer.end_offsets(tps, timeout_ms=2_000) if tps else {}
+            if fetched and None not in highs.values():
+                ends = {tp: high for tp, high in highs.items() if high is not None}
+            else:
+                ends = consumer.end_offsets(tps, timeout_ms=2_000) if tps else {}
         except KafkaError as exc:
             self._broker_ok = False
             self._set_ready(False)
@@ -681,7 +701,7 @@ class Daemon:
             if part is not None and part.restored:
                 # some brokers (tansu) answer ListOffsets behind the last batch; the high
                 # watermark of the latest fetch is exact, so take the larger
-                end = max(end, consumer.highwater(tp) or 0)
+                end = max(end, highs.get(tp) or 0)
                 lag[(tp.topic, tp.partition)] = max(0, end - part.fed_next[self._kind(tp.topic)])
         self.stats.set_lag(lag)
         self._set_ready(self.ready()[0])
