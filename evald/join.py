@@ -519,11 +519,11 @@ class JoinStore:
         feedback accepted, duplicate), counting only events not re-fed by a restore.
 
         Why a second path: the per-event call chain was most of the engine's cost. Here the
-        common case (not re-fed, below the cap, an impression queued in deadline order,
-        feedback whose impression is pending) runs inline with every table, column and queue
-        bound to a local; the columns no join decision reads before the batch ends (item
-        hashes, request-id bytes, offsets) are written in bulk once it does. Every other case
-        flushes those and calls the one-event methods, which stay the reference.
+        common case (not re-fed, below the cap, feedback whose impression is pending) runs
+        inline with every table, column and queue bound to a local; the columns no join
+        decision reads before the batch ends (request-id bytes, source offsets) are written in
+        bulk once it does. Every other case calls the one-event methods, which stay the
+        reference.
         ``offsets[position]`` is an event's source offset; ``grades`` maps actions to default
         grades (feedback without its own ``grade``).
         """
@@ -552,19 +552,13 @@ class JoinStore:
         rids: list[str] = []
         offs: list[int] = []
 
-        def flush() -> None:
-            if slots:
-                self._write_columns(slots, rids, offs if offsets is not None else None)
-                slots.clear(), rids.clear(), offs.clear()
-
         for position, event in events:
             off = -1 if offsets is None else offsets[position]
             ts = event.ts
             if event.kind == "impression":
                 replayed = until is not None and off >= 0 and off < until.get("impression", -1)
                 deadline = ts + window
-                if replayed or open_total[0] >= max_pending or deadline < queue._tail:
-                    flush()
+                if replayed or open_total[0] >= max_pending:
                     outcome = self.add_impression(event, None if off < 0 else off, replayed)  # type: ignore[arg-type]
                     tk, tv, mask = table._k, table._v, table.mask
                     m_ts, m_key, m_label, m_head = (
@@ -611,7 +605,6 @@ class JoinStore:
                 else:
                     slot = self._top
                     if slot >= cap:
-                        flush()
                         self._new_slot()
                         m_ts, m_key, m_label, m_head = (
                             self._m_ts,
@@ -655,12 +648,14 @@ class JoinStore:
                 imp_ok += 1
                 wm = self.watermark
                 if wm is not None and deadline <= wm:
-                    flush()
                     stats.late_impressions += 1
                     self._close(slot, "window")
                 else:
-                    fifo._a.append(slot)  # in deadline order: the FIFO (queue.push, inlined)
-                    queue._tail = deadline
+                    if deadline >= queue._tail:  # in deadline order: the FIFO (push, inlined)
+                        fifo._a.append(slot)
+                        queue._tail = deadline
+                    else:
+                        queue.push(deadline, slot)
                     if deadline < self._due:
                         self._due = deadline
             else:
@@ -684,7 +679,6 @@ class JoinStore:
                         break
                     i = (i + 1) & mask
                 if slot == _NONE or replayed:
-                    flush()
                     if slot == _NONE:
                         outcome = self._hold(event, grade, evid, off + 1, replayed)  # type: ignore[arg-type]
                     else:
@@ -755,9 +749,9 @@ class JoinStore:
                 if wm is None or mark > wm:
                     self.watermark = mark
                     if mark >= self._due:
-                        flush()
                         self._close_due(mark)
-        flush()
+        if slots:
+            self._write_columns(slots, rids, offs if offsets is not None else None)
         if fresh:
             self._fresh = True
         return imp_ok, imp_dup, fb_ok, fb_dup
