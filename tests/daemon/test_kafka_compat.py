@@ -1,14 +1,15 @@
-"""The kafka-python pause/resume work-around, against the real broker."""
+"""The kafka-python work-arounds (pause/resume, the results appender), against the real broker."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import MessageSizeTooLargeError
 from kafka_harness import Broker, KafkaTools
 
-from evald.daemon.kafka_compat import unpark_resumed
+from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
 
 pytestmark = pytest.mark.kafka
 
@@ -55,3 +56,68 @@ def test_a_resumed_partition_is_fetched_to_its_end(
         assert resumed and seen == ends
     finally:
         consumer.close(autocommit=False)
+
+
+def test_record_appender_writes_what_send_would_in_order_and_inside_the_transaction(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """Records after a partition's first go straight to the accumulator: on the broker they
+    must be the same records, in order, at the offsets their futures report, and a second
+    transaction (first record through send again) must continue the partition."""
+    topic = f"capp-{unique}"
+    kafka_tools.create({topic: 2})
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        transactional_id=f"capp-{unique}",
+        batch_size=4096,  # several batches per transaction: new-batch wake-ups are exercised
+        linger_ms=50,
+    )
+    sent: list[tuple[int, bytes, bytes]] = []
+    offsets: list[tuple[int, int]] = []
+    try:
+        producer.init_transactions()
+        appender = RecordAppender(producer)
+        assert appender.fast, "kafka-python internals moved: the fast path is never taken"
+        for txn in range(2):
+            producer.begin_transaction()
+            futures = []
+            for i in range(300):
+                p = i % 2
+                key, value = f"k{txn}-{i}".encode(), f'{{"n":{i},"txn":{txn}}}'.encode()
+                first = i < 2  # the first record of each partition in this transaction
+                futures.append(
+                    (
+                        p,
+                        appender.send(
+                            TopicPartition(topic, p), key, value, first_in_transaction=first
+                        ),
+                    )
+                )
+                sent.append((p, key, value))
+            producer.flush()
+            offsets += [(p, f.get(timeout=30).offset) for p, f in futures]
+            producer.commit_transaction()
+    finally:
+        producer.close(timeout=5)
+    records = kafka_tools.read(topic)
+    by_partition: dict[int, list] = {0: [], 1: []}
+    for record in records:
+        by_partition[record.partition].append(record)
+    for p in (0, 1):
+        got = [(r.key, r.value) for r in by_partition[p]]
+        assert got == [(k, v) for q, k, v in sent if q == p]
+        read_offsets = [r.offset for r in by_partition[p]]
+        assert [o for q, o in offsets if q == p] == read_offsets
+
+
+def test_record_appender_sends_an_oversized_record_through_send_and_its_checks(
+    broker: Broker, unique: str
+) -> None:
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=2048)
+    try:
+        appender = RecordAppender(producer)
+        tp = TopicPartition(f"cbig-{unique}", 0)
+        with pytest.raises(MessageSizeTooLargeError):
+            appender.send(tp, b"k", b"x" * 4096, first_in_transaction=False)
+    finally:
+        producer.close(timeout=5)
