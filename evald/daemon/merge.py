@@ -11,6 +11,13 @@ buffered that sorts after it, or when the other topic is caught up and the recor
 ``hold_s`` (see :meth:`Merger.release`). Records more than ``hold_s`` apart in arrival are
 still fed in arrival order, and ``max_hold_s`` bounds every wait: liveness beats exactness when
 a producer or a fetch is stuck.
+
+Old records skip the hold: when a record's own timestamp (CreateTime, the producer's clock) is
+more than ``max_hold_s`` behind the daemon's wall clock and the other topic is caught up, every
+record of the other topic created before it has had ``max_hold_s`` to reach the broker, the same
+bound the hold itself ends at. Without this, a backlog of one topic while the other is idle (a
+restart replaying pending impressions, a topic catching up) was released ``MERGE_BUFFER_CAP``
+records per ``hold_s``: 10k records/s per partition, whatever the engine could do.
 """
 
 from __future__ import annotations
@@ -40,11 +47,18 @@ class Merger(Generic[R]):
     """
 
     def __init__(
-        self, hold_s: float, clock: Callable[[], float], max_hold_s: float | None = None
+        self,
+        hold_s: float,
+        clock: Callable[[], float],
+        max_hold_s: float | None = None,
+        wall: Callable[[], float] | None = None,
     ) -> None:
+        """``clock`` times the holds (monotonic seconds); ``wall`` (epoch seconds) dates record
+        timestamps for the old-record rule, which is off without it."""
         self.hold_s = hold_s
         self.max_hold_s = max_hold_s if max_hold_s is not None else 15 * hold_s
         self._clock = clock
+        self._wall = wall
         self._queues: dict[str, deque[tuple[int, float, R]]] = {kind: deque() for kind in KINDS}
 
     def push(self, kind: str, timestamp: int, record: R) -> None:
@@ -74,9 +88,11 @@ class Merger(Generic[R]):
         equal timestamps). A record with nothing of the other kind buffered goes once it
         waited ``hold_s`` *and* the other topic partition is caught up (``caught_up[kind]``:
         fetched to the high watermark, or deliberately paused), or once it waited
-        ``max_hold_s`` regardless. Both conditions matter: right after an assignment one
-        topic's first fetch can arrive seconds after the other's, and a topic that looks
-        caught up may still have records in a producer's buffer.
+        ``max_hold_s`` regardless, or right away if the other topic is caught up and the
+        record's timestamp is more than ``max_hold_s`` old by the wall clock. Both conditions
+        of the hold matter: right after an assignment one topic's first fetch can arrive
+        seconds after the other's, and a topic that looks caught up may still have records in
+        a producer's buffer.
         """
         out: list[Run[R]] = []
         imp, fb = self._queues["impression"], self._queues["feedback"]
@@ -99,12 +115,22 @@ class Merger(Generic[R]):
             kind, queue = ("impression", imp) if imp else ("feedback", fb)
             other_caught_up = caught_up.get("feedback" if imp else "impression", False)
             now = self._clock()
+            # timestamps at or before this (epoch ms) are old enough to skip the hold
+            old_before = (
+                (self._wall() - self.max_hold_s) * 1000
+                if self._wall is not None and other_caught_up
+                else float("-inf")
+            )
             run = []
             while queue:
-                waited = now - queue[0][1]
-                if waited < self.hold_s or (waited < self.max_hold_s and not other_caught_up):
+                timestamp, since, record = queue[0]
+                waited = now - since
+                if (
+                    waited < self.hold_s or (waited < self.max_hold_s and not other_caught_up)
+                ) and timestamp > old_before:
                     break
-                run.append(queue.popleft()[2])
+                queue.popleft()
+                run.append(record)
             if run:
                 out.append((kind, run))
         return out

@@ -125,6 +125,7 @@ class Daemon:
         on_engine: Callable[[Any], None] | None = None,
         merge_hold_s: float = 2.0,
         heartbeat: Callable[[], None] | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         #: called on every cycle and every retry: /healthz is red only when the loop is stuck
@@ -134,6 +135,8 @@ class Daemon:
         self.clock = clock
         self.on_engine = on_engine
         self.merge_hold_s = merge_hold_s
+        #: epoch seconds, to date record timestamps (the merge lets old records skip its hold)
+        self.wall = wall
         self._stop = threading.Event()
         #: held around every engine access; scrapes take it to copy a consistent state. Never
         #: held across consumer.poll()/close(): rebalance callbacks take it on the I/O thread.
@@ -616,7 +619,7 @@ class Daemon:
         self._joined = True
         for p in partitions:
             if p not in self._parts:
-                self._parts[p] = _Part(p, Merger(self.merge_hold_s, self.clock))
+                self._parts[p] = _Part(p, Merger(self.merge_hold_s, self.clock, wall=self.wall))
                 self._to_restore.add(p)
         log.info("partitions %s assigned", sorted(partitions))
 

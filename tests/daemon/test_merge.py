@@ -136,3 +136,30 @@ def test_extend_checks_one_timestamp_per_record() -> None:
     merger: Merger[str] = Merger(2.0, FakeClock())
     with pytest.raises(ValueError, match="one timestamp per record"):
         merger.extend("impression", [1, 2], ["only-one"])
+
+
+def test_an_old_lone_record_skips_the_hold_once_the_other_topic_is_caught_up() -> None:
+    """A record created more than max_hold_s ago (by its timestamp and the wall clock) cannot
+    have a partner still in a producer's buffer: a backlog of one topic flows at once."""
+    clock = FakeClock()
+    wall_s = 1_000_000.0
+    merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0, wall=lambda: wall_s)
+    old_ms, fresh_ms = int((wall_s - 31) * 1000), int((wall_s - 29) * 1000)
+    merger.extend("impression", [old_ms, old_ms + 1, fresh_ms], ["old-1", "old-2", "fresh"])
+    behind = {"impression": True, "feedback": False}
+    # the other topic still has records to fetch: even old records wait for it
+    assert merger.release_runs(behind) == []
+    # caught up: the old ones go now, the fresh one (and all after it) waits the hold
+    assert merger.release_runs(BOTH) == [("impression", ["old-1", "old-2"])]
+    assert merger.buffered("impression") == 1
+    clock.now += 2.0
+    assert merger.release_runs(BOTH) == [("impression", ["fresh"])]
+
+
+def test_without_a_wall_clock_old_records_wait_like_any_other() -> None:
+    clock = FakeClock()
+    merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
+    merger.push("feedback", 1, "ancient")
+    assert merger.release_runs(BOTH) == []
+    clock.now += 2.0
+    assert merger.release_runs(BOTH) == [("feedback", ["ancient"])]
