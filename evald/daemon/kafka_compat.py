@@ -12,6 +12,8 @@ backpressure, so it clears a drained slot before each poll. Remove once fixed up
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from kafka import TopicPartition
@@ -50,13 +52,18 @@ class RecordAppender:
 
     #: bytes a record may add to its key and value inside a batch (varints, attributes, deltas)
     RECORD_OVERHEAD = 64
+    #: the leading parameters of ``RecordAccumulator.append`` this was written against (3.0.x);
+    #: another signature means other internals, so every record takes ``send``
+    APPEND_PARAMETERS = ("tp", "timestamp_ms", "key", "value", "headers")
 
     def __init__(self, producer: Any) -> None:
         self._send = producer.send
         accumulator = getattr(producer, "_accumulator", None)
         sender = getattr(producer, "_sender", None)
-        self.fast = callable(getattr(accumulator, "append", None)) and callable(
-            getattr(sender, "wakeup", None)
+        self.fast = (
+            callable(getattr(accumulator, "append", None))
+            and callable(getattr(sender, "wakeup", None))
+            and _takes(accumulator.append, self.APPEND_PARAMETERS)  # type: ignore[union-attr]
         )
         if self.fast:
             self._append = accumulator.append  # type: ignore[union-attr]
@@ -77,3 +84,12 @@ class RecordAppender:
         if new_batch:
             self._wakeup()
         return future
+
+
+def _takes(function: Callable[..., Any], names: tuple[str, ...]) -> bool:
+    """Whether ``function``'s leading parameters are ``names``, in that order."""
+    try:
+        parameters = list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return False
+    return tuple(parameters[: len(names)]) == names

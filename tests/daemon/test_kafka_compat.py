@@ -121,3 +121,31 @@ def test_record_appender_sends_an_oversized_record_through_send_and_its_checks(
             appender.send(tp, b"k", b"x" * 4096, first_in_transaction=False)
     finally:
         producer.close(timeout=5)
+
+
+def test_record_appender_keeps_to_send_when_the_accumulator_signature_differs() -> None:
+    """Other kafka-python internals (a changed ``append``) must never be called blind."""
+    calls: list[tuple] = []
+
+    class Accumulator:
+        def append(self, tp, key, value, timestamp_ms, headers):  # reordered parameters
+            raise AssertionError("must not be called")
+
+    class Sender:
+        def wakeup(self) -> None:
+            raise AssertionError("must not be called")
+
+    class Producer:
+        def __init__(self) -> None:
+            self.config = {"max_request_size": 1 << 20}
+            self._accumulator, self._sender = Accumulator(), Sender()
+
+        def send(self, topic, *, key, value, partition):
+            calls.append((topic, key, value, partition))
+            return "future"
+
+    appender = RecordAppender(Producer())
+    assert not appender.fast
+    tp = TopicPartition("results", 3)
+    assert appender.send(tp, b"k", b"v", first_in_transaction=False) == "future"
+    assert calls == [("results", b"k", b"v", 3)]
