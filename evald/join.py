@@ -431,6 +431,20 @@ class JoinStore:
         self._m_fb_offset = memoryview(self._fb_offset)
         self._m_fb_replayed = memoryview(self._fb_replayed)
 
+    def _slot_views(self) -> tuple[memoryview, ...]:
+        """(ts, key, label, head, start, len) column views, for ``join_many``'s locals."""
+        return self._m_ts, self._m_key, self._m_label, self._m_head, self._m_start, self._m_len
+
+    def _fb_views(self) -> tuple[memoryview, ...]:
+        """(item, grade, next, evid, offset) feedback column views, for ``join_many``."""
+        return (
+            self._m_fb_item,
+            self._m_fb_grade,
+            self._m_fb_next,
+            self._m_fb_evid,
+            self._m_fb_offset,
+        )
+
     # ------------------------------------------------------------------ sizes
 
     def pending(self) -> int:
@@ -538,10 +552,9 @@ class JoinStore:
         label_ids = self.labels._ids
         label_refs = self.labels._refs
         acquire = self.labels.acquire
-        m_ts, m_key, m_label, m_head = self._m_ts, self._m_key, self._m_label, self._m_head
-        m_start, m_len, items = self._m_start, self._m_len, self._items
-        m_fb_item, m_fb_grade, m_fb_next = self._m_fb_item, self._m_fb_grade, self._m_fb_next
-        m_fb_evid, m_fb_offset = self._m_fb_evid, self._m_fb_offset
+        m_ts, m_key, m_label, m_head, m_start, m_len = self._slot_views()
+        items = self._items
+        m_fb_item, m_fb_grade, m_fb_next, m_fb_evid, m_fb_offset = self._fb_views()
         fb_free = self._fb_free
         fb_push = self._fb_offsets.push
         cap, fb_cap = len(self._ts), len(self._fb_item)
@@ -561,13 +574,7 @@ class JoinStore:
                 if replayed or open_total[0] >= max_pending:
                     outcome = self.add_impression(event, None if off < 0 else off, replayed)  # type: ignore[arg-type]
                     tk, tv, mask = table._k, table._v, table.mask
-                    m_ts, m_key, m_label, m_head = (
-                        self._m_ts,
-                        self._m_key,
-                        self._m_label,
-                        self._m_head,
-                    )
-                    m_start, m_len = self._m_start, self._m_len
+                    m_ts, m_key, m_label, m_head, m_start, m_len = self._slot_views()
                     cap = len(self._ts)
                     if not replayed:
                         if outcome == "accepted":
@@ -606,13 +613,7 @@ class JoinStore:
                     slot = self._top
                     if slot >= cap:
                         self._new_slot()
-                        m_ts, m_key, m_label, m_head = (
-                            self._m_ts,
-                            self._m_key,
-                            self._m_label,
-                            self._m_head,
-                        )
-                        m_start, m_len = self._m_start, self._m_len
+                        m_ts, m_key, m_label, m_head, m_start, m_len = self._slot_views()
                         cap = len(self._ts)
                     else:
                         self._top = slot + 1
@@ -642,9 +643,8 @@ class JoinStore:
                     held = self._held.pop(rid, None)
                     if held is not None:
                         self._attach_held(slot, ts, held)
-                        m_fb_item, m_fb_grade = self._m_fb_item, self._m_fb_grade
-                        m_fb_next, m_fb_evid = self._m_fb_next, self._m_fb_evid
-                        m_fb_offset, fb_cap = self._m_fb_offset, len(self._fb_item)
+                        m_fb_item, m_fb_grade, m_fb_next, m_fb_evid, m_fb_offset = self._fb_views()
+                        fb_cap = len(self._fb_item)
                 imp_ok += 1
                 wm = self.watermark
                 if wm is not None and deadline <= wm:
@@ -692,9 +692,8 @@ class JoinStore:
                             off + 1,
                             True,  # type: ignore[union-attr]
                         )
-                    m_fb_item, m_fb_grade = self._m_fb_item, self._m_fb_grade
-                    m_fb_next, m_fb_evid = self._m_fb_next, self._m_fb_evid
-                    m_fb_offset, fb_cap = self._m_fb_offset, len(self._fb_item)
+                    m_fb_item, m_fb_grade, m_fb_next, m_fb_evid, m_fb_offset = self._fb_views()
+                    fb_cap = len(self._fb_item)
                     if not replayed:
                         if outcome == "accepted":
                             fb_ok += 1
@@ -727,9 +726,9 @@ class JoinStore:
                                 self._fb_top = entry + 1
                                 if entry >= fb_cap:
                                     self._grow_feedback()
-                                    m_fb_item, m_fb_grade = self._m_fb_item, self._m_fb_grade
-                                    m_fb_next, m_fb_evid = self._m_fb_next, self._m_fb_evid
-                                    m_fb_offset, fb_cap = self._m_fb_offset, len(self._fb_item)
+                                    views = self._fb_views()
+                                    m_fb_item, m_fb_grade, m_fb_next, m_fb_evid, m_fb_offset = views
+                                    fb_cap = len(self._fb_item)
                             m_fb_item[entry] = hash(event.item)  # type: ignore[union-attr]
                             m_fb_grade[entry] = grade
                             if evid:

@@ -106,10 +106,5 @@ def chunked(items: Iterable[Query | Rejection], size: int) -> Iterator[Chunk]:
     while group := list(islice(it, size)):
         chunk = Chunk()
         for item in group:
-            if isinstance(item, Rejection):
-                chunk.rejections.append(item)
-            else:
-                chunk.qids.append(item.qid)
-                chunk.rankings.append(item.ranking)
-                chunk.qrels.append(item.qrels)
+            chunk.add(item)
         yield chunk

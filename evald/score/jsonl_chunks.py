@@ -61,6 +61,15 @@ class Chunk:
     def __len__(self) -> int:
         return len(self.qids)
 
+    def add(self, item: Query | Rejection) -> None:
+        """Append one query, or one rejection, read line by line."""
+        if isinstance(item, Rejection):
+            self.rejections.append(item)
+        else:
+            self.qids.append(item.qid)
+            self.rankings.append(item.ranking)
+            self.qrels.append(item.qrels)
+
     def queries(self) -> list[Query]:
         """The queries as :class:`Query` tuples (for tests and callers that want rows)."""
         return list(map(Query, self.qids, self.rankings, self.qrels))
@@ -135,14 +144,8 @@ def _merge(raws: list[bytes], start: int, source: str, fast: list[int], good: li
             item = Query(record.qid, record.ranking, record.qrels)
         else:
             item = read_line(raw, start + i + 1, source)
-        if item is None:  # a blank line
-            continue
-        if isinstance(item, Rejection):
-            chunk.rejections.append(item)
-        else:
-            chunk.qids.append(item.qid)
-            chunk.rankings.append(item.ranking)
-            chunk.qrels.append(item.qrels)
+        if item is not None:  # None: a blank line
+            chunk.add(item)
     return chunk
 
 
