@@ -48,8 +48,12 @@ def impression_chunks(n: int, seed: int) -> Iterator[list[bytes]]:
         ]
 
 
-def child_engine(n: int, seed: int) -> dict[str, Any]:
-    """Feed n impressions into an Engine whose window never closes; report RSS before/after."""
+def child_engine(n: int, seed: int, *, daemon_path: bool = False) -> dict[str, Any]:
+    """Feed n impressions into an Engine whose window never closes; report RSS before/after.
+
+    ``daemon_path``: as ``evald run`` feeds it, a poll batch at a time with the source kind
+    and offsets (which the engine then keeps for ``low_offsets``); otherwise ``feed`` per line.
+    """
     engine_mod = c.require("evald.engine", "Engine")
     config_mod = c.require("evald.config", "EngineConfig")
     config = config_mod.EngineConfig(window="1000h", max_pending=n + 1)  # type: ignore[attr-defined]
@@ -63,9 +67,15 @@ def child_engine(n: int, seed: int) -> dict[str, Any]:
     gc.collect()
     before = c.rss_bytes()
     t0 = time.perf_counter()
+    offset = 0
     for chunk in impression_chunks(n, seed):
-        for raw in chunk:
-            engine.feed(raw)
+        if daemon_path:
+            offsets = range(offset, offset + len(chunk))
+            engine.feed_batch(chunk, kinds="impression", offsets=offsets)
+            offset += len(chunk)
+        else:
+            for raw in chunk:
+                engine.feed(raw)
         engine.tick()
     elapsed = time.perf_counter() - t0
     del chunk
@@ -136,18 +146,28 @@ def body(args: Any) -> None:
         per <= TARGET_BYTES,
         f"<= {TARGET_BYTES} B",
     )
+    daemon = run_child("engine-offsets", n, args.seed)
+    grow = daemon["after"] - daemon["before"]
+    c.target(
+        "  the same fed as evald run does (batches, kind, offsets)",
+        f"{grow / n:.0f} B",
+        grow / n <= TARGET_BYTES,
+        f"<= {TARGET_BYTES} B",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     def extra(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--child", choices=("engine", "parsed", "raw"), help=argparse.SUPPRESS)
+        p.add_argument(
+            "--child", choices=("engine", "engine-offsets", "parsed", "raw"), help=argparse.SUPPRESS
+        )
         p.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
 
     args = c.parse_args(__doc__ or "", argv, extra)
     if args.child:
         try:
-            if args.child == "engine":
-                answer = child_engine(args.n, args.seed)
+            if args.child.startswith("engine"):
+                answer = child_engine(args.n, args.seed, daemon_path=args.child == "engine-offsets")
             else:
                 answer = child_parsed(args.n, args.seed, raw_only=args.child == "raw")
         except c.NotAvailable as exc:
