@@ -132,9 +132,7 @@ class Engine:
         store = self._stores.get(partition) or self._store(partition)
         until = store.replay_until
         if event.__class__ is Rejection:
-            if until is None or offset is None or offset >= until.get(kind or "", -1):
-                self.stats.rejected[event.reason] += 1  # type: ignore[union-attr]
-                self._events[(event.kind, "rejected")] += 1
+            self._count_rejection(event, until, kind, offset)  # type: ignore[arg-type]
             return event
         replayed = until is not None and offset is not None and offset < until.get(event.kind, -1)
         if event.kind == "feedback":
@@ -173,17 +171,26 @@ class Engine:
         counts[("feedback", "accepted")] += fb_ok
         counts[("feedback", "duplicate")] += fb_dup
         until = store.replay_until
+        single = kinds is None or isinstance(kinds, str)
         for position, rejection in rejections:
-            if until is not None and offsets is not None:
-                kind = kinds if kinds is None or isinstance(kinds, str) else kinds[position]
-                if offsets[position] < until.get(kind or "", -1):
-                    continue
-            self.stats.rejected[rejection.reason] += 1
-            counts[(rejection.kind, "rejected")] += 1
-        if len(rejections) == len(raws):
-            return rejections
-        self._drained = False
+            kind = kinds if single else kinds[position]  # type: ignore[index]
+            offset = None if offsets is None else offsets[position]
+            self._count_rejection(rejection, until, kind, offset)  # type: ignore[arg-type]
+        if len(rejections) < len(raws):
+            self._drained = False
         return rejections
+
+    def _count_rejection(
+        self,
+        rejection: Rejection,
+        until: Mapping[str, int] | None,
+        kind: str | None,
+        offset: int | None,
+    ) -> None:
+        """Count a refused record, unless a restore re-fed it (it was counted before)."""
+        if until is None or offset is None or offset >= until.get(kind or "", -1):
+            self.stats.rejected[rejection.reason] += 1
+            self._events[(rejection.kind, "rejected")] += 1
 
     # ------------------------------------------------------------------ finalization
 

@@ -637,7 +637,7 @@ class JoinStore:
                 items.fromlist(list(map(hash, names)))  # hashed while still in cache
                 slots.append(slot)
                 rids.append(rid)
-                offs.append(off + 1)
+                offs.append(off)
                 open_total[0] += 1
                 if self._held:
                     held = self._held.pop(rid, None)
@@ -757,7 +757,7 @@ class JoinStore:
 
     def _write_columns(self, slots: list[int], rids: list[str], offs: list[int] | None) -> None:
         """The columns ``join_many`` defers, for impressions it accepted: request-id bytes
-        appended to their arena with their spans, and source offsets (+1)."""
+        appended to their arena with their spans, and source offsets."""
         idx = np.asarray(slots, dtype=np.intp)
         raw = [rid.encode() for rid in rids]
         rid_lengths = np.fromiter(map(len, raw), np.int64, len(raw))
@@ -769,8 +769,8 @@ class JoinStore:
         self._rid_start[idx] = rid_starts
         self._rid_len[idx] = rid_lengths
         if offs is not None:
-            self._offset[idx] = offs
-            self._imp_offsets.push_many([off - 1 for off in offs], slots)
+            self._offset[idx] = np.asarray(offs, dtype=np.int64) + 1  # 0 means "no offset"
+            self._imp_offsets.push_many(offs, slots)
 
     def _new_slot(self) -> int:
         slot = self._top
