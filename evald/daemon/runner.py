@@ -44,7 +44,7 @@ from evald.daemon.topics import TopicLayoutError, check_layout, missing_outputs
 from evald.decode import Rejection
 from evald.engine import Engine, Result
 
-__all__ = ["Daemon", "EngineFactory", "result_document"]
+__all__ = ["Daemon", "EngineFactory"]
 
 log = logging.getLogger("evald.daemon")
 
@@ -60,11 +60,6 @@ MERGE_BUFFER_CAP = 20_000
 #: every append as "batch full" and wake the sender on each send); commits flush anyway
 PRODUCER_BATCH_BYTES = 512 * 1024
 PRODUCER_LINGER_MS = 50
-
-
-def result_document(result: Result) -> dict[str, Any]:
-    """The JSON document of a Result: the `evald replay --results` schema."""
-    return result.to_json()
 
 
 class _Fatal(Exception):
