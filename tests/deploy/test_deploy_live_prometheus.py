@@ -133,16 +133,16 @@ def test_every_rule_evaluates_without_error(prometheus: str) -> None:
 
 
 def test_the_treatment_alert_condition_catches_the_demo_regression(prometheus: str) -> None:
-    """The demo degrades the treatment ranker mid-run; the alert's own expression (on the 5m
-    window, which closes every second here, instead of 1h) must flag it on real evald data."""
+    """The demo degrades the treatment ranker mid-run; the alert's own expression, unchanged,
+    must flag it on real evald data. Its 1h window closes every 12 s here and holds ~600-1200
+    impressions per arm and surface; the 5m window would hold ~50-100, right at the alert's
+    100-impression floor, so a test on it passes or fails by chance."""
     rules = load_yaml(DEPLOY / render.ALERT_RULES)["groups"][0]["rules"]
     (alert,) = [r for r in rules if r["alert"] == "EvaldTreatmentBelowControl"]
-    expr = alert["expr"].replace('window="1h"', 'window="5m"')
-    assert expr != alert["expr"]
-    flagged = wait_until(lambda: query(prometheus, expr), 60, "the regression flagged")
+    flagged = wait_until(lambda: query(prometheus, alert["expr"]), 90, "the regression flagged")
     measures = {r["metric"]["measure"] for r in flagged}
     assert "nDCG@10" in measures, measures
-    assert {r["metric"]["window"] for r in flagged} == {"5m"}
+    assert {r["metric"]["window"] for r in flagged} == {"1h"}
 
 
 def test_dashboard_band_equals_the_engines_own_confidence_interval(prometheus: str) -> None:
