@@ -12,16 +12,25 @@ buffered that sorts after it, or when the other topic is caught up and the recor
 still fed in arrival order, and ``max_hold_s`` bounds every wait: liveness beats exactness when
 a producer or a fetch is stuck.
 
-Old records skip the hold: when a record's own timestamp (CreateTime, the producer's clock) is
-more than ``max_hold_s`` behind the daemon's wall clock and the other topic is caught up, every
-record of the other topic created before it has had ``max_hold_s`` to reach the broker, the same
-bound the hold itself ends at. Without this, a backlog of one topic while the other is idle (a
-restart replaying pending impressions, a topic catching up) was released ``MERGE_BUFFER_CAP``
-records per ``hold_s``: 10k records/s per partition, whatever the engine could do.
+A lone record also goes at once when the other topic has already delivered a record that sorts
+after it: the other topic's stream is past this timestamp, and anything of it still to come with
+an earlier timestamp would be out of order within its own topic, which no wait repairs (the merge
+of two buffered heads assumes the same). This lets the topic that is behind in timestamps catch up
+without the hold: a restart replaying pending impressions behind feedback that is further on, a
+topic recovering from a stalled producer. Nothing here reads the wall clock or trusts a record
+timestamp to say when the record was written: a producer writing old event times (a backfill,
+`evald produce`) while the daemon reads gets the same order as data written beforehand.
+
+Records a restarted daemon re-reads to rebuild its pending joins (below the offsets its checkpoint
+had consumed) enter as *replayed*: they count as having served their hold already. Every record
+they were merged with before the crash is below the other topic's consumed offset too, on the
+broker since then, so once the other topic is fetched that far (the caller's ``caught_up``) there
+is nothing left to wait for; the records the other topic got later were fed after them before.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
@@ -47,29 +56,38 @@ class Merger(Generic[R]):
     """
 
     def __init__(
-        self,
-        hold_s: float,
-        clock: Callable[[], float],
-        max_hold_s: float | None = None,
-        wall: Callable[[], float] | None = None,
+        self, hold_s: float, clock: Callable[[], float], max_hold_s: float | None = None
     ) -> None:
-        """``clock`` times the holds (monotonic seconds); ``wall`` (epoch seconds) dates record
-        timestamps for the old-record rule, which is off without it."""
+        """``clock`` times the holds (monotonic seconds)."""
         self.hold_s = hold_s
         self.max_hold_s = max_hold_s if max_hold_s is not None else 15 * hold_s
         self._clock = clock
-        self._wall = wall
         self._queues: dict[str, deque[tuple[int, float, R]]] = {kind: deque() for kind in KINDS}
+        #: per kind, the largest timestamp buffered since the start (or the last clear)
+        self._seen: dict[str, float] = dict.fromkeys(KINDS, -math.inf)
 
     def push(self, kind: str, timestamp: int, record: R) -> None:
         """Buffer a record; within a kind, records keep their offset order."""
         self._queues[kind].append((timestamp, self._clock(), record))
+        if timestamp > self._seen[kind]:
+            self._seen[kind] = timestamp
 
-    def extend(self, kind: str, timestamps: Sequence[int], records: Sequence[R]) -> None:
-        """Buffer a fetched batch of one kind (offset order), all arrived now."""
+    def extend(
+        self,
+        kind: str,
+        timestamps: Sequence[int],
+        records: Sequence[R],
+        *,
+        replayed: bool = False,
+    ) -> None:
+        """Buffer a fetched batch of one kind (offset order), all arrived now; ``replayed``
+        records count as having waited ``hold_s`` already (see the module docstring)."""
         if len(timestamps) != len(records):
             raise ValueError("one timestamp per record")
-        self._queues[kind].extend(zip(timestamps, repeat(self._clock()), records))
+        if timestamps:
+            arrived = self._clock() - (self.hold_s if replayed else 0.0)
+            self._queues[kind].extend(zip(timestamps, repeat(arrived), records))
+            self._seen[kind] = max(self._seen[kind], max(timestamps))
 
     def buffered(self, kind: str | None = None) -> int:
         """Records held (of one kind, or in total)."""
@@ -85,14 +103,13 @@ class Merger(Generic[R]):
         """Pop every record that can be fed now, in feed order, grouped in runs of one kind.
 
         While both kinds are buffered, the head that sorts first goes (impressions first on
-        equal timestamps). A record with nothing of the other kind buffered goes once it
-        waited ``hold_s`` *and* the other topic partition is caught up (``caught_up[kind]``:
-        fetched to the high watermark, or deliberately paused), or once it waited
-        ``max_hold_s`` regardless, or right away if the other topic is caught up and the
-        record's timestamp is more than ``max_hold_s`` old by the wall clock. Both conditions
-        of the hold matter: right after an assignment one topic's first fetch can arrive
-        seconds after the other's, and a topic that looks caught up may still have records in
-        a producer's buffer.
+        equal timestamps). A record with nothing of the other kind buffered goes at once if it
+        sorts before a record the other kind delivered earlier (see the module docstring);
+        otherwise once it waited ``hold_s`` *and* the other topic partition is caught up
+        (``caught_up[kind]``: fetched to the high watermark, or deliberately paused), or once
+        it waited ``max_hold_s`` regardless. Both conditions of the hold matter: right after an
+        assignment one topic's first fetch can arrive seconds after the other's, and a topic
+        that looks caught up may still have records in a producer's buffer.
         """
         out: list[Run[R]] = []
         imp, fb = self._queues["impression"], self._queues["feedback"]
@@ -115,19 +132,16 @@ class Merger(Generic[R]):
             kind, queue = ("impression", imp) if imp else ("feedback", fb)
             other_caught_up = caught_up.get("feedback" if imp else "impression", False)
             now = self._clock()
-            # timestamps at or before this (epoch ms) are old enough to skip the hold
-            old_before = (
-                (self._wall() - self.max_hold_s) * 1000
-                if self._wall is not None and other_caught_up
-                else float("-inf")
-            )
+            # timestamps below this sort before a record the other kind already delivered
+            # (impressions first on equal timestamps)
+            passed = self._seen["feedback"] + 1 if imp else self._seen["impression"]
             run = []
             while queue:
                 timestamp, since, record = queue[0]
                 waited = now - since
-                if (
+                if timestamp >= passed and (
                     waited < self.hold_s or (waited < self.max_hold_s and not other_caught_up)
-                ) and timestamp > old_before:
+                ):
                     break
                 queue.popleft()
                 run.append(record)
@@ -139,3 +153,5 @@ class Merger(Generic[R]):
         """Forget everything held (the partition is being revoked or resynchronised)."""
         for queue in self._queues.values():
             queue.clear()
+        # the partition is read again from its committed offsets: what was seen is ahead
+        self._seen = dict.fromkeys(KINDS, -math.inf)

@@ -21,9 +21,11 @@ import logging
 import os
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -79,6 +81,9 @@ class _Part:
     restored: bool = False
     fed_next: dict[str, int] = field(default_factory=dict)
     fetched_next: dict[str, int] = field(default_factory=dict)
+    #: per kind, the offset the restored checkpoint had consumed up to: records below it are
+    #: read again only to rebuild pending joins
+    replay_end: dict[str, int] = field(default_factory=dict)
     ranges: tuple[ResultRange, ...] = ()
     epoch_start: int | None = None
     #: futures of the first and the last result sent in the open transaction (offsets grow
@@ -120,7 +125,6 @@ class Daemon:
         on_engine: Callable[[Any], None] | None = None,
         merge_hold_s: float = 2.0,
         heartbeat: Callable[[], None] | None = None,
-        wall: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         #: called on every cycle and every retry: /healthz is red only when the loop is stuck
@@ -130,8 +134,6 @@ class Daemon:
         self.clock = clock
         self.on_engine = on_engine
         self.merge_hold_s = merge_hold_s
-        #: epoch seconds, to date record timestamps (the merge lets old records skip its hold)
-        self.wall = wall
         self._stop = threading.Event()
         #: held around every engine access; scrapes take it to copy a consistent state. Never
         #: held across consumer.poll()/close(): rebalance callbacks take it on the I/O thread.
@@ -344,7 +346,16 @@ class Daemon:
             # a gap can only come from compaction/retention (or transaction markers): accept
             # it, never go back
             log.debug("offset gap on %s: expected %d, got %d..%d", tp, expected, first, last)
-        part.merger.extend(kind, [record.timestamp for record in records], records)
+        replay_end = part.replay_end.get(kind, 0)
+        if first < replay_end:
+            # rebuilding pending joins: these records were merged before the crash
+            replayed = records[: bisect_left(records, replay_end, key=attrgetter("offset"))]
+            part.merger.extend(
+                kind, [record.timestamp for record in replayed], replayed, replayed=True
+            )
+            records = records[len(replayed) :]
+        if records:
+            part.merger.extend(kind, [record.timestamp for record in records], records)
         part.fetched_next[kind] = last + 1
         consumer = self._consumer
         assert consumer is not None
@@ -353,14 +364,19 @@ class Daemon:
             part.merge_paused.add(kind)
 
     def _caught_up(self, part: _Part) -> dict[str, bool]:
-        """Per kind: fetched up to the latest fetch high watermark, or paused on purpose."""
+        """Per kind: fetched up to the latest fetch high watermark, or paused on purpose; never
+        before the records to replay are all fetched (a fetch high watermark can be stale,
+        the restored checkpoint's offsets are not)."""
         consumer = self._consumer
         assert consumer is not None
         out = {}
         for kind in KINDS:
+            fetched = part.fetched_next[kind]
             high = consumer.highwater(self._tp(kind, part.partition))
             paused = kind == "impression" and self._bp_paused
-            out[kind] = paused or (high is not None and part.fetched_next[kind] >= high)
+            out[kind] = paused or (
+                high is not None and fetched >= high and fetched >= part.replay_end.get(kind, 0)
+            )
         return out
 
     def _feed(self) -> int:
@@ -614,7 +630,7 @@ class Daemon:
         self._joined = True
         for p in partitions:
             if p not in self._parts:
-                self._parts[p] = _Part(p, Merger(self.merge_hold_s, self.clock, wall=self.wall))
+                self._parts[p] = _Part(p, Merger(self.merge_hold_s, self.clock))
                 self._to_restore.add(p)
         log.info("partitions %s assigned", sorted(partitions))
 
@@ -641,6 +657,7 @@ class Daemon:
                 engine.absorb_result(doc, p)
                 absorbed += 1
             start = dict(checkpoint.committed)
+            part.replay_end = dict(checkpoint.consumed)
             part.ranges = checkpoint.results
             log.info(
                 "partition %d restored: watermark %s, replay from %s to %s, %d results "
@@ -657,6 +674,7 @@ class Daemon:
             for kind in KINDS:
                 tp = self._tp(kind, p)
                 start[kind] = consumer.beginning_offsets([tp])[tp]
+            part.replay_end = dict(start)
         part.epoch_start = None
         for kind in KINDS:
             consumer.seek(self._tp(kind, p), start[kind])

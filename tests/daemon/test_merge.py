@@ -80,8 +80,10 @@ def reference_release(
     max_hold_s: float,
     caught_up: dict[str, bool],
 ) -> list[tuple[str, str]]:
-    """The merge rule spelled out one record at a time: heads compared, lone heads held."""
+    """The merge rule spelled out one record at a time: heads compared; a lone head goes if it
+    sorts before something the other kind delivered, else it is held."""
     queues = {"impression": list(imp), "feedback": list(fb)}
+    seen = {kind: max((r[0] for r in q), default=None) for kind, q in queues.items()}
     out = []
     while queues["impression"] or queues["feedback"]:
         i, f = queues["impression"], queues["feedback"]
@@ -90,8 +92,14 @@ def reference_release(
         else:
             kind = "impression" if i else "feedback"
             other = "feedback" if i else "impression"
-            waited = now - queues[kind][0][1]
-            if waited < hold_s or (waited < max_hold_s and not caught_up[other]):
+            head = queues[kind][0]
+            last = seen[other]
+            behind = last is not None and (head[0], kind == "feedback") < (
+                last,
+                other == "feedback",
+            )
+            waited = now - head[1]
+            if not behind and (waited < hold_s or (waited < max_hold_s and not caught_up[other])):
                 break
         out.append((kind, queues[kind].pop(0)[2]))
     return out
@@ -138,28 +146,80 @@ def test_extend_checks_one_timestamp_per_record() -> None:
         merger.extend("impression", [1, 2], ["only-one"])
 
 
-def test_an_old_lone_record_skips_the_hold_once_the_other_topic_is_caught_up() -> None:
-    """A record created more than max_hold_s ago (by its timestamp and the wall clock) cannot
-    have a partner still in a producer's buffer: a backlog of one topic flows at once."""
-    clock = FakeClock()
-    wall_s = 1_000_000.0
-    merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0, wall=lambda: wall_s)
-    old_ms, fresh_ms = int((wall_s - 31) * 1000), int((wall_s - 29) * 1000)
-    merger.extend("impression", [old_ms, old_ms + 1, fresh_ms], ["old-1", "old-2", "fresh"])
-    behind = {"impression": True, "feedback": False}
-    # the other topic still has records to fetch: even old records wait for it
-    assert merger.release_runs(behind) == []
-    # caught up: the old ones go now, the fresh one (and all after it) waits the hold
-    assert merger.release_runs(BOTH) == [("impression", ["old-1", "old-2"])]
-    assert merger.buffered("impression") == 1
-    clock.now += 2.0
-    assert merger.release_runs(BOTH) == [("impression", ["fresh"])]
-
-
-def test_without_a_wall_clock_old_records_wait_like_any_other() -> None:
+def test_a_lone_record_behind_what_the_other_topic_delivered_skips_the_hold() -> None:
+    """Once the other topic delivered a later timestamp, nothing of it can still sort before
+    this record without breaking its own order: the topic that is behind flows at once."""
     clock = FakeClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
-    merger.push("feedback", 1, "ancient")
+    merger.push("feedback", 100, "f100")
+    assert merger.release_runs(BOTH) == []  # nothing delivered beyond it: f100 waits
+    merger.extend("impression", [40, 100, 101], ["i40", "i100", "i101"])
+    # i40 and i100 (impressions first on equal timestamps) sort before f100, which then goes
+    # as the head; i101 is lone and later than any feedback delivered: it waits the hold
+    assert merger.release_runs({"impression": True, "feedback": False}) == [
+        ("impression", ["i40", "i100"]),
+        ("feedback", ["f100"]),
+    ]
+    merger.extend("impression", [90, 102], ["i90", "i102"])
+    # a late i90 is behind f100 too, but leaves only in offset order, after i101
     assert merger.release_runs(BOTH) == []
     clock.now += 2.0
-    assert merger.release_runs(BOTH) == [("feedback", ["ancient"])]
+    assert merger.release_runs(BOTH) == [("impression", ["i101", "i90", "i102"])]
+    # an impression on the timestamp of delivered feedback sorts before it: it goes at once
+    merger.push("feedback", 103, "f103")
+    clock.now += 2.0
+    assert merger.release_runs(BOTH) == [("feedback", ["f103"])]
+    merger.push("impression", 103, "i103")
+    assert merger.release_runs(BOTH) == [("impression", ["i103"])]
+    # feedback on the timestamp of a delivered impression waits: another impression with that
+    # timestamp would still sort before it
+    merger.push("feedback", 103, "f103b")
+    assert merger.release_runs(BOTH) == []
+    merger.push("feedback", 101, "f101")
+    assert merger.release_runs(BOTH) == []  # behind, but after f103b in offset order
+
+
+def test_what_was_seen_is_forgotten_on_clear() -> None:
+    """After a resync the other topic is read again from its committed offset: timestamps
+    seen before say nothing about where it is now."""
+    clock = FakeClock()
+    merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
+    merger.push("feedback", 100, "f100")
+    merger.clear()
+    merger.push("impression", 50, "i50")
+    assert merger.release_runs(BOTH) == []
+    clock.now += 2.0
+    assert merger.release_runs(BOTH) == [("impression", ["i50"])]
+
+
+def test_record_timestamps_far_in_the_past_wait_like_any_other() -> None:
+    """A backfill writes old event times while the daemon reads; the merge takes no shortcut
+    for them, so feedback still in the producer's buffer is not overtaken."""
+    clock = FakeClock()
+    merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
+    merger.push("impression", 1, "ancient")
+    assert merger.release_runs(BOTH) == []
+    merger.push("feedback", 0, "earlier")
+    assert merger.release_runs(BOTH) == [("feedback", ["earlier"])]
+    clock.now += 2.0
+    assert merger.release_runs(BOTH) == [("impression", ["ancient"])]
+
+
+def test_replayed_records_have_served_their_hold_but_wait_for_the_other_topic() -> None:
+    """Records re-read after a restart were merged before the crash: once the other topic is
+    fetched as far as the checkpoint had consumed (the caller's caught_up), they go."""
+    clock = FakeClock()
+    merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
+    merger.extend("impression", [5, 9], ["r5", "r9"], replayed=True)
+    merger.extend("impression", [10], ["new10"])
+    behind = {"impression": True, "feedback": False}
+    assert merger.release_runs(behind) == []
+    assert merger.release_runs(BOTH) == [("impression", ["r5", "r9"])]
+    clock.now += 2.0
+    assert merger.release_runs(BOTH) == [("impression", ["new10"])]
+    # the liveness bound still counts from arrival: max_hold_s less the hold already served
+    merger.extend("feedback", [20], ["f20"], replayed=True)
+    clock.now += 27.9
+    assert merger.release_runs({"impression": False, "feedback": True}) == []
+    clock.now += 0.1
+    assert merger.release_runs({"impression": False, "feedback": True}) == [("feedback", ["f20"])]
