@@ -8,7 +8,7 @@ would not reproduce an uninterrupted run. Feeding partition p's records of both 
 record-timestamp order (impressions first on equal timestamps) makes the sequence the engine
 sees a function of the data alone. A record is released once the other topic has a record
 buffered that sorts after it, or when the other topic is caught up and the record waited
-``hold_s`` (see :meth:`Merger.release`). Records more than ``hold_s`` apart in arrival are
+``hold_s`` (see :meth:`Merger.release_runs`). Records more than ``hold_s`` apart in arrival are
 still fed in arrival order, and ``max_hold_s`` bounds every wait: liveness beats exactness when
 a producer or a fetch is stuck.
 
@@ -94,10 +94,6 @@ class Merger(Generic[R]):
         if kind is not None:
             return len(self._queues[kind])
         return sum(len(q) for q in self._queues.values())
-
-    def release(self, caught_up: Mapping[str, bool]) -> list[tuple[str, R]]:
-        """:meth:`release_runs` as one ``(kind, record)`` pair per record."""
-        return [(kind, record) for kind, run in self.release_runs(caught_up) for record in run]
 
     def release_runs(self, caught_up: Mapping[str, bool]) -> list[Run[R]]:
         """Pop every record that can be fed now, in feed order, grouped in runs of one kind.
