@@ -153,6 +153,8 @@ class Daemon:
         self._abandoning = False
         self._joined = False
         self._bp_paused = False
+        #: the impressions partitions backpressure paused (not those still fetching a replay)
+        self._bp_tps: set[TopicPartition] = set()
         self._max_pending = 1
         self._uncommitted = 0
         self._pending_dlq: list[str] = []
@@ -300,12 +302,7 @@ class Daemon:
         if self._txn_poisoned:
             raise KafkaError("transaction aborted during a rebalance; resynchronising")
         with self.lock:
-            for p in sorted(self._to_restore):
-                self._restore(p)
-            self._to_restore.clear()
-            for tp, records in batches.items():
-                self._buffer(tp, records)
-                self._fetched = True
+            self._take(batches)
             fed = self._feed()
             self._engine.tick()
             self._backpressure(fed)
@@ -330,6 +327,21 @@ class Daemon:
     def _tp(self, kind: str, p: int) -> TopicPartition:
         topics = self.settings.topics
         return TopicPartition(topics.impressions if kind == "impression" else topics.feedback, p)
+
+    def _take(self, batches: dict[TopicPartition, list[Any]]) -> None:
+        """Restore the partitions assigned since the last cycle, then buffer what the poll
+        returned. A partition restored now drops this poll's records: they may come from the
+        position it had before (kafka-python can keep a reassigned partition's position and
+        fetched batches), and the restore's seek has them fetched again from the checkpoint.
+        Taken as an offset gap instead, they would make the re-fetch look like a duplicate."""
+        restored = set(self._to_restore)
+        for p in sorted(restored):
+            self._restore(p)
+        self._to_restore.clear()
+        for tp, records in batches.items():
+            if tp.partition not in restored:
+                self._buffer(tp, records)
+                self._fetched = True
 
     def _buffer(self, tp: TopicPartition, records: list[Any]) -> None:
         part = self._parts.get(tp.partition)
@@ -364,19 +376,22 @@ class Daemon:
             part.merge_paused.add(kind)
 
     def _caught_up(self, part: _Part) -> dict[str, bool]:
-        """Per kind: fetched up to the latest fetch high watermark, or paused on purpose; never
-        before the records to replay are all fetched (a fetch high watermark can be stale,
-        the restored checkpoint's offsets are not)."""
+        """Per kind: fetched up to the latest fetch high watermark, or its impressions paused by
+        backpressure; never before the records to replay are all fetched (a fetch high
+        watermark can be stale, the restored checkpoint's offsets are not, and replayed
+        records of the other kind skip the hold on the strength of this)."""
         consumer = self._consumer
         assert consumer is not None
         out = {}
         for kind in KINDS:
             fetched = part.fetched_next[kind]
-            high = consumer.highwater(self._tp(kind, part.partition))
-            paused = kind == "impression" and self._bp_paused
-            out[kind] = paused or (
-                high is not None and fetched >= high and fetched >= part.replay_end.get(kind, 0)
-            )
+            if fetched < part.replay_end.get(kind, 0):
+                out[kind] = False
+                continue
+            tp = self._tp(kind, part.partition)
+            high = consumer.highwater(tp)
+            paused = tp in self._bp_tps
+            out[kind] = paused or (high is not None and fetched >= high)
         return out
 
     def _feed(self) -> int:
@@ -411,7 +426,7 @@ class Daemon:
             for kind in list(part.merge_paused):
                 if part.merger.buffered(kind) <= MERGE_BUFFER_CAP // 2:
                     part.merge_paused.discard(kind)
-                    if not (kind == "impression" and self._bp_paused):
+                    if self._tp(kind, p) not in self._bp_tps:
                         consumer.resume(self._tp(kind, p))
         return fed
 
@@ -432,8 +447,17 @@ class Daemon:
         if not self._bp_paused and pending >= daemon.pause_at * self._max_pending:
             self._bp_paused = True
             self.stats.pauses += 1
-            if owned:
-                consumer.pause(*owned)
+            # a partition still fetching its replay is not paused: the replayed impressions were
+            # pending before the restart, and the other topic's replayed records wait for them
+            pause = [
+                tp
+                for tp in owned
+                if self._parts[tp.partition].fetched_next["impression"]
+                >= self._parts[tp.partition].replay_end.get("impression", 0)
+            ]
+            self._bp_tps = set(pause)
+            if pause:
+                consumer.pause(*pause)
             log.info("backpressure: %d pending impressions, pausing impressions", pending)
         elif self._bp_paused and (
             pending <= daemon.resume_at * self._max_pending
@@ -441,8 +465,11 @@ class Daemon:
         ):
             self._bp_paused = False
             resume = [
-                tp for tp in owned if "impression" not in self._parts[tp.partition].merge_paused
+                tp
+                for tp in owned
+                if tp in self._bp_tps and "impression" not in self._parts[tp.partition].merge_paused
             ]
+            self._bp_tps = set()
             if resume:
                 consumer.resume(*resume)
             log.info("backpressure released: %d pending impressions", pending)
@@ -618,6 +645,7 @@ class Daemon:
         for p in partitions:
             part = self._parts.pop(p, None)
             self._to_restore.discard(p)
+            self._bp_tps.discard(self._tp("impression", p))
             if part is not None and self._engine is not None:
                 self._engine.drop_partition(p)
         log.info("partitions %s %s", sorted(partitions), "lost" if lost else "revoked")
@@ -778,6 +806,7 @@ class Daemon:
         self._txn_open = False
         self._txn_poisoned = False
         self._bp_paused = False
+        self._bp_tps = set()
         self._pending_dlq = []
         self._abandoning = False
         self._joined = False
