@@ -12,20 +12,24 @@ buffered that sorts after it, or when the other topic is caught up and the recor
 still fed in arrival order, and ``max_hold_s`` bounds every wait: liveness beats exactness when
 a producer or a fetch is stuck.
 
-A lone record also goes at once when the other topic has already delivered a record that sorts
-after it: the other topic's stream is past this timestamp, and anything of it still to come with
-an earlier timestamp would be out of order within its own topic, which no wait repairs (the merge
-of two buffered heads assumes the same). This lets the topic that is behind in timestamps catch up
-without the hold: a restart replaying pending impressions behind feedback that is further on, a
-topic recovering from a stalled producer. Nothing here reads the wall clock or trusts a record
-timestamp to say when the record was written: a producer writing old event times (a backfill,
-`evald produce`) while the daemon reads gets the same order as data written beforehand.
+A lone record also goes at once when the other topic's latest record sorts after it: that
+stream is past this timestamp, and anything of it still to come with an earlier timestamp would
+be out of order within its own topic, which no wait repairs (the merge of two buffered heads
+assumes the same: timestamps that do not decrease within a partition of each topic). This lets
+the topic that is behind in timestamps catch up without the hold: a restart replaying pending
+impressions behind feedback that is further on, a topic recovering from a stalled producer.
+Nothing here reads the wall clock or trusts a record timestamp to say when the record was
+written, so a producer writing old event times (a backfill, `evald produce`) while the daemon
+reads is ordered by the same rules as live traffic: exactly, as long as it writes the two topics
+within ``hold_s`` of each other.
 
 Records a restarted daemon re-reads to rebuild its pending joins (below the offsets its checkpoint
 had consumed) enter as *replayed*: they count as having served their hold already. Every record
 they were merged with before the crash is below the other topic's consumed offset too, on the
 broker since then, so once the other topic is fetched that far (the caller's ``caught_up``) there
 is nothing left to wait for; the records the other topic got later were fed after them before.
+Their ``max_hold_s`` fallback comes ``hold_s`` early (28 s of a 30 s bound), which is only
+liveness.
 """
 
 from __future__ import annotations
@@ -63,14 +67,15 @@ class Merger(Generic[R]):
         self.max_hold_s = max_hold_s if max_hold_s is not None else 15 * hold_s
         self._clock = clock
         self._queues: dict[str, deque[tuple[int, float, R]]] = {kind: deque() for kind in KINDS}
-        #: per kind, the largest timestamp buffered since the start (or the last clear)
+        #: per kind, the timestamp of the latest record buffered since the start (or the last
+        #: clear): where that topic's stream is. The latest, not the largest, so one record
+        #: with a wild timestamp moves it only until the next record of its kind.
         self._seen: dict[str, float] = dict.fromkeys(KINDS, -math.inf)
 
     def push(self, kind: str, timestamp: int, record: R) -> None:
         """Buffer a record; within a kind, records keep their offset order."""
         self._queues[kind].append((timestamp, self._clock(), record))
-        if timestamp > self._seen[kind]:
-            self._seen[kind] = timestamp
+        self._seen[kind] = timestamp
 
     def extend(
         self,
@@ -87,7 +92,7 @@ class Merger(Generic[R]):
         if timestamps:
             arrived = self._clock() - (self.hold_s if replayed else 0.0)
             self._queues[kind].extend(zip(timestamps, repeat(arrived), records))
-            self._seen[kind] = max(self._seen[kind], max(timestamps))
+            self._seen[kind] = timestamps[-1]
 
     def buffered(self, kind: str | None = None) -> int:
         """Records held (of one kind, or in total)."""
@@ -102,7 +107,7 @@ class Merger(Generic[R]):
         equal timestamps). A record with nothing of the other kind buffered goes at once if it
         sorts before a record the other kind delivered earlier (see the module docstring);
         otherwise once it waited ``hold_s`` *and* the other topic partition is caught up
-        (``caught_up[kind]``: fetched to the high watermark, or deliberately paused), or once
+        (``caught_up[other kind]``: fetched to the high watermark, or deliberately paused), or once
         it waited ``max_hold_s`` regardless. Both conditions of the hold matter: right after an
         assignment one topic's first fetch can arrive seconds after the other's, and a topic
         that looks caught up may still have records in a producer's buffer.
@@ -128,8 +133,8 @@ class Merger(Generic[R]):
             kind, queue = ("impression", imp) if imp else ("feedback", fb)
             other_caught_up = caught_up.get("feedback" if imp else "impression", False)
             now = self._clock()
-            # timestamps below this sort before a record the other kind already delivered
-            # (impressions first on equal timestamps)
+            # timestamps below this sort before the other kind's latest record (impressions
+            # first on equal timestamps; timestamps are integers, Kafka's milliseconds)
             passed = self._seen["feedback"] + 1 if imp else self._seen["impression"]
             run = []
             while queue:

@@ -86,9 +86,9 @@ def reference_release(
     caught_up: dict[str, bool],
 ) -> list[tuple[str, str]]:
     """The merge rule spelled out one record at a time: heads compared; a lone head goes if it
-    sorts before something the other kind delivered, else it is held."""
+    sorts before the other kind's latest record (all were extended before), else it is held."""
     queues = {"impression": list(imp), "feedback": list(fb)}
-    seen = {kind: max((r[0] for r in q), default=None) for kind, q in queues.items()}
+    seen = {kind: q[-1][0] if q else None for kind, q in queues.items()}
     out = []
     while queues["impression"] or queues["feedback"]:
         i, f = queues["impression"], queues["feedback"]
@@ -228,3 +228,22 @@ def test_replayed_records_have_served_their_hold_but_wait_for_the_other_topic() 
     assert merger.release_runs({"impression": False, "feedback": True}) == []
     clock.now += 0.1
     assert merger.release_runs({"impression": False, "feedback": True}) == [("feedback", ["f20"])]
+
+
+def test_replayed_records_count_as_delivered_for_the_other_kind() -> None:
+    clock = FakeClock()
+    merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
+    merger.extend("feedback", [100], ["f100"], replayed=True)
+    assert released(merger, BOTH) == [("feedback", "f100")]
+    merger.extend("impression", [90], ["i90"])
+    assert released(merger, {"impression": True, "feedback": False}) == [("impression", "i90")]
+
+
+def test_one_wild_timestamp_opens_the_hold_only_until_the_next_record_of_its_kind() -> None:
+    clock = FakeClock()
+    merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
+    merger.extend("feedback", [10**13, 100], ["f-year-2286", "f100"])
+    clock.now += 2.0
+    assert len(released(merger, BOTH)) == 2
+    merger.push("impression", 200, "i200")
+    assert released(merger, BOTH) == []  # the feedback stream is at 100, not in 2286
