@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+from child_processes import die_with_parent
 
 
 def free_port() -> int:
@@ -71,6 +72,7 @@ class Broker:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
         )
         try:
             wait_for_port(self.port, timeout=15)
@@ -294,7 +296,7 @@ class KafkaTools:
 
             def behind(tp: TopicPartition) -> bool:
                 high = consumer.highwater(tp)
-                return high is None or consumer.position(tp) < high
+                return high is None or consumer.position(tp, timeout_ms=10_000) < high
 
             while any(behind(tp) for tp in tps):
                 if time.monotonic() > deadline:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from child_processes import die_with_parent
 from kafka_harness import Broker, KafkaTools, TcpProxy, free_port
 
 from evald.daemon.runner import Daemon
@@ -127,12 +128,17 @@ def settled(daemon: Daemon, tools: KafkaTools, unique: str) -> bool:
     topics = names(unique)
     if not daemon.ready()[0]:
         return False
-    for kind, topic in (("impression", topics["impressions"]), ("feedback", topics["feedback"])):
-        for p, end in tools.end_offsets(topic).items():
-            part = daemon._parts.get(p)
-            if part is None or not part.restored or part.fed_next.get(kind) != end:
-                return False
-    return not daemon._txn_open and not any(p.dirty for p in daemon._parts.values())
+    ends = {
+        kind: tools.end_offsets(topic)
+        for kind, topic in (("impression", topics["impressions"]), ("feedback", topics["feedback"]))
+    }
+    with daemon.lock:  # a consistent view: not in the middle of a cycle or a rebalance
+        for kind, offsets in ends.items():
+            for p, end in offsets.items():
+                part = daemon._parts.get(p)
+                if part is None or not part.restored or part.fed_next.get(kind) != end:
+                    return False
+        return not daemon._txn_open and not any(p.dirty for p in daemon._parts.values())
 
 
 def results_by_id(tools: KafkaTools, topic: str) -> dict[str, list[dict[str, Any]]]:
@@ -387,7 +393,9 @@ class Instance:
             args += ["--set", f"engine.{key}={json.dumps(value)}"]
         self.log = (tmp_path / f"{instance}.log").open("ab")
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=self.log)
+        self.proc = subprocess.Popen(
+            args, env=env, stdout=self.log, stderr=self.log, preexec_fn=die_with_parent
+        )
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -491,8 +499,11 @@ def test_two_instances_one_killed_partitions_move_exact(
 ) -> None:
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 4, topics["feedback"]: 4})
-    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=8000, seed=6)
     a, b = instances("a"), instances("b")
+    # both own two partitions before any data is there: a joining alone first would work through
+    # most of it before b got a share, and b would have too little to finalize
+    wait_until(lambda: a.lag_zero(2) and b.lag_zero(2), 90, "two partitions for each instance")
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=8000, seed=6)
     wait_until(
         lambda: (
             a.metric("evald_results_produced_total") > 100
@@ -530,11 +541,20 @@ def test_kill_9_inside_an_open_transaction_leaked_results_are_not_counted(
     kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
     kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=8000, seed=8)
     # one commit after 5000 fed records, then a transaction that stays open (the interval is
-    # far away) while the remaining ~3000 records are fed and their results written
-    slow = ("--set", "daemon.commit_interval_ms=120000", "--set", "daemon.commit_max_records=5000")
+    # far away) while the remaining records are fed and their results written
+    slow = (
+        *("--set", "daemon.commit_interval_ms=120000"),
+        *("--set", "daemon.commit_max_records=5000"),
+        *("--set", "daemon.max_poll_records=500"),
+    )
     first = instances("a", extra=slow)
     wait_until(lambda: first.metric("evald_results_produced_total") > 0, 90, "a first commit")
-    time.sleep(3.0)
+    committed = first.metric("evald_results_produced_total")
+    wait_until(
+        lambda: len(kafka_tools.read(topics["results"])) > committed,
+        60,
+        "results of the open transaction on the broker",
+    )
     first.kill()
     second = instances("a")
     wait_until(lambda: second.lag_zero(2), 150, "the restarted daemon to catch up")

@@ -94,7 +94,7 @@ def test_record_appender_writes_what_send_would_in_order_and_inside_the_transact
                     )
                 )
                 sent.append((p, key, value))
-            producer.flush()
+            producer.flush(timeout=30)
             offsets += [(p, f.get(timeout=30).offset) for p, f in futures]
             producer.commit_transaction()
     finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from child_processes import die_with_parent
 from prometheus_client.parser import text_string_to_metric_families
 
 from evald.config import EngineConfig
@@ -191,6 +192,9 @@ def test_taken_port_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert "cannot listen" in capsys.readouterr().err
 
 
+ARMS = ("control", "treatment")
+
+
 def test_run_in_process_serves_metrics_and_restores_signal_handlers() -> None:
     """build_demo + run as the command does, scraping /metrics over HTTP while it runs."""
     before = signal.getsignal(signal.SIGINT)
@@ -210,23 +214,27 @@ def test_run_in_process_serves_metrics_and_restores_signal_handlers() -> None:
     scraped: dict[str, object] = {}
 
     def scrape() -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            status, body = _get(url + "/metrics")
-            counts = _measure_counts(body)
-            if status == 200 and sum(counts.values()) > 0:
-                scraped["counts"] = counts
-                scraped["ready"] = _get(url + "/readyz")[0]
-                scraped["healthy"] = _get(url + "/healthz")[0]
-                return
-            time.sleep(0.1)
+        """Sample once both arms are scored, then stop the run (at the deadline regardless)."""
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                status, body = _get(url + "/metrics")
+                counts = _measure_counts(body)
+                if status == 200 and all(counts.get((arm, "nDCG@10")) for arm in ARMS):
+                    scraped["counts"] = counts
+                    scraped["ready"] = _get(url + "/readyz")[0]
+                    scraped["healthy"] = _get(url + "/healthz")[0]
+                    return
+                time.sleep(0.1)
+        finally:
+            demo.stop("test")
 
     scraper = threading.Thread(target=scrape)
     scraper.start()
     try:
-        assert command._run_with_signals(demo, 3.0) == 0
+        assert command._run_with_signals(demo, None) == 0
     finally:
-        scraper.join(15)
+        scraper.join(65)
         demo.close()
     counts = scraped.get("counts")
     assert isinstance(counts, dict) and counts[("control", "nDCG@10")] > 0
@@ -235,7 +243,7 @@ def test_run_in_process_serves_metrics_and_restores_signal_handlers() -> None:
     assert signal.getsignal(signal.SIGINT) is before
     with pytest.raises(OSError):  # the port is released
         urllib.request.urlopen(url + "/metrics", timeout=2)
-    assert "stopped (duration)" in out.getvalue()
+    assert "stopped (test)" in out.getvalue()
 
 
 # ------------------------------------------------------------------ as a process
@@ -254,6 +262,7 @@ class Demo:
             stdout=subprocess.PIPE,
             stderr=self._err,
             text=True,
+            preexec_fn=die_with_parent,
         )
 
     def err(self) -> str:
@@ -314,7 +323,7 @@ def _wait_for_scores(url: str, timeout: float = 30.0) -> dict[tuple[str, str], f
 def test_process_with_duration_serves_metrics_and_exits_0(
     spawn: Callable[..., Demo],
 ) -> None:
-    demo = spawn("--duration", "4", "--speed", "600", "--metrics-address", "127.0.0.1:0")
+    demo = spawn("--duration", "8", "--speed", "600", "--metrics-address", "127.0.0.1:0")
     url = demo.metrics_url()
     assert url.startswith("http://127.0.0.1:")
     counts = _wait_for_scores(url)

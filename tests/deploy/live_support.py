@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from child_processes import die_with_parent
 from deploy_support import DEPLOY, REPO, free_port
 
 T = TypeVar("T")
@@ -47,16 +48,6 @@ def wait_until(probe: Callable[[], T | None], timeout: float, what: str, step: f
     raise TimeoutError(f"{what} not within {timeout}s (last error: {last_error})")
 
 
-def _die_with_parent() -> None:
-    """In the child: be killed if the test process dies without running its finalizers
-    (e.g. pytest killed by a timeout), so no server outlives the test run (Linux only)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class Process:
     """A child process with its output in a log file, stopped gently then forcibly."""
 
@@ -69,7 +60,7 @@ class Process:
             stdout=self._fh,
             stderr=subprocess.STDOUT,
             env={**os.environ},
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
     def alive(self) -> bool:

@@ -1,0 +1,17 @@
+"""What every process a test starts needs, whichever directory its test lives in."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+def die_with_parent() -> None:
+    """In the child (``preexec_fn``): be killed if the test process dies without running its
+    finalizers (pytest killed by a timeout, a cancelled CI job), so no broker, daemon or
+    server outlives the test run (Linux only)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
