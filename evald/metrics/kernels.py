@@ -4,6 +4,11 @@ Every kernel reads (n, depth) matrices and returns float64 values of shape (n,);
 over lists in Python. ``k`` is a cutoff or None for the whole stored list; ranks past a list's
 end are zero-grade padding, so "k beyond the list length counts as non-relevant" needs no
 special case. Divisions by a zero count give 0: a list with nothing relevant scores 0.
+
+Sums over ranks run in rank order, one rank after the other (:func:`_rank_sum`), as trec_eval's
+loops do: a list's value is then the same to the last bit whatever batch it is scored in. A
+matrix product or numpy's pairwise ``sum`` groups the additions by the batch's padded width,
+so the same list scored beside a longer one could differ in the last digit.
 """
 
 from __future__ import annotations
@@ -35,6 +40,15 @@ def _geometric(p: float, width: int) -> np.ndarray:
     weights = (1.0 - p) * np.power(p, np.arange(width, dtype=np.float64))
     weights.setflags(write=False)
     return weights
+
+
+def _rank_sum(matrix: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Per row, the sum over ranks of matrix (times weights) added in rank order; padding
+    columns of zeros add exactly nothing, so the width of the batch cannot show."""
+    terms = matrix if weights is None else matrix * weights
+    if terms.shape[1] == 0:
+        return np.zeros(terms.shape[0], dtype=np.float64)
+    return np.cumsum(terms, axis=1, dtype=np.float64)[:, -1]
 
 
 def _top(matrix: np.ndarray, k: int | None) -> np.ndarray:
@@ -79,13 +93,13 @@ def _gain(grades: np.ndarray, exponential: bool) -> np.ndarray:
 
 def cg(grades: np.ndarray, k: int | None) -> np.ndarray:
     """CG@k: sum of the grades in the top k."""
-    return _top(grades, k).sum(axis=1)
+    return _rank_sum(_top(grades, k))
 
 
 def dcg(grades: np.ndarray, k: int | None, exponential: bool = False) -> np.ndarray:
     """DCG@k with discount 1/log2(rank+1); gain = grade, or 2^grade - 1 if exponential."""
     top = _top(grades, k)
-    return _gain(top, exponential) @ _log2_discount(top.shape[1])
+    return _rank_sum(_gain(top, exponential), _log2_discount(top.shape[1]))
 
 
 def ndcg(
@@ -101,7 +115,7 @@ def average_precision(
     """AP@k: sum of precision at each relevant rank <= k, over R (trec_eval) or min(k, R)."""
     relevant = _top(grades, k) >= rel
     found = np.cumsum(relevant, axis=1, dtype=np.int32)  # int cumsum: ~2x faster than float
-    precision_sum = (found * relevant) @ (1.0 / _ranks(relevant.shape[1]))
+    precision_sum = _rank_sum(found * relevant, 1.0 / _ranks(relevant.shape[1]))
     denominator = relevant_count(ideal, rel)
     if min_denominator and k is not None:
         denominator = np.minimum(denominator, k)
@@ -133,7 +147,7 @@ def rbp(
         gains = np.minimum(_ratio(top, ideal[:, :1]), 1.0)
     else:
         gains = (top >= rel).astype(np.float64)
-    return gains @ _geometric(p, top.shape[1])
+    return _rank_sum(gains, _geometric(p, top.shape[1]))
 
 
 def rbp_residual(
@@ -152,7 +166,7 @@ def rbp_residual(
     served = np.arange(width) < lengths[:, None]
     unjudged = served & ~judged[:, :width]
     depth = lengths.astype(np.float64) if k is None else np.full(lengths.shape, float(k))
-    residual = unjudged @ _geometric(p, width) + np.power(p, depth)
+    residual = _rank_sum(unjudged, _geometric(p, width)) + np.power(p, depth)
     return np.where(ideal[:, 0] > 0, residual, 0.0) if ideal.shape[1] else residual * 0.0
 
 
@@ -165,7 +179,7 @@ def err(grades: np.ndarray, gmax: int, k: int | None) -> np.ndarray:
     stop = np.expm1(top * np.log(2.0)) / 2.0**gmax
     reach = np.cumprod(1.0 - stop, axis=1)
     reach = np.concatenate([np.ones((top.shape[0], 1)), reach[:, :-1]], axis=1)
-    return (reach * stop) @ (1.0 / _ranks(top.shape[1]))
+    return _rank_sum(reach * stop, 1.0 / _ranks(top.shape[1]))
 
 
 def auc(grades: np.ndarray, judged: np.ndarray, rel: float) -> tuple[np.ndarray, np.ndarray]:

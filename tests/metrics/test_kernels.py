@@ -269,3 +269,29 @@ def test_mean_of_plain_measure_is_the_mean() -> None:
     values = evaluate([measure], batch)[measure]
     assert mean_of(measure, values, batch) == pytest.approx(0.5)
     assert mean_of(measure, values[:0], Batch.from_served_grades([])) == 0.0
+
+
+# -- the same list, the same bits, in any batch ----------------------------------------------
+
+EVERY_FAMILY = (
+    "CG, CG@5, DCG, DCG(dcg='exp-log2')@10, nDCG, nDCG@10, AP, AP@10, AP(denom='min')@10, RR, "
+    "P@10, R@10, F1@10, Success@10, RBP(p=0.8), RBP(p=0.95, graded=True), RBPResidual(p=0.8), "
+    "ERR, ERR@10, AUC, KendallTau"
+)
+
+
+@SETTINGS
+@given(rows=judged_lists, longer=st.integers(1, 40))
+def test_a_lists_value_does_not_depend_on_the_batch_it_is_scored_in(
+    rows: list[list[float | None]], longer: int
+) -> None:
+    """Scored with a much longer list beside it (so its row is padded to another width), each
+    list must get the same value to the last bit: the engine and `evald score` batch lists by
+    what happens to close together, and results are compared across runs and restarts."""
+    measures = parse_measures(EVERY_FAMILY)
+    alone = [evaluate(measures, as_batch([row])) for row in rows]
+    wide = [[0.25 * (j % 7) for j in range(len(max(rows, key=len)) + longer)], *rows]
+    together = evaluate(measures, as_batch(wide))
+    for i, values in enumerate(alone):
+        for measure in measures:
+            assert together[measure][i + 1] == values[measure][0], (measure, rows[i])
