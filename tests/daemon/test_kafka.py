@@ -196,6 +196,24 @@ def read_windows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
+def assert_matches_an_uninterrupted_run(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, windows: Path
+) -> int:
+    """Results exactly once (identical copies from aborted transactions allowed) and the
+    window rows equal to one engine fed every record; returns the copies seen."""
+    topics = names(unique)
+    expected, reference = kafka_tools.expected(
+        make_settings(broker.bootstrap, unique).engine_config(),
+        topics["impressions"],
+        topics["feedback"],
+    )
+    copies = assert_exactly_once(
+        results_by_id(kafka_tools, topics["results"]), expected, allow_identical_copies=True
+    )
+    assert_windows_equal(read_windows(windows), reference)
+    return copies
+
+
 # -- in-process ----------------------------------------------------------------------------
 
 
@@ -478,15 +496,7 @@ def test_kill_9_mid_stream_then_restart_is_exact(
     wait_until(lambda: second.lag_zero(3), 120, "the restarted daemon to catch up")
     time.sleep(1.0)  # one more commit interval
     assert second.terminate() == 0
-    expected, reference = kafka_tools.expected(
-        make_settings(broker.bootstrap, unique).engine_config(),
-        topics["impressions"],
-        topics["feedback"],
-    )
-    copies = assert_exactly_once(
-        results_by_id(kafka_tools, topics["results"]), expected, allow_identical_copies=True
-    )
-    assert_windows_equal(read_windows(second.windows), reference)
+    copies = assert_matches_an_uninterrupted_run(broker, kafka_tools, unique, second.windows)
     print(
         f"kill -9 ({'static' if static else 'dynamic'} membership): restart to ready "
         f"{recovery:.2f}s (process start included), "
@@ -516,15 +526,7 @@ def test_two_instances_one_killed_partitions_move_exact(
     wait_until(lambda: b.lag_zero(4), 150, "the survivor to take over and catch up")
     time.sleep(1.0)
     assert b.terminate() == 0
-    expected, reference = kafka_tools.expected(
-        make_settings(broker.bootstrap, unique).engine_config(),
-        topics["impressions"],
-        topics["feedback"],
-    )
-    assert_exactly_once(
-        results_by_id(kafka_tools, topics["results"]), expected, allow_identical_copies=True
-    )
-    assert_windows_equal(read_windows(b.windows), reference)
+    assert_matches_an_uninterrupted_run(broker, kafka_tools, unique, b.windows)
 
 
 def test_kill_9_inside_an_open_transaction_leaked_results_are_not_counted(
@@ -560,14 +562,6 @@ def test_kill_9_inside_an_open_transaction_leaked_results_are_not_counted(
     wait_until(lambda: second.lag_zero(2), 150, "the restarted daemon to catch up")
     time.sleep(1.0)
     assert second.terminate() == 0
-    expected, reference = kafka_tools.expected(
-        make_settings(broker.bootstrap, unique).engine_config(),
-        topics["impressions"],
-        topics["feedback"],
-    )
-    copies = assert_exactly_once(
-        results_by_id(kafka_tools, topics["results"]), expected, allow_identical_copies=True
-    )
+    copies = assert_matches_an_uninterrupted_run(broker, kafka_tools, unique, second.windows)
     assert copies > 0, "the kill did not leave an aborted transaction behind: test not effective"
-    assert_windows_equal(read_windows(second.windows), reference)
     print(f"kill -9 in a transaction: {copies} leaked identical copies, windows exact")
