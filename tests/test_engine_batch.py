@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from settable_clock import SettableClock
 
 from evald.config import load_config
 from evald.engine import Engine, Result
@@ -24,14 +25,6 @@ from evald.engine import Engine, Result
 MIN = 60_000
 WINDOW = 10 * MIN
 LATENESS = 1 * MIN
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @st.composite
@@ -64,7 +57,7 @@ def records(draw: st.DrawFn) -> tuple[str, dict[str, object] | bytes, int]:
     return draw(st.sampled_from(["impression", "feedback"])), b'{"request_id": ', jitter
 
 
-def _engine(max_pending: int, results: list[Result], clock: Clock) -> Engine:
+def _engine(max_pending: int, results: list[Result], clock: SettableClock) -> Engine:
     config = load_config(
         {
             "window": WINDOW,
@@ -138,7 +131,7 @@ def test_feed_batch_equals_feed_event_by_event(stream, cuts, max_pending, given_
     outcomes = []
     for batched in (False, True):
         results: list[Result] = []
-        clock = Clock()
+        clock = SettableClock()
         engine = _engine(max_pending, results, clock)
         if restore_at is not None:  # re-fed offsets below restore_at are silent
             for partition in (0, 1):
@@ -180,7 +173,7 @@ def test_feed_batch_equals_feed_event_by_event(stream, cuts, max_pending, given_
 
 def test_feed_batch_returns_each_rejection_with_its_position():
     results: list[Result] = []
-    engine = _engine(1000, results, Clock())
+    engine = _engine(1000, results, SettableClock())
     good = json.dumps({"request_id": "r", "ts": 0, "items": ["a"]}).encode()
     got = engine.feed_batch([b"{", good, b"[]"], kinds="impression")
     assert [(pos, r.reason) for pos, r in got] == [(0, "invalid_json"), (2, "not_an_object")]
@@ -191,7 +184,7 @@ def test_feed_batch_returns_each_rejection_with_its_position():
 
 def test_feed_batch_counts_a_repeated_event_id_once_inside_one_batch():
     results: list[Result] = []
-    engine = _engine(1000, results, Clock())
+    engine = _engine(1000, results, SettableClock())
     raws = [
         json.dumps({"request_id": "r", "ts": 0, "items": ["a", "b"]}).encode(),
         json.dumps(
@@ -257,7 +250,7 @@ def test_feed_batch_equals_feed_on_realistic_traffic(seed):
     outcomes = []
     for batched in (False, True):
         results: list[Result] = []
-        clock = Clock()
+        clock = SettableClock()
         engine = _engine(max_pending, results, clock)
         if restore:
             for partition in (0, 1):

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from settable_clock import SettableClock
 
 from evald.config import load_config
 from evald.engine import Engine, Result
@@ -15,16 +16,6 @@ from evald.metrics import Batch, evaluate, parse_measures
 MIN = 60_000
 WINDOW = 10 * MIN
 LATENESS = 1 * MIN
-
-
-class Clock:
-    """Injectable wall clock (seconds)."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def imp(rid: str, ts: int, items: list[str], **labels: str) -> bytes:
@@ -36,8 +27,10 @@ def fb(rid: str, ts: int, item: str, action: str = "click", **extra: object) -> 
     return json.dumps(body).encode()
 
 
-def make(measures: str = "P@3,RR,nDCG@3", **settings: object) -> tuple[Engine, list[Result], Clock]:
-    clock = Clock()
+def make(
+    measures: str = "P@3,RR,nDCG@3", **settings: object
+) -> tuple[Engine, list[Result], SettableClock]:
+    clock = SettableClock()
     results: list[Result] = []
     config = load_config({"window": WINDOW, "lateness": LATENESS, "measures": measures, **settings})
     return Engine(config, clock=clock, on_result=results.append), results, clock

@@ -7,6 +7,7 @@ from itertools import pairwise
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from settable_clock import SettableClock
 
 from evald.daemon.merge import Merger
 
@@ -18,18 +19,8 @@ def released(merger: Merger[str], caught_up: dict[str, bool]) -> list[tuple[str,
     return [(kind, record) for kind, run in merger.release_runs(caught_up) for record in run]
 
 
-class FakeClock:
-    """A settable clock so the hold timeout is tested without sleeping."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_releases_in_timestamp_order_with_impressions_first_on_ties() -> None:
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock)
     for ts, name in ((10, "i10"), (20, "i20"), (30, "i30")):
         merger.push("impression", ts, name)
@@ -43,7 +34,7 @@ def test_releases_in_timestamp_order_with_impressions_first_on_ties() -> None:
 
 
 def test_a_lone_record_waits_for_the_hold_time_then_goes() -> None:
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock)
     merger.push("feedback", 50, "f50")
     assert released(merger, BOTH) == []
@@ -54,7 +45,7 @@ def test_a_lone_record_waits_for_the_hold_time_then_goes() -> None:
 
 
 def test_offset_order_within_a_kind_is_kept_even_if_timestamps_go_back() -> None:
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock)
     merger.push("impression", 40, "i40")
     merger.push("impression", 10, "i10-later-offset")
@@ -65,7 +56,7 @@ def test_offset_order_within_a_kind_is_kept_even_if_timestamps_go_back() -> None
 
 
 def test_a_lone_record_waits_longer_while_the_other_topic_is_behind() -> None:
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
     merger.push("impression", 50, "i50")
     behind = {"impression": True, "feedback": False}
@@ -122,7 +113,7 @@ def test_runs_release_exactly_what_the_record_at_a_time_rule_releases(
     imp_caught_up: bool,
     fb_caught_up: bool,
 ) -> None:
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
     imp, fb = [], []
     # records arrive in bursts at increasing clock times (ages 40, 2.5, 1 and 0 s at release)
@@ -146,7 +137,7 @@ def test_runs_release_exactly_what_the_record_at_a_time_rule_releases(
 
 
 def test_extend_checks_one_timestamp_per_record() -> None:
-    merger: Merger[str] = Merger(2.0, FakeClock())
+    merger: Merger[str] = Merger(2.0, SettableClock())
     with pytest.raises(ValueError, match="one timestamp per record"):
         merger.extend("impression", [1, 2], ["only-one"])
 
@@ -154,7 +145,7 @@ def test_extend_checks_one_timestamp_per_record() -> None:
 def test_a_lone_record_behind_what_the_other_topic_delivered_skips_the_hold() -> None:
     """Once the other topic delivered a later timestamp, nothing of it can still sort before
     this record without breaking its own order: the topic that is behind flows at once."""
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
     merger.push("feedback", 100, "f100")
     assert merger.release_runs(BOTH) == []  # nothing delivered beyond it: f100 waits
@@ -187,7 +178,7 @@ def test_a_lone_record_behind_what_the_other_topic_delivered_skips_the_hold() ->
 def test_what_was_seen_is_forgotten_on_clear() -> None:
     """After a resync the other topic is read again from its committed offset: timestamps
     seen before say nothing about where it is now."""
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
     merger.push("feedback", 100, "f100")
     merger.clear()
@@ -200,7 +191,7 @@ def test_what_was_seen_is_forgotten_on_clear() -> None:
 def test_record_timestamps_far_in_the_past_wait_like_any_other() -> None:
     """A backfill writes old event times while the daemon reads; the merge takes no shortcut
     for them, so feedback still in the producer's buffer is not overtaken."""
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
     merger.push("impression", 1, "ancient")
     assert merger.release_runs(BOTH) == []
@@ -213,7 +204,7 @@ def test_record_timestamps_far_in_the_past_wait_like_any_other() -> None:
 def test_replayed_records_have_served_their_hold_but_wait_for_the_other_topic() -> None:
     """Records re-read after a restart were merged before the crash: once the other topic is
     fetched as far as the checkpoint had consumed (the caller's caught_up), they go."""
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
     merger.extend("impression", [5, 9], ["r5", "r9"], replayed=True)
     merger.extend("impression", [10], ["new10"])
@@ -231,7 +222,7 @@ def test_replayed_records_have_served_their_hold_but_wait_for_the_other_topic() 
 
 
 def test_replayed_records_count_as_delivered_for_the_other_kind() -> None:
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
     merger.extend("feedback", [100], ["f100"], replayed=True)
     assert released(merger, BOTH) == [("feedback", "f100")]
@@ -240,7 +231,7 @@ def test_replayed_records_count_as_delivered_for_the_other_kind() -> None:
 
 
 def test_one_wild_timestamp_opens_the_hold_only_until_the_next_record_of_its_kind() -> None:
-    clock = FakeClock()
+    clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
     merger.extend("feedback", [10**13, 100], ["f-year-2286", "f100"])
     clock.now += 2.0

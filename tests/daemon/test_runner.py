@@ -9,6 +9,7 @@ from collections import namedtuple
 from typing import Any
 
 from kafka import TopicPartition
+from settable_clock import SettableClock
 
 from evald.config import load_config
 from evald.daemon.merge import Merger
@@ -20,14 +21,6 @@ Rec = namedtuple("Rec", "topic partition offset timestamp key value")
 
 ENGINE = {"window": "1m", "lateness": "10s"}
 TOPICS = {"impressions": "imp", "feedback": "fb", "results": "res", "dlq": "dlq"}
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FakeConsumer:
@@ -67,7 +60,7 @@ class Harness:
             environ={},
             flags={"topics": TOPICS, "engine": {**ENGINE, "max_pending": max_pending}},
         )
-        self.clock = FakeClock()
+        self.clock = SettableClock()
         self.results: list[Any] = []
         self.engine = Engine(
             load_config({**ENGINE, "max_pending": max_pending}),

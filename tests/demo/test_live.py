@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from settable_clock import SettableClock
 
 from evald.aggregate import Aggregates
 from evald.demo.live import (
@@ -30,14 +31,6 @@ from evald.stats import Z95, Stats
 
 MEASURES = ["nDCG@10", "RR", "Success@10", "RBP(p=0.8)"]
 MIN = 60_000
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _aggregates() -> Aggregates:
@@ -168,7 +161,7 @@ def test_render_lines_one_line_per_segment_plus_health() -> None:
 
 
 def test_live_view_on_a_terminal_redraws_in_place_each_interval() -> None:
-    clock, out = FakeClock(), io.StringIO()
+    clock, out = SettableClock(), io.StringIO()
     view = LiveView(out, tty=True, interval=1.0, clock=clock)
     assert view.show(_snapshot())
     assert not view.show(_snapshot())  # not due yet
@@ -178,7 +171,7 @@ def test_live_view_on_a_terminal_redraws_in_place_each_interval() -> None:
 
 
 def test_live_view_plain_every_few_seconds_and_ascii_when_needed() -> None:
-    clock = FakeClock()
+    clock = SettableClock()
     raw = io.BytesIO()
     out = io.TextIOWrapper(raw, encoding="ascii")
     view = LiveView(out, tty=False, plain_interval=5.0, clock=clock)
