@@ -214,3 +214,34 @@ def test_records_polled_in_the_cycle_that_restores_their_partition_are_dropped()
     fresh = [record("imp", i, i * 1_000, impression(f"r{i}", i * 1_000)) for i in range(8)]
     h.daemon._take({h.tp("impression"): fresh})
     assert part.merger.buffered("impression") == 8
+
+
+class ListingConsumer(FakeConsumer):
+    """A broker whose ListOffsets answer lags behind the last batch, as tansu's does."""
+
+    def __init__(self, listed: dict[TopicPartition, int]) -> None:
+        super().__init__()
+        self.listed = listed
+
+    def end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, int]:
+        return {tp: self.listed[tp] for tp in tps}
+
+
+def test_a_partition_with_no_fetch_since_its_restore_has_no_lag_yet() -> None:
+    """Restored at offsets 641/1731 with nothing fetched, a lagging ListOffsets (631) must not
+    be reported as lag 0: a caller waiting for lag 0 would take the partition as caught up."""
+    h = Harness()
+    imp, fb = h.tp("impression"), h.tp("feedback")
+    h.consumer = ListingConsumer({imp: 631, fb: 1700})
+    h.daemon._consumer = h.consumer  # type: ignore[assignment]
+    h.restored(
+        start={"impression": 641, "feedback": 1731}, consumed={"impression": 669, "feedback": 1809}
+    )
+    h.daemon._probe()
+    assert h.daemon.stats.lag == {}
+    h.consumer.high.update({imp: 671, fb: 1809})  # the first fetch responses
+    h.daemon._probe()
+    assert h.daemon.stats.lag == {("imp", 1): 30, ("fb", 1): 78}
+    h.daemon._parts[1].fed_next = {"impression": 671, "feedback": 1809}
+    h.daemon._probe()
+    assert h.daemon.stats.lag == {("imp", 1): 0, ("fb", 1): 0}
