@@ -40,7 +40,7 @@ class Result:
     labels: dict[str, str]
     measures: dict[str, float]
     partition: int = 0
-    reason: str = "window"  # what closed it: window / cap / drain
+    reason: str = "window"  # what closed it: window / late / cap / drain
     abandoned: bool = False  # no positive feedback: every measure is 0
 
     def to_json(self) -> dict[str, Any]:

@@ -531,7 +531,8 @@ class EngineCollector:
         )
         yield _counter(
             "evald_impressions_finalized",
-            "Impressions scored, by what closed them (window, pending cap, drain).",
+            "Impressions scored, by what closed them (window; late: it had closed before the "
+            "impression arrived; pending cap; drain).",
             ("reason",),
             [((k,), v) for k, v in snap.finalized.items()],
         )

@@ -497,10 +497,8 @@ class JoinStore:
             held = self._held.pop(rid, None)
             if held is not None:
                 self._attach_held(slot, ts, held)
-        if wm is not None and deadline <= wm:
-            if not replayed:
-                self.stats.late_impressions += 1
-            self._close(slot, "window")
+        if wm is not None and deadline <= wm:  # late (a replayed one was skipped above)
+            self._close(slot, "late")
         else:
             queue = self._queue
             if deadline >= queue._tail:  # in order: the FIFO (queue.push, inlined)
@@ -648,8 +646,7 @@ class JoinStore:
                 imp_ok += 1
                 wm = self.watermark
                 if wm is not None and deadline <= wm:
-                    stats.late_impressions += 1
-                    self._close(slot, "window")
+                    self._close(slot, "late")
                 else:
                     if deadline >= queue._tail:  # in deadline order: the FIFO (push, inlined)
                         fifo._a.append(slot)

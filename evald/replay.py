@@ -259,7 +259,7 @@ def summary(engine: Engine, counts: dict[str, int]) -> list[str]:
         f"lines read             {counts['lines']:,} (+{counts['blank']:,} blank)",
         f"impressions            {ev[('impression', 'accepted')]:,} accepted, "
         f"{ev[('impression', 'duplicate')]:,} duplicate, "
-        f"{stats.late_impressions:,} arrived after their window closed",
+        f"{stats.finalized['late']:,} arrived after their window closed",
         f"feedback               {ev[('feedback', 'accepted')]:,} accepted, "
         f"{ev[('feedback', 'duplicate')]:,} duplicate",
         f"rejected               {sum(stats.rejected.values()):,}" + _breakdown(stats.rejected),

@@ -16,7 +16,7 @@ from evald.decode import REASONS
 EVENT_KINDS = ("impression", "feedback", "unknown")
 EVENT_OUTCOMES = ("accepted", "rejected", "duplicate")
 UNATTRIBUTED_REASONS = ("late", "early", "orphaned", "duplicate", "unknown_item")
-FINALIZE_REASONS = ("window", "cap", "drain")
+FINALIZE_REASONS = ("window", "late", "cap", "drain")
 #: seconds; wall time from a window closing (by the watermark) to its impressions being scored
 LAG_BOUNDS: tuple[float, ...] = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -35,10 +35,9 @@ class Stats:
         self.rejected: dict[str, int] = dict.fromkeys(REASONS, 0)
         #: why accepted feedback did not count towards any impression
         self.unattributed: dict[str, int] = dict.fromkeys(UNATTRIBUTED_REASONS, 0)
-        #: impressions scored, by what closed them
+        #: impressions scored, by what closed them ("late": the window had already closed
+        #: when the impression arrived, so it was closed at once)
         self.finalized: dict[str, int] = dict.fromkeys(FINALIZE_REASONS, 0)
-        #: impressions whose window had already closed on arrival (finalized at once)
-        self.late_impressions = 0
         #: impressions finalized with no positive feedback (also per segment in Aggregates)
         self.abandoned = 0
         self.lag_bounds: tuple[float, ...] = LAG_BOUNDS

@@ -98,7 +98,6 @@ def _state(engine: Engine, results: list[Result]) -> dict[str, object]:
         "rejected": dict(stats.rejected),
         "unattributed": dict(stats.unattributed),
         "finalized": dict(stats.finalized),
-        "late": stats.late_impressions,
         "abandoned": stats.abandoned,
         "pending": engine.pending(),
         "held": engine.pending_feedback(),

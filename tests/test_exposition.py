@@ -399,7 +399,7 @@ def test_health_counters_follow_what_was_fed() -> None:
         dict(k)["reason"]: v for k, v in named(samples, "evald_impressions_finalized_total").items()
     }
     # "a" and "b" closed by the late feedback's watermark, "c" by the drain
-    assert finalized == {"window": 2, "cap": 0, "drain": 1}
+    assert finalized == {"window": 2, "late": 0, "cap": 0, "drain": 1}
     abandoned = named(samples, "evald_impressions_abandoned_total")
     assert abandoned == {
         frozenset(seg.items()): 1,  # "b"
@@ -427,6 +427,7 @@ def test_every_known_reason_is_exported_from_the_start() -> None:
     }
     assert {dict(k)["reason"] for k in named(samples, "evald_impressions_finalized_total")} == {
         "window",
+        "late",
         "cap",
         "drain",
     }

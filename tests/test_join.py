@@ -102,7 +102,7 @@ def test_out_of_order_within_lateness_still_joins():
     assert set(got) == {"r1", "r2"}
     assert got["r1"].measures["RR"] == 1.0
     assert got["r2"].measures["RR"] == 0.5
-    assert engine.stats.late_impressions == 0
+    assert engine.stats.finalized["late"] == 0
 
 
 def test_feedback_after_its_impression_closed_is_orphaned():
@@ -201,7 +201,18 @@ def test_late_impression_is_finalized_at_once_with_its_held_feedback():
     engine.tick()
     assert [r.request_id for r in results] == ["old"]
     assert results[0].measures["RR"] == 0.5
-    assert engine.stats.late_impressions == 1
+    assert engine.stats.finalized == {"window": 0, "late": 1, "cap": 0, "drain": 0}
+    assert results[0].reason == "late"
+
+
+def test_late_impression_in_a_batch_is_closed_as_late_too():
+    engine, results, _ = make()
+    engine.feed_batch(
+        [imp("now", 60 * MIN, ["a"]), fb("old", 55 * MIN, "b"), imp("old", 48 * MIN, ["a", "b"])]
+    )
+    engine.tick()
+    assert [(r.request_id, r.reason, r.measures["RR"]) for r in results] == [("old", "late", 0.5)]
+    assert engine.stats.finalized == {"window": 0, "late": 1, "cap": 0, "drain": 0}
 
 
 def test_idle_fallback_advances_a_quiet_partition_with_the_wall_clock():
