@@ -358,14 +358,16 @@ class _Snapshot:
         self.label_keys: tuple[str, ...] = tuple(engine.segments.keys)
         self.measures: list[str] = list(aggregates.measures)
         self.bounds: list[float] = aggregates.bounds.tolist()
-        counts = aggregates.hist_counts
+        # each array read once: without the lock, a growth between two reads could leave
+        # them of different lengths (the arrays are replaced one after another)
+        counts, sums, abandoned = aggregates.hist_counts, aggregates.hist_sum, aggregates.abandoned
         segments = engine.segments.segments
-        n = min(len(segments), counts.shape[0])
+        n = min(len(segments), counts.shape[0], sums.shape[0], abandoned.shape[0])
         self.segments: list[tuple[str, ...]] = segments[:n]
         # Cumulative per bucket: the +Inf bucket is also _count, so they always agree.
         self.hist_counts: list = np.cumsum(counts[:n], axis=2).tolist()
-        self.hist_sum: list = aggregates.hist_sum[:n].tolist()
-        self.abandoned: list[int] = aggregates.abandoned[:n].tolist()
+        self.hist_sum: list = sums[:n].tolist()
+        self.abandoned: list[int] = abandoned[:n].tolist()
         self.events = dict(stats.events)
         self.rejected = dict(stats.rejected)
         self.unattributed = dict(stats.unattributed)

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -601,6 +602,25 @@ def test_replacing_the_engine_switches_the_series(drained) -> None:
 # --------------------------------------------------------------------------------------------
 # Scrapes concurrent with the processing loop
 # --------------------------------------------------------------------------------------------
+
+
+def test_a_scrape_in_the_middle_of_an_aggregate_growth_still_renders() -> None:
+    """Without the lock a scrape can land while ``Aggregates._grow`` has replaced the
+    histogram counts but not yet the sums: the snapshot keeps the rows every array has."""
+    served, events = traffic(seed=3, n=400, span_ms=30 * MINUTE)
+    engine = make_engine()
+    for partition, _ts, raw in events:
+        engine.feed(raw, partition=partition)
+    engine.drain()
+    agg = engine.aggregates
+    rows = len(engine.segments.segments)
+    m, b = agg.hist_counts.shape[1:]
+    agg.hist_sum = agg.hist_sum[:rows]  # as long as the segments, then the counts grow first
+    agg.hist_counts = np.concatenate([agg.hist_counts, np.zeros((8, m, b), np.int64)])
+    engine.segments.segment_of({"model": "new", "arm": "control", "surface": "web"})
+    samples = scrape(engine_registry(engine))
+    assert sum(named(samples, "evald_impressions_finalized_total").values()) == len(served)
+    assert len(named(samples, "evald_measure_count")) == rows * len(engine.measure_names)
 
 
 @pytest.mark.parametrize("locked", [True, False], ids=["with-lock", "without-lock"])
