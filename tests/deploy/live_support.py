@@ -3,6 +3,7 @@ on a free loopback port, waited for with a deadline, and always stopped."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -42,7 +43,7 @@ def wait_until(probe: Callable[[], T | None], timeout: float, what: str, step: f
             value = probe()
             if value:
                 return value
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             last_error = exc
         time.sleep(step)
     raise TimeoutError(f"{what} not within {timeout}s (last error: {last_error})")
