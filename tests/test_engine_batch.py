@@ -37,6 +37,8 @@ def records(draw: st.DrawFn) -> tuple[str, dict[str, object] | bytes, int]:
     item = f"i{draw(st.integers(0, 6))}"
     shape = draw(st.sampled_from(["imp", "imp", "fb", "fb", "fb", "judgment", "junk", "odd"]))
     if shape == "imp":
+        if draw(st.booleans()):  # a fresh id: late impressions are mostly not duplicates
+            rid = f"u{draw(st.integers(0, 10**6))}"
         items = draw(st.lists(st.sampled_from([f"i{k}" for k in range(7)]), min_size=1, max_size=5))
         labels = {"arm": draw(st.sampled_from(["a", "b"]))}
         body: dict[str, object] = {"request_id": rid, "items": items, "labels": labels}
