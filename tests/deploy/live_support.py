@@ -87,7 +87,6 @@ def start_demo(
 ) -> tuple[Process, str]:
     """`evald demo` serving /metrics on a free loopback port; returns (process, base URL).
     The treatment arm's ranker degrades ``regress_at`` wall seconds after the start."""
-    port = free_port()
     argv = [
         sys.executable,
         "-m",
@@ -105,11 +104,18 @@ def start_demo(
         "--rate",
         "1000",
         "--metrics-address",
-        f"127.0.0.1:{port}",
+        "127.0.0.1:0",  # the demo binds a free port itself and says which: no race for it
     ]
     proc = Process(argv, tmp / "demo.log")
-    base = f"http://127.0.0.1:{port}"
+
+    def served() -> str | None:
+        for line in proc.log.read_text(errors="replace").splitlines():
+            if "serving http://" in line:
+                return line.split("serving ", 1)[1].split()[0].removesuffix("/metrics")
+        return None
+
     try:
+        base = wait_until(served, 30, "evald demo to say where it serves")
         wait_until(lambda: http_get(f"{base}/healthz")[0] == 200, 30, "evald demo /healthz")
     except BaseException:
         proc.stop()
