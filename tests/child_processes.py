@@ -15,3 +15,12 @@ def die_with_parent() -> None:
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def announced_url(output: str) -> str | None:
+    """The metrics URL a child evald announced in ``output`` ("serving http://.../metrics"),
+    so a test can start it on port 0 and ask it which port it got."""
+    for line in output.splitlines():
+        if "serving http://" in line:
+            return line.split("serving ", 1)[1].split()[0]
+    return None

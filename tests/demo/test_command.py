@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from child_processes import die_with_parent
+from child_processes import announced_url, die_with_parent
 from prometheus_client.parser import text_string_to_metric_families
 
 from evald.config import EngineConfig
@@ -272,9 +272,9 @@ class Demo:
         """Wait (bounded) until the demo says where it serves."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for line in self.err().splitlines():
-                if "serving http://" in line:
-                    return line.split("serving ", 1)[1].strip()
+            url = announced_url(self.err())
+            if url is not None:
+                return url
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from child_processes import die_with_parent
+from child_processes import announced_url, die_with_parent
 from deploy_support import DEPLOY, REPO, free_port
 
 T = TypeVar("T")
@@ -109,10 +109,8 @@ def start_demo(
     proc = Process(argv, tmp / "demo.log")
 
     def served() -> str | None:
-        for line in proc.log.read_text(errors="replace").splitlines():
-            if "serving http://" in line:
-                return line.split("serving ", 1)[1].split()[0].removesuffix("/metrics")
-        return None
+        url = announced_url(proc.log.read_text(errors="replace"))
+        return None if url is None else url.removesuffix("/metrics")
 
     try:
         base = wait_until(served, 30, "evald demo to say where it serves")
