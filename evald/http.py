@@ -1,29 +1,39 @@
 """The `/metrics`, `/healthz` and `/readyz` endpoints, served from a daemon thread.
 
-One small ``ThreadingHTTPServer`` per process: scrapes must never wait on the event loop, and the
-loop must never wait on a slow scraper. Health and readiness are plain callables supplied by the
-command that owns the loop (``evald demo``, ``evald run``), so this module knows nothing about
-Kafka or the engine.
+One asyncio event loop in its own thread holds every connection, with a cap and timeouts
+(:class:`Limits`), so thousands of slow clients cost neither threads nor CPU; a small worker
+pool renders responses. Scrapes never wait on the processing loop, and it never waits on a slow
+scraper. TLS and basic auth come from a web config file (:mod:`evald.webconfig`).
+
+Health and readiness are plain callables supplied by the command that owns the processing loop
+(``evald demo``, ``evald run``), so this module knows nothing about Kafka or the engine.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import gzip
 import ipaddress
 import logging
 import re
 import socket
+import ssl
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
 from evald.exposition import Encoder
+from evald.webconfig import WebConfig, peer_allowed
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -31,8 +41,10 @@ __all__ = [
     "Check",
     "CheckResult",
     "Heartbeat",
+    "Limits",
     "MetricsServer",
     "parse_address",
+    "raise_fd_limit",
 ]
 
 log = logging.getLogger(__name__)
@@ -141,112 +153,148 @@ class Heartbeat:
         return True, "ok"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # Restarting the daemon must not fail on a port lingering in TIME_WAIT.
-    allow_reuse_address = True
-    # The default backlog of 5 makes a burst of scrapers wait a full SYN retransmit (1 s).
-    request_queue_size = 128
+@dataclass(frozen=True)
+class Limits:
+    """What one client may hold. The defaults keep ``/metrics`` answering while ~20k slow
+    connections are open (``python -m benchmarks slowloris``)."""
 
-    def __init__(self, address: tuple[str, int], handler: type, owner: MetricsServer) -> None:
-        self.owner = owner
-        super().__init__(address, handler)
+    max_connections: int = 1024
+    """Open connections at most; past it the one waiting longest for its request is dropped."""
+    header_timeout_s: float = 10.0
+    """From accept (or the first byte of a kept-alive request) to the end of the request head,
+    TLS handshake included."""
+    idle_timeout_s: float = 120.0
+    """A kept-alive connection with no new request is closed after this long."""
+    write_timeout_s: float = 30.0
+    """A client that does not take its response within this long is cut off."""
+    max_head_bytes: int = 16_384
+    """Request line plus headers; longer is answered 431 and closed."""
+    workers: int = 2
+    """Threads that render responses (and check passwords); the event loop never does."""
 
-    def handle_error(self, request: object, client_address: object) -> None:
-        # A scraper hanging up mid-response is routine; socketserver would print a traceback.
-        log.debug("connection from %s failed", client_address, exc_info=True)
+
+_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
+_PUBLIC_PATHS = ("/healthz", "/readyz")  # probes answer without credentials (docs/security.md)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-    # A client that connects and never sends must not pin a thread forever.
-    timeout = 30
-    server_version = "evald"
+class _BadRequest(ValueError):
+    """A request head that is not HTTP/1.x."""
 
-    def do_GET(self) -> None:
-        self._route(head=False)
 
-    def do_HEAD(self) -> None:
-        self._route(head=True)
+class _TooLarge(Exception):
+    """A request head longer than ``Limits.max_head_bytes``."""
 
-    def do_POST(self) -> None:
-        # The request body is never read: close the connection so it is not taken for the
-        # next request on a kept-alive connection.
-        self.close_connection = True
-        self._reply(
-            HTTPStatus.METHOD_NOT_ALLOWED,
-            b"only GET and HEAD\n",
-            head=False,
-            extra=[("Allow", "GET, HEAD"), ("Connection", "close")],
-        )
 
-    do_PUT = do_DELETE = do_PATCH = do_POST
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    target: str
+    version: str
+    headers: dict[str, str]  # lower-case names; a repeated header keeps its last value
 
-    def _route(self, *, head: bool) -> None:
-        owner = self.server.owner
-        url = urlsplit(self.path)
-        path = url.path.rstrip("/") or "/"
-        if path == "/metrics":
-            self._metrics(owner, url.query, head=head)
-        elif path in ("/healthz", "/readyz"):
-            what = "healthy" if path == "/healthz" else "ready"
-            ok, reason = _outcome(owner.healthy if what == "healthy" else owner.ready, what)
-            status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
-            self._reply(status, reason.encode("utf-8", "replace") + b"\n", head=head)
-        elif path == "/":
-            body = b"evald: /metrics /healthz /readyz\n"
-            self._reply(HTTPStatus.OK, body, head=head)
-        else:
-            self._reply(
-                HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz\n", head=head
-            )
 
-    def _metrics(self, owner: MetricsServer, query: str, *, head: bool) -> None:
-        names = parse_qs(query).get("name[]")
-        try:
-            body, content_type = owner.encoder.encode(
-                owner.registry, self.headers.get("Accept"), names=names
-            )
-        except Exception:  # a failing collector is a 500 for this scrape, not a dead server
-            log.exception("rendering /metrics failed")
-            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, b"metrics rendering failed\n", head=head)
-            return
-        extra: list[tuple[str, str]] = []
-        if gzip_accepted(self.headers.get("Accept-Encoding", "")):
-            body = gzip.compress(body, compresslevel=1)
-            extra.append(("Content-Encoding", "gzip"))
-        self._reply(HTTPStatus.OK, body, head=head, content_type=content_type, extra=extra)
+@dataclass
+class _Response:
+    status: HTTPStatus
+    body: bytes
+    content_type: str = "text/plain; charset=utf-8"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    close: bool = False
 
-    def _reply(
-        self,
-        status: HTTPStatus,
-        body: bytes,
-        *,
-        head: bool,
-        content_type: str = "text/plain; charset=utf-8",
-        extra: list[tuple[str, str]] | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        for name, value in extra or ():
-            self.send_header(name, value)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
+    def encode(self, *, head: bool, extra: tuple[tuple[str, str], ...] = ()) -> bytes:
+        lines = [
+            f"HTTP/1.1 {self.status.value} {self.status.phrase}",
+            "Server: evald",
+            f"Content-Type: {self.content_type}",
+            f"Content-Length: {len(self.body)}",
+            "Cache-Control: no-store",
+        ]
+        lines += [f"{name}: {value}" for name, value in (*self.headers, *extra)]
+        if self.close:
+            lines.append("Connection: close")
+        head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return head_bytes if head else head_bytes + self.body
 
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
+
+def parse_head(head: bytes) -> _Request:
+    """The request line and headers of one HTTP/1.x request (the bytes up to the blank line)."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[0].isalpha() or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
+        raise _BadRequest(f"bad request line {lines[0][:80]!r}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise _BadRequest(f"bad header line {line[:80]!r}")
+        headers[name.lower()] = value.strip()
+    return _Request(parts[0], parts[1], parts[2], headers)
+
+
+def _keep_alive(request: _Request) -> bool:
+    connection = request.headers.get("connection", "").lower()
+    if request.version == "HTTP/1.0":
+        return connection == "keep-alive"
+    return connection != "close"
+
+
+class _Connections:
+    """The open connections, those waiting for a request kept oldest first.
+
+    Past the cap the connection that has waited longest for its request is dropped: a slow or
+    idle client, never one whose response is being rendered or sent. Loop thread only.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._open: set[asyncio.StreamWriter] = set()
+        self._waiting: OrderedDict[asyncio.StreamWriter, None] = OrderedDict()
+        self.dropped = 0
+
+    def add(self, conn: asyncio.StreamWriter) -> bool:
+        """Admit ``conn``; False when it is itself the one to drop (all others busy)."""
+        self._open.add(conn)
+        self._waiting[conn] = None
+        while len(self._open) > self._cap:
+            oldest, _ = self._waiting.popitem(last=False)
+            self._open.discard(oldest)
+            self.dropped += 1
+            if oldest is conn:
+                return False
+            oldest.transport.abort()
+        return True
+
+    def waiting(self, conn: asyncio.StreamWriter) -> None:
+        self._waiting[conn] = None
+        self._waiting.move_to_end(conn)
+
+    def busy(self, conn: asyncio.StreamWriter) -> None:
+        self._waiting.pop(conn, None)
+
+    def remove(self, conn: asyncio.StreamWriter) -> None:
+        self._open.discard(conn)
+        self._waiting.pop(conn, None)
+
+    def abort_all(self) -> None:
+        for conn in list(self._open):
+            conn.transport.abort()
+        self._open.clear()
+        self._waiting.clear()
+
+    def __len__(self) -> int:
+        return len(self._open)
 
 
 class MetricsServer:
     """Serve a private registry plus health and readiness checks on one address.
 
-    ``start()`` binds (so a taken port fails loudly, in the caller's thread) and serves from a
-    daemon thread; ``stop()`` shuts it down and joins the thread. Port 0 picks a free port,
-    readable afterwards as :attr:`port`. Usable as a context manager.
+    One event-loop thread holds every connection (no thread per client) under :class:`Limits`;
+    responses are rendered by a small pool of worker threads. ``web`` adds TLS and basic auth
+    (:mod:`evald.webconfig`). ``start()`` binds (so a taken port fails loudly, in the caller's
+    thread) and serves from a daemon thread; ``stop()`` closes every connection and joins it.
+    Port 0 picks a free port, readable afterwards as :attr:`port`. Usable as a context manager.
     """
 
     def __init__(
@@ -257,22 +305,29 @@ class MetricsServer:
         healthy: Check = lambda: True,
         *,
         encoder: Encoder | None = None,
+        web: WebConfig | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.host, self._requested_port = parse_address(address)
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.ready = ready
         self.healthy = healthy
         self.encoder = encoder if encoder is not None else Encoder()
-        self._httpd: _Server | None = None
+        self.web = web if web is not None else WebConfig()
+        self.limits = limits if limits is not None else Limits()
+        self._port: int | None = None
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._connections = _Connections(self.limits.max_connections)
         self._lock = threading.Lock()
 
     @property
     def port(self) -> int:
         """The bound port (the real one when 0 was asked for); only valid after start()."""
-        if self._httpd is None:
+        if self._port is None:
             raise RuntimeError("MetricsServer is not started")
-        return int(self._httpd.server_address[1])
+        return self._port
 
     @property
     def url(self) -> str:
@@ -284,52 +339,271 @@ class MetricsServer:
             host = "::1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        scheme = "https" if self.web.ssl_context is not None else "http"
+        return f"{scheme}://{host}:{self.port}"
+
+    @property
+    def dropped(self) -> int:
+        """Connections dropped so far because the cap was reached."""
+        return self._connections.dropped
 
     def start(self) -> MetricsServer:
         with self._lock:
-            if self._httpd is not None:
+            if self._thread is not None:
                 return self
-            server_cls = _Server
-            try:
-                family = _address_family(self.host, self._requested_port)
-            except OSError as exc:
-                raise AddressError(f"cannot resolve listen host {self.host!r}: {exc}") from exc
-            if family == socket.AF_INET6:
-                server_cls = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
-            try:
-                httpd = server_cls((self.host, self._requested_port), _Handler, self)
-            except OSError as exc:
-                where = f"{self.host}:{self._requested_port}"
-                raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror}") from exc
+            raise_fd_limit()
+            sock = self._listen()
+            self._port = int(sock.getsockname()[1])
+            started = threading.Event()
             thread = threading.Thread(
-                target=httpd.serve_forever,
-                kwargs={"poll_interval": 0.1},
-                name=f"evald-http-{httpd.server_address[1]}",
+                target=asyncio.run,
+                args=(self._serve(sock, started),),
+                name=f"evald-http-{self._port}",
                 daemon=True,
             )
             thread.start()
-            self._httpd, self._thread = httpd, thread
+            started.wait()
+            self._thread = thread
             log.info("serving /metrics /healthz /readyz on %s", self.url)
             return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop serving and release the port; safe to call twice."""
+        """Stop serving, close every connection and release the port; safe to call twice."""
         with self._lock:
-            httpd, thread = self._httpd, self._thread
-            self._httpd = self._thread = None
-        if httpd is None:
+            thread, loop, stopping = self._thread, self._loop, self._stopping
+            self._thread = self._loop = self._stopping = None
+            self._port = None
+        if thread is None:
             return
-        httpd.shutdown()
-        httpd.server_close()
-        if thread is not None:
-            thread.join(timeout)
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(stopping.set)
+        thread.join(timeout)
 
     def __enter__(self) -> MetricsServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- the event loop thread -------------------------------------------------------------
+
+    def _listen(self) -> socket.socket:
+        try:
+            family = _address_family(self.host, self._requested_port)
+        except OSError as exc:
+            raise AddressError(f"cannot resolve listen host {self.host!r}: {exc}") from exc
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            # restarting the daemon must not fail on a port lingering in TIME_WAIT
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self._requested_port))
+            sock.listen(_BACKLOG)
+        except OSError as exc:
+            sock.close()
+            where = f"{self.host}:{self._requested_port}"
+            raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror}") from exc
+        sock.setblocking(False)
+        return sock
+
+    async def _serve(self, sock: socket.socket, started: threading.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = stopping = asyncio.Event()
+        executor = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="evald-http-worker")
+        try:
+            server = await asyncio.start_server(
+                lambda r, w: self._connection(r, w, executor),
+                sock=sock,
+                limit=self.limits.max_head_bytes,
+                backlog=_BACKLOG,
+            )
+        except BaseException:
+            sock.close()
+            started.set()
+            raise
+        started.set()
+        try:
+            await stopping.wait()
+        finally:
+            server.close()
+            self._connections.abort_all()
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _connection(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        executor: ThreadPoolExecutor,
+    ) -> None:
+        if not self._connections.add(writer):
+            writer.transport.abort()
+            return
+        clean = False
+        try:
+            if self.web.ssl_context is not None and not await self._handshake(writer):
+                return
+            first = True
+            while True:
+                self._connections.waiting(writer)
+                try:
+                    head = await self._read_head(reader, first=first)
+                except _TooLarge:
+                    head = b""
+                if head is None:
+                    return
+                self._connections.busy(writer)
+                response, head_only = await self._answer(head, executor)
+                writer.write(response.encode(head=head_only, extra=self.web.headers))
+                async with asyncio.timeout(self.limits.write_timeout_s):
+                    await writer.drain()
+                if response.close:
+                    clean = True
+                    return
+                first = False
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.debug("connection closed: %s", type(exc).__name__)
+        except Exception:  # one broken connection must never take the server down
+            log.warning("HTTP connection failed", exc_info=True)
+        finally:
+            self._connections.remove(writer)
+            if clean:
+                writer.close()
+            else:
+                writer.transport.abort()
+
+    async def _handshake(self, writer: asyncio.StreamWriter) -> bool:
+        assert self.web.ssl_context is not None
+        try:
+            await writer.start_tls(
+                self.web.ssl_context, ssl_handshake_timeout=self.limits.header_timeout_s
+            )
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            log.debug("TLS handshake failed: %s", exc)
+            return False
+        if not peer_allowed(writer.get_extra_info("peercert"), self.web.allowed_sans):
+            log.info("client certificate names none of client_allowed_sans: closing")
+            return False
+        return True
+
+    async def _read_head(self, reader: asyncio.StreamReader, *, first: bool) -> bytes | None:
+        """The next request head, or None if the client left; raises TimeoutError if it was
+        too slow and _TooLarge past ``max_head_bytes``."""
+        start = b""
+        if not first:  # a kept-alive connection may stay quiet until its next request
+            async with asyncio.timeout(self.limits.idle_timeout_s):
+                start = await reader.read(1)
+            if not start:
+                return None
+        try:
+            async with asyncio.timeout(self.limits.header_timeout_s):
+                return start + await reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            raise _TooLarge from None
+        except asyncio.IncompleteReadError:
+            return None
+
+    async def _answer(self, head: bytes, executor: ThreadPoolExecutor) -> tuple[_Response, bool]:
+        """The response to one head (``b""`` = too large) and whether it is for a HEAD."""
+        if not head:
+            status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+            return _Response(status, b"request head too large\n", close=True), False
+        try:
+            request = parse_head(head)
+        except _BadRequest as exc:
+            return _Response(HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), close=True), False
+        loop = asyncio.get_running_loop()
+        response = await loop.run_in_executor(executor, self._respond, request)
+        if not _keep_alive(request):
+            response.close = True
+        return response, request.method == "HEAD"
+
+    # -- the worker threads -------------------------------------------------------------------
+
+    def _respond(self, request: _Request) -> _Response:
+        """Route one request; runs in a worker thread (rendering and bcrypt are slow)."""
+        url = urlsplit(request.target)
+        path = url.path.rstrip("/") or "/"
+        if path not in _PUBLIC_PATHS and not self._authorized(request):
+            return _Response(
+                HTTPStatus.UNAUTHORIZED,
+                b"unauthorized\n",
+                headers=[("WWW-Authenticate", 'Basic realm="evald", charset="UTF-8"')],
+            )
+        if request.method not in ("GET", "HEAD"):
+            # The request body is never read: close the connection so it is not taken for the
+            # next request on a kept-alive connection.
+            return _Response(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                b"only GET and HEAD\n",
+                headers=[("Allow", "GET, HEAD")],
+                close=True,
+            )
+        if "content-length" in request.headers or "transfer-encoding" in request.headers:
+            close = request.headers.get("content-length", "0") != "0"
+        else:
+            close = False
+        if path == "/metrics":
+            response = self._metrics(request, url.query)
+        elif path in _PUBLIC_PATHS:
+            what = "healthy" if path == "/healthz" else "ready"
+            ok, reason = _outcome(self.healthy if what == "healthy" else self.ready, what)
+            status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
+            response = _Response(status, reason.encode("utf-8", "replace") + b"\n")
+        elif path == "/":
+            response = _Response(HTTPStatus.OK, b"evald: /metrics /healthz /readyz\n")
+        else:
+            response = _Response(
+                HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz\n"
+            )
+        response.close = response.close or close
+        return response
+
+    def _authorized(self, request: _Request) -> bool:
+        auth = self.web.auth
+        if auth is None:
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, sep, password = (
+                base64.b64decode(token.strip(), validate=True).decode().partition(":")
+            )
+        except (ValueError, UnicodeDecodeError):
+            return False
+        return bool(sep) and auth.check(user, password)
+
+    def _metrics(self, request: _Request, query: str) -> _Response:
+        names = parse_qs(query).get("name[]")
+        try:
+            body, content_type = self.encoder.encode(
+                self.registry, request.headers.get("accept"), names=names
+            )
+        except Exception:  # a failing collector is a 500 for this scrape, not a dead server
+            log.exception("rendering /metrics failed")
+            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"metrics rendering failed\n")
+        headers: list[tuple[str, str]] = []
+        if gzip_accepted(request.headers.get("accept-encoding", "")):
+            body = gzip.compress(body, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        return _Response(HTTPStatus.OK, body, content_type=content_type, headers=headers)
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft limit on open files to the hard limit, so the server can hold many
+    sockets (each is a file); returns the soft limit now in force."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            log.debug("could not raise RLIMIT_NOFILE from %d to %d", soft, hard)
+    return soft
 
 
 def _address_family(host: str, port: int) -> socket.AddressFamily:
