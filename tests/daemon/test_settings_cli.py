@@ -61,7 +61,9 @@ def test_lower_case_log_level_enables_debug_and_ignored_names_are_logged_once(
     # exits 2 on the windows_file, after logging is set up at DEBUG from the lower-case name
     bad = str(tmp_path / "missing-dir" / "windows.jsonl")
     env = {**SERVICE_LINKS, "EVALD_LOG_LEVEL": "debug"}
-    done = evald("run", "--bootstrap-servers", CLOSED, "--set", f"daemon.windows_file={bad}", env=env)
+    done = evald(
+        "run", "--bootstrap-servers", CLOSED, "--set", f"daemon.windows_file={bad}", env=env
+    )
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("EVALD_SERVICE_HOST is not a setting") == 1, done.stderr

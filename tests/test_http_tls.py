@@ -1,0 +1,238 @@
+"""TLS and basic auth on the metrics endpoint, with a real TLS client and a test CA."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from child_processes import die_with_parent
+from tls_support import PASSWORD, USER, Authority, basic, make_ca, write_web_config
+
+from evald.http import MetricsServer
+from evald.webconfig import BasicAuth, WebConfigError, load_web_config
+
+TIMEOUT = 10
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> Authority:
+    return make_ca(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture
+def tls_server(ca: Authority, tmp_path: Path) -> Iterator[MetricsServer]:
+    web = load_web_config(write_web_config(tmp_path / "web.yml", ca))
+    with MetricsServer("127.0.0.1:0", web=web) as server:
+        yield server
+
+
+def client_context(ca: Authority, *, cert: bool = False) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca.ca_cert))
+    if cert:
+        context.load_cert_chain(str(ca.client_cert), str(ca.client_key))
+    return context
+
+
+def get(
+    port: int, path: str, context: ssl.SSLContext, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPSConnection("localhost", port, timeout=TIMEOUT, context=context)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def test_metrics_over_tls_with_the_right_password(tls_server: MetricsServer, ca: Authority) -> None:
+    assert tls_server.url.startswith("https://127.0.0.1:")
+    status, _, body = get(tls_server.port, "/metrics", client_context(ca), basic(USER, PASSWORD))
+    assert status == 200
+    assert body.startswith(b"# HELP") or body == b""
+
+
+def test_wrong_or_missing_credentials_are_401(tls_server: MetricsServer, ca: Authority) -> None:
+    context = client_context(ca)
+    for headers in ({}, basic(USER, "wrong"), basic("nobody", PASSWORD), {"Authorization": "x"}):
+        status, got, _ = get(tls_server.port, "/metrics", context, headers)
+        assert status == 401, headers
+        assert got["WWW-Authenticate"].startswith("Basic")
+    # a wrong password right after a right one is still refused (only successes are cached)
+    assert get(tls_server.port, "/metrics", context, basic(USER, PASSWORD))[0] == 200
+    assert get(tls_server.port, "/metrics", context, basic(USER, PASSWORD + "x"))[0] == 401
+
+
+def test_probes_answer_without_credentials(tls_server: MetricsServer, ca: Authority) -> None:
+    for path in ("/healthz", "/readyz"):
+        assert get(tls_server.port, path, client_context(ca))[0] == 200
+    assert get(tls_server.port, "/", client_context(ca))[0] == 401
+
+
+def test_plain_http_to_the_tls_port_gets_no_answer(
+    tls_server: MetricsServer, ca: Authority
+) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", tls_server.port, timeout=TIMEOUT)
+    try:
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            conn.request("GET", "/metrics")
+            conn.getresponse()
+    finally:
+        conn.close()
+    # and the server is still fine afterwards
+    assert get(tls_server.port, "/healthz", client_context(ca))[0] == 200
+
+
+def test_an_untrusting_client_refuses_the_server(tls_server: MetricsServer) -> None:
+    with pytest.raises(ssl.SSLCertVerificationError):
+        get(tls_server.port, "/healthz", ssl.create_default_context())
+
+
+def test_client_certificates_required_and_verified(ca: Authority, tmp_path: Path) -> None:
+    path = write_web_config(
+        tmp_path / "web.yml",
+        ca,
+        client_auth_type="RequireAndVerifyClientCert",
+        client_ca_file=str(ca.ca_cert),
+        client_allowed_sans=["scraper.example"],
+    )
+    with MetricsServer("127.0.0.1:0", web=load_web_config(path)) as server:
+        ok = get(server.port, "/metrics", client_context(ca, cert=True), basic(USER, PASSWORD))
+        assert ok[0] == 200
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            get(server.port, "/healthz", client_context(ca))
+
+
+def test_client_allowed_sans_refuse_other_names(ca: Authority, tmp_path: Path) -> None:
+    path = write_web_config(
+        tmp_path / "web.yml",
+        ca,
+        client_auth_type="RequireAndVerifyClientCert",
+        client_ca_file=str(ca.ca_cert),
+        client_allowed_sans=["someone-else.example"],
+    )
+    with MetricsServer("127.0.0.1:0", web=load_web_config(path)) as server:  # noqa: SIM117
+        with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+            get(server.port, "/healthz", client_context(ca, cert=True))
+
+
+def test_min_version_is_enforced(ca: Authority, tmp_path: Path) -> None:
+    path = write_web_config(tmp_path / "web.yml", ca, min_version="TLS13")
+    with MetricsServer("127.0.0.1:0", web=load_web_config(path)) as server:
+        old = client_context(ca)
+        old.maximum_version = ssl.TLSVersion.TLSv1_2
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            get(server.port, "/healthz", old)
+        assert get(server.port, "/healthz", client_context(ca))[0] == 200
+
+
+def test_a_silent_client_does_not_block_the_handshake_of_others(
+    tls_server: MetricsServer, ca: Authority
+) -> None:
+    with socket.create_connection(("127.0.0.1", tls_server.port), timeout=TIMEOUT):
+        assert get(tls_server.port, "/healthz", client_context(ca))[0] == 200
+
+
+# --- the web config file ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tls", "field"),
+    [
+        ({"cert_file": "missing.crt"}, "tls_server_config.cert_file:"),
+        ({"key_file": "missing.key"}, "tls_server_config.key_file:"),
+        ({"client_auth_type": "Sometimes"}, "tls_server_config.client_auth_type:"),
+        ({"client_auth_type": "RequireAnyClientCert"}, "tls_server_config.client_auth_type:"),
+        ({"client_auth_type": "RequireAndVerifyClientCert"}, "tls_server_config.client_ca_file:"),
+        ({"min_version": "TLS14"}, "tls_server_config.min_version:"),
+        ({"min_version": "TLS13", "max_version": "TLS12"}, "tls_server_config.min_version:"),
+        ({"cipher_suites": ["TLS_NOPE"]}, "tls_server_config.cipher_suites:"),
+        ({"curve_preferences": ["X25519"]}, "tls_server_config.curve_preferences:"),
+        ({"certfile": "x"}, "tls_server_config.certfile: unknown field"),
+    ],
+)
+def test_a_bad_web_config_names_the_field(
+    ca: Authority, tmp_path: Path, tls: dict[str, object], field: str
+) -> None:
+    path = write_web_config(tmp_path / "web.yml", ca, **tls)
+    with pytest.raises(WebConfigError) as info:
+        load_web_config(path)
+    assert str(info.value).startswith(f"{path}: {field}"), str(info.value)
+
+
+def test_a_key_that_does_not_match_the_certificate(ca: Authority, tmp_path: Path) -> None:
+    path = write_web_config(tmp_path / "web.yml", ca, key_file=str(ca.client_key))
+    with pytest.raises(WebConfigError, match=r"tls_server_config\.cert_file: .*pair"):
+        load_web_config(path)
+
+
+def test_users_need_bcrypt_hashes(tmp_path: Path) -> None:
+    path = tmp_path / "web.yml"
+    path.write_text("basic_auth_users:\n  alice: plaintext\n")
+    with pytest.raises(WebConfigError, match=r"basic_auth_users: .*alice: not a bcrypt hash"):
+        load_web_config(path)
+
+
+def test_relative_paths_are_relative_to_the_file(ca: Authority) -> None:
+    path = ca.ca_cert.parent / "web.yml"
+    path.write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
+    assert load_web_config(path).ssl_context is not None
+
+
+def test_cipher_suites_and_headers(ca: Authority, tmp_path: Path) -> None:
+    path = write_web_config(
+        tmp_path / "web.yml",
+        ca,
+        max_version="TLS12",
+        cipher_suites=["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"],
+    )
+    text = path.read_text() + "http_server_config:\n  headers:\n    X-Frame-Options: deny\n"
+    path.write_text(text)
+    with MetricsServer("127.0.0.1:0", web=load_web_config(path)) as server:
+        conn = http.client.HTTPSConnection(
+            "localhost", server.port, timeout=TIMEOUT, context=client_context(ca)
+        )
+        try:
+            conn.request("GET", "/healthz")
+            response = conn.getresponse()
+            response.read()
+            assert response.getheader("X-Frame-Options") == "deny"
+            assert conn.sock.cipher()[0] == "ECDHE-ECDSA-AES128-GCM-SHA256"
+        finally:
+            conn.close()
+
+
+def test_basic_auth_checks_hashes() -> None:
+    import bcrypt
+
+    auth = BasicAuth({"a": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()})
+    assert auth.check("a", "pw") and auth.check("a", "pw")
+    assert not auth.check("a", "PW")
+    assert not auth.check("b", "pw")
+
+
+# --- through the real process -----------------------------------------------------------------
+
+
+def test_demo_and_check_config_refuse_a_bad_web_config(ca: Authority, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text("tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "evald", "demo", "--metrics-address", "127.0.0.1:0",
+         "--web-config-file", str(bad), "--duration", "5", "--no-live"],
+        capture_output=True, text=True, timeout=60, preexec_fn=die_with_parent,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "tls_server_config.cert_file:" in done.stderr
+    check = subprocess.run(
+        [sys.executable, "-m", "evald", "check-config", "--web-config-file", str(bad)],
+        capture_output=True, text=True, timeout=60, preexec_fn=die_with_parent,
+    )  # fmt: skip
+    assert check.returncode == 2
+    assert "daemon.web_config_file:" in check.stderr and "cert_file:" in check.stderr
