@@ -174,6 +174,7 @@ class Limits:
 
 
 _BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
+_RESERVED_FILES = 256  # kept for the rest of the process (Kafka sockets, files, logs)
 _PUBLIC_PATHS = ("/healthz", "/readyz")  # probes answer without credentials (docs/security.md)
 
 
@@ -351,7 +352,13 @@ class MetricsServer:
         with self._lock:
             if self._thread is not None:
                 return self
-            raise_fd_limit()
+            files = raise_fd_limit()
+            # never more connections than files left for them: at the limit accept() fails
+            # and asyncio stops accepting for a second, the probes' connections included
+            cap = self.limits.max_connections
+            if files > 0:
+                cap = min(cap, max(16, files - _RESERVED_FILES))
+            self._connections = _Connections(cap)
             sock = self._listen()
             self._port = int(sock.getsockname()[1])
             started = threading.Event()
@@ -521,6 +528,16 @@ class MetricsServer:
 
     def _respond(self, request: _Request) -> _Response:
         """Route one request; runs in a worker thread (rendering and bcrypt are slow)."""
+        response = self._route(request)
+        # A request body is never read: close after answering so it is not taken for the next
+        # request on a kept-alive connection.
+        has_body = "transfer-encoding" in request.headers or (
+            request.headers.get("content-length", "0").strip() not in ("", "0")
+        )
+        response.close = response.close or has_body
+        return response
+
+    def _route(self, request: _Request) -> _Response:
         url = urlsplit(request.target)
         path = url.path.rstrip("/") or "/"
         if path not in _PUBLIC_PATHS and not self._authorized(request):
@@ -530,33 +547,22 @@ class MetricsServer:
                 headers=[("WWW-Authenticate", 'Basic realm="evald", charset="UTF-8"')],
             )
         if request.method not in ("GET", "HEAD"):
-            # The request body is never read: close the connection so it is not taken for the
-            # next request on a kept-alive connection.
             return _Response(
                 HTTPStatus.METHOD_NOT_ALLOWED,
                 b"only GET and HEAD\n",
                 headers=[("Allow", "GET, HEAD")],
                 close=True,
             )
-        if "content-length" in request.headers or "transfer-encoding" in request.headers:
-            close = request.headers.get("content-length", "0") != "0"
-        else:
-            close = False
         if path == "/metrics":
-            response = self._metrics(request, url.query)
-        elif path in _PUBLIC_PATHS:
+            return self._metrics(request, url.query)
+        if path in _PUBLIC_PATHS:
             what = "healthy" if path == "/healthz" else "ready"
             ok, reason = _outcome(self.healthy if what == "healthy" else self.ready, what)
             status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
-            response = _Response(status, reason.encode("utf-8", "replace") + b"\n")
-        elif path == "/":
-            response = _Response(HTTPStatus.OK, b"evald: /metrics /healthz /readyz\n")
-        else:
-            response = _Response(
-                HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz\n"
-            )
-        response.close = response.close or close
-        return response
+            return _Response(status, reason.encode("utf-8", "replace") + b"\n")
+        if path == "/":
+            return _Response(HTTPStatus.OK, b"evald: /metrics /healthz /readyz\n")
+        return _Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz\n")
 
     def _authorized(self, request: _Request) -> bool:
         auth = self.web.auth

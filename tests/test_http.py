@@ -516,3 +516,24 @@ def test_start_raises_the_soft_file_limit_to_the_hard_one(serve) -> None:
         assert raise_fd_limit() == hard
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("framing", ["Transfer-Encoding: chunked", "Content-Length: 34"])
+def test_a_body_on_any_request_closes_the_connection_after_the_answer(serve, framing: str) -> None:
+    import bcrypt
+
+    from evald.webconfig import BasicAuth, WebConfig
+
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    for server in (serve(), serve(web=WebConfig(auth=BasicAuth({"u": hashed})))):
+        smuggled = b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"  # 34 bytes
+        body = b"22\r\n" + smuggled + b"\r\n0\r\n\r\n" if "chunked" in framing else smuggled
+        with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn:
+            conn.sendall(f"GET /healthz HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\n".encode() + body)
+            received = read_until_closed(conn)
+        assert received.startswith(b"HTTP/1.1 200 OK")
+        assert received.count(b"HTTP/1.1") == 1, received
+        with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn:
+            conn.sendall(f"POST /metrics HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\n".encode() + body)
+            received = read_until_closed(conn)
+        assert received.count(b"HTTP/1.1") == 1, received
