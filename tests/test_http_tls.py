@@ -236,3 +236,38 @@ def test_demo_and_check_config_refuse_a_bad_web_config(ca: Authority, tmp_path: 
     )  # fmt: skip
     assert check.returncode == 2
     assert "daemon.web_config_file:" in check.stderr and "cert_file:" in check.stderr
+
+
+def test_evald_run_serves_tls_with_basic_auth(ca: Authority, tmp_path: Path) -> None:
+    """`evald run --web-config-file`: the endpoint is up (the broker is not: a closed port)."""
+    import re
+    import signal
+    import time
+
+    web = write_web_config(tmp_path / "web.yml", ca)
+    log = tmp_path / "run.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "evald", "run", "--bootstrap-servers", "127.0.0.1:1",
+             "--metrics-address", "127.0.0.1:0", "--web-config-file", str(web),
+             "--set", "daemon.shutdown_timeout_s=2"],
+            stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        match = None
+        while match is None and time.monotonic() < deadline and proc.poll() is None:
+            match = re.search(r"on https://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+            time.sleep(0.1)
+        assert match is not None, log.read_text(errors="replace")
+        port = int(match[1])
+        assert get(port, "/metrics", client_context(ca), basic(USER, PASSWORD))[0] == 200
+        assert get(port, "/metrics", client_context(ca), basic(USER, "nope"))[0] == 401
+        assert get(port, "/healthz", client_context(ca))[0] == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
