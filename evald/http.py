@@ -217,7 +217,7 @@ class _Response:
         return head_bytes if head else head_bytes + self.body
 
 
-def parse_head(head: bytes) -> _Request:
+def _parse_head(head: bytes) -> _Request:
     """The request line and headers of one HTTP/1.x request (the bytes up to the blank line)."""
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
@@ -515,7 +515,7 @@ class MetricsServer:
             status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
             return _Response(status, b"request head too large\n", close=True), False
         try:
-            request = parse_head(head)
+            request = _parse_head(head)
         except _BadRequest as exc:
             return _Response(HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), close=True), False
         loop = asyncio.get_running_loop()
