@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks import _common as c
@@ -71,7 +71,8 @@ def summary(times: Sequence[float]) -> str:
     )
 
 
-def body(argv: Sequence[str] | None) -> None:
+def body(argv: Sequence[str] | None) -> int:
+    """The demo under slow clients; returns how many it held."""
     args = c.parse_args(__doc__ or "", argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
@@ -146,10 +147,76 @@ def body(argv: Sequence[str] | None) -> None:
             sock.close()
         c.stop_process(proc)  # type: ignore[arg-type]
         log.close()
+    return count
+
+
+def worst_oversleep(stop: threading.Event, out: list[float]) -> None:
+    """A stand-in for kafka-python's I/O thread: sleep 10 ms at a time and keep the worst
+    lateness, i.e. how long another thread of the process kept it from running."""
+    worst = 0.0
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        time.sleep(0.010)
+        worst = max(worst, time.perf_counter() - t0 - 0.010)
+    out.append(worst)
+
+
+def stall_while(action: Callable[[], object]) -> float:
+    stop, out = threading.Event(), []
+    sleeper = threading.Thread(target=worst_oversleep, args=(stop, out))
+    sleeper.start()
+    try:
+        action()
+    finally:
+        stop.set()
+        sleeper.join()
+    return out[0]
+
+
+def stalls(count: int, quick: bool) -> None:
+    """The server in this process, the slow clients in a child: how late a 10 ms sleeper
+    thread runs, with and without them."""
+    http_mod = c.require("evald.http", "MetricsServer", "Limits")
+    server = http_mod.MetricsServer("127.0.0.1:0").start()  # type: ignore[attr-defined]
+    try:
+        hold = "3" if quick else "10"
+        idle = stall_while(lambda: time.sleep(float(hold)))
+        client = c.python_cmd("-m", "benchmarks.slowloris_bench", "client", str(server.port),
+                              str(count), hold)  # fmt: skip
+        loaded = stall_while(lambda: subprocess.run(client, check=True, timeout=600))
+    finally:
+        server.stop()
+    c.line("baseline: worst lateness of a 10 ms sleeper thread", c.fmt_s(idle))
+    c.line(f"evald: same, while {count:,} slow clients come and go", c.fmt_s(loaded))
+
+
+def client(port: int, count: int, hold_s: float) -> None:
+    """The slow clients, in their own process (and file limit): open, drip, hold, leave."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    socks = open_slow(port, count)
+    deadline = time.monotonic() + hold_s
+    while time.monotonic() < deadline:
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.send(b"x")
+        time.sleep(1)
+    for sock in socks:
+        sock.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return c.run_main("Slow clients: /metrics under ~20k slowloris connections", lambda: body(argv))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["client"]:
+        client(int(argv[1]), int(argv[2]), float(argv[3]))
+        return 0
+
+    def both() -> None:
+        count = body(argv)
+        stalls(count, "--quick" in argv)
+
+    return c.run_main("Slow clients: /metrics under ~20k slowloris connections", both)
 
 
 if __name__ == "__main__":

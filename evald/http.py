@@ -1,9 +1,10 @@
 """The `/metrics`, `/healthz` and `/readyz` endpoints, served from a daemon thread.
 
-One asyncio event loop in its own thread holds every connection, with a cap and timeouts
-(:class:`Limits`), so thousands of slow clients cost neither threads nor CPU; a small worker
-pool renders responses. Scrapes never wait on the processing loop, and it never waits on a slow
-scraper. TLS and basic auth come from a web config file (:mod:`evald.webconfig`).
+One selector loop in its own thread holds every connection, with a cap and timeouts
+(:class:`Limits`), so thousands of slow clients cost neither threads nor CPU (nor garbage for
+the collector to pause the process over); a small worker pool renders responses. Scrapes never
+wait on the processing loop, and it never waits on a slow scraper. TLS and basic auth come from
+a web config file (:mod:`evald.webconfig`).
 
 Health and readiness are plain callables supplied by the command that owns the processing loop
 (``evald demo``, ``evald run``), so this module knows nothing about Kafka or the engine.
@@ -11,19 +12,21 @@ Health and readiness are plain callables supplied by the command that owns the p
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import gzip
 import ipaddress
 import logging
+import math
+import queue
 import re
+import selectors
 import socket
 import ssl
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -182,10 +185,6 @@ class _BadRequest(ValueError):
     """A request head that is not HTTP/1.x."""
 
 
-class _TooLarge(Exception):
-    """A request head longer than ``Limits.max_head_bytes``."""
-
-
 @dataclass(frozen=True)
 class _Request:
     method: str
@@ -241,61 +240,81 @@ def _keep_alive(request: _Request) -> bool:
     return connection != "close"
 
 
-class _Connections:
-    """The open connections, those waiting for a request kept oldest first.
+class _Conn:
+    """One client connection and where it is in its request/response cycle."""
 
-    Past the cap the connection that has waited longest for its request is dropped: a slow or
-    idle client, never one whose response is being rendered or sent. Loop thread only.
+    __slots__ = ("buf", "close_after", "deadline", "out", "sent", "sock", "started", "state")
+
+    def __init__(self, sock: socket.socket, state: str, deadline: float) -> None:
+        self.sock = sock
+        self.state = state  # handshake | read | busy | write
+        self.deadline = deadline  # monotonic seconds; inf while a worker renders
+        self.buf = b""
+        self.out = b""
+        self.sent = 0
+        self.started = True  # a byte of the current request has arrived (read state)
+        self.close_after = False
+
+
+class _Connections:
+    """The open connections, those waiting for a request (or a TLS handshake) oldest first.
+
+    Past the cap the connection that has waited longest is dropped: a slow or idle client,
+    never one whose response is being rendered or sent. Loop thread only.
     """
 
     def __init__(self, cap: int) -> None:
         self._cap = cap
-        self._open: set[asyncio.StreamWriter] = set()
-        self._waiting: OrderedDict[asyncio.StreamWriter, None] = OrderedDict()
+        self._open: set[_Conn] = set()
+        self._waiting: OrderedDict[_Conn, None] = OrderedDict()
         self.dropped = 0
 
-    def add(self, conn: asyncio.StreamWriter) -> bool:
-        """Admit ``conn``; False when it is itself the one to drop (all others busy)."""
+    def add(self, conn: _Conn) -> list[_Conn]:
+        """Admit ``conn`` as waiting; returns the connections to drop (maybe ``conn`` itself
+        when every other one is busy)."""
         self._open.add(conn)
         self._waiting[conn] = None
+        dropped = []
         while len(self._open) > self._cap:
             oldest, _ = self._waiting.popitem(last=False)
             self._open.discard(oldest)
-            self.dropped += 1
-            if oldest is conn:
-                return False
-            oldest.transport.abort()
-        return True
+            dropped.append(oldest)
+        self.dropped += len(dropped)
+        return dropped
 
-    def waiting(self, conn: asyncio.StreamWriter) -> None:
+    def waiting(self, conn: _Conn) -> None:
         self._waiting[conn] = None
         self._waiting.move_to_end(conn)
 
-    def busy(self, conn: asyncio.StreamWriter) -> None:
+    def busy(self, conn: _Conn) -> None:
         self._waiting.pop(conn, None)
 
-    def remove(self, conn: asyncio.StreamWriter) -> None:
+    def remove(self, conn: _Conn) -> None:
         self._open.discard(conn)
         self._waiting.pop(conn, None)
 
-    def abort_all(self) -> None:
-        for conn in list(self._open):
-            conn.transport.abort()
-        self._open.clear()
-        self._waiting.clear()
+    def __iter__(self) -> Iterator[_Conn]:
+        return iter(list(self._open))
 
     def __len__(self) -> int:
         return len(self._open)
 
 
+_ACCEPT_BURST = 256  # accepts per readiness event, so a flood cannot starve the rest
+_SWEEP_S = 0.25  # how often deadlines are checked
+_RECV = 65_536
+_AGAIN = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
 class MetricsServer:
     """Serve a private registry plus health and readiness checks on one address.
 
-    One event-loop thread holds every connection (no thread per client) under :class:`Limits`;
-    responses are rendered by a small pool of worker threads. ``web`` adds TLS and basic auth
-    (:mod:`evald.webconfig`). ``start()`` binds (so a taken port fails loudly, in the caller's
-    thread) and serves from a daemon thread; ``stop()`` closes every connection and joins it.
-    Port 0 picks a free port, readable afterwards as :attr:`port`. Usable as a context manager.
+    One thread runs a selector loop over every connection (no thread per client, no per-client
+    objects beyond a socket and a small record) under :class:`Limits`; responses are rendered
+    by a small pool of worker threads. ``web`` adds TLS and basic auth (:mod:`evald.webconfig`).
+    ``start()`` binds (so a taken port fails loudly, in the caller's thread) and serves from a
+    daemon thread; ``stop()`` closes every connection and joins it. Port 0 picks a free port,
+    readable afterwards as :attr:`port`. Usable as a context manager.
     """
 
     def __init__(
@@ -308,6 +327,7 @@ class MetricsServer:
         encoder: Encoder | None = None,
         web: WebConfig | None = None,
         limits: Limits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.host, self._requested_port = parse_address(address)
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -316,10 +336,12 @@ class MetricsServer:
         self.encoder = encoder if encoder is not None else Encoder()
         self.web = web if web is not None else WebConfig()
         self.limits = limits if limits is not None else Limits()
+        self._clock = clock
         self._port: int | None = None
         self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
+        self._stopping = threading.Event()
+        self._wake_w: socket.socket | None = None
+        self._done: queue.SimpleQueue[tuple[_Conn, bytes, bool]] = queue.SimpleQueue()
         self._connections = _Connections(self.limits.max_connections)
         self._lock = threading.Lock()
 
@@ -354,22 +376,24 @@ class MetricsServer:
                 return self
             files = raise_fd_limit()
             # never more connections than files left for them: at the limit accept() fails
-            # and asyncio stops accepting for a second, the probes' connections included
             cap = self.limits.max_connections
             if files > 0:
                 cap = min(cap, max(16, files - _RESERVED_FILES))
             self._connections = _Connections(cap)
-            sock = self._listen()
-            self._port = int(sock.getsockname()[1])
-            started = threading.Event()
+            listener = self._listen()
+            self._port = int(listener.getsockname()[1])
+            wake_r, wake_w = socket.socketpair()
+            wake_r.setblocking(False)
+            wake_w.setblocking(False)
+            self._wake_w = wake_w
+            self._stopping.clear()
             thread = threading.Thread(
-                target=asyncio.run,
-                args=(self._serve(sock, started),),
+                target=self._serve,
+                args=(listener, wake_r),
                 name=f"evald-http-{self._port}",
                 daemon=True,
             )
             thread.start()
-            started.wait()
             self._thread = thread
             log.info("serving /metrics /healthz /readyz on %s", self.url)
             return self
@@ -377,14 +401,12 @@ class MetricsServer:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving, close every connection and release the port; safe to call twice."""
         with self._lock:
-            thread, loop, stopping = self._thread, self._loop, self._stopping
-            self._thread = self._loop = self._stopping = None
+            thread, self._thread = self._thread, None
             self._port = None
         if thread is None:
             return
-        if loop is not None and stopping is not None:
-            with contextlib.suppress(RuntimeError):  # the loop already ended
-                loop.call_soon_threadsafe(stopping.set)
+        self._stopping.set()
+        self._wake()
         thread.join(timeout)
 
     def __enter__(self) -> MetricsServer:
@@ -393,7 +415,7 @@ class MetricsServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- the event loop thread -------------------------------------------------------------
+    # -- the loop thread ---------------------------------------------------------------------
 
     def _listen(self) -> socket.socket:
         try:
@@ -413,116 +435,207 @@ class MetricsServer:
         sock.setblocking(False)
         return sock
 
-    async def _serve(self, sock: socket.socket, started: threading.Event) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = stopping = asyncio.Event()
-        executor = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="evald-http-worker")
-        try:
-            server = await asyncio.start_server(
-                lambda r, w: self._connection(r, w, executor),
-                sock=sock,
-                limit=self.limits.max_head_bytes,
-                backlog=_BACKLOG,
-            )
-        except BaseException:
-            sock.close()
-            started.set()
-            raise
-        started.set()
-        try:
-            await stopping.wait()
-        finally:
-            server.close()
-            self._connections.abort_all()
-            executor.shutdown(wait=False, cancel_futures=True)
+    def _wake(self) -> None:
+        """Interrupt the loop's select (from a worker or stop())."""
+        wake = self._wake_w
+        if wake is not None:
+            with contextlib.suppress(OSError):  # full: already woken; closed: already stopped
+                wake.send(b"x")
 
-    async def _connection(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        executor: ThreadPoolExecutor,
-    ) -> None:
-        if not self._connections.add(writer):
-            writer.transport.abort()
-            return
-        clean = False
+    def _serve(self, listener: socket.socket, wake_r: socket.socket) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(listener, selectors.EVENT_READ, "accept")
+        self._selector.register(wake_r, selectors.EVENT_READ, "wake")
+        self._executor = ThreadPoolExecutor(
+            self.limits.workers, thread_name_prefix="evald-http-worker"
+        )
+        next_sweep = self._clock() + _SWEEP_S
         try:
-            if self.web.ssl_context is not None and not await self._handshake(writer):
+            while not self._stopping.is_set():
+                for key, mask in self._selector.select(_SWEEP_S):
+                    if key.data == "accept":
+                        self._accept(listener)
+                    elif key.data == "wake":
+                        with contextlib.suppress(OSError):
+                            wake_r.recv(4096)
+                    else:
+                        self._ready(key.data, mask)
+                self._finish_rendered()
+                if self._clock() >= next_sweep:
+                    self._sweep()
+                    next_sweep = self._clock() + _SWEEP_S
+        except Exception:  # the loop itself failing is a bug: say so, keep the process up
+            log.exception("the HTTP server loop failed; /metrics is no longer served")
+        finally:
+            for conn in self._connections:
+                self._close(conn)
+            self._selector.close()
+            listener.close()
+            wake_w, self._wake_w = self._wake_w, None
+            wake_r.close()
+            if wake_w is not None:
+                wake_w.close()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _accept(self, listener: socket.socket) -> None:
+        tls = self.web.ssl_context
+        for _ in range(_ACCEPT_BURST):
+            try:
+                sock, _ = listener.accept()
+            except _AGAIN:
                 return
-            first = True
-            while True:
-                self._connections.waiting(writer)
-                try:
-                    head = await self._read_head(reader, first=first)
-                except _TooLarge:
-                    head = b""
-                if head is None:
-                    return
-                self._connections.busy(writer)
-                response, head_only = await self._answer(head, executor)
-                writer.write(response.encode(head=head_only, extra=self.web.headers))
-                async with asyncio.timeout(self.limits.write_timeout_s):
-                    await writer.drain()
-                if response.close:
-                    clean = True
-                    return
-                first = False
-        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            log.debug("connection closed: %s", type(exc).__name__)
-        except Exception:  # one broken connection must never take the server down
-            log.warning("HTTP connection failed", exc_info=True)
-        finally:
-            self._connections.remove(writer)
-            if clean:
-                writer.close()
-            else:
-                writer.transport.abort()
+            except OSError as exc:  # EMFILE, ECONNABORTED: nothing to do for this one
+                log.debug("accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            if tls is not None:
+                sock = tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            state = "handshake" if tls is not None else "read"
+            conn = _Conn(sock, state, self._clock() + self.limits.header_timeout_s)
+            self._selector.register(sock, selectors.EVENT_READ, conn)
+            for old in self._connections.add(conn):
+                self._close(old)
 
-    async def _handshake(self, writer: asyncio.StreamWriter) -> bool:
-        assert self.web.ssl_context is not None
+    def _ready(self, conn: _Conn, mask: int) -> None:
         try:
-            await writer.start_tls(
-                self.web.ssl_context, ssl_handshake_timeout=self.limits.header_timeout_s
-            )
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
-            log.debug("TLS handshake failed: %s", exc)
-            return False
-        if not peer_allowed(writer.get_extra_info("peercert"), self.web.allowed_sans):
+            if conn.state == "handshake":
+                self._handshake(conn)
+            if conn.state == "read":
+                self._read(conn)
+            elif conn.state == "write":
+                self._write(conn)
+        except (OSError, ssl.SSLError) as exc:
+            log.debug("connection closed: %s", exc)
+            self._close(conn)
+
+    def _handshake(self, conn: _Conn) -> None:
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            return
+        except ssl.SSLWantWriteError:
+            self._selector.modify(sock, selectors.EVENT_WRITE, conn)
+            return
+        if not peer_allowed(sock.getpeercert(), self.web.allowed_sans):
             log.info("client certificate names none of client_allowed_sans: closing")
-            return False
-        return True
+            self._close(conn)
+            return
+        self._selector.modify(sock, selectors.EVENT_READ, conn)
+        conn.state = "read"
 
-    async def _read_head(self, reader: asyncio.StreamReader, *, first: bool) -> bytes | None:
-        """The next request head, or None if the client left; raises TimeoutError if it was
-        too slow and _TooLarge past ``max_head_bytes``."""
-        start = b""
-        if not first:  # a kept-alive connection may stay quiet until its next request
-            async with asyncio.timeout(self.limits.idle_timeout_s):
-                start = await reader.read(1)
-            if not start:
-                return None
-        try:
-            async with asyncio.timeout(self.limits.header_timeout_s):
-                return start + await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            raise _TooLarge from None
-        except asyncio.IncompleteReadError:
-            return None
+    def _read(self, conn: _Conn) -> None:
+        limit = self.limits.max_head_bytes
+        while True:
+            try:
+                data = conn.sock.recv(_RECV)
+            except _AGAIN:
+                break
+            if not data:
+                self._close(conn)
+                return
+            if not conn.started:
+                conn.started = True
+                conn.deadline = self._clock() + self.limits.header_timeout_s
+            conn.buf += data
+            if b"\r\n\r\n" in conn.buf or len(conn.buf) > limit:
+                break
+        self._next_request(conn)
 
-    async def _answer(self, head: bytes, executor: ThreadPoolExecutor) -> tuple[_Response, bool]:
-        """The response to one head (``b""`` = too large) and whether it is for a HEAD."""
-        if not head:
+    def _next_request(self, conn: _Conn) -> None:
+        """Start on a complete request head in the buffer, if there is one."""
+        end = conn.buf.find(b"\r\n\r\n")
+        if end < 0 and len(conn.buf) <= self.limits.max_head_bytes:
+            return
+        self._connections.busy(conn)
+        self._selector.unregister(conn.sock)
+        conn.state, conn.deadline = "busy", math.inf
+        if end < 0 or end + 4 > self.limits.max_head_bytes:
             status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
-            return _Response(status, b"request head too large\n", close=True), False
+            self._respond_now(conn, _Response(status, b"request head too large\n", close=True))
+            return
+        head, conn.buf = conn.buf[: end + 4], conn.buf[end + 4 :]
         try:
             request = _parse_head(head)
         except _BadRequest as exc:
-            return _Response(HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), close=True), False
-        loop = asyncio.get_running_loop()
-        response = await loop.run_in_executor(executor, self._respond, request)
-        if not _keep_alive(request):
-            response.close = True
-        return response, request.method == "HEAD"
+            self._respond_now(
+                conn, _Response(HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), close=True)
+            )
+            return
+        self._executor.submit(self._render, conn, request)
+
+    def _render(self, conn: _Conn, request: _Request) -> None:
+        """Worker thread: build the response bytes and hand them back to the loop."""
+        try:
+            response = self._respond(request)
+            if not _keep_alive(request):
+                response.close = True
+        except Exception:  # never leave a connection without an answer
+            log.exception("answering %s %s failed", request.method, request.target[:80])
+            response = _Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", close=True)
+        data = response.encode(head=request.method == "HEAD", extra=self.web.headers)
+        self._done.put((conn, data, response.close))
+        self._wake()
+
+    def _respond_now(self, conn: _Conn, response: _Response) -> None:
+        self._done.put((conn, response.encode(head=False, extra=self.web.headers), response.close))
+
+    def _finish_rendered(self) -> None:
+        while True:
+            try:
+                conn, data, close = self._done.get_nowait()
+            except queue.Empty:
+                return
+            if conn.state != "busy":  # closed meanwhile
+                continue
+            conn.out, conn.sent, conn.close_after = data, 0, close
+            conn.state = "write"
+            conn.deadline = self._clock() + self.limits.write_timeout_s
+            self._selector.register(conn.sock, selectors.EVENT_WRITE, conn)
+            try:
+                self._write(conn)
+            except (OSError, ssl.SSLError) as exc:
+                log.debug("connection closed: %s", exc)
+                self._close(conn)
+
+    def _write(self, conn: _Conn) -> None:
+        view = memoryview(conn.out)
+        while conn.sent < len(view):
+            try:
+                conn.sent += conn.sock.send(view[conn.sent :])
+            except _AGAIN:
+                return
+        conn.out = b""
+        if conn.close_after:
+            self._close(conn)
+            return
+        # kept alive: wait for the next request, which may already be in the buffer
+        conn.state, conn.started = "read", bool(conn.buf)
+        conn.deadline = self._clock() + (
+            self.limits.header_timeout_s if conn.buf else self.limits.idle_timeout_s
+        )
+        self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+        self._connections.waiting(conn)
+        self._next_request(conn)
+
+    def _sweep(self) -> None:
+        now = self._clock()
+        for conn in self._connections:
+            if conn.deadline <= now:
+                log.debug("closing a connection past its %s deadline", conn.state)
+                self._close(conn)
+
+    def _close(self, conn: _Conn) -> None:
+        if conn.state == "closed":
+            return
+        if conn.state != "busy":
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(conn.sock)
+        conn.state = "closed"
+        self._connections.remove(conn)
+        with contextlib.suppress(OSError):
+            conn.sock.close()
 
     # -- the worker threads -------------------------------------------------------------------
 
