@@ -271,3 +271,17 @@ def test_evald_run_serves_tls_with_basic_auth(ca: Authority, tmp_path: Path) -> 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def test_a_client_that_never_finishes_the_handshake_is_closed(
+    ca: Authority, tmp_path: Path
+) -> None:
+    from evald.http import Limits
+
+    web = load_web_config(write_web_config(tmp_path / "web.yml", ca))
+    with (
+        MetricsServer("127.0.0.1:0", web=web, limits=Limits(header_timeout_s=0.2)) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn,
+    ):
+        conn.sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, then silence
+        assert conn.recv(1024) == b""  # closed by the server, not by our timeout
