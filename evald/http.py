@@ -487,9 +487,14 @@ class MetricsServer:
             except OSError as exc:  # EMFILE, ECONNABORTED: nothing to do for this one
                 log.debug("accept failed: %s", exc)
                 return
-            sock.setblocking(False)
-            if tls is not None:
-                sock = tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            try:
+                sock.setblocking(False)
+                if tls is not None:
+                    sock = tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            except OSError as exc:  # the client reset before we got to it
+                log.debug("accepted connection failed: %s", exc)
+                sock.close()
+                continue
             state = "handshake" if tls is not None else "read"
             conn = _Conn(sock, state, self._clock() + self.limits.header_timeout_s)
             self._selector.register(sock, selectors.EVENT_READ, conn)
@@ -506,6 +511,9 @@ class MetricsServer:
                 self._write(conn)
         except (OSError, ssl.SSLError) as exc:
             log.debug("connection closed: %s", exc)
+            self._close(conn)
+        except Exception:  # one broken connection must never end the loop
+            log.warning("HTTP connection failed", exc_info=True)
             self._close(conn)
 
     def _handshake(self, conn: _Conn) -> None:
