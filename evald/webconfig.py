@@ -177,7 +177,11 @@ class BasicAuth:
         with self._lock:
             if key in self._passed:
                 return True
-        ok = self._bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
+        try:
+            ok = self._bcrypt.checkpw(password.encode(), hashed or self._dummy)
+        except ValueError:  # over bcrypt's 72 bytes: no stored hash can match it
+            return False
+        ok = ok and hashed is not None
         if ok:
             with self._lock:
                 if len(self._passed) >= self._CACHE_SIZE:
@@ -195,7 +199,6 @@ class WebConfig:
     auth: BasicAuth | None = None
     headers: tuple[tuple[str, str], ...] = ()
     allowed_sans: frozenset[str] = field(default_factory=frozenset)
-    source: str = ""
 
 
 def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
@@ -232,7 +235,6 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
         auth=BasicAuth(parsed.basic_auth_users) if parsed.basic_auth_users else None,
         headers=tuple(parsed.http_server_config.headers.items()),
         allowed_sans=frozenset(tls.client_allowed_sans or ()) if tls else frozenset(),
-        source=where,
     )
 
 

@@ -104,3 +104,10 @@ def test_a_client_ca_without_client_verification_is_refused(ca: Authority, tmp_p
     path = write_web_config(tmp_path / "web.yml", ca, client_ca_file=str(ca.ca_cert))
     with pytest.raises(WebConfigError, match=r"tls_server_config\.client_auth_type:"):
         load_web_config(path)
+
+
+def test_a_password_longer_than_bcrypt_takes_is_a_plain_mismatch() -> None:
+    import bcrypt
+
+    auth = BasicAuth({"a": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()})
+    assert not auth.check("a", "x" * 100)
