@@ -317,6 +317,10 @@ class MetricsServer:
     readable afterwards as :attr:`port`. Usable as a context manager.
     """
 
+    # made by the loop thread when it starts, used only by it (and by workers for the executor)
+    _selector: selectors.BaseSelector
+    _executor: ThreadPoolExecutor
+
     def __init__(
         self,
         address: str = DEFAULT_ADDRESS,
@@ -452,14 +456,14 @@ class MetricsServer:
         next_sweep = self._clock() + _SWEEP_S
         try:
             while not self._stopping.is_set():
-                for key, mask in self._selector.select(_SWEEP_S):
+                for key, _ in self._selector.select(_SWEEP_S):
                     if key.data == "accept":
                         self._accept(listener)
                     elif key.data == "wake":
                         with contextlib.suppress(OSError):
                             wake_r.recv(4096)
                     else:
-                        self._ready(key.data, mask)
+                        self._ready(key.data)
                 self._finish_rendered()
                 if self._clock() >= next_sweep:
                     self._sweep()
@@ -501,7 +505,7 @@ class MetricsServer:
             for old in self._connections.add(conn):
                 self._close(old)
 
-    def _ready(self, conn: _Conn, mask: int) -> None:
+    def _ready(self, conn: _Conn) -> None:
         try:
             if conn.state == "handshake":
                 self._handshake(conn)
