@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http import HTTPStatus
 from urllib.parse import parse_qs, urlsplit
 
@@ -205,6 +206,7 @@ class _Response:
         lines = [
             f"HTTP/1.1 {self.status.value} {self.status.phrase}",
             "Server: evald",
+            f"Date: {formatdate(usegmt=True)}",
             f"Content-Type: {self.content_type}",
             f"Content-Length: {len(self.body)}",
             "Cache-Control: no-store",

@@ -537,3 +537,11 @@ def test_a_body_on_any_request_closes_the_connection_after_the_answer(serve, fra
             conn.sendall(f"POST /metrics HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\n".encode() + body)
             received = read_until_closed(conn)
         assert received.count(b"HTTP/1.1") == 1, received
+
+
+def test_responses_carry_date_and_server_headers(serve) -> None:
+    from email.utils import parsedate_to_datetime
+
+    _, headers, _ = request(serve(), "/healthz")
+    assert headers["server"] == "evald"
+    assert parsedate_to_datetime(headers["date"]).tzinfo is not None
