@@ -25,6 +25,21 @@ COMMANDS: dict[str, str] = {
 }
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_level(text: str) -> str:
+    """``--log-level``/``EVALD_LOG_LEVEL`` in any case (``debug`` = ``DEBUG``); argparse turns
+    the ArgumentTypeError into exit 2 naming the option, for the flag and the variable alike."""
+    level = text.strip().upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a log level (EVALD_LOG_LEVEL or the flag): use one of "
+            + ", ".join(LOG_LEVELS)
+        )
+    return level
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="evald",

@@ -1,29 +1,43 @@
 """The `/metrics`, `/healthz` and `/readyz` endpoints, served from a daemon thread.
 
-One small ``ThreadingHTTPServer`` per process: scrapes must never wait on the event loop, and the
-loop must never wait on a slow scraper. Health and readiness are plain callables supplied by the
-command that owns the loop (``evald demo``, ``evald run``), so this module knows nothing about
-Kafka or the engine.
+One selector loop in its own thread holds every connection, with a cap and timeouts
+(:class:`Limits`), so thousands of slow clients cost neither threads nor CPU (nor garbage for
+the collector to pause the process over); a small worker pool renders responses. Scrapes never
+wait on the processing loop, and it never waits on a slow scraper. TLS and basic auth come from
+a web config file (:mod:`evald.webconfig`).
+
+Health and readiness are plain callables supplied by the command that owns the processing loop
+(``evald demo``, ``evald run``), so this module knows nothing about Kafka or the engine.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import gzip
 import ipaddress
 import logging
+import math
+import queue
 import re
+import selectors
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from email.utils import formatdate
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
 from evald.exposition import Encoder
+from evald.webconfig import WebConfig, peer_allowed
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -31,8 +45,10 @@ __all__ = [
     "Check",
     "CheckResult",
     "Heartbeat",
+    "Limits",
     "MetricsServer",
     "parse_address",
+    "raise_fd_limit",
 ]
 
 log = logging.getLogger(__name__)
@@ -141,113 +157,171 @@ class Heartbeat:
         return True, "ok"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # Restarting the daemon must not fail on a port lingering in TIME_WAIT.
-    allow_reuse_address = True
-    # The default backlog of 5 makes a burst of scrapers wait a full SYN retransmit (1 s).
-    request_queue_size = 128
+@dataclass(frozen=True)
+class Limits:
+    """What one client may hold. The defaults keep ``/metrics`` answering while ~20k slow
+    connections are open (``python -m benchmarks slowloris``)."""
 
-    def __init__(self, address: tuple[str, int], handler: type, owner: MetricsServer) -> None:
-        self.owner = owner
-        super().__init__(address, handler)
+    max_connections: int = 1024
+    """Open connections at most; past it the one waiting longest for its request is dropped."""
+    header_timeout_s: float = 10.0
+    """From accept (or the first byte of a kept-alive request) to the end of the request head,
+    TLS handshake included."""
+    idle_timeout_s: float = 120.0
+    """A kept-alive connection with no new request is closed after this long."""
+    write_timeout_s: float = 30.0
+    """A client that does not take its response within this long is cut off."""
+    max_head_bytes: int = 16_384
+    """Request line plus headers; longer is answered 431 and closed."""
+    workers: int = 2
+    """Threads that render responses (and check passwords); the event loop never does."""
 
-    def handle_error(self, request: object, client_address: object) -> None:
-        # A scraper hanging up mid-response is routine; socketserver would print a traceback.
-        log.debug("connection from %s failed", client_address, exc_info=True)
+
+_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
+_RESERVED_FILES = 256  # kept for the rest of the process (Kafka sockets, files, logs)
+_PUBLIC_PATHS = ("/healthz", "/readyz")  # probes answer without credentials (docs/security.md)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-    # A client that connects and never sends must not pin a thread forever.
-    timeout = 30
-    server_version = "evald"
+class _BadRequest(ValueError):
+    """A request head that is not HTTP/1.x."""
 
-    def do_GET(self) -> None:
-        self._route(head=False)
 
-    def do_HEAD(self) -> None:
-        self._route(head=True)
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    target: str
+    version: str
+    headers: dict[str, str]  # lower-case names; a repeated header keeps its last value
 
-    def do_POST(self) -> None:
-        # The request body is never read: close the connection so it is not taken for the
-        # next request on a kept-alive connection.
-        self.close_connection = True
-        self._reply(
-            HTTPStatus.METHOD_NOT_ALLOWED,
-            b"only GET and HEAD\n",
-            head=False,
-            extra=[("Allow", "GET, HEAD"), ("Connection", "close")],
-        )
 
-    do_PUT = do_DELETE = do_PATCH = do_POST
+@dataclass
+class _Response:
+    status: HTTPStatus
+    body: bytes
+    content_type: str = "text/plain; charset=utf-8"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    close: bool = False
 
-    def _route(self, *, head: bool) -> None:
-        owner = self.server.owner
-        url = urlsplit(self.path)
-        path = url.path.rstrip("/") or "/"
-        if path == "/metrics":
-            self._metrics(owner, url.query, head=head)
-        elif path in ("/healthz", "/readyz"):
-            what = "healthy" if path == "/healthz" else "ready"
-            ok, reason = _outcome(owner.healthy if what == "healthy" else owner.ready, what)
-            status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
-            self._reply(status, reason.encode("utf-8", "replace") + b"\n", head=head)
-        elif path == "/":
-            body = b"evald: /metrics /healthz /readyz\n"
-            self._reply(HTTPStatus.OK, body, head=head)
-        else:
-            self._reply(
-                HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz\n", head=head
-            )
+    def encode(self, *, head: bool, extra: tuple[tuple[str, str], ...] = ()) -> bytes:
+        lines = [
+            f"HTTP/1.1 {self.status.value} {self.status.phrase}",
+            "Server: evald",
+            f"Date: {formatdate(usegmt=True)}",
+            f"Content-Type: {self.content_type}",
+            f"Content-Length: {len(self.body)}",
+            "Cache-Control: no-store",
+        ]
+        lines += [f"{name}: {value}" for name, value in (*self.headers, *extra)]
+        if self.close:
+            lines.append("Connection: close")
+        head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return head_bytes if head else head_bytes + self.body
 
-    def _metrics(self, owner: MetricsServer, query: str, *, head: bool) -> None:
-        names = parse_qs(query).get("name[]")
-        try:
-            body, content_type = owner.encoder.encode(
-                owner.registry, self.headers.get("Accept"), names=names
-            )
-        except Exception:  # a failing collector is a 500 for this scrape, not a dead server
-            log.exception("rendering /metrics failed")
-            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, b"metrics rendering failed\n", head=head)
-            return
-        extra: list[tuple[str, str]] = []
-        if gzip_accepted(self.headers.get("Accept-Encoding", "")):
-            body = gzip.compress(body, compresslevel=1)
-            extra.append(("Content-Encoding", "gzip"))
-        self._reply(HTTPStatus.OK, body, head=head, content_type=content_type, extra=extra)
 
-    def _reply(
-        self,
-        status: HTTPStatus,
-        body: bytes,
-        *,
-        head: bool,
-        content_type: str = "text/plain; charset=utf-8",
-        extra: list[tuple[str, str]] | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        for name, value in extra or ():
-            self.send_header(name, value)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
+def _parse_head(head: bytes) -> _Request:
+    """The request line and headers of one HTTP/1.x request (the bytes up to the blank line)."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[0].isalpha() or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
+        raise _BadRequest(f"bad request line {lines[0][:80]!r}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise _BadRequest(f"bad header line {line[:80]!r}")
+        headers[name.lower()] = value.strip()
+    return _Request(parts[0], parts[1], parts[2], headers)
 
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
+
+def _keep_alive(request: _Request) -> bool:
+    connection = request.headers.get("connection", "").lower()
+    if request.version == "HTTP/1.0":
+        return connection == "keep-alive"
+    return connection != "close"
+
+
+class _Conn:
+    """One client connection and where it is in its request/response cycle."""
+
+    __slots__ = ("buf", "close_after", "deadline", "out", "sent", "sock", "started", "state")
+
+    def __init__(self, sock: socket.socket, state: str, deadline: float) -> None:
+        self.sock = sock
+        self.state = state  # handshake | read | busy | write
+        self.deadline = deadline  # monotonic seconds; inf while a worker renders
+        self.buf = b""
+        self.out = b""
+        self.sent = 0
+        self.started = True  # a byte of the current request has arrived (read state)
+        self.close_after = False
+
+
+class _Connections:
+    """The open connections, those waiting for a request (or a TLS handshake) oldest first.
+
+    Past the cap the connection that has waited longest is dropped: a slow or idle client,
+    never one whose response is being rendered or sent. Loop thread only.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._open: set[_Conn] = set()
+        self._waiting: OrderedDict[_Conn, None] = OrderedDict()
+        self.dropped = 0
+
+    def add(self, conn: _Conn) -> list[_Conn]:
+        """Admit ``conn`` as waiting; returns the connections to drop (maybe ``conn`` itself
+        when every other one is busy)."""
+        self._open.add(conn)
+        self._waiting[conn] = None
+        dropped = []
+        while len(self._open) > self._cap:
+            oldest, _ = self._waiting.popitem(last=False)
+            self._open.discard(oldest)
+            dropped.append(oldest)
+        self.dropped += len(dropped)
+        return dropped
+
+    def waiting(self, conn: _Conn) -> None:
+        self._waiting[conn] = None
+        self._waiting.move_to_end(conn)
+
+    def busy(self, conn: _Conn) -> None:
+        self._waiting.pop(conn, None)
+
+    def remove(self, conn: _Conn) -> None:
+        self._open.discard(conn)
+        self._waiting.pop(conn, None)
+
+    def __iter__(self) -> Iterator[_Conn]:
+        return iter(list(self._open))
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+_ACCEPT_BURST = 256  # accepts per readiness event, so a flood cannot starve the rest
+_SWEEP_S = 0.25  # how often deadlines are checked
+_RECV = 65_536
+_AGAIN = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class MetricsServer:
     """Serve a private registry plus health and readiness checks on one address.
 
+    One thread runs a selector loop over every connection (no thread per client, no per-client
+    objects beyond a socket and a small record) under :class:`Limits`; responses are rendered
+    by a small pool of worker threads. ``web`` adds TLS and basic auth (:mod:`evald.webconfig`).
     ``start()`` binds (so a taken port fails loudly, in the caller's thread) and serves from a
-    daemon thread; ``stop()`` shuts it down and joins the thread. Port 0 picks a free port,
+    daemon thread; ``stop()`` closes every connection and joins it. Port 0 picks a free port,
     readable afterwards as :attr:`port`. Usable as a context manager.
     """
+
+    # made by the loop thread when it starts, used only by it (and by workers for the executor)
+    _selector: selectors.BaseSelector
+    _executor: ThreadPoolExecutor
 
     def __init__(
         self,
@@ -257,22 +331,32 @@ class MetricsServer:
         healthy: Check = lambda: True,
         *,
         encoder: Encoder | None = None,
+        web: WebConfig | None = None,
+        limits: Limits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.host, self._requested_port = parse_address(address)
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.ready = ready
         self.healthy = healthy
         self.encoder = encoder if encoder is not None else Encoder()
-        self._httpd: _Server | None = None
+        self.web = web if web is not None else WebConfig()
+        self.limits = limits if limits is not None else Limits()
+        self._clock = clock
+        self._port: int | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._wake_w: socket.socket | None = None
+        self._done: queue.SimpleQueue[tuple[_Conn, bytes, bool]] = queue.SimpleQueue()
+        self._connections = _Connections(self.limits.max_connections)
         self._lock = threading.Lock()
 
     @property
     def port(self) -> int:
         """The bound port (the real one when 0 was asked for); only valid after start()."""
-        if self._httpd is None:
+        if self._port is None:
             raise RuntimeError("MetricsServer is not started")
-        return int(self._httpd.server_address[1])
+        return self._port
 
     @property
     def url(self) -> str:
@@ -284,52 +368,375 @@ class MetricsServer:
             host = "::1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        scheme = "https" if self.web.ssl_context is not None else "http"
+        return f"{scheme}://{host}:{self.port}"
+
+    @property
+    def dropped(self) -> int:
+        """Connections dropped so far because the cap was reached."""
+        return self._connections.dropped
 
     def start(self) -> MetricsServer:
         with self._lock:
-            if self._httpd is not None:
+            if self._thread is not None:
                 return self
-            server_cls = _Server
-            try:
-                family = _address_family(self.host, self._requested_port)
-            except OSError as exc:
-                raise AddressError(f"cannot resolve listen host {self.host!r}: {exc}") from exc
-            if family == socket.AF_INET6:
-                server_cls = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
-            try:
-                httpd = server_cls((self.host, self._requested_port), _Handler, self)
-            except OSError as exc:
-                where = f"{self.host}:{self._requested_port}"
-                raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror}") from exc
+            files = raise_fd_limit()
+            # never more connections than files left for them: at the limit accept() fails
+            cap = self.limits.max_connections
+            if files > 0:
+                cap = min(cap, max(16, files - _RESERVED_FILES))
+            self._connections = _Connections(cap)
+            listener = self._listen()
+            self._port = int(listener.getsockname()[1])
+            wake_r, wake_w = socket.socketpair()
+            wake_r.setblocking(False)
+            wake_w.setblocking(False)
+            self._wake_w = wake_w
+            self._stopping.clear()
             thread = threading.Thread(
-                target=httpd.serve_forever,
-                kwargs={"poll_interval": 0.1},
-                name=f"evald-http-{httpd.server_address[1]}",
+                target=self._serve,
+                args=(listener, wake_r),
+                name=f"evald-http-{self._port}",
                 daemon=True,
             )
             thread.start()
-            self._httpd, self._thread = httpd, thread
+            self._thread = thread
             log.info("serving /metrics /healthz /readyz on %s", self.url)
             return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop serving and release the port; safe to call twice."""
+        """Stop serving, close every connection and release the port; safe to call twice."""
         with self._lock:
-            httpd, thread = self._httpd, self._thread
-            self._httpd = self._thread = None
-        if httpd is None:
+            thread, self._thread = self._thread, None
+            self._port = None
+        if thread is None:
             return
-        httpd.shutdown()
-        httpd.server_close()
-        if thread is not None:
-            thread.join(timeout)
+        self._stopping.set()
+        self._wake()
+        thread.join(timeout)
 
     def __enter__(self) -> MetricsServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- the loop thread ---------------------------------------------------------------------
+
+    def _listen(self) -> socket.socket:
+        try:
+            family = _address_family(self.host, self._requested_port)
+        except OSError as exc:
+            raise AddressError(f"cannot resolve listen host {self.host!r}: {exc}") from exc
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            # restarting the daemon must not fail on a port lingering in TIME_WAIT
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self._requested_port))
+            sock.listen(_BACKLOG)
+        except OSError as exc:
+            sock.close()
+            where = f"{self.host}:{self._requested_port}"
+            raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror}") from exc
+        sock.setblocking(False)
+        return sock
+
+    def _wake(self) -> None:
+        """Interrupt the loop's select (from a worker or stop())."""
+        wake = self._wake_w
+        if wake is not None:
+            with contextlib.suppress(OSError):  # full: already woken; closed: already stopped
+                wake.send(b"x")
+
+    def _serve(self, listener: socket.socket, wake_r: socket.socket) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(listener, selectors.EVENT_READ, "accept")
+        self._selector.register(wake_r, selectors.EVENT_READ, "wake")
+        self._executor = ThreadPoolExecutor(
+            self.limits.workers, thread_name_prefix="evald-http-worker"
+        )
+        next_sweep = self._clock() + _SWEEP_S
+        try:
+            while not self._stopping.is_set():
+                for key, _ in self._selector.select(_SWEEP_S):
+                    if key.data == "accept":
+                        self._accept(listener)
+                    elif key.data == "wake":
+                        with contextlib.suppress(OSError):
+                            wake_r.recv(4096)
+                    else:
+                        self._ready(key.data)
+                self._finish_rendered()
+                if self._clock() >= next_sweep:
+                    self._sweep()
+                    next_sweep = self._clock() + _SWEEP_S
+        except Exception:  # the loop itself failing is a bug: say so, keep the process up
+            log.exception("the HTTP server loop failed; /metrics is no longer served")
+        finally:
+            for conn in self._connections:
+                self._close(conn)
+            self._selector.close()
+            listener.close()
+            wake_w, self._wake_w = self._wake_w, None
+            wake_r.close()
+            if wake_w is not None:
+                wake_w.close()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _accept(self, listener: socket.socket) -> None:
+        tls = self.web.ssl_context
+        for _ in range(_ACCEPT_BURST):
+            try:
+                sock, _ = listener.accept()
+            except _AGAIN:
+                return
+            except OSError as exc:  # EMFILE, ECONNABORTED: nothing to do for this one
+                log.debug("accept failed: %s", exc)
+                return
+            try:
+                sock.setblocking(False)
+                if tls is not None:
+                    sock = tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            except OSError as exc:  # the client reset before we got to it
+                log.debug("accepted connection failed: %s", exc)
+                sock.close()
+                continue
+            state = "handshake" if tls is not None else "read"
+            conn = _Conn(sock, state, self._clock() + self.limits.header_timeout_s)
+            self._selector.register(sock, selectors.EVENT_READ, conn)
+            for old in self._connections.add(conn):
+                self._close(old)
+
+    def _ready(self, conn: _Conn) -> None:
+        try:
+            if conn.state == "handshake":
+                self._handshake(conn)
+            if conn.state == "read":
+                self._read(conn)
+            elif conn.state == "write":
+                self._write(conn)
+        except (OSError, ssl.SSLError) as exc:
+            log.debug("connection closed: %s", exc)
+            self._close(conn)
+        except Exception:  # one broken connection must never end the loop
+            log.warning("HTTP connection failed", exc_info=True)
+            self._close(conn)
+
+    def _handshake(self, conn: _Conn) -> None:
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            return
+        except ssl.SSLWantWriteError:
+            self._selector.modify(sock, selectors.EVENT_WRITE, conn)
+            return
+        if not peer_allowed(sock.getpeercert(), self.web.allowed_sans):
+            log.info("client certificate names none of client_allowed_sans: closing")
+            self._close(conn)
+            return
+        self._selector.modify(sock, selectors.EVENT_READ, conn)
+        conn.state = "read"
+
+    def _read(self, conn: _Conn) -> None:
+        limit = self.limits.max_head_bytes
+        while True:
+            try:
+                data = conn.sock.recv(_RECV)
+            except _AGAIN:
+                break
+            if not data:
+                self._close(conn)
+                return
+            if not conn.started:
+                conn.started = True
+                conn.deadline = self._clock() + self.limits.header_timeout_s
+            conn.buf += data
+            if b"\r\n\r\n" in conn.buf or len(conn.buf) > limit:
+                break
+        self._next_request(conn)
+
+    def _next_request(self, conn: _Conn) -> None:
+        """Start on a complete request head in the buffer, if there is one."""
+        end = conn.buf.find(b"\r\n\r\n")
+        if end < 0 and len(conn.buf) <= self.limits.max_head_bytes:
+            return
+        self._connections.busy(conn)
+        self._selector.unregister(conn.sock)
+        conn.state, conn.deadline = "busy", math.inf
+        if end < 0 or end + 4 > self.limits.max_head_bytes:
+            status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+            self._respond_now(conn, _Response(status, b"request head too large\n", close=True))
+            return
+        head, conn.buf = conn.buf[: end + 4], conn.buf[end + 4 :]
+        try:
+            request = _parse_head(head)
+        except _BadRequest as exc:
+            self._respond_now(
+                conn, _Response(HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), close=True)
+            )
+            return
+        self._executor.submit(self._render, conn, request)
+
+    def _render(self, conn: _Conn, request: _Request) -> None:
+        """Worker thread: build the response bytes and hand them back to the loop."""
+        try:
+            response = self._respond(request)
+            if not _keep_alive(request):
+                response.close = True
+        except Exception:  # never leave a connection without an answer
+            log.exception("answering %s %s failed", request.method, request.target[:80])
+            response = _Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", close=True)
+        data = response.encode(head=request.method == "HEAD", extra=self.web.headers)
+        self._done.put((conn, data, response.close))
+        self._wake()
+
+    def _respond_now(self, conn: _Conn, response: _Response) -> None:
+        self._done.put((conn, response.encode(head=False, extra=self.web.headers), response.close))
+
+    def _finish_rendered(self) -> None:
+        while True:
+            try:
+                conn, data, close = self._done.get_nowait()
+            except queue.Empty:
+                return
+            if conn.state != "busy":  # closed meanwhile
+                continue
+            conn.out, conn.sent, conn.close_after = data, 0, close
+            conn.state = "write"
+            conn.deadline = self._clock() + self.limits.write_timeout_s
+            self._selector.register(conn.sock, selectors.EVENT_WRITE, conn)
+            try:
+                self._write(conn)
+            except (OSError, ssl.SSLError) as exc:
+                log.debug("connection closed: %s", exc)
+                self._close(conn)
+
+    def _write(self, conn: _Conn) -> None:
+        view = memoryview(conn.out)
+        while conn.sent < len(view):
+            try:
+                conn.sent += conn.sock.send(view[conn.sent :])
+            except _AGAIN:
+                return
+        conn.out = b""
+        if conn.close_after:
+            self._close(conn)
+            return
+        # kept alive: wait for the next request, which may already be in the buffer
+        conn.state, conn.started = "read", bool(conn.buf)
+        conn.deadline = self._clock() + (
+            self.limits.header_timeout_s if conn.buf else self.limits.idle_timeout_s
+        )
+        self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+        self._connections.waiting(conn)
+        self._next_request(conn)
+
+    def _sweep(self) -> None:
+        now = self._clock()
+        for conn in self._connections:
+            if conn.deadline <= now:
+                log.debug("closing a connection past its %s deadline", conn.state)
+                self._close(conn)
+
+    def _close(self, conn: _Conn) -> None:
+        if conn.state == "closed":
+            return
+        if conn.state != "busy":
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(conn.sock)
+        conn.state = "closed"
+        self._connections.remove(conn)
+        with contextlib.suppress(OSError):
+            conn.sock.close()
+
+    # -- the worker threads -------------------------------------------------------------------
+
+    def _respond(self, request: _Request) -> _Response:
+        """Route one request; runs in a worker thread (rendering and bcrypt are slow)."""
+        response = self._route(request)
+        # A request body is never read: close after answering so it is not taken for the next
+        # request on a kept-alive connection.
+        has_body = "transfer-encoding" in request.headers or (
+            request.headers.get("content-length", "0").strip() not in ("", "0")
+        )
+        response.close = response.close or has_body
+        return response
+
+    def _route(self, request: _Request) -> _Response:
+        url = urlsplit(request.target)
+        path = url.path.rstrip("/") or "/"
+        if path not in _PUBLIC_PATHS and not self._authorized(request):
+            return _Response(
+                HTTPStatus.UNAUTHORIZED,
+                b"unauthorized\n",
+                headers=[("WWW-Authenticate", 'Basic realm="evald", charset="UTF-8"')],
+            )
+        if request.method not in ("GET", "HEAD"):
+            return _Response(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                b"only GET and HEAD\n",
+                headers=[("Allow", "GET, HEAD")],
+                close=True,
+            )
+        if path == "/metrics":
+            return self._metrics(request, url.query)
+        if path in _PUBLIC_PATHS:
+            what = "healthy" if path == "/healthz" else "ready"
+            ok, reason = _outcome(self.healthy if what == "healthy" else self.ready, what)
+            status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
+            return _Response(status, reason.encode("utf-8", "replace") + b"\n")
+        if path == "/":
+            return _Response(HTTPStatus.OK, b"evald: /metrics /healthz /readyz\n")
+        return _Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz\n")
+
+    def _authorized(self, request: _Request) -> bool:
+        auth = self.web.auth
+        if auth is None:
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, sep, password = (
+                base64.b64decode(token.strip(), validate=True).decode().partition(":")
+            )
+        except (ValueError, UnicodeDecodeError):
+            return False
+        return bool(sep) and auth.check(user, password)
+
+    def _metrics(self, request: _Request, query: str) -> _Response:
+        names = parse_qs(query).get("name[]")
+        try:
+            body, content_type = self.encoder.encode(
+                self.registry, request.headers.get("accept"), names=names
+            )
+        except Exception:  # a failing collector is a 500 for this scrape, not a dead server
+            log.exception("rendering /metrics failed")
+            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"metrics rendering failed\n")
+        headers: list[tuple[str, str]] = []
+        if gzip_accepted(request.headers.get("accept-encoding", "")):
+            body = gzip.compress(body, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        return _Response(HTTPStatus.OK, body, content_type=content_type, headers=headers)
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft limit on open files to the hard limit, so the server can hold many
+    sockets (each is a file); returns the soft limit now in force."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            log.debug("could not raise RLIMIT_NOFILE from %d to %d", soft, hard)
+    return soft
 
 
 def _address_family(host: str, port: int) -> socket.AddressFamily:

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from evald.config import EngineConfig
 from evald.engine import Engine
 from evald.exposition import build_registry
-from evald.http import AddressError, Heartbeat, MetricsServer, parse_address
+from evald.http import AddressError, Heartbeat, Limits, MetricsServer, parse_address, raise_fd_limit
 
 TIMEOUT = 10
 
@@ -398,3 +398,150 @@ def test_metrics_serves_a_real_engine_over_http(serve) -> None:
         assert values[("evald_ready", ())] == 1
         abandoned = (RR_LABELS[0], *RR_LABELS[2:])
         assert values[("evald_impressions_abandoned_total", abandoned)] == 1
+
+
+# --- hostile clients: limits and timeouts -------------------------------------------------------
+
+
+def read_until_closed(conn: socket.socket) -> bytes:
+    """Everything the server sends until it closes (a reset counts as closed)."""
+    received = b""
+    try:
+        while chunk := conn.recv(65536):
+            received += chunk
+    except ConnectionResetError:
+        pass
+    return received
+
+
+def test_a_silent_client_is_closed_after_the_header_timeout(serve) -> None:
+    server = serve(limits=Limits(header_timeout_s=0.2))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn:
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+        assert read_until_closed(conn) == b""
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(serve) -> None:
+    server = serve(limits=Limits(idle_timeout_s=0.2))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn:
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_until_closed(conn).startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_keep_alive_serves_several_requests_and_http10_closes(serve) -> None:
+    server = serve()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
+    try:
+        for _ in range(3):
+            conn.request("GET", "/healthz")
+            response = conn.getresponse()
+            assert response.status == 200 and response.read() == b"ok\n"
+    finally:
+        conn.close()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as raw:
+        raw.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        answer = read_until_closed(raw)
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nok\n")
+
+
+def test_past_the_cap_the_longest_waiting_connections_are_dropped(serve) -> None:
+    server = serve(limits=Limits(max_connections=4))
+    slow = [socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) for _ in range(8)]
+    try:
+        for conn in slow:
+            conn.sendall(b"GET /metrics HTTP/1.1\r\n")
+        # the four oldest are closed; a fresh request still gets its answer
+        for conn in slow[:4]:
+            assert read_until_closed(conn) == b""
+        assert request(server, "/healthz")[0] == 200
+        assert server.dropped >= 5  # four slow ones plus one for the request just made
+    finally:
+        for conn in slow:
+            conn.close()
+
+
+def test_a_connection_being_answered_is_never_the_one_dropped(serve) -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow_ready() -> bool:
+        entered.set()
+        release.wait(TIMEOUT)
+        return True
+
+    server = serve(ready=slow_ready, limits=Limits(max_connections=2))
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(request, server, "/readyz")
+        assert entered.wait(TIMEOUT)
+        others = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+        try:
+            for conn in others[:2]:
+                assert read_until_closed(conn) == b""  # dropped: they were only waiting
+            release.set()
+            assert pending.result(TIMEOUT)[0] == 200
+        finally:
+            for conn in others:
+                conn.close()
+
+
+def test_an_oversized_request_head_is_431(serve) -> None:
+    server = serve(limits=Limits(max_head_bytes=1024))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn:
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nX-Big: " + b"a" * 4096 + b"\r\n\r\n")
+        assert read_until_closed(conn).startswith(b"HTTP/1.1 431 ")
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"NONSENSE\r\n\r\n", b"GET /metrics HTTP/2.0\r\n\r\n", b"GET / HTTP/1.1\r\nno colon\r\n\r\n"],
+)
+def test_a_malformed_request_is_400_and_closed(serve, head: bytes) -> None:
+    server = serve()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn:
+        conn.sendall(head)
+        assert read_until_closed(conn).startswith(b"HTTP/1.1 400 ")
+    assert request(server, "/healthz")[0] == 200
+
+
+def test_start_raises_the_soft_file_limit_to_the_hard_one(serve) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard <= 256:
+        pytest.skip("needs a finite hard limit above 256")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        serve()
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+        assert raise_fd_limit() == hard
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("framing", ["Transfer-Encoding: chunked", "Content-Length: 34"])
+def test_a_body_on_any_request_closes_the_connection_after_the_answer(serve, framing: str) -> None:
+    import bcrypt
+
+    from evald.webconfig import BasicAuth, WebConfig
+
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    for server in (serve(), serve(web=WebConfig(auth=BasicAuth({"u": hashed})))):
+        smuggled = b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"  # 34 bytes
+        body = b"22\r\n" + smuggled + b"\r\n0\r\n\r\n" if "chunked" in framing else smuggled
+        with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn:
+            conn.sendall(f"GET /healthz HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\n".encode() + body)
+            received = read_until_closed(conn)
+        assert received.startswith(b"HTTP/1.1 200 OK")
+        assert received.count(b"HTTP/1.1") == 1, received
+        with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as conn:
+            conn.sendall(f"POST /metrics HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\n".encode() + body)
+            received = read_until_closed(conn)
+        assert received.count(b"HTTP/1.1") == 1, received
+
+
+def test_responses_carry_date_and_server_headers(serve) -> None:
+    from email.utils import parsedate_to_datetime
+
+    _, headers, _ = request(serve(), "/healthz")
+    assert headers["server"] == "evald"
+    assert parsedate_to_datetime(headers["date"]).tzinfo is not None

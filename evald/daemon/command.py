@@ -11,6 +11,7 @@ import sys
 import threading
 from typing import Any
 
+from evald.cli import log_level
 from evald.daemon.options import add_settings_flags, settings_from_args
 from evald.daemon.settings import SettingsError
 
@@ -30,8 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_settings_flags(parser)
     parser.add_argument(
         "--log-level",
+        type=log_level,
         default=os.environ.get("EVALD_LOG_LEVEL", "INFO"),
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="DEBUG, INFO, WARNING or ERROR, any case (default: $EVALD_LOG_LEVEL or INFO)",
     )
 
 
@@ -54,6 +56,14 @@ def run(args: argparse.Namespace) -> int:
     from evald.engine import Engine
     from evald.exposition import build_registry
     from evald.http import Heartbeat, MetricsServer
+    from evald.webconfig import WebConfigError, load_web_config
+
+    try:
+        web_file = settings.daemon.web_config_file
+        web = load_web_config(web_file) if web_file else None
+    except WebConfigError as exc:  # changed since the settings were checked
+        print(f"evald run: invalid settings\ndaemon.web_config_file: {exc}", file=sys.stderr)
+        return 2
 
     config = settings.engine_config()
     stats = DaemonStats()
@@ -74,7 +84,11 @@ def run(args: argparse.Namespace) -> int:
     # each session builds a fresh engine (restored from Kafka): point the collector at it
     daemon.on_engine = lambda engine: setattr(collector, "engine", engine)
     server = MetricsServer(
-        settings.daemon.metrics_address, registry=registry, ready=daemon.ready, healthy=heartbeat
+        settings.daemon.metrics_address,
+        registry=registry,
+        ready=daemon.ready,
+        healthy=heartbeat,
+        web=web,
     )
     server.start()
     timeout = settings.daemon.shutdown_timeout_s

@@ -23,6 +23,7 @@ FLAG_PATHS: dict[str, str] = {
     "group_id": "daemon.group_id",
     "instance_id": "daemon.instance_id",
     "metrics_address": "daemon.metrics_address",
+    "web_config_file": "daemon.web_config_file",
 }
 
 
@@ -61,6 +62,11 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     )
     daemon.add_argument(
         "--metrics-address", metavar="HOST:PORT", help="where /metrics, /healthz and /readyz listen"
+    )
+    daemon.add_argument(
+        "--web-config-file",
+        metavar="FILE",
+        help="TLS and basic auth for that endpoint (Prometheus exporter web config format)",
     )
     parser.add_argument(
         "--set",

@@ -8,7 +8,9 @@ insensitive), e.g. ``EVALD_KAFKA__BOOTSTRAP_SERVERS=k1:9092,k2:9092``,
 ``EVALD_KAFKA__SASL_PASSWORD=...``, ``EVALD_TOPICS__RESULTS=evald.results``,
 ``EVALD_ENGINE__WINDOW=30m``. Values are read as YAML scalars, so ``true``/``10``/``[a, b]`` work.
 ``EVALD_CONFIG`` names the YAML file when ``--config`` is not given; ``EVALD_LOG_LEVEL`` is the
-log level, not a setting.
+log level, not a setting. Any other ``EVALD_*`` name without ``__`` is not a setting either and is
+ignored (logged once at debug): Kubernetes injects ``EVALD_PORT=tcp://...`` and
+``EVALD_SERVICE_HOST`` for a Service named ``evald``, and pods must still start.
 
 The ``engine`` section is validated by :class:`evald.config.EngineConfig`; errors name the field
 with its full dotted path (``engine.window: ...``) so a bad deployment is fixed in one look.
@@ -16,6 +18,7 @@ with its full dotted path (``engine.window: ...``) so a bad deployment is fixed 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -45,6 +48,8 @@ __all__ = [
     "masked",
     "merge",
 ]
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "EVALD_"
 MASK = "********"
@@ -192,6 +197,31 @@ class DaemonSettings(_Strict):
         description="on a clean stop, write every window aggregate in retention here "
         "(the `evald replay --windows` JSONL schema)",
     )
+    web_config_file: str | None = Field(
+        None,
+        description="TLS and basic auth for the metrics endpoint, in the Prometheus exporter "
+        "web config format (docs/security.md)",
+    )
+
+    @field_validator("windows_file")
+    @classmethod
+    def _writable(cls, value: str | None) -> str | None:
+        """Written only at the stop: a path that cannot be written must fail the start."""
+        if value is not None:
+            _probe_writable(value)
+        return value
+
+    @field_validator("web_config_file")
+    @classmethod
+    def _web_config(cls, value: str | None) -> str | None:
+        from evald.webconfig import WebConfigError, load_web_config
+
+        if value is not None:
+            try:
+                load_web_config(value)
+            except WebConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("metrics_address")
     @classmethod
@@ -208,6 +238,22 @@ class DaemonSettings(_Strict):
         if self.retry_backoff_initial_ms > self.retry_backoff_max_ms:
             raise ValueError("retry_backoff_initial_ms must not exceed retry_backoff_max_ms")
         return self
+
+
+def _probe_writable(path: str) -> None:
+    """Create and remove ``<path>.tmp`` (the file the stop writes first), so a missing
+    directory, a directory in the way or a read-only disk is reported now."""
+    if not path.strip():
+        raise ValueError("must be a file path")
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a directory; name a file in it")
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8"):
+            pass
+        os.unlink(tmp)
+    except OSError as exc:
+        raise ValueError(f"cannot write {tmp}: {exc.strerror or exc}") from None
 
 
 class Settings(_Strict):
@@ -254,19 +300,27 @@ def _scalar(text: str) -> Any:
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The nested settings named by ``EVALD_SECTION__FIELD`` variables."""
+    """The nested settings named by ``EVALD_SECTION__FIELD`` variables.
+
+    Only names of that form are settings; other ``EVALD_*`` names (Kubernetes service links
+    such as ``EVALD_PORT``, ``EVALD_SERVICE_HOST``) are ignored and logged once at debug.
+    """
     tree: dict[str, Any] = {}
     for name, text in sorted(environ.items()):
         if not name.upper().startswith(ENV_PREFIX) or name.upper() in _PROCESS_VARIABLES:
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
         if len(path) < 2 or not all(path):
-            raise SettingsError(
-                f"{name}: use EVALD_<SECTION>__<FIELD>, e.g. EVALD_KAFKA__BOOTSTRAP_SERVERS"
-            )
+            if name not in _IGNORED_LOGGED:
+                _IGNORED_LOGGED.add(name)
+                log.debug("%s is not a setting (EVALD_<SECTION>__<FIELD>): ignored", name)
+            continue
         value: Any = text if path[-1] in _STRING_FIELDS else _scalar(text)
         _set_path(tree, path, value)
     return tree
+
+
+_IGNORED_LOGGED: set[str] = set()  # names already logged as ignored (once per process)
 
 
 # Variables for the process, not settings: the settings file's name and the log level.
@@ -296,6 +350,11 @@ def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         return read_mapping_file(path)
     except ConfigError as exc:
         raise SettingsError(f"config file {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SettingsError(
+            f"config file {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+            "save it as UTF-8"
+        ) from None
 
 
 def _describe(error: ValidationError) -> str:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # typing only: run() imports these, so `evald --help` stays l
     from evald.demo.simulator import SimEvent, Simulator
     from evald.engine import Engine
     from evald.http import MetricsServer
+    from evald.webconfig import WebConfig
 
 SUMMARY = "simulated A/B search traffic through the full engine: live view and /metrics"
 
@@ -76,6 +77,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="127.0.0.1:9464",
         metavar="HOST:PORT",
         help="serve /metrics /healthz /readyz here (default: %(default)s; port 0 = any free)",
+    )
+    parser.add_argument(
+        "--web-config-file",
+        metavar="FILE",
+        help="TLS and basic auth for the endpoint, in the Prometheus exporter web config "
+        "format (docs/security.md)",
     )
     parser.add_argument(
         "--speed",
@@ -130,11 +137,17 @@ def regress_at(args: argparse.Namespace) -> float | None:
 def run(args: argparse.Namespace) -> int:
     from evald.config import ConfigError, load_config
     from evald.http import AddressError
+    from evald.webconfig import WebConfigError, load_web_config
 
     try:
         config = load_config(window=args.window, lateness=args.lateness)
     except ConfigError as exc:
         print(f"evald demo: --{_first_line(exc)}", file=sys.stderr)
+        return 2
+    try:
+        web = load_web_config(args.web_config_file) if args.web_config_file else None
+    except WebConfigError as exc:
+        print(f"evald demo: --web-config-file {exc}", file=sys.stderr)
         return 2
     try:
         demo = build_demo(
@@ -144,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
             speed=args.speed,
             regress_at_s=regress_at(args),
             metrics_address=args.metrics_address,
+            web=web,
             live=not args.no_live and sys.stdout.isatty(),
             stream=sys.stdout,
         )
@@ -393,6 +407,7 @@ def build_demo(
     metrics_address: str,
     live: bool,
     stream: TextIO,
+    web: WebConfig | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> DemoLoop:
     """Wire simulator, engine, metrics server and view; the server is already listening."""
@@ -414,7 +429,7 @@ def build_demo(
         return (bool(holder) and holder[0].running, "simulated traffic is not flowing")
 
     registry, _ = build_registry(engine, lock=lock, ready=ready)
-    server = MetricsServer(metrics_address, registry, ready=ready, healthy=heartbeat)
+    server = MetricsServer(metrics_address, registry, ready=ready, healthy=heartbeat, web=web)
     server.start()
     view = LiveView(stream, tty=live, clock=clock)
     demo = DemoLoop(

@@ -78,7 +78,6 @@ def test_masked_hides_every_secret() -> None:
         ({"EVALD_DAEMON__METRICS_ADDRESS": "nowhere"}, "daemon.metrics_address"),
         ({"EVALD_DAEMON__PAUSE_AT": "0.5", "EVALD_DAEMON__RESUME_AT": "0.7"}, "daemon: resume_at"),
         ({"EVALD_ENGINE__WINDOW": "soon"}, "engine.window: invalid duration"),
-        ({"EVALD_KAFKA": "x"}, "EVALD_KAFKA: use EVALD_<SECTION>__<FIELD>"),
     ],
 )
 def test_errors_name_the_field(env: dict[str, str], field: str) -> None:
