@@ -167,6 +167,8 @@ class Encoder:
     def __init__(self, max_cached: int = 200_000) -> None:
         self.max_cached = max_cached
         self.shared: SingleFlight[bytes] = SingleFlight()
+        #: renderings made (shared ones count once); for tests and benchmarks
+        self.renders = 0
         # ``name{labels} `` per series; both formats write it alike. Label sets the engine
         # collector hands out as FrozenLabels are keyed by identity (the entry keeps the dict
         # alive, so its id cannot be reused); any other dict by content.
@@ -215,6 +217,7 @@ class Encoder:
         library_encoder: Callable[[Any], bytes],
         names: Sequence[str] | None,
     ) -> bytes:
+        self.renders += 1
         if names:
             registry = registry.restricted_registry(names)  # type: ignore[attr-defined]
         families = list(registry.collect())

@@ -898,7 +898,7 @@ def test_concurrent_scrapes_share_one_rendering_and_later_ones_render_afresh() -
         collector.release.set()
     for thread in scrapers:
         thread.join(timeout=60)
-    assert collector.calls == 1
+    assert collector.calls == 1 and encoder.renders == 1
     assert len(bodies) == 6 and len(set(bodies)) == 1 and b"bench 1.0" in bodies[0]
     # nothing is kept after the rendering: the next scrape sees the state of its own time
     assert b"bench 2.0" in encoder.encode(registry)[0]
