@@ -185,3 +185,36 @@ DAEMON = {
     "evald_dlq_records_total",
     "evald_results_produced_total",
 }
+
+
+def test_a_segment_cap_over_the_series_budget_exits_2_naming_the_field() -> None:
+    """Refused before any broker is contacted (the bootstrap address is never reached)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evald",
+            "run",
+            "--bootstrap-servers",
+            f"127.0.0.1:{free_port()}",
+            "--impressions-topic",
+            "i",
+            "--feedback-topic",
+            "f",
+            "--results-topic",
+            "r",
+            "--dlq-topic",
+            "d",
+            "--group-id",
+            "g",
+            "--set",
+            "engine.max_segments=100000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=die_with_parent,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "engine.max_segments: " in proc.stderr
+    assert "over max_series" in proc.stderr and "lower max_segments to" in proc.stderr
