@@ -340,6 +340,122 @@ def combinations_body(seed: int, repeat: int) -> None:
     )
 
 
+def through_run(combinations: int, repeat: int) -> dict[str, Any]:
+    """`evald run` on a fresh broker fed one impression per combination slot; scraped over HTTP
+    once every impression whose window closed is finalized."""
+    n = COMBINATIONS
+    window_ms = 60_000
+    start = 1_763_683_200_000
+    with c.broker() as bootstrap:
+        imp, fb = "bench-imp", "bench-fb"
+        c.create_topics(bootstrap, [imp, fb], 1)
+        lines = [
+            c.impression_line(
+                f"r{i}", start + i * 60, ["a", "b", "c"], combination_labels(i % combinations)
+            )
+            for i in range(n)
+        ]
+        # a later impression of a kept combination closes every window above
+        lines.append(c.impression_line("push", start + 3 * 3_600_000, ["a"], combination_labels(0)))
+        c.produce(bootstrap, [(imp, c.request_key(raw), raw) for raw in lines])
+        port = c.free_port()
+        cmd = c.python_cmd(
+            "-m",
+            "evald",
+            "run",
+            "--bootstrap-servers",
+            bootstrap,
+            "--impressions-topic",
+            imp,
+            "--feedback-topic",
+            fb,
+            "--results-topic",
+            "bench-res",
+            "--dlq-topic",
+            "bench-dlq",
+            "--group-id",
+            "bench",
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+            "--set",
+            f"engine.window={window_ms}",
+            "--set",
+            "engine.lateness=0",
+        )
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}/metrics"
+            deadline = time.monotonic() + 600
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"evald run exited with {proc.returncode}")
+                try:
+                    status, got = c.http_get(url, timeout=60)
+                except OSError:
+                    status, got = 0, b""
+                done = c.sum_samples(
+                    c.parse_samples(got.decode()), "evald_impressions_finalized_total"
+                )
+                if status == 200 and done >= n:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"only {done:,.0f} of {n:,} finalized after 600 s")
+                time.sleep(0.5)
+            best, median = timings(lambda: c.http_get(url, timeout=60), repeat)
+            status, got = c.http_get(url, timeout=60)
+            samples = c.parse_samples(got.decode())
+        finally:
+            c.stop_process(proc, timeout=60)
+    return {
+        "series": series_count(got),
+        "engine_series": sum(
+            1 for key in samples if key.startswith("evald_") and not key.startswith(DAEMON_SERIES)
+        ),
+        "bytes": len(got),
+        "overflow": c.sum_samples(samples, "evald_segments_overflow_total"),
+        "scrape_best_s": best,
+        "scrape_median_s": median,
+        "rss": c.sum_samples(samples, "process_resident_memory_bytes"),
+    }
+
+
+#: series of the daemon's own collector, not bounded by the engine settings
+DAEMON_SERIES = (
+    "evald_ready",
+    "evald_consumer_lag",
+    "evald_backpressure_pauses",
+    "evald_dlq_records",
+    "evald_results_produced",
+)
+
+
+def run_body(repeat: int) -> None:
+    c.line(
+        "through `evald run` on a broker",
+        f"{COMBINATIONS:,} impressions (1 partition), window 1m, one process per case",
+    )
+    rows = {k: through_run(k, repeat) for k in (1, COMBINATIONS)}
+    for k, row in rows.items():
+        who = "baseline: 1 combination" if k == 1 else f"{k:,} combinations"
+        c.line(
+            f"run, {who}: series",
+            f"{row['series']:,} ({row['engine_series']:,} from the engine, "
+            f"{row['bytes'] / 1e6:.2f} MB, overflow {row['overflow']:,.0f})",
+        )
+        c.line(
+            f"run, {who}: HTTP GET /metrics",
+            f"best {c.fmt_s(row['scrape_best_s'])}  median {c.fmt_s(row['scrape_median_s'])}",
+        )
+        c.line(f"run, {who}: RSS", f"{row['rss'] / 1e6:.0f} MB")
+    base, many = rows[1], rows[COMBINATIONS]
+    c.line(
+        "run: ratio 100k / 1 combination: series, scrape (median), RSS",
+        f"{many['series'] / base['series']:.1f}x, "
+        f"{many['scrape_median_s'] / base['scrape_median_s']:.1f}x, "
+        f"{many['rss'] / base['rss']:.2f}x",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--child-combinations" in argv:
@@ -361,6 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         body(argv)
         args = c.parse_args(__doc__ or "", argv)
         combinations_body(args.seed, 5 if args.quick else 15)
+        run_body(5 if args.quick else 10)
 
     return c.run_main(
         "Scrape: /metrics at 10k series, and under 100k label combinations", everything
