@@ -89,6 +89,8 @@ class Aggregates:
         self.hist_count = np.zeros((0, m), dtype=np.int64)
         #: finalized impressions without positive feedback, per segment (a counter)
         self.abandoned = np.zeros(0, dtype=np.int64)
+        #: finalized impressions scored into the overflow segment (a counter)
+        self.overflow = 0
         #: partition -> bucket index (ts // bucket_ms) -> [segment, measure, (n, sum, squares)]
         self._windows: dict[int, dict[int, np.ndarray]] = {}
 
@@ -143,6 +145,9 @@ class Aggregates:
             ).reshape(n_seg, n_m)
             if abandoned is not None:
                 self.abandoned += np.bincount(seg[abandoned], minlength=n_seg)
+            overflow = self.segments.overflow_id
+            if overflow is not None:
+                self.overflow += int(np.count_nonzero(seg == overflow))
         self._add_windows(partition, seg, np.asarray(ts, dtype=np.int64), clean, finite)
 
     def _add_windows(

@@ -87,6 +87,16 @@ class EngineConfig(BaseModel):
     measures: list[str] = Field(default_factory=_default_measures, min_length=1)
     label_keys: list[str] = Field(default_factory=lambda: ["model", "arm", "surface"])
     label_value_cap: int = Field(50, ge=1, description="distinct values per label key")
+    max_segments: int = Field(
+        200,
+        ge=1,
+        description="label combinations kept; later new ones go to the all-__other__ segment",
+    )
+    max_series: int = Field(
+        100_000,
+        ge=1,
+        description="series the engine may expose at worst; max_segments must fit in it",
+    )
     action_grades: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_ACTION_GRADES))
     limits: Limits = Field(default_factory=Limits)
     max_pending: int = Field(1_000_000, ge=1, description="pending impressions per engine")
@@ -164,6 +174,26 @@ class EngineConfig(BaseModel):
                 )
         if self.retention < max(self.windows):
             raise ValueError("retention: must be at least the longest window")
+        return self
+
+    @model_validator(mode="after")
+    def _check_series_budget(self) -> EngineConfig:
+        from evald.exposition import SeriesShape
+
+        shape = SeriesShape.of(self)
+        worst = shape.worst_case(self.max_segments)
+        if worst > self.max_series:
+            fits = shape.segments_within(self.max_series)
+            hint = (
+                f"lower max_segments to {fits} or raise max_series to {worst}"
+                if fits >= 1
+                else f"raise max_series to at least {shape.worst_case(1)}"
+            )
+            raise ValueError(
+                f"max_segments: {self.max_segments} segments (+1 overflow) x "
+                f"{shape.per_segment} series each + {shape.fixed} fixed = {worst:,} series, "
+                f"over max_series ({self.max_series:,}); {hint}"
+            )
         return self
 
 

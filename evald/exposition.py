@@ -10,6 +10,14 @@ the same bytes (text 0.0.4 and OpenMetrics 1.0.0, checked byte for byte in the t
 each series' rendered name-and-labels prefix across scrapes; anything it does not handle
 (exemplars, native histograms, UTF-8 names, other escapings) falls back to prometheus_client.
 
+Why shared renderings: scrapes that arrive while a rendering of the same output is under way
+wait for it and get its bytes (:class:`SingleFlight`), so a burst of scrapers costs one
+rendering, not one each, and never holds several bodies in memory.
+
+Why the series count is bounded: segments are capped (``max_segments`` plus one overflow
+segment, see evald.segments) and :class:`SeriesShape` derives the worst case from the settings,
+which EngineConfig checks against ``max_series``.
+
 Composition: :func:`build_registry` puts the engine collector, ``evald_ready``, the process and
 platform collectors and any ``extra`` collectors (the Kafka daemon's :class:`DaemonCollector`)
 on one private ``CollectorRegistry``; ``evald.http.MetricsServer`` serves that registry.
@@ -21,10 +29,12 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
@@ -36,8 +46,18 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from evald.decode import REASONS
+from evald.stats import (
+    EVENT_KINDS,
+    EVENT_OUTCOMES,
+    FINALIZE_REASONS,
+    LAG_BOUNDS,
+    UNATTRIBUTED_REASONS,
+)
+
 if TYPE_CHECKING:
     from evald.aggregate import WindowRow
+    from evald.config import EngineConfig
     from evald.engine import Engine
 
 log = logging.getLogger(__name__)
@@ -48,8 +68,12 @@ __all__ = [
     "Encoder",
     "EngineCollector",
     "ReadyCollector",
+    "SeriesShape",
+    "SingleFlight",
     "build_registry",
 ]
+
+T = TypeVar("T")
 
 
 class Collector(Protocol):
@@ -79,16 +103,72 @@ def _escape_value(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
+class _Flight:
+    __slots__ = ("done", "error", "result", "waiters")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.waiters = 0
+
+
+class SingleFlight(Generic[T]):
+    """At most one build per key at a time; callers arriving meanwhile share its result.
+
+    Nothing is kept once a build finishes, so a caller that arrives after it sees fresh state:
+    sharing never makes a sequential reader's answer older, it only merges concurrent ones.
+    A build that raises raises in every caller that waited for it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flights: dict[Hashable, _Flight] = {}
+
+    def run(self, key: Hashable, build: Callable[[], T]) -> T:
+        with self._lock:
+            flight = self._flights.get(key)
+            leader = flight is None
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+            else:
+                flight.waiters += 1
+        if not leader:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return flight.result  # type: ignore[no-any-return]
+        try:
+            flight.result = build()
+        except BaseException as exc:
+            flight.error = exc
+            raise
+        finally:
+            with self._lock:
+                del self._flights[key]
+            flight.done.set()
+        return flight.result  # type: ignore[no-any-return]
+
+    def waiting(self) -> int:
+        """Callers currently waiting for another caller's build (for tests and debugging)."""
+        with self._lock:
+            return sum(flight.waiters for flight in self._flights.values())
+
+
 class Encoder:
     """Render a registry like prometheus_client does, with a per-series prefix cache.
 
-    Thread-safe for concurrent scrapes: the cache is a dict only ever filled with identical
-    values. It is cleared when it exceeds ``max_cached`` entries, so label churn cannot grow it
-    without bound.
+    Thread-safe for concurrent scrapes: concurrent requests for the same output (registry,
+    format, ``names``) share one rendering (:class:`SingleFlight`); the prefix cache is a dict
+    only ever filled with identical values, cleared when it exceeds ``max_cached`` entries, so
+    label churn cannot grow it without bound.
     """
 
     def __init__(self, max_cached: int = 200_000) -> None:
         self.max_cached = max_cached
+        self.shared: SingleFlight[bytes] = SingleFlight()
+        #: renderings made (shared ones count once); for tests and benchmarks
+        self.renders = 0
         # ``name{labels} `` per series; both formats write it alike. Label sets the engine
         # collector hands out as FrozenLabels are keyed by identity (the entry keeps the dict
         # alive, so its id cannot be reused); any other dict by content.
@@ -126,23 +206,34 @@ class Encoder:
         ``names`` restricts the output to those sample names (Prometheus' ``name[]`` query
         parameter), as prometheus_client's own handler does.
         """
+        library_encoder, content_type = choose_encoder(accept or "")
+        key = (registry, content_type, tuple(names or ()))
+        body = self.shared.run(key, lambda: self._render(registry, library_encoder, names))
+        return body, content_type
+
+    def _render(
+        self,
+        registry: Collector,
+        library_encoder: Callable[[Any], bytes],
+        names: Sequence[str] | None,
+    ) -> bytes:
+        self.renders += 1
         if names:
             registry = registry.restricted_registry(names)  # type: ignore[attr-defined]
-        library_encoder, content_type = choose_encoder(accept or "")
         families = list(registry.collect())
         fixed = _Fixed(families)
         try:
             if library_encoder is _text_generate or _is_partial(
                 library_encoder, _text_generate, escaping=_om.UNDERSCORES
             ):
-                return self.text(families), content_type
+                return self.text(families)
             if _is_partial(
                 library_encoder, _om.generate_latest, escaping=_om.UNDERSCORES, version="1.0.0"
             ):
-                return self.openmetrics(families), content_type
+                return self.openmetrics(families)
         except _Fallback:
             pass
-        return library_encoder(fixed), content_type
+        return library_encoder(fixed)
 
     def text(self, families: Iterable[Metric]) -> bytes:
         """Prometheus text format 0.0.4, byte-identical to ``prometheus_client.generate_latest``."""
@@ -320,11 +411,54 @@ ENGINE_FAMILIES: tuple[tuple[str, str], ...] = (
     ("evald_feedback_unattributed", "counter"),
     ("evald_impressions_finalized", "counter"),
     ("evald_impressions_abandoned", "counter"),
+    ("evald_segments_overflow", "counter"),
     ("evald_pending_impressions", "gauge"),
     ("evald_pending_feedback", "gauge"),
     ("evald_watermark_timestamp_seconds", "gauge"),
     ("evald_finalize_lag_seconds", "histogram"),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesShape:
+    """How many series the engine collector exposes, derived from the settings.
+
+    ``per_segment``: each measure's histogram (one ``_bucket`` per bound plus ``+Inf``, ``_sum``,
+    ``_count``), each window width's five ``evald_window_*`` series per measure, and
+    ``evald_impressions_abandoned_total``. ``fixed``: the pipeline-health series, which do not
+    depend on the input, plus one ``evald_window_end_timestamp_seconds`` per width. Not counted:
+    one ``evald_watermark_timestamp_seconds`` per input partition the process owns (bounded by
+    the topics, not by the data).
+    """
+
+    per_segment: int
+    fixed: int
+
+    @classmethod
+    def of(cls, config: EngineConfig) -> SeriesShape:
+        measures, widths = len(config.measures), len(config.windows)
+        histogram = measures * (len(config.histogram_bounds) + 1 + 2)
+        windows = measures * len(WINDOW_SERIES) * widths
+        fixed = (
+            len(EVENT_KINDS) * len(EVENT_OUTCOMES)
+            + len(REASONS)
+            + len(UNATTRIBUTED_REASONS)
+            + len(FINALIZE_REASONS)
+            + 1  # evald_segments_overflow_total
+            + 2  # evald_pending_impressions, evald_pending_feedback
+            + len(LAG_BOUNDS)
+            + 3  # evald_finalize_lag_seconds: buckets with +Inf, _count, _sum
+            + widths  # evald_window_end_timestamp_seconds
+        )
+        return cls(histogram + windows + 1, fixed)
+
+    def worst_case(self, max_segments: int) -> int:
+        """Series with every kept segment and the overflow segment holding data."""
+        return (max_segments + 1) * self.per_segment + self.fixed
+
+    def segments_within(self, max_series: int) -> int:
+        """The largest ``max_segments`` whose worst case fits in ``max_series`` (may be < 1)."""
+        return (max_series - self.fixed) // self.per_segment - 1
 
 
 class _Snapshot:
@@ -343,6 +477,7 @@ class _Snapshot:
         "lag_counts",
         "lag_sum",
         "measures",
+        "overflow",
         "pending_feedback",
         "pending_impressions",
         "rejected",
@@ -368,6 +503,7 @@ class _Snapshot:
         self.hist_counts: list = np.cumsum(counts[:n], axis=2).tolist()
         self.hist_sum: list = sums[:n].tolist()
         self.abandoned: list[int] = abandoned[:n].tolist()
+        self.overflow = int(aggregates.overflow)
         self.events = dict(stats.events)
         self.rejected = dict(stats.rejected)
         self.unattributed = dict(stats.unattributed)
@@ -543,6 +679,13 @@ class EngineCollector:
             "Finalized impressions with no positive feedback (they score 0), per segment.",
             snap.label_keys,
             zip(snap.segments, snap.abandoned, strict=True),
+        )
+        yield _counter(
+            "evald_segments_overflow",
+            "Finalized impressions scored into the overflow segment (every segment label "
+            "__other__): mostly label combinations that came after max_segments were kept.",
+            (),
+            [((), snap.overflow)],
         )
         yield _gauge(
             "evald_pending_impressions",

@@ -1,9 +1,12 @@
 """Segments: impression labels -> a bounded set of segment tuples.
 
 Only the configured label keys form a segment. Each key accepts its first ``cap`` distinct
-values; later new values become ``__other__`` and a missing key is ``__none__``. So at most
-``(cap + 1) ** len(keys)`` segments can exist whatever the input (in practice far fewer), and
-the Prometheus series count stays bounded.
+values; later new values become ``__other__`` and a missing key is ``__none__``. The per-key
+cap alone still allows ``(cap + 1) ** len(keys)`` combinations (132,651 with the defaults), so
+the index also keeps at most ``max_segments`` combinations, first come first kept; any later
+new combination goes to the overflow segment, every label ``__other__``. At most
+``max_segments + 1`` segments exist whatever the input, which bounds the Prometheus series and
+the per-segment arrays (docs/semantics.md, section 5).
 """
 
 from __future__ import annotations
@@ -15,13 +18,20 @@ NONE = "__none__"
 
 
 class SegmentIndex:
-    """Assigns dense integer ids to segment tuples; ids are stable for the process lifetime."""
+    """Assigns dense integer ids to segment tuples; ids are stable for the process lifetime.
 
-    def __init__(self, keys: Sequence[str], cap: int) -> None:
+    ``max_segments`` (None: no limit) counts the combinations kept in their own right; the
+    overflow segment comes on top of them.
+    """
+
+    def __init__(self, keys: Sequence[str], cap: int, max_segments: int | None = None) -> None:
         self.keys: tuple[str, ...] = tuple(keys)
         self.cap = cap
+        self.max_segments = max_segments
         self._accepted: list[dict[str, str]] = [{} for _ in self.keys]
         self._ids: dict[tuple[str, ...], int] = {}
+        self._overflow: tuple[str, ...] = (OTHER,) * len(self.keys)
+        self._kept = 0  # segments admitted in their own right (not the folded overflow)
         #: segment tuples by id, values in the order of ``keys``
         self.segments: list[tuple[str, ...]] = []
 
@@ -32,9 +42,19 @@ class SegmentIndex:
         """Distinct accepted values per key (``__other__`` / ``__none__`` not included)."""
         return [len(values) for values in self._accepted]
 
+    @property
+    def overflow_id(self) -> int | None:
+        """Id of the all-``__other__`` segment (where refused combinations go), if it exists."""
+        return self._ids.get(self._overflow)
+
     def segment_of(self, labels: Mapping[str, str]) -> int:
-        """Id of the segment an impression with ``labels`` belongs to (creating it if new)."""
+        """Id of the segment an impression with ``labels`` belongs to (creating it if new).
+
+        A new value is accepted for its key only when its combination is kept, so refused
+        combinations do not use up the per-key caps.
+        """
         values = []
+        new_values: list[tuple[dict[str, str], str]] = []
         for key, accepted in zip(self.keys, self._accepted, strict=True):
             value = labels.get(key)
             if value is None:
@@ -45,9 +65,21 @@ class SegmentIndex:
                 if len(accepted) >= self.cap:
                     known = OTHER
                 else:
-                    accepted[value] = known = value
+                    known = value
+                    new_values.append((accepted, value))
             values.append(known)
         segment = tuple(values)
+        found = self._ids.get(segment)
+        if found is not None:
+            return found
+        if self.max_segments is not None and self._kept >= self.max_segments:
+            return self._add(self._overflow)
+        for accepted, value in new_values:
+            accepted[value] = value
+        self._kept += 1
+        return self._add(segment)
+
+    def _add(self, segment: tuple[str, ...]) -> int:
         found = self._ids.get(segment)
         if found is None:
             found = self._ids[segment] = len(self.segments)

@@ -103,3 +103,17 @@ def test_mean_ci95():
     assert mean == 0.5 and half == pytest.approx(1.959963984540054 * sd / 2)
     assert math.isnan(mean_ci95(0, 0, 0)[0])
     assert mean_ci95(1, 0.3, 0.09)[0] == 0.3 and math.isnan(mean_ci95(1, 0.3, 0.09)[1])
+
+
+def test_impressions_scored_into_the_overflow_segment_are_counted():
+    segments = SegmentIndex(["arm"], cap=5, max_segments=1)
+    agg = Aggregates(["m1"], segments, [0.5], MIN, [5 * MIN], 60 * MIN)
+    kept = segments.segment_of({"arm": "A"})
+    agg.observe(0, np.array([kept, kept]), np.array([0, 1]), np.ones((2, 1)))
+    assert agg.overflow == 0
+    folded = segments.segment_of({"arm": "B"})
+    agg.observe(0, np.array([folded, kept, folded]), np.array([2, 3, 4]), np.ones((3, 1)))
+    assert agg.overflow == 2
+    # results replayed after a restart feed the window sums only: not counted again
+    agg.observe(0, np.array([folded]), np.array([5]), np.ones((1, 1)), histogram=False)
+    assert agg.overflow == 2

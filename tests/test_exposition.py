@@ -16,6 +16,7 @@ import shutil
 import statistics
 import subprocess
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from evald.exposition import (
     EngineCollector,
     FrozenLabels,
     ReadyCollector,
+    SeriesShape,
     _go_float,
     build_registry,
 )
@@ -787,3 +789,169 @@ def test_encoder_cache_is_bounded_and_still_correct_after_clearing(drained) -> N
         assert len(unbounded._by_content) == other
         scrape_with(bounded)
         assert len(bounded._by_identity) + len(bounded._by_content) == frozen + other
+
+
+# --------------------------------------------------------------------------------------------
+# Segment cap and series budget
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_overflow_counter_is_exported_at_zero_from_the_start() -> None:
+    samples = scrape(engine_registry(make_engine()))
+    assert series(samples, "evald_segments_overflow_total") == 0
+
+
+def test_a_saturated_engine_exposes_exactly_the_worst_case_of_its_settings() -> None:
+    """Every kept segment and the overflow hold >= 2 impressions in the last complete window of
+    both widths, so every per-segment series exists: the count must equal SeriesShape's."""
+    kept, combinations, per_combination = 4, 9, 3
+    engine = make_engine(max_segments=kept, windows=["5m", "1h"])
+    rng = random.Random(11)
+    served = []
+    for i in range(combinations * per_combination):
+        combo = i % combinations
+        labels = {"model": f"m{combo}", "arm": f"a{combo % 2}", "surface": "web"}
+        ts = T0 + i * 1_000
+        items = [f"d{i}-{k}" for k in range(3)]
+        engine.feed(impression(f"r{i}", ts, items, labels))
+        if rng.random() < 0.6:
+            engine.feed(feedback(f"r{i}", ts + 10, items[rng.randrange(3)], "click"))
+        served.append(combo)
+    engine.drain()
+    samples = scrape(engine_registry(engine))
+    shape = SeriesShape.of(engine.config)
+    watermarks = len(named(samples, "evald_watermark_timestamp_seconds"))
+    assert watermarks == 1
+    assert len(samples) == shape.worst_case(kept) + watermarks
+    segments = {
+        (dict(k)["model"], dict(k)["arm"])
+        for k in named(samples, "evald_impressions_abandoned_total")
+    }
+    assert segments == {(f"m{c}", f"a{c % 2}") for c in range(kept)} | {("__other__", "__other__")}
+    folded = sum(1 for combo in served if combo >= kept)
+    assert series(samples, "evald_segments_overflow_total") == folded
+    other = {"measure": "RR", "model": "__other__", "arm": "__other__", "surface": "__other__"}
+    assert series(samples, "evald_measure_count", **other) == folded
+
+
+def test_label_combinations_cannot_push_a_scrape_past_the_budget() -> None:
+    """20,000 distinct combinations (every key within its value cap) against the defaults."""
+    engine = make_engine()
+    for i in range(20_000):
+        labels = {"model": f"m{i % 50}", "arm": f"a{i // 50 % 50}", "surface": f"s{i // 2500}"}
+        engine.feed(impression(f"r{i}", T0 + i * 10, ["a", "b"], labels))
+    engine.drain()
+    samples = scrape(engine_registry(engine))
+    config = engine.config
+    assert len(engine.segments) == config.max_segments + 1
+    assert len(samples) <= SeriesShape.of(config).worst_case(config.max_segments) + 1
+    assert len(samples) <= config.max_series
+    assert series(samples, "evald_segments_overflow_total") == 20_000 - config.max_segments
+
+
+class BlockingCollector:
+    """Counts its collections; each one waits for ``release`` so scrapes can pile up on it."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls = 0
+        self.release = threading.Event()
+        self.fail = fail
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterable[Gauge]:
+        with self._lock:
+            self.calls += 1
+        self.release.wait()
+        if self.fail:
+            raise RuntimeError("collector broke")
+        gauge = Gauge("bench", "doc", registry=None)
+        gauge.set(self.calls)
+        return gauge.collect()
+
+
+def wait_for(predicate, what: str) -> None:
+    """Wait for a condition other threads bring about (no fixed sleeps; fails, never hangs)."""
+    deadline = time.monotonic() + 60
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"never happened within 60 s: {what}")
+        time.sleep(0.005)
+
+
+def test_concurrent_scrapes_share_one_rendering_and_later_ones_render_afresh() -> None:
+    collector = BlockingCollector()
+    registry = CollectorRegistry()
+    registry.register(collector)  # type: ignore[arg-type]
+    encoder = Encoder()
+    bodies: list[bytes] = []
+    scrapers = [
+        threading.Thread(target=lambda: bodies.append(encoder.encode(registry)[0]), daemon=True)
+        for _ in range(6)
+    ]
+    for thread in scrapers:
+        thread.start()
+    try:
+        wait_for(
+            lambda: collector.calls == 1 and encoder.shared.waiting() == 5, "5 waiting scrapers"
+        )
+    finally:
+        collector.release.set()
+    for thread in scrapers:
+        thread.join(timeout=60)
+    assert collector.calls == 1 and encoder.renders == 1
+    assert len(bodies) == 6 and len(set(bodies)) == 1 and b"bench 1.0" in bodies[0]
+    # nothing is kept after the rendering: the next scrape sees the state of its own time
+    assert b"bench 2.0" in encoder.encode(registry)[0]
+    assert collector.calls == 2
+    assert encoder.shared.waiting() == 0
+
+
+def test_scrapes_of_different_outputs_do_not_share() -> None:
+    collector = BlockingCollector()
+    registry = CollectorRegistry()
+    registry.register(collector)  # type: ignore[arg-type]
+    encoder = Encoder()
+    kinds: list[str] = []
+    threads = [
+        threading.Thread(
+            target=lambda a=accept: kinds.append(encoder.encode(registry, a)[1]), daemon=True
+        )
+        for accept in (None, OPENMETRICS)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: collector.calls == 2, "one rendering per format")
+    finally:
+        collector.release.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert encoder.shared.waiting() == 0
+    assert sorted(kinds)[0].startswith("application/openmetrics-text")
+
+
+def test_a_failed_shared_rendering_fails_every_scraper_that_waited_for_it() -> None:
+    collector = BlockingCollector(fail=True)
+    registry = CollectorRegistry()
+    registry.register(collector)  # type: ignore[arg-type]
+    encoder = Encoder()
+    errors: list[BaseException] = []
+
+    def scrape_once() -> None:
+        try:
+            encoder.encode(registry)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=scrape_once, daemon=True) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: collector.calls == 1 and encoder.shared.waiting() == 2, "2 waiting")
+    finally:
+        collector.release.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(errors) == 3 and collector.calls == 1
+    collector.fail = False
+    assert b"bench 2.0" in encoder.encode(registry)[0]  # the next scrape renders again
