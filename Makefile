@@ -14,13 +14,19 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# promtool and the Prometheus server come from Debian's `prometheus` package.
+# promtool and the Prometheus server come from Debian's `prometheus` package; tmux drives the
+# terminal test of `evald top`.
 tools:
 	@command -v promtool >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's prometheus package (promtool + server)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "promtool not found: install Debian's 'prometheus' package" >&2; exit 1; fi; }
+	@command -v tmux >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's tmux (the evald top terminal test)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux >/dev/null; \
+	  else echo "tmux not found: install Debian's 'tmux' package" >&2; exit 1; fi; }
 
 demo: $(STAMP)
 	$(BIN)/evald demo
