@@ -35,17 +35,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--log-format",
-        default=os.environ.get("EVALD_LOG_FORMAT", "text"),
+        default="text",
         choices=["text", "json"],
         help="text lines, or one JSON object per line for log pipelines "
-        "(default: %(default)s; env EVALD_LOG_FORMAT)",
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--status-interval",
-        default=os.environ.get("EVALD_STATUS_INTERVAL", "1m"),
+        default="1m",
         metavar="DURATION",
         help="log a status line (consumed/s, results/s, lag, watermark delay, pending, rejects) "
-        "this often; 0 = never (default: %(default)s; env EVALD_STATUS_INTERVAL)",
+        "this often; 0 = never (default: %(default)s)",
     )
 
 
