@@ -37,8 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--log-format",
         default="text",
         choices=["text", "json"],
-        help="text lines, or one JSON object per line for log pipelines "
-        "(default: %(default)s)",
+        help="text lines, or one JSON object per line for log pipelines (default: %(default)s)",
     )
     parser.add_argument(
         "--status-interval",
