@@ -28,8 +28,18 @@ tools:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux >/dev/null; \
 	  else echo "tmux not found: install Debian's 'tmux' package" >&2; exit 1; fi; }
 
-demo: $(STAMP)
-	$(BIN)/evald demo
+# `make demo` gets its own venv with evald's runtime dependencies only (no test or dev tools).
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+
+$(DEMO_STAMP): pyproject.toml
+	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/evald demo
 
 test: $(STAMP) tools
 	$(BIN)/ruff check evald tests benchmarks deploy
@@ -43,4 +53,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .ruff_cache .hypothesis
