@@ -6,15 +6,19 @@ import io
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from child_processes import die_with_parent
+from kafka_harness import Broker, KafkaTools
 from settable_clock import SettableClock
 
 from evald.config import load_config
@@ -24,6 +28,7 @@ from evald.daemon.status import Sample, StatusReporter, format_status, sample, s
 from evald.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[2]
+PRODUCE = [sys.executable, "-m", "evald", "produce"]
 RUN = [
     sys.executable,
     "-m",
@@ -168,3 +173,81 @@ def test_run_logs_status_lines_as_json_while_the_broker_is_away(tmp_path: Path) 
     for line in err_path.read_text().splitlines():
         if line.strip():
             json.loads(line)  # nothing but JSON lines, tracebacks included
+
+
+@pytest.mark.kafka
+def test_a_running_daemon_logs_its_progress_and_evald_top_reads_it(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
+) -> None:
+    """Real broker, real `evald produce`, `evald run` and `evald top --once`."""
+    imp, fb = f"simp-{unique}", f"sfb-{unique}"
+    kafka_tools.create({imp: 2, fb: 2})
+    traffic = ["--feedback-topic", fb, "--events", "20000", "--speed", "600", "--clean"]
+    produced = subprocess.run(
+        [*PRODUCE, "--bootstrap-servers", broker.bootstrap, "--impressions-topic", imp, *traffic],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert produced.returncode == 0, produced.stderr
+    log_path = tmp_path / "run.log"
+    flags = ["--impressions-topic", imp, "--feedback-topic", fb, "--group-id", f"g-{unique}"]
+    flags += ["--results-topic", f"sres-{unique}", "--dlq-topic", f"sdlq-{unique}"]
+    flags += ["--set", "engine.window=5m", "--set", "engine.lateness=1m"]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [*RUN, "--bootstrap-servers", broker.bootstrap, "--status-interval", "300ms", *flags],
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if not k.startswith("EVALD_")},
+            stdout=log,
+            stderr=log,
+            preexec_fn=die_with_parent,
+        )
+    try:
+        found = _wait(
+            lambda: re.search(r"on (http://127\.0\.0\.1:\d+)", log_path.read_text()), "URL"
+        )
+        url = found.group(1)  # type: ignore[attr-defined]
+
+        def scored() -> bool:
+            top = subprocess.run(
+                [sys.executable, "-m", "evald", "top", str(url), "--once", "--interval", "0.5"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            lines = top.stdout.splitlines()
+            return top.returncode == 0 and any(
+                line.startswith("nDCG@10") and "±" in line for line in lines
+            )
+
+        _wait(scored, "evald top to show intervals")
+        top = subprocess.run(
+            [sys.executable, "-m", "evald", "top", str(url), "--once", "--interval", "0.5"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        screen = top.stdout
+        assert "treatment−control" in screen and "results " in screen, screen
+        assert "consumer lag" in screen and "· ready ·" in screen, screen
+        assert max(len(line) for line in screen.splitlines()) <= 80
+        _wait(lambda: "status: consumed" in log_path.read_text(), "a ready status line")
+        statuses = [line for line in log_path.read_text().splitlines() if "status" in line]
+        assert any(json.loads(line)["status"]["consumed_per_s"] > 0 for line in statuses)
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(60) == 0, log_path.read_text()[-3000:]
+
+
+def _wait(check: Callable[[], object], what: str, timeout: float = 120) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
