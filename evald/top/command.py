@@ -86,6 +86,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "others (default: arm)",
     )
     parser.add_argument(
+        "--arms",
+        type=_labels,
+        default=["control", "treatment"],
+        metavar="CONTROL,TREATMENT",
+        help="the two groups compared, control first (default: control,treatment)",
+    )
+    parser.add_argument(
         "--measures",
         type=_labels,
         metavar="NAMES",
@@ -160,12 +167,16 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, DurationError) as exc:
         print(f"evald top: {exc}", file=sys.stderr)
         return 2
+    if len(args.arms) != 2:
+        print("evald top: --arms takes two names, control first", file=sys.stderr)
+        return 2
     scraper = Scraper(url, timeout=min(5.0, max(1.0, args.interval)))
     top = Top(
         scraper,
         window=window,
         group_by=args.group_by,
         measures=args.measures,
+        arms=(args.arms[0], args.arms[1]),
         stream=sys.stdout,
     )
     if args.once:
@@ -189,6 +200,7 @@ class Top:
         group_by: list[str],
         measures: list[str] | None,
         stream: TextIO,
+        arms: tuple[str, str] = ("control", "treatment"),
         sleep: Callable[[float], None] = time.sleep,
         width: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).columns,
     ) -> None:
@@ -196,6 +208,7 @@ class Top:
         self.window = window
         self.group_by = group_by
         self.measures = measures
+        self.arms = arms
         self.stream = stream
         self.sleep = sleep
         self.width = width
@@ -212,6 +225,7 @@ class Top:
             window=self.window,
             group_by=self.group_by,
             measures=self.measures,
+            arms=self.arms,
         )
         self._prev = scrape
         return view

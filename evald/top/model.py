@@ -132,6 +132,7 @@ class View:
     measures: list[str]
     groups: list[GroupRow]
     comparison: dict[str, Comparison] | None  # treatment − control per measure, when both exist
+    arms: tuple[str, str]  # the (control, treatment) group names compared
     events_per_s: float | None
     rejected_per_s: float | None
     scored_per_s: float | None
@@ -205,8 +206,11 @@ def build_view(
     window: str = "5m",
     group_by: Sequence[str] = ("arm",),
     measures: Iterable[str] | None = None,
+    arms: tuple[str, str] = ("control", "treatment"),
 ) -> View:
-    """The frame for ``cur``; rates need ``prev``, the scrape before it (else they are None)."""
+    """The frame for ``cur``; rates need ``prev``, the scrape before it (else they are None).
+
+    ``arms`` names the (control, treatment) groups compared when both are shown."""
     shown = list(measures) if measures is not None else _measures(cur, window)
     sums = _group_sums(cur, window, group_by)
     groups = []
@@ -220,8 +224,9 @@ def build_view(
         groups.append(GroupRow(name, estimates))
     by_name = {g.name: g for g in groups}
     comparison = None
-    if "treatment" in by_name and "control" in by_name:
-        t, c = by_name["treatment"].estimates, by_name["control"].estimates
+    control, treatment = arms
+    if treatment in by_name and control in by_name:
+        t, c = by_name[treatment].estimates, by_name[control].estimates
         comparison = {m: compare(t[m], c[m]) for m in shown if m in t and m in c}
 
     end = cur.total("evald_window_end_timestamp_seconds", window=window)
@@ -236,6 +241,7 @@ def build_view(
         measures=shown,
         groups=groups,
         comparison=comparison,
+        arms=arms,
         events_per_s=_rate(cur, prev, "evald_events_total"),
         rejected_per_s=_rate(cur, prev, "evald_events_total", outcome="rejected"),
         scored_per_s=_rate(cur, prev, "evald_impressions_finalized_total"),

@@ -113,7 +113,10 @@ def _tables(view: View, width: int, plain: Callable[[str], str]) -> list[str]:
     if not view.groups:
         return ["(no scored impression in the window yet)"]
     compare = view.comparison is not None
-    room = width - _MEASURE_W - (_DELTA_W if compare else 0)
+    control, treatment = view.arms
+    delta_title = plain(f"{treatment}−{control}")
+    delta_w = min(max(_DELTA_W, len(delta_title) + 2), 32)
+    room = width - _MEASURE_W - (delta_w if compare else 0)
     per_table = max(1, room // _CELL_W)
     lines: list[str] = []
     for start in range(0, len(view.groups), per_table):
@@ -124,7 +127,7 @@ def _tables(view: View, width: int, plain: Callable[[str], str]) -> list[str]:
         )
         counts = f"{'n':<{_MEASURE_W}}" + "".join(f"{g.n:>{_CELL_W},}" for g in chunk)
         if with_delta:
-            head += f"{plain('treatment−control'):>{_DELTA_W}}"
+            head += f"{_fit(delta_title, delta_w - 2):>{delta_w}}"
         if lines:
             lines.append("")
         lines += [head, counts]
@@ -133,7 +136,7 @@ def _tables(view: View, width: int, plain: Callable[[str], str]) -> list[str]:
                 f"{plain(_estimate(g.estimates.get(measure))):>{_CELL_W}}" for g in chunk
             )
             if with_delta and view.comparison is not None:
-                row += f"{plain(_comparison(view.comparison.get(measure))):>{_DELTA_W}}"
+                row += f"{plain(_comparison(view.comparison.get(measure))):>{delta_w}}"
             lines.append(row.rstrip())
     return [_fit(line, width) for line in lines]
 

@@ -129,3 +129,15 @@ def test_compare_flags_only_differences_beyond_the_bound() -> None:
 def test_text_that_is_not_an_exposition_is_refused() -> None:
     with pytest.raises(ValueError):
         parse("<html><body>502 Bad Gateway</body></html>\n", 0.0)
+
+
+def test_the_compared_arms_can_have_other_names() -> None:
+    values = {
+        (("baseline", "candidate")[a == "treatment"], s): v for (a, s), v in _values().items()
+    }
+    view = build_view("h:1", parse(_exposition(values, events=1, at_end=9), 0.0))
+    assert view.comparison is None  # no group is called control/treatment
+    named = build_view(
+        "h:1", parse(_exposition(values, events=1, at_end=9), 0.0), arms=("baseline", "candidate")
+    )
+    assert named.comparison is not None and named.arms == ("baseline", "candidate")

@@ -54,6 +54,7 @@ def _view(**changes: Any) -> View:
         "consumer_lag": None,
         "rejects": [("invalid_json", 12.0), ("bad_timestamp", 3.0)],
         "unattributed": [("orphaned", 88.0), ("late", 4.0)],
+        "arms": ("control", "treatment"),
     }
     fields.update(changes)
     return View(**fields)
@@ -136,3 +137,18 @@ def test_durations_read_at_a_glance() -> None:
         "5h01m",
         "3d02h",
     ]
+
+
+def test_other_arm_names_title_the_difference() -> None:
+    groups = [
+        GroupRow("baseline", {"RR": Estimate(0.5, 0.01, 100)}),
+        GroupRow("candidate", {"RR": Estimate(0.6, 0.01, 100)}),
+    ]
+    view = _view(
+        groups=groups,
+        measures=["RR"],
+        comparison={"RR": Comparison(0.1, 0.014)},
+        arms=("baseline", "candidate"),
+    )
+    head = render(view).splitlines()[3]
+    assert head.endswith("candidate−baseline") and len(head) <= 80
