@@ -359,10 +359,11 @@ def _to_kafka(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop)
     topics = settings.topics
     wanted = (topics.impressions, topics.feedback)
     try:
-        admin = KafkaAdminClient(**client)
+        admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
     except KafkaError as exc:
+        servers = ",".join(settings.kafka.bootstrap_servers)
         print(
-            f"evald produce: cannot reach Kafka at {settings.kafka.bootstrap_servers} ({exc}); "
+            f"evald produce: cannot reach Kafka at {servers} ({exc}); "
             "check --bootstrap-servers and that the broker is up",
             file=sys.stderr,
         )
@@ -388,7 +389,11 @@ def _to_kafka(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop)
     finally:
         admin.close()
     print(f"evald produce: {_describe(run_id, start_ms)}", file=sys.stderr)
-    producer = KafkaProducer(linger_ms=20, **client)
+    try:
+        producer = KafkaProducer(linger_ms=20, **client)
+    except KafkaError as exc:
+        print(f"evald produce: cannot start a Kafka producer: {exc}", file=sys.stderr)
+        return 1
     progress = Progress(sys.stderr, args.progress_interval)
     from evald.demo.simulator import IMPRESSION
 
@@ -406,7 +411,14 @@ def _to_kafka(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop)
             pace=pace,
             start_ms=start_ms,
         )
-    finally:
         producer.flush()
-        producer.close()
+    except KafkaError as exc:
+        print(
+            f"{progress.line()}; then Kafka failed: {exc}. Check the broker and run again "
+            "(a new run gets new request ids, so the records already written do not collide)",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        producer.close(timeout=5)
     return _finish(progress, stop, f"{topics.impressions} / {topics.feedback}")

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -179,6 +180,19 @@ def test_progress_line_counts_kinds_and_rate() -> None:
     imps = sum(1 for e in events[:31] if e.kind == IMPRESSION)
     assert line.startswith(f"evald produce: 31 records ({imps} impressions, {31 - imps} feedback)")
     assert "in 5s, 6/s · event time 2026-01-01T00:00:" in line
+
+
+def test_an_unreachable_broker_is_a_clear_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = _produce(
+        "--bootstrap-servers", f"127.0.0.1:{port}", "--set", "kafka.request_timeout_ms=1000",
+        "--events", "10",
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert f"cannot reach Kafka at 127.0.0.1:{port}" in proc.stderr
+    assert "check --bootstrap-servers" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_help_lists_only_flags_produce_uses() -> None:
