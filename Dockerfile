@@ -8,13 +8,15 @@ RUN pip install --no-cache-dir --upgrade pip \
  && pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
-# Every EVALD_* variable is read as a setting (EVALD_<SECTION>__<FIELD>), so the healthcheck URL
-# deliberately has another prefix.
+# Every EVALD_<SECTION>__<FIELD> variable is a setting and beats any settings file, so the image
+# sets none: its defaults (listen on 0.0.0.0:9464) come from a settings file that `--config`
+# replaces. The healthcheck URL deliberately has another prefix.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    EVALD_DAEMON__METRICS_ADDRESS=0.0.0.0:9464 \
+    EVALD_CONFIG=/etc/evald/evald.yaml \
     HEALTHCHECK_URL=http://127.0.0.1:9464/healthz
+COPY deploy/docker/evald.yaml /etc/evald/evald.yaml
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl \
  && rm -rf /wheels \

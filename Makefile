@@ -14,16 +14,32 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# promtool and the Prometheus server come from Debian's `prometheus` package.
+# promtool and the Prometheus server come from Debian's `prometheus` package; tmux drives the
+# terminal test of `evald top`.
 tools:
 	@command -v promtool >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's prometheus package (promtool + server)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "promtool not found: install Debian's 'prometheus' package" >&2; exit 1; fi; }
+	@command -v tmux >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's tmux (the evald top terminal test)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux >/dev/null; \
+	  else echo "tmux not found: install Debian's 'tmux' package" >&2; exit 1; fi; }
 
-demo: $(STAMP)
-	$(BIN)/evald demo
+# `make demo` gets its own venv with evald's runtime dependencies only (no test or dev tools).
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+
+$(DEMO_STAMP): pyproject.toml
+	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/evald demo
 
 test: $(STAMP) tools
 	$(BIN)/ruff check evald tests benchmarks deploy
@@ -37,4 +53,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .ruff_cache .hypothesis

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "run": "evald.daemon.command",
     "check-config": "evald.daemon.check_config",
     "produce": "evald.daemon.produce",
+    "top": "evald.top.command",
 }
 
 

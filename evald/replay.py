@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from evald.config import EngineConfig
     from evald.engine import Engine, Result
+    from evald.moments import Interval, SegmentMoments
 
 SUMMARY = "replay JSON Lines impression/feedback events through the streaming engine"
 
@@ -77,6 +78,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"score what the watermark closed every N lines (default {TICK_EVERY})",
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when any line was rejected")
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="the summary: text for people, or one JSON object for scripts (default: text)",
+    )
     parser.add_argument(
         "--progress",
         choices=("auto", "always", "never"),
@@ -210,9 +217,12 @@ def replay(
     """
     if results is not None:
         write_result = results.write
+        also = engine.on_result  # e.g. the per-segment summary's accumulator
 
         def on_result(result: Result) -> None:
             write_result(result_line(result) + "\n")
+            if also is not None:
+                also(result)
 
         engine.on_result = on_result
     feed_batch, tick = engine.feed_batch, engine.tick
@@ -277,16 +287,42 @@ def _breakdown(counts: dict[str, int]) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def means(engine: Engine) -> list[str]:
-    """Overall mean per measure over every finalized impression (from the histograms)."""
-    agg = engine.aggregates
-    total = agg.hist_sum.sum(axis=0)
-    count = agg.hist_count.sum(axis=0)
-    rows = []
-    for m, name in enumerate(agg.measures):
-        if count[m]:
-            rows.append(f"  {name:<20} {total[m] / count[m]:.6f}  (n={int(count[m]):,})")
+def _interval(est: Interval) -> str:
+    half = "" if math.isnan(est.half) else f" ± {est.half:.6f}"
+    return f"{est.mean:.6f}{half}"
+
+
+def means(moments: SegmentMoments) -> list[str]:
+    """Overall mean and 95% interval per measure over every finalized impression, then the
+    same per segment (all segment label keys)."""
+    rows = [
+        f"  {name:<20} {_interval(est)}  (n={est.n:,})" for name, est in moments.overall().items()
+    ]
+    segments = moments.rows()
+    if segments:
+        rows.append("per segment (mean ± 95% interval):")
+    for seg in segments:
+        labels = " ".join(f"{key}={value}" for key, value in seg.labels.items())
+        rows.append(f"  {labels}  (n={seg.n:,})")
+        rows += [f"    {name:<18} {_interval(est)}" for name, est in seg.measures.items()]
     return rows
+
+
+def summary_json(engine: Engine, counts: dict[str, int], moments: SegmentMoments) -> str:
+    """The ``--format json`` summary: counts, overall and per-segment intervals."""
+    stats = engine.stats
+    doc = {
+        "lines": counts["lines"],
+        "blank": counts["blank"],
+        "events": {f"{kind}.{outcome}": n for (kind, outcome), n in stats.events.items()},
+        "rejected": {k: v for k, v in stats.rejected.items() if v},
+        "finalized": dict(stats.finalized),
+        "abandoned": stats.abandoned,
+        "unattributed": dict(stats.unattributed),
+        "means": {name: est.to_json() for name, est in moments.overall().items()},
+        "segments": [row.to_json() for row in moments.rows()],
+    }
+    return json.dumps(doc, ensure_ascii=False, indent=2)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -296,8 +332,11 @@ def run(args: argparse.Namespace) -> int:
         if args.tick_every < 1:
             raise UsageError("--tick-every must be >= 1")
         from evald.engine import Engine
+        from evald.moments import SegmentMoments
 
         engine = Engine(config, clock=lambda: 0.0)
+        moments = SegmentMoments(engine.measure_names, engine.aggregates.segments)
+        engine.on_result = moments.add
         paths = list(args.files)
         for path in paths:
             if path != "-" and not os.access(path, os.R_OK):
@@ -326,6 +365,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"evald replay: {exc}", file=sys.stderr)
         return 2
     out = sys.stderr if "-" in (args.results, args.windows, args.rejected) else sys.stdout
-    print("\n".join([*summary(engine, counts), "means:", *means(engine)]), file=out)
+    if args.format == "json":
+        print(summary_json(engine, counts, moments), file=out)
+    else:
+        text = [*summary(engine, counts), "means (± 95% interval):", *means(moments)]
+        print("\n".join(text), file=out)
     rejected_n = sum(engine.stats.rejected.values())
     return 1 if args.strict and rejected_n else 0

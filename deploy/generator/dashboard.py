@@ -159,14 +159,13 @@ def _measure_panel(spec: Spec, q: _Queries, measure: str) -> Panel:
 def _quality_panels(spec: Spec, q: _Queries) -> list[Panel]:
     panels = [_measure_panel(spec, q, m) for m in spec.measures]
     comp = ", ".join(['job=~"$job"'] + [f'{k}=~"${k}"' for k in spec.comparison_labels])
+    # the compared series keep the comparison labels (e.g. surface): name them in the legend, or
+    # each measure's entry repeats once per surface
+    legend = " ".join(["{{measure}}", *(f"{{{{{k}}}}}" for k in spec.comparison_labels)])
     panels.append(
         _timeseries(
-            f"{spec.treatment} / {spec.control} (1h rate of scored impressions)",
-            [
-                _target(
-                    "A", f"arms:evald_measure:treatment_control_ratio1h{{{comp}}}", "{{measure}}"
-                )
-            ],
+            f"{spec.treatment} / {spec.control}: ratio of the 1h mean quality",
+            [_target("A", f"arms:evald_measure:treatment_control_ratio1h{{{comp}}}", legend)],
             unit="percentunit",
             description="Ratio of the arms' means from the histogram sums and counts (recording "
             "rule); 100% means no difference.",
@@ -179,13 +178,13 @@ def _quality_panels(spec: Spec, q: _Queries) -> list[Panel]:
                 _target(
                     "A",
                     f'arms:evald_window:treatment_minus_control{{window="$window", {comp}}}',
-                    "{{measure}}",
+                    legend,
                 ),
                 _target(
                     "B",
                     f"-arms:evald_window:treatment_minus_control_ci_bound"
                     f'{{window="$window", {comp}}}',
-                    "{{measure}} bound",
+                    f"{legend} bound",
                 ),
             ],
             unit="none",
@@ -349,12 +348,12 @@ def _lag_panels(spec: Spec, q: _Queries) -> list[Panel]:
             "Finalize lag (window close to scored)",
             [
                 _target(
-                    "A",
+                    ref,
                     f"histogram_quantile({p}, sum by (le) (rate("
                     f"{q.job_sel('evald_finalize_lag_seconds_bucket', rng=RATE)})))",
                     f"p{int(p * 100)}",
                 )
-                for p in (0.5, 0.99)
+                for ref, p in (("A", 0.5), ("B", 0.99))
             ],
             unit="s",
         ),
@@ -460,6 +459,21 @@ def _variables(spec: Spec) -> list[dict[str, Any]]:
     ]
 
 
+def _alert_annotation() -> dict[str, Any]:
+    """A marker on every panel while one of evald's alerts fires (Prometheus' ALERTS series)."""
+    return {
+        "name": "evald alerts",
+        "datasource": DS,
+        "enable": True,
+        "iconColor": "red",
+        "expr": 'ALERTS{alertname=~"Evald.*", alertstate="firing"}',
+        "step": "60s",
+        "titleFormat": "{{alertname}}",
+        "textFormat": "{{measure}} {{severity}}",
+        "useValueForTime": False,
+    }
+
+
 def build(spec: Spec) -> dict[str, Any]:
     """The dashboard as a JSON-ready dict (fixed uid, so links and provisioning are stable)."""
     q = _Queries(spec)
@@ -477,7 +491,7 @@ def build(spec: Spec) -> dict[str, Any]:
         "version": 1,
         "time": {"from": "now-6h", "to": "now"},
         "templating": {"list": _variables(spec)},
-        "annotations": {"list": []},
+        "annotations": {"list": [_alert_annotation()]},
         "links": [],
         "panels": _layout(
             [

@@ -1,9 +1,17 @@
-"""`evald check-config`: validate the settings of `evald run` and print them, secrets masked."""
+"""`evald check-config`: validate the settings of `evald run` and print them, secrets masked.
+
+Every error is reported at once (a misspelt key with its likely meaning), engine durations are
+printed as durations (``30m``), and ``--connect`` asks the brokers whether `evald run` would
+start: topics, partition counts, co-partitioning, permissions. The report of ``--connect``
+follows the settings as YAML comments, so stdout stays valid YAML.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from typing import Any
 
 import yaml
 
@@ -15,23 +23,84 @@ EXAMPLES = """\
   evald check-config --config evald.yaml
   EVALD_KAFKA__BOOTSTRAP_SERVERS=k1:9092 evald check-config --group-id evald-prod
   evald check-config --config evald.yaml --set engine.window=30m
-exit status: 0 valid, 2 invalid (the message names the field and the reason)
+  evald check-config --config evald.yaml --connect   # brokers, topics, partitions, permissions
+exit status: 0 valid, 1 --connect found a problem, 2 invalid (every bad field named, with why)
 """
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Same flags as `evald run`, so one command line can be checked before it is run."""
     add_settings_flags(parser)
+    parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="also check that the brokers answer, the topics exist, are co-partitioned and "
+        "that the principal may read and write them",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for a broker with --connect (default: %(default)s)",
+    )
+
+
+def engine_as_written(engine: Any) -> dict[str, Any]:
+    """The engine section with every duration spelt like the configuration (``30m``)."""
+    from evald.durations import format_duration
+
+    data = engine.model_dump(mode="json")
+    for name, field in type(engine).model_fields.items():
+        if _is_duration(field.metadata):
+            data[name] = format_duration(data[name])
+        elif getattr(field.annotation, "__origin__", None) is list:
+            (item,) = getattr(field.annotation, "__args__", (None,))
+            if _is_duration(getattr(item, "__metadata__", ())):
+                data[name] = [format_duration(value) for value in data[name]]
+    return data
+
+
+def _is_duration(metadata: Any) -> bool:
+    from evald.config import Duration
+
+    (marker,) = Duration.__metadata__  # type: ignore[attr-defined]
+    return any(item is marker for item in metadata)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the effective settings as YAML; exit 2 with a field-named message if invalid."""
+    """Print the effective settings as YAML; exit 2 naming every bad field, 1 if --connect
+    found a problem."""
     try:
         settings = settings_from_args(args)
     except SettingsError as exc:
         print(f"evald check-config: invalid settings\n{exc}", file=sys.stderr)
         return 2
     data = masked(settings)
-    data["engine"] = settings.engine_config().model_dump(mode="json")
-    sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+    data["engine"] = engine_as_written(settings.engine_config())
+    sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    if not args.connect:
+        return 0
+    from evald.daemon.connect_check import FAIL, connect_checks
+
+    checks = connect_checks(settings, args.connect_timeout)
+    sys.stdout.write("# --connect\n" + "".join(f"# {check.line()}\n" for check in checks))
+    failed = [check for check in checks if check.status == FAIL]
+    if failed:
+        print(
+            f"evald check-config: {len(failed)} connection check(s) failed; `evald run` would "
+            "not start or not keep running with these settings",
+            file=sys.stderr,
+        )
+        return 1
     return 0

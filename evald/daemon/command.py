@@ -35,24 +35,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("EVALD_LOG_LEVEL", "INFO"),
         help="DEBUG, INFO, WARNING or ERROR, any case (default: $EVALD_LOG_LEVEL or INFO)",
     )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text lines, or one JSON object per line for log pipelines (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--status-interval",
+        default="1m",
+        metavar="DURATION",
+        help="log a status line (consumed/s, results/s, lag, watermark delay, pending, rejects) "
+        "this often; 0 = never (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT; exit 0 after a clean stop, 2 on invalid settings/topics."""
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLogger().level))
+    from evald.daemon.logs import setup_logging
+    from evald.durations import DurationError, parse_duration
+
+    setup_logging(args.log_level, args.log_format)
     try:
         settings = settings_from_args(args)
     except SettingsError as exc:
         print(f"evald run: invalid settings\n{exc}", file=sys.stderr)
         return 2
+    try:
+        status_interval = parse_duration(args.status_interval) / 1000
+    except DurationError as exc:
+        print(f"evald run: --status-interval: {exc}", file=sys.stderr)
+        return 2
 
     from evald.daemon.runner import Daemon
     from evald.daemon.stats import DaemonCollector, DaemonStats
+    from evald.daemon.status import StatusReporter
     from evald.engine import Engine
     from evald.exposition import build_registry
     from evald.http import Heartbeat, MetricsServer
@@ -109,9 +126,17 @@ def run(args: argparse.Namespace) -> int:
         settings.daemon.instance_id,
         server.url,
     )
+    reporter = None
+    if status_interval > 0:
+        reporter = StatusReporter(
+            lambda: collector.engine, stats, daemon.lock, status_interval, ready=daemon.ready
+        )
+        reporter.start()
     try:
         return daemon.run()
     finally:
+        if reporter is not None:
+            reporter.stop()
         heartbeat.stop()
         server.stop()
 

@@ -37,6 +37,7 @@ from kafka.structs import OffsetAndMetadata
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
 from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
+from evald.daemon.logs import event_time
 from evald.daemon.merge import KINDS, Merger
 from evald.daemon.restore import RestoreError, read_checkpoint, read_ranges
 from evald.daemon.results import ResultEncoder
@@ -691,7 +692,7 @@ class Daemon:
                 "partition %d restored: watermark %s, replay from %s to %s, %d results "
                 "absorbed in %.2fs",
                 p,
-                checkpoint.watermark,
+                event_time(checkpoint.watermark),
                 start,
                 checkpoint.consumed,
                 absorbed,

@@ -357,16 +357,38 @@ def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         ) from None
 
 
-def _describe(error: ValidationError) -> str:
+def _describe(
+    error: ValidationError, model: type[BaseModel] | None = None, prefix: str = ""
+) -> str:
+    """One ``dotted.field: reason`` line per error; an unknown key gets a "did you mean"."""
+    model = model or Settings
     lines = []
-    for item in error.errors():
-        loc = ".".join(str(part) for part in item["loc"] if part != "__root__")
-        loc = loc or "settings"
+    for item in error.errors(include_url=False):
+        parts = [str(part) for part in item["loc"] if part != "__root__"]
+        loc = prefix + ".".join(parts) if parts else prefix.rstrip(".") or "settings"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown setting"
+            message = "unknown setting" + _did_you_mean(model, parts, prefix)
         lines.append(f"{loc}: {message}")
     return "\n".join(lines)
+
+
+def _did_you_mean(model: type[BaseModel], path: list[str], prefix: str) -> str:
+    """`` (did you mean topics.feedback?)`` for a misspelt key, else ``""``."""
+    import difflib
+
+    for part in path[:-1]:
+        field = model.model_fields.get(part)
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return ""
+        model = annotation
+    if not path:
+        return ""
+    close = difflib.get_close_matches(path[-1], list(model.model_fields), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {prefix}{'.'.join([*path[:-1], close[0]])}?)"
 
 
 def load_settings(
@@ -385,20 +407,34 @@ def load_settings(
     tree: dict[str, Any] = read_file(file) if file else {}
     tree = merge(tree, env_overrides(environ))
     tree = merge(tree, dict(flags or {}))
+    # every error at once: a deployment is fixed in one round, not one field per attempt
+    errors: list[str] = []
     for section in ("kafka", "topics", "daemon"):
         if section in tree and tree[section] is not None and not isinstance(tree[section], dict):
-            raise SettingsError(f"{section}: must be a mapping of fields")
+            errors.append(f"{section}: must be a mapping of fields")
+            tree = {key: value for key, value in tree.items() if key != section}
+    settings: Settings | None = None
     try:
         settings = Settings.model_validate(tree)
     except ValidationError as exc:
-        raise SettingsError(_describe(exc)) from None
-    if validate_engine:
-        try:
-            settings.engine_config()
-        except ConfigError as exc:
-            lines = str(exc).splitlines() or ["invalid"]
-            raise SettingsError("\n".join(f"engine.{line}" for line in lines)) from None
+        errors.append(_describe(exc))
+    engine = tree.get("engine")
+    if validate_engine and (engine is None or isinstance(engine, Mapping)):
+        errors.extend(_engine_errors(engine or {}))
+    if errors or settings is None:
+        raise SettingsError("\n".join(errors))
     return settings
+
+
+def _engine_errors(engine: Mapping[str, Any]) -> list[str]:
+    """``engine.*`` errors as lines, unknown keys with a "did you mean"."""
+    from evald.config import EngineConfig
+
+    try:
+        EngineConfig.model_validate(dict(engine))
+    except ValidationError as exc:
+        return [_describe(exc, EngineConfig, "engine.")]
+    return []
 
 
 def masked(settings: Settings) -> dict[str, Any]:

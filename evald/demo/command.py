@@ -12,6 +12,7 @@ Heavy imports (numpy, the engine) happen inside :func:`run` so ``evald --help`` 
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import sys
 import threading
@@ -165,7 +166,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"evald demo: --metrics-address: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"evald demo: {exc}", file=sys.stderr)
+        hint = ""
+        if exc.errno == errno.EADDRINUSE:
+            hint = (
+                f"; is another evald already serving {args.metrics_address}? "
+                "--metrics-address 127.0.0.1:0 picks any free port (the URL is printed)"
+            )
+        print(f"evald demo: {exc}{hint}", file=sys.stderr)
         return 1
     return _run_with_signals(demo, args.duration)
 
@@ -426,7 +433,11 @@ def build_demo(
     holder: list[DemoLoop] = []
 
     def ready() -> tuple[bool, str]:
-        return (bool(holder) and holder[0].running, "simulated traffic is not flowing")
+        """Ready while the loop feeds records; before the first record and after it stops the
+        traffic is not flowing, and /readyz says so with a 503."""
+        if holder and holder[0].running and holder[0].fed > 0:
+            return True, "ok"
+        return False, "simulated traffic is not flowing"
 
     registry, _ = build_registry(engine, lock=lock, ready=ready)
     server = MetricsServer(metrics_address, registry, ready=ready, healthy=heartbeat, web=web)

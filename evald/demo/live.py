@@ -19,13 +19,12 @@ import numpy as np
 from evald.aggregate import Aggregates
 from evald.stats import Stats, mean_ci95
 
-#: (canonical measure, column title): what the demo shows, in order. The first drives the trend.
-SHOWN: tuple[tuple[str, str], ...] = (
-    ("nDCG@10", "nDCG@10"),
-    ("RR", "MRR"),
-    ("Success@10", "Hit@10"),
-    ("RBP(p=0.8)", "RBP.8"),
-)
+#: the measures the demo shows, in order, by their canonical names (the column titles, the
+#: ``measure`` label in /metrics and the keys in results files). The first drives the trend.
+SHOWN: tuple[str, ...] = ("nDCG@10", "RR", "Success@10", "RBP(p=0.8)")
+
+#: the table and every line around it fit a terminal this wide
+WIDTH = 80
 
 UP, DOWN, FLAT = "up", "down", "flat"
 
@@ -140,7 +139,7 @@ def summarize(
     previous: tuple[int, int] | None,
     *,
     group_by: Sequence[str] = ("arm", "model"),
-    shown: Sequence[tuple[str, str]] = SHOWN,
+    shown: Sequence[str] = SHOWN,
 ) -> list[SegmentSummary]:
     """Rows comparing event-time range ``current`` with ``previous``, per display group.
 
@@ -148,7 +147,7 @@ def summarize(
     scored impression at all are left out. The trend compares the first ``shown`` measure.
     """
     index = {name: i for i, name in enumerate(aggregates.measures)}
-    wanted = [name for name, _ in shown if name in index]
+    wanted = [name for name in shown if name in index]
     cur_sums = _range_sums(aggregates, current, group_by)
     prev_sums = _range_sums(aggregates, previous, group_by)
     n_seg = len(aggregates.segments)
@@ -250,24 +249,60 @@ def arrow(direction: str, *, unicode: bool = True) -> str:
     return fancy if unicode else plain
 
 
-def health_line(h: Health) -> str:
+def health_items(h: Health) -> list[str]:
+    """The health figures as short items, joined with `` · `` and wrapped by the renderers."""
     lag = "-" if h.watermark_lag_s is None else _duration(h.watermark_lag_s)
-    return (
-        f"{h.events_per_s:,.0f} events/s · pending {h.pending:,} · scored {h.finalized:,}"
-        f" (abandoned {h.abandoned:,}) · rejected {h.rejected:,} · late {h.late:,}"
-        f" · orphaned {h.orphaned:,} · duplicates {h.duplicates:,}"
-        f" · unknown item {h.unknown_items:,} · watermark lag {lag}"
-    )
+    return [
+        f"{h.events_per_s:,.0f} events/s",
+        f"pending {h.pending:,}",
+        f"scored {h.finalized:,} (abandoned {h.abandoned:,})",
+        f"rejected {h.rejected:,}",
+        f"late {h.late:,}",
+        f"orphaned {h.orphaned:,}",
+        f"duplicates {h.duplicates:,}",
+        f"unknown item {h.unknown_items:,}",
+        f"watermark lag {lag}",
+    ]
+
+
+def health_line(h: Health) -> str:
+    return " · ".join(health_items(h))
+
+
+def _fit(text: str, width: int = WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def wrap(items: Sequence[str], width: int = WIDTH) -> list[str]:
+    """``items`` joined with `` · `` into lines of at most ``width`` (an item is never split)."""
+    lines: list[str] = []
+    line = ""
+    for item in items:
+        joined = f"{line} · {item}" if line else item
+        if line and len(joined) > width:
+            lines.append(line)
+            line = "  " + item
+        else:
+            line = joined
+    if line:
+        lines.append(line)
+    return [_fit(text, width) for text in lines]
+
+
+_CELL = 12  # "0.700±0.020" plus a space
+_COUNT = 8
 
 
 def render_table(
     snap: Snapshot,
     *,
-    shown: Sequence[tuple[str, str]] = SHOWN,
+    shown: Sequence[str] = SHOWN,
     color: bool = True,
     unicode: bool = True,
 ) -> str:
-    """The full-screen frame (no cursor movement; :class:`LiveView` adds that)."""
+    """The full-screen frame (no cursor movement; :class:`LiveView` adds that), at most
+    :data:`WIDTH` columns: one row per segment with each measure's mean±95% half-width in the
+    current window, its impressions and the trend; the health figures wrapped below."""
 
     def paint(text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if color else text
@@ -278,42 +313,41 @@ def render_table(
     else:
         start, end = snap.window
         where = f"window {hms(start)}-{hms(end)}"
-    lines.append(paint(f"evald demo · event time {hms(snap.event_time_ms)} · {where}", _BOLD))
-    name_w = max([len("segment"), *(len(s.name) for s in snap.segments)])
-    header = [f"{'segment':<{name_w}}"]
-    header += [f"{title:>13}" for _, title in shown]
-    header += [f"{'n':>7}", f"{'total':>9}", " trend"]
-    lines.append("  ".join(header))
+    title = f"evald demo · event time {hms(snap.event_time_ms)} · {where}"
+    lines.append(paint(_fit(title), _BOLD))
+    room = WIDTH - _CELL * len(shown) - _COUNT - 2
+    longest = max([len("segment"), *(len(s.name) for s in snap.segments)])
+    name_w = max(8, min(longest, room))
+    header = f"{'segment':<{name_w}}" + "".join(f"{name:>{_CELL}}" for name in shown)
+    lines.append(header + f"{'n':>{_COUNT}}")
     for seg in snap.segments:
-        cells = [f"{seg.name:<{name_w}}"]
-        cells += [f"{_value(seg.current.get(name)):>13}" for name, _ in shown]
-        cells += [f"{seg.count:>7,}", f"{seg.total:>9,}"]
+        row = f"{_fit(seg.name, name_w):<{name_w}}"
+        row += "".join(f"{_value(seg.current.get(name)):>{_CELL}}" for name in shown)
+        row += f"{seg.count:>{_COUNT},}"
         mark = arrow(seg.trend, unicode=unicode)
         if seg.trend == UP:
             mark = paint(mark, _GREEN)
         elif seg.trend == DOWN:
             mark = paint(mark, _RED)
-        cells.append(f" {mark}")
-        lines.append("  ".join(cells))
+        lines.append(f"{row} {mark}")
     if not snap.segments:
         lines.append(paint("(no impression scored yet: windows close in event time)", _DIM))
+    elif shown:
+        legend = f"n: impressions in the window · arrow: {shown[0]} against the window before"
+        lines.append(paint(_fit(legend), _DIM))
     lines.append("")
-    lines.append(health_line(snap.health))
-    lines.extend(snap.notes)
+    lines.extend(wrap(health_items(snap.health)))
+    lines.extend(_fit(note) for note in snap.notes)
     return "\n".join(lines) + "\n"
 
 
-def render_lines(
-    snap: Snapshot, elapsed_s: float, *, shown: Sequence[tuple[str, str]] = SHOWN
-) -> str:
+def render_lines(snap: Snapshot, elapsed_s: float, *, shown: Sequence[str] = SHOWN) -> str:
     """The plain form: one line per segment and one health line, each prefixed by the time."""
     stamp = f"[{_duration(elapsed_s):>6}]"
     lines: list[str] = []
     window = "-" if snap.window is None else f"{hms(snap.window[0])}-{hms(snap.window[1])}"
     for seg in snap.segments:
-        values = " ".join(
-            f"{title}={_value(seg.current.get(name)).split('±')[0]}" for name, title in shown
-        )
+        values = " ".join(f"{name}={_value(seg.current.get(name)).split('±')[0]}" for name in shown)
         trend_text = seg.trend or "-"
         lines.append(
             f"{stamp} window={window} segment={seg.name!r} {values} n={seg.count} "
@@ -394,4 +428,4 @@ class LiveView:
 
 
 def _ascii(text: str) -> str:
-    return text.replace("·", "|").replace("±", "+-")
+    return text.replace("·", "|").replace("±", "+-").replace("…", "~")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -165,11 +166,14 @@ class Simulator:
         faults: Faults | None = None,
         catalogue: Catalogue | None = None,
         block: int | None = None,
+        run_id: str = "",
     ) -> None:
         if not (0 < rate < math.inf and 0 < speed < math.inf):
             raise ValueError(f"rate and speed must be positive and finite, got {rate}, {speed}")
         if block is not None and block <= 0:
             raise ValueError("block must be positive")
+        if not re.fullmatch(r"[A-Za-z0-9_.]{0,32}", run_id):
+            raise ValueError(f"run id must be up to 32 letters, digits, '_' or '.', got {run_id!r}")
         self.seed = seed
         self.rate = float(rate)
         self.speed = float(speed)
@@ -181,7 +185,9 @@ class Simulator:
         self.click_model = click_model or ClickModel()
         self.faults = faults if faults is not None else Faults()
         self.catalogue = catalogue or Catalogue()
-        self._prefix = f"r{seed}-"
+        #: request ids are ``r{seed}-{n}``, or ``{run_id}-r{seed}-{n}``: a fresh run id keeps a
+        #: second run's ids (and event ids) from colliding with the first's
+        self._prefix = f"{run_id}-r{seed}-" if run_id else f"r{seed}-"
 
         cat = self.catalogue
         setup = np.random.default_rng([seed, 1])

@@ -2,17 +2,43 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from itertools import islice
+from pathlib import Path
 
 import pytest
+from child_processes import die_with_parent
 from kafka_harness import Broker, KafkaTools
 from prometheus_client import CollectorRegistry, generate_latest
+from settable_clock import SettableClock
 
+from evald.daemon import produce
+from evald.daemon.produce import Progress
 from evald.daemon.stats import DaemonCollector, DaemonStats
 from evald.demo.simulator import DEFAULT_START_MS, IMPRESSION, Simulator
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCE = [sys.executable, "-m", "evald", "produce"]
+
+
+def _produce(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*PRODUCE, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.kafka
@@ -22,36 +48,34 @@ def test_produce_writes_the_simulator_stream_keyed_and_timestamped(
 ) -> None:
     imp, fb = f"pimp-{unique}", f"pfb-{unique}"
     regress_flags = [] if regress_at is None else ["--regress-at", str(regress_at)]
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "evald",
-            "produce",
-            "--bootstrap-servers",
-            broker.bootstrap,
-            "--impressions-topic",
-            imp,
-            "--feedback-topic",
-            fb,
-            "--events",
-            "400",
-            "--seed",
-            "7",
-            "--partitions",
-            "2",
-            *regress_flags,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    proc = _produce(
+        "--bootstrap-servers",
+        broker.bootstrap,
+        "--impressions-topic",
+        imp,
+        "--feedback-topic",
+        fb,
+        "--events",
+        "400",
+        "--seed",
+        "7",
+        "--partitions",
+        "2",
+        "--start",
+        "2026-01-01T00:00:00Z",
+        "--run-id",
+        "fixed",
+        *regress_flags,
     )
     assert proc.returncode == 0, proc.stderr
+    assert f"created topics {imp}, {fb} with 2 partitions each" in proc.stderr
+    assert "400 records" in proc.stderr.splitlines()[-1]
     # 0.01 wall s at the default 60x speed = 600 ms of event time after the stream starts
     regress_at_ms = None if regress_at is None else DEFAULT_START_MS + 600
-    want = list(islice(Simulator(7, regress_at_ms=regress_at_ms).events(), 400))  # endless
+    sim = Simulator(7, regress_at_ms=regress_at_ms, run_id="fixed")
+    want = list(islice(sim.events(), 400))  # endless
     if regress_at is not None:  # the flag changed what the treatment arm served
-        assert want != list(islice(Simulator(7).events(), 400))
+        assert want != list(islice(Simulator(7, run_id="fixed").events(), 400))
     got = {(r.key, r.value, r.timestamp) for r in kafka_tools.read(imp) + kafka_tools.read(fb)}
     assert got == {(e.key, e.value, e.at_ms) for e in want}
     # co-partitioned by key: every request's records share one partition number
@@ -61,6 +85,127 @@ def test_produce_writes_the_simulator_stream_keyed_and_timestamped(
     assert all(len(p) == 1 for p in partitions.values())
     kinds = Counter(e.kind for e in want)
     assert len(kafka_tools.read(imp)) == kinds[IMPRESSION]
+    again = _produce(
+        "--bootstrap-servers", broker.bootstrap, "--impressions-topic", imp,
+        "--feedback-topic", fb, "--events", "10",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert f"writing to existing topics {imp}, {fb}" in again.stderr
+    assert "created topics" not in again.stderr
+
+
+def _request_ids(path: Path) -> set[str]:
+    ids = set()
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            doc = json.loads(line)
+            if isinstance(doc, dict) and isinstance(doc.get("request_id"), str):
+                ids.add(doc["request_id"])
+    return ids
+
+
+def test_each_run_starts_now_with_fresh_request_ids(tmp_path: Path) -> None:
+    """Two default runs never collide, and their event time is the present, not 2026-01-01."""
+    before = time.time() * 1000
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path in (first, second):
+        proc = _produce("--events", "3000", "--output", str(path))
+        assert proc.returncode == 0, proc.stderr
+    after = time.time() * 1000
+    ids_a, ids_b = _request_ids(first), _request_ids(second)
+    assert len(ids_a) > 500 and len(ids_b) > 500
+    assert not (ids_a & ids_b - {"broken", "bad-action", "bad-items", "bad-grade"})
+    stamps = [json.loads(line)["ts"] for line in first.read_text().splitlines()[:10]]
+    assert all(before <= ts <= after + 3_600_000 for ts in stamps), (before, stamps)
+
+
+def test_output_is_the_same_traffic_and_replays(tmp_path: Path) -> None:
+    out = tmp_path / "traffic.jsonl"
+    proc = _produce(
+        "--events", "2000", "--seed", "3", "--start", "1767225600000", "--run-id", "r.1",
+        "--output", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    want = list(islice(Simulator(3, run_id="r.1").events(), 2000))
+    assert out.read_bytes() == b"".join(e.value + b"\n" for e in want)
+    assert "run id r.1, event time from 2026-01-01T00:00:00Z" in proc.stderr
+    replay = subprocess.run(
+        [sys.executable, "-m", "evald", "replay", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert replay.returncode == 0, replay.stderr
+    assert "lines read             2,000" in replay.stdout, replay.stdout
+    assert "finalized impressions" in replay.stdout
+
+
+def test_sigterm_stops_like_ctrl_c_and_keeps_whole_lines(tmp_path: Path) -> None:
+    out, err_path = tmp_path / "live.jsonl", tmp_path / "stderr.txt"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(
+            [*PRODUCE, "--realtime", "--clean", "--progress-interval", "0.2", "--output", str(out)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=die_with_parent,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "records (" not in err_path.read_text():
+            time.sleep(0.05)
+        assert "records (" in err_path.read_text(), err_path.read_text()
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        status = proc.wait(30)
+    text = err_path.read_text()
+    assert status == 0, text
+    assert "(stopped by SIGTERM)" in text and "Traceback" not in text
+    lines = out.read_text().splitlines()
+    assert lines and all(json.loads(line)["request_id"] for line in lines)
+
+
+def test_progress_line_counts_kinds_and_rate() -> None:
+    clock, stream = SettableClock(100.0), io.StringIO()
+    progress = Progress(stream, 5.0, clock=clock)
+    events = list(islice(Simulator(1, run_id="p").events(), 50))
+    for event in events[:30]:
+        progress.count(event, impression=event.kind == IMPRESSION)
+    assert stream.getvalue() == ""  # not due yet
+    clock.now += 5.0
+    for event in events[30:]:
+        progress.count(event, impression=event.kind == IMPRESSION)
+    (line,) = stream.getvalue().splitlines()
+    imps = sum(1 for e in events[:31] if e.kind == IMPRESSION)
+    assert line.startswith(f"evald produce: 31 records ({imps} impressions, {31 - imps} feedback)")
+    assert "in 5s, 6/s · event time 2026-01-01T00:00:" in line
+
+
+def test_an_unreachable_broker_is_a_clear_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = _produce(
+        "--bootstrap-servers", f"127.0.0.1:{port}", "--set", "kafka.request_timeout_ms=1000",
+        "--events", "10",
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert f"cannot reach Kafka at 127.0.0.1:{port}" in proc.stderr
+    assert "check --bootstrap-servers" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_help_lists_only_flags_produce_uses() -> None:
+    parser = argparse.ArgumentParser()
+    produce.configure(parser)
+    text = parser.format_help()
+    for unused in ("--results-topic", "--dlq-topic", "--checkpoint-topic", "--group-id",
+                   "--instance-id", "--metrics-address"):  # fmt: skip
+        assert unused not in text
+    proc = _produce("--set", "daemon.group_id=x", "--output", "-")
+    assert proc.returncode == 2 and "--set daemon.group_id=x" in proc.stderr
+    bad = _produce("--run-id", 'a"b', "--output", "-")
+    assert bad.returncode == 2 and "--run-id" in bad.stderr
 
 
 def test_collector_exports_the_daemon_series() -> None:

@@ -189,7 +189,8 @@ def test_taken_port_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
         port = taken.getsockname()[1]
         args = _parse(["--metrics-address", f"127.0.0.1:{port}", "--duration", "1"])
         assert command.run(args) == 1
-    assert "cannot listen" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot listen" in err and "--metrics-address 127.0.0.1:0 picks any free port" in err
 
 
 ARMS = ("control", "treatment")
@@ -211,6 +212,8 @@ def test_run_in_process_serves_metrics_and_restores_signal_handlers() -> None:
     )
     url = demo.server.url  # type: ignore[union-attr]
     assert url.startswith("http://127.0.0.1:")
+    # listening but not fed yet: not ready, and the body says why
+    assert _get(url + "/readyz") == (503, "simulated traffic is not flowing\n")
     scraped: dict[str, object] = {}
 
     def scrape() -> None:
@@ -222,7 +225,7 @@ def test_run_in_process_serves_metrics_and_restores_signal_handlers() -> None:
                 counts = _measure_counts(body)
                 if status == 200 and all(counts.get((arm, "nDCG@10")) for arm in ARMS):
                     scraped["counts"] = counts
-                    scraped["ready"] = _get(url + "/readyz")[0]
+                    scraped["ready"] = _get(url + "/readyz")
                     scraped["healthy"] = _get(url + "/healthz")[0]
                     return
                 time.sleep(0.1)
@@ -239,7 +242,7 @@ def test_run_in_process_serves_metrics_and_restores_signal_handlers() -> None:
     counts = scraped.get("counts")
     assert isinstance(counts, dict) and counts[("control", "nDCG@10")] > 0
     assert counts[("treatment", "nDCG@10")] > 0
-    assert scraped["ready"] == 200 and scraped["healthy"] == 200
+    assert scraped["ready"] == (200, "ok\n") and scraped["healthy"] == 200
     assert signal.getsignal(signal.SIGINT) is before
     with pytest.raises(OSError):  # the port is released
         urllib.request.urlopen(url + "/metrics", timeout=2)

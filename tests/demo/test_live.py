@@ -13,6 +13,7 @@ from evald.aggregate import Aggregates
 from evald.demo.live import (
     DOWN,
     FLAT,
+    SHOWN,
     UP,
     Estimate,
     Health,
@@ -155,7 +156,7 @@ def test_render_lines_one_line_per_segment_plus_health() -> None:
     lines = text.splitlines()
     assert len(lines) == 3
     assert lines[0].startswith("[ 1m05s]") and "segment='control · m1'" in lines[0]
-    assert "nDCG@10=0.700" in lines[0] and "MRR=-" in lines[0] and "trend=flat" in lines[0]
+    assert "nDCG@10=0.700" in lines[0] and "RR=-" in lines[0] and "trend=flat" in lines[0]
     assert "trend=down" in lines[1]
     assert "3,000 events/s" in lines[2]
 
@@ -184,3 +185,38 @@ def test_live_view_plain_every_few_seconds_and_ascii_when_needed() -> None:
     text = raw.getvalue().decode("ascii")  # nothing unencodable reached the stream
     assert "\x1b" not in text
     assert "control | m1" in text and "0.700+-0.020" in text
+
+
+def _wide_snapshot() -> Snapshot:
+    """The demo's real segment names, every measure filled, big counters and long notes."""
+    full = {name: Estimate(0.71234, 0.01234) for name in SHOWN}
+    rows = [
+        SegmentSummary("control · ranker-v1", 123_456, 9_999_999, full, {}, FLAT),
+        SegmentSummary("treatment · ranker-v2", 123_457, 9_999_999, full, {}, DOWN),
+    ]
+    h = Health(123_456.0, 10**9, 10**7, 10**6, 10**6, 10**6, 10**6, 10**6, 10**6, 10**9, 7200.0)
+    notes = ["last rejected record: invalid_json: " + "x" * 200]
+    return Snapshot(1_767_225_900_000, (1_767_225_600_000, 1_767_225_900_000), rows, h, notes)
+
+
+GOLDEN_TABLE = """\
+evald demo · event time 00:05:00 · window 00:00:00-00:05:00
+segment                   nDCG@10          RR  Success@10  RBP(p=0.8)       n
+control · ranker-v1   0.712±0.012 0.712±0.012 0.712±0.012 0.712±0.012 123,456 →
+treatment · ranker-v2 0.712±0.012 0.712±0.012 0.712±0.012 0.712±0.012 123,457 ↓
+n: impressions in the window · arrow: nDCG@10 against the window before
+"""
+
+
+def test_table_fits_80_columns_with_the_measure_names_as_titles() -> None:
+    text = render_table(_wide_snapshot(), color=False)
+    assert text.startswith(GOLDEN_TABLE)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80, text
+    # the health figures are all there, wrapped rather than cut
+    assert "123,456 events/s" in text and "watermark lag 2h00m" in text
+    assert "unknown item 1,000,000" in text
+    header = lines[1].split()
+    assert header[1:5] == list(SHOWN) == ["nDCG@10", "RR", "Success@10", "RBP(p=0.8)"]
+    plain = render_table(_wide_snapshot(), color=False, unicode=False)
+    assert max(len(line) for line in plain.splitlines()) <= 80

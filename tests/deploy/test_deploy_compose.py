@@ -234,3 +234,14 @@ def test_third_party_images_are_pinned(compose: dict[str, Any]) -> None:
             continue
         repo, _, tag = image.rpartition(":")
         assert repo and tag and tag != "latest", f"{name}: pin {image!r} to a version"
+
+
+def test_healthchecks_do_not_start_a_jvm(compose: dict[str, Any]) -> None:
+    """Docker runs a healthcheck every few seconds; Kafka's CLI scripts each start a JVM
+    (seconds of CPU and hundreds of MB per probe)."""
+    for name, service in services(compose).items():
+        test = service.get("healthcheck", {}).get("test", [])
+        command = " ".join(test) if isinstance(test, list) else str(test)
+        assert "/opt/kafka/bin/" not in command and "java" not in command, (name, command)
+    kafka = services(compose)["kafka"]["healthcheck"]["test"]
+    assert kafka[:3] == ["CMD", "bash", "-c"] and "/dev/tcp/127.0.0.1/9092" in kafka[3]

@@ -7,6 +7,7 @@ import json
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deploy_support import REPO
@@ -66,21 +67,55 @@ def test_healthcheck_probes_healthz_with_python_on_the_exposed_port() -> None:
     assert url == f"http://127.0.0.1:{port}/healthz"
     assert "HEALTHCHECK_URL" in cmd[-1]
     # the daemon listens on all interfaces inside the container, on the exposed port
-    assert env["EVALD_DAEMON__METRICS_ADDRESS"] == f"0.0.0.0:{port}"
+    assert _image_settings(image_env()).daemon.metrics_address == f"0.0.0.0:{port}"
+
+
+def image_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, args in final_stage():
+        if word == "ENV":
+            env.update(item.split("=", 1) for item in shlex.split(args) if "=" in item)
+    return env
+
+
+def _copied_from(dest: str) -> Path:
+    """The build-context file a COPY of the final stage puts at ``dest``."""
+    for word, args in final_stage():
+        if word == "COPY" and not args.startswith("--from"):
+            *sources, target = args.split()
+            if target == dest:
+                (source,) = sources
+                return REPO / source
+    raise AssertionError(f"nothing is copied to {dest}")
+
+
+def _image_settings(env: dict[str, str], file: Path | None = None) -> Any:
+    """Settings as `evald run` in the image loads them: the image's environment, its settings
+    file (EVALD_CONFIG, read from the build context) unless ``file`` replaces it."""
+    from evald.daemon.settings import load_settings
+
+    image_file = _copied_from(env["EVALD_CONFIG"])
+    rest = {k: v for k, v in env.items() if k != "EVALD_CONFIG"}
+    return load_settings(file=file or image_file, environ=rest)
 
 
 def test_image_environment_is_accepted_by_evald_settings() -> None:
     """`evald run` reads every EVALD_* variable as a setting and refuses unknown ones: the
     image's own environment must load."""
-    from evald.daemon.settings import load_settings
-
-    env = {}
-    for word, args in final_stage():
-        if word == "ENV":
-            env.update(item.split("=", 1) for item in shlex.split(args) if "=" in item)
+    env = image_env()
     assert any(name.startswith("EVALD_") for name in env)
-    settings = load_settings(environ=env)
-    assert settings.daemon.metrics_address == env["EVALD_DAEMON__METRICS_ADDRESS"]
+    assert _image_settings(env).daemon.metrics_address == "0.0.0.0:9464"
+
+
+def test_a_settings_file_is_not_overridden_by_the_image(tmp_path: Path) -> None:
+    """Flags > EVALD_* variables > file > defaults: a setting in the image's environment would
+    silently beat the operator's file, so the image sets none (its defaults are a file)."""
+    env = image_env()
+    settings_vars = [name for name in env if "__" in name and name.startswith("EVALD_")]
+    assert settings_vars == [], f"{settings_vars} would override every settings file"
+    mine = tmp_path / "evald.yaml"
+    mine.write_text("daemon:\n  metrics_address: 0.0.0.0:9100\n")
+    assert _image_settings(env, mine).daemon.metrics_address == "0.0.0.0:9100"
 
 
 def test_entrypoint_is_evald() -> None:

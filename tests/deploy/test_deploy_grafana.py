@@ -130,3 +130,75 @@ def test_provisioning_points_at_the_dashboards_and_the_prometheus_datasource() -
     (provider,) = providers["providers"]
     assert provider["type"] == "file"
     assert provider["options"]["path"].startswith("/")
+
+
+def test_every_query_of_a_panel_has_its_own_ref_id() -> None:
+    """Grafana keeps one query per refId: a repeated id silently drops a series."""
+    for panel in panels():
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(refs) == len(set(refs)), (panel["title"], refs)
+
+
+_BY = re.compile(r"\b(?:sum|min|max|avg|count) by \(([^)]*)\)")
+_IGNORING = re.compile(r"\bignoring \(([^)]*)\)")
+_NAME = re.compile(r"[a-zA-Z_:][\w:]*")
+
+
+def _recorded() -> dict[str, str]:
+    """record name -> expression, from the generated recording rules."""
+    rules = load_yaml(DEPLOY / "prometheus/rules/evald-recording.rules.yml")
+    return {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+
+
+def output_labels(expr: str, recorded: dict[str, str]) -> set[str]:
+    """The labels a dashboard query's series differ by: the outermost aggregation's grouping,
+    or for a recorded series its rule's (minus what ``ignoring`` drops); ``le`` is consumed by
+    histogram_quantile and ``job`` is one value per deployment."""
+    text = expr.strip()
+    match = _BY.search(text)
+    if match:
+        labels = {part.strip() for part in match.group(1).split(",")}
+    elif re.match(r"(?:sum|min|max|avg|count) \(", text):
+        labels = set()  # aggregated over everything: one series
+    else:
+        names = [name for name in _NAME.findall(text) if name in recorded]
+        assert names, f"cannot tell the labels of {expr!r}"
+        rule = recorded[names[0]]
+        labels = output_labels(rule, recorded)
+        for dropped in _IGNORING.findall(rule):
+            labels -= {part.strip() for part in dropped.split(",")}
+    return labels - {"le", "job"}
+
+
+def test_legends_name_every_label_the_series_differ_by() -> None:
+    """A legend that leaves out a varying label shows the same entry once per value of it."""
+    recorded = _recorded()
+    for panel in panels():
+        legends = [t["legendFormat"] for t in panel["targets"]]
+        assert len(legends) == len(set(legends)), (panel["title"], legends)
+        for target in panel["targets"]:
+            # a label matched with = (not =~) has one value in the result
+            fixed = set(re.findall(r'(\w+)="', target["expr"]))
+            for label in output_labels(target["expr"], recorded) - fixed:
+                assert f"{{{{{label}}}}}" in target["legendFormat"], (panel["title"], label)
+
+
+def test_titles_say_what_is_plotted() -> None:
+    """A ratio of means is not a rate; a /s unit goes with a rate()."""
+    for panel in panels():
+        exprs = " ".join(t["expr"] for t in panel["targets"])
+        if "treatment_control_ratio" in exprs:
+            assert "mean" in panel["title"] and "rate" not in panel["title"], panel["title"]
+        if "/s" in panel["title"]:
+            assert "rate(" in exprs, panel["title"]
+
+
+def test_firing_alerts_are_annotated_on_every_panel() -> None:
+    (annotation,) = dashboard()["annotations"]["list"]
+    assert annotation["enable"] and annotation["datasource"]["uid"] == "${datasource}"
+    match = re.search(r'alertname=~"([^"]+)"', annotation["expr"])
+    assert annotation["expr"].startswith("ALERTS{") and match
+    assert 'alertstate="firing"' in annotation["expr"]
+    alerts = load_yaml(DEPLOY / "prometheus/rules/evald-alerts.rules.yml")
+    names = [r["alert"] for g in alerts["groups"] for r in g["rules"] if "alert" in r]
+    assert names and all(re.fullmatch(match.group(1), name) for name in names)

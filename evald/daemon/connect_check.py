@@ -1,0 +1,191 @@
+"""`evald check-config --connect`: will `evald run` work against these brokers and topics?
+
+Checks, each reported as ok / note / FAIL with what to do: the brokers answer; both input topics
+exist and are co-partitioned (same partition count); existing output topics have at least that
+many partitions (missing ones are created by `evald run`); and, where the broker reports the
+operations the client is authorized for (KIP-430), that the principal may read the inputs and
+write the outputs. The decisions are pure functions of the described topics, so they are tested
+without a broker; :func:`connect_checks` only fetches the description.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from evald.daemon.settings import Settings
+from evald.daemon.topics import TopicLayoutError, check_layout
+
+__all__ = ["Check", "TopicInfo", "connect_checks", "layout_checks", "permission_checks"]
+
+OK, NOTE, FAIL = "ok", "note", "FAIL"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report."""
+
+    status: str  # OK, NOTE or FAIL
+    subject: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.status:<4}  {self.subject}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """What the broker said about one topic."""
+
+    partitions: int | None  # None: the topic does not exist
+    authorized: frozenset[str] | None = None  # operation names; None: not reported
+    error: str | None = None  # e.g. "not authorized to describe it"
+
+
+def _roles(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(setting, topic, operations evald needs on it)."""
+    topics = settings.topics
+    return [
+        ("topics.impressions", topics.impressions, ("DESCRIBE", "READ")),
+        ("topics.feedback", topics.feedback, ("DESCRIBE", "READ")),
+        ("topics.results", topics.results, ("DESCRIBE", "READ", "WRITE")),
+        ("topics.checkpoints", topics.checkpoint_topic, ("DESCRIBE", "READ", "WRITE")),
+        ("topics.dlq", topics.dlq, ("DESCRIBE", "WRITE")),
+    ]
+
+
+def layout_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Check]:
+    """Existence, partition counts and co-partitioning, as `evald run` will check them."""
+    topics = settings.topics
+    roles = _roles(settings)
+    out: list[Check] = []
+    for setting, name, _ in roles:
+        topic = info.get(name, TopicInfo(None))
+        if topic.error:
+            out.append(Check(FAIL, f"{setting} {name}", topic.error))
+        elif topic.partitions is None:
+            if setting in ("topics.impressions", "topics.feedback"):
+                out.append(
+                    Check(
+                        FAIL,
+                        f"{setting} {name}",
+                        "does not exist; create both input topics with the same partition "
+                        "count and key records by request_id",
+                    )
+                )
+            else:
+                out.append(
+                    Check(NOTE, f"{setting} {name}", "does not exist; `evald run` creates it")
+                )
+        else:
+            out.append(Check(OK, f"{setting} {name}", f"{topic.partitions} partitions"))
+    counts = {name: info.get(name, TopicInfo(None)).partitions for _, name, _ in roles}
+    outputs = (topics.results, topics.checkpoint_topic, topics.dlq)
+    if counts[topics.impressions] and counts[topics.feedback]:
+        try:
+            shared = check_layout(
+                counts, impressions=topics.impressions, feedback=topics.feedback, outputs=outputs
+            )
+        except TopicLayoutError as exc:
+            out.append(Check(FAIL, "co-partitioning", str(exc)))
+        else:
+            out.append(
+                Check(OK, "co-partitioning", f"inputs share {shared} partitions; outputs fit")
+            )
+    return out
+
+
+def permission_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Check]:
+    """Missing operations per topic, from the authorized operations the broker reported."""
+    reported = False
+    out: list[Check] = []
+    for setting, name, needed in _roles(settings):
+        topic = info.get(name)
+        if topic is None or topic.partitions is None or topic.authorized is None:
+            continue
+        reported = True
+        missing = [op for op in needed if op not in topic.authorized]
+        if missing:
+            out.append(
+                Check(
+                    FAIL,
+                    f"permissions {name}",
+                    f"the principal lacks {', '.join(missing)} ({setting}); grant them with "
+                    "kafka-acls.sh",
+                )
+            )
+        else:
+            out.append(Check(OK, f"permissions {name}", ", ".join(needed)))
+    if not reported:
+        out.append(
+            Check(
+                NOTE,
+                "permissions",
+                "the broker does not report authorized operations; evald needs Read on the "
+                "inputs, Read+Write on results and checkpoints, Write on the DLQ, Read on the "
+                "consumer group and Write on its transactional id",
+            )
+        )
+    return out
+
+
+def _topic_info(desc: Mapping[str, Any]) -> TopicInfo:
+    code = desc.get("error_code", 0)
+    if code == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+        return TopicInfo(None)
+    if code == 29:  # TOPIC_AUTHORIZATION_FAILED
+        return TopicInfo(None, error="not authorized to describe it (grant Describe)")
+    if code:
+        return TopicInfo(None, error=f"the broker answered error code {code}")
+    ops = desc.get("authorized_operations")
+    authorized = None if ops is None else frozenset(str(op).upper() for op in ops)
+    return TopicInfo(len(desc.get("partitions") or []), authorized)
+
+
+def describe(admin: Any, names: Sequence[str]) -> dict[str, TopicInfo]:
+    """Ask the broker about ``names`` (one metadata request)."""
+    info: dict[str, TopicInfo] = {}
+    for desc in admin.describe_topics(list(names)):
+        name = desc.get("name") or desc.get("topic")
+        info[name] = _topic_info(desc)
+    return info
+
+
+def connect_checks(settings: Settings, timeout_s: float) -> list[Check]:
+    """Connect with the settings' client configuration and run every check."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    servers = ",".join(settings.kafka.bootstrap_servers)
+    config = settings.kafka.client_config()
+    config["request_timeout_ms"] = min(config["request_timeout_ms"], int(timeout_s * 1000))
+    kafka_log = logging.getLogger("kafka")
+    level = kafka_log.level
+    kafka_log.setLevel(logging.CRITICAL)  # connection retries are reported below, once
+    try:
+        try:
+            admin = KafkaAdminClient(bootstrap_timeout_ms=int(timeout_s * 1000), **config)
+        except KafkaError as exc:
+            return [
+                Check(
+                    FAIL,
+                    "brokers",
+                    f"none answered at {servers} within {timeout_s:g}s ({exc}); check "
+                    "kafka.bootstrap_servers, the network and the security settings",
+                )
+            ]
+        try:
+            cluster = admin.describe_cluster()
+            brokers = len(cluster.get("brokers") or [])
+            names = list(dict.fromkeys(name for _, name, _ in _roles(settings)))
+            info = describe(admin, names)
+        except KafkaError as exc:
+            return [Check(FAIL, "brokers", f"{servers} answered but then failed: {exc}")]
+        finally:
+            admin.close()
+    finally:
+        kafka_log.setLevel(level)
+    head = Check(OK, "brokers", f"{brokers} broker(s) answered at {servers}")
+    return [head, *layout_checks(settings, info), *permission_checks(settings, info)]

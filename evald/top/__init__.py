@@ -1,0 +1,1 @@
+"""`evald top`: a live terminal view of any running evald, read from its ``/metrics``."""

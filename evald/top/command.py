@@ -1,0 +1,290 @@
+"""`evald top [URL]`: watch a running `evald run` or `evald demo` from its ``/metrics``.
+
+It needs nothing but the metrics endpoint, so it works against a daemon in a container or on
+another host as well as against the demo. Rates (events/s, scored/s) are counter differences
+between two scrapes; intervals come from the exported window sums (see evald.top.model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from evald.top.model import Scrape, View
+
+SUMMARY = "live terminal view of a running evald (daemon or demo), read from its /metrics"
+
+EXAMPLES = """\
+  evald top                                   # the evald on http://127.0.0.1:9464
+  evald top 127.0.0.1:9464 --window 1h        # the last complete hour instead of 5 minutes
+  evald top http://evald:9464 --group-by arm,model
+  evald top --once > snapshot.txt             # one snapshot (two scrapes --interval apart)
+"""
+
+DEFAULT_URL = "http://127.0.0.1:9464"
+
+_HIDE_CURSOR, _SHOW_CURSOR, _HOME_CLEAR = "\x1b[?25l", "\x1b[?25h", "\x1b[H\x1b[J"
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value >= 0.1):
+        raise argparse.ArgumentTypeError(f"must be at least 0.1 seconds, got {text!r}")
+    return value
+
+
+def _labels(text: str) -> list[str]:
+    labels = [part.strip() for part in text.split(",") if part.strip()]
+    if not labels:
+        raise argparse.ArgumentTypeError("name at least one label, e.g. 'arm' or 'arm,model'")
+    return labels
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "url",
+        nargs="?",
+        default=DEFAULT_URL,
+        metavar="URL",
+        help="the evald to watch: HOST:PORT or http://HOST:PORT[/metrics] (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=_interval,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between scrapes; rates are measured over it (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="print one snapshot without cursor control and exit (scrapes twice for rates)",
+    )
+    parser.add_argument(
+        "--window",
+        default="5m",
+        metavar="WIDTH",
+        help="which exported event-time window to show, e.g. 5m or 1h (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--group-by",
+        type=_labels,
+        default=["arm"],
+        metavar="LABELS",
+        help="segment labels a column stands for, comma-separated; sums merge over the "
+        "others (default: arm)",
+    )
+    parser.add_argument(
+        "--arms",
+        type=_labels,
+        default=["control", "treatment"],
+        metavar="CONTROL,TREATMENT",
+        help="the two groups compared, control first (default: control,treatment)",
+    )
+    parser.add_argument(
+        "--measures",
+        type=_labels,
+        metavar="NAMES",
+        help="measures to show, comma-separated (default: every exported measure)",
+    )
+
+
+def metrics_url(text: str) -> str:
+    """``HOST:PORT``, ``http://HOST:PORT`` or a full ``.../metrics`` URL -> the metrics URL."""
+    url = text.strip()
+    if "://" not in url:
+        url = "http://" + url
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"not an http(s) URL: {text!r}")
+    scheme, rest = url.split("://", 1)
+    host, _, path = rest.partition("/")
+    if not host:
+        raise ValueError(f"no host in {text!r}")
+    if not path:
+        path = "metrics"
+    return f"{scheme}://{host}/{path}"
+
+
+class Scraper:
+    """Fetches and parses ``/metrics``; the clock and the opener are injectable for tests."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        opener: Callable[..., object] = urllib.request.urlopen,
+    ) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.clock = clock
+        self.opener = opener
+
+    def scrape(self) -> Scrape:
+        """One scrape; raises ``OSError`` (unreachable, HTTP error) or ``ValueError`` (not an
+        exposition) with a message fit for the screen."""
+        from evald.top.model import parse
+
+        request = urllib.request.Request(self.url, headers={"Accept": "text/plain"})
+        try:
+            with self.opener(request, timeout=self.timeout) as response:  # type: ignore[attr-defined]
+                body = response.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            raise OSError(f"{self.url} answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise OSError(f"cannot reach {self.url}: {reason}") from None
+        try:
+            return parse(body, self.clock())
+        except ValueError as exc:
+            raise ValueError(f"{self.url} did not answer with Prometheus metrics ({exc})") from None
+
+
+def _source(url: str) -> str:
+    return url.split("://", 1)[1].removesuffix("/metrics")
+
+
+def run(args: argparse.Namespace) -> int:
+    import signal
+
+    from evald.durations import DurationError, format_duration, parse_duration
+
+    try:
+        url = metrics_url(args.url)
+        window = format_duration(parse_duration(args.window))
+    except (ValueError, DurationError) as exc:
+        print(f"evald top: {exc}", file=sys.stderr)
+        return 2
+    if len(args.arms) != 2:
+        print("evald top: --arms takes two names, control first", file=sys.stderr)
+        return 2
+    scraper = Scraper(url, timeout=min(5.0, max(1.0, args.interval)))
+    top = Top(
+        scraper,
+        window=window,
+        group_by=args.group_by,
+        measures=args.measures,
+        arms=(args.arms[0], args.arms[1]),
+        stream=sys.stdout,
+    )
+    if args.once:
+        return top.once(args.interval)
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    return top.live(args.interval, tty=sys.stdout.isatty())
+
+
+class Top:
+    """The scrape-render loop. ``sleep`` is injectable so tests do not wait."""
+
+    def __init__(
+        self,
+        scraper: Scraper,
+        *,
+        window: str,
+        group_by: list[str],
+        measures: list[str] | None,
+        stream: TextIO,
+        arms: tuple[str, str] = ("control", "treatment"),
+        sleep: Callable[[float], None] = time.sleep,
+        width: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).columns,
+    ) -> None:
+        self.scraper = scraper
+        self.window = window
+        self.group_by = group_by
+        self.measures = measures
+        self.arms = arms
+        self.stream = stream
+        self.sleep = sleep
+        self.width = width
+        self.unicode = _can_encode(stream, "±·▲▼−…")
+        self._prev: Scrape | None = None
+
+    def view(self, scrape: Scrape) -> View:
+        from evald.top.model import build_view
+
+        view = build_view(
+            _source(self.scraper.url),
+            scrape,
+            self._prev,
+            window=self.window,
+            group_by=self.group_by,
+            measures=self.measures,
+            arms=self.arms,
+        )
+        self._prev = scrape
+        return view
+
+    def frame(self) -> str:
+        """Scrape once and render; an unreachable evald becomes a one-line frame."""
+        from evald.top.render import render
+
+        width = max(40, self.width())
+        try:
+            scrape = self.scraper.scrape()
+        except (OSError, ValueError) as exc:
+            self._prev = None
+            return f"evald top: {exc} (retrying)\n"
+        return render(self.view(scrape), width, unicode=self.unicode)
+
+    def once(self, interval: float) -> int:
+        """Two scrapes ``interval`` apart (for rates), one plain frame; 1 if unreachable."""
+        from evald.top.render import render
+
+        try:
+            self._prev = self.scraper.scrape()
+            self.sleep(interval)
+            view = self.view(self.scraper.scrape())
+        except (OSError, ValueError) as exc:
+            print(
+                f"evald top: {exc}; is evald running there? `evald run` and `evald demo` "
+                "print their metrics URL when they start",
+                file=sys.stderr,
+            )
+            return 1
+        self.stream.write(render(view, 80, unicode=self.unicode))
+        self.stream.flush()
+        return 0
+
+    def live(self, interval: float, *, tty: bool) -> int:
+        """Redraw in place on a terminal (frames one after another on a pipe) until Ctrl-C."""
+        if tty:
+            self.stream.write(_HIDE_CURSOR)
+        try:
+            while True:
+                text = self.frame()
+                self.stream.write((_HOME_CLEAR + text) if tty else text + "\n")
+                self.stream.flush()
+                self.sleep(interval)
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            if tty:
+                self.stream.write(_SHOW_CURSOR)
+                self.stream.flush()
+
+
+def _can_encode(stream: TextIO, text: str) -> bool:
+    encoding = getattr(stream, "encoding", None)
+    if encoding is None:
+        return True
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True

@@ -1,0 +1,191 @@
+"""Drawing a :class:`~evald.top.model.View` as plain text that fits a given width (80 by default).
+
+Pure: the same view and width give the same text, so a golden-screen test pins the layout.
+One row per measure, one column per display group (e.g. arm) with ``mean±half-width`` of the
+95% interval, then treatment − control when both arms exist; groups that do not fit the width
+continue in a second table below. Health lines wrap at the width instead of overflowing it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+
+from evald.top.model import Comparison, Estimate, View
+
+__all__ = ["ascii_only", "duration", "render"]
+
+_MEASURE_W = 12
+_CELL_W = 16
+_DELTA_W = 19
+_SEP = " · "
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``2m03s``, ``1h05m``, ``3d04h``: readable at a glance, never raw seconds."""
+    seconds = round(abs(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def _clock(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%H:%M:%S")
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _per_s(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.1f}/s" if value < 10 else f"{value:,.0f}/s"
+
+
+def _estimate(est: Estimate | None) -> str:
+    if est is None or math.isnan(est.mean):
+        return "-"
+    if math.isnan(est.half):
+        return f"{est.mean:.3f}"
+    return f"{est.mean:.3f}±{est.half:.3f}"
+
+
+def _comparison(cmp: Comparison | None) -> str:
+    if cmp is None:
+        return "-"
+    if not math.isfinite(cmp.bound):
+        return f"{cmp.delta:+.3f}"
+    mark = (" ▲" if cmp.delta > 0 else " ▼") if cmp.significant else "  "
+    return f"{cmp.delta:+.3f}±{cmp.bound:.3f}{mark}"
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _wrap(items: Sequence[str], width: int, indent: str = "  ") -> list[str]:
+    """Join ``items`` with `` · `` into lines no wider than ``width`` (items never split)."""
+    lines: list[str] = []
+    line = ""
+    for item in items:
+        candidate = item if not line else line + _SEP + item
+        if line and len(candidate) > width:
+            lines.append(line)
+            line = indent + item
+        else:
+            line = candidate
+    if line:
+        lines.append(line)
+    return [_fit(text, width) for text in lines]
+
+
+def _header(view: View, width: int) -> list[str]:
+    state = {None: "", True: "ready", False: "NOT READY"}[view.ready]
+    title = [f"evald top · {view.source}", *([state] if state else []), f"{_clock(view.at)} UTC"]
+    if view.window_end is None:
+        where = f"no complete {view.window} window yet (windows close in event time)"
+    else:
+        start = view.window_end - _window_seconds(view.window)
+        where = (
+            f"{view.window} window {_clock(start)}-{_clock(view.window_end)} UTC (event time)"
+            " · mean±95% interval"
+        )
+    return [*_wrap(title, width), *_wrap([where], width)]
+
+
+def _window_seconds(window: str) -> float:
+    from evald.durations import parse_duration
+
+    return parse_duration(window) / 1000
+
+
+def _tables(view: View, width: int, plain: Callable[[str], str]) -> list[str]:
+    """The measure tables; ``plain`` spells each cell for the terminal before it is padded."""
+    if not view.groups:
+        return ["(no scored impression in the window yet)"]
+    compare = view.comparison is not None
+    control, treatment = view.arms
+    delta_title = plain(f"{treatment}−{control}")
+    delta_w = min(max(_DELTA_W, len(delta_title) + 2), 32)
+    room = width - _MEASURE_W - (delta_w if compare else 0)
+    per_table = max(1, room // _CELL_W)
+    lines: list[str] = []
+    for start in range(0, len(view.groups), per_table):
+        chunk = view.groups[start : start + per_table]
+        with_delta = compare and start == 0
+        head = f"{'measure':<{_MEASURE_W}}" + "".join(
+            f"{_fit(plain(g.name), _CELL_W - 1):>{_CELL_W}}" for g in chunk
+        )
+        counts = f"{'n':<{_MEASURE_W}}" + "".join(f"{g.n:>{_CELL_W},}" for g in chunk)
+        if with_delta:
+            head += f"{_fit(delta_title, delta_w - 2):>{delta_w}}"
+        if lines:
+            lines.append("")
+        lines += [head, counts]
+        for measure in view.measures:
+            row = f"{_fit(measure, _MEASURE_W - 1):<{_MEASURE_W}}" + "".join(
+                f"{plain(_estimate(g.estimates.get(measure))):>{_CELL_W}}" for g in chunk
+            )
+            if with_delta and view.comparison is not None:
+                row += f"{plain(_comparison(view.comparison.get(measure))):>{delta_w}}"
+            lines.append(row.rstrip())
+    return [_fit(line, width) for line in lines]
+
+
+def _health(view: View, width: int) -> list[str]:
+    flow = [
+        f"events {_per_s(view.events_per_s)} (rejected {_per_s(view.rejected_per_s)})",
+        f"scored {_per_s(view.scored_per_s)}",
+    ]
+    if view.results_per_s is not None:
+        flow.append(f"results {_per_s(view.results_per_s)}")
+    state = [
+        f"pending {_count(view.pending_impressions)} impressions,"
+        f" {_count(view.pending_feedback)} feedback",
+    ]
+    if view.watermark_delay_s is None:
+        state.append("watermark -")
+    elif view.watermark_delay_s >= 0:
+        state.append(f"watermark delay {duration(view.watermark_delay_s)}")
+    else:  # event time ahead of the wall clock (the demo runs it faster)
+        state.append(f"watermark {duration(view.watermark_delay_s)} ahead of wall time")
+    if view.consumer_lag is not None:
+        state.append(f"consumer lag {_count(view.consumer_lag)}")
+    rejects = [f"{reason} {value:,.0f}" for reason, value in view.rejects] or ["none"]
+    unattributed = [f"{reason} {value:,.0f}" for reason, value in view.unattributed] or ["none"]
+    return [
+        *_wrap(flow, width),
+        *_wrap(state, width),
+        *_wrap(["rejects since start: " + rejects[0], *rejects[1:]], width),
+        *_wrap(["unattributed feedback: " + unattributed[0], *unattributed[1:]], width),
+    ]
+
+
+def render(view: View, width: int = 80, *, unicode: bool = True) -> str:
+    """The whole frame, every line at most ``width`` characters, ending in a newline.
+
+    ``unicode=False`` spells ``±``, ``·``, arrows and ellipses in ASCII, for a terminal or pipe
+    that cannot encode them.
+    """
+    plain = (lambda text: text) if unicode else ascii_only
+    tables = _tables(view, width, plain)
+    lines = [*_header(view, width), "", *tables, "", *_health(view, width)]
+    if not unicode:
+        lines = [ascii_only(_fit(ascii_only(line), width)) for line in lines]
+    return "\n".join(lines) + "\n"
+
+
+def ascii_only(text: str) -> str:
+    """``text`` with the view's non-ASCII symbols spelt in ASCII."""
+    for fancy, plain in (("·", "|"), ("±", "+-"), ("▲", "^"), ("▼", "v"), ("−", "-"), ("…", "~")):
+        text = text.replace(fancy, plain)
+    return text

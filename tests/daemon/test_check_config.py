@@ -1,0 +1,152 @@
+"""`evald check-config`: every error at once, "did you mean", durations as written, --connect."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+import yaml
+from kafka_harness import Broker, KafkaTools, free_port
+
+from evald.daemon import check_config
+from evald.daemon.connect_check import FAIL, NOTE, OK, TopicInfo, layout_checks, permission_checks
+from evald.daemon.settings import SettingsError, load_settings
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    check_config.configure(parser)
+    return parser.parse_args(argv)
+
+
+def test_every_error_is_reported_at_once_with_did_you_mean() -> None:
+    flags = {
+        "kafka": {"request_timeout_ms": -1},
+        "topics": {"feedbak": "fb"},
+        "daemon": {"grup_id": "g"},
+        "kafkaa": {"x": 1},
+        "engine": {"windw": "5m", "lateness": "soon"},
+    }
+    with pytest.raises(SettingsError) as caught:
+        load_settings(environ={}, flags=flags)
+    lines = set(str(caught.value).splitlines())
+    assert "topics.feedbak: unknown setting (did you mean topics.feedback?)" in lines
+    assert "daemon.grup_id: unknown setting (did you mean daemon.group_id?)" in lines
+    assert "kafkaa: unknown setting (did you mean kafka?)" in lines
+    assert "engine.windw: unknown setting (did you mean engine.window?)" in lines
+    assert any(line.startswith("engine.lateness: invalid duration 'soon'") for line in lines)
+    assert any(line.startswith("kafka.request_timeout_ms: ") for line in lines)
+    assert len(lines) == 6
+
+
+def test_a_key_like_nothing_known_gets_no_guess() -> None:
+    with pytest.raises(SettingsError, match=r"^topics\.zzzzzz: unknown setting$"):
+        load_settings(environ={}, flags={"topics": {"zzzzzz": 1}})
+
+
+def test_durations_print_as_written_and_the_output_loads_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--set", "engine.window=30m", "--set", "engine.lateness=90s"]
+    argv += ["--set", "engine.windows=[5m, 1h]"]
+    assert check_config.run(_parse(argv)) == 0
+    printed = capsys.readouterr().out
+    engine = yaml.safe_load(printed)["engine"]
+    assert (engine["window"], engine["lateness"], engine["windows"]) == (
+        "30m",
+        "1m30s",
+        ["5m", "1h"],
+    )
+    assert engine["retention"] == "3h" and engine["idle_timeout"].endswith(("s", "m", "h"))
+    # what check-config prints is a settings file that means the same thing
+    saved = tmp_path / "evald.yaml"
+    saved.write_text(printed)
+    again = load_settings(file=saved, environ={})
+    original = load_settings(environ={}, flags={"engine": {"window": "30m", "lateness": "90s"}})
+    assert again.engine_config().window == original.engine_config().window == 1_800_000
+
+
+def _settings() -> object:
+    topics = {"impressions": "imp", "feedback": "fb", "results": "res", "dlq": "dlq"}
+    return load_settings(environ={}, flags={"topics": topics})
+
+
+def test_layout_checks_name_each_problem() -> None:
+    settings = _settings()
+    good = {"imp": TopicInfo(6), "fb": TopicInfo(6), "res": TopicInfo(6)}
+    checks = {c.subject: c for c in layout_checks(settings, good)}  # type: ignore[arg-type]
+    assert checks["co-partitioning"].status == OK
+    assert checks["topics.dlq dlq"].status == NOTE  # evald run creates it
+    skewed = {"imp": TopicInfo(6), "fb": TopicInfo(4)}
+    checks = {c.subject: c for c in layout_checks(settings, skewed)}  # type: ignore[arg-type]
+    assert checks["co-partitioning"].status == FAIL
+    assert "imp has 6 partitions, fb has 4" in checks["co-partitioning"].detail
+    short_output = {"imp": TopicInfo(6), "fb": TopicInfo(6), "res": TopicInfo(3)}
+    checks = {c.subject: c for c in layout_checks(settings, short_output)}  # type: ignore[arg-type]
+    assert (
+        checks["co-partitioning"].status == FAIL and "res has 3" in checks["co-partitioning"].detail
+    )
+    missing = {"imp": TopicInfo(6), "fb": TopicInfo(None, error="not authorized to describe it")}
+    checks = {c.subject: c for c in layout_checks(settings, missing)}  # type: ignore[arg-type]
+    assert checks["topics.feedback fb"].status == FAIL
+    assert "co-partitioning" not in checks
+
+
+def test_permission_checks_list_missing_operations() -> None:
+    settings = _settings()
+    rw = frozenset({"DESCRIBE", "READ", "WRITE"})
+    info = {
+        "imp": TopicInfo(3, frozenset({"DESCRIBE", "READ"})),
+        "fb": TopicInfo(3, frozenset({"DESCRIBE"})),
+        "res": TopicInfo(3, rw),
+        "dlq": TopicInfo(3, frozenset({"DESCRIBE", "READ"})),
+    }
+    checks = {c.subject: c for c in permission_checks(settings, info)}  # type: ignore[arg-type]
+    assert checks["permissions imp"].status == OK
+    assert (
+        checks["permissions fb"].status == FAIL and "lacks READ" in checks["permissions fb"].detail
+    )
+    assert (
+        checks["permissions dlq"].status == FAIL
+        and "lacks WRITE" in checks["permissions dlq"].detail
+    )
+    unreported = permission_checks(settings, {"imp": TopicInfo(3)})  # type: ignore[arg-type]
+    assert [c.status for c in unreported] == [NOTE]
+
+
+@pytest.mark.kafka
+def test_connect_against_a_real_broker(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    imp, fb, res = f"cimp-{unique}", f"cfb-{unique}", f"cres-{unique}"
+    kafka_tools.create({imp: 3, fb: 3, res: 2})
+    base = ["--bootstrap-servers", broker.bootstrap, "--impressions-topic", imp]
+    argv = [*base, "--feedback-topic", fb, "--results-topic", res, "--connect"]
+    assert check_config.run(_parse(argv)) == 1
+    captured = capsys.readouterr()
+    report = [line for line in captured.out.splitlines() if line.startswith("# ")]
+    assert report[0] == "# --connect"
+    assert report[1].startswith("# ok    brokers: 1 broker(s) answered at ")
+    assert f"# ok    topics.impressions {imp}: 3 partitions" in report
+    assert any(f"output topic {res} has 2 partitions but the inputs have 3" in r for r in report)
+    assert "# note  topics.dlq evald.dlq: does not exist; `evald run` creates it" in report
+    assert "1 connection check(s) failed" in captured.err
+    yaml.safe_load(captured.out)  # the report is YAML comments: stdout still parses
+
+    fine = f"cok-{unique}"
+    kafka_tools.create({fine: 3})
+    argv = [*base, "--feedback-topic", fb, "--results-topic", fine, "--connect"]
+    assert check_config.run(_parse(argv)) == 0
+    assert "# ok    co-partitioning: inputs share 3 partitions" in capsys.readouterr().out
+
+    argv = [*base, "--feedback-topic", f"absent-{unique}", "--connect"]
+    assert check_config.run(_parse(argv)) == 1
+    assert f"# FAIL  topics.feedback absent-{unique}: does not exist" in capsys.readouterr().out
+
+
+def test_connect_to_nothing_fails_within_the_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--bootstrap-servers", f"127.0.0.1:{free_port()}", "--connect"]
+    assert check_config.run(_parse([*argv, "--connect-timeout", "1"])) == 1
+    out = capsys.readouterr().out
+    assert "# FAIL  brokers: none answered at 127.0.0.1:" in out and "within 1s" in out

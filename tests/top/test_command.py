@@ -1,0 +1,167 @@
+"""`evald top` against a real running `evald demo`: in a real terminal (tmux) and with --once."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from child_processes import announced_url, die_with_parent
+
+from evald import cli
+from evald.top.command import metrics_url
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = [sys.executable, "-m", "evald", "demo", "--no-live", "--speed", "600"]
+
+
+def _wait_for(what: str, check: Callable[[], object], timeout: float = 60.0) -> object:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _has_both_arms_windowed(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = response.read().decode()
+    except OSError:
+        return False
+    return all(
+        f'arm="{arm}",measure="nDCG@10"' in body and "evald_window_count" in body
+        for arm in ("control", "treatment")
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A running `evald demo` on a free port with a complete 5m window; yields its metrics URL."""
+    err_path = tmp_path_factory.mktemp("demo") / "stderr.txt"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(
+            [*DEMO, "--rate", "1500", "--metrics-address", "127.0.0.1:0"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=die_with_parent,
+        )
+    try:
+        url = _wait_for("the demo's URL", lambda: announced_url(err_path.read_text()))
+        assert isinstance(url, str)
+        _wait_for("a complete window for both arms", lambda: _has_both_arms_windowed(url))
+        yield url
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+
+
+class Tmux:
+    """A private tmux server (own socket) running one command in an 80x30 window."""
+
+    def __init__(self, command: list[str], socket_dir: Path) -> None:
+        self.socket = str(socket_dir / "tmux.sock")
+        self._run("new-session", "-d", "-x", "80", "-y", "30", "-s", "top", *command)
+        self._run("set-option", "-t", "top", "remain-on-exit", "on")
+        self.server_pid = int(self._run("display-message", "-p", "-t", "top", "#{pid}"))
+        self.pane_pid = int(self._run("display-message", "-p", "-t", "top", "#{pane_pid}"))
+
+    def _run(self, *args: str) -> str:
+        out = subprocess.run(
+            ["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True
+        )
+        return out.stdout.strip()
+
+    def screen(self) -> str:
+        return self._run("capture-pane", "-p", "-t", "top")
+
+    def pane_dead(self) -> bool:
+        return self._run("display-message", "-p", "-t", "top", "#{pane_dead}") == "1"
+
+    def keys(self, *keys: str) -> None:
+        self._run("send-keys", "-t", "top", *keys)
+
+    def close(self) -> None:
+        for pid in (self.pane_pid, self.server_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_live_view_in_a_real_terminal_fits_80_columns_and_quits_on_ctrl_c(
+    demo: str, tmp_path: Path
+) -> None:
+    assert shutil.which("tmux"), "tmux is needed for this test: `make tools` installs it"
+    env = f"PYTHONPATH={ROOT}"
+    command = ["env", env, sys.executable, "-m", "evald", "top", demo, "--interval", "0.5"]
+    tmux = Tmux(command, tmp_path)
+    try:
+
+        def full_frame() -> str | None:
+            screen = tmux.screen()
+            lines = screen.splitlines()
+            rates = any(line.startswith("events ") and "events -" not in line for line in lines)
+            rows = [line for line in lines if line.startswith("nDCG@10")]
+            return screen if rates and rows and "±" in rows[0] else None
+
+        screen = str(_wait_for("a frame with rates and intervals", full_frame))
+        lines = screen.splitlines()
+        assert lines[0].startswith("evald top · 127.0.0.1:") and "ready" in lines[0]
+        assert "control" in screen and "treatment" in screen and "treatment−control" in screen
+        assert "pending " in screen and "watermark" in screen and "rejects since start" in screen
+        assert max(len(line) for line in lines) <= 80
+        assert screen.count("evald top ·") == 1  # redrawn in place, not scrolled
+        tmux.keys("C-c")
+        _wait_for("evald top to exit on Ctrl-C", tmux.pane_dead, timeout=30)
+        status = tmux._run("display-message", "-p", "-t", "top", "#{pane_dead_status}")
+        assert status == "0"
+    finally:
+        tmux.close()
+
+
+def test_once_prints_one_plain_snapshot(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["top", demo, "--once", "--interval", "0.3", "--window", "5m"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any(line.startswith("nDCG@10") and "±" in line for line in lines), out
+    assert any(line.startswith("events ") and "events -" not in line for line in lines), out
+
+
+def test_once_against_nothing_listening_exits_1_with_a_hint(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert cli.main(["top", f"127.0.0.1:{port}", "--once", "--interval", "0.1"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot reach http://127.0.0.1:{port}/metrics" in err and "is evald running" in err
+
+
+@pytest.mark.parametrize(
+    "argv", [["ftp://x:1"], ["127.0.0.1:9", "--window", "5 minutes"]], ids=["url", "window"]
+)
+def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["top", *argv, "--once"]) == 2
+    assert capsys.readouterr().err.startswith("evald top: ")
+
+
+def test_urls_are_normalised_to_the_metrics_path() -> None:
+    assert metrics_url("127.0.0.1:9464") == "http://127.0.0.1:9464/metrics"
+    assert metrics_url("http://evald:9464/") == "http://evald:9464/metrics"
+    assert metrics_url("https://h/custom/metrics") == "https://h/custom/metrics"

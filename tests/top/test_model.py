@@ -1,0 +1,143 @@
+"""`evald top`'s numbers: intervals merged from exported window sums, rates, health folding."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from evald.stats import Z95
+from evald.top.model import Estimate, build_view, compare, parse
+
+SEED = 20261124
+
+
+def _exposition(values: dict[tuple[str, str], np.ndarray], *, events: float, at_end: float) -> str:
+    """A text exposition with window sums of ``values`` per (arm, surface) for two measures."""
+    lines = [
+        "# TYPE evald_window_count untyped",
+        "# TYPE evald_window_sum untyped",
+        "# TYPE evald_window_sum_squares gauge",
+    ]
+    for (arm, surface), v in values.items():
+        for measure, x in (("nDCG@10", v), ("RR", v**2)):
+            labels = f'arm="{arm}",measure="{measure}",model="m",surface="{surface}",window="5m"'
+            lines.append(f"evald_window_count{{{labels}}} {len(x)}")
+            lines.append(f"evald_window_sum{{{labels}}} {float(x.sum())!r}")
+            lines.append(f"evald_window_sum_squares{{{labels}}} {float((x**2).sum())!r}")
+    lines += [
+        "# TYPE evald_window_end_timestamp_seconds gauge",
+        f'evald_window_end_timestamp_seconds{{window="5m"}} {at_end}',
+        "# TYPE evald_events_total counter",
+        f'evald_events_total{{kind="impression",outcome="accepted"}} {events}',
+        f'evald_events_total{{kind="feedback",outcome="rejected"}} {events / 10}',
+        "# TYPE evald_rejected_total counter",
+        'evald_rejected_total{reason="invalid_json"} 7',
+        'evald_rejected_total{reason="bad_timestamp"} 0',
+        'evald_rejected_total{reason="missing_field"} 9',
+        "# TYPE evald_pending_impressions gauge",
+        "evald_pending_impressions 321",
+        "# TYPE evald_watermark_timestamp_seconds gauge",
+        'evald_watermark_timestamp_seconds{partition="0"} 1000.0',
+        'evald_watermark_timestamp_seconds{partition="1"} 940.0',
+        "# TYPE evald_consumer_lag gauge",
+        'evald_consumer_lag{partition="0",topic="impressions"} 5',
+        'evald_consumer_lag{partition="1",topic="impressions"} 7',
+        "# TYPE evald_ready gauge",
+        "evald_ready 1.0",
+        "# TYPE process_cpu_seconds_total counter",
+        "process_cpu_seconds_total 3.5",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _values() -> dict[tuple[str, str], np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    return {
+        ("control", "web"): rng.uniform(0.4, 0.8, 500),
+        ("control", "app"): rng.uniform(0.3, 0.7, 300),
+        ("treatment", "web"): rng.uniform(0.5, 0.9, 450),
+        ("treatment", "app"): rng.uniform(0.1, 0.5, 350),
+    }
+
+
+def test_intervals_merge_segments_from_sums_like_the_raw_values() -> None:
+    values = _values()
+    view = build_view("h:1", parse(_exposition(values, events=10, at_end=900.0), at=1060.0))
+    groups = {g.name: g for g in view.groups}
+    assert list(groups) == ["control", "treatment"]
+    assert view.measures == ["nDCG@10", "RR"]
+    for arm in groups:
+        raw = np.concatenate([v for (a, _), v in values.items() if a == arm])
+        est = groups[arm].estimates["nDCG@10"]
+        assert est.n == len(raw)
+        assert est.mean == pytest.approx(raw.mean())
+        assert est.half == pytest.approx(Z95 * raw.std(ddof=1) / math.sqrt(len(raw)))
+        assert groups[arm].estimates["RR"].mean == pytest.approx((raw**2).mean())
+    t = np.concatenate([values["treatment", "web"], values["treatment", "app"]])
+    c = np.concatenate([values["control", "web"], values["control", "app"]])
+    bound = Z95 * math.sqrt(t.var(ddof=1) / len(t) + c.var(ddof=1) / len(c))
+    assert view.comparison is not None
+    assert view.comparison["nDCG@10"].delta == pytest.approx(t.mean() - c.mean())
+    assert view.comparison["nDCG@10"].bound == pytest.approx(bound)
+
+
+def test_group_by_two_labels_and_a_measure_subset() -> None:
+    text = _exposition(_values(), events=10, at_end=900.0)
+    view = build_view("h:1", parse(text, 0.0), group_by=["arm", "surface"], measures=["RR"])
+    assert [g.name for g in view.groups] == [
+        "control · app",
+        "control · web",
+        "treatment · app",
+        "treatment · web",
+    ]
+    assert view.measures == ["RR"]
+    assert view.comparison is None  # no group is called "treatment" and "control" alone
+
+
+def test_health_rates_and_totals_from_two_scrapes() -> None:
+    values = _values()
+    first = parse(_exposition(values, events=1000, at_end=900.0), at=1058.0)
+    second = parse(_exposition(values, events=1500, at_end=900.0), at=1060.0)
+    view = build_view("h:1", second, first)
+    assert view.events_per_s == pytest.approx((1650 - 1100) / 2)
+    assert view.rejected_per_s == pytest.approx(50 / 2)
+    assert view.scored_per_s is None  # the series is absent: unknown, not zero
+    assert view.pending_impressions == 321
+    assert view.watermark_delay_s == pytest.approx(1060.0 - 940.0)  # the slowest partition
+    assert view.consumer_lag == 12
+    assert view.ready is True
+    assert view.window_end == 900.0
+    assert view.rejects == [("missing_field", 9.0), ("invalid_json", 7.0)]
+    # one scrape, or a restart between two (counters went down): no rate rather than a wrong one
+    assert build_view("h:1", second).events_per_s is None
+    assert build_view("h:1", first, second).events_per_s is None
+
+
+def test_a_window_that_is_not_exported_shows_nothing() -> None:
+    view = build_view("h:1", parse(_exposition(_values(), events=1, at_end=9), 0.0), window="1h")
+    assert view.groups == [] and view.window_end is None and view.measures == []
+
+
+def test_compare_flags_only_differences_beyond_the_bound() -> None:
+    assert compare(Estimate(0.6, 0.02, 100), Estimate(0.5, 0.02, 100)).significant
+    assert not compare(Estimate(0.52, 0.02, 100), Estimate(0.5, 0.02, 100)).significant
+    assert not compare(Estimate(0.9, math.nan, 1), Estimate(0.5, 0.02, 100)).significant
+
+
+def test_text_that_is_not_an_exposition_is_refused() -> None:
+    with pytest.raises(ValueError):
+        parse("<html><body>502 Bad Gateway</body></html>\n", 0.0)
+
+
+def test_the_compared_arms_can_have_other_names() -> None:
+    values = {
+        (("baseline", "candidate")[a == "treatment"], s): v for (a, s), v in _values().items()
+    }
+    view = build_view("h:1", parse(_exposition(values, events=1, at_end=9), 0.0))
+    assert view.comparison is None  # no group is called control/treatment
+    named = build_view(
+        "h:1", parse(_exposition(values, events=1, at_end=9), 0.0), arms=("baseline", "candidate")
+    )
+    assert named.comparison is not None and named.arms == ("baseline", "candidate")

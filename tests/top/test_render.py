@@ -1,0 +1,154 @@
+"""Golden screens of `evald top`: the exact frame for a known view, and the 80-column rule."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from evald.top.model import Comparison, Estimate, GroupRow, View
+from evald.top.render import duration, render
+
+ALL = ["nDCG@10", "RR", "Success@10", "RBP(p=0.8)"]
+
+
+def _view(**changes: Any) -> View:
+    fields: dict[str, Any] = {
+        "source": "127.0.0.1:9464",
+        "at": 1_767_226_060.0,
+        "ready": True,
+        "window": "5m",
+        "window_end": 1_767_225_900.0,
+        "measures": ALL,
+        "groups": [
+            GroupRow(
+                "control",
+                {
+                    "nDCG@10": Estimate(0.6123, 0.0041, 12345),
+                    "RR": Estimate(0.5, 0.005, 12345),
+                    "Success@10": Estimate(0.81, 0.007, 12345),
+                    "RBP(p=0.8)": Estimate(0.402, 0.003, 12345),
+                },
+            ),
+            GroupRow(
+                "treatment",
+                {
+                    "nDCG@10": Estimate(0.5981, 0.0043, 12400),
+                    "RR": Estimate(0.503, 0.005, 12400),
+                    "Success@10": Estimate(0.80, 0.007, 12400),
+                    "RBP(p=0.8)": Estimate(0.41, math.nan, 1),
+                },
+            ),
+        ],
+        "comparison": {
+            "nDCG@10": Comparison(-0.0142, 0.0059),
+            "RR": Comparison(0.003, 0.007),
+            "Success@10": Comparison(-0.01, 0.0099),
+        },
+        "events_per_s": 3012.4,
+        "rejected_per_s": 1.25,
+        "scored_per_s": 1433.0,
+        "results_per_s": None,
+        "pending_impressions": 40211.0,
+        "pending_feedback": 23.0,
+        "watermark_delay_s": 187.0,
+        "consumer_lag": None,
+        "rejects": [("invalid_json", 12.0), ("bad_timestamp", 3.0)],
+        "unattributed": [("orphaned", 88.0), ("late", 4.0)],
+        "arms": ("control", "treatment"),
+    }
+    fields.update(changes)
+    return View(**fields)
+
+
+GOLDEN_AB = """\
+evald top · 127.0.0.1:9464 · ready · 00:07:40 UTC
+5m window 00:00:00-00:05:00 UTC (event time) · mean±95% interval
+
+measure              control       treatment  treatment−control
+n                     12,345          12,400
+nDCG@10          0.612±0.004     0.598±0.004     -0.014±0.006 ▼
+RR               0.500±0.005     0.503±0.005     +0.003±0.007
+Success@10       0.810±0.007     0.800±0.007     -0.010±0.010 ▼
+RBP(p=0.8)       0.402±0.003           0.410                  -
+
+events 3,012/s (rejected 1.2/s) · scored 1,433/s
+pending 40,211 impressions, 23 feedback · watermark delay 3m07s
+rejects since start: invalid_json 12 · bad_timestamp 3
+unattributed feedback: orphaned 88 · late 4
+"""
+
+GOLDEN_DAEMON_STARTING = """\
+evald top | 127.0.0.1:9464 | NOT READY | 00:07:40 UTC
+no complete 5m window yet (windows close in event time)
+
+(no scored impression in the window yet)
+
+events 3,012/s (rejected 1.2/s) | scored 1,433/s | results 1,400/s
+pending 40,211 impressions, 23 feedback | watermark 5m00s ahead of wall time
+  consumer lag 123,456
+rejects since start: none
+unattributed feedback: orphaned 88 | late 4
+"""
+
+
+def test_golden_screen_treatment_against_control() -> None:
+    assert render(_view()) == GOLDEN_AB
+
+
+def test_golden_screen_of_a_starting_daemon_in_ascii() -> None:
+    view = _view(
+        ready=False,
+        results_per_s=1400.0,
+        consumer_lag=123456.0,
+        watermark_delay_s=-300.0,
+        groups=[],
+        comparison=None,
+        window_end=None,
+        rejects=[],
+    )
+    assert render(view, unicode=False) == GOLDEN_DAEMON_STARTING
+
+
+def test_many_groups_long_names_and_reasons_stay_within_80_columns() -> None:
+    estimates = {m: Estimate(0.123456, 0.0123, 1_234_567) for m in ALL}
+    groups = [GroupRow(f"arm-{i} · a-rather-long-model-name", estimates) for i in range(7)]
+    rejects = [(f"reason_number_{i}", 1e9 + i) for i in range(12)]
+    view = _view(groups=groups, comparison=None, rejects=rejects, consumer_lag=1e12)
+    for unicode in (True, False):
+        text = render(view, unicode=unicode)
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= 80, text
+        # every group is shown (in tables of four columns) and every reason (wrapped)
+        assert sum(line.startswith("nDCG@10") for line in lines) == 2
+        assert all(f"reason_number_{i}" in text for i in range(12))
+    assert render(view, unicode=False).isascii()
+
+
+def test_narrow_terminal_lines_fit_too() -> None:
+    text = render(_view(), 50)
+    assert max(len(line) for line in text.splitlines()) <= 50
+
+
+def test_durations_read_at_a_glance() -> None:
+    assert [duration(s) for s in (0, 59.4, 187, 3600 * 5 + 61, 86400 * 3 + 7200)] == [
+        "0s",
+        "59s",
+        "3m07s",
+        "5h01m",
+        "3d02h",
+    ]
+
+
+def test_other_arm_names_title_the_difference() -> None:
+    groups = [
+        GroupRow("baseline", {"RR": Estimate(0.5, 0.01, 100)}),
+        GroupRow("candidate", {"RR": Estimate(0.6, 0.01, 100)}),
+    ]
+    view = _view(
+        groups=groups,
+        measures=["RR"],
+        comparison={"RR": Comparison(0.1, 0.014)},
+        arms=("baseline", "candidate"),
+    )
+    head = render(view).splitlines()[3]
+    assert head.endswith("candidate−baseline") and len(head) <= 80
