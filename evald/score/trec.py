@@ -47,7 +47,7 @@ def _fields(raw: bytes) -> list[str] | str | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"not valid UTF-8 (byte {exc.start})"
-    fields = text.split()
+    fields = text.removeprefix("\ufeff").split()  # a byte-order mark is ignored on any line
     if not fields or fields[0].startswith("#"):
         return None
     return fields

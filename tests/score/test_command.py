@@ -397,6 +397,34 @@ def test_trec_rejections_name_file_and_line_and_set_status_1(
     assert "evald score: 4 queries were not scored because of rejected lines" in err
 
 
+def test_a_lone_surrogate_is_reported_and_the_good_lines_still_scored(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path / "in.jsonl",
+        [
+            '{"qid": "\\ud800", "ranking": ["a"], "qrels": {"a": 1}}',
+            '{"qid": "ok", "ranking": ["b", "a"], "qrels": {"a": 1}}',
+        ],
+    )
+    result = evald_main("score", path, "-m", "RR")
+    assert result.status == 1
+    assert result.rows() == [{"qid": "ok", "RR": 0.5}]
+    assert result.err.splitlines()[0].startswith(f'{path}:1: lone surrogate in "qid"')
+
+
+def test_a_byte_order_mark_is_ignored_on_any_line_of_either_input(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    bom = "\ufeff"
+    path = write(tmp_path / "in.jsonl", [bom + json.dumps(row(q, ["a"], {"a": 1})) for q in "xy"])
+    assert [r["qid"] for r in evald_main("score", path, "-m", "RR").rows()] == ["x", "y"]
+    run = write(tmp_path / "run", [bom + "q1 Q0 a 1 2 t", bom + "q2 Q0 b 1 1 t"])
+    qrels = write(tmp_path / "qrels", [bom + "q1 0 a 1", bom + "q2 0 b 1"])
+    result = evald_main("score", "--run", run, "--qrels", qrels, "-m", "RR")
+    assert (result.status, result.rows()) == (0, [{"qid": "q1", "RR": 1.0}, {"qid": "q2", "RR": 1.0}])
+
+
 def test_trec_run_from_stdin(evald_main: Evald, tmp_path: Path) -> None:
     qrels = write(tmp_path / "qrels", ["q1 0 b 1"])
     result = evald_main(
