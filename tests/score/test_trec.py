@@ -36,6 +36,12 @@ def test_ranking_is_score_descending_then_docid_descending_ignoring_rank() -> No
     assert run.ranking("q1") == ["a", "d", "c", "b", "e"]
 
 
+def test_scores_are_doubles_like_trec_eval_10_not_single_floats_like_9() -> None:
+    # in single precision 1.00000001 == 1.0, and the docid tie-break would put b first
+    run, _ = read_run(lines("q Q0 a 1 1.00000001 t\nq Q0 b 2 1.0 t\n"), "run")
+    assert run.ranking("q") == ["a", "b"]
+
+
 def test_docid_tie_break_is_by_code_point_like_strcmp_on_utf8() -> None:
     run, _ = read_run(lines("q Q0 B 1 1 t\nq Q0 a 1 1 t\nq Q0 é 1 1 t\nq Q0 Z 1 1 t\n"), "run")
     # strcmp order of the UTF-8 bytes: "B" < "Z" < "a" < "é"; descending reverses it
