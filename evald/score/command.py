@@ -98,6 +98,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="how --mean prints: a table on a terminal and JSON otherwise (auto, the default)",
     )
     parser.add_argument(
+        "-J",
+        "--judged-only",
+        action="store_true",
+        help="score each list with its unjudged documents removed (trec_eval -J)",
+    )
+    parser.add_argument(
+        "-M",
+        "--max-docs",
+        type=_positive_int,
+        metavar="M",
+        help="score only the first M documents of each list (trec_eval -M); with -J, the "
+        "cut comes first, as in trec_eval",
+    )
+    parser.add_argument(
         "--batch-size",
         type=_positive_int,
         default=DEFAULT_BATCH_SIZE,
@@ -153,7 +167,8 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
             if chunk.rejections:
                 rejected += len(chunk.rejections)
                 print(*chunk.rejections, sep="\n", file=sys.stderr)
-            scorer.add_many(chunk.qids, chunk.rankings, chunk.qrels)
+            rankings = _cut(chunk.rankings, chunk.qrels, args.max_docs, args.judged_only)
+            scorer.add_many(chunk.qids, rankings, chunk.qrels)
         scorer.flush()
     if rows_out is not None:
         rows_out.flush()
@@ -168,6 +183,20 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
         sys.stdout.write(format_table(rows) if table else format_mean_json(rows, scorer.scored))
         sys.stdout.flush()
     return 1 if rejected else 0
+
+
+def _cut(
+    rankings: list[list[str]],
+    qrels: list[dict[str, float]],
+    max_docs: int | None,
+    judged_only: bool,
+) -> list[list[str]]:
+    """trec_eval's -M (the first M documents) then -J (judged documents only), in that order."""
+    if max_docs is not None:
+        rankings = [r[:max_docs] if len(r) > max_docs else r for r in rankings]
+    if judged_only:
+        rankings = [[d for d in r if d in q] for r, q in zip(rankings, qrels, strict=True)]
+    return rankings
 
 
 @contextlib.contextmanager

@@ -77,7 +77,9 @@ def parse_line(text: str) -> Query | str:
     if _SURROGATE_ESCAPE.search(text):
         where = _lone_surrogate(obj)
         if where is not None:
-            return f"lone surrogate in {where}: not Unicode text (an unpaired \\ud800-\\udfff escape)"
+            return (
+                f"lone surrogate in {where}: not Unicode text (an unpaired \\ud800-\\udfff escape)"
+            )
     if not isinstance(obj, dict):
         return f"expected a JSON object, got {json_type(obj)}"
     for key in ("qid", "ranking", "qrels"):
@@ -140,6 +142,8 @@ def _lone_surrogate(value: object, where: str = "the line") -> str | None:
             if found is not None:
                 return found
     return None
+
+
 _NUMBERS = frozenset({int, float})
 
 

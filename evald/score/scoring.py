@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evald.metrics import Measure, evaluate, required_depth, weights_of
+from evald.metrics import Measure, evaluate, from_mean, mean_terms, required_depth, weights_of
 from evald.score.batching import Lists, build_batch, concat, lists_from, widths
 from evald.score.output import MeanRow
 from evald.score.records import Qid, Query
 
-#: Families that only make sense over many lists: left out of per-query rows, kept in the mean.
-AGGREGATE_ONLY = frozenset({"GAUC"})
+#: Families that only make sense over many lists: left out of per-query rows, kept in the mean
+#: (trec_eval prints gm_map only in its ``all`` line too).
+AGGREGATE_ONLY = frozenset({"GAUC", "GMAP"})
 
 
 def per_query(measures: Sequence[Measure]) -> list[Measure]:
@@ -47,6 +48,11 @@ class MeanAccumulator:
         """None when nothing was added with a positive weight."""
         total = math.fsum(self.weights)
         return math.fsum(self.weighted) / total if total > 0 else None
+
+    def reported(self, measure: Measure) -> float | None:
+        """The mean as reported: for GMAP the exponential of the mean of the logs."""
+        mean = self.mean()
+        return None if mean is None else from_mean(measure, mean)
 
 
 Sink = Callable[[Sequence[Qid], Sequence[np.ndarray]], None]
@@ -141,10 +147,12 @@ class BatchScorer:
         batch = build_batch(lists, self._depth)
         values = evaluate(self.measures, batch)
         for measure, column in values.items():
-            self._means[measure].add(column, weights_of(measure, batch))
+            self._means[measure].add(mean_terms(measure, column), weights_of(measure, batch))
         self._sink(lists.qids, [values[m] for m in self.row_measures])
         self.scored += len(lists)
 
     def means(self) -> list[MeanRow]:
         """One row per measure, in the order the user gave them."""
-        return [MeanRow(str(m), self._means[m].mean(), self._means[m].n) for m in self.measures]
+        return [
+            MeanRow(str(m), self._means[m].reported(m), self._means[m].n) for m in self.measures
+        ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import subprocess
 import sys
@@ -39,6 +40,9 @@ TREC_EQUIVALENTS = {
     "AP": ("map", "map"),
     "AP@5": ("map_cut.5", "map_cut_5"),
     "Success@5": ("success.5", "success_5"),
+    "Bpref": ("bpref", "bpref"),
+    "NumRet": ("num_ret", "num_ret"),
+    "SetF": ("set_F", "set_F"),
 }
 
 
@@ -291,6 +295,25 @@ trec_docs = st.sampled_from([f"d{i}" for i in range(12)])
 trec_queries = st.sampled_from(["q1", "q2", "q3", "q10", "Q4"])
 
 
+def first_m(run: dict[str, dict[str, float]], m: int | None) -> dict[str, dict[str, float]]:
+    """The run cut to each query's first m documents in trec_eval's order (trec_eval -M)."""
+    if m is None:
+        return run
+    return {
+        qid: dict(sorted(((d, s) for d, s in docs.items()), key=lambda ds: (ds[1], ds[0]))[-m:])
+        for qid, docs in run.items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("flags", "judged_only", "max_docs"),
+    [
+        ((), False, None),
+        (("-J",), True, None),
+        (("-M", "3"), False, 3),
+        (("-J", "-M", "2"), True, 2),
+    ],
+)
 @settings(max_examples=40, deadline=None)
 @given(
     run=st.dictionaries(
@@ -309,9 +332,12 @@ trec_queries = st.sampled_from(["q1", "q2", "q3", "q10", "Q4"])
         min_size=1,
     ),
 )
-def test_trec_files_score_like_trec_eval(run: dict, qrels: dict) -> None:
+def test_trec_files_score_like_trec_eval(
+    run: dict, qrels: dict, flags: tuple[str, ...], judged_only: bool, max_docs: int | None
+) -> None:
     """Ties in score (0.5/1.0/2.25 repeat), unjudged and negatively judged docs, queries on one
-    side only: every per-query value equals pytrec_eval's within 1e-9."""
+    side only, with and without -J and -M: every per-query value equals pytrec_eval's within
+    1e-9 (it has no -M: it is given the run cut to M documents)."""
     with mock.patch.object(evald.cli, "COMMANDS", SCORE_ONLY), tempfile.TemporaryDirectory() as tmp:
         run_path = write(
             Path(tmp, "run"),
@@ -332,13 +358,13 @@ def test_trec_files_score_like_trec_eval(run: dict, qrels: dict) -> None:
         out_path = Path(tmp, "out.jsonl")
         status = evald.cli.main(
             ["score", "--run", run_path, "--qrels", qrels_path, "--output", str(out_path),
-             "-m", ",".join(TREC_EQUIVALENTS)]
+             "-m", ",".join(TREC_EQUIVALENTS), *flags]
         )  # fmt: skip
         ours = {r["qid"]: r for r in map(json.loads, out_path.read_text().splitlines())}
     assert status == 0
     expected = pytrec_eval.RelevanceEvaluator(
-        qrels, {trec for trec, _ in TREC_EQUIVALENTS.values()}
-    ).evaluate(run)
+        qrels, {trec for trec, _ in TREC_EQUIVALENTS.values()}, judged_docs_only_flag=judged_only
+    ).evaluate(first_m(run, max_docs))
     assert set(ours) == set(expected) == set(run) & set(qrels)
     for qid, values in expected.items():
         for name, (_, key) in TREC_EQUIVALENTS.items():
@@ -351,7 +377,8 @@ def test_query_with_only_negative_judgments_scores_zero(evald_main: Evald, tmp_p
     run = write(tmp_path / "run", ["q1 Q0 a 1 2 t", "q1 Q0 b 2 1 t"])
     qrels = write(tmp_path / "qrels", ["q1 0 a -1", "q1 0 b -1"])
     result = evald_main("score", "--run", run, "--qrels", qrels, "-m", ",".join(TREC_EQUIVALENTS))
-    assert result.rows() == [{"qid": "q1", **dict.fromkeys(TREC_EQUIVALENTS, 0.0)}]
+    zeros = dict.fromkeys(TREC_EQUIVALENTS, 0.0)
+    assert result.rows() == [{"qid": "q1", **zeros, "NumRet": 2.0}]  # a count, not a quality
 
 
 def test_trec_skips_and_complete_are_reported(evald_main: Evald, tmp_path: Path) -> None:
@@ -422,7 +449,10 @@ def test_a_byte_order_mark_is_ignored_on_any_line_of_either_input(
     run = write(tmp_path / "run", [bom + "q1 Q0 a 1 2 t", bom + "q2 Q0 b 1 1 t"])
     qrels = write(tmp_path / "qrels", [bom + "q1 0 a 1", bom + "q2 0 b 1"])
     result = evald_main("score", "--run", run, "--qrels", qrels, "-m", "RR")
-    assert (result.status, result.rows()) == (0, [{"qid": "q1", "RR": 1.0}, {"qid": "q2", "RR": 1.0}])
+    assert (result.status, result.rows()) == (
+        0,
+        [{"qid": "q1", "RR": 1.0}, {"qid": "q2", "RR": 1.0}],
+    )
 
 
 def test_trec_run_from_stdin(evald_main: Evald, tmp_path: Path) -> None:
@@ -464,3 +494,25 @@ def test_python_dash_m_evald_runs_the_command(tmp_path: Path) -> None:
     mean = json.loads(scored.stdout)
     assert mean["n"] == 30 and set(mean) == {"n", "nDCG@10", "RR"}
     assert 0 < mean["nDCG@10"] < 1
+
+
+def test_gmap_is_only_in_the_mean_and_is_trec_evals_geometric_mean(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    run = {"q1": {"a": 2.0, "b": 1.0}, "q2": {"c": 1.0, "d": 0.5}, "q3": {"e": 1.0}}
+    qrels = {"q1": {"b": 1}, "q2": {"c": 2, "x": 1}, "q3": {"e": 0}}  # q3: AP 0, floored
+    run_path = write(
+        tmp_path / "run",
+        [f"{q} Q0 {d} 1 {s} t" for q, docs in run.items() for d, s in docs.items()],
+    )
+    qrels_path = write(
+        tmp_path / "qrels", [f"{q} 0 {d} {g}" for q, docs in qrels.items() for d, g in docs.items()]
+    )
+    result = evald_main("score", "--run", run_path, "--qrels", qrels_path, "-m", "GMAP,AP")
+    assert [set(row) for row in result.rows()] == [{"qid", "AP"}] * 3
+    means = json.loads(
+        evald_main("score", "--run", run_path, "--qrels", qrels_path, "-m", "GMAP", "--mean").out
+    )
+    logs = pytrec_eval.RelevanceEvaluator(qrels, {"gm_map"}).evaluate(run)
+    expected = math.exp(sum(v["gm_map"] for v in logs.values()) / 3)
+    assert means == {"n": 3, "GMAP": pytest.approx(expected, abs=1e-12)}
