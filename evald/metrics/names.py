@@ -338,9 +338,15 @@ def parse_measure(text: str) -> Measure:
 
 
 def parse_measures(text: str | Sequence[str]) -> list[Measure]:
-    """Parse a comma-separated string (or a sequence of them); duplicates are dropped."""
+    """Parse a comma-separated string (or a sequence of them); duplicates are dropped.
+
+    trec_eval's names are read as aliases (``P.5,10`` is ``P@5,P@10``; see trec_names.py).
+    """
+    from evald.metrics.trec_names import expand  # trec_eval's spellings, as aliases
+
     items: Iterable[str] = [text] if isinstance(text, str) else text
-    names = [part for item in items for part in _split_top_level(item) if part.strip()]
+    parts = [part for item in items for part in _split_top_level(item) if part.strip()]
+    names = expand(parts)
     if not names:
         raise MeasureError(f"no measure given; valid forms: {valid_forms()}")
     return list(dict.fromkeys(parse_measure(name) for name in names))

@@ -93,9 +93,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--format",
-        choices=("auto", "table", "json"),
+        choices=("auto", "table", "json", "trec"),
         default="auto",
-        help="how --mean prints: a table on a terminal and JSON otherwise (auto, the default)",
+        help="how --mean prints: a table on a terminal and JSON otherwise (auto, the default); "
+        "trec: trec_eval's lines, per query (as -q) unless --mean, then the 'all' lines",
+    )
+    parser.add_argument(
+        "--digits",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="decimals in the table and trec formats (default 4, as trec_eval)",
     )
     parser.add_argument(
         "-J",
@@ -149,7 +157,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack) -> int:
-    from evald.score.output import JsonlWriter, format_mean_json, format_table
+    from evald.score.output import (
+        JsonlWriter,
+        TrecWriter,
+        format_mean_json,
+        format_table,
+        format_trec_all,
+    )
     from evald.score.scoring import BatchScorer, per_query
 
     source = _input(args, stack)
@@ -158,8 +172,15 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
         rows_out = _open_write(args.output, stack, [args.input, args.run, args.qrels])
     elif not args.mean:
         rows_out = sys.stdout
-    names = [str(m) for m in per_query(measures)]
-    writer = JsonlWriter(rows_out, names) if rows_out is not None else None
+    trec = args.format == "trec"
+    names = [_name_of(m, trec) for m in per_query(measures)]
+    writer: JsonlWriter | TrecWriter | None = None
+    if rows_out is not None:
+        writer = (
+            TrecWriter(rows_out, names, digits=args.digits)
+            if trec
+            else JsonlWriter(rows_out, names)
+        )
     scorer = BatchScorer(measures, writer.write if writer else _discard, batch_size=args.batch_size)
     rejected = 0
     with _cyclic_gc_paused():
@@ -177,12 +198,30 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
         notes.insert(0, f"{rejected} line(s) rejected; {scorer.scored} queries scored")
     for note in notes:
         print(f"evald score: {note}", file=sys.stderr)
-    if args.mean:
+    if trec:
+        all_names = [_name_of(m, trec) for m in measures]
+        sys.stdout.write(format_trec_all(scorer.means(), all_names, digits=args.digits))
+        sys.stdout.flush()
+    elif args.mean:
         table = args.format == "table" or (args.format == "auto" and sys.stdout.isatty())
         rows = scorer.means()
-        sys.stdout.write(format_table(rows) if table else format_mean_json(rows, scorer.scored))
+        text = (
+            format_table(rows, digits=args.digits)
+            if table
+            else format_mean_json(rows, scorer.scored)
+        )
+        sys.stdout.write(text)
         sys.stdout.flush()
     return 1 if rejected else 0
+
+
+def _name_of(measure: Measure, trec: bool) -> str:
+    """The output name: trec_eval's (``P_5``) in the trec format where it has one."""
+    if trec:
+        from evald.metrics.trec_names import trec_name
+
+        return trec_name(measure) or str(measure)
+    return str(measure)
 
 
 def _cut(

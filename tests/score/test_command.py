@@ -205,7 +205,7 @@ def test_the_garbage_collector_is_left_as_it_was(
 def test_bad_measure_is_a_usage_error_listing_valid_forms(
     evald_main: Evald, jsonl_file: WriteJsonl
 ) -> None:
-    result = evald_main("score", jsonl_file(), "--measures", "nDCG@10,ndcg_cut_10")
+    result = evald_main("score", jsonl_file(), "--measures", "nDCG@10,ndcg_cutt_10")
     assert result.status == 2
     assert result.out == ""
     assert result.err.startswith("evald score: error: ")
@@ -516,3 +516,55 @@ def test_gmap_is_only_in_the_mean_and_is_trec_evals_geometric_mean(
     logs = pytrec_eval.RelevanceEvaluator(qrels, {"gm_map"}).evaluate(run)
     expected = math.exp(sum(v["gm_map"] for v in logs.values()) / 3)
     assert means == {"n": 3, "GMAP": pytest.approx(expected, abs=1e-12)}
+
+
+#: trec_eval 10.0 (built from its source) on the run and qrels of the test below:
+#: trec_eval -q -m P.5 -m map -m ndcg_cut.10 -m num_ret -m num_rel_ret -m recip_rank
+#:   -m gm_map -m bpref -m iprec_at_recall.0.5 qrels run
+TREC_EVAL_10_OUTPUT = """\
+P_5                   \tq1\t0.4000
+map                   \tq1\t1.0000
+ndcg_cut_10           \tq1\t1.0000
+num_ret               \tq1\t2
+num_rel_ret           \tq1\t2
+recip_rank            \tq1\t1.0000
+bpref                 \tq1\t1.0000
+iprec_at_recall_0.50  \tq1\t1.0000
+P_5                   \tq2\t0.2000
+map                   \tq2\t0.5000
+ndcg_cut_10           \tq2\t0.6309
+num_ret               \tq2\t2
+num_rel_ret           \tq2\t1
+recip_rank            \tq2\t0.5000
+bpref                 \tq2\t0.0000
+iprec_at_recall_0.50  \tq2\t0.5000
+P_5                   \tall\t0.3000
+map                   \tall\t0.7500
+ndcg_cut_10           \tall\t0.8155
+num_ret               \tall\t4
+num_rel_ret           \tall\t3
+recip_rank            \tall\t0.7500
+gm_map                \tall\t0.7071
+bpref                 \tall\t0.5000
+iprec_at_recall_0.50  \tall\t0.7500
+"""
+
+
+def test_trec_format_prints_what_trec_eval_prints(evald_main: Evald, tmp_path: Path) -> None:
+    run = write(
+        tmp_path / "run", ["q1 Q0 a 1 2 t", "q1 Q0 b 2 1 t", "q2 Q0 c 1 1 t", "q2 Q0 a 1 0.5 t"]
+    )
+    qrels = write(tmp_path / "qrels", ["q1 0 a 1", "q1 0 b 1", "q2 0 c 0", "q2 0 a 2"])
+    measures = "P.5,map,ndcg_cut.10,num_ret,num_rel_ret,recip_rank,gm_map,bpref,iprec_at_recall.0.5"
+    result = evald_main("score", "--run", run, "--qrels", qrels, "-m", measures, "--format", "trec")
+    assert result.status == 0
+    assert sorted(result.out.splitlines()) == sorted(TREC_EVAL_10_OUTPUT.splitlines())
+    summary = evald_main(
+        "score", "--run", run, "--qrels", qrels, "-m", measures, "--format", "trec", "--mean"
+    )
+    assert summary.out.splitlines() == TREC_EVAL_10_OUTPUT.splitlines()[-9:]
+    digits = evald_main(
+        "score", "--run", run, "--qrels", qrels, "-m", "map", "--format", "trec", "--mean",
+        "--digits", "6",
+    )  # fmt: skip
+    assert digits.out == "map                   \tall\t0.750000\n"
