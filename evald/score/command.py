@@ -106,6 +106,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="decimals in the table and trec formats (default 4, as trec_eval)",
     )
     parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="FILE",
+        help="compare runs: each FILE after the first against the first, per measure, with a "
+        "paired t-test and a randomization test (TREC runs with --qrels, else JSON Lines)",
+    )
+    parser.add_argument(
+        "--permutations",
+        type=_positive_int,
+        default=10_000,
+        metavar="N",
+        help="--compare: sign patterns the randomization test draws (default 10000; every "
+        "pattern, an exact test, when 2^queries <= N)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="--compare: seed of the randomization test's draws (default 0)",
+    )
+    parser.add_argument(
+        "--correction",
+        choices=("holm", "bonferroni", "none"),
+        default="holm",
+        help="--compare: multiple-testing correction over the runs compared with the first, "
+        "per measure and test (default holm)",
+    )
+    parser.add_argument(
         "-J",
         "--judged-only",
         action="store_true",
@@ -150,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         _check_sources(args)
         with contextlib.ExitStack() as stack:
+            if args.compare is not None:
+                return _compare(args, measures, stack)
             return _score(args, measures, stack)
     except UsageError as exc:
         _error(str(exc))
@@ -164,7 +194,7 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
         format_table,
         format_trec_all,
     )
-    from evald.score.scoring import BatchScorer, per_query
+    from evald.score.scoring import BatchScorer, cut_rankings, per_query
 
     source = _input(args, stack)
     rows_out: TextIO | None = None
@@ -188,7 +218,7 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
             if chunk.rejections:
                 rejected += len(chunk.rejections)
                 print(*chunk.rejections, sep="\n", file=sys.stderr)
-            rankings = _cut(chunk.rankings, chunk.qrels, args.max_docs, args.judged_only)
+            rankings = cut_rankings(chunk.rankings, chunk.qrels, args.max_docs, args.judged_only)
             scorer.add_many(chunk.qids, rankings, chunk.qrels)
         scorer.flush()
     if rows_out is not None:
@@ -224,20 +254,6 @@ def _name_of(measure: Measure, trec: bool) -> str:
     return str(measure)
 
 
-def _cut(
-    rankings: list[list[str]],
-    qrels: list[dict[str, float]],
-    max_docs: int | None,
-    judged_only: bool,
-) -> list[list[str]]:
-    """trec_eval's -M (the first M documents) then -J (judged documents only), in that order."""
-    if max_docs is not None:
-        rankings = [r[:max_docs] if len(r) > max_docs else r for r in rankings]
-    if judged_only:
-        rankings = [[d for d in r if d in q] for r, q in zip(rankings, qrels, strict=True)]
-    return rankings
-
-
 @contextlib.contextmanager
 def _cyclic_gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while lines stream through.
@@ -261,7 +277,86 @@ def _discard(qids: Sequence[Qid], columns: Sequence[object]) -> None:
     """The row sink when only the means are wanted."""
 
 
+def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack) -> int:
+    """Score every run, pair the queries by qid, and print the comparison table or JSON."""
+    from evald.score import compare
+    from evald.score.inputs import JsonlInput, TrecInput
+
+    names = compare.per_query_names(measures)
+    if not names:
+        raise UsageError("--compare needs a per-query measure (GAUC and GMAP are aggregates)")
+    row_measures = [m for m in measures if str(m) in names]
+    runs = []
+    for path in args.compare:
+        source: Input
+        if args.qrels is not None:
+            source = TrecInput(
+                (_lines(path, stack), path),
+                (_lines(args.qrels, stack), args.qrels),
+                complete=args.complete,
+            )
+        else:
+            source = JsonlInput(_lines(path, stack), path)
+        try:
+            runs.append(
+                compare.score_run(
+                    path,
+                    source,
+                    row_measures,
+                    batch_size=args.batch_size,
+                    max_docs=args.max_docs,
+                    judged_only=args.judged_only,
+                    report=lambda text: print(text, file=sys.stderr),
+                )
+            )
+        except compare.DuplicateQid as exc:
+            raise UsageError(str(exc)) from None
+    for run_values in runs:
+        compare.report_notes(run_values)
+    qids, _ = compare.paired(runs)
+    unpaired = len({q for r in runs for q in r.qids}) - len(qids)
+    if unpaired:
+        print(
+            f"evald score: {unpaired} queries are not scored in every run and are left out "
+            f"of the comparison; {len(qids)} are compared",
+            file=sys.stderr,
+        )
+    results = compare.compare(
+        runs, names, permutations=args.permutations, seed=args.seed, correction=args.correction
+    )
+    table = args.format == "table" or (args.format == "auto" and sys.stdout.isatty())
+    if table:
+        sys.stdout.write(compare.format_table(results, args.correction, digits=args.digits))
+    else:
+        sys.stdout.write(
+            compare.format_json(
+                results,
+                args.compare[0],
+                len(qids),
+                permutations=args.permutations,
+                seed=args.seed,
+                correction=args.correction,
+            )
+        )
+    sys.stdout.flush()
+    return 1 if any(r.rejected for r in runs) else 0
+
+
 def _check_sources(args: argparse.Namespace) -> None:
+    if args.compare is not None:
+        if len(args.compare) < 2:
+            raise UsageError("--compare needs at least two runs: the baseline and another")
+        if args.run is not None or args.input is not None or args.example:
+            raise UsageError("--compare takes its runs as its own arguments (no FILE or --run)")
+        if args.output or args.mean or args.format == "trec":
+            raise UsageError(
+                "--compare prints a table or JSON; --output, --mean and --format trec do not apply"
+            )
+        if "-" in args.compare or args.qrels == "-":
+            raise UsageError("--compare reads files, not stdin")
+        if args.complete and args.qrels is None:
+            raise UsageError("--complete applies to TREC runs (--compare with --qrels)")
+        return
     trec = args.run is not None or args.qrels is not None
     if trec and (args.run is None or args.qrels is None):
         raise UsageError("--run and --qrels go together")

@@ -156,3 +156,17 @@ class BatchScorer:
         return [
             MeanRow(str(m), self._means[m].reported(m), self._means[m].n) for m in self.measures
         ]
+
+
+def cut_rankings(
+    rankings: list[list[str]],
+    qrels: Sequence[dict[str, float]],
+    max_docs: int | None,
+    judged_only: bool,
+) -> list[list[str]]:
+    """trec_eval's -M (the first M documents) then -J (judged documents only), in that order."""
+    if max_docs is not None:
+        rankings = [r[:max_docs] if len(r) > max_docs else r for r in rankings]
+    if judged_only:
+        rankings = [[d for d in r if d in q] for r, q in zip(rankings, qrels, strict=True)]
+    return rankings

@@ -6,6 +6,7 @@ import gc
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
+import numpy as np
 import pytest
 import pytrec_eval
 from hypothesis import given, settings
@@ -568,3 +570,86 @@ def test_trec_format_prints_what_trec_eval_prints(evald_main: Evald, tmp_path: P
         "--digits", "6",
     )  # fmt: skip
     assert digits.out == "map                   \tall\t0.750000\n"
+
+
+# --- --compare -------------------------------------------------------------------------------
+
+
+def compare_runs(tmp_path: Path) -> list[str]:
+    """Three JSONL runs over 12 queries: b is better than a, c is a with two lists swapped."""
+    rng = random.Random(5)
+    paths = []
+    for name in "abc":
+        lines = []
+        for q in range(12):
+            docs = [f"d{i}" for i in range(8)]
+            qrels = {d: rng.randint(0, 2) for d in docs[:5]}
+            ranking = sorted(
+                docs, key=lambda d, n=name: -qrels.get(d, 0) * (n == "b") + rng.random()
+            )
+            lines.append(json.dumps(row(f"q{q}", ranking, qrels)))
+        paths.append(write(tmp_path / f"{name}.jsonl", lines))
+    return paths
+
+
+def test_compare_reports_means_and_tests_equal_to_scipy(evald_main: Evald, tmp_path: Path) -> None:
+    from scipy import stats
+
+    paths = compare_runs(tmp_path)
+    result = evald_main("score", "--compare", *paths, "-m", "nDCG@5,AP", "--seed", "3")
+    assert result.status == 0, result.err
+    report = json.loads(result.out)
+    assert report["baseline"] == paths[0] and report["queries"] == 12
+    assert (report["permutations"], report["seed"], report["correction"]) == (10_000, 3, "holm")
+    per_run = [
+        {r["qid"]: r for r in evald_main("score", p, "-m", "nDCG@5,AP").rows()} for p in paths
+    ]
+    results = {(r["measure"], r["run"]): r for r in report["results"]}
+    assert len(results) == 4
+    for measure in ("nDCG@5", "AP"):
+        a = [per_run[0][f"q{q}"][measure] for q in range(12)]
+        pvalues = []
+        for path, rows in zip(paths[1:], per_run[1:], strict=True):
+            b = [rows[f"q{q}"][measure] for q in range(12)]
+            got = results[(measure, path)]
+            assert got["diff"] == pytest.approx(sum(b) / 12 - sum(a) / 12, abs=1e-12)
+            expected = stats.ttest_rel(b, a)
+            assert got["t"] == pytest.approx(expected.statistic, rel=1e-9)
+            assert got["p_t"] == pytest.approx(expected.pvalue, rel=1e-9)
+            exact = stats.permutation_test(
+                (b, a), lambda x, y, axis: np.mean(x - y, axis=axis),
+                permutation_type="samples", n_resamples=np.inf,
+            )  # fmt: skip
+            assert got["randomization"] == "exact"  # 2^12 patterns <= 10 000
+            assert got["p_randomization"] == pytest.approx(exact.pvalue, abs=1e-12)
+            pvalues.append(expected.pvalue)
+        holm = sorted(pvalues)
+        corrected = [min(1.0, 2 * holm[0]), max(min(1.0, 2 * holm[0]), holm[1])]
+        got_corrected = sorted(results[(measure, p)]["p_t_corrected"] for p in paths[1:])
+        assert got_corrected == pytest.approx(corrected, rel=1e-9)
+
+
+def test_compare_table_on_a_terminal_and_usage_errors(evald_main: Evald, tmp_path: Path) -> None:
+    paths = compare_runs(tmp_path)
+    table = evald_main("score", "--compare", *paths[:2], "-m", "AP", tty=True)
+    assert table.out.splitlines()[0].split() == [
+        "measure", "run", "baseline", "mean", "diff", "t", "p(t)", "p(t)", "holm", "p(rand)",
+        "p(rand)", "holm",
+    ]  # fmt: skip
+    assert table.out.splitlines()[1].split()[:2] == ["AP", paths[1]]
+    assert evald_main("score", "--compare", paths[0]).status == 2
+    assert evald_main("score", "--compare", *paths, "--mean").status == 2
+    assert evald_main("score", "--compare", *paths, "-m", "GAUC").status == 2
+    twice = write(tmp_path / "twice.jsonl", [json.dumps(row("q1", ["a"], {"a": 1}))] * 2)
+    dup = evald_main("score", "--compare", paths[0], twice)
+    assert dup.status == 2 and "qid 'q1' is scored twice" in dup.err
+
+
+def test_compare_trec_runs_pairs_queries_in_every_run(evald_main: Evald, tmp_path: Path) -> None:
+    qrels = write(tmp_path / "qrels", ["q1 0 a 1", "q2 0 b 1", "q3 0 c 1"])
+    a = write(tmp_path / "a", ["q1 Q0 a 1 1 t", "q2 Q0 x 1 1 t", "q3 Q0 c 1 1 t"])
+    b = write(tmp_path / "b", ["q1 Q0 a 1 1 t", "q2 Q0 b 1 1 t"])
+    result = evald_main("score", "--compare", a, b, "--qrels", qrels, "-m", "map")
+    (only,) = json.loads(result.out)["results"]
+    assert (only["n"], only["baseline_mean"], only["mean"]) == (2, 0.5, 1.0)
+    assert "1 queries are not scored in every run" in result.err
