@@ -128,28 +128,41 @@ class MeanRow:
     name: str
     mean: float | None
     n: int
+    interval: tuple[float, float] | None = None  # 95% t interval over queries
 
 
 def format_table(rows: Sequence[MeanRow], *, digits: int = 4) -> str:
-    """An aligned text table (measure, mean, n) for people; ``digits`` as trec_eval's 4."""
-    header = ("measure", "mean", "n")
+    """An aligned text table (measure, mean, 95% interval, n) for people; ``digits`` as
+    trec_eval's 4."""
+    header = ("measure", "mean", "95% CI", "n")
     cells = [
-        (row.name, "-" if row.mean is None else f"{row.mean:.{digits}f}", str(row.n))
+        (
+            row.name,
+            "-" if row.mean is None else f"{row.mean:.{digits}f}",
+            "-" if row.interval is None else _interval_text(row.interval, digits),
+            str(row.n),
+        )
         for row in rows
     ]
-    widths = [max(len(line[col]) for line in [header, *cells]) for col in range(3)]
+    widths = [max(len(line[col]) for line in [header, *cells]) for col in range(4)]
     lines = [
-        f"{name:<{widths[0]}}  {mean:>{widths[1]}}  {n:>{widths[2]}}"
-        for name, mean, n in [header, *cells]
+        f"{name:<{widths[0]}}  {mean:>{widths[1]}}  {ci:>{widths[2]}}  {n:>{widths[3]}}"
+        for name, mean, ci, n in [header, *cells]
     ]
     return "\n".join(lines) + "\n"
+
+
+def _interval_text(interval: tuple[float, float], digits: int) -> str:
+    low, high = interval
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def format_mean_json(rows: Sequence[MeanRow], queries: int) -> str:
     """One JSON object: ``{"n": queries scored, "<measure>": mean, ...}`` at full precision.
 
     A measure whose own count differs from ``queries`` (an aggregate such as GAUC only counts
-    lists with both relevant and non-relevant items) also gets ``"n(<measure>)"``.
+    lists with both relevant and non-relevant items) also gets ``"n(<measure>)"``, and every
+    measure with a 95% interval ``"ci95(<measure>)": [low, high]``.
     """
     parts = [f'{{"n": {queries}']
     for row in rows:
@@ -158,6 +171,10 @@ def format_mean_json(rows: Sequence[MeanRow], queries: int) -> str:
         parts.append(f", {key}: {value}")
         if row.n != queries:
             parts.append(f", {json.dumps('n(' + row.name + ')', ensure_ascii=False)}: {row.n}")
+        if row.interval is not None:
+            low, high = map(json_number, row.interval)
+            key = json.dumps("ci95(" + row.name + ")", ensure_ascii=False)
+            parts.append(f", {key}: [{low}, {high}]")
     parts.append("}\n")
     return "".join(parts)
 

@@ -37,12 +37,41 @@ class MeanAccumulator:
     weighted: list[float] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
     n: int = 0
+    # the unweighted spread, merged batch by batch (Chan et al.): count, mean, Σ(v − mean)²
+    _count: int = 0
+    _mean: float = 0.0
+    _m2: float = 0.0
+    _unweighted: bool = True
 
     def add(self, values: np.ndarray, weights: np.ndarray) -> None:
         """Add one batch's values with their weights (lists of weight 0 do not count in n)."""
         self.weighted.append(float(np.dot(weights, values)))
         self.weights.append(float(weights.sum()))
         self.n += int(np.count_nonzero(weights))
+        if not bool((weights == 1).all()):
+            self._unweighted = False
+        if values.shape[0]:
+            count, mean = values.shape[0], float(values.mean())
+            m2 = float(np.square(values - mean).sum())
+            total = self._count + count
+            delta = mean - self._mean
+            self._m2 += m2 + delta * delta * self._count * count / total
+            self._mean += delta * count / total
+            self._count = total
+
+    def interval(self, measure: Measure, level: float = 0.95) -> tuple[float, float] | None:
+        """The t interval of the mean over lists (GMAP: of the mean log, then exponentiated);
+        None for fewer than 2 lists or a weighted aggregate (GAUC)."""
+        if not self._unweighted or self._count < 2:
+            return None
+        from scipy.stats import t as student_t
+
+        mean = self.mean()
+        assert mean is not None
+        half = float(student_t.ppf(0.5 + level / 2, self._count - 1)) * math.sqrt(
+            self._m2 / (self._count - 1) / self._count
+        )
+        return from_mean(measure, mean - half), from_mean(measure, mean + half)
 
     def mean(self) -> float | None:
         """None when nothing was added with a positive weight."""
@@ -154,7 +183,10 @@ class BatchScorer:
     def means(self) -> list[MeanRow]:
         """One row per measure, in the order the user gave them."""
         return [
-            MeanRow(str(m), self._means[m].reported(m), self._means[m].n) for m in self.measures
+            MeanRow(
+                str(m), self._means[m].reported(m), self._means[m].n, self._means[m].interval(m)
+            )
+            for m in self.measures
         ]
 
 

@@ -48,6 +48,11 @@ TREC_EQUIVALENTS = {
 }
 
 
+def means(text: str) -> dict[str, object]:
+    """A --mean JSON object without its intervals (tested on their own below)."""
+    return {k: v for k, v in json.loads(text).items() if not k.startswith("ci95(")}
+
+
 def row(qid: object, ranking: list[str], qrels: dict[str, object]) -> dict[str, object]:
     return {"qid": qid, "ranking": ranking, "qrels": qrels}
 
@@ -122,7 +127,9 @@ def test_gauc_is_only_in_the_mean(evald_main: Evald, jsonl_file: WriteJsonl) -> 
     rows = evald_main("score", path, "-m", "AUC,GAUC").rows()
     assert rows == [{"qid": "a", "AUC": 1.0}, {"qid": "b", "AUC": 0.0}]
     mean = json.loads(evald_main("score", path, "-m", "AUC,GAUC", "--mean").out)
-    assert mean == {"n": 2, "AUC": 0.5, "GAUC": pytest.approx(2 / 5)}
+    half = 12.706204736174707 * 0.5  # t(0.975, 1 df) · the standard error of [1, 0]
+    assert mean == {"n": 2, "AUC": 0.5, "ci95(AUC)": pytest.approx([0.5 - half, 0.5 + half]),
+                    "GAUC": pytest.approx(0.4)}  # fmt: skip
 
 
 # --- means and output destinations ---------------------------------------------------------
@@ -133,17 +140,17 @@ def test_mean_is_json_when_not_a_terminal_and_a_table_on_one(
 ) -> None:
     path = jsonl_file(row("a", ["x"], {"x": 1}), row("b", ["y", "x"], {"x": 1}))
     as_json = evald_main("score", path, "-m", "RR,P@1", "--mean")
-    assert json.loads(as_json.out) == {"n": 2, "RR": 0.75, "P@1": 0.5}
+    assert means(as_json.out) == {"n": 2, "RR": 0.75, "P@1": 0.5}
     table = evald_main("score", path, "-m", "RR,P@1", "--mean", tty=True)
     assert table.out.splitlines() == [
-        "measure    mean  n",
-        "RR       0.7500  2",
-        "P@1      0.5000  2",
+        "measure    mean             95% CI  n",
+        "RR       0.7500  [-2.4266, 3.9266]  2",
+        "P@1      0.5000  [-5.8531, 6.8531]  2",
     ]
     forced = evald_main("score", path, "-m", "RR", "--mean", "--format", "table")
-    assert forced.out.splitlines()[0].split() == ["measure", "mean", "n"]
+    assert forced.out.splitlines()[0].split() == ["measure", "mean", "95%", "CI", "n"]
     forced_json = evald_main("score", path, "-m", "RR", "--mean", "--format", "json", tty=True)
-    assert json.loads(forced_json.out) == {"n": 2, "RR": 0.75}
+    assert means(forced_json.out) == {"n": 2, "RR": 0.75}
 
 
 def test_output_file_gets_rows_while_the_mean_goes_to_stdout(
@@ -152,7 +159,7 @@ def test_output_file_gets_rows_while_the_mean_goes_to_stdout(
     out = tmp_path / "rows.jsonl"
     path = jsonl_file(row("a", ["x"], {"x": 1}), row("b", ["y"], {"x": 1}))
     result = evald_main("score", path, "-m", "RR", "--output", str(out), "--mean")
-    assert json.loads(result.out) == {"n": 2, "RR": 0.5}
+    assert means(result.out) == {"n": 2, "RR": 0.5}
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert rows == [{"qid": "a", "RR": 1.0}, {"qid": "b", "RR": 0.0}]
 
@@ -403,7 +410,7 @@ def test_trec_skips_and_complete_are_reported(evald_main: Evald, tmp_path: Path)
     ]
     assert "1 qrels queries missing from the run were scored as empty" in complete.err
     mean = evald_main("score", "--run", run, "--qrels", qrels, "-m", "RR", "--complete", "--mean")
-    assert json.loads(mean.out) == {"n": 2, "RR": 0.5}
+    assert means(mean.out) == {"n": 2, "RR": 0.5}
 
 
 def test_trec_rejections_name_file_and_line_and_set_status_1(
@@ -494,7 +501,7 @@ def test_python_dash_m_evald_runs_the_command(tmp_path: Path) -> None:
     )
     assert scored.returncode == 0, scored.stderr
     mean = json.loads(scored.stdout)
-    assert mean["n"] == 30 and set(mean) == {"n", "nDCG@10", "RR"}
+    assert mean["n"] == 30 and set(mean) == {"n", "nDCG@10", "RR", "ci95(nDCG@10)", "ci95(RR)"}
     assert 0 < mean["nDCG@10"] < 1
 
 
@@ -517,7 +524,7 @@ def test_gmap_is_only_in_the_mean_and_is_trec_evals_geometric_mean(
     )
     logs = pytrec_eval.RelevanceEvaluator(qrels, {"gm_map"}).evaluate(run)
     expected = math.exp(sum(v["gm_map"] for v in logs.values()) / 3)
-    assert means == {"n": 3, "GMAP": pytest.approx(expected, abs=1e-12)}
+    assert means == {"n": 3, "GMAP": pytest.approx(expected, abs=1e-12), "ci95(GMAP)": mock.ANY}
 
 
 #: trec_eval 10.0 (built from its source) on the run and qrels of the test below:
@@ -653,3 +660,24 @@ def test_compare_trec_runs_pairs_queries_in_every_run(evald_main: Evald, tmp_pat
     (only,) = json.loads(result.out)["results"]
     assert (only["n"], only["baseline_mean"], only["mean"]) == (2, 0.5, 1.0)
     assert "1 queries are not scored in every run" in result.err
+
+
+def test_mean_intervals_are_t_intervals_over_queries_and_batch_free(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    from scipy import stats
+
+    rng = random.Random(11)
+    lines = []
+    for q in range(57):
+        docs = [f"d{i}" for i in range(6)]
+        rng.shuffle(docs)
+        lines.append(json.dumps(row(f"q{q}", docs, {d: rng.randint(0, 2) for d in docs[:3]})))
+    path = write(tmp_path / "in.jsonl", lines)
+    values = [r["nDCG@5"] for r in evald_main("score", path, "-m", "nDCG@5").rows()]
+    expected = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
+    for batch in ("1", "7", "10000"):
+        out = json.loads(
+            evald_main("score", path, "-m", "nDCG@5", "--mean", "--batch-size", batch).out
+        )
+        assert out["ci95(nDCG@5)"] == pytest.approx(list(expected), abs=1e-12)
