@@ -13,7 +13,6 @@ import gc
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from importlib import resources
 from typing import IO, TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -379,6 +378,8 @@ def _input(args: argparse.Namespace, stack: contextlib.ExitStack) -> Input:
             complete=args.complete,
         )
     if args.example:
+        from importlib import resources
+
         path = resources.files("evald") / "data" / EXAMPLE
         return JsonlInput(stack.enter_context(path.open("rb")), f"<example {EXAMPLE}>")
     source = args.input or "-"

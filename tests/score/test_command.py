@@ -681,3 +681,21 @@ def test_mean_intervals_are_t_intervals_over_queries_and_batch_free(
             evald_main("score", path, "-m", "nDCG@5", "--mean", "--batch-size", batch).out
         )
         assert out["ci95(nDCG@5)"] == pytest.approx(list(expected), abs=1e-12)
+
+
+def test_start_up_imports_only_what_scoring_needs(tmp_path: Path) -> None:
+    """`evald score` builds only its own parser (the daemon's pydantic settings and YAML cost
+    about 0.15 s to import) and reads ordinary lines without pydantic-core (about 30 ms);
+    the time itself is measured in benchmarks/score_bench.py."""
+    path = write(tmp_path / "in.jsonl", [json.dumps(row("q", ["a"], {"a": 1}))])
+    probe = (
+        "import sys, evald.cli\n"
+        f"status = evald.cli.main(['score', {path!r}, '-m', 'RR', '-o', {str(tmp_path / 'o')!r}])\n"
+        "heavy = [m for m in ('evald.daemon.settings', 'yaml', 'pydantic', 'pydantic_core',"
+        " 'scipy') if m in sys.modules]\n"
+        "print(status, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "0 []"
