@@ -229,7 +229,8 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
         print(f"evald score: {note}", file=sys.stderr)
     if trec:
         all_names = [_name_of(m, trec) for m in measures]
-        sys.stdout.write(format_trec_all(scorer.means(), all_names, digits=args.digits))
+        rows = scorer.means(intervals=False)
+        sys.stdout.write(format_trec_all(rows, all_names, digits=args.digits))
         sys.stdout.flush()
     elif args.mean:
         table = args.format == "table" or (args.format == "auto" and sys.stdout.isatty())

@@ -64,11 +64,11 @@ class MeanAccumulator:
         None for fewer than 2 lists or a weighted aggregate (GAUC)."""
         if not self._unweighted or self._count < 2:
             return None
-        from scipy.stats import t as student_t
+        from scipy.special import stdtrit  # Student t quantile; scipy.stats costs ~1 s to import
 
         mean = self.mean()
         assert mean is not None
-        half = float(student_t.ppf(0.5 + level / 2, self._count - 1)) * math.sqrt(
+        half = float(stdtrit(self._count - 1, 0.5 + level / 2)) * math.sqrt(
             self._m2 / (self._count - 1) / self._count
         )
         return from_mean(measure, mean - half), from_mean(measure, mean + half)
@@ -180,11 +180,15 @@ class BatchScorer:
         self._sink(lists.qids, [values[m] for m in self.row_measures])
         self.scored += len(lists)
 
-    def means(self) -> list[MeanRow]:
-        """One row per measure, in the order the user gave them."""
+    def means(self, *, intervals: bool = True) -> list[MeanRow]:
+        """One row per measure, in the order the user gave them; ``intervals=False`` leaves
+        out the 95% intervals (and the import of scipy they need)."""
         return [
             MeanRow(
-                str(m), self._means[m].reported(m), self._means[m].n, self._means[m].interval(m)
+                str(m),
+                self._means[m].reported(m),
+                self._means[m].n,
+                self._means[m].interval(m) if intervals else None,
             )
             for m in self.measures
         ]

@@ -11,13 +11,22 @@ data or not at all, never from what is left after dropping a line.
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from evald.score.records import Query, Rejection
+from evald.score.trec_fast import fast_qrels, fast_run
+
+
+def _whole(lines: Iterable[bytes]) -> bytes:
+    """All of a file's bytes (read at once: both readers hold the whole file's data anyway)."""
+    read = getattr(lines, "read", None)
+    return read() if read is not None else b"".join(lines)
+
 
 # ASCII decimal numbers only: float() alone would also take "1_000", "nan" and non-ASCII digits,
 # which trec_eval's atof()/atol() read as something else entirely.
@@ -92,7 +101,20 @@ def _reject(
 
 
 def read_qrels(lines: Iterable[bytes], source: str) -> tuple[Qrels, list[Rejection]]:
-    """Read a qrels file; a query with a rejected line is marked bad (not scored)."""
+    """Read a qrels file; a query with a rejected line is marked bad (not scored).
+
+    A well-formed file is read in C-level passes (:mod:`evald.score.trec_fast`); anything else
+    line by line here, with the same result.
+    """
+    data = _whole(lines)
+    judgments = fast_qrels(data)
+    if judgments is not None:
+        return Qrels(judgments=judgments), []
+    return read_qrels_lines(io.BytesIO(data), source)
+
+
+def read_qrels_lines(lines: Iterable[bytes], source: str) -> tuple[Qrels, list[Rejection]]:
+    """:func:`read_qrels` line by line: every line's problem is named."""
     qrels = Qrels()
     negatives: set[tuple[str, str]] = set()  # (qid, docid) judged with a grade < 0
     rejections: list[Rejection] = []
@@ -136,8 +158,9 @@ class _RunQuery:
     a third of what boxed Python numbers in a list cost)."""
 
     docs: list[str] = field(default_factory=list)
-    scores: array[float] = field(default_factory=lambda: array("d"))
-    lines: array[int] = field(default_factory=lambda: array("q"))
+    scores: Sequence[float] = field(default_factory=lambda: array("d"))
+    lines: Sequence[int] = field(default_factory=lambda: array("q"))
+    distinct: bool = False  # docids known to be distinct (the fast reader checked)
 
 
 @dataclass
@@ -159,7 +182,7 @@ class Run:
         refuses only that query.
         """
         entry = self.queries[qid]
-        if len(set(entry.docs)) == len(entry.docs):
+        if entry.distinct or len(set(entry.docs)) == len(entry.docs):
             return []
         first: dict[str, int] = {}
         found: list[Rejection] = []
@@ -180,12 +203,30 @@ class Run:
     def ranking(self, qid: str) -> list[str]:
         """The query's docids in trec_eval order: score descending, then docid descending."""
         entry = self.queries[qid]
-        ordered = sorted(zip(entry.scores, entry.docs, strict=True), reverse=True)
+        scores = entry.scores
+        values = scores.tolist() if not isinstance(scores, array) else scores  # type: ignore[union-attr]
+        ordered = sorted(zip(values, entry.docs, strict=True), reverse=True)
         return [doc for _, doc in ordered]
 
 
 def read_run(lines: Iterable[bytes], source: str) -> tuple[Run, list[Rejection]]:
-    """Read a run file; a query with a malformed line is marked bad (not scored)."""
+    """Read a run file; a query with a malformed line is marked bad (not scored).
+
+    A well-formed file is read in C-level passes (:mod:`evald.score.trec_fast`); anything else
+    line by line here, with the same result.
+    """
+    data = _whole(lines)
+    fast = fast_run(data)
+    if fast is not None:
+        queries = {
+            qid: _RunQuery(docs, scores, lines, distinct=True) for qid, docs, scores, lines in fast
+        }
+        return Run(source=source, queries=queries), []
+    return read_run_lines(io.BytesIO(data), source)
+
+
+def read_run_lines(lines: Iterable[bytes], source: str) -> tuple[Run, list[Rejection]]:
+    """:func:`read_run` line by line: every line's problem is named."""
     run = Run(source=source)
     rejections: list[Rejection] = []
     for number, raw in enumerate(lines, start=1):
@@ -212,8 +253,8 @@ def read_run(lines: Iterable[bytes], source: str) -> tuple[Run, list[Rejection]]
             _reject(rejections, run.bad, source, number, reason, qid)
             continue
         entry.docs.append(doc)
-        entry.scores.append(score)
-        entry.lines.append(number)
+        entry.scores.append(score)  # type: ignore[attr-defined]
+        entry.lines.append(number)  # type: ignore[attr-defined]
     return run, rejections
 
 
