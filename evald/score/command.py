@@ -35,6 +35,10 @@ EXAMPLES = """\
   evald score lists.jsonl --output per_query.jsonl --mean
   # the small example data set bundled with evald
   evald score --example --mean
+  # trec_eval's measure names and output lines (-q rows, then 'all'); -J and -M as in trec_eval
+  evald score --run run.txt --qrels qrels.txt -m P.5,10,map,ndcg_cut.10 --format trec
+  # a run against a baseline: paired t-test, randomization test, Holm correction
+  evald score --compare base.run new.run --qrels qrels.txt -m map,ndcg_cut.10
 
 input line: {"qid": "q1", "ranking": ["d3", "d1", "d7"], "qrels": {"d1": 2, "d9": 1}}
 exit status: 0 all lines scored, 1 some lines rejected (reported on stderr), 2 usage error
