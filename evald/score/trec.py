@@ -203,8 +203,7 @@ class Run:
     def ranking(self, qid: str) -> list[str]:
         """The query's docids in trec_eval order: score descending, then docid descending."""
         entry = self.queries[qid]
-        scores = entry.scores
-        values = scores.tolist() if not isinstance(scores, array) else scores  # type: ignore[union-attr]
+        values = entry.scores.tolist()  # type: ignore[attr-defined]  # array or ndarray
         ordered = sorted(zip(values, entry.docs, strict=True), reverse=True)
         return [doc for _, doc in ordered]
 
