@@ -11,22 +11,14 @@ data or not at all, never from what is left after dropping a line.
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from evald.score.records import Query, Rejection
-from evald.score.trec_fast import fast_qrels, fast_run
-
-
-def _whole(lines: Iterable[bytes]) -> bytes:
-    """All of a file's bytes (read at once: both readers hold the whole file's data anyway)."""
-    read = getattr(lines, "read", None)
-    return read() if read is not None else b"".join(lines)
-
 
 # ASCII decimal numbers only: float() alone would also take "1_000", "nan" and non-ASCII digits,
 # which trec_eval's atof()/atol() read as something else entirely.
@@ -101,20 +93,7 @@ def _reject(
 
 
 def read_qrels(lines: Iterable[bytes], source: str) -> tuple[Qrels, list[Rejection]]:
-    """Read a qrels file; a query with a rejected line is marked bad (not scored).
-
-    A well-formed file is read in C-level passes (:mod:`evald.score.trec_fast`); anything else
-    line by line here, with the same result.
-    """
-    data = _whole(lines)
-    judgments = fast_qrels(data)
-    if judgments is not None:
-        return Qrels(judgments=judgments), []
-    return read_qrels_lines(io.BytesIO(data), source)
-
-
-def read_qrels_lines(lines: Iterable[bytes], source: str) -> tuple[Qrels, list[Rejection]]:
-    """:func:`read_qrels` line by line: every line's problem is named."""
+    """Read a qrels file; a query with a rejected line is marked bad (not scored)."""
     qrels = Qrels()
     negatives: set[tuple[str, str]] = set()  # (qid, docid) judged with a grade < 0
     rejections: list[Rejection] = []
@@ -158,9 +137,9 @@ class _RunQuery:
     a third of what boxed Python numbers in a list cost)."""
 
     docs: list[str] = field(default_factory=list)
-    scores: Sequence[float] = field(default_factory=lambda: array("d"))
-    lines: Sequence[int] = field(default_factory=lambda: array("q"))
-    distinct: bool = False  # docids known to be distinct (the fast reader checked)
+    scores: array[float] = field(default_factory=lambda: array("d"))
+    lines: array[int] = field(default_factory=lambda: array("q"))
+    texts: list[str] = field(default_factory=list)  # the scores as read, until parsed
 
 
 @dataclass
@@ -182,7 +161,7 @@ class Run:
         refuses only that query.
         """
         entry = self.queries[qid]
-        if entry.distinct or len(set(entry.docs)) == len(entry.docs):
+        if len(set(entry.docs)) == len(entry.docs):
             return []
         first: dict[str, int] = {}
         found: list[Rejection] = []
@@ -203,58 +182,68 @@ class Run:
     def ranking(self, qid: str) -> list[str]:
         """The query's docids in trec_eval order: score descending, then docid descending."""
         entry = self.queries[qid]
-        values = entry.scores.tolist()  # type: ignore[attr-defined]  # array or ndarray
-        ordered = sorted(zip(values, entry.docs, strict=True), reverse=True)
+        ordered = sorted(zip(entry.scores, entry.docs, strict=True), reverse=True)
         return [doc for _, doc in ordered]
 
 
 def read_run(lines: Iterable[bytes], source: str) -> tuple[Run, list[Rejection]]:
-    """Read a run file; a query with a malformed line is marked bad (not scored).
-
-    A well-formed file is read in C-level passes (:mod:`evald.score.trec_fast`); anything else
-    line by line here, with the same result.
-    """
-    data = _whole(lines)
-    fast = fast_run(data)
-    if fast is not None:
-        queries = {
-            qid: _RunQuery(docs, scores, lines, distinct=True) for qid, docs, scores, lines in fast
-        }
-        return Run(source=source, queries=queries), []
-    return read_run_lines(io.BytesIO(data), source)
-
-
-def read_run_lines(lines: Iterable[bytes], source: str) -> tuple[Run, list[Rejection]]:
-    """:func:`read_run` line by line: every line's problem is named."""
+    """Read a run file; a query with a malformed line is marked bad (not scored)."""
     run = Run(source=source)
     rejections: list[Rejection] = []
+    queries = run.queries
     for number, raw in enumerate(lines, start=1):
-        fields = _fields(raw)
-        if fields is None:
-            continue
-        if isinstance(fields, str):
+        try:  # _fields, inlined: this loop runs once per run line
+            fields = raw.decode("utf-8").removeprefix("\ufeff").split()
+        except UnicodeDecodeError as exc:
             qid = _qid_of(raw)
             if qid is not None:
-                run.queries.setdefault(qid, _RunQuery())
-            _reject(rejections, run.bad, source, number, fields, qid)
+                queries.setdefault(qid, _RunQuery())
+            _reject(rejections, run.bad, source, number, f"not valid UTF-8 (byte {exc.start})", qid)
             continue
-        entry = run.queries.get(fields[0])
+        if not fields or fields[0][0] == "#":
+            continue
+        entry = queries.get(fields[0])
         if entry is None:
             entry = run.queries[fields[0]] = _RunQuery()
         if len(fields) < 6:
             reason = f"expected 6 fields (qid Q0 docid rank score tag), got {len(fields)}"
             _reject(rejections, run.bad, source, number, reason, fields[0])
             continue
-        qid, doc, score_text = fields[0], fields[2], fields[4]
-        score = parse_score(score_text)
-        if score is None:
-            reason = f"score {score_text!r} is not a number"
-            _reject(rejections, run.bad, source, number, reason, qid)
-            continue
-        entry.docs.append(doc)
-        entry.scores.append(score)  # type: ignore[attr-defined]
-        entry.lines.append(number)  # type: ignore[attr-defined]
+        entry.docs.append(fields[2])
+        entry.texts.append(fields[4])
+        entry.lines.append(number)
+    for qid, entry in run.queries.items():
+        _parse_scores(qid, entry, run, rejections)
+    rejections.sort(key=_line_number)  # score rejections were found per query, after the loop
     return run, rejections
+
+
+_line_number = attrgetter("line")
+#: every character a plain decimal number may hold; within these, ``float`` and
+#: :func:`parse_score` accept the same strings (``1e`` or ``--1`` make both refuse)
+_DECIMAL_CHARS = str.maketrans("", "", "0123456789.+-eE")
+
+
+def _parse_scores(qid: str, entry: _RunQuery, run: Run, rejections: list[Rejection]) -> None:
+    """Turn a query's score texts into numbers: in one pass when all are plain decimals (the
+    usual case), else one by one, each bad one rejected with its line (the query not scored)."""
+    texts, entry.texts = entry.texts, []
+    if not "".join(texts).translate(_DECIMAL_CHARS):
+        try:
+            entry.scores = array("d", map(float, texts))
+            return
+        except ValueError:
+            pass
+    kept = _RunQuery()
+    for doc, text, number in zip(entry.docs, texts, entry.lines, strict=True):
+        score = parse_score(text)
+        if score is None:
+            _reject(rejections, run.bad, run.source, number, f"score {text!r} is not a number", qid)
+        else:
+            kept.docs.append(doc)
+            kept.scores.append(score)
+            kept.lines.append(number)
+    entry.docs, entry.scores, entry.lines = kept.docs, kept.scores, kept.lines
 
 
 @dataclass

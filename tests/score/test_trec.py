@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from evald.score.records import Query, Rejection
@@ -175,3 +177,25 @@ def test_query_whose_only_run_line_is_malformed_counts_as_not_scored() -> None:
     items, stats = scored("q1 Q0 a 1\n", "q1 0 a 1\n", complete=True)
     assert [type(i) for i in items] == [Rejection]
     assert (stats.not_scored, stats.completed) == (1, 0)
+
+
+def test_rejections_come_in_line_order_whatever_the_problem() -> None:
+    """Scores are parsed per query after the whole file is read: their rejections still take
+    their place by line number among the others."""
+    run, rejected = read_run(
+        lines("q1 Q0 a 1 abc t\nq2 Q0 b 1\nq1 Q0 c 2 inf t\nq3 Q0 d 1 1e-3 t\nq3 Q0 e 2 1_0 t\n"),
+        "run",
+    )
+    assert [(r.line, r.reason.split(";")[0]) for r in rejected] == [
+        (1, "score 'abc' is not a number"),
+        (2, "expected 6 fields (qid Q0 docid rank score tag), got 4"),
+        (5, "score '1_0' is not a number"),
+    ]
+    assert run.bad == {"q1", "q2", "q3"}
+    assert list(run.queries["q1"].docs) == ["c"] and list(run.queries["q1"].scores) == [math.inf]
+
+
+def test_plain_scores_are_read_in_bulk_with_the_same_values() -> None:
+    run, rejected = read_run(lines("q Q0 a 1 -2.5e1 t\nq Q0 b 2 .5 t\nq Q0 c 3 +3. t\n"), "run")
+    assert rejected == []
+    assert list(run.queries["q"].scores) == [-25.0, 0.5, 3.0]
