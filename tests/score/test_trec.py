@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evald.score.records import Query, Rejection
 from evald.score.trec import JoinStats, join, parse_grade, parse_score, read_qrels, read_run
@@ -199,3 +201,14 @@ def test_plain_scores_are_read_in_bulk_with_the_same_values() -> None:
     run, rejected = read_run(lines("q Q0 a 1 -2.5e1 t\nq Q0 b 2 .5 t\nq Q0 c 3 +3. t\n"), "run")
     assert rejected == []
     assert list(run.queries["q"].scores) == [-25.0, 0.5, 3.0]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet="0123456789.+-eE", min_size=1, max_size=8))
+def test_bulk_score_check_accepts_exactly_what_parse_score_accepts(text: str) -> None:
+    """Over the characters the bulk check lets through, float() and parse_score agree."""
+    try:
+        bulk: float | None = float(text)
+    except ValueError:
+        bulk = None
+    assert bulk == parse_score(text)
