@@ -32,8 +32,10 @@ __all__ = [
     "Measure",
     "MeasureError",
     "evaluate",
+    "from_mean",
     "make_measure",
     "mean_of",
+    "mean_terms",
     "parse_measure",
     "parse_measures",
     "required_depth",
@@ -53,8 +55,8 @@ _KERNELS: dict[str, _Kernel] = {
     "R": lambda m, b: kernels.recall(b.grades, b.ideal, m["rel"], m.cutoff),
     "F1": lambda m, b: kernels.f1(b.grades, b.ideal, m["rel"], m.cutoff),
     "CG": lambda m, b: kernels.cg(b.grades, m.cutoff),
-    "DCG": lambda m, b: kernels.dcg(b.grades, m.cutoff, _exp(m)),
-    "nDCG": lambda m, b: kernels.ndcg(b.grades, b.ideal, m.cutoff, _exp(m)),
+    "DCG": lambda m, b: _dcg(m, b),
+    "nDCG": lambda m, b: _ndcg(m, b),
     "AP": lambda m, b: kernels.average_precision(
         b.grades, b.ideal, m["rel"], m.cutoff, m["denom"] == "min"
     ),
@@ -70,7 +72,54 @@ _KERNELS: dict[str, _Kernel] = {
     "AUC": lambda m, b: kernels.auc(b.grades, b.judged, m["rel"])[0],
     "GAUC": lambda m, b: kernels.auc(b.grades, b.judged, m["rel"])[0],
     "KendallTau": lambda m, b: kernels.kendall_tau_b(b.grades, b.judged),
+    "Rprec": lambda m, b: kernels.r_precision(b.grades, b.ideal, m["rel"]),
+    "Bpref": lambda m, b: kernels.bpref(b.grades, b.judged, b.ideal, b.judged_total, m["rel"]),
+    "infAP": lambda m, b: kernels.inferred_ap(b.grades, b.judged, b.ideal, m["rel"]),
+    "GMAP": lambda m, b: kernels.average_precision(b.grades, b.ideal, m["rel"], None, False),
+    "NumRet": lambda m, b: b.lengths.astype(np.float64),
+    "NumRel": lambda m, b: kernels.relevant_count(b.ideal, m["rel"]).astype(np.float64),
+    "NumRelRet": lambda m, b: kernels.relevant_retrieved(b.grades, m["rel"]),
+    "SetP": lambda m, b: kernels.set_precision(b.grades, b.lengths, m["rel"]),
+    "SetR": lambda m, b: kernels.set_recall(b.grades, b.ideal, m["rel"]),
+    "SetF": lambda m, b: kernels.set_f(b.grades, b.lengths, b.ideal, m["rel"], m["beta"]),
+    "Judged": lambda m, b: kernels.judged_at(b.judged, m.cutoff),
+    "IPrec": lambda m, b: kernels.interpolated_precision(
+        b.grades, b.lengths, b.ideal, m["rel"], (m["recall"],)
+    )[0],
+    "IPrec11pt": lambda m, b: kernels.eleven_point_average(b.grades, b.lengths, b.ideal, m["rel"]),
 }
+
+
+def _gains(m: Measure, b: Batch) -> tuple[np.ndarray, np.ndarray]:
+    return kernels.gain_dcg(b.grades, b.judged, b.ideal, b.judged_total, dict(m["gains"]), m.cutoff)
+
+
+def _dcg(m: Measure, b: Batch) -> np.ndarray:
+    if m["gains"] is not None:
+        return _gains(m, b)[0]
+    return kernels.dcg(b.grades, m.cutoff, _exp(m))
+
+
+def _ndcg(m: Measure, b: Batch) -> np.ndarray:
+    if m["gains"] is not None:
+        found, ideal = _gains(m, b)
+        return kernels._ratio(found, ideal)
+    return kernels.ndcg(b.grades, b.ideal, m.cutoff, _exp(m))
+
+
+#: Measures whose mean over lists is not the plain mean of their per-list values: the values
+#: are mapped (``mean_terms``), averaged, and the average mapped back (``from_mean``).
+GEOMETRIC = frozenset({"GMAP"})
+
+
+def mean_terms(measure: Measure, values: np.ndarray) -> np.ndarray:
+    """What is averaged for the measure: the values, or (GMAP) log(max(AP, 0.00001))."""
+    return kernels.geometric_terms(values) if measure.family in GEOMETRIC else values
+
+
+def from_mean(measure: Measure, mean: float) -> float:
+    """The reported mean from the average of :func:`mean_terms` (GMAP: its exponential)."""
+    return float(np.exp(mean)) if measure.family in GEOMETRIC else mean
 
 
 def _check_depth(measures: Sequence[Measure], batch: Batch) -> None:
@@ -112,4 +161,6 @@ def mean_of(measure: Measure, values: np.ndarray, batch: Batch) -> float:
     """The one number reported for a measure over a batch; 0.0 when no list has weight."""
     weights = weights_of(measure, batch)
     total = float(weights.sum())
-    return float(np.dot(weights, values) / total) if total > 0 else 0.0
+    if total <= 0:
+        return 0.0
+    return from_mean(measure, float(np.dot(weights, mean_terms(measure, values)) / total))

@@ -24,12 +24,16 @@ class Batch:
     per list, every judged grade > 0 (served or not) sorted descending and 0-padded: it gives both
     the ideal DCG and the number of relevant items at any threshold. ``lengths`` is the served
     length; it may exceed ``depth`` when the batch was cut to what the measures need.
+    ``judged_count`` is the number of judged items per list, served or not, whatever their grade
+    (bpref's non-relevant pool); None means every judged item was served, as in the streaming
+    path, where it equals ``lengths``.
     """
 
     grades: np.ndarray
     lengths: np.ndarray
     ideal: np.ndarray
     judged: np.ndarray
+    judged_count: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = self.grades.shape[0]
@@ -37,6 +41,13 @@ class Batch:
             raise ValueError("grades and judged must be (n, depth) matrices of the same shape")
         if self.lengths.shape != (n,) or self.ideal.ndim != 2 or self.ideal.shape[0] != n:
             raise ValueError("lengths must be (n,) and ideal (n, m)")
+        if self.judged_count is not None and self.judged_count.shape != (n,):
+            raise ValueError("judged_count must be (n,)")
+
+    @property
+    def judged_total(self) -> np.ndarray:
+        """Judged items per list, served or not (the served length when not given)."""
+        return self.lengths if self.judged_count is None else self.judged_count
 
     @property
     def n(self) -> int:
@@ -105,7 +116,7 @@ class Batch:
         ideal = _sorted_desc(np.maximum(padded, 0.0, out=padded))
         positive = int(np.count_nonzero(ideal, axis=1).max(initial=0))
         ideal = np.ascontiguousarray(ideal[:, : max(positive, 1)])
-        return cls(grades, lengths, ideal, judged)
+        return cls(grades, lengths, ideal, judged, np.asarray(counts, dtype=np.int64))
 
     @classmethod
     def from_served_grades(

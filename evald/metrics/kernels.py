@@ -221,3 +221,180 @@ def kendall_tau_b(grades: np.ndarray, judged: np.ndarray) -> np.ndarray:
         n0 = m * (m - 1) / 2.0
         out[start : start + step] = _ratio(score, np.sqrt(n0 * (n0 - ties)))
     return out
+
+
+# --- trec_eval's whole-list and set measures ---------------------------------------------------
+# Each follows the C function of trec_eval named in its docstring, loop for loop where the
+# order of floating-point operations could show.
+
+
+def _served(lengths: np.ndarray, width: int) -> np.ndarray:
+    return np.arange(width) < lengths[:, None]
+
+
+def relevant_retrieved(grades: np.ndarray, rel: float) -> np.ndarray:
+    """trec_eval ``num_rel_ret``: relevant items anywhere in the served list."""
+    return np.count_nonzero(grades >= rel, axis=1).astype(np.float64)
+
+
+def r_precision(grades: np.ndarray, ideal: np.ndarray, rel: float) -> np.ndarray:
+    """trec_eval ``Rprec``: relevant items in the top R over R (0 when R = 0)."""
+    r = relevant_count(ideal, rel)
+    within = np.arange(grades.shape[1]) < r[:, None]
+    return _ratio(np.count_nonzero((grades >= rel) & within, axis=1), r)
+
+
+def set_precision(grades: np.ndarray, lengths: np.ndarray, rel: float) -> np.ndarray:
+    """trec_eval ``set_P``: relevant served over served (0 for an empty list)."""
+    return _ratio(relevant_retrieved(grades, rel), lengths)
+
+
+def set_recall(grades: np.ndarray, ideal: np.ndarray, rel: float) -> np.ndarray:
+    """trec_eval ``set_recall``: relevant served over R."""
+    return _ratio(relevant_retrieved(grades, rel), relevant_count(ideal, rel))
+
+
+def set_f(
+    grades: np.ndarray, lengths: np.ndarray, ideal: np.ndarray, rel: float, beta: float
+) -> np.ndarray:
+    """trec_eval ``set_F.x``: (x + 1)·P·R / (x·P + R) over the whole served set, 0 when no
+    relevant item is served. x is trec_eval's parameter as given (ir_measures' ``beta``)."""
+    p = set_precision(grades, lengths, rel)
+    r = set_recall(grades, ideal, rel)
+    return _ratio((beta + 1.0) * p * r, beta * p + r)
+
+
+def bpref(
+    grades: np.ndarray, judged: np.ndarray, ideal: np.ndarray, judged_count: np.ndarray, rel: float
+) -> np.ndarray:
+    """trec_eval ``bpref``: per judged relevant served item, 1 − min(n, R) / min(N, R) with n the
+    judged non-relevant items served above it and N all judged non-relevant items; over R."""
+    r = relevant_count(ideal, rel)
+    relevant = judged & (grades >= rel)
+    nonrel = judged & (grades < rel)
+    above = np.cumsum(nonrel, axis=1) - nonrel
+    r_col = r[:, None].astype(np.float64)
+    cap = np.minimum(judged_count - r, r)[:, None].astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lost = np.minimum(above, r_col) / cap
+    terms = np.where(relevant, np.where(above > 0, 1.0 - lost, 1.0), 0.0)
+    return _ratio(_rank_sum(terms), r)
+
+
+INFAP_EPSILON = 0.00001
+
+
+def inferred_ap(
+    grades: np.ndarray, judged: np.ndarray, ideal: np.ndarray, rel: float
+) -> np.ndarray:
+    """trec_eval ``infAP`` (Yilmaz & Aslam 2006) with every judgment known: unjudged served items
+    count as outside the pool (skipped, but they move the ranks), none as pooled-but-unjudged."""
+    relevant = judged & (grades >= rel)
+    nonrel = judged & (grades < rel)
+    rel_before = (np.cumsum(relevant, axis=1) - relevant).astype(np.float64)
+    nonrel_before = (np.cumsum(nonrel, axis=1) - nonrel).astype(np.float64)
+    j = np.arange(grades.shape[1], dtype=np.float64)
+    safe_j = np.where(j == 0, 1.0, j)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        later = 1.0 / (j + 1.0) + (j / (j + 1.0)) * ((rel_before + nonrel_before) / safe_j) * (
+            (rel_before + INFAP_EPSILON) / (rel_before + nonrel_before + 2 * INFAP_EPSILON)
+        )
+    terms = np.where(relevant, np.where(j == 0, 1.0, later), 0.0)
+    return _ratio(_rank_sum(terms), relevant_count(ideal, rel))
+
+
+def judged_at(judged: np.ndarray, k: int) -> np.ndarray:
+    """Judged@k: judged items in the top k over k (missing ranks count as unjudged)."""
+    return np.count_nonzero(_top(judged, k), axis=1) / float(k)
+
+
+def interpolated_precision(
+    grades: np.ndarray,
+    lengths: np.ndarray,
+    ideal: np.ndarray,
+    rel: float,
+    levels: tuple[float, ...],
+) -> np.ndarray:
+    """trec_eval ``iprec_at_recall``: per level, the highest precision at any rank at or after
+    the one where recall reaches the level; shape (len(levels), n).
+
+    The level becomes a count of relevant items as trec_eval 9.0.x (and pytrec_eval) do,
+    ``(long)(level·R + 0.9)``; 10.0 rounds instead (``lround``), which can ask for one relevant
+    item fewer (level 0.4 of R = 3: 2 items here, 1 in 10.0). A level beyond what the list
+    reaches gives 0.
+    """
+    n, width = grades.shape
+    relevant = (grades >= rel) & _served(lengths, width)
+    found = np.cumsum(relevant, axis=1)
+    precision_at = np.where(_served(lengths, width), found / _ranks(width), 0.0)
+    best_after = np.maximum.accumulate(precision_at[:, ::-1], axis=1)[:, ::-1]
+    r = relevant_count(ideal, rel).astype(np.float64)
+    total = found[:, -1] if width else np.zeros(n, dtype=np.int64)
+    out = np.zeros((len(levels), n), dtype=np.float64)
+    if width == 0:
+        return out
+    rows = np.arange(n)
+    for i, level in enumerate(levels):
+        need = np.floor(level * r + 0.9).astype(np.int64)
+        # rank index of the need-th relevant item (need 0: the first rank)
+        at = np.argmax(found >= np.maximum(need, 1)[:, None], axis=1)
+        value = best_after[rows, at]
+        ok = (need <= total) & (lengths > 0)
+        out[i] = np.where(ok, value, 0.0)
+    return out
+
+
+ELEVEN_POINTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+def eleven_point_average(
+    grades: np.ndarray, lengths: np.ndarray, ideal: np.ndarray, rel: float
+) -> np.ndarray:
+    """trec_eval ``11pt_avg``: interpolated precision averaged over recall 0, 0.1, ..., 1."""
+    values = interpolated_precision(grades, lengths, ideal, rel, ELEVEN_POINTS)
+    total = np.zeros(values.shape[1], dtype=np.float64)
+    for row in values[::-1]:  # added in trec_eval's order, from the highest level down
+        total = total + row
+    return total / float(len(ELEVEN_POINTS))
+
+
+MIN_GEO_MEAN = 0.00001
+
+
+def geometric_terms(values: np.ndarray) -> np.ndarray:
+    """trec_eval ``gm_map``'s per-query term: log(max(AP, 0.00001)); the mean is exp(mean)."""
+    return np.log(np.maximum(values, MIN_GEO_MEAN))
+
+
+def gain_dcg(
+    grades: np.ndarray,
+    judged: np.ndarray,
+    ideal: np.ndarray,
+    judged_count: np.ndarray,
+    gains: dict[int, float],
+    k: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """DCG@k and ideal DCG@k with trec_eval's gain map (``ndcg.1=3,2=9``): an integer grade in
+    the map gets its gain, any other grade is its own gain, unjudged items gain 0; the ideal
+    holds every judged item's gain > 0 (grade-0 items too, when the map gives 0 a gain)."""
+    top = _top(grades, k)
+    served_gain = np.where(_top(judged, k), _mapped(top, gains), 0.0)
+    found = _rank_sum(served_gain, _log2_discount(top.shape[1]))
+    positive = np.count_nonzero(ideal > 0, axis=1)
+    zeros = judged_count - positive  # judged items of grade 0 (the ideal matrix omits them)
+    zero_gain = float(gains.get(0, 0.0))
+    columns = [np.where(ideal > 0, _mapped(ideal, gains), 0.0)]
+    if zero_gain > 0 and ideal.shape[0]:
+        width = int(zeros.max(initial=0))
+        columns.append(np.where(np.arange(width) < zeros[:, None], zero_gain, 0.0))
+    pool = np.concatenate(columns, axis=1)
+    pool = np.where(pool > 0, pool, 0.0)
+    best = _top(-np.sort(-pool, axis=1), k)
+    return found, _rank_sum(best, _log2_discount(best.shape[1]))
+
+
+def _mapped(grades: np.ndarray, gains: dict[int, float]) -> np.ndarray:
+    out = grades.copy()
+    for level, gain in gains.items():
+        out[grades == level] = gain
+    return out

@@ -68,6 +68,28 @@ def _grade_cap(value: Any) -> int:
     return value
 
 
+def _gain_map(value: Any) -> tuple[tuple[int, float | int], ...] | None:
+    """trec_eval's ``ndcg.1=3,2=9``: relevance level (an integer ≥ 0) → gain (any finite number)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        raise ValueError("must be a non-empty map of grade to gain, e.g. {0:0,1:1,2:3}")
+    pairs = []
+    for level, gain in value.items():
+        if isinstance(level, bool) or not isinstance(level, int) or level < 0:
+            raise ValueError(f"has level {level!r}: levels are integers ≥ 0")
+        if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not math.isfinite(gain):
+            raise ValueError(f"has gain {gain!r} for level {level}: gains are finite numbers")
+        pairs.append((level, int(gain) if float(gain).is_integer() else float(gain)))
+    return tuple(sorted(pairs))
+
+
+def _recall_level(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError("must be a recall level between 0 and 1")
+    return float(value)
+
+
 _REL = _Param(1, _positive_number)
 _P = _Param(0.8, _probability)
 _DCG = _Param("log2", _choice("log2", "exp-log2"))
@@ -93,8 +115,18 @@ FAMILIES: dict[str, Family] = {
         Family("R", {"rel": _REL}, REQUIRED, ("R@k", "R(rel=N)@k")),
         Family("F1", {"rel": _REL}, REQUIRED, ("F1@k", "F1(rel=N)@k")),
         Family("CG", {}, OPTIONAL, ("CG@k", "CG")),
-        Family("DCG", {"dcg": _DCG}, OPTIONAL, ("DCG@k", "DCG", "DCG(dcg='exp-log2')@k")),
-        Family("nDCG", {"dcg": _DCG}, OPTIONAL, ("nDCG@k", "nDCG", "nDCG(dcg='exp-log2')@k")),
+        Family(
+            "DCG",
+            {"dcg": _DCG, "gains": _Param(None, _gain_map)},
+            OPTIONAL,
+            ("DCG@k", "DCG", "DCG(dcg='exp-log2')@k", "DCG(gains={0:0,1:1,2:3})"),
+        ),
+        Family(
+            "nDCG",
+            {"dcg": _DCG, "gains": _Param(None, _gain_map)},
+            OPTIONAL,
+            ("nDCG@k", "nDCG", "nDCG(dcg='exp-log2')@k", "nDCG(gains={0:0,1:1,2:3})@k"),
+        ),
         Family(
             "AP",
             {"rel": _REL, "denom": _Param("R", _choice("R", "min"))},
@@ -121,6 +153,30 @@ FAMILIES: dict[str, Family] = {
         Family("AUC", {"rel": _REL}, NONE, ("AUC", "AUC(rel=N)")),
         Family("GAUC", {"rel": _REL}, NONE, ("GAUC", "GAUC(rel=N)")),
         Family("KendallTau", {}, NONE, ("KendallTau",)),
+        Family("Rprec", {"rel": _REL}, NONE, ("Rprec", "Rprec(rel=N)")),
+        Family("Bpref", {"rel": _REL}, NONE, ("Bpref", "Bpref(rel=N)")),
+        Family("infAP", {"rel": _REL}, NONE, ("infAP", "infAP(rel=N)")),
+        Family("GMAP", {"rel": _REL}, NONE, ("GMAP", "GMAP(rel=N)")),
+        Family("NumRet", {}, NONE, ("NumRet",)),
+        Family("NumRel", {"rel": _REL}, NONE, ("NumRel", "NumRel(rel=N)")),
+        Family("NumRelRet", {"rel": _REL}, NONE, ("NumRelRet", "NumRelRet(rel=N)")),
+        Family("SetP", {"rel": _REL}, NONE, ("SetP", "SetP(rel=N)")),
+        Family("SetR", {"rel": _REL}, NONE, ("SetR", "SetR(rel=N)")),
+        Family(
+            "SetF",
+            {"rel": _REL, "beta": _Param(1, _positive_number)},
+            NONE,
+            ("SetF", "SetF(beta=B)", "SetF(rel=N)"),
+        ),
+        Family("Judged", {}, REQUIRED, ("Judged@k",)),
+        Family(
+            "IPrec",
+            {"rel": _REL, "recall": _Param(None, _recall_level)},
+            NONE,
+            ("IPrec@r", "IPrec(rel=N)@r"),
+            always_shown=("recall",),
+        ),
+        Family("IPrec11pt", {"rel": _REL}, NONE, ("IPrec11pt", "IPrec11pt(rel=N)")),
     )
 }
 
@@ -131,6 +187,8 @@ ALIASES: dict[str, str] = {
     "NDCG": "nDCG",
     "Precision": "P",
     "Recall": "R",
+    "BPref": "Bpref",
+    "RPrec": "Rprec",
 }
 
 
@@ -150,9 +208,12 @@ class Measure:
 
     def __str__(self) -> str:
         name = self.family
-        if self.params:
-            name += "(" + ",".join(f"{k}={v!r}" for k, v in self.params) + ")"
-        if self.cutoff is not None:
+        shown = [(k, v) for k, v in self.params if not (self.family == "IPrec" and k == "recall")]
+        if shown:
+            name += "(" + ",".join(f"{k}={_text(k, v)}" for k, v in shown) + ")"
+        if self.family == "IPrec":
+            name += f"@{self['recall']!r}"
+        elif self.cutoff is not None:
             name += f"@{self.cutoff}"
         return name
 
@@ -162,6 +223,13 @@ class Measure:
             if k == key:
                 return v
         return FAMILIES[self.family].params[key].default
+
+
+def _text(key: str, value: Any) -> str:
+    """A parameter value as ir_measures writes it (a gain map as ``{0:0,1:1,2:3}``)."""
+    if key == "gains":
+        return "{" + ",".join(f"{level}:{gain!r}" for level, gain in value) + "}"
+    return repr(value)
 
 
 def make_measure(family: str, cutoff: int | None = None, **params: Any) -> Measure:
@@ -191,6 +259,10 @@ def make_measure(family: str, cutoff: int | None = None, **params: Any) -> Measu
             values[key] = param.check(value)
         except ValueError as exc:
             raise MeasureError(f"{spec.name}: parameter {key}={value!r} {exc}") from None
+    if spec.name == "IPrec" and "recall" not in values:
+        raise MeasureError("IPrec: needs a recall level, e.g. IPrec@0.5")
+    if values.get("gains") is not None and values.get("dcg", "log2") != "log2":
+        raise MeasureError(f"{spec.name}: gains= replaces the gain function; drop dcg=")
     if spec.name == "RBP" and values.get("graded") and "rel" in values:
         raise MeasureError("RBP: graded=True uses grades as gains and takes no rel threshold")
     canonical = tuple(
@@ -213,9 +285,9 @@ def _split_top_level(text: str) -> list[str]:
                 quote = ""
         elif ch in "'\"":
             quote = ch
-        elif ch == "(":
+        elif ch in "([{":
             depth += 1
-        elif ch == ")":
+        elif ch in ")]}":
             depth -= 1
         elif ch == "," and depth == 0:
             parts.append(text[start:i])
@@ -231,6 +303,15 @@ def parse_measure(text: str) -> Measure:
         raise MeasureError(f"malformed measure {text.strip()!r}; valid forms: {valid_forms()}")
     family, args, cutoff_text = match.groups()
     cutoff: int | None = None
+    params: dict[str, Any] = {}
+    if family == "IPrec" and cutoff_text is not None:  # ir_measures: IPrec@0.5, a recall level
+        try:
+            params["recall"] = float(cutoff_text)
+        except ValueError:
+            raise MeasureError(
+                f"{text.strip()!r}: IPrec@r needs a recall level r in [0, 1]"
+            ) from None
+        cutoff_text = None
     if cutoff_text is not None:
         if not cutoff_text.isdigit():
             raise MeasureError(
@@ -238,7 +319,6 @@ def parse_measure(text: str) -> Measure:
                 f"valid forms: {valid_forms()}"
             )
         cutoff = int(cutoff_text)
-    params: dict[str, Any] = {}
     if args is not None and args.strip():
         for item in _split_top_level(args):
             key, sep, raw = item.partition("=")
@@ -258,9 +338,15 @@ def parse_measure(text: str) -> Measure:
 
 
 def parse_measures(text: str | Sequence[str]) -> list[Measure]:
-    """Parse a comma-separated string (or a sequence of them); duplicates are dropped."""
+    """Parse a comma-separated string (or a sequence of them); duplicates are dropped.
+
+    trec_eval's names are read as aliases (``P.5,10`` is ``P@5,P@10``; see trec_names.py).
+    """
+    from evald.metrics.trec_names import expand  # trec_eval's spellings, as aliases
+
     items: Iterable[str] = [text] if isinstance(text, str) else text
-    names = [part for item in items for part in _split_top_level(item) if part.strip()]
+    parts = [part for item in items for part in _split_top_level(item) if part.strip()]
+    names = expand(parts)
     if not names:
         raise MeasureError(f"no measure given; valid forms: {valid_forms()}")
     return list(dict.fromkeys(parse_measure(name) for name in names))
@@ -268,12 +354,16 @@ def parse_measures(text: str | Sequence[str]) -> list[Measure]:
 
 #: families whose value depends on every served rank when no cutoff is given
 _FULL_LIST = {"AUC", "GAUC", "KendallTau"}
+#: families that read no rank at all (the served length, the judgments)
+_NO_RANKS = {"NumRet", "NumRel"}
 
 
 def required_depth(measures: Iterable[Measure]) -> int | None:
     """Deepest rank any measure reads; None if one needs the whole served list."""
     depth = 0
     for measure in measures:
+        if measure.family in _NO_RANKS:
+            continue
         if measure.cutoff is None or measure.family in _FULL_LIST:
             return None
         depth = max(depth, measure.cutoff)

@@ -13,7 +13,6 @@ import gc
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from importlib import resources
 from typing import IO, TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -36,6 +35,10 @@ EXAMPLES = """\
   evald score lists.jsonl --output per_query.jsonl --mean
   # the small example data set bundled with evald
   evald score --example --mean
+  # trec_eval's measure names and output lines (-q rows, then 'all'); -J and -M as in trec_eval
+  evald score --run run.txt --qrels qrels.txt -m P.5,10,map,ndcg_cut.10 --format trec
+  # a run against a baseline: paired t-test, randomization test, Holm correction
+  evald score --compare base.run new.run --qrels qrels.txt -m map,ndcg_cut.10
 
 input line: {"qid": "q1", "ranking": ["d3", "d1", "d7"], "qrels": {"d1": 2, "d9": 1}}
 exit status: 0 all lines scored, 1 some lines rejected (reported on stderr), 2 usage error
@@ -93,9 +96,59 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--format",
-        choices=("auto", "table", "json"),
+        choices=("auto", "table", "json", "trec"),
         default="auto",
-        help="how --mean prints: a table on a terminal and JSON otherwise (auto, the default)",
+        help="how --mean prints: a table on a terminal and JSON otherwise (auto, the default); "
+        "trec: trec_eval's lines, per query (as -q) unless --mean, then the 'all' lines",
+    )
+    parser.add_argument(
+        "--digits",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="decimals in the table and trec formats (default 4, as trec_eval)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="FILE",
+        help="compare runs: each FILE after the first against the first, per measure, with a "
+        "paired t-test and a randomization test (TREC runs with --qrels, else JSON Lines)",
+    )
+    parser.add_argument(
+        "--permutations",
+        type=_positive_int,
+        default=10_000,
+        metavar="N",
+        help="--compare: sign patterns the randomization test draws (default 10000; every "
+        "pattern, an exact test, when 2^queries <= N)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="--compare: seed of the randomization test's draws (default 0)",
+    )
+    parser.add_argument(
+        "--correction",
+        choices=("holm", "bonferroni", "none"),
+        default="holm",
+        help="--compare: multiple-testing correction over the runs compared with the first, "
+        "per measure and test (default holm)",
+    )
+    parser.add_argument(
+        "-J",
+        "--judged-only",
+        action="store_true",
+        help="score each list with its unjudged documents removed (trec_eval -J)",
+    )
+    parser.add_argument(
+        "-M",
+        "--max-docs",
+        type=_positive_int,
+        metavar="M",
+        help="score only the first M documents of each list (trec_eval -M); with -J, the "
+        "cut comes first, as in trec_eval",
     )
     parser.add_argument(
         "--batch-size",
@@ -128,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         _check_sources(args)
         with contextlib.ExitStack() as stack:
+            if args.compare is not None:
+                return _compare(args, measures, stack)
             return _score(args, measures, stack)
     except UsageError as exc:
         _error(str(exc))
@@ -135,8 +190,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack) -> int:
-    from evald.score.output import JsonlWriter, format_mean_json, format_table
-    from evald.score.scoring import BatchScorer, per_query
+    from evald.score.output import (
+        JsonlWriter,
+        TrecWriter,
+        format_mean_json,
+        format_table,
+        format_trec_all,
+    )
+    from evald.score.scoring import BatchScorer, cut_rankings, per_query
 
     source = _input(args, stack)
     rows_out: TextIO | None = None
@@ -144,8 +205,15 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
         rows_out = _open_write(args.output, stack, [args.input, args.run, args.qrels])
     elif not args.mean:
         rows_out = sys.stdout
-    names = [str(m) for m in per_query(measures)]
-    writer = JsonlWriter(rows_out, names) if rows_out is not None else None
+    trec = args.format == "trec"
+    names = [_name_of(m, trec) for m in per_query(measures)]
+    writer: JsonlWriter | TrecWriter | None = None
+    if rows_out is not None:
+        writer = (
+            TrecWriter(rows_out, names, digits=args.digits)
+            if trec
+            else JsonlWriter(rows_out, names)
+        )
     scorer = BatchScorer(measures, writer.write if writer else _discard, batch_size=args.batch_size)
     rejected = 0
     with _cyclic_gc_paused():
@@ -153,7 +221,8 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
             if chunk.rejections:
                 rejected += len(chunk.rejections)
                 print(*chunk.rejections, sep="\n", file=sys.stderr)
-            scorer.add_many(chunk.qids, chunk.rankings, chunk.qrels)
+            rankings = cut_rankings(chunk.rankings, chunk.qrels, args.max_docs, args.judged_only)
+            scorer.add_many(chunk.qids, rankings, chunk.qrels)
         scorer.flush()
     if rows_out is not None:
         rows_out.flush()
@@ -162,12 +231,31 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
         notes.insert(0, f"{rejected} line(s) rejected; {scorer.scored} queries scored")
     for note in notes:
         print(f"evald score: {note}", file=sys.stderr)
-    if args.mean:
+    if trec:
+        all_names = [_name_of(m, trec) for m in measures]
+        rows = scorer.means(intervals=False)
+        sys.stdout.write(format_trec_all(rows, all_names, digits=args.digits))
+        sys.stdout.flush()
+    elif args.mean:
         table = args.format == "table" or (args.format == "auto" and sys.stdout.isatty())
         rows = scorer.means()
-        sys.stdout.write(format_table(rows) if table else format_mean_json(rows, scorer.scored))
+        text = (
+            format_table(rows, digits=args.digits)
+            if table
+            else format_mean_json(rows, scorer.scored)
+        )
+        sys.stdout.write(text)
         sys.stdout.flush()
     return 1 if rejected else 0
+
+
+def _name_of(measure: Measure, trec: bool) -> str:
+    """The output name: trec_eval's (``P_5``) in the trec format where it has one."""
+    if trec:
+        from evald.metrics.trec_names import trec_name
+
+        return trec_name(measure) or str(measure)
+    return str(measure)
 
 
 @contextlib.contextmanager
@@ -193,7 +281,86 @@ def _discard(qids: Sequence[Qid], columns: Sequence[object]) -> None:
     """The row sink when only the means are wanted."""
 
 
+def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack) -> int:
+    """Score every run, pair the queries by qid, and print the comparison table or JSON."""
+    from evald.score import compare
+    from evald.score.inputs import JsonlInput, TrecInput
+
+    names = compare.per_query_names(measures)
+    if not names:
+        raise UsageError("--compare needs a per-query measure (GAUC and GMAP are aggregates)")
+    row_measures = [m for m in measures if str(m) in names]
+    runs = []
+    for path in args.compare:
+        source: Input
+        if args.qrels is not None:
+            source = TrecInput(
+                (_lines(path, stack), path),
+                (_lines(args.qrels, stack), args.qrels),
+                complete=args.complete,
+            )
+        else:
+            source = JsonlInput(_lines(path, stack), path)
+        try:
+            runs.append(
+                compare.score_run(
+                    path,
+                    source,
+                    row_measures,
+                    batch_size=args.batch_size,
+                    max_docs=args.max_docs,
+                    judged_only=args.judged_only,
+                    report=lambda text: print(text, file=sys.stderr),
+                )
+            )
+        except compare.DuplicateQid as exc:
+            raise UsageError(str(exc)) from None
+    for run_values in runs:
+        compare.report_notes(run_values)
+    qids, _ = compare.paired(runs)
+    unpaired = len({q for r in runs for q in r.qids}) - len(qids)
+    if unpaired:
+        print(
+            f"evald score: {unpaired} queries are not scored in every run and are left out "
+            f"of the comparison; {len(qids)} are compared",
+            file=sys.stderr,
+        )
+    results = compare.compare(
+        runs, names, permutations=args.permutations, seed=args.seed, correction=args.correction
+    )
+    table = args.format == "table" or (args.format == "auto" and sys.stdout.isatty())
+    if table:
+        sys.stdout.write(compare.format_table(results, args.correction, digits=args.digits))
+    else:
+        sys.stdout.write(
+            compare.format_json(
+                results,
+                args.compare[0],
+                len(qids),
+                permutations=args.permutations,
+                seed=args.seed,
+                correction=args.correction,
+            )
+        )
+    sys.stdout.flush()
+    return 1 if any(r.rejected for r in runs) else 0
+
+
 def _check_sources(args: argparse.Namespace) -> None:
+    if args.compare is not None:
+        if len(args.compare) < 2:
+            raise UsageError("--compare needs at least two runs: the baseline and another")
+        if args.run is not None or args.input is not None or args.example:
+            raise UsageError("--compare takes its runs as its own arguments (no FILE or --run)")
+        if args.output or args.mean or args.format == "trec":
+            raise UsageError(
+                "--compare prints a table or JSON; --output, --mean and --format trec do not apply"
+            )
+        if "-" in args.compare or args.qrels == "-":
+            raise UsageError("--compare reads files, not stdin")
+        if args.complete and args.qrels is None:
+            raise UsageError("--complete applies to TREC runs (--compare with --qrels)")
+        return
     trec = args.run is not None or args.qrels is not None
     if trec and (args.run is None or args.qrels is None):
         raise UsageError("--run and --qrels go together")
@@ -216,6 +383,8 @@ def _input(args: argparse.Namespace, stack: contextlib.ExitStack) -> Input:
             complete=args.complete,
         )
     if args.example:
+        from importlib import resources
+
         path = resources.files("evald") / "data" / EXAMPLE
         return JsonlInput(stack.enter_context(path.open("rb")), f"<example {EXAMPLE}>")
     source = args.input or "-"

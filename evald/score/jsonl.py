@@ -15,12 +15,23 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pydantic_core import from_json
-
 from evald.score.records import Query, Rejection
+
+#: pydantic-core's parser, imported at the first line that needs it: most files are read by the
+#: chunked reader alone, and importing it cost about 30 ms of every run's start-up
+_from_json: Any = None
+
+
+def _load_parser() -> Any:
+    global _from_json
+    from pydantic_core import from_json
+
+    _from_json = from_json
+    return from_json
 
 
 class _DuplicateKey(ValueError):
@@ -73,6 +84,12 @@ def parse_line(text: str) -> Query | str:
         return f"not JSON: {exc}"
     except RecursionError:
         return "not JSON: nested too deeply"
+    if _SURROGATE_ESCAPE.search(text):
+        where = _lone_surrogate(obj)
+        if where is not None:
+            return (
+                f"lone surrogate in {where}: not Unicode text (an unpaired \\ud800-\\udfff escape)"
+            )
     if not isinstance(obj, dict):
         return f"expected a JSON object, got {json_type(obj)}"
     for key in ("qid", "ranking", "qrels"):
@@ -102,6 +119,41 @@ def parse_line(text: str) -> Query | str:
 
 
 _STR = frozenset({str})
+#: ``\\uD800``-``\\uDFFF``: half of a UTF-16 pair. ``json`` decodes one standing alone to a
+#: lone surrogate, which is no Unicode character: it cannot be written out as UTF-8 (the rows
+#: echo the qid) and msgspec and pydantic-core refuse it, so the exact reader refuses it too.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _lone_surrogate(value: object, where: str = "the line") -> str | None:
+    """Where a lone surrogate sits in a decoded value (``"qid"``, ``"ranking"[2]`` ...), or None."""
+    if isinstance(value, str):
+        return where if _has_surrogate(value) else None
+    if isinstance(value, dict):
+        top = where == "the line"
+        for key, item in value.items():
+            name = json.dumps(key, ensure_ascii=True)
+            if _has_surrogate(key):
+                return f"the key {name}" if top else f"a key of {where}"
+            found = _lone_surrogate(item, name if top else f"{where}[{name}]")
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for pos, item in enumerate(value):
+            found = _lone_surrogate(item, f"{where}[{pos}]")
+            if found is not None:
+                return found
+    return None
+
+
 _NUMBERS = frozenset({int, float})
 
 
@@ -161,7 +213,7 @@ def accept_line(raw: bytes) -> Query | None:
     inside strings (docids such as ``sku:1``) are then subtracted: see :func:`_colons_in`.
     """
     try:
-        obj = from_json(raw, cache_strings=False)
+        obj = (_from_json or _load_parser())(raw, cache_strings=False)
     except ValueError:
         return None
     if type(obj) is not dict:
@@ -247,8 +299,7 @@ def read_line(raw: bytes, number: int, source: str) -> Query | Rejection | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return Rejection(source, number, f"not valid UTF-8 (byte {exc.start})")
-    if number == 1:
-        text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
+    text = text.removeprefix("\ufeff")  # a byte-order mark, ignored on any line (docs/score.md)
     if not text.strip():
         return None
     parsed = parse_line(text)

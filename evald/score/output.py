@@ -128,28 +128,41 @@ class MeanRow:
     name: str
     mean: float | None
     n: int
+    interval: tuple[float, float] | None = None  # 95% t interval over queries
 
 
 def format_table(rows: Sequence[MeanRow], *, digits: int = 4) -> str:
-    """An aligned text table (measure, mean, n) for people; ``digits`` as trec_eval's 4."""
-    header = ("measure", "mean", "n")
+    """An aligned text table (measure, mean, 95% interval, n) for people; ``digits`` as
+    trec_eval's 4."""
+    header = ("measure", "mean", "95% CI", "n")
     cells = [
-        (row.name, "-" if row.mean is None else f"{row.mean:.{digits}f}", str(row.n))
+        (
+            row.name,
+            "-" if row.mean is None else f"{row.mean:.{digits}f}",
+            "-" if row.interval is None else _interval_text(row.interval, digits),
+            str(row.n),
+        )
         for row in rows
     ]
-    widths = [max(len(line[col]) for line in [header, *cells]) for col in range(3)]
+    widths = [max(len(line[col]) for line in [header, *cells]) for col in range(4)]
     lines = [
-        f"{name:<{widths[0]}}  {mean:>{widths[1]}}  {n:>{widths[2]}}"
-        for name, mean, n in [header, *cells]
+        f"{name:<{widths[0]}}  {mean:>{widths[1]}}  {ci:>{widths[2]}}  {n:>{widths[3]}}"
+        for name, mean, ci, n in [header, *cells]
     ]
     return "\n".join(lines) + "\n"
+
+
+def _interval_text(interval: tuple[float, float], digits: int) -> str:
+    low, high = interval
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def format_mean_json(rows: Sequence[MeanRow], queries: int) -> str:
     """One JSON object: ``{"n": queries scored, "<measure>": mean, ...}`` at full precision.
 
     A measure whose own count differs from ``queries`` (an aggregate such as GAUC only counts
-    lists with both relevant and non-relevant items) also gets ``"n(<measure>)"``.
+    lists with both relevant and non-relevant items) also gets ``"n(<measure>)"``, and every
+    measure with a 95% interval ``"ci95(<measure>)": [low, high]``.
     """
     parts = [f'{{"n": {queries}']
     for row in rows:
@@ -158,5 +171,64 @@ def format_mean_json(rows: Sequence[MeanRow], queries: int) -> str:
         parts.append(f", {key}: {value}")
         if row.n != queries:
             parts.append(f", {json.dumps('n(' + row.name + ')', ensure_ascii=False)}: {row.n}")
+        if row.interval is not None:
+            low, high = map(json_number, row.interval)
+            key = json.dumps("ci95(" + row.name + ")", ensure_ascii=False)
+            parts.append(f", {key}: [{low}, {high}]")
     parts.append("}\n")
     return "".join(parts)
+
+
+#: Measures that are counts: trec_eval prints them as integers, and their ``all`` value is the
+#: sum over queries rather than the mean.
+COUNTS = frozenset({"num_ret", "num_rel", "num_rel_ret", "NumRet", "NumRel", "NumRelRet"})
+
+
+def _count(name: str) -> bool:
+    return name in COUNTS or name.split("(", 1)[0] in COUNTS
+
+
+class TrecWriter:
+    """trec_eval ``-q`` rows: ``measure<TAB>qid<TAB>value``, the measure left-aligned in 22
+    columns, values with ``digits`` decimals (trec_eval's ``%6.4f``), counts as integers."""
+
+    def __init__(self, stream: TextIO, names: Sequence[str], *, digits: int = 4) -> None:
+        self._stream = stream
+        self._names = [f"{name:<22}\t" for name in names]
+        self._counts = [_count(name) for name in names]
+        self._digits = digits
+        self.rows = 0
+
+    def write(self, qids: Sequence[Qid], columns: Sequence[Sequence[float]]) -> None:
+        """Write each query's measures, one line each, queries in order."""
+        if len(columns) != len(self._names):
+            raise ValueError(f"expected {len(self._names)} columns, got {len(columns)}")
+        texts = [
+            _trec_values(np.asarray(c, dtype=np.float64), count, self._digits)
+            for c, count in zip(columns, self._counts, strict=True)
+        ]
+        lines = []
+        for i, qid in enumerate(qids):
+            for name, values in zip(self._names, texts, strict=True):
+                lines.append(f"{name}{qid}\t{values[i]}\n")
+        self._stream.write("".join(lines))
+        self.rows += len(qids)
+
+
+def _trec_values(values: np.ndarray, count: bool, digits: int) -> list[str]:
+    if count:
+        return [str(round(v)) if math.isfinite(v) else "nan" for v in values.tolist()]
+    return [f"{v:6.{digits}f}" for v in values.tolist()]
+
+
+def format_trec_all(rows: Sequence[MeanRow], names: Sequence[str], *, digits: int = 4) -> str:
+    """trec_eval's summary lines, ``measure<TAB>all<TAB>value``: the mean over the scored
+    queries, the sum for counts. With no query scored there is no line (trec_eval stops with
+    "No queries with both results and relevance info" then)."""
+    lines = []
+    for row, name in zip(rows, names, strict=True):
+        if row.mean is None:
+            continue
+        text = str(round(row.mean * row.n)) if _count(name) else f"{row.mean:6.{digits}f}"
+        lines.append(f"{name:<22}\tall\t{text}\n")
+    return "".join(lines)

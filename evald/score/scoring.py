@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evald.metrics import Measure, evaluate, required_depth, weights_of
+from evald.metrics import Measure, evaluate, from_mean, mean_terms, required_depth, weights_of
 from evald.score.batching import Lists, build_batch, concat, lists_from, widths
 from evald.score.output import MeanRow
 from evald.score.records import Qid, Query
 
-#: Families that only make sense over many lists: left out of per-query rows, kept in the mean.
-AGGREGATE_ONLY = frozenset({"GAUC"})
+#: Families that only make sense over many lists: left out of per-query rows, kept in the mean
+#: (trec_eval prints gm_map only in its ``all`` line too).
+AGGREGATE_ONLY = frozenset({"GAUC", "GMAP"})
 
 
 def per_query(measures: Sequence[Measure]) -> list[Measure]:
@@ -36,17 +37,51 @@ class MeanAccumulator:
     weighted: list[float] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
     n: int = 0
+    # the unweighted spread, merged batch by batch (Chan et al.): count, mean, Σ(v − mean)²
+    _count: int = 0
+    _mean: float = 0.0
+    _m2: float = 0.0
+    _unweighted: bool = True
 
     def add(self, values: np.ndarray, weights: np.ndarray) -> None:
         """Add one batch's values with their weights (lists of weight 0 do not count in n)."""
         self.weighted.append(float(np.dot(weights, values)))
         self.weights.append(float(weights.sum()))
         self.n += int(np.count_nonzero(weights))
+        if not bool((weights == 1).all()):
+            self._unweighted = False
+        if values.shape[0]:
+            count, mean = values.shape[0], float(values.mean())
+            m2 = float(np.square(values - mean).sum())
+            total = self._count + count
+            delta = mean - self._mean
+            self._m2 += m2 + delta * delta * self._count * count / total
+            self._mean += delta * count / total
+            self._count = total
+
+    def interval(self, measure: Measure, level: float = 0.95) -> tuple[float, float] | None:
+        """The t interval of the mean over lists (GMAP: of the mean log, then exponentiated);
+        None for fewer than 2 lists or a weighted aggregate (GAUC)."""
+        if not self._unweighted or self._count < 2:
+            return None
+        from scipy.special import stdtrit  # Student t quantile; scipy.stats costs ~1 s to import
+
+        mean = self.mean()
+        assert mean is not None
+        half = float(stdtrit(self._count - 1, 0.5 + level / 2)) * math.sqrt(
+            self._m2 / (self._count - 1) / self._count
+        )
+        return from_mean(measure, mean - half), from_mean(measure, mean + half)
 
     def mean(self) -> float | None:
         """None when nothing was added with a positive weight."""
         total = math.fsum(self.weights)
         return math.fsum(self.weighted) / total if total > 0 else None
+
+    def reported(self, measure: Measure) -> float | None:
+        """The mean as reported: for GMAP the exponential of the mean of the logs."""
+        mean = self.mean()
+        return None if mean is None else from_mean(measure, mean)
 
 
 Sink = Callable[[Sequence[Qid], Sequence[np.ndarray]], None]
@@ -141,10 +176,33 @@ class BatchScorer:
         batch = build_batch(lists, self._depth)
         values = evaluate(self.measures, batch)
         for measure, column in values.items():
-            self._means[measure].add(column, weights_of(measure, batch))
+            self._means[measure].add(mean_terms(measure, column), weights_of(measure, batch))
         self._sink(lists.qids, [values[m] for m in self.row_measures])
         self.scored += len(lists)
 
-    def means(self) -> list[MeanRow]:
-        """One row per measure, in the order the user gave them."""
-        return [MeanRow(str(m), self._means[m].mean(), self._means[m].n) for m in self.measures]
+    def means(self, *, intervals: bool = True) -> list[MeanRow]:
+        """One row per measure, in the order the user gave them; ``intervals=False`` leaves
+        out the 95% intervals (and the import of scipy they need)."""
+        return [
+            MeanRow(
+                str(m),
+                self._means[m].reported(m),
+                self._means[m].n,
+                self._means[m].interval(m) if intervals else None,
+            )
+            for m in self.measures
+        ]
+
+
+def cut_rankings(
+    rankings: list[list[str]],
+    qrels: Sequence[dict[str, float]],
+    max_docs: int | None,
+    judged_only: bool,
+) -> list[list[str]]:
+    """trec_eval's -M (the first M documents) then -J (judged documents only), in that order."""
+    if max_docs is not None:
+        rankings = [r[:max_docs] if len(r) > max_docs else r for r in rankings]
+    if judged_only:
+        rankings = [[d for d in r if d in q] for r, q in zip(rankings, qrels, strict=True)]
+    return rankings

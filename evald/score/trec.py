@@ -16,6 +16,7 @@ import re
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from evald.score.records import Query, Rejection
 
@@ -47,7 +48,7 @@ def _fields(raw: bytes) -> list[str] | str | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"not valid UTF-8 (byte {exc.start})"
-    fields = text.split()
+    fields = text.removeprefix("\ufeff").split()  # a byte-order mark is ignored on any line
     if not fields or fields[0].startswith("#"):
         return None
     return fields
@@ -138,6 +139,7 @@ class _RunQuery:
     docs: list[str] = field(default_factory=list)
     scores: array[float] = field(default_factory=lambda: array("d"))
     lines: array[int] = field(default_factory=lambda: array("q"))
+    texts: list[str] = field(default_factory=list)  # the scores as read, until parsed
 
 
 @dataclass
@@ -188,33 +190,60 @@ def read_run(lines: Iterable[bytes], source: str) -> tuple[Run, list[Rejection]]
     """Read a run file; a query with a malformed line is marked bad (not scored)."""
     run = Run(source=source)
     rejections: list[Rejection] = []
+    queries = run.queries
     for number, raw in enumerate(lines, start=1):
-        fields = _fields(raw)
-        if fields is None:
-            continue
-        if isinstance(fields, str):
+        try:  # _fields, inlined: this loop runs once per run line
+            fields = raw.decode("utf-8").removeprefix("\ufeff").split()
+        except UnicodeDecodeError as exc:
             qid = _qid_of(raw)
             if qid is not None:
-                run.queries.setdefault(qid, _RunQuery())
-            _reject(rejections, run.bad, source, number, fields, qid)
+                queries.setdefault(qid, _RunQuery())
+            _reject(rejections, run.bad, source, number, f"not valid UTF-8 (byte {exc.start})", qid)
             continue
-        entry = run.queries.get(fields[0])
+        if not fields or fields[0][0] == "#":
+            continue
+        entry = queries.get(fields[0])
         if entry is None:
             entry = run.queries[fields[0]] = _RunQuery()
         if len(fields) < 6:
             reason = f"expected 6 fields (qid Q0 docid rank score tag), got {len(fields)}"
             _reject(rejections, run.bad, source, number, reason, fields[0])
             continue
-        qid, doc, score_text = fields[0], fields[2], fields[4]
-        score = parse_score(score_text)
-        if score is None:
-            reason = f"score {score_text!r} is not a number"
-            _reject(rejections, run.bad, source, number, reason, qid)
-            continue
-        entry.docs.append(doc)
-        entry.scores.append(score)
+        entry.docs.append(fields[2])
+        entry.texts.append(fields[4])
         entry.lines.append(number)
+    for qid, entry in run.queries.items():
+        _parse_scores(qid, entry, run, rejections)
+    rejections.sort(key=_line_number)  # score rejections were found per query, after the loop
     return run, rejections
+
+
+_line_number = attrgetter("line")
+#: every character a plain decimal number may hold; within these, ``float`` and
+#: :func:`parse_score` accept the same strings (``1e`` or ``--1`` make both refuse)
+_DECIMAL_CHARS = str.maketrans("", "", "0123456789.+-eE")
+
+
+def _parse_scores(qid: str, entry: _RunQuery, run: Run, rejections: list[Rejection]) -> None:
+    """Turn a query's score texts into numbers: in one pass when all are plain decimals (the
+    usual case), else one by one, each bad one rejected with its line (the query not scored)."""
+    texts, entry.texts = entry.texts, []
+    if not "".join(texts).translate(_DECIMAL_CHARS):
+        try:
+            entry.scores = array("d", map(float, texts))
+            return
+        except ValueError:
+            pass
+    kept = _RunQuery()
+    for doc, text, number in zip(entry.docs, texts, entry.lines, strict=True):
+        score = parse_score(text)
+        if score is None:
+            _reject(rejections, run.bad, run.source, number, f"score {text!r} is not a number", qid)
+        else:
+            kept.docs.append(doc)
+            kept.scores.append(score)
+            kept.lines.append(number)
+    entry.docs, entry.scores, entry.lines = kept.docs, kept.scores, kept.lines
 
 
 @dataclass

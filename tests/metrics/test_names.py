@@ -126,6 +126,41 @@ def test_every_advertised_form_parses() -> None:
     for family in FAMILIES.values():
         for form in family.forms:
             concrete = (
-                form.replace("@k", "@5").replace("rel=N", "rel=2").replace("gmax=N", "gmax=3")
+                (form.replace("@k", "@5").replace("rel=N", "rel=2").replace("gmax=N", "gmax=3"))
+                .replace("@r", "@0.5")
+                .replace("beta=B", "beta=2")
             )
             assert str(parse_measure(concrete)).startswith(family.name), form
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ("IPrec@0.5", "IPrec@0.5"),
+        ("IPrec(rel=2)@1", "IPrec(rel=2)@1.0"),
+        ("nDCG(gains={2: 9, 1: 3})@10", "nDCG(gains={1:3,2:9})@10"),
+        ("DCG(gains={0:0.5})", "DCG(gains={0:0.5})"),
+        ("SetF(beta=1)", "SetF"),
+        ("BPref", "Bpref"),
+        ("NumRelRet(rel=2)", "NumRelRet(rel=2)"),
+    ],
+)
+def test_trec_eval_measures_have_ir_measures_names(text: str, canonical: str) -> None:
+    assert str(parse_measure(text)) == canonical
+    assert parse_measure(canonical) == parse_measure(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["IPrec@1.5", "IPrec@x", "IPrec", "nDCG(gains={-1:2})", "nDCG(gains={1:'a'})", "nDCG(gains={})",
+     "nDCG(gains={1:2},dcg='exp-log2')", "Judged", "NumRet@5", "GMAP@10"],
+)  # fmt: skip
+def test_bad_trec_eval_measure_forms_are_refused(text: str) -> None:
+    with pytest.raises(MeasureError):
+        parse_measure(text)
+
+
+def test_counts_read_no_rank_and_whole_list_measures_read_all() -> None:
+    assert required_depth(parse_measures("NumRet,NumRel,P@5")) == 5
+    assert required_depth(parse_measures("Judged@7,P@5")) == 7
+    assert required_depth(parse_measures("Bpref,P@5")) is None

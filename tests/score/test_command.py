@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
+import numpy as np
 import pytest
 import pytrec_eval
 from hypothesis import given, settings
@@ -39,7 +42,15 @@ TREC_EQUIVALENTS = {
     "AP": ("map", "map"),
     "AP@5": ("map_cut.5", "map_cut_5"),
     "Success@5": ("success.5", "success_5"),
+    "Bpref": ("bpref", "bpref"),
+    "NumRet": ("num_ret", "num_ret"),
+    "SetF": ("set_F", "set_F"),
 }
+
+
+def means(text: str) -> dict[str, object]:
+    """A --mean JSON object without its intervals (tested on their own below)."""
+    return {k: v for k, v in json.loads(text).items() if not k.startswith("ci95(")}
 
 
 def row(qid: object, ranking: list[str], qrels: dict[str, object]) -> dict[str, object]:
@@ -116,7 +127,9 @@ def test_gauc_is_only_in_the_mean(evald_main: Evald, jsonl_file: WriteJsonl) -> 
     rows = evald_main("score", path, "-m", "AUC,GAUC").rows()
     assert rows == [{"qid": "a", "AUC": 1.0}, {"qid": "b", "AUC": 0.0}]
     mean = json.loads(evald_main("score", path, "-m", "AUC,GAUC", "--mean").out)
-    assert mean == {"n": 2, "AUC": 0.5, "GAUC": pytest.approx(2 / 5)}
+    half = 12.706204736174707 * 0.5  # t(0.975, 1 df) · the standard error of [1, 0]
+    assert mean == {"n": 2, "AUC": 0.5, "ci95(AUC)": pytest.approx([0.5 - half, 0.5 + half]),
+                    "GAUC": pytest.approx(0.4)}  # fmt: skip
 
 
 # --- means and output destinations ---------------------------------------------------------
@@ -127,17 +140,17 @@ def test_mean_is_json_when_not_a_terminal_and_a_table_on_one(
 ) -> None:
     path = jsonl_file(row("a", ["x"], {"x": 1}), row("b", ["y", "x"], {"x": 1}))
     as_json = evald_main("score", path, "-m", "RR,P@1", "--mean")
-    assert json.loads(as_json.out) == {"n": 2, "RR": 0.75, "P@1": 0.5}
+    assert means(as_json.out) == {"n": 2, "RR": 0.75, "P@1": 0.5}
     table = evald_main("score", path, "-m", "RR,P@1", "--mean", tty=True)
     assert table.out.splitlines() == [
-        "measure    mean  n",
-        "RR       0.7500  2",
-        "P@1      0.5000  2",
+        "measure    mean             95% CI  n",
+        "RR       0.7500  [-2.4266, 3.9266]  2",
+        "P@1      0.5000  [-5.8531, 6.8531]  2",
     ]
     forced = evald_main("score", path, "-m", "RR", "--mean", "--format", "table")
-    assert forced.out.splitlines()[0].split() == ["measure", "mean", "n"]
+    assert forced.out.splitlines()[0].split() == ["measure", "mean", "95%", "CI", "n"]
     forced_json = evald_main("score", path, "-m", "RR", "--mean", "--format", "json", tty=True)
-    assert json.loads(forced_json.out) == {"n": 2, "RR": 0.75}
+    assert means(forced_json.out) == {"n": 2, "RR": 0.75}
 
 
 def test_output_file_gets_rows_while_the_mean_goes_to_stdout(
@@ -146,7 +159,7 @@ def test_output_file_gets_rows_while_the_mean_goes_to_stdout(
     out = tmp_path / "rows.jsonl"
     path = jsonl_file(row("a", ["x"], {"x": 1}), row("b", ["y"], {"x": 1}))
     result = evald_main("score", path, "-m", "RR", "--output", str(out), "--mean")
-    assert json.loads(result.out) == {"n": 2, "RR": 0.5}
+    assert means(result.out) == {"n": 2, "RR": 0.5}
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert rows == [{"qid": "a", "RR": 1.0}, {"qid": "b", "RR": 0.0}]
 
@@ -201,7 +214,7 @@ def test_the_garbage_collector_is_left_as_it_was(
 def test_bad_measure_is_a_usage_error_listing_valid_forms(
     evald_main: Evald, jsonl_file: WriteJsonl
 ) -> None:
-    result = evald_main("score", jsonl_file(), "--measures", "nDCG@10,ndcg_cut_10")
+    result = evald_main("score", jsonl_file(), "--measures", "nDCG@10,ndcg_cutt_10")
     assert result.status == 2
     assert result.out == ""
     assert result.err.startswith("evald score: error: ")
@@ -291,6 +304,25 @@ trec_docs = st.sampled_from([f"d{i}" for i in range(12)])
 trec_queries = st.sampled_from(["q1", "q2", "q3", "q10", "Q4"])
 
 
+def first_m(run: dict[str, dict[str, float]], m: int | None) -> dict[str, dict[str, float]]:
+    """The run cut to each query's first m documents in trec_eval's order (trec_eval -M)."""
+    if m is None:
+        return run
+    return {
+        qid: dict(sorted(((d, s) for d, s in docs.items()), key=lambda ds: (ds[1], ds[0]))[-m:])
+        for qid, docs in run.items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("flags", "judged_only", "max_docs"),
+    [
+        ((), False, None),
+        (("-J",), True, None),
+        (("-M", "3"), False, 3),
+        (("-J", "-M", "2"), True, 2),
+    ],
+)
 @settings(max_examples=40, deadline=None)
 @given(
     run=st.dictionaries(
@@ -309,9 +341,12 @@ trec_queries = st.sampled_from(["q1", "q2", "q3", "q10", "Q4"])
         min_size=1,
     ),
 )
-def test_trec_files_score_like_trec_eval(run: dict, qrels: dict) -> None:
+def test_trec_files_score_like_trec_eval(
+    run: dict, qrels: dict, flags: tuple[str, ...], judged_only: bool, max_docs: int | None
+) -> None:
     """Ties in score (0.5/1.0/2.25 repeat), unjudged and negatively judged docs, queries on one
-    side only: every per-query value equals pytrec_eval's within 1e-9."""
+    side only, with and without -J and -M: every per-query value equals pytrec_eval's within
+    1e-9 (it has no -M: it is given the run cut to M documents)."""
     with mock.patch.object(evald.cli, "COMMANDS", SCORE_ONLY), tempfile.TemporaryDirectory() as tmp:
         run_path = write(
             Path(tmp, "run"),
@@ -332,13 +367,13 @@ def test_trec_files_score_like_trec_eval(run: dict, qrels: dict) -> None:
         out_path = Path(tmp, "out.jsonl")
         status = evald.cli.main(
             ["score", "--run", run_path, "--qrels", qrels_path, "--output", str(out_path),
-             "-m", ",".join(TREC_EQUIVALENTS)]
+             "-m", ",".join(TREC_EQUIVALENTS), *flags]
         )  # fmt: skip
         ours = {r["qid"]: r for r in map(json.loads, out_path.read_text().splitlines())}
     assert status == 0
     expected = pytrec_eval.RelevanceEvaluator(
-        qrels, {trec for trec, _ in TREC_EQUIVALENTS.values()}
-    ).evaluate(run)
+        qrels, {trec for trec, _ in TREC_EQUIVALENTS.values()}, judged_docs_only_flag=judged_only
+    ).evaluate(first_m(run, max_docs))
     assert set(ours) == set(expected) == set(run) & set(qrels)
     for qid, values in expected.items():
         for name, (_, key) in TREC_EQUIVALENTS.items():
@@ -351,7 +386,8 @@ def test_query_with_only_negative_judgments_scores_zero(evald_main: Evald, tmp_p
     run = write(tmp_path / "run", ["q1 Q0 a 1 2 t", "q1 Q0 b 2 1 t"])
     qrels = write(tmp_path / "qrels", ["q1 0 a -1", "q1 0 b -1"])
     result = evald_main("score", "--run", run, "--qrels", qrels, "-m", ",".join(TREC_EQUIVALENTS))
-    assert result.rows() == [{"qid": "q1", **dict.fromkeys(TREC_EQUIVALENTS, 0.0)}]
+    zeros = dict.fromkeys(TREC_EQUIVALENTS, 0.0)
+    assert result.rows() == [{"qid": "q1", **zeros, "NumRet": 2.0}]  # a count, not a quality
 
 
 def test_trec_skips_and_complete_are_reported(evald_main: Evald, tmp_path: Path) -> None:
@@ -374,7 +410,7 @@ def test_trec_skips_and_complete_are_reported(evald_main: Evald, tmp_path: Path)
     ]
     assert "1 qrels queries missing from the run were scored as empty" in complete.err
     mean = evald_main("score", "--run", run, "--qrels", qrels, "-m", "RR", "--complete", "--mean")
-    assert json.loads(mean.out) == {"n": 2, "RR": 0.5}
+    assert means(mean.out) == {"n": 2, "RR": 0.5}
 
 
 def test_trec_rejections_name_file_and_line_and_set_status_1(
@@ -395,6 +431,37 @@ def test_trec_rejections_name_file_and_line_and_set_status_1(
     assert err[3].startswith(f"{run}:2: docid 'a' appears twice in query 'q1' (also line 1)")
     assert "evald score: 4 line(s) rejected; 0 queries scored" in err
     assert "evald score: 4 queries were not scored because of rejected lines" in err
+
+
+def test_a_lone_surrogate_is_reported_and_the_good_lines_still_scored(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path / "in.jsonl",
+        [
+            '{"qid": "\\ud800", "ranking": ["a"], "qrels": {"a": 1}}',
+            '{"qid": "ok", "ranking": ["b", "a"], "qrels": {"a": 1}}',
+        ],
+    )
+    result = evald_main("score", path, "-m", "RR")
+    assert result.status == 1
+    assert result.rows() == [{"qid": "ok", "RR": 0.5}]
+    assert result.err.splitlines()[0].startswith(f'{path}:1: lone surrogate in "qid"')
+
+
+def test_a_byte_order_mark_is_ignored_on_any_line_of_either_input(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    bom = "\ufeff"
+    path = write(tmp_path / "in.jsonl", [bom + json.dumps(row(q, ["a"], {"a": 1})) for q in "xy"])
+    assert [r["qid"] for r in evald_main("score", path, "-m", "RR").rows()] == ["x", "y"]
+    run = write(tmp_path / "run", [bom + "q1 Q0 a 1 2 t", bom + "q2 Q0 b 1 1 t"])
+    qrels = write(tmp_path / "qrels", [bom + "q1 0 a 1", bom + "q2 0 b 1"])
+    result = evald_main("score", "--run", run, "--qrels", qrels, "-m", "RR")
+    assert (result.status, result.rows()) == (
+        0,
+        [{"qid": "q1", "RR": 1.0}, {"qid": "q2", "RR": 1.0}],
+    )
 
 
 def test_trec_run_from_stdin(evald_main: Evald, tmp_path: Path) -> None:
@@ -434,5 +501,201 @@ def test_python_dash_m_evald_runs_the_command(tmp_path: Path) -> None:
     )
     assert scored.returncode == 0, scored.stderr
     mean = json.loads(scored.stdout)
-    assert mean["n"] == 30 and set(mean) == {"n", "nDCG@10", "RR"}
+    assert mean["n"] == 30 and set(mean) == {"n", "nDCG@10", "RR", "ci95(nDCG@10)", "ci95(RR)"}
     assert 0 < mean["nDCG@10"] < 1
+
+
+def test_gmap_is_only_in_the_mean_and_is_trec_evals_geometric_mean(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    run = {"q1": {"a": 2.0, "b": 1.0}, "q2": {"c": 1.0, "d": 0.5}, "q3": {"e": 1.0}}
+    qrels = {"q1": {"b": 1}, "q2": {"c": 2, "x": 1}, "q3": {"e": 0}}  # q3: AP 0, floored
+    run_path = write(
+        tmp_path / "run",
+        [f"{q} Q0 {d} 1 {s} t" for q, docs in run.items() for d, s in docs.items()],
+    )
+    qrels_path = write(
+        tmp_path / "qrels", [f"{q} 0 {d} {g}" for q, docs in qrels.items() for d, g in docs.items()]
+    )
+    result = evald_main("score", "--run", run_path, "--qrels", qrels_path, "-m", "GMAP,AP")
+    assert [set(row) for row in result.rows()] == [{"qid", "AP"}] * 3
+    means = json.loads(
+        evald_main("score", "--run", run_path, "--qrels", qrels_path, "-m", "GMAP", "--mean").out
+    )
+    logs = pytrec_eval.RelevanceEvaluator(qrels, {"gm_map"}).evaluate(run)
+    expected = math.exp(sum(v["gm_map"] for v in logs.values()) / 3)
+    assert means == {"n": 3, "GMAP": pytest.approx(expected, abs=1e-12), "ci95(GMAP)": mock.ANY}
+
+
+#: trec_eval 10.0 (built from its source) on the run and qrels of the test below:
+#: trec_eval -q -m P.5 -m map -m ndcg_cut.10 -m num_ret -m num_rel_ret -m recip_rank
+#:   -m gm_map -m bpref -m iprec_at_recall.0.5 qrels run
+TREC_EVAL_10_OUTPUT = """\
+P_5                   \tq1\t0.4000
+map                   \tq1\t1.0000
+ndcg_cut_10           \tq1\t1.0000
+num_ret               \tq1\t2
+num_rel_ret           \tq1\t2
+recip_rank            \tq1\t1.0000
+bpref                 \tq1\t1.0000
+iprec_at_recall_0.50  \tq1\t1.0000
+P_5                   \tq2\t0.2000
+map                   \tq2\t0.5000
+ndcg_cut_10           \tq2\t0.6309
+num_ret               \tq2\t2
+num_rel_ret           \tq2\t1
+recip_rank            \tq2\t0.5000
+bpref                 \tq2\t0.0000
+iprec_at_recall_0.50  \tq2\t0.5000
+P_5                   \tall\t0.3000
+map                   \tall\t0.7500
+ndcg_cut_10           \tall\t0.8155
+num_ret               \tall\t4
+num_rel_ret           \tall\t3
+recip_rank            \tall\t0.7500
+gm_map                \tall\t0.7071
+bpref                 \tall\t0.5000
+iprec_at_recall_0.50  \tall\t0.7500
+"""
+
+
+def test_trec_format_prints_what_trec_eval_prints(evald_main: Evald, tmp_path: Path) -> None:
+    run = write(
+        tmp_path / "run", ["q1 Q0 a 1 2 t", "q1 Q0 b 2 1 t", "q2 Q0 c 1 1 t", "q2 Q0 a 1 0.5 t"]
+    )
+    qrels = write(tmp_path / "qrels", ["q1 0 a 1", "q1 0 b 1", "q2 0 c 0", "q2 0 a 2"])
+    measures = "P.5,map,ndcg_cut.10,num_ret,num_rel_ret,recip_rank,gm_map,bpref,iprec_at_recall.0.5"
+    result = evald_main("score", "--run", run, "--qrels", qrels, "-m", measures, "--format", "trec")
+    assert result.status == 0
+    assert sorted(result.out.splitlines()) == sorted(TREC_EVAL_10_OUTPUT.splitlines())
+    summary = evald_main(
+        "score", "--run", run, "--qrels", qrels, "-m", measures, "--format", "trec", "--mean"
+    )
+    assert summary.out.splitlines() == TREC_EVAL_10_OUTPUT.splitlines()[-9:]
+    digits = evald_main(
+        "score", "--run", run, "--qrels", qrels, "-m", "map", "--format", "trec", "--mean",
+        "--digits", "6",
+    )  # fmt: skip
+    assert digits.out == "map                   \tall\t0.750000\n"
+
+
+# --- --compare -------------------------------------------------------------------------------
+
+
+def compare_runs(tmp_path: Path) -> list[str]:
+    """Three JSONL runs over 12 queries: b is better than a, c is a with two lists swapped."""
+    rng = random.Random(5)
+    paths = []
+    for name in "abc":
+        lines = []
+        for q in range(12):
+            docs = [f"d{i}" for i in range(8)]
+            qrels = {d: rng.randint(0, 2) for d in docs[:5]}
+            ranking = sorted(
+                docs, key=lambda d, n=name: -qrels.get(d, 0) * (n == "b") + rng.random()
+            )
+            lines.append(json.dumps(row(f"q{q}", ranking, qrels)))
+        paths.append(write(tmp_path / f"{name}.jsonl", lines))
+    return paths
+
+
+def test_compare_reports_means_and_tests_equal_to_scipy(evald_main: Evald, tmp_path: Path) -> None:
+    from scipy import stats
+
+    paths = compare_runs(tmp_path)
+    result = evald_main("score", "--compare", *paths, "-m", "nDCG@5,AP", "--seed", "3")
+    assert result.status == 0, result.err
+    report = json.loads(result.out)
+    assert report["baseline"] == paths[0] and report["queries"] == 12
+    assert (report["permutations"], report["seed"], report["correction"]) == (10_000, 3, "holm")
+    per_run = [
+        {r["qid"]: r for r in evald_main("score", p, "-m", "nDCG@5,AP").rows()} for p in paths
+    ]
+    results = {(r["measure"], r["run"]): r for r in report["results"]}
+    assert len(results) == 4
+    for measure in ("nDCG@5", "AP"):
+        a = [per_run[0][f"q{q}"][measure] for q in range(12)]
+        pvalues = []
+        for path, rows in zip(paths[1:], per_run[1:], strict=True):
+            b = [rows[f"q{q}"][measure] for q in range(12)]
+            got = results[(measure, path)]
+            assert got["diff"] == pytest.approx(sum(b) / 12 - sum(a) / 12, abs=1e-12)
+            expected = stats.ttest_rel(b, a)
+            assert got["t"] == pytest.approx(expected.statistic, rel=1e-9)
+            assert got["p_t"] == pytest.approx(expected.pvalue, rel=1e-9)
+            exact = stats.permutation_test(
+                (b, a), lambda x, y, axis: np.mean(x - y, axis=axis),
+                permutation_type="samples", n_resamples=np.inf,
+            )  # fmt: skip
+            assert got["randomization"] == "exact"  # 2^12 patterns <= 10 000
+            assert got["p_randomization"] == pytest.approx(exact.pvalue, abs=1e-12)
+            pvalues.append(expected.pvalue)
+        holm = sorted(pvalues)
+        corrected = [min(1.0, 2 * holm[0]), max(min(1.0, 2 * holm[0]), holm[1])]
+        got_corrected = sorted(results[(measure, p)]["p_t_corrected"] for p in paths[1:])
+        assert got_corrected == pytest.approx(corrected, rel=1e-9)
+
+
+def test_compare_table_on_a_terminal_and_usage_errors(evald_main: Evald, tmp_path: Path) -> None:
+    paths = compare_runs(tmp_path)
+    table = evald_main("score", "--compare", *paths[:2], "-m", "AP", tty=True)
+    assert table.out.splitlines()[0].split() == [
+        "measure", "run", "baseline", "mean", "diff", "t", "p(t)", "p(t)", "holm", "p(rand)",
+        "p(rand)", "holm",
+    ]  # fmt: skip
+    assert table.out.splitlines()[1].split()[:2] == ["AP", paths[1]]
+    assert evald_main("score", "--compare", paths[0]).status == 2
+    assert evald_main("score", "--compare", *paths, "--mean").status == 2
+    assert evald_main("score", "--compare", *paths, "-m", "GAUC").status == 2
+    twice = write(tmp_path / "twice.jsonl", [json.dumps(row("q1", ["a"], {"a": 1}))] * 2)
+    dup = evald_main("score", "--compare", paths[0], twice)
+    assert dup.status == 2 and "qid 'q1' is scored twice" in dup.err
+
+
+def test_compare_trec_runs_pairs_queries_in_every_run(evald_main: Evald, tmp_path: Path) -> None:
+    qrels = write(tmp_path / "qrels", ["q1 0 a 1", "q2 0 b 1", "q3 0 c 1"])
+    a = write(tmp_path / "a", ["q1 Q0 a 1 1 t", "q2 Q0 x 1 1 t", "q3 Q0 c 1 1 t"])
+    b = write(tmp_path / "b", ["q1 Q0 a 1 1 t", "q2 Q0 b 1 1 t"])
+    result = evald_main("score", "--compare", a, b, "--qrels", qrels, "-m", "map")
+    (only,) = json.loads(result.out)["results"]
+    assert (only["n"], only["baseline_mean"], only["mean"]) == (2, 0.5, 1.0)
+    assert "1 queries are not scored in every run" in result.err
+
+
+def test_mean_intervals_are_t_intervals_over_queries_and_batch_free(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    from scipy import stats
+
+    rng = random.Random(11)
+    lines = []
+    for q in range(57):
+        docs = [f"d{i}" for i in range(6)]
+        rng.shuffle(docs)
+        lines.append(json.dumps(row(f"q{q}", docs, {d: rng.randint(0, 2) for d in docs[:3]})))
+    path = write(tmp_path / "in.jsonl", lines)
+    values = [r["nDCG@5"] for r in evald_main("score", path, "-m", "nDCG@5").rows()]
+    expected = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
+    for batch in ("1", "7", "10000"):
+        out = json.loads(
+            evald_main("score", path, "-m", "nDCG@5", "--mean", "--batch-size", batch).out
+        )
+        assert out["ci95(nDCG@5)"] == pytest.approx(list(expected), abs=1e-12)
+
+
+def test_start_up_imports_only_what_scoring_needs(tmp_path: Path) -> None:
+    """`evald score` builds only its own parser (the daemon's pydantic settings and YAML cost
+    about 0.15 s to import) and reads ordinary lines without pydantic-core (about 30 ms);
+    the time itself is measured in benchmarks/score_bench.py."""
+    path = write(tmp_path / "in.jsonl", [json.dumps(row("q", ["a"], {"a": 1}))])
+    probe = (
+        "import sys, evald.cli\n"
+        f"status = evald.cli.main(['score', {path!r}, '-m', 'RR', '-o', {str(tmp_path / 'o')!r}])\n"
+        "heavy = [m for m in ('evald.daemon.settings', 'yaml', 'pydantic', 'pydantic_core',"
+        " 'scipy') if m in sys.modules]\n"
+        "print(status, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "0 []"

@@ -107,9 +107,33 @@ def test_reader_numbers_lines_from_one_skips_blank_lines_and_keeps_order() -> No
     assert str(rejections[0]).startswith("in.jsonl:4: not JSON: ")
 
 
-def test_byte_order_mark_on_the_first_line_is_tolerated() -> None:
-    items = list(read_jsonl(["\ufeff".encode() + line().encode()], "x"))
-    assert isinstance(items[0], Query)
+def test_byte_order_mark_is_ignored_on_any_line() -> None:
+    bom = "\ufeff".encode()
+    items = list(read_jsonl([bom + line(qid="a").encode(), bom + line(qid="b").encode()], "x"))
+    assert [item.qid for item in items if isinstance(item, Query)] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"qid": "\\ud800", "ranking": [], "qrels": {}}', '"qid"'),
+        ('{"qid": "q", "ranking": ["a", "x\\udfff"], "qrels": {}}', '"ranking"[1]'),
+        ('{"qid": "q", "ranking": [], "qrels": {"\\udc00": 1}}', 'a key of "qrels"'),
+        ('{"qid": "q", "ranking": [], "qrels": {}, "note": {"k": ["\\uD83D"]}}', '"note"["k"][0]'),
+        ('{"\\ud800": 1, "qid": "q", "ranking": [], "qrels": {}}', 'the key "\\ud800"'),
+        ('"\\ud800"', "the line"),
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_rejected_with_its_place(text: str, where: str) -> None:
+    assert parse_line(text) == (
+        f"lone surrogate in {where}: not Unicode text (an unpaired \\ud800-\\udfff escape)"
+    )
+    assert accept_line(text.encode()) is None
+
+
+def test_a_surrogate_pair_is_one_character_and_accepted() -> None:
+    parsed = parse_line('{"qid": "\\ud83d\\ude00", "ranking": ["\\uD83D\\uDE00"], "qrels": {}}')
+    assert parsed == Query(qid="\U0001f600", ranking=["\U0001f600"], qrels={})
 
 
 def test_crlf_line_endings_parse() -> None:
@@ -162,7 +186,6 @@ def test_duplicate_keys_anywhere_never_pass_the_fast_path(text: str) -> None:
     "text",
     [
         line(qrels={"a": 1e308, "b": 1e308}),  # finite grades whose sum overflows
-        '{"qid": "q", "ranking": ["\\ud800"], "qrels": {}}',  # lone surrogate: json reads it
         "\ufeff" + line(),  # byte-order mark
         line(query={"deep": [[[{"a": 1}]]]}),  # nested ignored keys are counted, not refused
     ],

@@ -72,12 +72,16 @@ def test_non_finite_values_become_null() -> None:
 
 
 def test_table_aligns_columns_and_rounds_to_four_digits() -> None:
-    rows = [MeanRow("nDCG@10", 0.123456, 1200), MeanRow("GAUC", 2 / 3, 7), MeanRow("RR", None, 0)]
+    rows = [
+        MeanRow("nDCG@10", 0.123456, 1200, (0.1, 0.15)),
+        MeanRow("GAUC", 2 / 3, 7),
+        MeanRow("RR", None, 0),
+    ]
     assert format_table(rows).splitlines() == [
-        "measure    mean     n",
-        "nDCG@10  0.1235  1200",
-        "GAUC     0.6667     7",
-        "RR            -     0",
+        "measure    mean            95% CI     n",
+        "nDCG@10  0.1235  [0.1000, 0.1500]  1200",
+        "GAUC     0.6667                 -     7",
+        "RR            -                 -     0",
     ]
 
 

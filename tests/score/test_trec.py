@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evald.score.records import Query, Rejection
 from evald.score.trec import JoinStats, join, parse_grade, parse_score, read_qrels, read_run
@@ -34,6 +38,12 @@ def test_ranking_is_score_descending_then_docid_descending_ignoring_rank() -> No
     )
     assert rejected == []
     assert run.ranking("q1") == ["a", "d", "c", "b", "e"]
+
+
+def test_scores_are_doubles_like_trec_eval_10_not_single_floats_like_9() -> None:
+    # in single precision 1.00000001 == 1.0, and the docid tie-break would put b first
+    run, _ = read_run(lines("q Q0 a 1 1.00000001 t\nq Q0 b 2 1.0 t\n"), "run")
+    assert run.ranking("q") == ["a", "b"]
 
 
 def test_docid_tie_break_is_by_code_point_like_strcmp_on_utf8() -> None:
@@ -169,3 +179,36 @@ def test_query_whose_only_run_line_is_malformed_counts_as_not_scored() -> None:
     items, stats = scored("q1 Q0 a 1\n", "q1 0 a 1\n", complete=True)
     assert [type(i) for i in items] == [Rejection]
     assert (stats.not_scored, stats.completed) == (1, 0)
+
+
+def test_rejections_come_in_line_order_whatever_the_problem() -> None:
+    """Scores are parsed per query after the whole file is read: their rejections still take
+    their place by line number among the others."""
+    run, rejected = read_run(
+        lines("q1 Q0 a 1 abc t\nq2 Q0 b 1\nq1 Q0 c 2 inf t\nq3 Q0 d 1 1e-3 t\nq3 Q0 e 2 1_0 t\n"),
+        "run",
+    )
+    assert [(r.line, r.reason.split(";")[0]) for r in rejected] == [
+        (1, "score 'abc' is not a number"),
+        (2, "expected 6 fields (qid Q0 docid rank score tag), got 4"),
+        (5, "score '1_0' is not a number"),
+    ]
+    assert run.bad == {"q1", "q2", "q3"}
+    assert list(run.queries["q1"].docs) == ["c"] and list(run.queries["q1"].scores) == [math.inf]
+
+
+def test_plain_scores_are_read_in_bulk_with_the_same_values() -> None:
+    run, rejected = read_run(lines("q Q0 a 1 -2.5e1 t\nq Q0 b 2 .5 t\nq Q0 c 3 +3. t\n"), "run")
+    assert rejected == []
+    assert list(run.queries["q"].scores) == [-25.0, 0.5, 3.0]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet="0123456789.+-eE", min_size=1, max_size=8))
+def test_bulk_score_check_accepts_exactly_what_parse_score_accepts(text: str) -> None:
+    """Over the characters the bulk check lets through, float() and parse_score agree."""
+    try:
+        bulk: float | None = float(text)
+    except ValueError:
+        bulk = None
+    assert bulk == parse_score(text)

@@ -1,0 +1,144 @@
+"""`evald score` on TREC files beside the trec_eval C binary and pytrec_eval, in one run.
+
+Two runs are generated from a seed: 1M lines (1 000 topics × 1 000 documents) and 200k lines
+(200 topics × 1 000), each with a qrels file of 100 judgments per topic (a third relevant, at
+grades 1-2), scores with ties. Every tool reads the same two files from disk and computes the
+same four measures (trec_eval ``-m map -m P.10 -m ndcg_cut.10 -m recip_rank``; evald
+``--mean --format trec`` of the same names), and prints only the summary; each is timed end to end
+as a process, wall time, best of ``--repeat``. pytrec_eval is timed as the Python a user writes
+for it: read both files into dicts, evaluate, average. The outputs are compared (4 decimals) so
+the three are known to compute the same thing.
+
+The C binary is not part of this repository: build trec_eval from its public source with -O2
+and pass its path (``--trec-eval PATH``); without it, its column says "not given".
+
+    python -m benchmarks.trec_bench --trec-eval /path/to/trec_eval [--repeat 3] [--quick]
+
+Also measured: the start-up of ``evald score`` (one one-line JSONL file), beside ``python -c
+pass`` and ``python -c "import numpy"`` in the same run (target: under 0.15 s).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from benchmarks import _common as c
+
+TREC_EVAL_ARGS = ["-m", "map", "-m", "P.10", "-m", "ndcg_cut.10", "-m", "recip_rank"]
+EVALD_MEASURES = "map,P.10,ndcg_cut.10,recip_rank"
+
+
+def write_trec(run_path: str, qrels_path: str, topics: int, docs: int, seed: int) -> None:
+    """A run of topics × docs lines (scores with ties) and 100 judgments per topic, 70 of them
+    on retrieved documents."""
+    rng = np.random.default_rng(seed)
+    with open(run_path, "w") as run, open(qrels_path, "w") as qrels:
+        for t in range(topics):
+            ids = rng.choice(50_000, size=docs + 30, replace=False)
+            scores = np.round(rng.normal(10.0, 3.0, size=docs), 2)  # 2 decimals: ties
+            order = np.argsort(-scores, kind="stable")
+            run.write(
+                "".join(
+                    f"{t} Q0 doc{ids[i]} {r} {scores[i]:.2f} bench\n"
+                    for r, i in enumerate(order, start=1)
+                )
+            )
+            judged = np.concatenate([rng.choice(ids[:docs], size=70, replace=False), ids[docs:]])
+            grades = rng.choice(3, size=100, p=(0.67, 0.22, 0.11))
+            qrels.write("".join(f"{t} 0 doc{d} {g}\n" for d, g in zip(judged, grades, strict=True)))
+
+
+def pytrec_eval_script(run_path: str, qrels_path: str) -> str:
+    """What a pytrec_eval user runs: parse both files, evaluate, print the means."""
+    return f"""
+import pytrec_eval
+qrels, run = {{}}, {{}}
+with open({qrels_path!r}) as fh:
+    for line in fh:
+        q, _, d, g = line.split()
+        qrels.setdefault(q, {{}})[d] = int(g)
+with open({run_path!r}) as fh:
+    for line in fh:
+        q, _, d, _, s, _ = line.split()
+        run.setdefault(q, {{}})[d] = float(s)
+names = {{"map", "P.10", "ndcg_cut.10", "recip_rank"}}
+res = pytrec_eval.RelevanceEvaluator(qrels, names).evaluate(run)
+for key in ("map", "P_10", "ndcg_cut_10", "recip_rank"):
+    print(key, "all", "%.4f" % (sum(v[key] for v in res.values()) / len(res)))
+"""
+
+
+def timed(argv: Sequence[str], repeat: int) -> tuple[float, str]:
+    """Best wall time of ``repeat`` runs of a process, and its stdout."""
+    best, out = float("inf"), ""
+    for _ in range(repeat):
+        start = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        best = min(best, time.perf_counter() - start)
+        out = done.stdout
+    return best, out
+
+
+def summary(text: str) -> dict[str, str]:
+    """{measure: value} from trec_eval-style 'measure all value' lines."""
+    rows = [line.split() for line in text.splitlines() if line.strip()]
+    return {r[0]: r[2] for r in rows if len(r) == 3 and r[1] == "all"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def extra(parser) -> None:  # type: ignore[no-untyped-def]
+        parser.add_argument("--trec-eval", metavar="PATH", help="the trec_eval binary")
+        parser.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
+
+    args = c.parse_args(__doc__.splitlines()[0], argv, extra)
+    python = sys.executable
+    evald = [python, "-m", "evald", "score"]
+    sizes = [(100, 1000), (20, 1000)] if args.quick else [(1000, 1000), (200, 1000)]
+    print(f"# {__doc__.splitlines()[0]}")
+    with tempfile.TemporaryDirectory() as tmp:
+        one = os.path.join(tmp, "one.jsonl")
+        with open(one, "w") as fh:
+            fh.write('{"qid": "q", "ranking": ["a"], "qrels": {"a": 1}}\n')
+        bare, _ = timed([python, "-c", "pass"], 10)
+        numpy_only, _ = timed([python, "-c", "import numpy"], 10)
+        start_up, _ = timed([*evald, one, "-m", "RR"], 10)
+        print(
+            f"start-up, best of 10: evald score {start_up:.3f} s  (python -c pass {bare:.3f} s, "
+            f"python -c 'import numpy' {numpy_only:.3f} s)"
+        )
+        for topics, docs in sizes:
+            run_path = os.path.join(tmp, f"run{topics}")
+            qrels_path = os.path.join(tmp, f"qrels{topics}")
+            write_trec(run_path, qrels_path, topics, docs, args.seed)
+            lines = topics * docs
+            ours, ours_out = timed(
+                [*evald, "--run", run_path, "--qrels", qrels_path, "-m", EVALD_MEASURES,
+                 "--mean", "--format", "trec"],
+                args.repeat,
+            )  # fmt: skip
+            script = pytrec_eval_script(run_path, qrels_path)
+            pytrec, pytrec_out = timed([python, "-c", script], args.repeat)
+            row = [f"{lines:>9,} lines, {topics} topics: evald {ours:.3f} s"]
+            if args.trec_eval:
+                theirs, theirs_out = timed(
+                    [args.trec_eval, *TREC_EVAL_ARGS, qrels_path, run_path], args.repeat
+                )
+                assert summary(ours_out) == summary(theirs_out), (ours_out, theirs_out)
+                row.append(f"trec_eval {theirs:.3f} s (evald/trec_eval {ours / theirs:.2f}x)")
+            else:
+                row.append("trec_eval not given")
+            assert summary(ours_out) == summary(pytrec_out), (ours_out, pytrec_out)
+            row.append(f"pytrec_eval {pytrec:.3f} s (evald/pytrec_eval {ours / pytrec:.2f}x)")
+            print("; ".join(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""``evald score --compare A B [C ...]``: each run against the first, with paired tests.
+
+Every run is scored like ``evald score`` scores it; queries are paired by qid (those in every
+run), and for each measure and each run after the first this reports the two means, their
+difference, a paired t-test and a randomization test (:mod:`evald.score.significance`), with
+the p-values of each test corrected for the number of runs compared against the baseline
+(Holm by default). See docs/score.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evald.metrics import Measure
+from evald.score.inputs import Input
+from evald.score.records import Qid
+from evald.score.scoring import BatchScorer, cut_rankings, per_query
+from evald.score.significance import CORRECTIONS, paired_t, randomization
+
+
+class DuplicateQid(Exception):
+    """A run holds a qid twice: pairing by qid would be ambiguous."""
+
+
+@dataclass
+class RunValues:
+    """One run's per-query values: qids in input order, one row of measure values each."""
+
+    name: str
+    qids: list[Qid]
+    values: np.ndarray  # (queries, measures)
+    rejected: int
+    notes: list[str]
+
+
+def score_run(
+    name: str,
+    source: Input,
+    measures: Sequence[Measure],
+    *,
+    batch_size: int,
+    max_docs: int | None = None,
+    judged_only: bool = False,
+    report: Callable[[str], None] = print,
+) -> RunValues:
+    """Score one run; rejected lines are handed to ``report`` as they are read."""
+    qids: list[Qid] = []
+    columns: list[list[np.ndarray]] = []
+
+    def sink(batch_qids: Sequence[Qid], batch_columns: Sequence[np.ndarray]) -> None:
+        qids.extend(batch_qids)
+        columns.append([np.asarray(c) for c in batch_columns])
+
+    scorer = BatchScorer(measures, sink, batch_size=batch_size)
+    rejected = 0
+    for chunk in source.chunks(256):
+        for rejection in chunk.rejections:
+            report(str(rejection))
+        rejected += len(chunk.rejections)
+        rankings = cut_rankings(chunk.rankings, chunk.qrels, max_docs, judged_only)
+        scorer.add_many(chunk.qids, rankings, chunk.qrels)
+    scorer.flush()
+    width = len(scorer.row_measures)
+    if columns:
+        values = np.concatenate([np.column_stack(c) for c in columns], axis=0)
+    else:
+        values = np.zeros((0, width))
+    seen: set[Qid] = set()
+    for qid in qids:
+        if qid in seen:
+            raise DuplicateQid(
+                f"{name}: qid {qid!r} is scored twice; --compare pairs queries by qid"
+            )
+        seen.add(qid)
+    return RunValues(name, qids, values, rejected, source.notes())
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One measure, one run against the baseline."""
+
+    measure: str
+    run: str
+    n: int
+    baseline_mean: float
+    mean: float
+    diff: float
+    t: float
+    p_t: float
+    p_randomization: float
+    permutations: int
+    exact: bool
+    p_t_corrected: float = math.nan
+    p_randomization_corrected: float = math.nan
+
+
+def paired(runs: Sequence[RunValues]) -> tuple[list[Qid], list[np.ndarray]]:
+    """The qids in every run (in the baseline's order) and each run's rows for them."""
+    common = set(runs[0].qids)
+    for run in runs[1:]:
+        common &= set(run.qids)
+    qids = [q for q in runs[0].qids if q in common]
+    rows = []
+    for run in runs:
+        index = {q: i for i, q in enumerate(run.qids)}
+        rows.append(run.values[[index[q] for q in qids]] if qids else run.values[:0])
+    return qids, rows
+
+
+def compare(
+    runs: Sequence[RunValues],
+    names: Sequence[str],
+    *,
+    permutations: int,
+    seed: int,
+    correction: str,
+) -> list[Comparison]:
+    """Every measure, every run after the first against the first, corrected per measure."""
+    _, rows = paired(runs)
+    base = rows[0]
+    out: list[Comparison] = []
+    adjust = CORRECTIONS[correction]
+    for j, name in enumerate(names):
+        found = []
+        for run, values in zip(runs[1:], rows[1:], strict=True):
+            a, b = base[:, j], values[:, j]
+            t, p_t = paired_t(a, b)
+            test = randomization(a, b, permutations=permutations, seed=seed)
+            n = a.shape[0]
+            mean_a = float(a.mean()) if n else math.nan
+            mean_b = float(b.mean()) if n else math.nan
+            found.append(
+                Comparison(
+                    name,
+                    run.name,
+                    n,
+                    mean_a,
+                    mean_b,
+                    mean_b - mean_a,
+                    t,
+                    p_t,
+                    test.p,
+                    test.permutations,
+                    test.exact,
+                )
+            )
+        p_t = adjust([c.p_t for c in found])
+        p_r = adjust([c.p_randomization for c in found])
+        for c, pt, pr in zip(found, p_t, p_r, strict=True):
+            out.append(
+                Comparison(**{**c.__dict__, "p_t_corrected": pt, "p_randomization_corrected": pr})
+            )
+    return out
+
+
+def format_json(
+    comparisons: Sequence[Comparison],
+    baseline: str,
+    queries: int,
+    *,
+    permutations: int,
+    seed: int,
+    correction: str,
+) -> str:
+    """One JSON object; NaN (a test with too few queries) is written as null."""
+    results = [
+        {
+            "measure": c.measure,
+            "run": c.run,
+            "n": c.n,
+            "baseline_mean": _number(c.baseline_mean),
+            "mean": _number(c.mean),
+            "diff": _number(c.diff),
+            "t": _number(c.t),
+            "p_t": _number(c.p_t),
+            "p_t_corrected": _number(c.p_t_corrected),
+            "p_randomization": _number(c.p_randomization),
+            "p_randomization_corrected": _number(c.p_randomization_corrected),
+            "randomization": "exact" if c.exact else f"{c.permutations} sampled",
+        }
+        for c in comparisons
+    ]
+    head = {
+        "baseline": baseline,
+        "queries": queries,
+        "permutations": permutations,
+        "seed": seed,
+        "correction": correction,
+    }
+    return json.dumps({**head, "results": results}, ensure_ascii=False) + "\n"
+
+
+def _number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def format_table(comparisons: Sequence[Comparison], correction: str, *, digits: int = 4) -> str:
+    """An aligned table for people; p-values in scientific form below 10^-digits."""
+    corrected = "" if correction == "none" else f" {correction}"
+    header = (
+        "measure",
+        "run",
+        "baseline",
+        "mean",
+        "diff",
+        "t",
+        "p(t)",
+        f"p(t){corrected}",
+        "p(rand)",
+        f"p(rand){corrected}",
+    )
+    lines = [header]
+    for c in comparisons:
+        lines.append(
+            (
+                c.measure,
+                c.run,
+                _fixed(c.baseline_mean, digits),
+                _fixed(c.mean, digits),
+                _fixed(c.diff, digits, sign=True),
+                _fixed(c.t, 3, sign=True),
+                _p(c.p_t, digits),
+                _p(c.p_t_corrected, digits),
+                _p(c.p_randomization, digits),
+                _p(c.p_randomization_corrected, digits),
+            )
+        )
+    if correction == "none":
+        lines = [(*row[:7], row[8]) for row in lines]
+    widths = [max(len(row[i]) for row in lines) for i in range(len(lines[0]))]
+    text = [
+        "  ".join(
+            cell.ljust(w) if i < 2 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in lines
+    ]
+    return "\n".join(text) + "\n"
+
+
+def _fixed(value: float, digits: int, *, sign: bool = False) -> str:
+    if not math.isfinite(value):
+        return "-" if math.isnan(value) else ("+inf" if value > 0 else "-inf")
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def _p(value: float, digits: int) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value:.{digits}f}" if value >= 10**-digits or value == 0 else f"{value:.1e}"
+
+
+def report_notes(run: RunValues) -> None:
+    for note in run.notes:
+        print(f"evald score: {run.name}: {note}", file=sys.stderr)
+
+
+def per_query_names(measures: Sequence[Measure]) -> list[str]:
+    return [str(m) for m in per_query(measures)]
