@@ -42,7 +42,13 @@ from evald.daemon.restore import RestoreError, read_checkpoint, read_ranges
 from evald.daemon.results import ResultEncoder
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
-from evald.daemon.topics import TopicLayoutError, check_layout, missing_outputs
+from evald.daemon.topics import (
+    TopicLayoutError,
+    TopicShape,
+    check_layout,
+    check_unchanged,
+    missing_outputs,
+)
 from evald.decode import Rejection
 from evald.engine import Engine, Result
 
@@ -62,6 +68,10 @@ MERGE_BUFFER_CAP = 20_000
 #: every append as "batch full" and wake the sender on each send); commits flush anyway
 PRODUCER_BATCH_BYTES = 512 * 1024
 PRODUCER_LINGER_MS = 50
+#: how often the input topics' ids and partition counts are compared with those seen at start
+TOPIC_CHECK_INTERVAL_S = 10.0
+#: the id a broker reports for a topic when it has none (Kafka's Uuid.ZERO)
+NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
 
 
 class _Fatal(Exception):
@@ -148,6 +158,11 @@ class Daemon:
         self._consumer: KafkaConsumer | None = None
         self._producer: KafkaProducer | None = None
         self._reader: KafkaConsumer | None = None
+        self._admin: KafkaAdminClient | None = None
+        #: the input topics as first seen by this process; kept across sessions, so a topic
+        #: recreated during an outage is noticed when the next session starts
+        self._inputs: dict[str, TopicShape] = {}
+        self._last_topic_check = 0.0
         self._txn_open = False
         self._txn_poisoned = False
         self._abandoning = False
@@ -223,7 +238,8 @@ class Daemon:
         cfg = self.settings
         client = cfg.kafka.client_config()
         self.stats.sessions += 1
-        self._check_topics(client)
+        self._admin = KafkaAdminClient(**client)
+        self._check_topics(self._admin)
         self._engine = self.engine_factory(self._on_result)
         self._max_pending = self._engine.config.max_pending
         if self.on_engine is not None:
@@ -239,8 +255,14 @@ class Daemon:
         # fences and aborts whatever a previous incarnation of this instance left open
         self._producer.init_transactions()
         self._appender = RecordAppender(self._producer)
+        # neither consumer may create a topic: after a broker lost its data, an input topic
+        # created empty by a metadata request would be consumed as if nothing had happened
         self._reader = KafkaConsumer(
-            group_id=None, enable_auto_commit=False, isolation_level="read_uncommitted", **client
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_uncommitted",
+            allow_auto_create_topics=False,
+            **client,
         )
         self._consumer = KafkaConsumer(
             group_id=cfg.daemon.group_id,
@@ -252,6 +274,7 @@ class Daemon:
             max_poll_interval_ms=cfg.kafka.max_poll_interval_ms,
             max_poll_records=cfg.daemon.max_poll_records,
             group_instance_id=cfg.daemon.instance_id if cfg.daemon.static_membership else None,
+            allow_auto_create_topics=False,
             **client,
         )
         self._consumer.subscribe(
@@ -263,35 +286,47 @@ class Daemon:
             self._cycle()
         self._shutdown()
 
-    def _check_topics(self, client: dict[str, Any]) -> None:
-        """Refuse topics that are not co-partitioned; create missing output topics."""
+    def _check_topics(self, admin: KafkaAdminClient) -> None:
+        """Refuse input topics that are missing, not co-partitioned or not those this process
+        consumed before; create missing output topics."""
         topics = self.settings.topics
+        inputs = (topics.impressions, topics.feedback)
         outputs = (topics.results, topics.checkpoint_topic, topics.dlq)
-        admin = KafkaAdminClient(**client)
+        shapes = _describe(admin, (*inputs, *outputs))
+        counts = {
+            name: None if shape is None else shape.partitions for name, shape in shapes.items()
+        }
         try:
-            existing = set(admin.list_topics())
-            names = [t for t in (topics.impressions, topics.feedback, *outputs) if t in existing]
-            counts: dict[str, int | None] = dict.fromkeys(
-                (topics.impressions, topics.feedback, *outputs)
+            # first: a topic this process consumed before and that is gone now gets the message
+            # that says what to do about the old offsets, not the one for a first start
+            check_unchanged(self._inputs, shapes)
+            partitions = check_layout(
+                counts, impressions=topics.impressions, feedback=topics.feedback, outputs=outputs
             )
-            for desc in admin.describe_topics(names) if names else []:
-                counts[desc.get("name") or desc.get("topic")] = len(desc["partitions"])
-            try:
-                partitions = check_layout(
-                    counts,
-                    impressions=topics.impressions,
-                    feedback=topics.feedback,
-                    outputs=outputs,
-                )
-            except TopicLayoutError as exc:
-                raise _Fatal(2, f"evald run: refusing to start: {exc}") from None
-            create = missing_outputs(counts, outputs)
-            if create:
-                log.info("creating output topics %s with %d partitions", create, partitions)
-                with contextlib.suppress(TopicAlreadyExistsError):
-                    admin.create_topics([NewTopic(name, partitions, 1) for name in create])
-        finally:
-            admin.close()
+        except TopicLayoutError as exc:
+            raise _Fatal(2, f"evald run: refusing to start: {exc}") from None
+        self._inputs = {name: shapes[name] for name in inputs}  # type: ignore[misc]
+        self._last_topic_check = self.clock()
+        create = missing_outputs(counts, outputs)
+        if create:
+            log.info("creating output topics %s with %d partitions", create, partitions)
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics([NewTopic(name, partitions, 1) for name in create])
+
+    def _recheck_topics(self) -> None:
+        """Stop (exit 2) when an input topic was deleted, recreated or repartitioned."""
+        admin = self._admin
+        assert admin is not None
+        self._last_topic_check = self.clock()
+        try:
+            shapes = _describe(admin, tuple(self._inputs))
+        except KafkaError as exc:
+            log.debug("topic check skipped: %s", exc)  # the lag probe reports the broker
+            return
+        try:
+            check_unchanged(self._inputs, shapes)
+        except TopicLayoutError as exc:
+            raise _Fatal(2, f"evald run: stopping: {exc}") from None
 
     def _cycle(self) -> None:
         consumer = self._consumer
@@ -318,6 +353,8 @@ class Daemon:
         if now - self._last_probe >= interval:
             self._probe()
             self._last_probe = now
+        if now - self._last_topic_check >= TOPIC_CHECK_INTERVAL_S:
+            self._recheck_topics()
 
     # -- input ----------------------------------------------------------------------------
 
@@ -790,11 +827,14 @@ class Daemon:
         """Close whatever the session opened; an open transaction is left for the broker."""
         self._broker_ok = False
         self._abandoning = True
-        for name in ("_consumer", "_reader"):
+        for name in ("_consumer", "_reader", "_admin"):
             client = getattr(self, name)
             if client is not None:
                 try:
-                    client.close(autocommit=False, timeout_ms=1_000)
+                    if name == "_admin":
+                        client.close()
+                    else:
+                        client.close(autocommit=False, timeout_ms=1_000)
                 except Exception:
                     log.debug("closing %s failed", name, exc_info=True)
                 setattr(self, name, None)
@@ -814,3 +854,20 @@ class Daemon:
         self._pending_dlq = []
         self._abandoning = False
         self._joined = False
+
+
+def _describe(admin: KafkaAdminClient, names: tuple[str, ...]) -> dict[str, TopicShape | None]:
+    """Each topic's id and partition count (None: it does not exist)."""
+    existing = set(admin.list_topics())
+    shapes: dict[str, TopicShape | None] = dict.fromkeys(names)
+    present = [name for name in names if name in existing]
+    for desc in admin.describe_topics(present) if present else []:
+        name = desc.get("name") or desc.get("topic")
+        if desc.get("error_code") or name not in shapes:
+            continue  # deleted between the two requests: missing
+        topic_id = desc.get("topic_id")
+        shapes[name] = TopicShape(
+            None if not topic_id or topic_id == NO_TOPIC_ID else str(topic_id),
+            len(desc["partitions"]),
+        )
+    return shapes

@@ -4,15 +4,13 @@ recreated under it, a SIGHUP (issue 10)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from kafka_harness import Broker, KafkaTools
-from test_kafka import ENGINE, Instance, names, wait_until
+from test_kafka import Instance, names, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -66,3 +64,98 @@ def test_sighup_stops_cleanly_with_a_commit(
     assert inst.windows.exists(), "the clean-stop path (which writes the windows file) did not run"
     fed = sum(committed(broker.bootstrap, f"g-{unique}", topics["feedback"]).values())
     assert fed > 0, "no commit on SIGHUP"
+
+
+def recreate(bootstrap: str, topic: str, partitions: int) -> None:
+    """Delete ``topic`` and create it again with ``partitions`` partitions."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics([topic])
+        wait_until(lambda: topic not in admin.list_topics(), 30, f"{topic} to be deleted")
+
+        def created() -> bool:
+            try:
+                admin.create_topics([NewTopic(topic, partitions, 1)])
+            except TopicAlreadyExistsError:  # the deletion is still under way
+                return False
+            return True
+
+        wait_until(created, 30, f"{topic} to be created again")
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "partitions", "said"),
+    [
+        ("feedback", 4, "changed from 3 to 4 partitions"),
+        ("impressions", 3, "was deleted and recreated (topic id"),
+    ],
+    ids=["feedback-repartitioned", "impressions-recreated"],
+)
+def test_input_topic_recreated_under_the_daemon_exits_2(
+    kind: str,
+    partitions: int,
+    said: str,
+    broker: Broker,
+    kafka_tools: KafkaTools,
+    unique: str,
+    instances: Callable[..., Instance],
+) -> None:
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 3, topics["feedback"]: 3})
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=1500, seed=12)
+    inst = instances()
+    wait_until(lambda: inst.lag_zero(3), 90, "the daemon to catch up")
+    recreate(broker.bootstrap, topics[kind], partitions)
+    # the daemon checks every 10 s; without the check it never notices
+    wait_until(lambda: inst.proc.poll() is not None, 60, "the daemon to exit")
+    assert inst.proc.returncode == 2
+    text = log_text(inst)
+    # a check landing between the delete and the create sees the topic missing: also right
+    gone = f"input topic {topics[kind]} no longer exists"
+    assert f"input topic {topics[kind]} {said}" in text or gone in text, text[-3000:]
+    assert "start evald with a new daemon.group_id" in text
+    # the consumer did not create anything on its own either
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        (desc,) = admin.describe_topics([topics[kind]])
+    finally:
+        admin.close()
+    assert len(desc["partitions"]) == partitions
+
+
+def test_broker_restarted_empty_is_not_consumed_as_new_topics(unique: str, tmp_path: Path) -> None:
+    """A broker that lost its data: the daemon must not carry on with "ok" on empty inputs; it
+    exits 2 saying what happened to them. (tansu creates a subscribed topic itself, whatever
+    the client asks, with its own partition count: then the check sees a new topic id or
+    another partition count; on Apache Kafka with `allow_auto_create_topics=False` the topics
+    stay missing.)"""
+    first = Broker()
+    port = first.port
+    inst = None
+    try:
+        tools = KafkaTools(first.bootstrap)
+        topics = names(unique)
+        tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+        tools.produce_sim(topics["impressions"], topics["feedback"], events=1000, seed=13)
+        inst = Instance(first.bootstrap, unique, "a", tmp_path)
+        wait_until(lambda: inst.lag_zero(2), 90, "the daemon to catch up")
+        first.stop()
+        first = Broker(port=port)  # same address, no data
+        wait_until(lambda: inst.proc.poll() is not None, 90, "the daemon to exit")
+        assert inst.proc.returncode == 2
+        text = log_text(inst)
+        said = ("do not exist", "no longer exists", "was deleted and recreated", "partitions while")
+        assert any(s in text for s in said), text[-3000:]
+        assert "start evald with a new daemon.group_id" in text
+    finally:
+        if inst is not None:
+            inst.close()
+        first.stop()
