@@ -36,6 +36,11 @@ from kafka.structs import OffsetAndMetadata
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
+from evald.daemon.dead_letters import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    build_letter,
+    max_message_bytes,
+)
 from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
 from evald.daemon.merge import KINDS, Merger
 from evald.daemon.restore import RestoreError, read_checkpoint, read_ranges
@@ -68,6 +73,8 @@ MERGE_BUFFER_CAP = 20_000
 #: every append as "batch full" and wake the sender on each send); commits flush anyway
 PRODUCER_BATCH_BYTES = 512 * 1024
 PRODUCER_LINGER_MS = 50
+#: kafka-python's default ``max_request_size``
+KAFKA_PYTHON_MAX_REQUEST_SIZE = 1_048_576
 #: how often the input topics' ids and partition counts are compared with those seen at start
 TOPIC_CHECK_INTERVAL_S = 10.0
 #: the id a broker reports for a topic when it has none (Kafka's Uuid.ZERO)
@@ -173,6 +180,12 @@ class Daemon:
         self._max_pending = 1
         self._uncommitted = 0
         self._pending_dlq: list[str] = []
+        #: futures of the dead letters sent in the open transaction, with their source
+        self._dlq_sent: list[tuple[Any, tuple[str, int, int]]] = []
+        #: sources whose dead letter the broker refused: written as headers only from now on
+        #: (kept across sessions, so the re-read record does not fail the same way again)
+        self._minimal_letters: set[tuple[str, int, int]] = set()
+        self._dlq_limit = DEFAULT_MAX_MESSAGE_BYTES
         self._encoder = ResultEncoder()
         self._appender: RecordAppender | None = None
         self._results_tps: dict[int, TopicPartition] = {}
@@ -250,6 +263,8 @@ class Daemon:
             max_block_ms=cfg.kafka.request_timeout_ms,
             linger_ms=PRODUCER_LINGER_MS,
             batch_size=PRODUCER_BATCH_BYTES,
+            # never refuse a dead letter the DLQ topic accepts (letters are fitted to its limit)
+            max_request_size=max(self._dlq_limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
             **client,
         )
         # fences and aborts whatever a previous incarnation of this instance left open
@@ -307,6 +322,7 @@ class Daemon:
             raise _Fatal(2, f"evald run: refusing to start: {exc}") from None
         self._inputs = {name: shapes[name] for name in inputs}  # type: ignore[misc]
         self._last_topic_check = self.clock()
+        self._dlq_limit = max_message_bytes(admin, topics.dlq)
         create = missing_outputs(counts, outputs)
         if create:
             log.info("creating output topics %s with %d partitions", create, partitions)
@@ -548,22 +564,69 @@ class Daemon:
         return tp
 
     def _dead_letter(self, rejection: Rejection, record: Any, kind: str) -> None:
+        """Send a rejected record's dead letter, truncated if it would not fit the DLQ topic."""
         reason, detail = rejection.reason, rejection.detail
         producer = self._begin()
-        producer.send(
-            self.settings.topics.dlq,
-            key=record.key,
-            value=record.value if record.value is not None else b"",
-            headers=[
-                ("evald-reason", reason.encode()),
-                ("evald-detail", detail.encode()[:4096]),
-                ("evald-source-topic", record.topic.encode()),
-                ("evald-source-partition", str(record.partition).encode()),
-                ("evald-source-offset", str(record.offset).encode()),
-                ("evald-kind", kind.encode()),
-            ],
-        )
+        source = (record.topic, record.partition, record.offset)
+        value = record.value if record.value is not None else b""
+        headers = [
+            ("evald-reason", reason.encode()),
+            ("evald-detail", detail.encode()[:4096]),
+            ("evald-source-topic", record.topic.encode()),
+            ("evald-source-partition", str(record.partition).encode()),
+            ("evald-source-offset", str(record.offset).encode()),
+            ("evald-kind", kind.encode()),
+        ]
+        minimal = source in self._minimal_letters
+        letter = build_letter(record.key, value, headers, self._dlq_limit, minimal=minimal)
+        dlq = self.settings.topics.dlq
+        try:
+            future = producer.send(dlq, key=letter.key, value=letter.value, headers=letter.headers)
+        except KafkaError as exc:
+            if minimal:
+                raise self._refused(source, exc) from exc
+            if exc.retriable:
+                raise
+            # refused before it left (the producer's own checks): headers only, at once
+            self._minimal_letters.add(source)
+            self._dead_letter(rejection, record, kind)
+            return
+        if letter.truncated:
+            log.warning(
+                "dead letter for %s/%d@%d truncated to %d of %d bytes (DLQ limit %d)",
+                *source,
+                len(letter.value),
+                len(value),
+                self._dlq_limit,
+            )
+        self._dlq_sent.append((future, source))
         self._pending_dlq.append(reason)
+
+    def _check_dead_letters(self) -> None:
+        """After a flush: a dead letter the broker refused for good is written as headers
+        only by the next session (this transaction is lost: the failed batch aborts it)."""
+        for future, source in self._dlq_sent:
+            exc = future.exception if future.failed() else None
+            if exc is None or getattr(exc, "retriable", False):
+                continue
+            if source in self._minimal_letters:
+                raise self._refused(source, exc)
+            self._minimal_letters.add(source)
+            raise KafkaError(
+                f"the DLQ topic refused the dead letter of {source[0]}/{source[1]}@{source[2]} "
+                f"({type(exc).__name__}); writing it as headers only"
+            )
+
+    def _refused(self, source: tuple[str, int, int], exc: Exception) -> _Fatal:
+        topic = self.settings.topics.dlq
+        return _Fatal(
+            2,
+            f"evald run: stopping: the DLQ topic {topic} refused even a headers-only dead letter "
+            f"(for {source[0]}/{source[1]}@{source[2]}: {type(exc).__name__}: {exc}); no retry "
+            f"can fix that. Check that {topic} exists, is writable by evald and that its "
+            "max.message.bytes (and the broker's message.max.bytes) are at least a few KiB, "
+            "then restart evald",
+        )
 
     def _commit(self) -> None:
         """One transaction: results + dead letters + checkpoints + input and checkpoint offsets.
@@ -578,6 +641,7 @@ class Daemon:
         consumer = self._consumer
         assert consumer is not None
         producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
+        self._check_dead_letters()
         engine = self._engine
         topics = self.settings.topics
         planned: list[tuple[_Part, Checkpoint, Any]] = []
@@ -636,6 +700,7 @@ class Daemon:
             self.stats.dlq.update(self._pending_dlq)
             self.stats.commits += 1
         self._pending_dlq = []
+        self._dlq_sent = []
         self._uncommitted = 0
         self._backoff.reset()
 
@@ -656,6 +721,7 @@ class Daemon:
                 log.warning("abort failed (%s); the broker will time the transaction out", exc)
         self._txn_open = False
         self._pending_dlq = []
+        self._dlq_sent = []
         with self.stats.lock:
             self.stats.aborts += 1
 
@@ -852,6 +918,7 @@ class Daemon:
         self._bp_paused = False
         self._bp_tps = set()
         self._pending_dlq = []
+        self._dlq_sent = []
         self._abandoning = False
         self._joined = False
 

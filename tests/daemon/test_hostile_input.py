@@ -4,6 +4,7 @@ recreated under it, a SIGHUP (issue 10)."""
 
 from __future__ import annotations
 
+import hashlib
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -159,3 +160,56 @@ def test_broker_restarted_empty_is_not_consumed_as_new_topics(unique: str, tmp_p
         if inst is not None:
             inst.close()
         first.stop()
+
+
+#: accepted by Kafka's default limits, rejected by evald as too_large; its dead letter with
+#: the original bytes would be 1,048,688 bytes, over the producer's 1 MiB max_request_size
+BIG = 1_048_400
+
+
+def test_a_record_just_under_kafkas_limit_is_dead_lettered_truncated(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    from kafka import KafkaProducer
+    from test_kafka import assert_exactly_once, make_settings, results_by_id
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=1500, seed=14)
+    big = (b'{"request_id":"big","items":["' + b"x" * BIG)[:BIG]
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=2_000_000)
+    try:
+        # in the traffic's event time, so the merge order is the reference's
+        ts = kafka_tools.read(topics["impressions"])[-1].timestamp
+        meta = producer.send(topics["impressions"], key=b"big-key", value=big, timestamp_ms=ts).get(
+            timeout=30
+        )
+    finally:
+        producer.close(timeout=5)
+    kafka_tools.produce_sim(
+        topics["impressions"], topics["feedback"], events=1500, seed=14, skip=1500
+    )
+    inst = instances()
+    wait_until(lambda: inst.lag_zero(1), 120, "the daemon to catch up")
+    assert inst.terminate() == 0
+    expected, _ = kafka_tools.expected(
+        make_settings(broker.bootstrap, unique).engine_config(),
+        topics["impressions"],
+        topics["feedback"],
+    )
+    # every good impression scored, exactly once
+    assert_exactly_once(
+        results_by_id(kafka_tools, topics["results"]), expected, allow_identical_copies=False
+    )
+    letters = [r for r in kafka_tools.read(topics["dlq"]) if r.key == b"big-key"]
+    assert len(letters) == 1
+    (letter,) = letters
+    headers = {name: value.decode() for name, value in letter.headers}
+    assert headers["evald-reason"] == "too_large"
+    assert headers["evald-source-topic"] == topics["impressions"]
+    assert headers["evald-source-partition"] == str(meta.partition)
+    assert headers["evald-source-offset"] == str(meta.offset)
+    assert headers["evald-original-size"] == str(BIG)
+    assert headers["evald-original-sha256"] == hashlib.sha256(big).hexdigest()
+    assert headers["evald-truncated"] == str(len(letter.value))
+    assert 0 < len(letter.value) < BIG and big.startswith(letter.value)
