@@ -75,6 +75,11 @@ PRODUCER_BATCH_BYTES = 512 * 1024
 PRODUCER_LINGER_MS = 50
 #: kafka-python's default ``max_request_size``
 KAFKA_PYTHON_MAX_REQUEST_SIZE = 1_048_576
+#: after backpressure let impressions through because no feedback was left to drain pending
+#: ones, the engine's cap evicts; it is not paused again for this long (no pause/resume flapping)
+BACKPRESSURE_COOLDOWN_S = 10.0
+#: backpressure state changes are logged at most this often (with a count of those in between)
+BACKPRESSURE_LOG_INTERVAL_S = 10.0
 #: how often the input topics' ids and partition counts are compared with those seen at start
 TOPIC_CHECK_INTERVAL_S = 10.0
 #: the id a broker reports for a topic when it has none (Kafka's Uuid.ZERO)
@@ -177,6 +182,12 @@ class Daemon:
         self._bp_paused = False
         #: the impressions partitions backpressure paused (not those still fetching a replay)
         self._bp_tps: set[TopicPartition] = set()
+        #: no new pause before this time (monotonic clock): set when feedback ran dry
+        self._bp_cooldown_until = 0.0
+        self._bp_logged_at: float | None = None
+        self._bp_unlogged = 0
+        #: last time records were fed or the lag was zero (the stall signal of /readyz)
+        self._progress_at = clock()
         self._max_pending = 1
         self._uncommitted = 0
         self._pending_dlq: list[str] = []
@@ -214,7 +225,19 @@ class Daemon:
         waiting = sorted(self._to_restore | {p for p, s in self._parts.items() if not s.restored})
         if waiting:
             return False, f"restoring partitions {waiting}"
+        stalled = self.stalled()
+        if stalled:
+            return False, stalled
         return True, "ok"
+
+    def stalled(self) -> str | None:
+        """Why the loop counts as stalled: records are waiting (lag) but none was fed for
+        ``daemon.stall_timeout_s``; None while it makes progress or has nothing to do."""
+        lag = sum(self.stats.lag.values())
+        idle = self.clock() - self._progress_at
+        if lag > 0 and idle > self.settings.daemon.stall_timeout_s:
+            return f"stalled: {lag} records of lag and nothing consumed for {idle:.0f}s"
+        return None
 
     def run(self) -> int:
         """Run sessions until stopped; transient failures are retried with backoff."""
@@ -359,6 +382,8 @@ class Daemon:
             self._backpressure(fed)
             self._uncommitted += fed
             now = self.clock()
+            if fed:
+                self._progress_at = now
             interval = self.settings.daemon.commit_interval_ms / 1000
             if (
                 self._uncommitted >= self.settings.daemon.commit_max_records
@@ -484,48 +509,99 @@ class Daemon:
         return fed
 
     def _backpressure(self, fed: int) -> None:
-        """Pause the impressions partitions near max_pending; resume once drained.
+        """Pause the impressions near max_pending while feedback can drain them; else let the
+        engine's cap evict (docs/design.md, "Backpressure and memory").
 
-        Only feedback can drain pending impressions while impressions are paused (its event
-        times move the watermark). When a cycle feeds nothing and no feedback is buffered,
-        staying paused would stall until the idle fallback, so impressions resume and the
-        engine's own max_pending cap bounds memory instead.
+        Pausing helps only while feedback is there to move the watermark: buffered, or behind
+        the high watermark on an owned partition. Without it (a flood of impressions whose
+        feedback never comes), a pause only stalls; impressions are released at once and not
+        paused again for ``BACKPRESSURE_COOLDOWN_S``, and the cap closes the earliest-deadline
+        impression per new one, at close to the uncapped rate.
         """
         consumer = self._consumer
         assert consumer is not None
         pending = self._engine.pending()
         self.stats.peak_pending = max(self.stats.peak_pending, pending)
         daemon = self.settings.daemon
-        owned = [self._tp("impression", p) for p, s in self._parts.items() if s.restored]
-        if not self._bp_paused and pending >= daemon.pause_at * self._max_pending:
-            self._bp_paused = True
-            self.stats.pauses += 1
-            # a partition still fetching its replay is not paused: the replayed impressions were
-            # pending before the restart, and the other topic's replayed records wait for them
-            pause = [
-                tp
-                for tp in owned
-                if self._parts[tp.partition].fetched_next["impression"]
-                >= self._parts[tp.partition].replay_end.get("impression", 0)
-            ]
-            self._bp_tps = set(pause)
-            if pause:
-                consumer.pause(*pause)
-            log.info("backpressure: %d pending impressions, pausing impressions", pending)
-        elif self._bp_paused and (
-            pending <= daemon.resume_at * self._max_pending
-            or (fed == 0 and not any(s.merger.buffered("feedback") for s in self._parts.values()))
+        now = self.clock()
+        if not self._bp_paused:
+            if (
+                pending >= daemon.pause_at * self._max_pending
+                and now >= self._bp_cooldown_until
+                and self._feedback_waiting()
+            ):
+                self._pause_impressions(pending, now)
+            return
+        if pending <= daemon.resume_at * self._max_pending:
+            self._resume_impressions(pending, now, "drained")
+        elif not self._feedback_waiting():
+            self._bp_cooldown_until = now + BACKPRESSURE_COOLDOWN_S
+            self._resume_impressions(pending, now, "no feedback to drain them; the cap evicts")
+
+    def _feedback_waiting(self) -> bool:
+        """Feedback is buffered, or fetchable, on a restored partition."""
+        consumer = self._consumer
+        assert consumer is not None
+        for p, part in self._parts.items():
+            if not part.restored:
+                continue
+            if part.merger.buffered("feedback"):
+                return True
+            high = consumer.highwater(self._tp("feedback", p))
+            if high is not None and part.fetched_next["feedback"] < high:
+                return True
+        return False
+
+    def _pause_impressions(self, pending: int, now: float) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        self._bp_paused = True
+        self.stats.pauses += 1
+        # a partition still fetching its replay is not paused: the replayed impressions were
+        # pending before the restart, and the other topic's replayed records wait for them
+        pause = [
+            self._tp("impression", p)
+            for p, part in self._parts.items()
+            if part.restored
+            and part.fetched_next["impression"] >= part.replay_end.get("impression", 0)
+        ]
+        self._bp_tps = set(pause)
+        if pause:
+            consumer.pause(*pause)
+        self._log_backpressure(
+            now, "backpressure: %d pending impressions, pausing impressions", pending
+        )
+
+    def _resume_impressions(self, pending: int, now: float, why: str) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        self._bp_paused = False
+        resume = [
+            tp
+            for tp in self._bp_tps
+            if tp.partition in self._parts
+            and "impression" not in self._parts[tp.partition].merge_paused
+        ]
+        self._bp_tps = set()
+        if resume:
+            consumer.resume(*resume)
+        self._log_backpressure(
+            now, "backpressure released (%s): %d pending impressions", why, pending
+        )
+
+    def _log_backpressure(self, now: float, message: str, *args: Any) -> None:
+        """Log a state change, at most once per BACKPRESSURE_LOG_INTERVAL_S."""
+        if (
+            self._bp_logged_at is not None
+            and now - self._bp_logged_at < BACKPRESSURE_LOG_INTERVAL_S
         ):
-            self._bp_paused = False
-            resume = [
-                tp
-                for tp in owned
-                if tp in self._bp_tps and "impression" not in self._parts[tp.partition].merge_paused
-            ]
-            self._bp_tps = set()
-            if resume:
-                consumer.resume(*resume)
-            log.info("backpressure released: %d pending impressions", pending)
+            self._bp_unlogged += 1
+            return
+        if self._bp_unlogged:
+            message += " (%d more changes since the last line)"
+            args = (*args, self._bp_unlogged)
+        log.info(message, *args)
+        self._bp_logged_at, self._bp_unlogged = now, 0
 
     # -- output ---------------------------------------------------------------------------
 
@@ -855,6 +931,8 @@ class Daemon:
                     0, max(end, high) - part.fed_next[self._kind(tp.topic)]
                 )
         self.stats.set_lag(lag)
+        if not any(lag.values()):
+            self._progress_at = self.clock()  # nothing to consume is not a stall
         self._set_ready(self.ready()[0])
 
     def _set_ready(self, ready: bool) -> None:

@@ -5,6 +5,7 @@ recreated under it, a SIGHUP (issue 10)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -213,3 +214,68 @@ def test_a_record_just_under_kafkas_limit_is_dead_lettered_truncated(
     assert headers["evald-original-sha256"] == hashlib.sha256(big).hexdigest()
     assert headers["evald-truncated"] == str(len(letter.value))
     assert 0 < len(letter.value) < BIG and big.startswith(letter.value)
+
+
+def flood(tools: KafkaTools, topic: str, count: int, start_ms: int = 1_763_683_200_000) -> None:
+    """``count`` impressions 1 ms apart (all inside one window), keyed by request id."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=tools.bootstrap, linger_ms=20)
+    try:
+        for i in range(count):
+            rid = f"f{i:07d}"
+            value = json.dumps(
+                {"request_id": rid, "ts": start_ms + i, "items": [f"i{i % 97}", f"i{i % 89}"]}
+            ).encode()
+            producer.send(topic, key=rid.encode(), value=value, timestamp_ms=start_ms + i)
+        producer.flush(timeout=60)
+    finally:
+        producer.close(timeout=5)
+
+
+def test_a_flood_without_feedback_is_evicted_at_the_cap_without_pausing(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """Ten times max_pending impressions and no feedback at all: pausing the impressions cannot
+    drain anything, so they keep flowing and the cap closes the earliest deadlines; every
+    impression beyond the cap is finalized once, with no pause/resume churn."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    flood(kafka_tools, topics["impressions"], 20_000)
+    inst = instances(extra=("--set", "engine.max_pending=2000"))
+    wait_until(lambda: inst.lag_zero(2), 120, "the daemon to consume the flood")
+    wait_until(
+        lambda: inst.metric("evald_results_produced_total") >= 18_000, 60, "the cap's results"
+    )
+    assert inst.metric("evald_backpressure_pauses_total") == 0
+    assert inst.get("/readyz")[0] == 200
+    assert inst.terminate() == 0
+    got = [json.loads(r.value)["request_id"] for r in kafka_tools.read(topics["results"])]
+    assert len(got) == len(set(got)) >= 18_000
+    lines = [x for x in log_text(inst).splitlines() if "backpressure" in x]
+    assert len(lines) <= 2, lines
+
+
+def test_readyz_turns_red_when_lag_exists_but_nothing_is_consumed(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """Feedback newer than every impression waits for the merge hold; with a hold far longer
+    than ``stall_timeout_s`` that is a stall the loop cannot see from inside: /readyz says so."""
+    from test_kafka import make_settings, running
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    settings = make_settings(broker.bootstrap, unique, stall_timeout_s=1.0)
+    with running(settings, merge_hold_s=120.0) as daemon:
+        wait_until(lambda: daemon.ready()[0], 60, "the daemon to be ready")
+        kafka_tools.produce_raw(
+            topics["feedback"],
+            [b'{"request_id":"r1","ts":1763683200000,"item":"a","action":"click"}'] * 5,
+            timestamp_ms=1_763_683_200_000,
+        )
+        reason = wait_until(
+            lambda: (lambda r: r[1] if not r[0] else None)(daemon.ready()), 60, "a stall"
+        )
+        assert reason.startswith("stalled: 5 records of lag and nothing consumed for")
+        # evald_ready follows at the next lag probe (every commit interval)
+        wait_until(lambda: daemon.stats.ready is False, 30, "evald_ready 0")
