@@ -50,6 +50,7 @@ from evald.daemon.stats import DaemonStats
 from evald.daemon.topics import (
     TopicLayoutError,
     TopicShape,
+    check_checkpoint_ids,
     check_layout,
     check_unchanged,
     missing_outputs,
@@ -723,6 +724,9 @@ class Daemon:
         planned: list[tuple[_Part, Checkpoint, Any]] = []
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         horizon_ms = self._horizon_ms()
+        # a restart compares them: an input recreated while no evald ran is refused too
+        ids = {name: shape.topic_id for name, shape in self._inputs.items() if shape.topic_id}
+        topic_ids = {"topic_ids": ids} if ids else {}
         for part in parts:
             p = part.partition
             ranges, epoch = part.ranges, part.epoch_start
@@ -748,6 +752,7 @@ class Daemon:
                 results=ranges,
                 epoch_start=epoch,
                 instance=self.settings.daemon.instance_id,
+                extra=topic_ids,
             )
             future = producer.send(
                 topics.checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
@@ -856,6 +861,11 @@ class Daemon:
             checkpoint = read_checkpoint(
                 reader, topics.checkpoint_topic, p, committed, RESTORE_TIMEOUT_S, self.clock
             )
+            try:
+                saved = checkpoint.extra.get("topic_ids")
+                check_checkpoint_ids(saved if isinstance(saved, dict) else {}, self._inputs, p)
+            except TopicLayoutError as exc:
+                raise _Fatal(2, f"evald run: refusing to restore: {exc}") from None
             engine.restore(p, checkpoint.watermark, dict(checkpoint.consumed))
             absorbed = 0
             for doc in read_ranges(

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["TopicLayoutError", "TopicShape", "check_layout", "check_unchanged", "missing_outputs"]
+__all__ = [
+    "TopicLayoutError",
+    "TopicShape",
+    "check_checkpoint_ids",
+    "check_layout",
+    "check_unchanged",
+    "missing_outputs",
+]
 
 
 class TopicLayoutError(RuntimeError):
@@ -101,4 +108,22 @@ def check_unchanged(before: Mapping[str, TopicShape], now: Mapping[str, TopicSha
                 f"{new.topic_id}); the committed offsets and checkpoints refer to the old topic. "
                 "To consume the new one, start evald with a new daemon.group_id and new "
                 "results/checkpoint topics (or delete the group and its checkpoint topic)"
+            )
+
+
+def check_checkpoint_ids(
+    saved: Mapping[str, str], now: Mapping[str, TopicShape], partition: int
+) -> None:
+    """Raise TopicLayoutError when an input topic's id differs from the one partition
+    ``partition``'s checkpoint was written against: the topic was recreated while no evald ran
+    (``check_unchanged`` sees only changes during this process's life)."""
+    for name, shape in now.items():
+        old = saved.get(name)
+        if old and shape.topic_id and old != shape.topic_id:
+            raise TopicLayoutError(
+                f"input topic {name} was deleted and recreated since the checkpoint of "
+                f"partition {partition} was written (topic id {old} -> {shape.topic_id}); the "
+                "committed offsets and checkpoints refer to the old topic. To consume the new "
+                "one, start evald with a new daemon.group_id and new results/checkpoint topics "
+                "(or delete the group and its checkpoint topic)"
             )

@@ -279,3 +279,20 @@ def test_readyz_turns_red_when_lag_exists_but_nothing_is_consumed(
         assert reason.startswith("stalled: 5 records of lag and nothing consumed for")
         # evald_ready follows at the next lag probe (every commit interval)
         wait_until(lambda: daemon.stats.ready is False, 30, "evald_ready 0")
+
+
+def test_an_input_recreated_while_no_evald_ran_is_refused_at_restore(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=1500, seed=15)
+    first = instances("a")
+    wait_until(lambda: first.lag_zero(2), 90, "the daemon to catch up")
+    assert first.terminate() == 0
+    recreate(broker.bootstrap, topics["impressions"], 2)
+    second = instances("a")
+    wait_until(lambda: second.proc.poll() is not None, 90, "the restarted daemon to exit")
+    assert second.proc.returncode == 2
+    text = log_text(second)
+    assert f"input topic {topics['impressions']} was deleted and recreated since the" in text

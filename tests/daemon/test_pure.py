@@ -9,6 +9,7 @@ from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prun
 from evald.daemon.topics import (
     TopicLayoutError,
     TopicShape,
+    check_checkpoint_ids,
     check_layout,
     check_unchanged,
     missing_outputs,
@@ -102,3 +103,13 @@ def test_a_changed_input_topic_is_refused_with_what_to_do(
     with pytest.raises(TopicLayoutError, match=said) as info:
         check_unchanged({"imp": TopicShape("id-1", 3)}, now)
     assert "new daemon.group_id" in str(info.value)
+
+
+def test_a_checkpoint_written_against_another_topic_id_is_refused() -> None:
+    now = {"imp": TopicShape("id-2", 3), "fb": TopicShape(None, 3)}
+    check_checkpoint_ids({"imp": "id-2", "fb": "id-7"}, now, 0)  # no id now: nothing to compare
+    check_checkpoint_ids({}, now, 0)  # a checkpoint from before ids were kept
+    with pytest.raises(
+        TopicLayoutError, match="imp was deleted and recreated since the checkpoint"
+    ):
+        check_checkpoint_ids({"imp": "id-1"}, now, 4)
