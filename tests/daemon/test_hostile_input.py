@@ -296,3 +296,28 @@ def test_an_input_recreated_while_no_evald_ran_is_refused_at_restore(
     assert second.proc.returncode == 2
     text = log_text(second)
     assert f"input topic {topics['impressions']} was deleted and recreated since the" in text
+
+
+def test_a_missing_input_topic_at_start_exits_2_and_is_not_created(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    import subprocess
+
+    from kafka import KafkaAdminClient
+    from test_kafka import run_argv
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 2})
+    proc = subprocess.run(
+        run_argv(broker.bootstrap, unique, "127.0.0.1:0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert f"input topic(s) {topics['feedback']} do not exist" in proc.stderr
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        assert topics["feedback"] not in admin.list_topics()
+    finally:
+        admin.close()
