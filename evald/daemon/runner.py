@@ -344,7 +344,8 @@ class Daemon:
             )
         except TopicLayoutError as exc:
             raise _Fatal(2, f"evald run: refusing to start: {exc}") from None
-        self._inputs = {name: shapes[name] for name in inputs}  # type: ignore[misc]
+        # check_layout passed: both inputs exist
+        self._inputs = {name: shape for name in inputs if (shape := shapes[name]) is not None}
         self._last_topic_check = self.clock()
         self._dlq_limit = max_message_bytes(admin, topics.dlq)
         create = missing_outputs(counts, outputs)
