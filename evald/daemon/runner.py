@@ -320,7 +320,7 @@ class Daemon:
             [cfg.topics.impressions, cfg.topics.feedback], listener=_Listener(self)
         )
         self._broker_ok = True
-        self._last_commit = self.clock()
+        self._last_commit = self._progress_at = self.clock()  # an outage is not a stall
         while not self._stop.is_set():
             self._cycle()
         self._shutdown()
