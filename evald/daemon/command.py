@@ -20,10 +20,14 @@ EXAMPLES = """\
   evald run --bootstrap-servers kafka:9092 --group-id evald
   evald run --config /etc/evald/evald.yaml --metrics-address :9464
   EVALD_KAFKA__SASL_PASSWORD=... evald run --config evald.yaml --sasl-username svc
-exit status: 0 stopped by SIGTERM/SIGINT, 2 invalid settings or topics not co-partitioned
+exit status: 0 stopped by SIGTERM/SIGINT/SIGHUP, 2 invalid settings, input topics missing,
+not co-partitioned or changed under the running daemon, or a record no retry can write
 """
 
 log = logging.getLogger("evald.daemon")
+
+#: each one ends `evald run` the same way: stop fetching, commit, leave the group, exit 0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +55,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run until SIGTERM/SIGINT; exit 0 after a clean stop, 2 on invalid settings/topics."""
+    """Run until SIGTERM/SIGINT/SIGHUP; exit 0 after a clean stop, 2 on invalid
+    settings/topics."""
     from evald.daemon.logs import setup_logging
     from evald.durations import DurationError, parse_duration
 
@@ -118,8 +123,10 @@ def run(args: argparse.Namespace) -> int:
         watchdog.daemon = True
         watchdog.start()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # SIGHUP (a closed terminal, a supervisor's "reload") would otherwise kill the process
+    # without a commit: there is nothing to reload, so it stops cleanly like SIGTERM
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, on_signal)
     log.info(
         "evald run: group %s, instance %s, metrics on %s",
         settings.daemon.group_id,

@@ -36,6 +36,11 @@ from kafka.structs import OffsetAndMetadata
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
+from evald.daemon.dead_letters import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    build_letter,
+    max_message_bytes,
+)
 from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
 from evald.daemon.logs import event_time
 from evald.daemon.merge import KINDS, Merger
@@ -43,7 +48,14 @@ from evald.daemon.restore import RestoreError, read_checkpoint, read_ranges
 from evald.daemon.results import ResultEncoder
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
-from evald.daemon.topics import TopicLayoutError, check_layout, missing_outputs
+from evald.daemon.topics import (
+    TopicLayoutError,
+    TopicShape,
+    check_checkpoint_ids,
+    check_layout,
+    check_unchanged,
+    missing_outputs,
+)
 from evald.decode import Rejection
 from evald.engine import Engine, Result
 
@@ -63,6 +75,17 @@ MERGE_BUFFER_CAP = 20_000
 #: every append as "batch full" and wake the sender on each send); commits flush anyway
 PRODUCER_BATCH_BYTES = 512 * 1024
 PRODUCER_LINGER_MS = 50
+#: kafka-python's default ``max_request_size``
+KAFKA_PYTHON_MAX_REQUEST_SIZE = 1_048_576
+#: after backpressure let impressions through because no feedback was left to drain pending
+#: ones, the engine's cap evicts; it is not paused again for this long (no pause/resume flapping)
+BACKPRESSURE_COOLDOWN_S = 10.0
+#: backpressure state changes are logged at most this often (with a count of those in between)
+BACKPRESSURE_LOG_INTERVAL_S = 10.0
+#: how often the input topics' ids and partition counts are compared with those seen at start
+TOPIC_CHECK_INTERVAL_S = 10.0
+#: the id a broker reports for a topic when it has none (Kafka's Uuid.ZERO)
+NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
 
 
 class _Fatal(Exception):
@@ -149,6 +172,11 @@ class Daemon:
         self._consumer: KafkaConsumer | None = None
         self._producer: KafkaProducer | None = None
         self._reader: KafkaConsumer | None = None
+        self._admin: KafkaAdminClient | None = None
+        #: the input topics as first seen by this process; kept across sessions, so a topic
+        #: recreated during an outage is noticed when the next session starts
+        self._inputs: dict[str, TopicShape] = {}
+        self._last_topic_check = 0.0
         self._txn_open = False
         self._txn_poisoned = False
         self._abandoning = False
@@ -156,9 +184,21 @@ class Daemon:
         self._bp_paused = False
         #: the impressions partitions backpressure paused (not those still fetching a replay)
         self._bp_tps: set[TopicPartition] = set()
+        #: no new pause before this time (monotonic clock): set when feedback ran dry
+        self._bp_cooldown_until = 0.0
+        self._bp_logged_at: float | None = None
+        self._bp_unlogged = 0
+        #: last time records were fed or the lag was zero (the stall signal of /readyz)
+        self._progress_at = clock()
         self._max_pending = 1
         self._uncommitted = 0
         self._pending_dlq: list[str] = []
+        #: futures of the dead letters sent in the open transaction, with their source
+        self._dlq_sent: list[tuple[Any, tuple[str, int, int]]] = []
+        #: sources whose dead letter the broker refused: written as headers only from now on
+        #: (kept across sessions, so the re-read record does not fail the same way again)
+        self._minimal_letters: set[tuple[str, int, int]] = set()
+        self._dlq_limit = DEFAULT_MAX_MESSAGE_BYTES
         self._encoder = ResultEncoder()
         self._appender: RecordAppender | None = None
         self._results_tps: dict[int, TopicPartition] = {}
@@ -187,7 +227,19 @@ class Daemon:
         waiting = sorted(self._to_restore | {p for p, s in self._parts.items() if not s.restored})
         if waiting:
             return False, f"restoring partitions {waiting}"
+        stalled = self.stalled()
+        if stalled:
+            return False, stalled
         return True, "ok"
+
+    def stalled(self) -> str | None:
+        """Why the loop counts as stalled: records are waiting (lag) but none was fed for
+        ``daemon.stall_timeout_s``; None while it makes progress or has nothing to do."""
+        lag = sum(self.stats.lag.values())
+        idle = self.clock() - self._progress_at
+        if lag > 0 and idle > self.settings.daemon.stall_timeout_s:
+            return f"stalled: {lag} records of lag and nothing consumed for {idle:.0f}s"
+        return None
 
     def run(self) -> int:
         """Run sessions until stopped; transient failures are retried with backoff."""
@@ -224,7 +276,8 @@ class Daemon:
         cfg = self.settings
         client = cfg.kafka.client_config()
         self.stats.sessions += 1
-        self._check_topics(client)
+        self._admin = KafkaAdminClient(**client)
+        self._check_topics(self._admin)
         self._engine = self.engine_factory(self._on_result)
         self._max_pending = self._engine.config.max_pending
         if self.on_engine is not None:
@@ -235,13 +288,21 @@ class Daemon:
             max_block_ms=cfg.kafka.request_timeout_ms,
             linger_ms=PRODUCER_LINGER_MS,
             batch_size=PRODUCER_BATCH_BYTES,
+            # never refuse a dead letter the DLQ topic accepts (letters are fitted to its limit)
+            max_request_size=max(self._dlq_limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
             **client,
         )
         # fences and aborts whatever a previous incarnation of this instance left open
         self._producer.init_transactions()
         self._appender = RecordAppender(self._producer)
+        # neither consumer may create a topic: after a broker lost its data, an input topic
+        # created empty by a metadata request would be consumed as if nothing had happened
         self._reader = KafkaConsumer(
-            group_id=None, enable_auto_commit=False, isolation_level="read_uncommitted", **client
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_uncommitted",
+            allow_auto_create_topics=False,
+            **client,
         )
         self._consumer = KafkaConsumer(
             group_id=cfg.daemon.group_id,
@@ -253,46 +314,61 @@ class Daemon:
             max_poll_interval_ms=cfg.kafka.max_poll_interval_ms,
             max_poll_records=cfg.daemon.max_poll_records,
             group_instance_id=cfg.daemon.instance_id if cfg.daemon.static_membership else None,
+            allow_auto_create_topics=False,
             **client,
         )
         self._consumer.subscribe(
             [cfg.topics.impressions, cfg.topics.feedback], listener=_Listener(self)
         )
         self._broker_ok = True
-        self._last_commit = self.clock()
+        self._last_commit = self._progress_at = self.clock()  # an outage is not a stall
         while not self._stop.is_set():
             self._cycle()
         self._shutdown()
 
-    def _check_topics(self, client: dict[str, Any]) -> None:
-        """Refuse topics that are not co-partitioned; create missing output topics."""
+    def _check_topics(self, admin: KafkaAdminClient) -> None:
+        """Refuse input topics that are missing, not co-partitioned or not those this process
+        consumed before; create missing output topics."""
         topics = self.settings.topics
+        inputs = (topics.impressions, topics.feedback)
         outputs = (topics.results, topics.checkpoint_topic, topics.dlq)
-        admin = KafkaAdminClient(**client)
+        shapes = _describe(admin, (*inputs, *outputs))
+        counts = {
+            name: None if shape is None else shape.partitions for name, shape in shapes.items()
+        }
         try:
-            existing = set(admin.list_topics())
-            names = [t for t in (topics.impressions, topics.feedback, *outputs) if t in existing]
-            counts: dict[str, int | None] = dict.fromkeys(
-                (topics.impressions, topics.feedback, *outputs)
+            # first: a topic this process consumed before and that is gone now gets the message
+            # that says what to do about the old offsets, not the one for a first start
+            check_unchanged(self._inputs, shapes)
+            partitions = check_layout(
+                counts, impressions=topics.impressions, feedback=topics.feedback, outputs=outputs
             )
-            for desc in admin.describe_topics(names) if names else []:
-                counts[desc.get("name") or desc.get("topic")] = len(desc["partitions"])
-            try:
-                partitions = check_layout(
-                    counts,
-                    impressions=topics.impressions,
-                    feedback=topics.feedback,
-                    outputs=outputs,
-                )
-            except TopicLayoutError as exc:
-                raise _Fatal(2, f"evald run: refusing to start: {exc}") from None
-            create = missing_outputs(counts, outputs)
-            if create:
-                log.info("creating output topics %s with %d partitions", create, partitions)
-                with contextlib.suppress(TopicAlreadyExistsError):
-                    admin.create_topics([NewTopic(name, partitions, 1) for name in create])
-        finally:
-            admin.close()
+        except TopicLayoutError as exc:
+            raise _Fatal(2, f"evald run: refusing to start: {exc}") from None
+        # check_layout passed: both inputs exist
+        self._inputs = {name: shape for name in inputs if (shape := shapes[name]) is not None}
+        self._last_topic_check = self.clock()
+        self._dlq_limit = max_message_bytes(admin, topics.dlq)
+        create = missing_outputs(counts, outputs)
+        if create:
+            log.info("creating output topics %s with %d partitions", create, partitions)
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics([NewTopic(name, partitions, 1) for name in create])
+
+    def _recheck_topics(self) -> None:
+        """Stop (exit 2) when an input topic was deleted, recreated or repartitioned."""
+        admin = self._admin
+        assert admin is not None
+        self._last_topic_check = self.clock()
+        try:
+            shapes = _describe(admin, tuple(self._inputs))
+        except KafkaError as exc:
+            log.debug("topic check skipped: %s", exc)  # the lag probe reports the broker
+            return
+        try:
+            check_unchanged(self._inputs, shapes)
+        except TopicLayoutError as exc:
+            raise _Fatal(2, f"evald run: stopping: {exc}") from None
 
     def _cycle(self) -> None:
         consumer = self._consumer
@@ -309,6 +385,8 @@ class Daemon:
             self._backpressure(fed)
             self._uncommitted += fed
             now = self.clock()
+            if fed:
+                self._progress_at = now
             interval = self.settings.daemon.commit_interval_ms / 1000
             if (
                 self._uncommitted >= self.settings.daemon.commit_max_records
@@ -319,6 +397,8 @@ class Daemon:
         if now - self._last_probe >= interval:
             self._probe()
             self._last_probe = now
+        if now - self._last_topic_check >= TOPIC_CHECK_INTERVAL_S:
+            self._recheck_topics()
 
     # -- input ----------------------------------------------------------------------------
 
@@ -432,48 +512,99 @@ class Daemon:
         return fed
 
     def _backpressure(self, fed: int) -> None:
-        """Pause the impressions partitions near max_pending; resume once drained.
+        """Pause the impressions near max_pending while feedback can drain them; else let the
+        engine's cap evict (docs/design.md, "Backpressure and memory").
 
-        Only feedback can drain pending impressions while impressions are paused (its event
-        times move the watermark). When a cycle feeds nothing and no feedback is buffered,
-        staying paused would stall until the idle fallback, so impressions resume and the
-        engine's own max_pending cap bounds memory instead.
+        Pausing helps only while feedback is there to move the watermark: buffered, or behind
+        the high watermark on an owned partition. Without it (a flood of impressions whose
+        feedback never comes), a pause only stalls; impressions are released at once and not
+        paused again for ``BACKPRESSURE_COOLDOWN_S``, and the cap closes the earliest-deadline
+        impression per new one, at close to the uncapped rate.
         """
         consumer = self._consumer
         assert consumer is not None
         pending = self._engine.pending()
         self.stats.peak_pending = max(self.stats.peak_pending, pending)
         daemon = self.settings.daemon
-        owned = [self._tp("impression", p) for p, s in self._parts.items() if s.restored]
-        if not self._bp_paused and pending >= daemon.pause_at * self._max_pending:
-            self._bp_paused = True
-            self.stats.pauses += 1
-            # a partition still fetching its replay is not paused: the replayed impressions were
-            # pending before the restart, and the other topic's replayed records wait for them
-            pause = [
-                tp
-                for tp in owned
-                if self._parts[tp.partition].fetched_next["impression"]
-                >= self._parts[tp.partition].replay_end.get("impression", 0)
-            ]
-            self._bp_tps = set(pause)
-            if pause:
-                consumer.pause(*pause)
-            log.info("backpressure: %d pending impressions, pausing impressions", pending)
-        elif self._bp_paused and (
-            pending <= daemon.resume_at * self._max_pending
-            or (fed == 0 and not any(s.merger.buffered("feedback") for s in self._parts.values()))
+        now = self.clock()
+        if not self._bp_paused:
+            if (
+                pending >= daemon.pause_at * self._max_pending
+                and now >= self._bp_cooldown_until
+                and self._feedback_waiting()
+            ):
+                self._pause_impressions(pending, now)
+            return
+        if pending <= daemon.resume_at * self._max_pending:
+            self._resume_impressions(pending, now, "drained")
+        elif not self._feedback_waiting():
+            self._bp_cooldown_until = now + BACKPRESSURE_COOLDOWN_S
+            self._resume_impressions(pending, now, "no feedback to drain them; the cap evicts")
+
+    def _feedback_waiting(self) -> bool:
+        """Feedback is buffered, or fetchable, on a restored partition."""
+        consumer = self._consumer
+        assert consumer is not None
+        for p, part in self._parts.items():
+            if not part.restored:
+                continue
+            if part.merger.buffered("feedback"):
+                return True
+            high = consumer.highwater(self._tp("feedback", p))
+            if high is not None and part.fetched_next["feedback"] < high:
+                return True
+        return False
+
+    def _pause_impressions(self, pending: int, now: float) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        self._bp_paused = True
+        self.stats.pauses += 1
+        # a partition still fetching its replay is not paused: the replayed impressions were
+        # pending before the restart, and the other topic's replayed records wait for them
+        pause = [
+            self._tp("impression", p)
+            for p, part in self._parts.items()
+            if part.restored
+            and part.fetched_next["impression"] >= part.replay_end.get("impression", 0)
+        ]
+        self._bp_tps = set(pause)
+        if pause:
+            consumer.pause(*pause)
+        self._log_backpressure(
+            now, "backpressure: %d pending impressions, pausing impressions", pending
+        )
+
+    def _resume_impressions(self, pending: int, now: float, why: str) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        self._bp_paused = False
+        resume = [
+            tp
+            for tp in self._bp_tps
+            if tp.partition in self._parts
+            and "impression" not in self._parts[tp.partition].merge_paused
+        ]
+        self._bp_tps = set()
+        if resume:
+            consumer.resume(*resume)
+        self._log_backpressure(
+            now, "backpressure released (%s): %d pending impressions", why, pending
+        )
+
+    def _log_backpressure(self, now: float, message: str, *args: Any) -> None:
+        """Log a state change, at most once per BACKPRESSURE_LOG_INTERVAL_S."""
+        if (
+            self._bp_logged_at is not None
+            and now - self._bp_logged_at < BACKPRESSURE_LOG_INTERVAL_S
         ):
-            self._bp_paused = False
-            resume = [
-                tp
-                for tp in owned
-                if tp in self._bp_tps and "impression" not in self._parts[tp.partition].merge_paused
-            ]
-            self._bp_tps = set()
-            if resume:
-                consumer.resume(*resume)
-            log.info("backpressure released: %d pending impressions", pending)
+            self._bp_unlogged += 1
+            return
+        if self._bp_unlogged:
+            message += " (%d more changes since the last line)"
+            args = (*args, self._bp_unlogged)
+        log.info(message, *args)
+        self._bp_logged_at, self._bp_unlogged = now, 0
 
     # -- output ---------------------------------------------------------------------------
 
@@ -512,22 +643,69 @@ class Daemon:
         return tp
 
     def _dead_letter(self, rejection: Rejection, record: Any, kind: str) -> None:
+        """Send a rejected record's dead letter, truncated if it would not fit the DLQ topic."""
         reason, detail = rejection.reason, rejection.detail
         producer = self._begin()
-        producer.send(
-            self.settings.topics.dlq,
-            key=record.key,
-            value=record.value if record.value is not None else b"",
-            headers=[
-                ("evald-reason", reason.encode()),
-                ("evald-detail", detail.encode()[:4096]),
-                ("evald-source-topic", record.topic.encode()),
-                ("evald-source-partition", str(record.partition).encode()),
-                ("evald-source-offset", str(record.offset).encode()),
-                ("evald-kind", kind.encode()),
-            ],
-        )
+        source = (record.topic, record.partition, record.offset)
+        value = record.value if record.value is not None else b""
+        headers = [
+            ("evald-reason", reason.encode()),
+            ("evald-detail", detail.encode()[:4096]),
+            ("evald-source-topic", record.topic.encode()),
+            ("evald-source-partition", str(record.partition).encode()),
+            ("evald-source-offset", str(record.offset).encode()),
+            ("evald-kind", kind.encode()),
+        ]
+        minimal = source in self._minimal_letters
+        letter = build_letter(record.key, value, headers, self._dlq_limit, minimal=minimal)
+        dlq = self.settings.topics.dlq
+        try:
+            future = producer.send(dlq, key=letter.key, value=letter.value, headers=letter.headers)
+        except KafkaError as exc:
+            if minimal:
+                raise self._refused(source, exc) from exc
+            if exc.retriable:
+                raise
+            # refused before it left (the producer's own checks): headers only, at once
+            self._minimal_letters.add(source)
+            self._dead_letter(rejection, record, kind)
+            return
+        if letter.truncated:
+            log.warning(
+                "dead letter for %s/%d@%d truncated to %d of %d bytes (DLQ limit %d)",
+                *source,
+                len(letter.value),
+                len(value),
+                self._dlq_limit,
+            )
+        self._dlq_sent.append((future, source))
         self._pending_dlq.append(reason)
+
+    def _check_dead_letters(self) -> None:
+        """After a flush: a dead letter the broker refused for good is written as headers
+        only by the next session (this transaction is lost: the failed batch aborts it)."""
+        for future, source in self._dlq_sent:
+            exc = future.exception if future.failed() else None
+            if exc is None or getattr(exc, "retriable", False):
+                continue
+            if source in self._minimal_letters:
+                raise self._refused(source, exc)
+            self._minimal_letters.add(source)
+            raise KafkaError(
+                f"the DLQ topic refused the dead letter of {source[0]}/{source[1]}@{source[2]} "
+                f"({type(exc).__name__}); writing it as headers only"
+            )
+
+    def _refused(self, source: tuple[str, int, int], exc: Exception) -> _Fatal:
+        topic = self.settings.topics.dlq
+        return _Fatal(
+            2,
+            f"evald run: stopping: the DLQ topic {topic} refused even a headers-only dead letter "
+            f"(for {source[0]}/{source[1]}@{source[2]}: {type(exc).__name__}: {exc}); no retry "
+            f"can fix that. Check that {topic} exists, is writable by evald and that its "
+            "max.message.bytes (and the broker's message.max.bytes) are at least a few KiB, "
+            "then restart evald",
+        )
 
     def _commit(self) -> None:
         """One transaction: results + dead letters + checkpoints + input and checkpoint offsets.
@@ -542,11 +720,15 @@ class Daemon:
         consumer = self._consumer
         assert consumer is not None
         producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
+        self._check_dead_letters()
         engine = self._engine
         topics = self.settings.topics
         planned: list[tuple[_Part, Checkpoint, Any]] = []
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         horizon_ms = self._horizon_ms()
+        # a restart compares them: an input recreated while no evald ran is refused too
+        ids = {name: shape.topic_id for name, shape in self._inputs.items() if shape.topic_id}
+        topic_ids = {"topic_ids": ids} if ids else {}
         for part in parts:
             p = part.partition
             ranges, epoch = part.ranges, part.epoch_start
@@ -572,6 +754,7 @@ class Daemon:
                 results=ranges,
                 epoch_start=epoch,
                 instance=self.settings.daemon.instance_id,
+                extra=topic_ids,
             )
             future = producer.send(
                 topics.checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
@@ -600,6 +783,7 @@ class Daemon:
             self.stats.dlq.update(self._pending_dlq)
             self.stats.commits += 1
         self._pending_dlq = []
+        self._dlq_sent = []
         self._uncommitted = 0
         self._backoff.reset()
 
@@ -620,6 +804,7 @@ class Daemon:
                 log.warning("abort failed (%s); the broker will time the transaction out", exc)
         self._txn_open = False
         self._pending_dlq = []
+        self._dlq_sent = []
         with self.stats.lock:
             self.stats.aborts += 1
 
@@ -678,6 +863,11 @@ class Daemon:
             checkpoint = read_checkpoint(
                 reader, topics.checkpoint_topic, p, committed, RESTORE_TIMEOUT_S, self.clock
             )
+            try:
+                saved = checkpoint.extra.get("topic_ids")
+                check_checkpoint_ids(saved if isinstance(saved, dict) else {}, self._inputs, p)
+            except TopicLayoutError as exc:
+                raise _Fatal(2, f"evald run: refusing to restore: {exc}") from None
             engine.restore(p, checkpoint.watermark, dict(checkpoint.consumed))
             absorbed = 0
             for doc in read_ranges(
@@ -753,6 +943,8 @@ class Daemon:
                     0, max(end, high) - part.fed_next[self._kind(tp.topic)]
                 )
         self.stats.set_lag(lag)
+        if not any(lag.values()):
+            self._progress_at = self.clock()  # nothing to consume is not a stall
         self._set_ready(self.ready()[0])
 
     def _set_ready(self, ready: bool) -> None:
@@ -791,11 +983,14 @@ class Daemon:
         """Close whatever the session opened; an open transaction is left for the broker."""
         self._broker_ok = False
         self._abandoning = True
-        for name in ("_consumer", "_reader"):
+        for name in ("_consumer", "_reader", "_admin"):
             client = getattr(self, name)
             if client is not None:
                 try:
-                    client.close(autocommit=False, timeout_ms=1_000)
+                    if name == "_admin":
+                        client.close()
+                    else:
+                        client.close(autocommit=False, timeout_ms=1_000)
                 except Exception:
                     log.debug("closing %s failed", name, exc_info=True)
                 setattr(self, name, None)
@@ -813,5 +1008,23 @@ class Daemon:
         self._bp_paused = False
         self._bp_tps = set()
         self._pending_dlq = []
+        self._dlq_sent = []
         self._abandoning = False
         self._joined = False
+
+
+def _describe(admin: KafkaAdminClient, names: tuple[str, ...]) -> dict[str, TopicShape | None]:
+    """Each topic's id and partition count (None: it does not exist)."""
+    existing = set(admin.list_topics())
+    shapes: dict[str, TopicShape | None] = dict.fromkeys(names)
+    present = [name for name in names if name in existing]
+    for desc in admin.describe_topics(present) if present else []:
+        name = desc.get("name") or desc.get("topic")
+        if desc.get("error_code") or name not in shapes:
+            continue  # deleted between the two requests: missing
+        topic_id = desc.get("topic_id")
+        shapes[name] = TopicShape(
+            None if not topic_id or topic_id == NO_TOPIC_ID else str(topic_id),
+            len(desc["partitions"]),
+        )
+    return shapes

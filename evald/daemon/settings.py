@@ -185,6 +185,9 @@ class DaemonSettings(_Strict):
     pause_at: float = Field(0.9, gt=0, le=1, description="pause at this fraction of max_pending")
     resume_at: float = Field(0.6, gt=0, lt=1, description="resume under this fraction")
     shutdown_timeout_s: float = Field(30.0, gt=0)
+    stall_timeout_s: float = Field(
+        300.0, gt=0, description="/readyz turns red when lag exists and nothing was fed this long"
+    )
     retry_backoff_initial_ms: int = Field(200, ge=1)
     retry_backoff_max_ms: int = Field(10_000, ge=1)
     static_membership: bool = Field(

@@ -6,7 +6,14 @@ import pytest
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
-from evald.daemon.topics import TopicLayoutError, check_layout, missing_outputs
+from evald.daemon.topics import (
+    TopicLayoutError,
+    TopicShape,
+    check_checkpoint_ids,
+    check_layout,
+    check_unchanged,
+    missing_outputs,
+)
 
 
 def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
@@ -73,3 +80,36 @@ def test_prune_keeps_reachable_ranges_and_the_current_epoch() -> None:
     ranges = (ResultRange(0, 5, 100), ResultRange(7, 9, 300), ResultRange(11, 12, 50))
     assert prune_ranges(ranges, 200) == (ResultRange(7, 9, 300), ResultRange(11, 12, 50))
     assert prune_ranges(ranges, None) == ranges
+
+
+def test_unchanged_topics_pass_and_brokers_without_ids_compare_counts_only() -> None:
+    before = {"imp": TopicShape("id-1", 3), "fb": TopicShape(None, 3)}
+    check_unchanged(before, {"imp": TopicShape("id-1", 3), "fb": TopicShape("id-9", 3)})
+    check_unchanged({}, {"imp": None})  # nothing seen yet: nothing to compare
+
+
+@pytest.mark.parametrize(
+    ("now", "said"),
+    [
+        ({"imp": None}, "input topic imp no longer exists"),
+        ({"imp": TopicShape("id-2", 3)}, "input topic imp was deleted and recreated"),
+        ({"imp": TopicShape("id-2", 4)}, "input topic imp changed from 3 to 4 partitions"),
+        ({"imp": TopicShape("id-1", 6)}, "input topic imp changed from 3 to 6 partitions"),
+    ],
+)
+def test_a_changed_input_topic_is_refused_with_what_to_do(
+    now: dict[str, TopicShape | None], said: str
+) -> None:
+    with pytest.raises(TopicLayoutError, match=said) as info:
+        check_unchanged({"imp": TopicShape("id-1", 3)}, now)
+    assert "new daemon.group_id" in str(info.value)
+
+
+def test_a_checkpoint_written_against_another_topic_id_is_refused() -> None:
+    now = {"imp": TopicShape("id-2", 3), "fb": TopicShape(None, 3)}
+    check_checkpoint_ids({"imp": "id-2", "fb": "id-7"}, now, 0)  # no id now: nothing to compare
+    check_checkpoint_ids({}, now, 0)  # a checkpoint from before ids were kept
+    with pytest.raises(
+        TopicLayoutError, match="imp was deleted and recreated since the checkpoint"
+    ):
+        check_checkpoint_ids({"imp": "id-1"}, now, 4)

@@ -184,12 +184,72 @@ def test_backpressure_leaves_a_partition_fetching_its_replay_unpaused() -> None:
     h.consumer.high.update({h.tp("impression"): 5, h.tp("feedback"): 0})
     imps = [record("imp", i, i * 1_000, impression(f"r{i}", i * 1_000)) for i in range(2)]
     h.cycle({h.tp("impression"): imps})
-    assert h.engine.pending() == 2 and h.daemon._bp_paused
+    assert h.engine.pending() == 2
+    h.consumer.high[h.tp("feedback")] = 1  # feedback that could drain them: pausing helps
+    h.daemon._backpressure(0)
+    assert h.daemon._bp_paused
     assert h.consumer.paused == set()  # offset 2 is still to replay
     part.fetched_next["impression"] = 3
     h.daemon._bp_paused = False
     h.daemon._backpressure(0)
     assert h.consumer.paused == {h.tp("impression")}
+
+
+def test_backpressure_without_feedback_to_drain_lets_the_cap_evict_and_does_not_flap() -> None:
+    """At pause_at with no feedback buffered or fetchable, a pause could only stall: the
+    impressions keep flowing and the engine's cap closes the earliest deadlines."""
+    h = Harness(max_pending=10)
+    part = h.restored(
+        start={"impression": 0, "feedback": 0}, consumed={"impression": 0, "feedback": 0}
+    )
+    h.consumer.high.update({h.tp("impression"): 100, h.tp("feedback"): 0})
+    imps = [record("imp", i, i * 1_000, impression(f"r{i}", i * 1_000)) for i in range(30)]
+    h.cycle({h.tp("impression"): imps})
+    h.clock.now += 3.0  # the merge hold: nothing newer from the (empty) feedback topic
+    h.cycle()
+    assert not h.daemon._bp_paused and h.daemon.stats.pauses == 0
+    assert h.engine.pending() == 10  # the cap held: 20 closed early
+    assert len(h.results) == 20
+    # feedback arrives: pausing helps now
+    h.consumer.high[h.tp("feedback")] = 5
+    h.daemon._backpressure(0)
+    assert h.daemon._bp_paused and h.consumer.paused == {h.tp("impression")}
+    # it is all fetched and fed, yet pending stays high: released, and not paused again
+    # within the cool-down even when more feedback shows up
+    part.fetched_next["feedback"] = 5
+    h.daemon._backpressure(0)
+    assert not h.daemon._bp_paused and h.consumer.paused == set()
+    h.consumer.high[h.tp("feedback")] = 6
+    h.clock.now += 5.0
+    h.daemon._backpressure(0)
+    assert not h.daemon._bp_paused and h.daemon.stats.pauses == 1
+    h.clock.now += 6.0
+    h.daemon._backpressure(0)
+    assert h.daemon._bp_paused and h.daemon.stats.pauses == 2
+
+
+def test_backpressure_log_lines_are_rate_limited(caplog: Any) -> None:
+    h = Harness(max_pending=10)
+    h.restored(start={"impression": 0, "feedback": 0}, consumed={"impression": 0, "feedback": 0})
+    h.consumer.high.update({h.tp("impression"): 100, h.tp("feedback"): 0})
+    h.cycle({h.tp("impression"): [record("imp", i, i, impression(f"r{i}", i)) for i in range(10)]})
+    h.clock.now += 3.0
+    h.cycle()
+    assert h.engine.pending() == 10
+    h.consumer.high[h.tp("feedback")] = 5  # feedback to wait for: every round pauses
+    caplog.set_level("INFO", logger="evald.daemon")
+    for _ in range(50):  # a pause and a release per round, all within 10 s
+        h.daemon._bp_paused = False
+        h.daemon._backpressure(0)
+        h.daemon._bp_paused = True
+        h.daemon._resume_impressions(10, h.clock(), "test")
+        h.clock.now += 0.05
+    lines = [r.getMessage() for r in caplog.records if "backpressure" in r.getMessage()]
+    assert len(lines) == 1
+    h.clock.now += 10.0
+    h.daemon._backpressure(0)
+    lines = [r.getMessage() for r in caplog.records if "backpressure" in r.getMessage()]
+    assert len(lines) == 2 and "(99 more changes since the last line)" in lines[1]
 
 
 def test_records_polled_in_the_cycle_that_restores_their_partition_are_dropped() -> None:
