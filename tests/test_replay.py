@@ -17,15 +17,24 @@ from evald.events import format_timestamp
 from evald.metrics import Batch, evaluate, parse_measures
 
 MIN = 60_000
+#: integer times below 10**11 are offsets from 2024-05-01T00:00:00Z (epoch-ms times that small
+#: would be implausible: before min_event_time)
+BASE = 1_714_521_600_000
+
+
+def at(ts: int | str) -> int | str:
+    return BASE + ts if isinstance(ts, int) and ts < 10**11 else ts
+
+
 MEASURES = "nDCG@10,RR,Success@10,RBP(p=0.8),P@5,R@10,AP@10,nDCG"
 
 
-def imp(rid: str, ts: int, items: list[str], **labels: str) -> dict:
-    return {"request_id": rid, "ts": ts, "items": items, "labels": labels}
+def imp(rid: str, ts: int | str, items: list[str], **labels: str) -> dict:
+    return {"request_id": rid, "ts": at(ts), "items": items, "labels": labels}
 
 
-def fb(rid: str, ts: int, item: str, action: str = "click", **extra: object) -> dict:
-    return {"request_id": rid, "ts": ts, "item": item, "action": action, **extra}
+def fb(rid: str, ts: int | str, item: str, action: str = "click", **extra: object) -> dict:
+    return {"request_id": rid, "ts": at(ts), "item": item, "action": action, **extra}
 
 
 def write_jsonl(path: Path, rows: list[dict | bytes]) -> Path:
