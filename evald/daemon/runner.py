@@ -418,6 +418,7 @@ class Daemon:
                     partition=p,
                     kinds=kinds,
                     offsets=[record.offset for record in records],
+                    timestamps=[record.timestamp for record in records],
                 )
                 for position, rejection in rejections:
                     self._dead_letter(rejection, records[position], kinds[position])
@@ -571,6 +572,7 @@ class Daemon:
                 results=ranges,
                 epoch_start=epoch,
                 instance=self.settings.daemon.instance_id,
+                event_times=engine.event_times(p),
             )
             future = producer.send(
                 topics.checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
@@ -677,7 +679,9 @@ class Daemon:
             checkpoint = read_checkpoint(
                 reader, topics.checkpoint_topic, p, committed, RESTORE_TIMEOUT_S, self.clock
             )
-            engine.restore(p, checkpoint.watermark, dict(checkpoint.consumed))
+            engine.restore(
+                p, checkpoint.watermark, dict(checkpoint.consumed), checkpoint.event_times
+            )
             absorbed = 0
             for doc in read_ranges(
                 reader, topics.results, p, checkpoint.results, RESTORE_TIMEOUT_S, self.clock
