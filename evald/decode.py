@@ -193,9 +193,8 @@ class Decoder:
         ``reference`` (epoch ms) is the time the event may lead by at most ``max_lead``."""
         original = raw
         if len(raw) > self._max_bytes:
-            return Rejection(
-                "too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, kind or "unknown"
-            )
+            known = kind if kind in ("impression", "feedback") else "unknown"
+            return Rejection("too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, known)
         if raw.startswith(BOM):
             raw = raw[3:]
         event = self._validate(raw, kind)
