@@ -75,3 +75,31 @@ def test_empty_settings_file_is_no_settings(tmp_path):
     assert read_mapping_file(path) == {}
     path.write_text("window: 5m\n")
     assert read_mapping_file(path) == {"window": "5m"}
+
+
+def test_event_time_plausibility_and_watermark_jump_settings():
+    config = load_config()
+    assert config.min_event_time == 946_684_800_000  # 2000-01-01T00:00:00Z
+    assert config.max_event_lead == 3_600_000 and config.watermark_jump == 3_600_000
+    for spelling in (
+        "2024-05-01",
+        "2024-05-01T00:00:00Z",
+        "2024-05-01t00:00:00z",
+        1_714_521_600_000,
+    ):
+        assert load_config({"min_event_time": spelling}).min_event_time == 1_714_521_600_000
+    assert load_config({"max_event_lead": None}).max_event_lead is None
+    assert (
+        load_config({"max_event_lead": "3h", "watermark_jump": "90m"}).watermark_jump == 5_400_000
+    )
+    for settings, field in [
+        ({"min_event_time": "soon"}, "min_event_time"),
+        ({"min_event_time": -1}, "min_event_time"),
+        ({"min_event_time": "2024-05-01T00:00:00"}, "min_event_time"),  # no offset
+        ({"max_event_lead": "-1h"}, "max_event_lead"),
+        ({"watermark_jump": 0}, "watermark_jump"),
+        ({"watermark_jump": None}, "watermark_jump"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            load_config(settings)
+        assert str(info.value).startswith(f"{field}:"), info.value
