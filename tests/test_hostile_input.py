@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from evald.config import load_config
 from evald.daemon.settings import Settings, SettingsError, load_settings, set_overrides
-from evald.decode import BOM, REASONS, Rejection
+from evald.decode import BOM, REASONS, Decoder, Rejection
 from evald.engine import Engine
 from evald.events import Feedback, Impression
 from evald.replay import bounded_lines
@@ -175,6 +175,84 @@ def test_the_engine_decoder_never_raises_and_every_reject_has_a_reason(raws, kin
     for position, rejection in fresh_engine().feed_batch(raws, kinds=kinds):
         check(rejection)
         assert 0 <= position < len(raws)
+
+
+def repeats_a_key(raw: bytes) -> bool | None:
+    """Reference: does any object of ``raw`` repeat a key (None: not JSON)?"""
+    found: list[bool] = []
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found.append(len({k for k, _ in pairs}) != len(pairs))
+        return {}
+
+    try:
+        json.loads(raw, object_pairs_hook=hook)
+    except (ValueError, RecursionError):
+        return None
+    return any(found)
+
+
+def render(value: Any, colons: str | list[str]) -> str:
+    """JSON text of nested tuples of pairs (objects, so keys may repeat) and plain values;
+    the n-th key of an object is followed by ``colons[n % len(colons)]``."""
+    styles = [colons] if isinstance(colons, str) else colons
+    if isinstance(value, tuple):
+        inner = ",".join(
+            f"{json.dumps(k)}{styles[n % len(styles)]}{render(v, styles)}"
+            for n, (k, v) in enumerate(value)
+        )
+        return "{" + inner + "}"
+    return json.dumps(value)
+
+
+@st.composite
+def valid_records_maybe_repeating_a_key(draw: Any) -> str:
+    """Impressions and feedback that validate, one key possibly repeated somewhere."""
+    text = st.text(max_size=6)
+    ts = st.integers(NOW_MS - 10**6, NOW_MS)
+    labels = draw(st.lists(st.tuples(st.sampled_from(["m", "a", "s"]), text), max_size=3))
+    extra = draw(st.lists(st.tuples(st.sampled_from(["x", "y"]), st.integers()), max_size=2))
+    if draw(st.booleans()):
+        top = [("request_id", draw(text)), ("ts", draw(ts)), ("items", draw(ITEMS))]
+        top.append(("labels", tuple(labels)))
+    else:
+        top = [("request_id", draw(text)), ("ts", draw(ts)), ("item", draw(text))]
+        top.append(("action", "click"))
+    top += [("u", tuple(extra)), *extra]
+    top = draw(st.permutations(top))
+    where = draw(st.sampled_from(["none", "top", "labels", "nested"]))
+    if where == "top":
+        top.append(draw(st.sampled_from(top)))
+    elif where == "labels" and labels:
+        i = [k for k, _ in top].index("labels") if ("labels", tuple(labels)) in top else None
+        if i is not None:
+            top[i] = ("labels", (*labels, labels[0]))
+    elif where == "nested":
+        top.append(("n", (("k", 1), ("k", draw(st.integers())))))
+    styles = st.sampled_from([":", " : ", ":\n", ": ", "\t:", "\r\n:"])
+    return render(tuple(top), draw(st.lists(styles, min_size=1, max_size=4)))
+
+
+@FUZZ
+@given(
+    body=st.one_of(
+        valid_records_maybe_repeating_a_key(),
+        st.builds(render, event_pairs().map(tuple), st.just(":")),
+    )
+)
+def test_duplicate_keys_are_found_exactly(body):
+    """Accepted exactly when no object repeats a key, whatever the layout; the decoder's
+    cheap key count (keys_surely_unique) must never let a repeated key through."""
+    raw = body.encode("utf-8", errors="surrogatepass")
+    decoder = Decoder(fresh_engine().config.limits, {"click": 1.0}, min_ts=0)
+    got = decoder.decode(raw)
+    repeated = repeats_a_key(raw)
+    if isinstance(got, Impression | Feedback):
+        assert repeated is False
+    else:
+        assert got.reason in REASONS
+        if got.reason == "duplicate_key":
+            assert repeated
 
 
 # ---------------------------------------------------------------- replay's line reader
