@@ -542,7 +542,8 @@ class JoinStore:
         ``offsets[position]`` is an event's source offset; ``grades`` maps actions to default
         grades (feedback without its own ``grade``).
         """
-        window, max_pending = self.window, self.max_pending
+        window, lateness, jump = self.window, self.lateness, self.jump
+        max_pending = self.max_pending
         open_total, stats = self._open_total, self.stats
         until = self.replay_until
         table = self._table
@@ -738,10 +739,21 @@ class JoinStore:
                                 fb_push(off, entry)
                             m_fb_next[entry] = head
                             m_head[slot] = entry + 1
-            # the watermark moves after the event is joined (add_*'s tail)
+            # the watermark moves after the event is joined (add_*'s tail; _observe's common
+            # case inlined: a time within the jump of the confirmed one, no candidate)
             fresh = True
-            if ts > self._first and not (replayed and self._times_restored):
-                self._observe(ts)
+            first = self._first
+            if ts > first and not (replayed and self._times_restored):
+                if first != _NO_TS and ts <= first + jump and self._second == _NO_TS:
+                    self._first = ts
+                    mark = ts - lateness
+                    wm = self.watermark
+                    if wm is None or mark > wm:
+                        self.watermark = mark
+                        if mark >= self._due:
+                            self._close_due(mark)
+                else:
+                    self._observe(ts)
         if slots:
             self._write_columns(slots, rids, offs if offsets is not None else None)
         if fresh:
