@@ -105,3 +105,56 @@ def test_far_future_times_never_poison_the_watermark_even_after_kill_9(
     got = scored(kafka_tools, topics["results"])
     assert set(got) - {"r28", "r29"} == {f"r{k}" for k in range(28)}
     assert {k: got[f"r{k}"] for k in range(28)} == dict.fromkeys(range(28), 0.5)
+
+
+def test_the_input_rule_on_kafka_records(
+    kafka_tools: KafkaTools,
+    unique: str,
+    instances: Callable[..., Instance],  # noqa: F811 (the fixture imported above)
+) -> None:
+    """The rule shared with replay and score: a BOM is ignored, t/z are T/Z, a repeated key
+    and an over-long value are dead-lettered with their reason and the raw bytes."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    bom = b"\xef\xbb\xbf"
+    impressions = [
+        bom + b'{"request_id":"a","ts":"2024-05-01t12:00:00z","items":["x","y"]}',
+        b'{"request_id":"d","ts":1714564801000,"items":["x"],"labels":{"m":"1","m":"2"}}',
+        b'{"request_id":"big","ts":1714564802000,"items":["' + b"z" * 70_000 + b'"]}',
+        b'{"request_id":"b","ts":1714564803000,"items":["x","y"]}',
+        b'{"request_id":"c","ts":1714564830000,"items":["x","y"]}',
+        b'{"request_id":"z","ts":1714565100000,"items":["x"]}',  # 5 min on: closes the rest
+    ]
+    feedback = [
+        b'{"request_id":"a","ts":1714564805000,"item":"y","action":"click"}',
+        b'{"request_id":"b","ts":1714564806000,"item":"x","item":"y","action":"click"}',
+        b'{"request_id":"c","ts":1714564831000,"item":"x","action":"click"}',
+        b'{"request_id":"z","ts":1714565100000,"item":"x","action":"click"}',
+    ]
+    # record timestamps in event-time order, as the producers would stamp them
+    stamps = [0, 1_000, 2_000, 3_000, 30_000, 300_000]
+    for value, stamp in zip(impressions, stamps, strict=True):
+        kafka_tools.produce_raw(topics["impressions"], [value], timestamp_ms=T0 + stamp)
+    for value, stamp in zip(feedback, [5_000, 6_000, 31_000, 300_000], strict=True):
+        kafka_tools.produce_raw(topics["feedback"], [value], timestamp_ms=T0 + stamp)
+    instance = instances("a")
+    wait_until(lambda: len(kafka_tools.read(topics["dlq"])) >= 3, 90, "three dead letters")
+    wait_until(lambda: len(scored(kafka_tools, topics["results"])) >= 3, 60, "three results")
+    assert instance.terminate() == 0
+    dlq = {
+        (
+            dict(r.headers)["evald-source-topic"].decode(),
+            int(dict(r.headers)["evald-source-offset"]),
+        ): (
+            dict(r.headers)["evald-reason"],
+            r.value,
+        )
+        for r in kafka_tools.read(topics["dlq"])
+    }
+    assert dlq == {
+        (topics["impressions"], 1): (b"duplicate_key", impressions[1]),
+        (topics["impressions"], 2): (b"too_large", impressions[2]),
+        (topics["feedback"], 1): (b"duplicate_key", feedback[1]),
+    }
+    # a: BOM and lowercase time accepted, its click on the 2nd item; b lost its click
+    assert scored(kafka_tools, topics["results"]) == {"a": 0.5, "b": 0.0, "c": 1.0}  # z: open
