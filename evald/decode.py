@@ -16,7 +16,6 @@ time the caller passes) are rejected as ``implausible_timestamp``.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,12 +48,6 @@ JUDGMENT = "judgment"
 
 BOM = b"\xef\xbb\xbf"
 
-#: a JSON string followed by a colon. On valid JSON, scanning left to right, this matches
-#: every object key exactly once and nothing else: a match cannot start at a value string's
-#: opening quote (a value is never followed by ':') and one starting at an escaped quote
-#: inside a value ends at the value's closing quote, which is not followed by ':' either.
-_KEY = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:')
-
 
 def keys_surely_unique(raw: bytes, event: Impression | Feedback) -> bool:
     """True when ``raw``, which validated as ``event``, cannot repeat a key; False: maybe.
@@ -83,13 +76,10 @@ def _colon_after_space(raw: bytes) -> bool:
 def duplicate_key(raw: bytes) -> str | None:
     """The first key repeated within one object of ``raw`` (valid JSON), or None.
 
-    Fast path: all key spellings in the document distinct and none escaped means no object
-    repeats a key. Otherwise (the same key in two different objects, or an escaped key that
-    may spell another one) the document is parsed again, object by object.
+    Parses the document again, object by object (keys compared after unescaping, so
+    ``"\\u0069tems"`` repeats ``"items"``): the exact and slow path behind
+    :func:`keys_surely_unique`.
     """
-    keys = _KEY.findall(raw)
-    if len(set(keys)) == len(keys) and b"\\" not in b"".join(keys):
-        return None
     repeated: list[str] = []
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

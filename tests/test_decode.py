@@ -219,3 +219,9 @@ def test_an_over_long_record_from_an_unknown_source_kind_is_of_unknown_kind(deco
     got = decoder.decode(b"x" * 500, kind="clicks")
     assert (got.reason, got.kind) == ("too_large", "unknown")
     assert decoder.decode(b"x" * 500, kind="feedback").kind == "feedback"
+
+
+def test_a_key_made_of_json_punctuation_is_still_compared(decoder):
+    raw = b'{"request_id": "r1", "ts": 1000, "items": ["a"], "x": "v", ":": 1, ":": 2}'
+    assert duplicate_key(raw) == ":"
+    assert decoder.decode(raw).reason == "duplicate_key"
