@@ -373,7 +373,7 @@ class JoinStore:
         # watermark
         self.watermark: int | None = None
         #: newest confirmed event time and the far-ahead candidate (_observe); _NO_TS: none
-        self._first = self._second = _NO_TS
+        self._confirmed = self._candidate = _NO_TS
         #: the two above came from a checkpoint, so re-fed events must not count again
         self._times_restored = False
         self._last_event_wall = clock()  # wall time of the tick that first saw the last event
@@ -517,7 +517,7 @@ class JoinStore:
             if deadline < self._due:
                 self._due = deadline
         self._fresh = True
-        if ts > self._first and not (replayed and self._times_restored):
+        if ts > self._confirmed and not (replayed and self._times_restored):
             self._observe(ts)
         return "accepted"
 
@@ -742,10 +742,10 @@ class JoinStore:
             # the watermark moves after the event is joined (add_*'s tail; _observe's common
             # case inlined: a time within the jump of the confirmed one, no candidate)
             fresh = True
-            first = self._first
+            first = self._confirmed
             if ts > first and not (replayed and self._times_restored):
-                if first != _NO_TS and ts <= first + jump and self._second == _NO_TS:
-                    self._first = ts
+                if first != _NO_TS and ts <= first + jump and self._candidate == _NO_TS:
+                    self._confirmed = ts
                     mark = ts - lateness
                     wm = self.watermark
                     if wm is None or mark > wm:
@@ -882,7 +882,7 @@ class JoinStore:
                 slot, self._m_ts[slot], ts, hash(fb.item), grade, evid, off, replayed
             )
         self._fresh = True
-        if ts > self._first and not (replayed and self._times_restored):
+        if ts > self._confirmed and not (replayed and self._times_restored):
             self._observe(ts)
         return outcome
 
@@ -1021,17 +1021,17 @@ class JoinStore:
         ``jump`` of it; a candidate the confirmed time catches up with is confirmed too. So
         one event far ahead of the rest never moves the watermark.
         """
-        confirmed, candidate, jump = self._first, self._second, self.jump
+        confirmed, candidate, jump = self._confirmed, self._candidate, self.jump
         if confirmed != _NO_TS and ts <= confirmed + jump:
             confirmed = ts
         elif candidate != _NO_TS and -jump <= ts - candidate <= jump:
             confirmed, candidate = max(ts, candidate, confirmed), _NO_TS
         else:
-            self._second = ts  # the newest far-ahead time replaces an older candidate
+            self._candidate = ts  # the newest far-ahead time replaces an older candidate
             return
         if candidate != _NO_TS and candidate <= confirmed + jump:
             confirmed, candidate = max(confirmed, candidate), _NO_TS
-        self._first, self._second = confirmed, candidate
+        self._confirmed, self._candidate = confirmed, candidate
         mark = confirmed - self.lateness
         wm = self.watermark
         if wm is None or mark > wm:
@@ -1041,7 +1041,7 @@ class JoinStore:
 
     def event_times(self) -> tuple[int | None, int | None]:
         """(newest confirmed event time, candidate) for the checkpoint; None: none."""
-        first, second = self._first, self._second
+        first, second = self._confirmed, self._candidate
         return (None if first == _NO_TS else first, None if second == _NO_TS else second)
 
     def _refresh_due(self) -> None:
@@ -1112,8 +1112,8 @@ class JoinStore:
         checkpoint) re-fed events are not counted again: they are in it."""
         if event_times is not None:
             first, second = event_times
-            self._first = _NO_TS if first is None else first
-            self._second = _NO_TS if second is None else second
+            self._confirmed = _NO_TS if first is None else first
+            self._candidate = _NO_TS if second is None else second
             self._times_restored = True
         if watermark is not None:
             self.set_watermark(watermark)
