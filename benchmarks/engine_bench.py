@@ -31,7 +31,8 @@ GAP_MS = 50  # impressions 50 ms apart in event time: ~36k pending in a 30m wind
 class FixedClock:
     """Wall clock that never moves, so the idle fallback never fires during a timed run."""
 
-    def __init__(self, t: float = 1_763_683_200.0) -> None:
+    def __init__(self, t: float = 1_763_769_600.0) -> None:  # a day after the data starts:
+        # no event is ahead of it by more than max_event_lead
         self.t = t
 
     def __call__(self) -> float:

@@ -57,9 +57,9 @@ def child_engine(n: int, seed: int, *, daemon_path: bool = False) -> dict[str, A
     engine_mod = c.require("evald.engine", "Engine")
     config_mod = c.require("evald.config", "EngineConfig")
     config = config_mod.EngineConfig(window="1000h", max_pending=n + 1)  # type: ignore[attr-defined]
-    engine = engine_mod.Engine(config, clock=lambda: 1_763_683_200.0)  # type: ignore[attr-defined]
+    engine = engine_mod.Engine(config, clock=lambda: 1_763_769_600.0)  # type: ignore[attr-defined]
     # Warm the code paths (and their caches) on a separate engine so only state is measured.
-    warm = engine_mod.Engine(config, clock=lambda: 1_763_683_200.0)  # type: ignore[attr-defined]
+    warm = engine_mod.Engine(config, clock=lambda: 1_763_769_600.0)  # type: ignore[attr-defined]
     for raw in next(impression_chunks(1000, seed + 1)):
         warm.feed(raw)
     warm.tick()

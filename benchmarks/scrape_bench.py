@@ -86,7 +86,7 @@ def build(n_segments: int, n_imp: int, seed: int) -> Live:
     expo = c.require("evald.exposition", "EngineCollector")
     gap = max(1, SPAN_MS // n_imp)  # always ~2.5 h of event time: complete 5m and 1h windows
     traffic = c.generate_traffic(n_imp, seed=seed, gap_ms=gap, segments=segments(n_segments))
-    engine = engine_mod.Engine(config_mod.EngineConfig(), clock=lambda: 1_763_683_200.0)  # type: ignore[attr-defined]
+    engine = engine_mod.Engine(config_mod.EngineConfig(), clock=lambda: 1_763_769_600.0)  # type: ignore[attr-defined]
     keep = min(RESERVE, len(traffic.lines) // 4)
     for raw in traffic.lines[:-keep]:
         engine.feed(raw)

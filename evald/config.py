@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from evald.durations import parse_duration
-from evald.events import Limits
+from evald.events import MAX_TS_MS, Limits, parse_timestamp
 
 #: label names the exposition itself uses; a segment key with one of these names would clash
 RESERVED_LABELS = frozenset(
@@ -59,6 +59,22 @@ def _duration(value: Any) -> int:
 Duration = Annotated[int, BeforeValidator(_duration)]
 
 
+def _instant(value: Any) -> Any:
+    """Epoch ms from an int, an RFC 3339 time or a plain ``YYYY-MM-DD`` date (UTC midnight)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) == 10:
+            text += "T00:00:00Z"
+        return parse_timestamp(text)
+    return value
+
+
+Instant = Annotated[int, BeforeValidator(_instant), Field(ge=0, le=MAX_TS_MS, strict=True)]
+
+#: 2000-01-01T00:00:00Z: no event of a live system is older; epoch-0 and small-int clock bugs are
+DEFAULT_MIN_EVENT_TIME = 946_684_800_000
+
+
 class ConfigError(ValueError):
     """Invalid engine configuration; ``str()`` names the offending field first."""
 
@@ -78,6 +94,23 @@ class EngineConfig(BaseModel):
         30 * 60_000, gt=0, description="attribution window after an impression"
     )
     lateness: Duration = Field(2 * 60_000, ge=0, description="watermark = max event ts - lateness")
+    min_event_time: Instant = Field(
+        DEFAULT_MIN_EVENT_TIME,
+        description="earliest plausible event time (date, RFC 3339 or epoch ms); "
+        "older events are rejected as implausible_timestamp",
+    )
+    max_event_lead: Duration | None = Field(
+        60 * 60_000,
+        ge=0,
+        description="how far an event time may lead its reference time (Kafka record timestamp, "
+        "else the wall clock); further ahead is implausible_timestamp; null: no bound",
+    )
+    watermark_jump: Duration = Field(
+        60 * 60_000,
+        gt=0,
+        description="an event time further than this ahead of the newest confirmed one moves "
+        "the watermark only once a second event lands within this of it",
+    )
     idle_timeout: Duration = Field(
         5 * 60_000,
         gt=0,

@@ -5,28 +5,37 @@ first comes from the source (a Kafka topic says ``kind``) or, in a mixed stream,
 byte sniff for the ``"items"`` key; when the guess fails the other model is tried, so the sniff
 only decides speed, never the outcome. Every failure maps to one stable snake_case ``reason``
 (they are Prometheus label values and DLQ headers; docs/semantics.md lists them).
+
+The input rule shared with ``evald score`` (docs/semantics.md, "One input rule"): the size limit
+is checked on the raw bytes first, a leading UTF-8 BOM is ignored, an object with a repeated key
+is rejected (``duplicate_key``), and RFC 3339 ``t``/``z`` count as ``T``/``Z``. Event times
+outside the plausible range (before ``min_ts`` or more than ``max_lead`` ahead of the reference
+time the caller passes) are rejected as ``implausible_timestamp``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from evald.events import Feedback, Impression, Limits, limited_models
+from evald.events import Feedback, Impression, Limits, format_timestamp, limited_models
 
 #: Every rejection reason, in the order docs/semantics.md explains them.
 REASONS: tuple[str, ...] = (
     "too_large",
     "invalid_json",
     "not_an_object",
+    "duplicate_key",
     "unknown_kind",
     "wrong_kind",
     "missing_field",
     "wrong_type",
     "bad_timestamp",
+    "implausible_timestamp",
     "bad_grade",
     "missing_grade",
     "unknown_action",
@@ -36,6 +45,62 @@ REASONS: tuple[str, ...] = (
 )
 
 JUDGMENT = "judgment"
+
+BOM = b"\xef\xbb\xbf"
+
+
+def keys_surely_unique(raw: bytes, event: Impression | Feedback) -> bool:
+    """True when ``raw``, which validated as ``event``, cannot repeat a key; False: maybe.
+
+    Exact in the True direction, and cheap (substring counts in C). Every key of a record
+    is followed by one colon; written ``"key":`` it is counted by ``raw.count(b'":')``. If
+    that count equals the number of distinct keys the event kept (its fields given plus its
+    label keys) and no colon follows whitespace (no key written ``"key" :`` escaped the count;
+    checked only when some colon is not preceded by a quote), no key is repeated. Otherwise
+    (unknown fields, escaped quotes, such layouts) the caller asks :func:`duplicate_key`.
+    """
+    kept = len(event.__pydantic_fields_set__)
+    if event.kind == "impression":
+        kept += len(event.labels)  # type: ignore[union-attr]
+    quoted = raw.count(b'":')
+    if quoted != kept:
+        return False
+    return raw.count(b":") == quoted or not _colon_after_space(raw)
+
+
+def _colon_after_space(raw: bytes) -> bool:
+    """A colon follows JSON whitespace somewhere (a key may be written ``"key" :``)."""
+    return b" :" in raw or b"\t:" in raw or b"\n:" in raw or b"\r:" in raw
+
+
+def duplicate_key(raw: bytes) -> str | None:
+    """The first key repeated within one object of ``raw`` (valid JSON), or None.
+
+    Parses the document again, object by object (keys compared after unescaping, so
+    ``"\\u0069tems"`` repeats ``"items"``): the exact and slow path behind
+    :func:`keys_surely_unique`.
+    """
+    repeated: list[str] = []
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        if not repeated:
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    repeated.append(key)
+                    break
+                seen.add(key)
+        return {}
+
+    try:
+        json.loads(raw, object_pairs_hook=pairs_hook)
+    except (ValueError, RecursionError):
+        return None  # pydantic accepted it; not ours to judge twice
+    return repeated[0] if repeated else None
+
+
+#: "no lead bound": larger than any event time
+MAX_LIMIT = 1 << 62
 
 
 class _Slow(Exception):
@@ -92,6 +157,14 @@ def _reason_of(error: Mapping[str, Any]) -> str:
     return "wrong_type"
 
 
+def _when(ms: int) -> str:
+    """RFC 3339 form of an epoch-ms time for a message; the number itself if out of range."""
+    try:
+        return format_timestamp(ms)
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"
+
+
 def _describe(error: Mapping[str, Any]) -> str:
     loc = ".".join(str(part) for part in error["loc"])
     return f"{loc}: {error['msg']}" if loc else str(error["msg"])
@@ -104,8 +177,17 @@ class Decoder:
     accepted and must carry its own ``grade``.
     """
 
-    def __init__(self, limits: Limits, action_grades: Mapping[str, float]) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        action_grades: Mapping[str, float],
+        *,
+        min_ts: int = 0,
+        max_lead: int | None = None,
+    ) -> None:
         self.limits = limits
+        #: plausible event times: ``min_ts <= ts <= reference + max_lead`` (None: no lead bound)
+        self.min_ts, self.max_lead = min_ts, max_lead
         self.action_grades: dict[str, float] = dict(action_grades)
         self._max_bytes = limits.max_event_bytes
         self._impression, self._feedback = limited_models(limits)
@@ -118,12 +200,47 @@ class Decoder:
             return feedback.grade
         return self.action_grades[feedback.action]
 
-    def decode(self, raw: bytes, kind: str | None = None) -> Impression | Feedback | Rejection:
-        """Decode one record; ``kind`` ("impression"/"feedback") when the source knows it."""
+    def decode(
+        self, raw: bytes, kind: str | None = None, reference: int | None = None
+    ) -> Impression | Feedback | Rejection:
+        """Decode one record; ``kind`` ("impression"/"feedback") when the source knows it;
+        ``reference`` (epoch ms) is the time the event may lead by at most ``max_lead``."""
+        original = raw
         if len(raw) > self._max_bytes:
+            known = kind if kind in ("impression", "feedback") else "unknown"
+            return Rejection("too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, known)
+        if raw.startswith(BOM):
+            raw = raw[3:]
+        event = self._validate(raw, kind)
+        if event.__class__ is Rejection:
+            if event.raw is not original:  # type: ignore[union-attr]
+                event = Rejection(event.reason, event.detail, original, event.kind)  # type: ignore[union-attr]
+            return event
+        repeated = None if keys_surely_unique(raw, event) else duplicate_key(raw)  # type: ignore[arg-type]
+        if repeated is not None:
             return Rejection(
-                "too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, kind or "unknown"
+                "duplicate_key",
+                f"key {repeated!r} appears twice in one object",
+                original,
+                event.kind,
             )
+        ts = event.ts  # type: ignore[union-attr]
+        limit = None if reference is None or self.max_lead is None else reference + self.max_lead
+        if ts < self.min_ts:
+            detail = f"ts: {_when(ts)} is before the earliest plausible time {_when(self.min_ts)}"
+            return Rejection("implausible_timestamp", detail, original, event.kind)  # type: ignore[union-attr]
+        if limit is not None and ts > limit:
+            detail = (
+                f"ts: {_when(ts)} is more than {self.max_lead} ms ahead of the reference "
+                f"time {_when(reference)}"  # type: ignore[arg-type]
+            )
+            return Rejection("implausible_timestamp", detail, original, event.kind)  # type: ignore[union-attr]
+        if event.kind == "impression" or event.action in self.action_grades:  # type: ignore[union-attr]
+            return event
+        return self._check(event, original)  # type: ignore[arg-type]
+
+    def _validate(self, raw: bytes, kind: str | None) -> Impression | Feedback | Rejection:
+        """Schema validation only (pydantic), with the reason of the first error."""
         if kind is None:
             if b'"items"' in raw:
                 first, second = self._validate_impression, self._validate_feedback
@@ -148,44 +265,58 @@ class Decoder:
                 other = exc2.errors(include_url=False, include_context=False, include_input=False)
                 guessed = first is self._validate_impression
                 return self._inferred_failure(raw, guessed, errors, other)
-        if event.kind == "impression" or event.action in self.action_grades:
-            return event
-        return self._check(event, raw)
+        return event
 
     def decode_many(
         self,
         raws: Sequence[bytes],
         kinds: Sequence[str | None] | str | None,
         rejections: list[tuple[int, Rejection]],
+        references: Sequence[int | None] | int | None = None,
     ) -> Iterator[tuple[int, Impression | Feedback]]:
         """``decode`` over a batch, lazily: yields (position in ``raws``, event) and appends
         (position, rejection) to ``rejections``. ``kinds`` is one kind for all records, one
-        per record, or None (sniffed).
+        per record, or None (sniffed); ``references`` likewise (reference times in ms).
 
         Same outcome as ``decode`` record by record, with the common case inlined: a record
-        that does not validate at once goes through ``decode`` itself for its exact reason.
-        A generator, so each event is joined while its objects are still in cache.
+        that does not pass every check at once goes through ``decode`` itself for its exact
+        reason. A generator, so each event is joined while its objects are still in cache.
         """
         validate_impression, validate_feedback = self._validate_impression, self._validate_feedback
         max_bytes, known = self._max_bytes, self.action_grades
         single = kinds is None or isinstance(kinds, str)
         kind = kinds if single else None
+        min_ts, lead = self.min_ts, self.max_lead
+        one_reference = references is None or isinstance(references, int)
+        reference = references if one_reference else None
+        limit = MAX_LIMIT if reference is None or lead is None else reference + lead  # type: ignore[operator]
         for position, raw in enumerate(raws):
             if not single:
                 kind = kinds[position]  # type: ignore[index]
+            if not one_reference:
+                reference = references[position]  # type: ignore[index]
+                limit = MAX_LIMIT if reference is None or lead is None else reference + lead
             try:
-                if len(raw) > max_bytes:
+                if len(raw) > max_bytes or raw[:1] == b"\xef":
                     raise _Slow
                 if kind == "impression" or (kind is None and b'"items"' in raw):
                     event = validate_impression(raw)
+                    kept = len(event.__pydantic_fields_set__) + len(event.labels)
                 elif kind == "feedback" or kind is None:
                     event = validate_feedback(raw)
                     if event.action not in known:
-                        event = self._check(event, raw)
+                        raise _Slow
+                    kept = len(event.__pydantic_fields_set__)
                 else:
                     raise _Slow
-            except (ValidationError, _Slow):
-                event = self.decode(raw, kind)  # type: ignore[arg-type]
+                ts = event.ts
+                # plausible time, and keys_surely_unique inlined
+                if ts < min_ts or ts > limit or raw.count(b'":') != kept:
+                    raise _Slow
+                if raw.count(b":") != kept and _colon_after_space(raw):
+                    raise _Slow
+            except (ValueError, _Slow):
+                event = self.decode(raw, kind, reference)  # type: ignore[arg-type]
             if event.__class__ is Rejection:
                 rejections.append((position, event))  # type: ignore[arg-type]
             else:

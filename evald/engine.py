@@ -66,7 +66,12 @@ class Engine:
         self.config = config
         self.clock = clock
         self.on_result = on_result
-        self.decoder = Decoder(config.limits, config.action_grades)
+        self.decoder = Decoder(
+            config.limits,
+            config.action_grades,
+            min_ts=config.min_event_time,
+            max_lead=config.max_event_lead,
+        )
         self._measures = parse_measures(config.measures)
         self.measure_names: list[str] = [str(m) for m in self._measures]
         self._depth = required_depth(self._measures)
@@ -98,6 +103,7 @@ class Engine:
                 window=cfg.window,
                 lateness=cfg.lateness,
                 idle_timeout=cfg.idle_timeout,
+                jump=cfg.watermark_jump,
                 max_pending=cfg.max_pending,
                 open_total=self._open_total,
                 evict=self._evict,
@@ -122,13 +128,18 @@ class Engine:
         partition: int = 0,
         kind: str | None = None,
         offset: int | None = None,
+        timestamp: int | None = None,
     ) -> Impression | Feedback | Rejection:
         """Validate and join one raw event; never raises on bad data (returns a Rejection).
 
         ``kind`` comes from the source when it knows it (a Kafka topic); ``offset`` is the
-        source offset, remembered for ``low_offsets``.
+        source offset, remembered for ``low_offsets``; ``timestamp`` (epoch ms) is the source's
+        time of the record (a Kafka record timestamp), the reference the event time may lead
+        by at most ``max_event_lead``; None or negative: the engine's clock.
         """
-        event = self._decode(raw, kind)
+        if timestamp is None or timestamp < 0:
+            timestamp = int(self.clock() * 1000)
+        event = self._decode(raw, kind, timestamp)
         store = self._stores.get(partition) or self._store(partition)
         until = store.replay_until
         if event.__class__ is Rejection:
@@ -156,14 +167,20 @@ class Engine:
         partition: int = 0,
         kinds: Sequence[str | None] | str | None = None,
         offsets: Sequence[int] | None = None,
+        timestamps: Sequence[int | None] | None = None,
     ) -> list[tuple[int, Rejection]]:
         """``feed`` for a poll batch, in order: the same outcome and counters, several times
         less Python per event (docs/performance.md). Returns (position, rejection) for every
-        refused record; ``kinds`` is one kind for all records, one per record, or None.
+        refused record; ``kinds`` is one kind for all records, one per record, or None;
+        ``timestamps`` one source time per record as ``feed``'s ``timestamp``, or None.
         """
         store = self._stores.get(partition) or self._store(partition)
         rejections: list[tuple[int, Rejection]] = []
-        events = self.decoder.decode_many(raws, kinds, rejections)
+        wall = int(self.clock() * 1000)
+        references: list[int] | int = wall
+        if timestamps is not None:
+            references = [wall if t is None or t < 0 else t for t in timestamps]
+        events = self.decoder.decode_many(raws, kinds, rejections, references)
         imp_ok, imp_dup, fb_ok, fb_dup = store.join_many(events, offsets, self._grades)
         counts = self._events
         counts[("impression", "accepted")] += imp_ok
@@ -179,6 +196,11 @@ class Engine:
         if len(rejections) < len(raws):
             self._drained = False
         return rejections
+
+    def reject(self, rejection: Rejection) -> None:
+        """Count a record its source refused before decoding (replay's over-long line, never
+        read whole) like any rejection."""
+        self._count_rejection(rejection, None, None, None)
 
     def _count_rejection(
         self,
@@ -329,8 +351,18 @@ class Engine:
         store = self._stores.get(partition)
         return None if store is None else store.watermark
 
+    def event_times(self, partition: int) -> tuple[int | None, int | None]:
+        """(newest confirmed event time, far-ahead candidate) of the partition in ms, to store
+        with its checkpoint: the watermark's next move depends on both (docs/semantics.md)."""
+        store = self._stores.get(partition)
+        return (None, None) if store is None else store.event_times()
+
     def restore(
-        self, partition: int, watermark_ms: int | None, consumed: Mapping[str, int]
+        self,
+        partition: int,
+        watermark_ms: int | None,
+        consumed: Mapping[str, int],
+        event_times: tuple[int | None, int | None] | None = None,
     ) -> None:
         """Rebuild ``partition`` after a restart by re-feeding from its low offsets.
 
@@ -339,8 +371,10 @@ class Engine:
         skipped; the others, and their feedback, rebuild the pending state; no counter moves.
         Feedback re-fed while its impression is not pending is held silently (it may have been
         waiting for that impression before the crash). Later offsets behave normally.
+        ``event_times`` is what ``event_times`` returned at the checkpoint (None: unknown, as
+        in a checkpoint written before it existed; re-fed events then count again).
         """
-        self._store(partition).restore(watermark_ms, dict(consumed))
+        self._store(partition).restore(watermark_ms, dict(consumed), event_times)
 
     def drop_partition(self, partition: int) -> None:
         """Forget a partition's pending state and window sums (histograms stay)."""

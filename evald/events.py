@@ -30,11 +30,14 @@ MAX_TS_MS = 253_402_300_799_999
 
 
 def parse_timestamp(value: int | str) -> int:
-    """Epoch milliseconds of an int (already ms) or an RFC 3339 string with an offset."""
+    """Epoch milliseconds of an int (already ms) or an RFC 3339 string with an offset.
+
+    ``T``/``t`` and ``Z``/``z`` are accepted alike (RFC 3339 section 5.6 allows either case).
+    """
     if isinstance(value, int):
         ms = value
     else:
-        text = value.strip()
+        text = value.strip().upper()
         if len(text) < 20 or text[10] not in "Tt ":
             raise ValueError(f"not an RFC 3339 timestamp: {value!r}")
         try:

@@ -4,9 +4,11 @@ Impressions wait in a compact pending store until the partition's watermark reac
 ``ts + window``; feedback is attached to them as it arrives and turned into grades only when
 they close (vectorised over the closed batch). docs/semantics.md states every rule; in short:
 
-* watermark = max event ts seen - lateness (never goes back); an idle fallback advances it
-  with the wall clock. Each event is joined first, then the watermark advances and closes
-  whatever is due, so the outcome depends only on the partition's event order.
+* watermark = newest confirmed event ts - lateness (never goes back); a time more than
+  ``jump`` ahead is confirmed only by a second event near it, so one outlier cannot move it;
+  an idle fallback advances it with the wall clock. Each event is joined first, then the
+  watermark advances and closes whatever is due, so the outcome depends only on the
+  partition's event order.
 * feedback counts for an impression when ``imp.ts <= fb.ts <= imp.ts + window``; feedback for
   an impression not seen yet is held until the watermark passes ``fb.ts + window``.
 
@@ -35,6 +37,7 @@ from evald.stats import Stats
 _NONE = -1
 _BIG = 1 << 62  # "no deadline"
 _EMPTY, _TOMB = 0, 1  # reserved keys of the request-id table
+_NO_TS = -_BIG  # "no event time yet" (below every event time)
 
 
 def _rid_key(rid: str) -> int:
@@ -350,6 +353,7 @@ class JoinStore:
         window: int,
         lateness: int,
         idle_timeout: int,
+        jump: int,
         max_pending: int,
         open_total: list[int],
         evict: Callable[[JoinStore], None],
@@ -360,6 +364,7 @@ class JoinStore:
     ) -> None:
         self.partition = partition
         self.window, self.lateness, self.idle_timeout = window, lateness, idle_timeout
+        self.jump = jump
         self.max_pending, self.max_held = max_pending, max_held
         #: open impressions over every partition of the engine (shared, one element)
         self._open_total = open_total
@@ -367,7 +372,10 @@ class JoinStore:
         self.labels, self.stats, self._clock = labels, stats, clock
         # watermark
         self.watermark: int | None = None
-        self.max_ts: int | None = None
+        #: newest confirmed event time and the far-ahead candidate (_observe); _NO_TS: none
+        self._confirmed = self._candidate = _NO_TS
+        #: the two above came from a checkpoint, so re-fed events must not count again
+        self._times_restored = False
         self._last_event_wall = clock()  # wall time of the tick that first saw the last event
         self._wm_at_last_event: int | None = None
         self._fresh = False  # events arrived since the last tick
@@ -509,13 +517,8 @@ class JoinStore:
             if deadline < self._due:
                 self._due = deadline
         self._fresh = True
-        if self.max_ts is None or ts > self.max_ts:
-            self.max_ts = ts
-            mark = ts - self.lateness
-            if wm is None or mark > wm:
-                self.watermark = mark
-                if mark >= self._due:
-                    self._close_due(mark)
+        if ts > self._confirmed and not (replayed and self._times_restored):
+            self._observe(ts)
         return "accepted"
 
     # ------------------------------------------------------------------ batches
@@ -539,7 +542,8 @@ class JoinStore:
         ``offsets[position]`` is an event's source offset; ``grades`` maps actions to default
         grades (feedback without its own ``grade``).
         """
-        window, lateness, max_pending = self.window, self.lateness, self.max_pending
+        window, lateness, jump = self.window, self.lateness, self.jump
+        max_pending = self.max_pending
         open_total, stats = self._open_total, self.stats
         until = self.replay_until
         table = self._table
@@ -735,17 +739,21 @@ class JoinStore:
                                 fb_push(off, entry)
                             m_fb_next[entry] = head
                             m_head[slot] = entry + 1
-            # the watermark moves after the event is joined (add_*'s tail, inlined)
+            # the watermark moves after the event is joined (add_*'s tail; _observe's common
+            # case inlined: a time within the jump of the confirmed one, no candidate)
             fresh = True
-            max_ts = self.max_ts
-            if max_ts is None or ts > max_ts:
-                self.max_ts = ts
-                mark = ts - lateness
-                wm = self.watermark
-                if wm is None or mark > wm:
-                    self.watermark = mark
-                    if mark >= self._due:
-                        self._close_due(mark)
+            first = self._confirmed
+            if ts > first and not (replayed and self._times_restored):
+                if first != _NO_TS and ts <= first + jump and self._candidate == _NO_TS:
+                    self._confirmed = ts
+                    mark = ts - lateness
+                    wm = self.watermark
+                    if wm is None or mark > wm:
+                        self.watermark = mark
+                        if mark >= self._due:
+                            self._close_due(mark)
+                else:
+                    self._observe(ts)
         if slots:
             self._write_columns(slots, rids, offs if offsets is not None else None)
         if fresh:
@@ -874,14 +882,8 @@ class JoinStore:
                 slot, self._m_ts[slot], ts, hash(fb.item), grade, evid, off, replayed
             )
         self._fresh = True
-        if self.max_ts is None or ts > self.max_ts:
-            self.max_ts = ts
-            mark = ts - self.lateness
-            wm = self.watermark
-            if wm is None or mark > wm:
-                self.watermark = mark
-                if mark >= self._due:
-                    self._close_due(mark)
+        if ts > self._confirmed and not (replayed and self._times_restored):
+            self._observe(ts)
         return outcome
 
     def _attach(
@@ -1011,6 +1013,37 @@ class JoinStore:
 
     # ------------------------------------------------------------------ watermark
 
+    def _observe(self, ts: int) -> None:
+        """Count an event time above the newest confirmed one (docs/semantics.md section 3).
+
+        Within ``jump`` of it, the time is confirmed at once. Further ahead (or before any
+        confirmed time) it is a candidate: confirmed only when another event lands within
+        ``jump`` of it; a candidate the confirmed time catches up with is confirmed too. So
+        one event far ahead of the rest never moves the watermark.
+        """
+        confirmed, candidate, jump = self._confirmed, self._candidate, self.jump
+        if confirmed != _NO_TS and ts <= confirmed + jump:
+            confirmed = ts
+        elif candidate != _NO_TS and -jump <= ts - candidate <= jump:
+            confirmed, candidate = max(ts, candidate, confirmed), _NO_TS
+        else:
+            self._candidate = ts  # the newest far-ahead time replaces an older candidate
+            return
+        if candidate != _NO_TS and candidate <= confirmed + jump:
+            confirmed, candidate = max(confirmed, candidate), _NO_TS
+        self._confirmed, self._candidate = confirmed, candidate
+        mark = confirmed - self.lateness
+        wm = self.watermark
+        if wm is None or mark > wm:
+            self.watermark = mark
+            if mark >= self._due:
+                self._close_due(mark)
+
+    def event_times(self) -> tuple[int | None, int | None]:
+        """(newest confirmed event time, candidate) for the checkpoint; None: none."""
+        first, second = self._confirmed, self._candidate
+        return (None if first == _NO_TS else first, None if second == _NO_TS else second)
+
     def _refresh_due(self) -> None:
         due = self._queue.min_deadline()
         held = self._held_queue.min_deadline()
@@ -1068,9 +1101,20 @@ class JoinStore:
         if quiet_ms >= self.idle_timeout:
             self.set_watermark(base + quiet_ms)
 
-    def restore(self, watermark: int | None, consumed: dict[str, int]) -> None:
+    def restore(
+        self,
+        watermark: int | None,
+        consumed: dict[str, int],
+        event_times: tuple[int | None, int | None] | None = None,
+    ) -> None:
         """Start again after a crash: watermark as checkpointed, events before ``consumed`` are
-        re-fed silently (see Engine.restore)."""
+        re-fed silently (see Engine.restore). With ``event_times`` (``event_times()`` at the
+        checkpoint) re-fed events are not counted again: they are in it."""
+        if event_times is not None:
+            first, second = event_times
+            self._confirmed = _NO_TS if first is None else first
+            self._candidate = _NO_TS if second is None else second
+            self._times_restored = True
         if watermark is not None:
             self.set_watermark(watermark)
         self._wm_at_last_event = self.watermark

@@ -2,8 +2,13 @@
 
 Files are read in the order given (``-`` or none = stdin), every line is fed to one Engine
 (partition 0, kind inferred per line), ``tick()`` runs every ``--tick-every`` lines and
-everything pending is finalized at the end. The wall clock never moves (the idle fallback is
-a live-only concern), so the same input always gives the same output files.
+everything pending is finalized at the end. The engine's clock never moves (the idle fallback
+is a live-only concern), so the same input always gives the same output files; only the
+plausibility bound on event times reads the wall clock (an event may lead it by at most
+``max_event_lead``).
+
+Lines are read with a bounded reader: a line longer than ``limits.max_event_bytes`` is never
+held whole; it is rejected ``too_large`` with its first ``max_event_bytes`` kept.
 
 Exit status: 0 done (rejected lines are counted, reported and kept, not fatal unless
 ``--strict``), 1 with ``--strict`` when some lines were rejected, 2 usage error (bad option or
@@ -19,11 +24,12 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from evald.config import EngineConfig
+    from evald.decode import Rejection
     from evald.engine import Engine, Result
     from evald.moments import Interval, SegmentMoments
 
@@ -169,8 +175,44 @@ class Progress:
             sys.stderr.flush()
 
 
-def _lines(paths: list[str]) -> Iterator[tuple[str, int, bytes, int]]:
-    """(source name, line number, raw line without its newline, bytes consumed) per line."""
+#: bytes read at a time while skipping the rest of an over-long line
+SKIP_CHUNK = 1 << 16
+
+
+def bounded_lines(stream: IO[bytes], limit: int) -> Iterator[tuple[bytes, int, int]]:
+    """(line without its newline, bytes consumed, line length) per line of ``stream``.
+
+    A line longer than ``limit`` bytes comes back cut to its first ``limit`` bytes, with its
+    full length: memory stays within ``limit`` plus one read buffer whatever the input.
+    """
+    cap = limit + 2  # room for the body and a CRLF
+    readline = stream.readline
+    while True:
+        raw = readline(cap)
+        if not raw:
+            return
+        consumed = len(raw)
+        if len(raw) == cap and not raw.endswith(b"\n"):  # over-long: skip to its end
+            head = raw[:limit]
+            tail = b""
+            while True:
+                more = readline(SKIP_CHUNK)
+                if not more:
+                    break
+                consumed += len(more)
+                tail = (tail + more)[-2:]
+                if more.endswith(b"\n"):
+                    break
+            ending = 2 if tail.endswith(b"\r\n") else 1 if tail.endswith(b"\n") else 0
+            yield head, consumed, consumed - ending
+            continue
+        line = raw.rstrip(b"\r\n")
+        yield line, consumed, len(line)
+
+
+def _lines(paths: list[str], limit: int) -> Iterator[tuple[str, int, bytes, int, int]]:
+    """(source name, line number, raw line without its newline (at most ``limit`` bytes),
+    bytes consumed, full line length) per line."""
     for path in paths or ["-"]:
         if path == "-":
             name, stream = "<stdin>", sys.stdin.buffer
@@ -182,13 +224,10 @@ def _lines(paths: list[str]) -> Iterator[tuple[str, int, bytes, int]]:
             except OSError as exc:
                 raise UsageError(f"cannot read {path}: {exc.strerror}") from None
         with ctx as fh:
-            for number, raw in enumerate(fh, start=1):
-                size = len(raw)
-                line = raw.rstrip(b"\r\n")
-                if line.strip():
-                    yield name, number, line, size
-                else:
-                    yield name, number, b"", size
+            for number, (line, size, length) in enumerate(bounded_lines(fh, limit), start=1):
+                if length <= limit and not line.strip():
+                    line = b""
+                yield name, number, line, size, length
 
 
 def _open_out(path: str | None, stack: contextlib.ExitStack) -> IO[str] | None:
@@ -210,11 +249,15 @@ def replay(
     rejected: IO[str] | None = None,
     tick_every: int = TICK_EVERY,
     progress: Progress | None = None,
+    wall_clock: Callable[[], float] = time.time,
 ) -> dict[str, int]:
     """Feed every line of ``paths`` (in order) to ``engine``, then drain; returns counts.
 
-    Lines are fed ``tick_every`` at a time (``Engine.feed_batch``), then scored.
+    Lines are fed ``tick_every`` at a time (``Engine.feed_batch``), then scored. Event times
+    may lead ``wall_clock`` (read once per batch) by at most the configured lead.
     """
+    from evald.decode import Rejection
+
     if results is not None:
         write_result = results.write
         also = engine.on_result  # e.g. the per-segment summary's accumulator
@@ -231,21 +274,32 @@ def replay(
     where: list[tuple[str, int]] = []  # (file, line) of each record in the batch
     raws: list[bytes] = []
 
+    def write_rejected(name: str, number: int, rejection: Rejection) -> None:
+        if rejected is not None:
+            line = {"file": name, "line": number, **rejection.to_json()}
+            rejected.write(json.dumps(line, ensure_ascii=False) + "\n")
+
     def feed() -> None:
-        for position, got in feed_batch(raws):
-            if rejected is not None:
-                name, number = where[position]
-                line = {"file": name, "line": number, **got.to_json()}
-                rejected.write(json.dumps(line, ensure_ascii=False) + "\n")
+        if raws:
+            now = [int(wall_clock() * 1000)] * len(raws)
+            for position, got in feed_batch(raws, timestamps=now):
+                write_rejected(*where[position], got)
         where.clear()
         raws.clear()
 
-    for name, number, raw, size in _lines(paths):
+    limit = engine.config.limits.max_event_bytes
+    for name, number, raw, size, length in _lines(paths, limit):
         done_bytes += size
         if not raw:
             blank += 1
             continue
         lines += 1
+        if length > limit:  # cut by the reader: rejected here, in input order
+            feed()
+            rejection = Rejection("too_large", f"{length} bytes > limit {limit}", raw)
+            engine.reject(rejection)
+            write_rejected(name, number, rejection)
+            continue
         raws.append(raw)
         where.append((name, number))
         if lines % tick_every == 0:

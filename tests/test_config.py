@@ -102,3 +102,31 @@ def test_more_measures_shrink_the_segments_that_fit():
 def test_a_budget_too_small_for_one_segment_says_how_much_is_needed():
     with pytest.raises(ConfigError, match=r"^max_segments:.*raise max_series to at least"):
         load_config(max_series=100)
+
+
+def test_event_time_plausibility_and_watermark_jump_settings():
+    config = load_config()
+    assert config.min_event_time == 946_684_800_000  # 2000-01-01T00:00:00Z
+    assert config.max_event_lead == 3_600_000 and config.watermark_jump == 3_600_000
+    for spelling in (
+        "2024-05-01",
+        "2024-05-01T00:00:00Z",
+        "2024-05-01t00:00:00z",
+        1_714_521_600_000,
+    ):
+        assert load_config({"min_event_time": spelling}).min_event_time == 1_714_521_600_000
+    assert load_config({"max_event_lead": None}).max_event_lead is None
+    assert (
+        load_config({"max_event_lead": "3h", "watermark_jump": "90m"}).watermark_jump == 5_400_000
+    )
+    for settings, field in [
+        ({"min_event_time": "soon"}, "min_event_time"),
+        ({"min_event_time": -1}, "min_event_time"),
+        ({"min_event_time": "2024-05-01T00:00:00"}, "min_event_time"),  # no offset
+        ({"max_event_lead": "-1h"}, "max_event_lead"),
+        ({"watermark_jump": 0}, "watermark_jump"),
+        ({"watermark_jump": None}, "watermark_jump"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            load_config(settings)
+        assert str(info.value).startswith(f"{field}:"), info.value

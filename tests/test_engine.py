@@ -17,6 +17,10 @@ WINDOW = 10 * MIN
 LATENESS = MIN
 
 
+#: these tests use small epoch-ms times and a frozen clock: no event-time plausibility bound
+UNBOUNDED_TIMES = {"min_event_time": 0, "max_event_lead": None}
+
+
 def imp(rid: str, ts: int, items: list[str], **labels: str) -> bytes:
     return json.dumps({"request_id": rid, "ts": ts, "items": items, "labels": labels}).encode()
 
@@ -28,7 +32,15 @@ def fb(rid: str, ts: int, item: str, action: str = "click", **extra: object) -> 
 
 def make(**settings: object) -> tuple[Engine, list[Result]]:
     results: list[Result] = []
-    config = load_config({"window": WINDOW, "lateness": LATENESS, "measures": "RR,P@2", **settings})
+    config = load_config(
+        {
+            **UNBOUNDED_TIMES,
+            "window": WINDOW,
+            "lateness": LATENESS,
+            "measures": "RR,P@2",
+            **settings,
+        }
+    )
     return Engine(config, clock=lambda: 0.0, on_result=results.append), results
 
 
@@ -66,6 +78,7 @@ def test_partitions_have_their_own_watermarks():
     engine, results = make()
     engine.feed(imp("a", 0, ["x"]), partition=0)
     engine.feed(imp("b", 0, ["x"]), partition=1)
+    engine.feed(fb("b", 0, "x"), partition=1)  # a lone event confirms no time: corroborate it
     engine.feed(imp("c", WINDOW + LATENESS, ["x"]), partition=0)
     engine.tick()
     assert engine.watermarks() == {0: WINDOW, 1: -LATENESS}

@@ -60,9 +60,14 @@ def records(draw: st.DrawFn) -> tuple[str, dict[str, object] | bytes, int]:
     return draw(st.sampled_from(["impression", "feedback"])), b'{"request_id": ', jitter
 
 
+#: these tests use small epoch-ms times and a frozen clock: no event-time plausibility bound
+UNBOUNDED_TIMES = {"min_event_time": 0, "max_event_lead": None}
+
+
 def _engine(max_pending: int, results: list[Result], clock: SettableClock) -> Engine:
     config = load_config(
         {
+            **UNBOUNDED_TIMES,
             "window": WINDOW,
             "lateness": LATENESS,
             "max_pending": max_pending,

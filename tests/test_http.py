@@ -223,7 +223,10 @@ def engine_registry(
 ) -> CollectorRegistry:
     """A real Engine fed three impressions (RR = 1, 1/2 and 0 by where the click landed),
     drained, behind the registry the commands build."""
-    engine = Engine(EngineConfig(measures=["RR"], window=60_000, lateness=0), clock=lambda: 0.0)
+    engine = Engine(
+        EngineConfig(measures=["RR"], window=60_000, lateness=0, max_event_lead=None),
+        clock=lambda: 0.0,
+    )
     clicked_rank = {"a": 1, "b": 2, "c": None}
     for i, (rid, rank) in enumerate(clicked_rank.items()):
         items = ["x", "y", "z"]

@@ -18,6 +18,10 @@ WINDOW = 10 * MIN
 LATENESS = 1 * MIN
 
 
+#: these tests use small epoch-ms times and a frozen clock: no event-time plausibility bound
+UNBOUNDED_TIMES = {"min_event_time": 0, "max_event_lead": None}
+
+
 def imp(rid: str, ts: int, items: list[str], **labels: str) -> bytes:
     return json.dumps({"request_id": rid, "ts": ts, "items": items, "labels": labels}).encode()
 
@@ -32,7 +36,15 @@ def make(
 ) -> tuple[Engine, list[Result], SettableClock]:
     clock = SettableClock()
     results: list[Result] = []
-    config = load_config({"window": WINDOW, "lateness": LATENESS, "measures": measures, **settings})
+    config = load_config(
+        {
+            **UNBOUNDED_TIMES,
+            "window": WINDOW,
+            "lateness": LATENESS,
+            "measures": measures,
+            **settings,
+        }
+    )
     return Engine(config, clock=clock, on_result=results.append), results, clock
 
 
@@ -204,6 +216,7 @@ def test_late_impression_in_a_batch_is_closed_as_late_too():
 def test_idle_fallback_advances_a_quiet_partition_with_the_wall_clock():
     engine, results, clock = make(idle_timeout="5m")
     engine.feed(imp("r", 0, ["a"]), partition=3)
+    engine.feed(fb("r", 0, "a"), partition=3)  # a lone event confirms no time: corroborate it
     engine.tick()
     start = engine.watermarks()[3]
     assert start == -LATENESS

@@ -17,15 +17,24 @@ from evald.events import format_timestamp
 from evald.metrics import Batch, evaluate, parse_measures
 
 MIN = 60_000
+#: integer times below 10**11 are offsets from 2024-05-01T00:00:00Z (epoch-ms times that small
+#: would be implausible: before min_event_time)
+BASE = 1_714_521_600_000
+
+
+def at(ts: int | str) -> int | str:
+    return BASE + ts if isinstance(ts, int) and ts < 10**11 else ts
+
+
 MEASURES = "nDCG@10,RR,Success@10,RBP(p=0.8),P@5,R@10,AP@10,nDCG"
 
 
-def imp(rid: str, ts: int, items: list[str], **labels: str) -> dict:
-    return {"request_id": rid, "ts": ts, "items": items, "labels": labels}
+def imp(rid: str, ts: int | str, items: list[str], **labels: str) -> dict:
+    return {"request_id": rid, "ts": at(ts), "items": items, "labels": labels}
 
 
-def fb(rid: str, ts: int, item: str, action: str = "click", **extra: object) -> dict:
-    return {"request_id": rid, "ts": ts, "item": item, "action": action, **extra}
+def fb(rid: str, ts: int | str, item: str, action: str = "click", **extra: object) -> dict:
+    return {"request_id": rid, "ts": at(ts), "item": item, "action": action, **extra}
 
 
 def write_jsonl(path: Path, rows: list[dict | bytes]) -> Path:
@@ -252,3 +261,127 @@ def test_progress_bar_on_request(tmp_path, capsys):
     assert "100.0%" in err and "50 events" in err
     assert main(["replay", str(path), "--progress", "never"]) == 0
     assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------- hostile input (issue 10)
+
+REPRO = [
+    b'{"request_id":"a","ts":"2024-05-01T12:00:00Z","items":["x","y"]}',
+    b'{"request_id":"a","ts":"2024-05-01T12:00:05Z","item":"x","action":"click"}',
+    b'{"request_id":"p","ts":"9999-12-31T23:59:59Z","items":["x"]}',
+    b'{"request_id":"b","ts":"2024-05-01T12:00:10Z","items":["x","y"]}',
+    b'{"request_id":"b","ts":"2024-05-01T12:00:15Z","item":"x","action":"click"}',
+]
+
+
+def replay_process(stdin: bytes, *args: str) -> tuple[list[dict], str]:
+    """``evald replay - --results -`` as a real process; (results, stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "evald", "replay", "-", "--results", "-", *args],
+        input=stdin,
+        capture_output=True,
+        check=True,
+    )
+    return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr.decode()
+
+
+def test_a_year_9999_impression_is_rejected_and_poisons_nothing(tmp_path):
+    rejected = tmp_path / "rejected.jsonl"
+    results, err = replay_process(b"\n".join(REPRO) + b"\n", "--rejected", str(rejected))
+    clean, _ = replay_process(b"\n".join(REPRO[:2] + REPRO[3:]) + b"\n")
+    assert results == clean
+    assert {r["request_id"]: r["measures"]["RR"] for r in results} == {"a": 1.0, "b": 1.0}
+    assert "rejected               1 (implausible_timestamp 1)" in err
+    assert "feedback not counted   0" in err
+    (line,) = read_jsonl(rejected)
+    assert line["line"] == 3 and line["reason"] == "implausible_timestamp"
+    assert line["raw"] == REPRO[2].decode() and "9999-12-31T23:59:59" in line["detail"]
+
+
+def test_one_feedback_hours_ahead_leaves_later_impressions_on_time():
+    """Within the lead bound (the file is from 2024), so accepted, but one event: the
+    watermark does not move on it, so what follows is neither late nor orphaned."""
+    rows = []
+    for k in range(60):
+        ts = BASE + k * MIN
+        rows += [imp(f"r{k}", ts, ["x", "y"]), fb(f"r{k}", ts + 5_000, "y")]
+    ghost = fb("ghost", BASE + 30 * MIN + 3 * 3_600_000, "x")
+    stream = [json.dumps(row).encode() for row in rows]
+    results, err = replay_process(
+        b"\n".join([*stream[:60], json.dumps(ghost).encode(), *stream[60:]])
+    )
+    clean, _ = replay_process(b"\n".join(stream))
+    assert results == clean and len(results) == 60
+    assert all(r["measures"]["RR"] == 0.5 for r in results)
+    assert "arrived after their window closed" in err and ", 0 arrived after" in err
+    assert "feedback not counted   1 (orphaned 1)" in err  # the ghost itself
+
+
+def test_the_input_rule_bom_case_and_duplicate_keys(tmp_path):
+    bom = b"\xef\xbb\xbf"
+    lines = [
+        bom + b'{"request_id":"a","ts":"2024-05-01t12:00:00z","items":["x","y"]}',
+        b'{"request_id":"a","ts":"2024-05-01T12:00:05Z","item":"y","action":"click"}',
+        b'{"request_id":"d","ts":"2024-05-01T12:00:06Z","items":["x"],"items":["y"]}',
+    ]
+    rejected = tmp_path / "rejected.jsonl"
+    results, _ = replay_process(b"\n".join(lines), "--rejected", str(rejected))
+    assert [(r["request_id"], r["ts"], r["measures"]["RR"]) for r in results] == [
+        ("a", "2024-05-01T12:00:00.000Z", 0.5)
+    ]
+    (line,) = read_jsonl(rejected)
+    assert (line["line"], line["reason"]) == (3, "duplicate_key")
+
+
+def test_an_over_long_line_is_rejected_without_being_read_whole(tmp_path):
+    limit = 1_000
+    config = tmp_path / "engine.yaml"
+    config.write_text(f"limits: {{max_event_bytes: {limit}}}\nmeasures: RR\n")
+    long_line = (
+        b'{"request_id":"big","ts":"2024-05-01T12:00:00Z","items":["' + b"z" * 5_000 + b'"]}'
+    )
+    rows = [
+        REPRO[0],
+        long_line,
+        b"x" * 999 + b"\r",  # exactly the limit once its CR is stripped: judged by the decoder
+        b"y" * (limit + 1),  # one byte over, its newline in the same read
+        REPRO[1],
+    ]
+    rejected = tmp_path / "rejected.jsonl"
+    results, err = replay_process(
+        b"\n".join(rows) + b"\n" + b"w" * 3 * limit,  # and an over-long last line without a newline
+        "--config",
+        str(config),
+        "--rejected",
+        str(rejected),
+    )
+    assert [(r["request_id"], r["measures"]["RR"]) for r in results] == [("a", 1.0)]
+    got = [(r["line"], r["reason"], r["detail"], len(r["raw"])) for r in read_jsonl(rejected)]
+    assert got == [
+        (2, "too_large", f"{len(long_line)} bytes > limit {limit}", limit),
+        (3, "invalid_json", got[1][2], 999),
+        (4, "too_large", f"{limit + 1} bytes > limit {limit}", limit + 1),
+        (6, "too_large", f"{3 * limit} bytes > limit {limit}", limit),
+    ]
+    assert "lines read             6 (+0 blank)" in err
+
+
+@pytest.mark.parametrize("limit", [64, 100, 1_000])
+@settings(max_examples=60, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.binary(max_size=600))
+def test_bounded_lines_splits_like_readlines_and_never_returns_more_than_the_limit(limit, data):
+    import io
+
+    from evald.replay import bounded_lines
+
+    got = list(bounded_lines(io.BytesIO(data), limit))
+    expected = io.BytesIO(data).readlines()
+    assert len(got) == len(expected)
+    assert sum(consumed for _, consumed, _ in got) == len(data)
+    for (line, consumed, length), raw in zip(got, expected, strict=True):
+        body = raw.rstrip(b"\r\n")
+        assert consumed == len(raw)
+        assert length == (
+            len(body) if length <= limit else len(raw) - raw.endswith(b"\n") - raw.endswith(b"\r\n")
+        )
+        assert line == (body if length <= limit else raw[:limit])

@@ -46,6 +46,9 @@ class Checkpoint:
     ``consumed``: the next offset the engine had not yet seen (kind -> offset); records between
     ``committed`` and ``consumed`` are replayed to rebuild pending joins, not counted again.
     ``watermark``: the engine's finalization watermark of p (ms) at commit.
+    ``event_times``: ``Engine.event_times(p)`` at commit (newest confirmed event time and the
+    far-ahead candidate), so a restore moves the watermark exactly as an uninterrupted run
+    would; None in a checkpoint written before it existed.
     ``epoch_start``: first results offset of the current ownership epoch, or None before the
     epoch wrote any result (see :func:`extend_ranges`).
     """
@@ -57,6 +60,7 @@ class Checkpoint:
     results: tuple[ResultRange, ...] = ()
     epoch_start: int | None = None
     instance: str = ""
+    event_times: tuple[int | None, int | None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def encode(self) -> bytes:
@@ -71,6 +75,8 @@ class Checkpoint:
             "epoch_start": self.epoch_start,
             "instance": self.instance,
         }
+        if self.event_times is not None:
+            doc["event_times"] = list(self.event_times)
         if self.extra:
             doc["extra"] = self.extra
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
@@ -93,10 +99,18 @@ class Checkpoint:
                 ),
                 epoch_start=None if doc.get("epoch_start") is None else int(doc["epoch_start"]),
                 instance=str(doc.get("instance", "")),
+                event_times=_event_times(doc.get("event_times")),
                 extra=dict(doc.get("extra") or {}),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed checkpoint: {exc!r}") from None
+
+
+def _event_times(value: Any) -> tuple[int | None, int | None] | None:
+    if value is None:
+        return None
+    first, second = value
+    return (None if first is None else int(first), None if second is None else int(second))
 
 
 def extend_ranges(

@@ -499,6 +499,7 @@ class Daemon:
                     partition=p,
                     kinds=kinds,
                     offsets=[record.offset for record in records],
+                    timestamps=[record.timestamp for record in records],
                 )
                 for position, rejection in rejections:
                     self._dead_letter(rejection, records[position], kinds[position])
@@ -755,6 +756,7 @@ class Daemon:
                 epoch_start=epoch,
                 instance=self.settings.daemon.instance_id,
                 extra=topic_ids,
+                event_times=engine.event_times(p),
             )
             future = producer.send(
                 topics.checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
@@ -868,7 +870,9 @@ class Daemon:
                 check_checkpoint_ids(saved if isinstance(saved, dict) else {}, self._inputs, p)
             except TopicLayoutError as exc:
                 raise _Fatal(2, f"evald run: refusing to restore: {exc}") from None
-            engine.restore(p, checkpoint.watermark, dict(checkpoint.consumed))
+            engine.restore(
+                p, checkpoint.watermark, dict(checkpoint.consumed), checkpoint.event_times
+            )
             absorbed = 0
             for doc in read_ranges(
                 reader, topics.results, p, checkpoint.results, RESTORE_TIMEOUT_S, self.clock

@@ -287,7 +287,9 @@ class DemoLoop:
             with self.lock:
                 while head is not None and head.at_ms <= due_ms and batch < self.max_batch:
                     try:
-                        out = self.engine.feed(head.value, kind=head.kind)
+                        # the simulated arrival time is the reference time, as the record
+                        # timestamp `evald produce` writes is for `evald run`
+                        out = self.engine.feed(head.value, kind=head.kind, timestamp=head.at_ms)
                     except Exception:  # an engine bug must not end the demo; say so loudly
                         self._engine_error(head)
                         out = None

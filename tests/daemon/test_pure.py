@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from evald.daemon.backoff import Backoff
@@ -113,3 +115,22 @@ def test_a_checkpoint_written_against_another_topic_id_is_refused() -> None:
         TopicLayoutError, match="imp was deleted and recreated since the checkpoint"
     ):
         check_checkpoint_ids({"imp": "id-1"}, now, 4)
+
+
+def test_checkpoint_carries_the_confirmed_event_time_and_reads_older_checkpoints() -> None:
+    cp = Checkpoint(
+        partition=0,
+        watermark=1_700_000_000_000,
+        committed={"impression": 1, "feedback": 1},
+        consumed={"impression": 2, "feedback": 2},
+        event_times=(1_700_000_120_000, None),
+    )
+    assert Checkpoint.decode(cp.encode()) == cp
+    with_candidate = Checkpoint(0, 5, {}, {}, event_times=(7, 3_700_000))
+    assert Checkpoint.decode(with_candidate.encode()).event_times == (7, 3_700_000)
+    older = json.loads(cp.encode())
+    del older["event_times"]
+    assert Checkpoint.decode(json.dumps(older).encode()).event_times is None
+    older["event_times"] = [1, 2, 3]
+    with pytest.raises(ValueError):
+        Checkpoint.decode(json.dumps(older).encode())

@@ -19,7 +19,8 @@ from evald.engine import Engine
 
 Rec = namedtuple("Rec", "topic partition offset timestamp key value")
 
-ENGINE = {"window": "1m", "lateness": "10s"}
+#: small epoch-ms times and a frozen clock: no event-time plausibility bound
+ENGINE = {"window": "1m", "lateness": "10s", "min_event_time": 0, "max_event_lead": None}
 TOPICS = {"impressions": "imp", "feedback": "fb", "results": "res", "dlq": "dlq"}
 
 
