@@ -215,7 +215,7 @@ def test_decode_many_equals_decode_with_per_record_references(decoder):
 
 
 def test_an_over_long_record_from_an_unknown_source_kind_is_of_unknown_kind(decoder):
-    # found by tests/test_hostile_input.py: the engine counted it under kind "clicks" and failed
+    # found by tests/test_fuzz_inputs.py: the engine counted it under kind "clicks" and failed
     got = decoder.decode(b"x" * 500, kind="clicks")
     assert (got.reason, got.kind) == ("too_large", "unknown")
     assert decoder.decode(b"x" * 500, kind="feedback").kind == "feedback"
