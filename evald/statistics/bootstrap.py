@@ -87,7 +87,7 @@ class BootstrapState:
     seed: int = DEFAULT_SEED
     weighted_sum: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     weight_sum: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
-    moments: Moments = Moments()
+    moments: Moments = field(default_factory=Moments)
 
     def __post_init__(self) -> None:
         if self.weighted_sum.size == 0:

@@ -11,7 +11,7 @@ running intersection keeps that guarantee and makes the bounds never widen.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from evald.statistics.intervals import Moments
 
@@ -97,8 +97,8 @@ class Comparison:
     intersection is empty, which only happens when the data contradict every Δ: an alarm.
     """
 
-    control: Moments = Moments()
-    treatment: Moments = Moments()
+    control: Moments = field(default_factory=Moments)
+    treatment: Moments = field(default_factory=Moments)
     low: float = -math.inf
     high: float = math.inf
     p_value: float = 1.0

@@ -70,7 +70,7 @@ class SampleRatio:
         return min(1.0, math.exp(-self.max_log_evalue))
 
     def mismatch(self, alpha: float = 0.001) -> bool:
-        """True once the split is rejected at level ``alpha`` (a strict default: it gates alerts)."""
+        """True once the split is rejected at ``alpha`` (strict by default: it gates alerts)."""
         return self.max_log_evalue >= -math.log(alpha)
 
     def to_json(self) -> dict[str, object]:
