@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
 from evald.statistics.intervals import Moments
 
 __all__ = [
@@ -21,6 +24,8 @@ __all__ = [
     "Comparison",
     "SequenceBound",
     "confidence_sequence",
+    "half_width",
+    "log_evalue",
     "rho_squared",
 ]
 
@@ -35,6 +40,33 @@ def rho_squared(alpha: float, tuning_n: float = DEFAULT_TUNING_N) -> float:
     if not 0.0 < alpha < 1.0 or tuning_n <= 0:
         raise ValueError("alpha must be in (0, 1) and the tuning n positive")
     return (-2.0 * math.log(alpha) + math.log(1.0 - 2.0 * math.log(alpha))) / tuning_n
+
+
+def half_width(n: ArrayLike, se2: ArrayLike, alpha: float, tuning_n: float) -> NDArray[np.float64]:
+    """√(n·SE²) · √(2(nρ² + 1)/(n²ρ²) · ln(√(nρ² + 1)/α)); element-wise over arrays."""
+    n_ = np.asarray(n, dtype=np.float64)
+    rho2 = rho_squared(alpha, tuning_n)
+    tr = n_ * rho2 + 1.0
+    return np.sqrt(n_ * np.asarray(se2)) * np.sqrt(
+        2.0 * tr * np.log(np.sqrt(tr) / alpha) / (n_ * n_ * rho2)
+    )
+
+
+def log_evalue(
+    n: ArrayLike, se2: ArrayLike, deviation: ArrayLike, alpha: float, tuning_n: float
+) -> NDArray[np.float64]:
+    """ln e = ρ²S²/(2(nρ² + 1)) − ½ ln(nρ² + 1), S² = n·deviation²/SE²; element-wise.
+
+    SE² = 0 gives S² = +inf for a non-zero deviation (certain) and 0 for none.
+    """
+    n_ = np.asarray(n, dtype=np.float64)
+    dev2 = np.square(np.asarray(deviation, dtype=np.float64))
+    se2_ = np.asarray(se2, dtype=np.float64)
+    rho2 = rho_squared(alpha, tuning_n)
+    tr = n_ * rho2 + 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s2 = np.where(dev2 > 0, n_ * dev2 / se2_, 0.0)
+    return rho2 * s2 / (2.0 * tr) - 0.5 * np.log(tr)
 
 
 @dataclass(frozen=True)
@@ -75,16 +107,9 @@ def confidence_sequence(
         return SequenceBound(difference, math.nan, math.nan, 1.0, n_c, n_t)
     se2 = treatment.variance / n_t + control.variance / n_c
     n = n_c + n_t
-    rho2 = rho_squared(alpha, tuning_n)
-    tr = n * rho2 + 1.0
-    half = math.sqrt(n * se2) * math.sqrt(
-        2.0 * tr * math.log(math.sqrt(tr) / alpha) / (n * n * rho2)
-    )
-    if se2 > 0:
-        s2 = n * (difference - null_difference) ** 2 / se2
-        evalue = math.exp(min(rho2 * s2 / (2.0 * tr), 700.0)) / math.sqrt(tr)
-    else:
-        evalue = math.inf if difference != null_difference else 1.0 / math.sqrt(tr)
+    half = float(half_width(n, se2, alpha, tuning_n))
+    with np.errstate(over="ignore"):
+        evalue = float(np.exp(log_evalue(n, se2, difference - null_difference, alpha, tuning_n)))
     return SequenceBound(difference, difference - half, difference + half, evalue, n_c, n_t)
 
 
