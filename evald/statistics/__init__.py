@@ -16,7 +16,7 @@ from evald.statistics.sequential import (
     confidence_sequence,
     rho_squared,
 )
-from evald.statistics.srm import SampleRatio, srm_log_evalue
+from evald.statistics.srm import SampleRatio, srm_log_evalue, srm_log_evalues
 
 __all__ = [
     "BootstrapState",
@@ -35,6 +35,7 @@ __all__ = [
     "rho_squared",
     "siegmund_arl",
     "srm_log_evalue",
+    "srm_log_evalues",
     "standardized_z",
     "t_interval",
 ]

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from scipy.special import gammaln
 
-__all__ = ["DEFAULT_CONCENTRATION", "SampleRatio", "srm_log_evalue"]
+__all__ = ["DEFAULT_CONCENTRATION", "SampleRatio", "srm_log_evalue", "srm_log_evalues"]
 
 #: Σ of the Dirichlet prior's parameters (centred on the configured split): larger finds small
 #: imbalances sooner at large counts, smaller finds gross ones sooner at small counts.
@@ -34,17 +35,22 @@ def srm_log_evalue(
     counts: Sequence[int], split: Sequence[float], concentration: float = DEFAULT_CONCENTRATION
 ) -> float:
     """ln e = ln DirMult(counts; c·p) − ln Mult(counts; p) (the multinomial coefficients cancel)."""
+    return float(srm_log_evalues(counts, split, concentration))
+
+
+def srm_log_evalues(
+    counts: ArrayLike, split: Sequence[float], concentration: float = DEFAULT_CONCENTRATION
+) -> NDArray[np.float64]:
+    """``srm_log_evalue`` over arrays of counts, one arm per element of the last axis."""
     p = _split(split)
     n = np.asarray(counts, dtype=np.float64)
-    if n.shape != p.shape or (n < 0).any():
+    if n.shape[-1:] != p.shape or (n < 0).any():
         raise ValueError("one non-negative count per arm of the split")
     a = concentration * p
-    total = float(n.sum())
-    mixture = (
-        gammaln(a.sum()) - gammaln(a.sum() + total) + float(np.sum(gammaln(a + n) - gammaln(a)))
-    )
-    null = float(np.sum(np.where(n > 0, n * np.log(p), 0.0)))
-    return float(mixture - null)
+    total = n.sum(axis=-1)
+    mixture = gammaln(a.sum()) - gammaln(a.sum() + total) + np.sum(gammaln(a + n) - gammaln(a), -1)
+    null = np.sum(np.where(n > 0, n * np.log(p), 0.0), axis=-1)
+    return np.asarray(mixture - null, dtype=np.float64)
 
 
 @dataclass(frozen=True)
