@@ -6,7 +6,7 @@ intersection of a confidence sequence, a CUSUM). Each state serializes to JSON f
 The methods, formulas, guarantees and references are in docs/statistics.md.
 """
 
-from evald.statistics.bootstrap import BootstrapState, cluster_key, poisson_weights
+from evald.statistics.bootstrap import BootstrapState, cluster_key, list_cluster, poisson_weights
 from evald.statistics.cusum import Cusum, difference_z, siegmund_arl, standardized_z
 from evald.statistics.intervals import Interval, Moments, t_interval
 from evald.statistics.multiplicity import bonferroni_alpha, holm_reject
@@ -31,6 +31,7 @@ __all__ = [
     "confidence_sequence",
     "difference_z",
     "holm_reject",
+    "list_cluster",
     "poisson_weights",
     "rho_squared",
     "siegmund_arl",

@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_SEED",
     "BootstrapState",
     "cluster_key",
+    "list_cluster",
     "poisson_weights",
 ]
 
@@ -53,8 +54,16 @@ _CDF = _poisson1_cdf()
 
 
 def cluster_key(cluster: str) -> int:
-    """A stable 64-bit key of a user id (or, without one, the request id): BLAKE2b, not hash()."""
+    """A stable 64-bit key of a cluster name: BLAKE2b, not Python's per-process salted hash()."""
     return int.from_bytes(hashlib.blake2b(cluster.encode(), digest_size=8).digest(), "little")
+
+
+def list_cluster(user_id: str | None, request_id: str) -> int:
+    """The cluster of one list: its user, or the list alone when it has no user id.
+
+    The prefixes keep a user id and a request id that happen to be equal apart.
+    """
+    return cluster_key(f"u:{user_id}" if user_id else f"r:{request_id}")
 
 
 def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from evald.statistics.bootstrap import BootstrapState, cluster_key, poisson_weights
+from evald.statistics.bootstrap import BootstrapState, cluster_key, list_cluster, poisson_weights
 from evald.statistics.intervals import t_interval
 
 
@@ -35,6 +35,13 @@ def test_cluster_key_is_stable_across_processes() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True)
     assert int(out.stdout) == cluster_key("user-42")
     assert cluster_key("user-42") != cluster_key("user-43")
+
+
+def test_lists_without_a_user_id_fall_back_to_their_request_id() -> None:
+    assert list_cluster("alice", "r1") == list_cluster("alice", "r2")  # one user, one cluster
+    assert list_cluster(None, "r1") != list_cluster(None, "r2")  # no user: each list alone
+    assert list_cluster("", "r1") == list_cluster(None, "r1")
+    assert list_cluster("r1", "x") != list_cluster(None, "r1")  # equal strings, other kinds
 
 
 def test_any_partitioning_and_order_give_the_same_state() -> None:
