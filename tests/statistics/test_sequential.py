@@ -150,3 +150,11 @@ def test_always_valid_p_value_is_a_running_minimum() -> None:
         seen.append(bound.p_value)
         assert state.p_value == min(seen)
     assert log_evalue(100, 0.0, 0.0, 0.05, 1000.0) < 0  # no deviation, no evidence
+
+
+def test_fresh_and_empty_states_round_trip_and_an_empty_band_excludes_everything() -> None:
+    fresh = Comparison()
+    assert Comparison.from_json(json.loads(json.dumps(fresh.to_json()))) == fresh
+    assert not fresh.excludes(0.0)
+    contradicted = Comparison(low=0.2, high=0.1)
+    assert contradicted.empty and contradicted.excludes(0.15)
