@@ -1,0 +1,104 @@
+"""The hashed Poisson bootstrap: deterministic weights, merge invariance, coverage under ICC 0.2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from evald.statistics.bootstrap import BootstrapState, cluster_key, list_cluster, poisson_weights
+from evald.statistics.intervals import t_interval
+
+
+def test_weights_are_poisson_one_and_a_pure_function_of_key_and_replicate() -> None:
+    keys = np.arange(200_000, dtype=np.uint64) * np.uint64(2654435761)
+    w = poisson_weights(keys, replicates=4, seed=9)
+    assert w.mean() == pytest.approx(1.0, abs=0.01)
+    assert w.var() == pytest.approx(1.0, abs=0.02)
+    assert (w == 0).mean() == pytest.approx(np.exp(-1), abs=0.005)
+    # independent across replicates and keys
+    assert abs(np.corrcoef(w[:, 0], w[:, 1])[0, 1]) < 0.01
+    # the same key gets the same weights alone or in any batch
+    assert (poisson_weights(keys[[5]], 4, 9) == w[[5]]).all()
+    assert (poisson_weights(keys[::-1], 4, 9) == w[::-1]).all()
+    assert not (poisson_weights(keys[:100], 4, 10) == w[:100]).all()  # the seed matters
+
+
+def test_cluster_key_is_stable_across_processes() -> None:
+    """Not Python's salted hash(): another process with another hash seed gets the same key."""
+    code = "from evald.statistics import cluster_key; print(cluster_key('user-42'))"
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True)
+    assert int(out.stdout) == cluster_key("user-42")
+    assert cluster_key("user-42") != cluster_key("user-43")
+
+
+def test_lists_without_a_user_id_fall_back_to_their_request_id() -> None:
+    assert list_cluster("alice", "r1") == list_cluster("alice", "r2")  # one user, one cluster
+    assert list_cluster(None, "r1") != list_cluster(None, "r2")  # no user: each list alone
+    assert list_cluster("", "r1") == list_cluster(None, "r1")
+    assert list_cluster("r1", "x") != list_cluster(None, "r1")  # equal strings, other kinds
+
+
+def test_any_partitioning_and_order_give_the_same_state() -> None:
+    rng = np.random.default_rng(4)
+    users = rng.integers(0, 300, 5000).astype(np.uint64)
+    y = rng.random(5000)
+    y[rng.random(5000) < 0.01] = np.nan  # undefined measures are skipped
+    whole = BootstrapState.of(users, y)
+    for parts in (2, 7, 31):
+        owner = rng.integers(0, parts, y.size)
+        order = rng.permutation(parts)
+        merged = BootstrapState()
+        for p in order:
+            merged = merged + BootstrapState.of(users[owner == p], y[owner == p])
+        assert merged.moments.n == whole.moments.n
+        np.testing.assert_allclose(merged.weighted_sum, whole.weighted_sum, rtol=0, atol=1e-9)
+        np.testing.assert_array_equal(merged.weight_sum, whole.weight_sum)
+        assert merged.interval().low == pytest.approx(whole.interval().low, abs=1e-9)
+
+
+def test_json_round_trip_and_mismatched_states_refuse_to_merge() -> None:
+    state = BootstrapState.of([1, 2, 2], [0.2, 0.4, 0.9], replicates=8)
+    back = BootstrapState.from_json(json.loads(json.dumps(state.to_json())))
+    np.testing.assert_array_equal(back.weighted_sum, state.weighted_sum)
+    np.testing.assert_array_equal(back.weight_sum, state.weight_sum)
+    assert back.moments == state.moments
+    with pytest.raises(ValueError, match="do not merge"):
+        _ = state + BootstrapState(replicates=8, seed=1)
+
+
+def _coverage(icc: float, windows: int, seed: int) -> tuple[float, float]:
+    """Share of windows whose 95% interval covers the true mean 0: (clustered, unclustered).
+
+    Each window has 150 users with 1 + Poisson(4) lists; a list's value is the user's effect
+    (variance icc) plus its own noise (variance 1 − icc)."""
+    rng = np.random.default_rng(seed)
+    clustered = unclustered = 0
+    for w in range(windows):
+        lists = 1 + rng.poisson(4.0, 150)
+        effect = rng.normal(0.0, np.sqrt(icc), 150)
+        user = np.repeat(np.arange(150), lists)
+        y = effect[user] + rng.normal(0.0, np.sqrt(1 - icc), user.size)
+        keys = (np.uint64(w) << np.uint64(32)) + user.astype(np.uint64)
+        state = BootstrapState.of(keys, y)
+        boot, plain = state.interval(), t_interval(state.moments)
+        clustered += boot.low <= 0.0 <= boot.high
+        unclustered += plain.low <= 0.0 <= plain.high
+    return clustered / windows, unclustered / windows
+
+
+def test_clustered_interval_covers_where_the_unclustered_one_does_not() -> None:
+    clustered, unclustered = _coverage(icc=0.2, windows=2000, seed=20261124)
+    assert 0.935 <= clustered <= 0.965, clustered
+    assert unclustered < 0.90, unclustered
+
+
+def test_without_clustering_the_two_agree() -> None:
+    clustered, unclustered = _coverage(icc=0.0, windows=600, seed=8)
+    assert abs(clustered - unclustered) <= 0.1 * unclustered
+    assert 0.92 <= clustered <= 0.97

@@ -1,0 +1,108 @@
+"""The lower CUSUM: run lengths as Siegmund predicts, blind to traffic, deaf below the minimum n."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from evald.statistics.cusum import (
+    Cusum,
+    cusum_update,
+    difference_z,
+    siegmund_arl,
+    standardized_z,
+)
+from evald.statistics.intervals import Moments
+
+
+def _run_lengths(runs: int, k: float, h: float, drop: float, seed: int) -> np.ndarray:
+    """Windows until C > h for ``runs`` chains of z ~ N(−drop, 1), via the module's update."""
+    rng = np.random.default_rng(seed)
+    statistic = np.zeros(runs)
+    length = np.zeros(runs, dtype=np.int64)
+    alive = np.ones(runs, dtype=bool)
+    t = 0
+    while alive.any():
+        t += 1
+        statistic = np.where(alive, cusum_update(statistic, rng.normal(-drop, 1.0, runs), k), 0)
+        fired = alive & (statistic > h)
+        length[fired] = t
+        alive &= ~fired
+    return length
+
+
+@pytest.mark.parametrize("h", [4.0, 5.0])
+def test_false_alarm_run_length_matches_siegmund(h: float) -> None:
+    lengths = _run_lengths(1000, 0.5, h, 0.0, seed=int(h))
+    assert lengths.mean() == pytest.approx(siegmund_arl(0.5, h), rel=0.10)
+
+
+@pytest.mark.parametrize("h", [4.0, 5.0])
+def test_detection_delay_for_a_one_standard_error_drop(h: float) -> None:
+    lengths = _run_lengths(2000, 0.5, h, 1.0, seed=10 + int(h))
+    assert lengths.mean() == pytest.approx(siegmund_arl(0.5, h, drop=1.0), rel=0.10)
+
+
+def test_siegmund_values_of_the_shared_table() -> None:
+    assert siegmund_arl(0.5, 4.0) == pytest.approx(338, abs=1)
+    assert siegmund_arl(0.5, 4.0, 1.0) == pytest.approx(8.34, abs=0.01)
+    assert siegmund_arl(0.5, 5.0) == pytest.approx(938, abs=1)
+    assert siegmund_arl(0.5, 5.0, 1.0) == pytest.approx(10.34, abs=0.01)
+    assert siegmund_arl(0.5, 5.0, 0.5) == pytest.approx(6.166**2)
+
+
+def test_windows_below_the_minimum_n_never_move_it() -> None:
+    state = Cusum()
+    for _ in range(50):
+        state = state.step(-100.0, n=29, min_n=30)
+        state = state.step(math.nan, n=500, min_n=30)
+    assert state == Cusum()
+    state = state.step(-100.0, n=30, min_n=30)
+    assert state.alarmed and state.alarm_window == 1
+    assert Cusum.from_json(json.loads(json.dumps(state.to_json()))) == state
+
+
+def _zero_heavy(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """A skewed measure: 0 for 60% of lists, else U² (cheap to draw)."""
+    u = rng.random(shape)
+    return np.where(u < 0.6, 0.0, np.square((u - 0.6) / 0.4))
+
+
+def _alarm_share(traffic: list[int], runs: int, seed: int, stale_n: int | None = None) -> float:
+    """Share of runs whose CUSUM (k 0.5, h 5) on treatment − control alarms; A/A data, window w
+    holding traffic[w] lists per arm. ``stale_n`` standardizes by a fixed n instead of the
+    window's own (the negative control)."""
+    rng = np.random.default_rng(seed)
+    states = [Cusum() for _ in range(runs)]
+    for n in traffic:
+        y = _zero_heavy(rng, (runs, 2, n))
+        se = np.sqrt(y.var(axis=2, ddof=1).sum(axis=1) / n)
+        z = (y[:, 1].mean(axis=1) - y[:, 0].mean(axis=1)) / se
+        assert z[0] == pytest.approx(difference_z(Moments.of(y[0, 0]), Moments.of(y[0, 1])))
+        if stale_n is not None:
+            z *= math.sqrt(stale_n / n)
+        states = [state.step(float(z_r), n) for state, z_r in zip(states, z, strict=True)]
+    return sum(s.alarmed for s in states) / runs
+
+
+def test_a_traffic_change_with_an_unchanged_mean_does_not_alarm() -> None:
+    """Traffic falls 12.5-fold half-way: the alarm share stays what steady traffic gives, while
+    standardizing by the old traffic (as a fixed ratio or fixed-n bound does) alarms nearly
+    always."""
+    runs, steady = 300, [400] * 100
+    changed = [400] * 50 + [16 * 2] * 50
+    base = _alarm_share(steady, runs, seed=1)
+    after = _alarm_share(changed, runs, seed=2)
+    assert abs(after - base) <= 3 * math.sqrt(2 * 0.1 * 0.9 / runs) + 0.02, (base, after)
+    assert after <= 0.2
+    assert _alarm_share(changed, 100, seed=3, stale_n=400) > 0.9
+
+
+def test_standardized_z_against_a_known_baseline() -> None:
+    window = Moments.of([0.2, 0.4, 0.6, 0.8])
+    assert standardized_z(window, 0.4, 0.2) == pytest.approx((0.5 - 0.4) / (0.2 / 2))
+    assert math.isnan(standardized_z(Moments(), 0.4, 0.2))
+    assert math.isnan(difference_z(Moments.of([0.5]), window))
