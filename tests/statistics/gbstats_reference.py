@@ -7,7 +7,8 @@ needs only numpy, scipy and pydantic. Regenerate with the wheel unpacked on the 
     pip download gbstats==0.8.0 --no-deps -d DIR && unzip DIR/gbstats-0.8.0-*.whl -d DIR
     PYTHONPATH=DIR python tests/statistics/gbstats_reference.py
 
-test_sequential.py compares against the file, and against gbstats itself when it is importable.
+test_sequential.py compares against the file, and against gbstats itself (`make venv` installs
+it without its dependencies).
 """
 
 from __future__ import annotations
