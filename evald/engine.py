@@ -76,7 +76,7 @@ class Engine:
         self.measure_names: list[str] = [str(m) for m in self._measures]
         self._depth = required_depth(self._measures)
         self.segments = SegmentIndex(config.label_keys, config.label_value_cap, config.max_segments)
-        self.stats = Stats()
+        self.stats: Stats = Stats()
         self.aggregates = Aggregates(
             self.measure_names,
             self.segments,
