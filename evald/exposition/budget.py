@@ -8,10 +8,11 @@ there is counted without an edit here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from evald.exposition.series import SERIES
+from evald.exposition.series import SERIES, Series
 
 if TYPE_CHECKING:
     from evald.config import EngineConfig
@@ -35,10 +36,11 @@ class SeriesShape:
     fixed: int
 
     @classmethod
-    def of(cls, config: EngineConfig) -> SeriesShape:
+    def of(cls, config: EngineConfig, series: Sequence[Series] = SERIES) -> SeriesShape:
+        """The shape of ``series`` (default: the whole table) under ``config``."""
         return cls(
-            sum(series.per_segment(config) for series in SERIES),
-            sum(series.fixed(config) for series in SERIES),
+            sum(entry.per_segment(config) for entry in series),
+            sum(entry.fixed(config) for entry in series),
         )
 
     def worst_case(self, max_segments: int) -> int:

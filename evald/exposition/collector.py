@@ -18,7 +18,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from evald.exposition.encoder import FrozenLabels
-from evald.exposition.series import ENGINE_FAMILIES, SEGMENT, SERIES, Series
+from evald.exposition.series import SEGMENT, SERIES, Series
 
 if TYPE_CHECKING:
     from evald.engine import Engine
@@ -58,7 +58,7 @@ class EngineCollector:
     series). Without a lock the copy is retried when a dict changes size under it.
 
     ``engine`` may be replaced (``collector.engine = new``) when the owner rebuilds its engine,
-    or be None (no engine series).
+    or be None (no engine series). ``series`` is the table it renders (default: all of them).
     """
 
     def __init__(
@@ -68,8 +68,10 @@ class EngineCollector:
         lock: AbstractContextManager[Any] | None = None,
         retries: int = 5,
         max_cached: int = 100_000,
+        series: Sequence[Series] = SERIES,
     ) -> None:
         self.engine = engine
+        self.series = tuple(series)
         self.lock = lock
         self.retries = max(1, retries)
         self.max_cached = max_cached
@@ -82,7 +84,7 @@ class EngineCollector:
 
     def describe(self) -> Iterable[Metric]:
         """Family names without samples, so a registry can refuse duplicates at register()."""
-        return [Metric(name, name, kind) for name, kind in ENGINE_FAMILIES]
+        return [Metric(s.name, s.name, s.kind) for s in self.series]
 
     def snapshot(self) -> Snapshot | None:
         engine = self.engine
@@ -91,9 +93,9 @@ class EngineCollector:
         for attempt in range(self.retries):
             try:
                 if self.lock is None:
-                    return Snapshot(engine)
+                    return Snapshot(engine, self.series)
                 with self.lock:
-                    return Snapshot(engine)
+                    return Snapshot(engine, self.series)
             except RuntimeError:  # "dictionary changed size during iteration", unlocked only
                 if self.lock is not None or attempt == self.retries - 1:
                     raise
@@ -112,7 +114,7 @@ class EngineCollector:
             return
         if sum(len(cache) for cache in self._labels.values()) > self.max_cached:
             self._labels.clear()
-        for series in SERIES:
+        for series in self.series:
             yield self._family(series, snap)
 
     def _family(self, series: Series, snap: Snapshot) -> Metric:
