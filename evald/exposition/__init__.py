@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from evald.exposition.budget import SeriesShape
 from evald.exposition.collector import EngineCollector, ReadyCollector, Snapshot
-from evald.exposition.encoder import Collector, Encoder, FrozenLabels, _go_float
+from evald.exposition.encoder import Collector, Encoder, FrozenLabels
 from evald.exposition.registry import build_registry
 from evald.exposition.series import ENGINE_FAMILIES, SERIES, WINDOW_SERIES, Series
 from evald.exposition.shared import SingleFlight
@@ -39,6 +39,5 @@ __all__ = [
     "SeriesShape",
     "SingleFlight",
     "Snapshot",
-    "_go_float",
     "build_registry",
 ]

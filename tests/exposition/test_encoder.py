@@ -20,9 +20,9 @@ from evald.exposition import (
     Encoder,
     EngineCollector,
     FrozenLabels,
-    _go_float,
     build_registry,
 )
+from evald.exposition.encoder import _go_float
 
 from .support import (
     OPENMETRICS,
