@@ -46,11 +46,13 @@ demo: $(DEMO_STAMP)
 
 test: $(STAMP) tools
 	$(BIN)/ruff check evald tests benchmarks deploy
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check evald tests benchmarks deploy
 	$(BIN)/ruff format --check evald tests benchmarks deploy
+	$(BIN)/python -m mypy
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)

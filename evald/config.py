@@ -131,7 +131,9 @@ class EngineConfig(BaseModel):
         description="series the engine may expose at worst; max_segments must fit in it",
     )
     action_grades: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_ACTION_GRADES))
-    limits: Limits = Field(default_factory=Limits)
+    # model_validate({}): the defaults, typed (a type checker without pydantic's plugin reads
+    # the bare class as needing every field)
+    limits: Limits = Field(default_factory=lambda: Limits.model_validate({}))
     max_pending: int = Field(1_000_000, ge=1, description="pending impressions per engine")
     max_held_feedback: int = Field(
         1_000_000, ge=1, description="feedback held for impressions not seen yet"

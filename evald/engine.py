@@ -76,7 +76,7 @@ class Engine:
         self.measure_names: list[str] = [str(m) for m in self._measures]
         self._depth = required_depth(self._measures)
         self.segments = SegmentIndex(config.label_keys, config.label_value_cap, config.max_segments)
-        self.stats = Stats()
+        self.stats: Stats = Stats()
         self.aggregates = Aggregates(
             self.measure_names,
             self.segments,
@@ -143,7 +143,7 @@ class Engine:
         store = self._stores.get(partition) or self._store(partition)
         until = store.replay_until
         if event.__class__ is Rejection:
-            self._count_rejection(event, until, kind, offset)  # type: ignore[arg-type]
+            self._count_rejection(event, until, kind, offset)
             return event
         replayed = until is not None and offset is not None and offset < until.get(event.kind, -1)
         if event.kind == "feedback":
@@ -270,7 +270,7 @@ class Engine:
         values = np.empty((n, len(self._measures)))
         for j, measure in enumerate(self._measures):
             values[:, j] = scored[measure]
-        abandoned = ~(joined.grades > 0).any(axis=1)
+        abandoned: np.ndarray = np.logical_not((joined.grades > 0).any(axis=1))
         values[abandoned] = 0.0
         stats = self.stats
         for reason in joined.reasons:

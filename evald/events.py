@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -86,7 +86,7 @@ class Limits(BaseModel):
 #: pydantic-core caches parsed strings up to 64 chars by default; in events nearly every value
 #: string is a fresh id (request, item, event), so the lookup costs more than it saves. Keys
 #: repeat in every record and stay cached. Measured: validation 10-14% faster.
-_CACHE_STRINGS = "keys"
+_CACHE_STRINGS: Final = "keys"
 
 
 class Impression(BaseModel):
@@ -123,8 +123,8 @@ class Feedback(BaseModel):
 def limited_models(limits: Limits) -> tuple[type[Impression], type[Feedback]]:
     """Subclasses of the models enforcing ``limits`` inside pydantic-core (no Python pass)."""
     text = Annotated[str, StringConstraints(max_length=limits.max_string_length, strict=True)]
-    items = Annotated[list[text], Field(max_length=limits.max_items)]  # type: ignore[valid-type]
-    labels = Annotated[dict[text, text], Field(max_length=limits.max_labels)]  # type: ignore[valid-type]
+    items = Annotated[list[text], Field(max_length=limits.max_items)]
+    labels = Annotated[dict[text, text], Field(max_length=limits.max_labels)]
     scores = Annotated[
         list[Annotated[float, Field(allow_inf_nan=False, strict=True)]],
         Field(max_length=limits.max_items),

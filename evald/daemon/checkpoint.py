@@ -65,7 +65,7 @@ class Checkpoint:
 
     def encode(self) -> bytes:
         """Compact JSON bytes (the value of the checkpoint record)."""
-        doc = {
+        doc: dict[str, Any] = {
             "v": VERSION,
             "partition": self.partition,
             "watermark": self.watermark,

@@ -262,9 +262,11 @@ def _probe_writable(path: str) -> None:
 class Settings(_Strict):
     """Everything `evald run` needs. ``engine`` is checked by EngineConfig (see load_settings)."""
 
-    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # model_validate({}): the defaults, typed (a type checker without pydantic's plugin reads
+    # the bare classes as needing every field)
+    kafka: KafkaSettings = Field(default_factory=lambda: KafkaSettings.model_validate({}))
     topics: TopicSettings = Field(default_factory=TopicSettings)
-    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
+    daemon: DaemonSettings = Field(default_factory=lambda: DaemonSettings.model_validate({}))
     engine: dict[str, Any] = Field(default_factory=dict)
 
     def engine_config(self) -> Any:

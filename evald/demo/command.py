@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:  # typing only: run() imports these, so `evald --help` stays light
     from evald.config import EngineConfig
@@ -181,7 +181,7 @@ def _run_with_signals(demo: DemoLoop, duration: float | None) -> int:
     """Run until the duration ends or SIGINT/SIGTERM asks to stop; always drain and report."""
     import signal
 
-    previous: dict[int, object] = {}
+    previous: dict[signal.Signals, Any] = {}  # whatever signal.signal() handed back
 
     def ask_stop(signum: int, _frame: object) -> None:
         demo.stop(signal.Signals(signum).name)
@@ -194,7 +194,7 @@ def _run_with_signals(demo: DemoLoop, duration: float | None) -> int:
     finally:
         demo.close()
         for sig, handler in previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+            signal.signal(sig, handler)
     return 0
 
 

@@ -46,14 +46,20 @@ __all__ = [
 _Kernel = Callable[[Measure, Batch], np.ndarray]
 
 
+def _k(m: Measure) -> int:
+    """The cutoff of a family that requires one (make_measure refuses such a measure without)."""
+    assert m.cutoff is not None
+    return m.cutoff
+
+
 def _exp(m: Measure) -> bool:
     return m["dcg"] == "exp-log2"
 
 
 _KERNELS: dict[str, _Kernel] = {
-    "P": lambda m, b: kernels.precision(b.grades, m["rel"], m.cutoff),
+    "P": lambda m, b: kernels.precision(b.grades, m["rel"], _k(m)),
     "R": lambda m, b: kernels.recall(b.grades, b.ideal, m["rel"], m.cutoff),
-    "F1": lambda m, b: kernels.f1(b.grades, b.ideal, m["rel"], m.cutoff),
+    "F1": lambda m, b: kernels.f1(b.grades, b.ideal, m["rel"], _k(m)),
     "CG": lambda m, b: kernels.cg(b.grades, m.cutoff),
     "DCG": lambda m, b: _dcg(m, b),
     "nDCG": lambda m, b: _ndcg(m, b),
@@ -61,7 +67,7 @@ _KERNELS: dict[str, _Kernel] = {
         b.grades, b.ideal, m["rel"], m.cutoff, m["denom"] == "min"
     ),
     "RR": lambda m, b: kernels.reciprocal_rank(b.grades, m["rel"], m.cutoff),
-    "Success": lambda m, b: kernels.success(b.grades, m["rel"], m.cutoff),
+    "Success": lambda m, b: kernels.success(b.grades, m["rel"], _k(m)),
     "RBP": lambda m, b: kernels.rbp(
         b.grades, b.ideal, m["p"], None if m["graded"] else m["rel"], m.cutoff
     ),
@@ -82,7 +88,7 @@ _KERNELS: dict[str, _Kernel] = {
     "SetP": lambda m, b: kernels.set_precision(b.grades, b.lengths, m["rel"]),
     "SetR": lambda m, b: kernels.set_recall(b.grades, b.ideal, m["rel"]),
     "SetF": lambda m, b: kernels.set_f(b.grades, b.lengths, b.ideal, m["rel"], m["beta"]),
-    "Judged": lambda m, b: kernels.judged_at(b.judged, m.cutoff),
+    "Judged": lambda m, b: kernels.judged_at(b.judged, _k(m)),
     "IPrec": lambda m, b: kernels.interpolated_precision(
         b.grades, b.lengths, b.ideal, m["rel"], (m["recall"],)
     )[0],

@@ -81,10 +81,14 @@ class Batch:
         lengths = np.fromiter(map(len, rankings), dtype=np.int64, count=n)
         total = int(lengths.sum())
         if sum(map(len, map(set, rankings))) != total:  # some list repeats an item
-            rankings = [r if len(set(r)) == len(r) else _first_copies(r) for r in rankings]
+            items: Sequence[Sequence[object]] = [
+                r if len(set(r)) == len(r) else _first_copies(r) for r in rankings
+            ]
+        else:
+            items = rankings
         # Every per-item step below is a C-level iterator (map / chain / fromiter): this is the
         # one place a batch touches Python objects.
-        lookups = map(map, map(_getter, qrels), rankings, repeat(_UNJUDGED))
+        lookups = map(map, map(_getter, qrels), items, repeat(_UNJUDGED))
         served = np.fromiter(chain.from_iterable(lookups), dtype=np.float64, count=total)
         counts = np.fromiter(map(len, qrels), dtype=np.int64, count=n)
         values = chain.from_iterable(map(_values, qrels))

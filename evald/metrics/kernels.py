@@ -131,7 +131,7 @@ def reciprocal_rank(grades: np.ndarray, rel: float, k: int | None) -> np.ndarray
 
 def success(grades: np.ndarray, rel: float, k: int) -> np.ndarray:
     """1 if any relevant item is in the top k."""
-    return (_top(grades, k) >= rel).any(axis=1).astype(np.float64)
+    return np.asarray((_top(grades, k) >= rel).any(axis=1), dtype=np.float64)
 
 
 def rbp(
@@ -191,7 +191,7 @@ def auc(grades: np.ndarray, judged: np.ndarray, rel: float) -> tuple[np.ndarray,
     """
     positive = judged & (grades >= rel)
     negative = judged & (grades < rel)
-    negatives_below = np.cumsum(negative[:, ::-1], axis=1)[:, ::-1] - negative
+    negatives_below: np.ndarray = np.cumsum(negative[:, ::-1], axis=1)[:, ::-1] - negative
     correct = np.where(positive, negatives_below, 0).sum(axis=1)
     pairs = np.count_nonzero(positive, axis=1) * np.count_nonzero(negative, axis=1)
     weights = np.where(pairs > 0, np.count_nonzero(judged, axis=1), 0).astype(np.float64)
@@ -272,7 +272,7 @@ def bpref(
     r = relevant_count(ideal, rel)
     relevant = judged & (grades >= rel)
     nonrel = judged & (grades < rel)
-    above = np.cumsum(nonrel, axis=1) - nonrel
+    above: np.ndarray = np.cumsum(nonrel, axis=1) - nonrel
     r_col = r[:, None].astype(np.float64)
     cap = np.minimum(judged_count - r, r)[:, None].astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -291,7 +291,7 @@ def inferred_ap(
     count as outside the pool (skipped, but they move the ranks), none as pooled-but-unjudged."""
     relevant = judged & (grades >= rel)
     nonrel = judged & (grades < rel)
-    rel_before = (np.cumsum(relevant, axis=1) - relevant).astype(np.float64)
+    rel_before: np.ndarray = (np.cumsum(relevant, axis=1) - relevant).astype(np.float64)
     nonrel_before = (np.cumsum(nonrel, axis=1) - nonrel).astype(np.float64)
     j = np.arange(grades.shape[1], dtype=np.float64)
     safe_j = np.where(j == 0, 1.0, j)

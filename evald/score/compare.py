@@ -150,9 +150,9 @@ def compare(
                     test.exact,
                 )
             )
-        p_t = adjust([c.p_t for c in found])
-        p_r = adjust([c.p_randomization for c in found])
-        for c, pt, pr in zip(found, p_t, p_r, strict=True):
+        p_ts = adjust([c.p_t for c in found])
+        p_rs = adjust([c.p_randomization for c in found])
+        for c, pt, pr in zip(found, p_ts, p_rs, strict=True):
             out.append(
                 Comparison(**{**c.__dict__, "p_t_corrected": pt, "p_randomization_corrected": pr})
             )
@@ -215,7 +215,7 @@ def format_table(comparisons: Sequence[Comparison], correction: str, *, digits: 
         "p(rand)",
         f"p(rand){corrected}",
     )
-    lines = [header]
+    lines: list[tuple[str, ...]] = [header]
     for c in comparisons:
         lines.append(
             (

@@ -17,7 +17,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from evald.score.records import Query, Rejection
 
@@ -167,8 +167,9 @@ def _plain_grades(grades: list[object]) -> bool:
         return True
     if not set(map(type, grades)) <= _NUMBERS:
         return False
+    numbers = cast("list[float]", grades)  # int, float or bool, checked above
     try:
-        return math.isfinite(sum(grades)) and min(grades) >= 0  # type: ignore[arg-type]
+        return math.isfinite(sum(numbers)) and min(numbers) >= 0
     except OverflowError:
         return False
 

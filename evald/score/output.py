@@ -14,11 +14,12 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
-from typing import TextIO
+from json.encoder import encode_basestring
+from typing import TextIO, cast
 
 import msgspec
 import numpy as np
+from numpy.typing import ArrayLike
 
 from evald.score.records import Qid
 
@@ -39,13 +40,13 @@ class JsonlWriter:
         self._keys = [f", {key}: " for key in keys]
         self.rows = 0
 
-    def write(self, qids: Sequence[Qid], columns: Sequence[Sequence[float]]) -> None:
+    def write(self, qids: Sequence[Qid], columns: Sequence[ArrayLike]) -> None:
         """Write one row per qid; ``columns[j][i]`` is measure j's value for query i."""
         if len(columns) != self._width:
             raise ValueError(f"expected {self._width} columns, got {len(columns)}")
         arrays = [np.asarray(c, dtype=np.float64) for c in columns]
         if set(map(type, qids)) <= _STR:
-            ids = list(map(encode_basestring, qids))
+            ids = list(map(encode_basestring, cast("Sequence[str]", qids)))
         else:
             ids = [encode_qid(qid) for qid in qids]
         if all(bool(np.isfinite(a).all()) for a in arrays):
@@ -199,7 +200,7 @@ class TrecWriter:
         self._digits = digits
         self.rows = 0
 
-    def write(self, qids: Sequence[Qid], columns: Sequence[Sequence[float]]) -> None:
+    def write(self, qids: Sequence[Qid], columns: Sequence[ArrayLike]) -> None:
         """Write each query's measures, one line each, queries in order."""
         if len(columns) != len(self._names):
             raise ValueError(f"expected {len(self._names)} columns, got {len(columns)}")

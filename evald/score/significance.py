@@ -14,6 +14,7 @@ scipy computes it (it never reports 0). Two-sided p = 2 · min(tail p-values), a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,4 +109,8 @@ def holm(pvalues: list[float]) -> list[float]:
     return out
 
 
-CORRECTIONS = {"holm": holm, "bonferroni": bonferroni, "none": list}
+CORRECTIONS: dict[str, Callable[[list[float]], list[float]]] = {
+    "holm": holm,
+    "bonferroni": bonferroni,
+    "none": list,
+}

@@ -1,0 +1,52 @@
+"""The series budget: how many series the engine collector exposes at worst, from the settings.
+
+Why bounded: segments are capped (``max_segments`` plus one overflow segment, see
+evald.segments), so the worst case is a function of the settings alone, which EngineConfig checks
+against ``max_series``. The counts come from the series table (:data:`SERIES`), so a new entry
+there is counted without an edit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from evald.exposition.series import SERIES, Series
+
+if TYPE_CHECKING:
+    from evald.config import EngineConfig
+
+__all__ = ["SeriesShape"]
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesShape:
+    """How many series the engine collector exposes, derived from the settings.
+
+    ``per_segment``: each measure's histogram (one ``_bucket`` per bound plus ``+Inf``, ``_sum``,
+    ``_count``), each window width's five ``evald_window_*`` series per measure, and
+    ``evald_impressions_abandoned_total``. ``fixed``: the pipeline-health series, which do not
+    depend on the input, plus one ``evald_window_end_timestamp_seconds`` per width. Not counted:
+    one ``evald_watermark_timestamp_seconds`` per input partition the process owns (bounded by
+    the topics, not by the data).
+    """
+
+    per_segment: int
+    fixed: int
+
+    @classmethod
+    def of(cls, config: EngineConfig, series: Sequence[Series] = SERIES) -> SeriesShape:
+        """The shape of ``series`` (default: the whole table) under ``config``."""
+        return cls(
+            sum(entry.per_segment(config) for entry in series),
+            sum(entry.fixed(config) for entry in series),
+        )
+
+    def worst_case(self, max_segments: int) -> int:
+        """Series with every kept segment and the overflow segment holding data."""
+        return (max_segments + 1) * self.per_segment + self.fixed
+
+    def segments_within(self, max_series: int) -> int:
+        """The largest ``max_segments`` whose worst case fits in ``max_series`` (may be < 1)."""
+        return (max_series - self.fixed) // self.per_segment - 1

@@ -1,0 +1,317 @@
+"""The engine's series as a table: one :class:`Series` entry per exposed family.
+
+Why a table: the collector (rendering), ``describe()`` (duplicate checks at register), the series
+budget (:class:`~evald.exposition.budget.SeriesShape`) and the docs test all read this one list,
+so a new series is one entry here plus its row in docs/metrics-reference.md (a test fails
+without it).
+
+Each entry says how to read the engine in two steps: ``source`` copies engine state while the
+caller's lock is held (entries that name the same ``source`` function share one call per
+scrape), ``rows`` turns that copy into ``(label values, value)`` pairs outside the lock. In
+``labels``, :data:`SEGMENT` stands for the configured segment label keys. A histogram's value is
+``(cumulative bucket counts ending with +Inf, sum)`` and ``bounds`` gives its finite bucket
+bounds from the same copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evald.decode import REASONS
+from evald.stats import (
+    EVENT_KINDS,
+    EVENT_OUTCOMES,
+    FINALIZE_REASONS,
+    LAG_BOUNDS,
+    UNATTRIBUTED_REASONS,
+)
+
+if TYPE_CHECKING:
+    from evald.config import EngineConfig
+    from evald.engine import Engine
+
+__all__ = ["ENGINE_FAMILIES", "SEGMENT", "SERIES", "WINDOW_SERIES", "Series"]
+
+#: Placeholder in :attr:`Series.labels` for the configured segment label keys.
+SEGMENT = "<segment>"
+
+#: ``(label values, value)``; a histogram's value is ``(cumulative counts, sum)``.
+Row = tuple[tuple[str, ...], Any]
+
+
+def _none(config: EngineConfig) -> int:
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One exposed family: what it is called and means, and how it is read from the engine.
+
+    ``per_segment`` / ``fixed``: how many series it adds at worst, per segment and in total,
+    for the given settings (the series budget is the sum over the table). ``kind`` is the
+    OpenMetrics family type (``unknown`` is written ``untyped`` in text format 0.0.4).
+    """
+
+    name: str
+    kind: str
+    help: str
+    labels: tuple[str, ...]
+    source: Callable[[Engine], Any]
+    rows: Callable[[Any], Iterable[Row]]
+    per_segment: Callable[[EngineConfig], int] = _none
+    fixed: Callable[[EngineConfig], int] = _none
+    bounds: Callable[[Any], Sequence[float]] | None = None
+
+
+# ------------------------------------------------------------------------------ engine reads
+# Called under the caller's lock: copy, do not render.
+
+
+class _Segments:
+    """Per-segment aggregates, each array read once: without the lock, a growth between two
+    reads could leave them of different lengths (the arrays are replaced one after another)."""
+
+    __slots__ = ("abandoned", "bounds", "hist_counts", "hist_sum", "measures", "overflow", "segs")
+
+    def __init__(self, engine: Engine) -> None:
+        aggregates = engine.aggregates
+        self.measures: list[str] = list(aggregates.measures)
+        self.bounds: list[float] = aggregates.bounds.tolist()
+        counts, sums, abandoned = aggregates.hist_counts, aggregates.hist_sum, aggregates.abandoned
+        segments = engine.segments.segments
+        n = min(len(segments), counts.shape[0], sums.shape[0], abandoned.shape[0])
+        self.segs: list[tuple[str, ...]] = segments[:n]
+        # Cumulative per bucket: the +Inf bucket is also _count, so they always agree.
+        self.hist_counts: list[list[list[int]]] = np.cumsum(counts[:n], axis=2).tolist()
+        self.hist_sum: list[list[float]] = sums[:n].tolist()
+        self.abandoned: list[int] = abandoned[:n].tolist()
+        self.overflow = int(aggregates.overflow)
+
+
+def _windows(engine: Engine) -> list[tuple[tuple[str, ...], Any]]:
+    """The last complete window rows, each with its label values (segment, measure, window)."""
+    return [((*row.labels.values(), row.measure, row.window), row) for row in engine.window_rows()]
+
+
+def _lag(engine: Engine) -> tuple[list[float], list[int], float]:
+    stats = engine.stats
+    return list(stats.lag_bounds), list(stats.lag_counts), float(stats.lag_sum)
+
+
+# ------------------------------------------------------------------------------ rows
+
+
+def _measure_rows(state: _Segments) -> Iterable[Row]:
+    for segment, cumulative, sums in zip(
+        state.segs, state.hist_counts, state.hist_sum, strict=True
+    ):
+        for measure, buckets, total in zip(state.measures, cumulative, sums, strict=True):
+            yield (measure, *segment), (buckets, total)
+
+
+def _window_part(part: str) -> Callable[[list[tuple[tuple[str, ...], Any]]], Iterable[Row]]:
+    if part not in _WINDOW_MAYBE_NAN:
+        return lambda state: [(values, getattr(row, part)) for values, row in state]
+
+    def rows(state: list[tuple[tuple[str, ...], Any]]) -> Iterable[Row]:
+        for values, row in state:
+            value = getattr(row, part)
+            if value == value:  # NaN (no finite value) is left out, not exported
+                yield values, value
+
+    return rows
+
+
+def _window_ends(state: list[tuple[tuple[str, ...], Any]]) -> Iterable[Row]:
+    ends: dict[str, int] = {}
+    for _values, row in state:
+        ends[row.window] = max(ends.get(row.window, row.end_ms), row.end_ms)
+    return [((window,), end_ms / 1000) for window, end_ms in ends.items()]
+
+
+def _lag_rows(state: tuple[list[float], list[int], float]) -> Iterable[Row]:
+    _bounds, counts, total = state
+    cumulative: list[int] = []
+    running = 0
+    for n in counts:
+        running += n
+        cumulative.append(running)
+    return [((), (cumulative, total))]
+
+
+def _by_reason(counts: dict[str, int]) -> Iterable[Row]:
+    return [((reason,), n) for reason, n in counts.items()]
+
+
+def _one(value: float) -> Iterable[Row]:
+    return [((), value)]
+
+
+#: Values of the ``window`` label come from the configured widths (default ``5m`` and ``1h``).
+WINDOW_SERIES: tuple[str, ...] = ("mean", "count", "sum", "sum_squares", "ci95_halfwidth")
+
+_WINDOW_HELP = {
+    "mean": "Mean measure value over the last complete event-time window.",
+    "count": "Impressions in the last complete event-time window with a finite measure value "
+    "(merge across instances: sum).",
+    "sum": "Sum of measure values over the last complete event-time window (merge: sum).",
+    "sum_squares": "Sum of squared measure values over the last complete event-time window "
+    "(merge: sum; with sum and count it gives the variance).",
+    "ci95_halfwidth": "95% confidence half-width of the window mean: 1.96 * s / sqrt(n) with the "
+    "sample standard deviation s; absent when n < 2.",
+}
+# NaN when the window has no finite value (mean) or fewer than two (half-width).
+_WINDOW_MAYBE_NAN = frozenset({"mean", "ci95_halfwidth"})
+# A gauge named *_sum or *_count fails promtool's lint ("non-histogram and non-summary metrics
+# should not have _sum suffix"); the lint skips untyped metrics and PromQL treats both alike, so
+# these two keep their contract names and are exposed untyped.
+_WINDOW_TYPE = {
+    "mean": "gauge",
+    "count": "unknown",
+    "sum": "unknown",
+    "sum_squares": "gauge",
+    "ci95_halfwidth": "gauge",
+}
+
+
+def _window_series(part: str) -> Series:
+    return Series(
+        f"evald_window_{part}",
+        _WINDOW_TYPE[part],
+        _WINDOW_HELP[part],
+        (SEGMENT, "measure", "window"),
+        _windows,
+        _window_part(part),
+        per_segment=lambda c: len(c.measures) * len(c.windows),
+    )
+
+
+#: Every family the engine collector yields, in exposition order.
+SERIES: tuple[Series, ...] = (
+    Series(
+        "evald_measure",
+        "histogram",
+        "Value of each finalized impression's measure, per measure and segment; observed when "
+        "the impression is scored (mean over time: rate(_sum) / rate(_count)).",
+        ("measure", SEGMENT),
+        _Segments,
+        _measure_rows,
+        # per measure: one _bucket per bound plus +Inf, _sum, _count
+        per_segment=lambda c: len(c.measures) * (len(c.histogram_bounds) + 1 + 2),
+        bounds=lambda state: state.bounds,
+    ),
+    *(_window_series(part) for part in WINDOW_SERIES),
+    Series(
+        "evald_window_end_timestamp_seconds",
+        "gauge",
+        "End (exclusive, event time) of the last complete window the evald_window_* series "
+        "describe; absent until a complete window holds data.",
+        ("window",),
+        _windows,
+        _window_ends,
+        fixed=lambda c: len(c.windows),
+    ),
+    Series(
+        "evald_events",
+        "counter",
+        "Input events by kind and what the engine did with them.",
+        ("kind", "outcome"),
+        lambda engine: dict(engine.stats.events),
+        lambda events: events.items(),
+        fixed=lambda c: len(EVENT_KINDS) * len(EVENT_OUTCOMES),
+    ),
+    Series(
+        "evald_rejected",
+        "counter",
+        "Rejected input records by reason (kept in the rejected file / dead-letter topic).",
+        ("reason",),
+        lambda engine: dict(engine.stats.rejected),
+        _by_reason,
+        fixed=lambda c: len(REASONS),
+    ),
+    Series(
+        "evald_feedback_unattributed",
+        "counter",
+        "Accepted feedback that counted towards no impression, by reason.",
+        ("reason",),
+        lambda engine: dict(engine.stats.unattributed),
+        _by_reason,
+        fixed=lambda c: len(UNATTRIBUTED_REASONS),
+    ),
+    Series(
+        "evald_impressions_finalized",
+        "counter",
+        "Impressions scored, by what closed them (window; late: it had closed before the "
+        "impression arrived; pending cap; drain).",
+        ("reason",),
+        lambda engine: dict(engine.stats.finalized),
+        _by_reason,
+        fixed=lambda c: len(FINALIZE_REASONS),
+    ),
+    Series(
+        "evald_impressions_abandoned",
+        "counter",
+        "Finalized impressions with no positive feedback (they score 0), per segment.",
+        (SEGMENT,),
+        _Segments,
+        lambda state: zip(state.segs, state.abandoned, strict=True),
+        per_segment=lambda c: 1,
+    ),
+    Series(
+        "evald_segments_overflow",
+        "counter",
+        "Finalized impressions scored into the overflow segment (every segment label "
+        "__other__): mostly label combinations that came after max_segments were kept.",
+        (),
+        _Segments,
+        lambda state: _one(state.overflow),
+        fixed=lambda c: 1,
+    ),
+    Series(
+        "evald_pending_impressions",
+        "gauge",
+        "Impressions held in memory, waiting for their attribution window to close.",
+        (),
+        lambda engine: engine.pending(),
+        _one,
+        fixed=lambda c: 1,
+    ),
+    Series(
+        "evald_pending_feedback",
+        "gauge",
+        "Feedback held because its impression has not arrived (yet).",
+        (),
+        lambda engine: engine.pending_feedback(),
+        _one,
+        fixed=lambda c: 1,
+    ),
+    Series(
+        "evald_watermark_timestamp_seconds",
+        "gauge",
+        "Event-time watermark per input partition (max event time seen minus the allowed "
+        "lateness, or advanced by the idle fallback).",
+        ("partition",),
+        lambda engine: engine.watermarks(),
+        # one per input partition the process owns: bounded by the topics, not by the data,
+        # so not counted in the budget
+        lambda marks: [((str(p),), mark / 1000) for p, mark in marks.items() if mark is not None],
+    ),
+    Series(
+        "evald_finalize_lag_seconds",
+        "histogram",
+        "Wall time from an attribution window closing (by the watermark) to its impressions "
+        "being scored.",
+        (),
+        _lag,
+        _lag_rows,
+        fixed=lambda c: len(LAG_BOUNDS) + 1 + 2,  # buckets with +Inf, _count, _sum
+        bounds=lambda state: state[0],
+    ),
+)
+
+#: (name, type) of every family the engine collector can yield, for ``describe()``.
+ENGINE_FAMILIES: tuple[tuple[str, str], ...] = tuple((s.name, s.kind) for s in SERIES)

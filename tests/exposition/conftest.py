@@ -1,0 +1,25 @@
+"""The drained engine most exposition tests read."""
+
+from __future__ import annotations
+
+import pytest
+
+from evald.engine import Engine
+
+from .support import (
+    MINUTE,
+    Served,
+    feed_all,
+    make_engine,
+    traffic,
+)
+
+
+@pytest.fixture(scope="module")
+def drained() -> tuple[Engine, list[Served]]:
+    """300 impressions over two 5-minute windows, two partitions, fed in order and drained."""
+    served, events = traffic(seed=11, n=300, span_ms=10 * MINUTE)
+    engine = make_engine()
+    feed_all(engine, events)
+    engine.drain()
+    return engine, served

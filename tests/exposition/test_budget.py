@@ -1,0 +1,77 @@
+"""The series budget: a saturated engine exposes exactly SeriesShape's worst case, never more."""
+
+from __future__ import annotations
+
+import random
+
+from evald.exposition import (
+    SeriesShape,
+)
+
+from .support import (
+    T0,
+    engine_registry,
+    feedback,
+    impression,
+    make_engine,
+    named,
+    scrape,
+    series,
+)
+
+# --------------------------------------------------------------------------------------------
+# Segment cap and series budget
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_overflow_counter_is_exported_at_zero_from_the_start() -> None:
+    samples = scrape(engine_registry(make_engine()))
+    assert series(samples, "evald_segments_overflow_total") == 0
+
+
+def test_a_saturated_engine_exposes_exactly_the_worst_case_of_its_settings() -> None:
+    """Every kept segment and the overflow hold >= 2 impressions in the last complete window of
+    both widths, so every per-segment series exists: the count must equal SeriesShape's."""
+    kept, combinations, per_combination = 4, 9, 3
+    engine = make_engine(max_segments=kept, windows=["5m", "1h"])
+    rng = random.Random(11)
+    served = []
+    for i in range(combinations * per_combination):
+        combo = i % combinations
+        labels = {"model": f"m{combo}", "arm": f"a{combo % 2}", "surface": "web"}
+        ts = T0 + i * 1_000
+        items = [f"d{i}-{k}" for k in range(3)]
+        engine.feed(impression(f"r{i}", ts, items, labels))
+        if rng.random() < 0.6:
+            engine.feed(feedback(f"r{i}", ts + 10, items[rng.randrange(3)], "click"))
+        served.append(combo)
+    engine.drain()
+    samples = scrape(engine_registry(engine))
+    shape = SeriesShape.of(engine.config)
+    watermarks = len(named(samples, "evald_watermark_timestamp_seconds"))
+    assert watermarks == 1
+    assert len(samples) == shape.worst_case(kept) + watermarks
+    segments = {
+        (dict(k)["model"], dict(k)["arm"])
+        for k in named(samples, "evald_impressions_abandoned_total")
+    }
+    assert segments == {(f"m{c}", f"a{c % 2}") for c in range(kept)} | {("__other__", "__other__")}
+    folded = sum(1 for combo in served if combo >= kept)
+    assert series(samples, "evald_segments_overflow_total") == folded
+    other = {"measure": "RR", "model": "__other__", "arm": "__other__", "surface": "__other__"}
+    assert series(samples, "evald_measure_count", **other) == folded
+
+
+def test_label_combinations_cannot_push_a_scrape_past_the_budget() -> None:
+    """20,000 distinct combinations (every key within its value cap) against the defaults."""
+    engine = make_engine()
+    for i in range(20_000):
+        labels = {"model": f"m{i % 50}", "arm": f"a{i // 50 % 50}", "surface": f"s{i // 2500}"}
+        engine.feed(impression(f"r{i}", T0 + i * 10, ["a", "b"], labels))
+    engine.drain()
+    samples = scrape(engine_registry(engine))
+    config = engine.config
+    assert len(engine.segments) == config.max_segments + 1
+    assert len(samples) <= SeriesShape.of(config).worst_case(config.max_segments) + 1
+    assert len(samples) <= config.max_series
+    assert series(samples, "evald_segments_overflow_total") == 20_000 - config.max_segments
