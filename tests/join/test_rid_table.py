@@ -1,0 +1,27 @@
+"""The request-id table: open addressing with tombstones and vectorised rebuilds."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evald.join.rid_table import RidTable, rid_key
+
+
+def test_request_id_table_survives_tombstones_and_rebuilds():
+    table = RidTable(capacity=8)
+    rng = np.random.default_rng(11)
+    live: dict[int, int] = {}
+    for step in range(20_000):
+        if live and rng.random() < 0.45:
+            key = list(live)[int(rng.integers(len(live)))]
+            table.remove(key)
+            del live[key]
+        else:
+            key = rid_key(f"r{step}")
+            assert table.insert(key, step) == -1
+            assert table.insert(key, -5) == step  # present: reported, not replaced
+            live[key] = step
+        assert len(table) == len(live)
+    assert all(table.get(k) == v for k, v in live.items())
+    assert table.get(rid_key("never")) == -1
+    assert any(k < 0 for k in live) and any(k > 0 for k in live)
