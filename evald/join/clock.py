@@ -34,12 +34,10 @@ class PartitionClock:
         self._wm_at_last_event: int | None = None
         self.fresh = False  # events arrived since the last tick
 
-    def counts(self, ts: int, replayed: bool) -> bool:
-        """Whether an event at ``ts`` may move the watermark (cheap pre-check of ``observe``)."""
-        return ts > self.confirmed and not (replayed and self.restored)
-
     def observe(self, ts: int) -> int | None:
-        """Count an event time above the newest confirmed one; returns the new watermark.
+        """Count an event time above the newest confirmed one (the caller checks ``ts >
+        confirmed``, and that a restored clock does not count re-fed events); returns the new
+        watermark, or None when it did not move.
 
         Within ``jump`` of it, the time is confirmed at once. Further ahead (or before any
         confirmed time) it is a candidate: confirmed only when another event lands within
@@ -56,7 +54,12 @@ class PartitionClock:
         if candidate != NO_TS and candidate <= confirmed + jump:
             confirmed, candidate = max(confirmed, candidate), NO_TS
         self.confirmed, self.candidate = confirmed, candidate
-        return self.advance(confirmed - self.lateness)
+        mark = confirmed - self.lateness
+        wm = self.watermark  # advance(), inlined: this runs on nearly every event
+        if wm is not None and mark <= wm:
+            return None
+        self.watermark = mark
+        return mark
 
     def advance(self, mark: int) -> int | None:
         """Move the watermark to ``mark`` if that is forward; returns it, or None."""

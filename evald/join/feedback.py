@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from evald.join.offset_log import OffsetLog
@@ -204,10 +206,10 @@ class HeldFeedback:
         self._queue.push(entry.deadline, entry)
         self._count += 1
 
-    def claim(self, rid: str) -> list[HeldEntry]:
+    def claim(self, rid: str) -> Sequence[HeldEntry]:
         """Remove and return the live entries for ``rid`` (its impression arrived)."""
         if not self._by_rid:
-            return []
+            return ()
         entries = [h for h in self._by_rid.pop(rid, ()) if h.alive]
         for entry in entries:
             entry.alive = False

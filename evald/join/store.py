@@ -135,27 +135,29 @@ class JoinStore:
         events not re-fed by a restore. ``offsets[position]`` is an event's source offset;
         ``grades`` maps actions to default grades (feedback without its own ``grade``)."""
         until = self.replay_until
-        counts = Counter[tuple[str, str]]()
+        add_impression, add_feedback = self.add_impression, self.add_feedback
+        imp_ok = imp_dup = fb_ok = fb_dup = 0
         for position, event in events:
             offset = None if offsets is None else offsets[position]
             replayed = (
                 until is not None and offset is not None and offset < until.get(event.kind, -1)
             )
-            if event.kind == "feedback":
-                assert isinstance(event, Feedback)
+            if isinstance(event, Feedback):
                 grade = grades[event.action] if event.grade is None else event.grade
-                outcome = self.add_feedback(event, grade, offset, replayed)
+                outcome = add_feedback(event, grade, offset, replayed)
+                if not replayed:
+                    if outcome == "accepted":
+                        fb_ok += 1
+                    else:
+                        fb_dup += 1
             else:
-                assert isinstance(event, Impression)
-                outcome = self.add_impression(event, offset, replayed)
-            if not replayed:
-                counts[event.kind, outcome] += 1
-        return (
-            counts["impression", "accepted"],
-            counts["impression", "duplicate"],
-            counts["feedback", "accepted"],
-            counts["feedback", "duplicate"],
-        )
+                outcome = add_impression(event, offset, replayed)
+                if not replayed:
+                    if outcome == "accepted":
+                        imp_ok += 1
+                    elif outcome == "duplicate":
+                        imp_dup += 1
+        return imp_ok, imp_dup, fb_ok, fb_dup
 
     def add_impression(self, imp: Impression, offset: int | None, replayed: bool) -> str:
         """Join one impression; returns "accepted", "duplicate" or "skipped" (re-fed, done)."""
@@ -219,7 +221,7 @@ class JoinStore:
         """After an event is joined: the watermark may move, closing what became due."""
         clock = self._wm
         clock.fresh = True
-        if clock.counts(ts, replayed):
+        if ts > clock.confirmed and not (replayed and clock.restored):
             mark = clock.observe(ts)
             if mark is not None and mark >= self._due:
                 self._close_due(mark)

@@ -166,7 +166,6 @@ def test_partition_clock_confirms_near_times_and_holds_a_far_one_as_candidate() 
     assert clock.event_times() == (11 * MIN, 11 * MIN + 3 * HOUR)
     assert clock.observe(12 * MIN + 3 * HOUR) == 12 * MIN + 3 * HOUR - LATENESS
     assert clock.advance(0) is None  # never back
-    assert not clock.counts(12 * MIN + 3 * HOUR, replayed=False)
 
 
 def test_partition_clock_idle_fallback_follows_the_injected_wall_clock() -> None:
@@ -183,9 +182,9 @@ def test_partition_clock_idle_fallback_follows_the_injected_wall_clock() -> None
     assert clock.watermark == 15 * MIN - LATENESS
 
 
-def test_partition_clock_restored_times_make_re_fed_events_not_count() -> None:
+def test_partition_clock_restored_times_continue_where_the_checkpoint_stopped() -> None:
     clock = _clock(SettableClock())
     clock.restore_times((20 * MIN, None))
-    assert not clock.counts(21 * MIN, replayed=True)
-    assert clock.counts(21 * MIN, replayed=False)
+    assert clock.restored
     assert clock.event_times() == (20 * MIN, None)
+    assert clock.observe(21 * MIN) == 21 * MIN - LATENESS  # confirmed: near the restored time
