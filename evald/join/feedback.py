@@ -184,11 +184,10 @@ class HeldFeedback:
     def __init__(self) -> None:
         self._by_rid: dict[str, list[HeldEntry]] = {}
         self._queue: DeadlineQueue[HeldEntry] = DeadlineQueue(_deadline_of, ObjectFifo())
-        self._count = 0
+        self.count = 0  #: live entries
 
     def __len__(self) -> int:
-        """Live entries."""
-        return self._count
+        return self.count
 
     def waiting(self) -> int:
         """Request ids with held feedback."""
@@ -204,7 +203,7 @@ class HeldFeedback:
         else:
             waiting.append(entry)
         self._queue.push(entry.deadline, entry)
-        self._count += 1
+        self.count += 1
 
     def claim(self, rid: str) -> Sequence[HeldEntry]:
         """Remove and return the live entries for ``rid`` (its impression arrived)."""
@@ -213,7 +212,7 @@ class HeldFeedback:
         entries = [h for h in self._by_rid.pop(rid, ()) if h.alive]
         for entry in entries:
             entry.alive = False
-        self._count -= len(entries)
+        self.count -= len(entries)
         return entries
 
     def min_deadline(self) -> int | None:
@@ -244,7 +243,7 @@ class HeldFeedback:
         if not entry.alive:
             return 0
         entry.alive = False
-        self._count -= 1
+        self.count -= 1
         waiting = self._by_rid.get(entry.rid)
         if waiting is not None:
             waiting.remove(entry)

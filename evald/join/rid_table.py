@@ -8,14 +8,10 @@ NONE = -1  # "no slot"
 _EMPTY, _TOMB = 0, 1  # reserved keys
 
 
-def rid_key(rid: str) -> int:
-    """64-bit key of a request id in the table (never one of the reserved keys)."""
-    h = hash(rid)
-    return h + 2 if 0 <= h <= 1 else h
-
-
 class RidTable:
-    """request-id key -> slot; open addressing with linear probing over two numpy arrays.
+    """request-id hash -> slot; open addressing with linear probing over two numpy arrays.
+
+    Keys are ``hash(request_id)``; the two the table reserves (0, 1) are stored shifted by 2.
 
     12 bytes a bucket at most 60% full, instead of a dict entry plus a string and an int
     object per pending impression. Two ids with the same 64-bit hash would be taken for one
@@ -39,6 +35,8 @@ class RidTable:
 
     def get(self, key: int) -> int:
         """Slot of ``key`` or -1."""
+        if 0 <= key <= 1:
+            key += 2
         keys = self._k
         mask = self._mask
         i = key & mask
@@ -55,6 +53,8 @@ class RidTable:
 
         One probe run serves both the duplicate check and the insertion.
         """
+        if 0 <= key <= 1:
+            key += 2
         if (self._used + 1) * 5 > (self._mask + 1) * 3:
             self._rebuild()
         keys = self._k
@@ -85,6 +85,8 @@ class RidTable:
 
     def remove(self, key: int) -> None:
         """Remove a key known to be present (leaves a tombstone)."""
+        if 0 <= key <= 1:
+            key += 2
         keys = self._k
         mask = self._mask
         i = key & mask

@@ -26,8 +26,8 @@ from evald.join.feedback import AttachedFeedback, HeldEntry, HeldFeedback
 from evald.join.offset_log import OffsetLog
 from evald.join.pending import PendingImpressions
 from evald.join.queues import DeadlineQueue, IntFifo
-from evald.join.rid_table import NONE, RidTable, rid_key
-from evald.join.window import deadline, is_closed, misses_window
+from evald.join.rid_table import NONE, RidTable
+from evald.join.window import deadline, is_closed, misses_window, open_deadline
 from evald.segments import LabelTable
 from evald.stats import Stats
 
@@ -162,12 +162,11 @@ class JoinStore:
     def add_impression(self, imp: Impression, offset: int | None, replayed: bool) -> str:
         """Join one impression; returns "accepted", "duplicate" or "skipped" (re-fed, done)."""
         ts = imp.ts
-        due = deadline(ts, self.window)
-        wm = self._wm.watermark
-        if replayed and is_closed(due, wm):
+        due = open_deadline(ts, self.window, self._wm.watermark)  # None: closed already
+        if replayed and due is None:
             return "skipped"
         rid = imp.request_id
-        key = rid_key(rid)
+        key = hash(rid)
         table = self._table
         if self._open_total[0] >= self.max_pending:
             if table.get(key) != NONE:
@@ -183,7 +182,7 @@ class JoinStore:
             pending.offset[slot] = offset + 1
             self._imp_offsets.push(offset, slot)
         self._open_total[0] += 1
-        for entry in self._held.claim(rid):
+        for entry in self._held.claim(rid) if self._held.count else ():
             self._attach(
                 slot,
                 ts,
@@ -194,13 +193,15 @@ class JoinStore:
                 entry.offset,
                 entry.replayed,
             )
-        if is_closed(due, wm):  # late (a replayed one was skipped above)
+        if due is None:  # late (a replayed one was skipped above)
             self._close(slot, "late")
         else:
             self._queue.push(due, slot)
             if due < self._due:
                 self._due = due
-        self._advance(ts, replayed)
+        mark = self._wm.see(ts, replayed)  # joined first, then the watermark moves
+        if mark is not None and mark >= self._due:
+            self._close_due(mark)
         return "accepted"
 
     def add_feedback(self, fb: Feedback, grade: float, offset: int | None, replayed: bool) -> str:
@@ -208,23 +209,16 @@ class JoinStore:
         ts = fb.ts
         evid = 0 if fb.event_id is None else hash(fb.event_id) or 1
         off = 0 if offset is None else offset + 1
-        slot = self._table.get(rid_key(fb.request_id))
+        slot = self._table.get(hash(fb.request_id))
         if slot == NONE:
             outcome = self._hold(fb, grade, evid, off, replayed)
         else:
             imp_ts = self._pending.ts[slot]
             outcome = self._attach(slot, imp_ts, ts, hash(fb.item), grade, evid, off, replayed)
-        self._advance(ts, replayed)
+        mark = self._wm.see(ts, replayed)  # joined first, then the watermark moves
+        if mark is not None and mark >= self._due:
+            self._close_due(mark)
         return outcome
-
-    def _advance(self, ts: int, replayed: bool) -> None:
-        """After an event is joined: the watermark may move, closing what became due."""
-        clock = self._wm
-        clock.fresh = True
-        if ts > clock.confirmed and not (replayed and clock.restored):
-            mark = clock.observe(ts)
-            if mark is not None and mark >= self._due:
-                self._close_due(mark)
 
     def _attach(
         self,
@@ -254,8 +248,8 @@ class JoinStore:
 
     def _hold(self, fb: Feedback, grade: float, evid: int, off: int, replayed: bool) -> str:
         """Feedback before its impression: keep it until its own deadline passes."""
-        due = deadline(fb.ts, self.window)
-        if is_closed(due, self._wm.watermark):
+        due = open_deadline(fb.ts, self.window, self._wm.watermark)
+        if due is None:
             # no impression that could still arrive on time can claim it (docs/semantics.md)
             if not replayed:
                 self.stats.unattributed["orphaned"] += 1

@@ -22,6 +22,13 @@ def deadline(ts: T, window: int) -> T:
     return ts + window
 
 
+def open_deadline(ts: int, window: int, watermark: int | None) -> int | None:
+    """Deadline of an event at ``ts`` (``deadline``), or None when it is closed already: the
+    per-event form of ``deadline`` then ``is_closed``, one call."""
+    due = ts + window
+    return None if watermark is not None and due <= watermark else due
+
+
 def is_closed(due: int, watermark: int | None) -> bool:
     """Whether something with deadline ``due`` is closed at ``watermark`` (None: no event yet)."""
     return watermark is not None and due <= watermark
