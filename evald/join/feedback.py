@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -28,7 +29,9 @@ class AttachedFeedback:
     """
 
     def __init__(self, capacity: int = 1024) -> None:
-        self._arrays = {name: np.zeros(capacity, dtype) for name, dtype in COLUMNS.items()}
+        self._arrays: dict[str, np.ndarray] = {
+            name: np.zeros(capacity, dtype) for name, dtype in COLUMNS.items()
+        }
         self._bind()
         self._free: list[int] = []
         self._top = 0
@@ -36,9 +39,11 @@ class AttachedFeedback:
 
     def _bind(self) -> None:
         a = self._arrays
-        self._item, self._grade = memoryview(a["item"]), memoryview(a["grade"])
-        self._next, self._evid = memoryview(a["next"]), memoryview(a["evid"])
-        self._offset, self._replayed = memoryview(a["offset"]), memoryview(a["replayed"])
+        # typeshed lets a memoryview hold ints only; this one is float64
+        self._grade = cast("MutableSequence[float]", a["grade"].data)
+        self._item = a["item"].data
+        self._next, self._evid = a["next"].data, a["evid"].data
+        self._offset, self._replayed = a["offset"].data, a["replayed"].data
 
     def has_event(self, head: int, evid: int) -> bool:
         """Whether the chain starting at ``head`` holds event id ``evid``."""

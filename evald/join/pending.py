@@ -36,7 +36,9 @@ class PendingImpressions:
     """
 
     def __init__(self, capacity: int = 1024) -> None:
-        self._arrays = {name: np.zeros(capacity, dtype) for name, dtype in COLUMNS.items()}
+        self._arrays: dict[str, np.ndarray] = {
+            name: np.zeros(capacity, dtype) for name, dtype in COLUMNS.items()
+        }
         self._bind()
         self._top = 0
         self._free: list[int] = []
@@ -47,11 +49,11 @@ class PendingImpressions:
 
     def _bind(self) -> None:
         a = self._arrays
-        self.ts, self.key = memoryview(a["ts"]), memoryview(a["key"])
-        self.offset, self.head = memoryview(a["offset"]), memoryview(a["head"])
-        self._start, self._length = memoryview(a["start"]), memoryview(a["length"])
-        self._rid_start, self._rid_len = memoryview(a["rid_start"]), memoryview(a["rid_len"])
-        self._label = memoryview(a["label"])
+        self.ts, self.key = a["ts"].data, a["key"].data
+        self.offset, self.head = a["offset"].data, a["head"].data
+        self._start, self._length = a["start"].data, a["length"].data
+        self._rid_start, self._rid_len = a["rid_start"].data, a["rid_len"].data
+        self._label = a["label"].data
 
     def column(self, name: str) -> np.ndarray:
         return self._arrays[name]

@@ -25,7 +25,7 @@ class RidTable:
         self._keys = np.zeros(capacity, np.int64)
         self._vals = np.zeros(capacity, np.int32)
         # memoryviews: scalar access from Python is ~2x cheaper than numpy indexing
-        self._k, self._v = memoryview(self._keys), memoryview(self._vals)
+        self._k, self._v = self._keys.data, self._vals.data
         self._mask = capacity - 1
         self._live = 0
         self._used = 0  # live + tombstones

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -372,7 +373,7 @@ class JoinStore:
         request_ids = pending.request_ids(idx)
         label_ids = pending.label_ids(idx)
         table = self.labels
-        labels = [table.labels[i] for i in label_ids]
+        labels = cast("list[dict[str, str]]", [table.labels[i] for i in label_ids])  # live ids
         segment_ids = np.asarray([table.segment[i] for i in label_ids], dtype=np.intp)
         ts = pending.column("ts")[idx].copy()
         for label_id, count in Counter(label_ids).items():
