@@ -201,7 +201,7 @@ class JoinStore:
             if due < self._due:
                 self._due = due
         mark = self._wm.see(ts, replayed)  # joined first, then the watermark moves
-        if mark is not None and mark >= self._due:
+        if mark is not None and is_closed(self._due, mark):
             self._close_due(mark)
         return "accepted"
 
@@ -217,7 +217,7 @@ class JoinStore:
             imp_ts = self._pending.ts[slot]
             outcome = self._attach(slot, imp_ts, ts, hash(fb.item), grade, evid, off, replayed)
         mark = self._wm.see(ts, replayed)  # joined first, then the watermark moves
-        if mark is not None and mark >= self._due:
+        if mark is not None and is_closed(self._due, mark):
             self._close_due(mark)
         return outcome
 
@@ -293,13 +293,13 @@ class JoinStore:
 
     def set_watermark(self, mark: int) -> None:
         """Move the watermark forward (never back) and close everything now due."""
-        if self._wm.advance(mark) is not None and mark >= self._due:
+        if self._wm.advance(mark) is not None and is_closed(self._due, mark):
             self._close_due(mark)
 
     def idle(self, now: float) -> None:
         """Called on every tick: the idle fallback (``PartitionClock.idle``)."""
         mark = self._wm.idle(now)
-        if mark is not None and mark >= self._due:
+        if mark is not None and is_closed(self._due, mark):
             self._close_due(mark)
 
     def restore(
