@@ -112,7 +112,7 @@ class JoinStore:
         """Feedback held because its impression has not arrived (yet)."""
         return len(self._held)
 
-    def held_request_ids(self) -> int:
+    def held_request_id_count(self) -> int:
         """Request ids with held feedback (0 once every held entry is claimed or expired)."""
         return self._held.waiting()
 

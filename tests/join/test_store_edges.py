@@ -149,7 +149,7 @@ def test_a_batch_without_offsets_is_never_taken_as_re_fed() -> None:
 def test_held_feedback_is_forgotten_once_attached(batched: bool) -> None:
     engine, _, _ = make()
     feed_all(engine, [fb("r", 1, "a"), imp("r", 0, ["a"])], batched)
-    assert engine._stores[0].held_request_ids() == 0
+    assert engine._stores[0].held_request_id_count() == 0
 
 
 def _dense_stream(every: int, n: int = 5000) -> list[tuple[str, bytes]]:
