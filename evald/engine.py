@@ -26,6 +26,7 @@ from evald.config import EngineConfig
 from evald.decode import Decoder, Rejection
 from evald.events import Feedback, Impression, format_timestamp, parse_timestamp
 from evald.join import Joined, JoinStore
+from evald.join.window import complete_before
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
 from evald.segments import LabelTable, SegmentIndex
 from evald.stats import Stats
@@ -325,7 +326,7 @@ class Engine:
         partition bounds it. None before any event.
         """
         marks = [s.watermark for s in self._stores.values() if s.watermark is not None]
-        return min(marks) - self.config.window + 1 if marks else None
+        return complete_before(min(marks), self.config.window) if marks else None
 
     def window_rows(self, *, last_only: bool = True) -> list[WindowRow]:
         """Window aggregates of the last complete window per width (``last_only``, what the

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime, timezone
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -63,12 +63,16 @@ def format_timestamp(ms: int) -> str:
     return f"{stamp}.{millis:03d}Z"
 
 
-#: ints are checked inside pydantic-core; only RFC 3339 strings need the Python parser
-Timestamp = Annotated[
-    Annotated[int, Field(ge=0, le=MAX_TS_MS, strict=True)]
-    | Annotated[StrictStr, AfterValidator(parse_timestamp)],
-    Field(union_mode="left_to_right"),
-]
+#: ints are checked inside pydantic-core; only RFC 3339 strings need the Python parser. A
+#: validated event's ``ts`` is always epoch ms (an ``int``), which is what the type checker sees.
+if TYPE_CHECKING:
+    Timestamp = int
+else:
+    Timestamp = Annotated[
+        Annotated[int, Field(ge=0, le=MAX_TS_MS, strict=True)]
+        | Annotated[StrictStr, AfterValidator(parse_timestamp)],
+        Field(union_mode="left_to_right"),
+    ]
 NonNegativeGrade = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 
 

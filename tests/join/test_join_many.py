@@ -1,11 +1,11 @@
 """``Engine.feed_batch`` must do exactly what ``Engine.feed`` does event by event.
 
-The batch path inlines the join's common case (evald.join.JoinStore.join_many) and falls back to
-the one-event methods for the rest, so the property below drives streams that reach every
-branch: duplicate impressions, out-of-order and late impressions, feedback before its impression
-(held), early / late / duplicate / unknown-item feedback, judgments and unknown actions,
-malformed records, the pending cap, a restore with re-fed offsets, several partitions, and
-batch boundaries anywhere (including inside a run that closes windows).
+The batch path (evald.join.JoinStore.join_many) is a loop over the one-event methods; the
+property below drives streams that reach every branch of the join: duplicate impressions,
+out-of-order and late impressions, feedback before its impression (held), early / late /
+duplicate / unknown-item feedback, judgments and unknown actions, malformed records, the
+pending cap, a restore with re-fed offsets, several partitions, and batch boundaries anywhere
+(including inside a run that closes windows).
 """
 
 from __future__ import annotations
@@ -82,15 +82,8 @@ def _scanned_low_offsets(engine: Engine, partition: int) -> dict[str, int | None
     store = engine._stores.get(partition)
     if store is None:
         return {"impression": None, "feedback": None}
-    live = np.flatnonzero(store._label[: store._top])
-    imp = [int(o) - 1 for o in store._offset[live] if o > 0]
-    fbs = []
-    for link in store._head[live].tolist():
-        while link:
-            if store._fb_offset[link - 1]:
-                fbs.append(int(store._fb_offset[link - 1]) - 1)
-            link = int(store._fb_next[link - 1])
-    fbs += [h.offset - 1 for hs in store._held.values() for h in hs if h.alive and h.offset > 0]
+    scanned = store.scanned_offsets()
+    imp, fbs = scanned["impression"], scanned["feedback"]
     return {"impression": min(imp, default=None), "feedback": min(fbs, default=None)}
 
 

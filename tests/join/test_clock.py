@@ -7,9 +7,11 @@ Each case runs through ``Engine.feed`` and ``Engine.feed_batch``. Window 10 min,
 from __future__ import annotations
 
 import pytest
-from test_join import LATENESS, MIN, WINDOW, fb, imp, make
+from settable_clock import SettableClock
+from test_store import LATENESS, MIN, WINDOW, fb, imp, make
 
 from evald.engine import Engine, Result
+from evald.join.clock import PartitionClock
 
 BOTH = pytest.mark.parametrize("batched", [False, True], ids=["feed", "feed_batch"])
 HOUR = 60 * MIN
@@ -146,3 +148,43 @@ def test_a_checkpoint_without_event_times_still_restores() -> None:
     engine, _, _ = make()
     engine.restore(0, WINDOW, {"impression": 5, "feedback": 5}, None)
     assert engine.watermarks()[0] == WINDOW and engine.event_times(0) == (None, None)
+
+
+# ---------------------------------------------------------------- PartitionClock on its own
+
+
+def _clock(wall: SettableClock) -> PartitionClock:
+    return PartitionClock(lateness=LATENESS, jump=HOUR, idle_timeout=5 * MIN, clock=wall)
+
+
+def test_partition_clock_confirms_near_times_and_holds_a_far_one_as_candidate() -> None:
+    clock = _clock(SettableClock())
+    assert clock.observe(10 * MIN) is None  # the first time is only a candidate
+    assert clock.observe(11 * MIN) == 11 * MIN - LATENESS  # confirmed by a second one near it
+    assert clock.observe(11 * MIN + 3 * HOUR) is None  # far ahead: a candidate again
+    assert clock.watermark == 11 * MIN - LATENESS
+    assert clock.event_times() == (11 * MIN, 11 * MIN + 3 * HOUR)
+    assert clock.observe(12 * MIN + 3 * HOUR) == 12 * MIN + 3 * HOUR - LATENESS
+    assert clock.advance(0) is None  # never back
+
+
+def test_partition_clock_idle_fallback_follows_the_injected_wall_clock() -> None:
+    wall = SettableClock(1_000.0)
+    clock = _clock(wall)
+    clock.observe(10 * MIN)
+    clock.observe(10 * MIN)
+    clock.fresh = True
+    assert clock.idle(wall()) is None  # the tick that first sees the event starts the count
+    wall.now += 4 * 60
+    assert clock.idle(wall()) is None  # quiet for less than idle_timeout
+    wall.now += 60
+    assert clock.idle(wall()) == 10 * MIN - LATENESS + 5 * MIN
+    assert clock.watermark == 15 * MIN - LATENESS
+
+
+def test_partition_clock_restored_times_continue_where_the_checkpoint_stopped() -> None:
+    clock = _clock(SettableClock())
+    clock.restore_times((20 * MIN, None))
+    assert clock.restored
+    assert clock.event_times() == (20 * MIN, None)
+    assert clock.observe(21 * MIN) == 21 * MIN - LATENESS  # confirmed: near the restored time

@@ -360,17 +360,17 @@ def test_results_do_not_depend_on_how_often_tick_runs():
 
 def test_many_lists_of_varied_length_reuse_the_item_arena(monkeypatch):
     """Slots and item storage are recycled (compaction) and every grade lands on its item."""
-    from evald.join import JoinStore
+    from evald.join.pending import PendingImpressions
 
     compactions: list[str] = []
-    for name in ("_compact_items", "_compact_rids"):
-        original = getattr(JoinStore, name)
+    for name in ("compact_items", "compact_rids"):
+        original = getattr(PendingImpressions, name)
 
         def counted(self, _original=original, _name=name):
             compactions.append(_name)
             return _original(self)
 
-        monkeypatch.setattr(JoinStore, name, counted)
+        monkeypatch.setattr(PendingImpressions, name, counted)
     engine, results, _ = make(measures="P@1000,RR")
     rng = np.random.default_rng(3)
     truth = {}
@@ -393,7 +393,7 @@ def test_many_lists_of_varied_length_reuse_the_item_arena(monkeypatch):
     assert {k: r.measures["RR"] for k, r in got.items()} == truth
     for k, r in got.items():
         assert math.isclose(r.measures["P@1000"], (truth[k] > 0) / 1000)
-    assert set(compactions) == {"_compact_items", "_compact_rids"}
+    assert set(compactions) == {"compact_items", "compact_rids"}
 
 
 def test_cap_counts_every_partition():
@@ -406,25 +406,3 @@ def test_cap_counts_every_partition():
     engine.tick()
     assert [(r.request_id, r.reason) for r in results] == [("p0-a", "cap"), ("p1-a", "cap")]
     assert engine.pending() == 3
-
-
-def test_request_id_table_survives_tombstones_and_rebuilds():
-    from evald.join import _rid_key, _RidTable
-
-    table = _RidTable(capacity=8)
-    rng = np.random.default_rng(11)
-    live: dict[int, int] = {}
-    for step in range(20_000):
-        if live and rng.random() < 0.45:
-            key = list(live)[int(rng.integers(len(live)))]
-            table.remove(key)
-            del live[key]
-        else:
-            key = _rid_key(f"r{step}")
-            assert table.insert(key, step) == -1
-            assert table.insert(key, -5) == step  # present: reported, not replaced
-            live[key] = step
-        assert len(table) == len(live)
-    assert all(table.get(k) == v for k, v in live.items())
-    assert table.get(_rid_key("never")) == -1
-    assert any(k < 0 for k in live) and any(k > 0 for k in live)

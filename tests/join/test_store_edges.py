@@ -1,16 +1,16 @@
 """Boundary cases of the join, each run through ``Engine.feed`` and ``Engine.feed_batch``.
 
-``JoinStore.join_many`` inlines the common case of the one-event methods; a mutation audit
-found these edges (equalities with the watermark, re-fed feedback, growth of the slot and
-feedback columns past their first size) reached too rarely by the random property test in
-``test_engine_batch.py`` to catch a divergence. Window 10 min, lateness 1 min.
+A mutation audit of the former inlined batch path found these edges (equalities with the
+watermark, re-fed feedback, growth of the slot and feedback columns past their first size)
+reached too rarely by the random property test in ``test_join_many.py`` to catch a divergence;
+they stay as guards of the one join path. Window 10 min, lateness 1 min.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_join import LATENESS, MIN, WINDOW, expected, fb, imp, make
+from test_store import LATENESS, MIN, WINDOW, expected, fb, imp, make
 
 from evald.engine import Engine
 
@@ -149,7 +149,7 @@ def test_a_batch_without_offsets_is_never_taken_as_re_fed() -> None:
 def test_held_feedback_is_forgotten_once_attached(batched: bool) -> None:
     engine, _, _ = make()
     feed_all(engine, [fb("r", 1, "a"), imp("r", 0, ["a"])], batched)
-    assert engine._stores[0]._held == {}
+    assert engine._stores[0].held_request_id_count() == 0
 
 
 def _dense_stream(every: int, n: int = 5000) -> list[tuple[str, bytes]]:
