@@ -136,8 +136,10 @@ def test_ten_thousand_label_combinations_stay_at_the_segment_cap(
 ) -> None:
     kafka_tools.create({f"imp-{unique}": 1, f"fb-{unique}": 1})
     records = [impression(f"r{i}", i, BASE_MS + 6 * i) for i in range(COMBINATIONS)]
-    # a later impression of a kept combination moves the watermark past every window above
+    # two later impressions of a kept combination move the watermark past every window above
+    # (a time that far ahead moves it once a second event confirms it: docs/semantics.md §3)
     records.append(impression("push", 0, BASE_MS + 2 * 3_600_000))
+    records.append(impression("push-confirmed", 0, BASE_MS + 2 * 3_600_000 + 1_000))
     kafka_tools.produce_raw(f"imp-{unique}", records)
 
     def finalized() -> list[tuple[str, dict[str, str], float]] | None:

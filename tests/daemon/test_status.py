@@ -79,15 +79,18 @@ def test_status_rates_levels_and_a_new_session_resetting_counters() -> None:
 def test_sample_reads_a_real_engine_and_the_daemon_stats() -> None:
     engine = Engine(load_config())
     ts = int(T0 * 1000)
+    # a partition's watermark moves once a second event confirms its time (docs/semantics.md §3)
     engine.feed(_impression("r1", ts), partition=0)
+    engine.feed(_impression("r1b", ts + 1_000), partition=0)
     engine.feed(_impression("r2", ts + 60_000), partition=1)
+    engine.feed(_impression("r2b", ts + 61_000), partition=1)
     engine.feed(b"{not json", partition=0)
     stats = DaemonStats(results_produced=7)
     stats.set_lag({("imp", 0): 3, ("fb", 0): 4})
     got = sample(engine, stats, T0 + 600)
-    assert (got.consumed, got.rejected, got.pending, got.results, got.lag) == (3, 1, 2, 7, 7)
+    assert (got.consumed, got.rejected, got.pending, got.results, got.lag) == (5, 1, 4, 7, 7)
     marks = [m for m in engine.watermarks().values() if m is not None]
-    assert got.watermark_ms == min(marks)
+    assert len(marks) == 2 and got.watermark_ms == min(marks)
     assert sample(None, stats, T0).consumed == 0  # between sessions there is no engine
 
 
