@@ -92,6 +92,13 @@ class Tmux:
     def pane_dead(self) -> bool:
         return self._run("display-message", "-p", "-t", "top", "#{pane_dead}") == "1"
 
+    def exit_status(self) -> str | None:
+        """``"STATUS/"`` or ``"/SIGNAL"`` of the dead pane's process, None until tmux has it."""
+        got = self._run(
+            "display-message", "-p", "-t", "top", "#{pane_dead_status}/#{pane_dead_signal}"
+        )
+        return None if got == "/" else got
+
     def keys(self, *keys: str) -> None:
         self._run("send-keys", "-t", "top", *keys)
 
@@ -126,8 +133,9 @@ def test_live_view_in_a_real_terminal_fits_80_columns_and_quits_on_ctrl_c(
         assert screen.count("evald top ·") == 1  # redrawn in place, not scrolled
         tmux.keys("C-c")
         _wait_for("evald top to exit on Ctrl-C", tmux.pane_dead, timeout=30)
-        status = tmux._run("display-message", "-p", "-t", "top", "#{pane_dead_status}")
-        assert status == "0"
+        # tmux sees the terminal close before it reaps the process: wait for the exit status
+        status = _wait_for("tmux to record how evald top exited", tmux.exit_status, timeout=30)
+        assert status == "0/", f"exit status/signal {status}; screen:\n{tmux.screen()}"
     finally:
         tmux.close()
 
