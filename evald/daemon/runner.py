@@ -381,6 +381,7 @@ class Daemon:
         with self.lock:
             self._take(batches)
             fed = self._feed()
+            assert self._engine is not None
             self._engine.tick()
             self._backpressure(fed)
             self._uncommitted += fed
@@ -523,7 +524,7 @@ class Daemon:
         impression per new one, at close to the uncapped rate.
         """
         consumer = self._consumer
-        assert consumer is not None
+        assert consumer is not None and self._engine is not None
         pending = self._engine.pending()
         self.stats.peak_pending = max(self.stats.peak_pending, pending)
         daemon = self.settings.daemon
@@ -723,6 +724,7 @@ class Daemon:
         producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
         self._check_dead_letters()
         engine = self._engine
+        assert engine is not None
         topics = self.settings.topics
         planned: list[tuple[_Part, Checkpoint, Any]] = []
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -861,6 +863,7 @@ class Daemon:
         ckpt_tp = TopicPartition(topics.checkpoint_topic, p)
         committed = consumer.committed(ckpt_tp)
         engine = self._engine
+        assert engine is not None
         if committed:
             checkpoint = read_checkpoint(
                 reader, topics.checkpoint_topic, p, committed, RESTORE_TIMEOUT_S, self.clock
