@@ -55,3 +55,19 @@ def format_duration(ms: int) -> str:
         if n:
             parts.append(f"{n}{unit}")
     return "".join(parts)
+
+
+def readable(seconds: float) -> str:
+    """``45s``, ``2m03s``, ``1h05m``, ``3d04h`` (``-`` in front when negative): a span a person
+    reads at a glance in a log line or a terminal view, never raw seconds or milliseconds."""
+    sign, left = ("-" if seconds < 0 else ""), round(abs(seconds))
+    if left < 60:
+        return f"{sign}{left}s"
+    minutes, secs = divmod(left, 60)
+    if minutes < 60:
+        return f"{sign}{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{sign}{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{sign}{days}d{hours:02d}h"

@@ -21,6 +21,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from evald.durations import readable
+
 if TYPE_CHECKING:
     from evald.daemon.stats import DaemonStats
     from evald.engine import Engine
@@ -85,17 +87,6 @@ def status(prev: Sample, cur: Sample, ready: tuple[bool, str] = (True, "ok")) ->
     }
 
 
-def _duration(seconds: float) -> str:
-    sign, seconds = ("-" if seconds < 0 else ""), round(abs(seconds))
-    if seconds < 60:
-        return f"{sign}{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{sign}{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{sign}{hours}h{minutes:02d}m"
-
-
 def format_status(fields: dict[str, Any]) -> str:
     """One readable line from :func:`status`'s fields."""
     lag = "-" if fields["lag"] is None else f"{fields['lag']:,}"
@@ -104,7 +95,7 @@ def format_status(fields: dict[str, Any]) -> str:
     return (
         f"status{state}: consumed {fields['consumed_per_s']:,.0f}/s"
         f" · results {fields['results_per_s']:,.0f}/s · lag {lag}"
-        f" · watermark delay {'-' if delay is None else _duration(delay)}"
+        f" · watermark delay {'-' if delay is None else readable(delay)}"
         f" · pending {fields['pending']:,}"
         f" · rejected {fields['rejected']:,} (+{fields['rejected_new']:,})"
     )

@@ -17,7 +17,9 @@ from typing import TextIO
 import numpy as np
 
 from evald.aggregate import Aggregates
+from evald.durations import readable
 from evald.stats import Stats, mean_ci95
+from evald.terminal import can_encode
 
 #: the measures the demo shows, in order, by their canonical names (the column titles, the
 #: ``measure`` label in /metrics and the keys in results files). The first drives the trend.
@@ -225,17 +227,6 @@ def hms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S")
 
 
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
 def _value(estimate: Estimate | None) -> str:
     if estimate is None or math.isnan(estimate.mean):
         return "-"
@@ -251,7 +242,7 @@ def arrow(direction: str, *, unicode: bool = True) -> str:
 
 def health_items(h: Health) -> list[str]:
     """The health figures as short items, joined with `` · `` and wrapped by the renderers."""
-    lag = "-" if h.watermark_lag_s is None else _duration(h.watermark_lag_s)
+    lag = "-" if h.watermark_lag_s is None else readable(h.watermark_lag_s)
     return [
         f"{h.events_per_s:,.0f} events/s",
         f"pending {h.pending:,}",
@@ -343,7 +334,7 @@ def render_table(
 
 def render_lines(snap: Snapshot, elapsed_s: float, *, shown: Sequence[str] = SHOWN) -> str:
     """The plain form: one line per segment and one health line, each prefixed by the time."""
-    stamp = f"[{_duration(elapsed_s):>6}]"
+    stamp = f"[{readable(elapsed_s):>6}]"
     lines: list[str] = []
     window = "-" if snap.window is None else f"{hms(snap.window[0])}-{hms(snap.window[1])}"
     for seg in snap.segments:
@@ -355,21 +346,6 @@ def render_lines(snap: Snapshot, elapsed_s: float, *, shown: Sequence[str] = SHO
         )
     lines.append(f"{stamp} {health_line(snap.health)}")
     return "\n".join(lines) + "\n"
-
-
-def can_encode(stream: TextIO, text: str) -> bool:
-    """Whether ``stream`` can print ``text`` (arrows and '±' need UTF-8).
-
-    A stream without an encoding (``io.StringIO``) holds str and takes anything.
-    """
-    encoding = getattr(stream, "encoding", None)
-    if encoding is None:
-        return True
-    try:
-        text.encode(encoding)
-    except (UnicodeEncodeError, LookupError):
-        return False
-    return True
 
 
 class LiveView:

@@ -17,6 +17,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
+from evald.terminal import can_encode
+
 if TYPE_CHECKING:
     from evald.top.model import Scrape, View
 
@@ -212,7 +214,7 @@ class Top:
         self.stream = stream
         self.sleep = sleep
         self.width = width
-        self.unicode = _can_encode(stream, "±·▲▼−…")
+        self.unicode = can_encode(stream, "±·▲▼−…")
         self._prev: Scrape | None = None
 
     def view(self, scrape: Scrape) -> View:
@@ -277,14 +279,3 @@ class Top:
             if tty:
                 self.stream.write(_SHOW_CURSOR)
                 self.stream.flush()
-
-
-def _can_encode(stream: TextIO, text: str) -> bool:
-    encoding = getattr(stream, "encoding", None)
-    if encoding is None:
-        return True
-    try:
-        text.encode(encoding)
-    except (UnicodeEncodeError, LookupError):
-        return False
-    return True

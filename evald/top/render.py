@@ -12,29 +12,15 @@ import math
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
+from evald.durations import readable
 from evald.top.model import Comparison, Estimate, View
 
-__all__ = ["ascii_only", "duration", "render"]
+__all__ = ["ascii_only", "render"]
 
 _MEASURE_W = 12
 _CELL_W = 16
 _DELTA_W = 19
 _SEP = " · "
-
-
-def duration(seconds: float) -> str:
-    """``45s``, ``2m03s``, ``1h05m``, ``3d04h``: readable at a glance, never raw seconds."""
-    seconds = round(abs(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
 
 
 def _clock(seconds: float) -> str:
@@ -155,9 +141,9 @@ def _health(view: View, width: int) -> list[str]:
     if view.watermark_delay_s is None:
         state.append("watermark -")
     elif view.watermark_delay_s >= 0:
-        state.append(f"watermark delay {duration(view.watermark_delay_s)}")
+        state.append(f"watermark delay {readable(view.watermark_delay_s)}")
     else:  # event time ahead of the wall clock (the demo runs it faster)
-        state.append(f"watermark {duration(view.watermark_delay_s)} ahead of wall time")
+        state.append(f"watermark {readable(-view.watermark_delay_s)} ahead of wall time")
     if view.consumer_lag is not None:
         state.append(f"consumer lag {_count(view.consumer_lag)}")
     rejects = [f"{reason} {value:,.0f}" for reason, value in view.rejects] or ["none"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from evald.durations import readable as duration
 from evald.top.model import Comparison, Estimate, GroupRow, View
-from evald.top.render import duration, render
+from evald.top.render import render
 
 ALL = ["nDCG@10", "RR", "Success@10", "RBP(p=0.8)"]
 
