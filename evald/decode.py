@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -124,6 +124,35 @@ class Rejection:
             "kind": self.kind,
             "raw": self.raw.decode("utf-8", errors="replace"),
         }
+
+
+class EventDecoder(Protocol):
+    """What the engine needs from an input format: raw bytes in, a typed event or a
+    :class:`Rejection` out (never an exception on data), one record or a batch.
+
+    Another input format is another decoder handed to ``Engine(decoder=...)``, not an edit of
+    the engine. :class:`Decoder` (the native JSON schema, docs/semantics.md) is the default.
+    """
+
+    #: default grade per action, for accepted feedback that carries no ``grade`` of its own
+    action_grades: dict[str, float]
+
+    def decode(
+        self, raw: bytes, kind: str | None = None, reference: int | None = None
+    ) -> Impression | Feedback | Rejection:
+        """One record; ``kind`` when the source knows it, ``reference`` (epoch ms) the time
+        the event may lead by at most the engine's ``max_event_lead``."""
+        ...
+
+    def decode_many(
+        self,
+        raws: Sequence[bytes],
+        kinds: Sequence[str | None] | str | None,
+        rejections: list[tuple[int, Rejection]],
+        references: Sequence[int | None] | int | None = None,
+    ) -> Iterator[tuple[int, Impression | Feedback]]:
+        """``decode`` over a batch: yields (position, event), appends (position, rejection)."""
+        ...
 
 
 _LIMIT_REASONS = {

@@ -23,7 +23,7 @@ import numpy as np
 
 from evald.aggregate import Aggregates, WindowRow
 from evald.config import EngineConfig
-from evald.decode import Decoder, Rejection
+from evald.decode import Decoder, EventDecoder, Rejection
 from evald.events import Feedback, Impression, format_timestamp, parse_timestamp
 from evald.join import Joined, JoinStore
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
@@ -62,11 +62,14 @@ class Engine:
         *,
         clock: Callable[[], float] = time.time,
         on_result: Callable[[Result], None] | None = None,
+        decoder: EventDecoder | None = None,
     ) -> None:
+        """``decoder`` reads the input format; None: the native JSON schema (:class:`Decoder`)
+        with the config's limits, action grades and event-time bounds."""
         self.config = config
         self.clock = clock
         self.on_result = on_result
-        self.decoder = Decoder(
+        self.decoder: EventDecoder = decoder or Decoder(
             config.limits,
             config.action_grades,
             min_ts=config.min_event_time,
