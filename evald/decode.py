@@ -62,6 +62,12 @@ def keys_surely_unique(raw: bytes, event: Impression | Feedback) -> bool:
     kept = len(event.__pydantic_fields_set__)
     if event.kind == "impression":
         kept += len(event.labels)  # type: ignore[union-attr]
+    return keys_counted_unique(raw, kept)
+
+
+def keys_counted_unique(raw: bytes, kept: int) -> bool:
+    """True when ``raw``, whose parsed objects hold ``kept`` keys in all, cannot repeat a key
+    (see :func:`keys_surely_unique`); False: maybe."""
     quoted = raw.count(b'":')
     if quoted != kept:
         return False
@@ -136,12 +142,15 @@ class EventDecoder(Protocol):
 
     #: default grade per action, for accepted feedback that carries no ``grade`` of its own
     action_grades: dict[str, float]
+    #: records skipped (neither events nor rejections), by action
+    skipped: dict[str, int]
 
     def decode(
         self, raw: bytes, kind: str | None = None, reference: int | None = None
-    ) -> Impression | Feedback | Rejection:
+    ) -> Impression | Feedback | Rejection | None:
         """One record; ``kind`` when the source knows it, ``reference`` (epoch ms) the time
-        the event may lead by at most the engine's ``max_event_lead``."""
+        the event may lead by at most the engine's ``max_event_lead``. None: the format says
+        the record is not evaluated (a mapping's unmapped action), counted in ``skipped``."""
         ...
 
     def decode_many(
@@ -218,6 +227,8 @@ class Decoder:
         #: plausible event times: ``min_ts <= ts <= reference + max_lead`` (None: no lead bound)
         self.min_ts, self.max_lead = min_ts, max_lead
         self.action_grades: dict[str, float] = dict(action_grades)
+        #: the native schema skips nothing: an unknown action is rejected (``unknown_action``)
+        self.skipped: dict[str, int] = {}
         self._max_bytes = limits.max_event_bytes
         self._impression, self._feedback = limited_models(limits)
         self._validate_impression = self._impression.__pydantic_validator__.validate_json

@@ -94,6 +94,8 @@ class Engine:
         self._decode = self.decoder.decode
         self._grades = self.decoder.action_grades
         self._events = self.stats.events
+        #: the decoder counts what it skips; the exposition reads it with the other counters
+        self.stats.skipped = self.decoder.skipped
 
     # ------------------------------------------------------------------ input
 
@@ -132,8 +134,9 @@ class Engine:
         kind: str | None = None,
         offset: int | None = None,
         timestamp: int | None = None,
-    ) -> Impression | Feedback | Rejection:
+    ) -> Impression | Feedback | Rejection | None:
         """Validate and join one raw event; never raises on bad data (returns a Rejection).
+        None: the decoder skipped the record (``stats.skipped``, by action).
 
         ``kind`` comes from the source when it knows it (a Kafka topic); ``offset`` is the
         source offset, remembered for ``low_offsets``; ``timestamp`` (epoch ms) is the source's
@@ -143,6 +146,8 @@ class Engine:
         if timestamp is None or timestamp < 0:
             timestamp = int(self.clock() * 1000)
         event = self._decode(raw, kind, timestamp)
+        if event is None:  # skipped by the decoder (and counted there)
+            return None
         store = self._stores.get(partition) or self._store(partition)
         until = store.replay_until
         if event.__class__ is Rejection:
