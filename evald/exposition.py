@@ -409,6 +409,7 @@ ENGINE_FAMILIES: tuple[tuple[str, str], ...] = (
     ("evald_events", "counter"),
     ("evald_rejected", "counter"),
     ("evald_feedback_unattributed", "counter"),
+    ("evald_feedback_skipped", "counter"),
     ("evald_impressions_finalized", "counter"),
     ("evald_impressions_abandoned", "counter"),
     ("evald_segments_overflow", "counter"),
@@ -482,6 +483,7 @@ class _Snapshot:
         "pending_impressions",
         "rejected",
         "segments",
+        "skipped",
         "unattributed",
         "watermarks",
         "window_rows",
@@ -507,6 +509,7 @@ class _Snapshot:
         self.events = dict(stats.events)
         self.rejected = dict(stats.rejected)
         self.unattributed = dict(stats.unattributed)
+        self.skipped = dict(stats.skipped)
         self.finalized = dict(stats.finalized)
         self.lag_bounds: list[float] = list(stats.lag_bounds)
         self.lag_counts: list[int] = list(stats.lag_counts)
@@ -666,6 +669,13 @@ class EngineCollector:
             "Accepted feedback that counted towards no impression, by reason.",
             ("reason",),
             [((k,), v) for k, v in snap.unattributed.items()],
+        )
+        yield _counter(
+            "evald_feedback_skipped",
+            "Feedback an input mapping skipped (an action it does not grade), by action; the "
+            "first 32 actions by name, the rest as (other).",
+            ("action",),
+            [((k,), v) for k, v in snap.skipped.items()],
         )
         yield _counter(
             "evald_impressions_finalized",

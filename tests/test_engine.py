@@ -312,6 +312,7 @@ class _TabDecoder:
 
         self.native = Decoder(engine_config.limits, engine_config.action_grades)  # type: ignore[attr-defined]
         self.action_grades = self.native.action_grades
+        self.skipped = self.native.skipped
 
     def _to_json(self, raw: bytes) -> bytes:
         parts = raw.decode().split("\t")
