@@ -8,6 +8,7 @@ message naming the declared unit. Messages say what is wrong in words.
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Any, Literal
 
 from evald.events import MAX_TS_MS, parse_timestamp
@@ -70,11 +71,19 @@ def to_millis(value: Any, fmt: str) -> int:
 
 
 def _rfc3339_words(value: str, reason: str) -> str:
-    if "no UTC offset" in reason:
+    if "no UTC offset" in reason or _local_time(value):
         return f"{value!r} has no UTC offset (add 'Z' or '+hh:mm')"
     if "out of range" in reason:
         return f"{value!r} is before 1970 or after 9999"
     return f"{value!r} is not RFC 3339 text (like 2024-05-01T12:00:00Z)"
+
+
+def _local_time(value: str) -> bool:
+    """A date and time without an offset (which RFC 3339 requires)."""
+    try:
+        return datetime.fromisoformat(value.strip().upper()).tzinfo is None
+    except ValueError:
+        return False
 
 
 def _kind(value: Any) -> str:
