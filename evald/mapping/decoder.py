@@ -342,12 +342,13 @@ def _optional(fields: dict[str, Any], name: str, document: Any, path: _Path) -> 
 
 
 def _add_labels(labels: dict[str, str], value: Any, where: str, name: str | None) -> None:
-    """Labels from ``value``: an object flattened (nested keys joined by '.', under ``name.``
-    when named), a scalar as label ``name``; numbers and booleans as JSON spells them."""
+    """Labels from ``value``: an object flattened (nested keys joined by '_', so they can be
+    segment label names; under ``name_`` when named), a scalar as label ``name``; numbers
+    and booleans as JSON spells them."""
     if value is MISSING or value is None:
         return
     if type(value) is dict:
-        _flatten(labels, value, f"{name}." if name else "", where)
+        _flatten(labels, value, f"{name}_" if name else "", where)
     elif name is None:
         raise _Unreadable("wrong_type", f"{where}: a single value needs a label name")
     else:
@@ -357,7 +358,7 @@ def _add_labels(labels: dict[str, str], value: Any, where: str, name: str | None
 def _flatten(labels: dict[str, str], value: dict[str, Any], prefix: str, where: str) -> None:
     for key, item in value.items():
         if type(item) is dict:
-            _flatten(labels, item, f"{prefix}{key}.", f"{where}/{_escape(key)}")
+            _flatten(labels, item, f"{prefix}{key}_", f"{where}/{_escape(key)}")
         elif item is not None:
             labels[prefix + key] = _label_text(item, f"{where}/{_escape(key)}")
 

@@ -53,8 +53,8 @@ class ItemsSpec(_Strict):
 
 
 class LabelSpec(_Strict):
-    """One label source: an object flattened into labels (nested keys joined by '.', under
-    ``name.`` when named), or a single value labelled ``name``."""
+    """One label source: an object flattened into labels (nested keys joined by '_', under
+    ``name_`` when named), or a single value labelled ``name``."""
 
     path: Pointer
     name: str | None = Field(None, min_length=1)

@@ -73,7 +73,7 @@ def test_an_impression_from_nested_paths_with_labels_flattened_to_strings() -> N
         "bucket": "3",
         "on": "true",
         "ratio": "0.5",
-        "arm.name": "B",
+        "arm_name": "B",
         "model": "v2",
     }
 

@@ -24,8 +24,9 @@ def test_each_format_reads_the_same_instant(value: object, fmt: str) -> None:
     assert to_millis(value, fmt) == MS
 
 
-def test_whole_epoch_seconds() -> None:
+def test_whole_and_fractional_epoch_seconds() -> None:
     assert to_millis(1_714_564_800, "epoch_s") == 1_714_564_800_000
+    assert to_millis(1_714_564_800.123, "epoch_s") == 1_714_564_800_123
 
 
 @pytest.mark.parametrize(
