@@ -131,6 +131,48 @@ def decode_and_join(lines: Sequence[bytes], engine_cls: Any, config: Any) -> Cal
     return run
 
 
+def ubi_lines(lines: Sequence[bytes]) -> list[bytes]:
+    """The same traffic as OpenSearch UBI query and event records (docs/mapping.md), for the
+    ``--mapping ubi`` path: nested fields, RFC 3339 times, the kind told by ``action_name``."""
+    import json
+
+    from evald.events import format_timestamp
+
+    out = []
+    for line in lines:
+        event = json.loads(line)
+        when = format_timestamp(event["ts"])
+        if "items" in event:
+            record: dict[str, Any] = {
+                "query_id": event["request_id"],
+                "timestamp": when,
+                "query_response_hit_ids": event["items"],
+                "query_attributes": event.get("labels", {}),
+            }
+        else:
+            attributes: dict[str, Any] = {"object": {"object_id": event["item"]}}
+            if "position" in event:
+                attributes["position"] = {"ordinal": event["position"]}
+            record = {
+                "action_name": event["action"],
+                "query_id": event["request_id"],
+                "timestamp": when,
+                "event_attributes": attributes,
+            }
+        out.append(json.dumps(record, separators=(",", ":")).encode())
+    return out
+
+
+def with_mapping(engine_cls: Any, config: Any, name: str) -> Callable[..., Any]:
+    """``engine_cls`` taking a fresh decoder for mapping ``name`` on each construction."""
+    from evald.mapping import decoder_for
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        return engine_cls(*args, decoder=decoder_for(name, config), **kwargs)
+
+    return make
+
+
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     """Best wall time of `repeat` runs, and the last run's return value."""
     best, last = float("inf"), None
@@ -249,6 +291,25 @@ def body(argv: Sequence[str] | None) -> None:
     )
     c.target(
         "evald absolute rate, one core", c.fmt_rate(rate), rate >= 150_000, ">= 150,000/s (aim)"
+    )
+
+    # the input-mapping path (docs/mapping.md): the same events as UBI records, read by the
+    # ubi mapping; ratio of times against the native path (kind inferred) of this same run
+    ubi = ubi_lines(traffic.lines)
+    mapped_s, (mapped_results, _) = timed(
+        engine_run(ubi, None, with_mapping(engine_cls, config, "ubi"), config, batched=True),
+        repeat,
+    )
+    c.line(
+        f"evald --mapping ubi: feed_batch per {BATCH} lines (kind by action_name)",
+        f"{c.fmt_s(mapped_s)}  {c.fmt_rate(traffic.events / mapped_s)}",
+    )
+    c.line("check: impressions finalized via the mapping", f"{mapped_results:,}")
+    c.target(
+        "mapping path time / native path time",
+        f"{mapped_s / inferred_s:.2f}x",
+        mapped_s <= 1.5 * inferred_s and mapped_results == results,
+        "<= 1.5x",
     )
 
     # where the time goes, by phase and without a profiler: each phase is timed cumulatively

@@ -11,11 +11,14 @@ not an error, most trackers send many actions that do not judge an item.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from evald.decode import (
     BOM,
@@ -23,7 +26,6 @@ from evald.decode import (
     _reason_of,
     _when,
     duplicate_key,
-    keys_counted_unique,
 )
 from evald.events import Feedback, Impression, Limits, limited_models
 from evald.mapping.pointer import MISSING, format_pointer, parse_pointer, resolve
@@ -43,20 +45,49 @@ class _Unreadable(Exception):
         self.reason, self.detail = reason, detail
 
 
-def _reject_json_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+#: a colon after JSON whitespace: a key may be written ``"key" :`` (then not counted by '":')
+_SPACED_COLON = re.compile(rb'"[ \t\n\r]+:')
 
 
 @dataclass(frozen=True, slots=True)
 class _Path:
-    """A parsed pointer and its text, for lookups and messages."""
+    """A parsed pointer, its text (for messages) and ``get``: document -> value or MISSING."""
 
     tokens: tuple[str, ...]
     text: str
+    get: Callable[[Any], Any]
 
     @classmethod
     def of(cls, text: str) -> _Path:
-        return cls(parse_pointer(text), text)
+        tokens = parse_pointer(text)
+        return cls(tokens, text, _getter(tokens))
+
+
+def _getter(tokens: tuple[str, ...]) -> Callable[[Any], Any]:
+    """:func:`resolve` for ``tokens``, specialised: a pointer of object keys only (no token
+    that could index an array) is plain subscripting, where a wrong type or an absent key is
+    MISSING."""
+    if not tokens or any(token.isdigit() for token in tokens):
+        return lambda document: resolve(document, tokens)
+
+    def get(document: Any) -> Any:
+        value = document
+        try:
+            for token in tokens:
+                value = value[token]
+        except (KeyError, TypeError, IndexError):
+            return MISSING
+        # subscripting a string by a string raised TypeError above; only JSON types reach here
+        return value
+
+    if len(tokens) == 1:
+        (only,) = tokens
+
+        def get_one(document: Any) -> Any:
+            return document.get(only, MISSING) if type(document) is dict else MISSING
+
+        return get_one
+    return get
 
 
 def _opt(text: str | None) -> _Path | None:
@@ -143,12 +174,15 @@ class MappingDecoder:
             return Rejection("too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, known)
         text = raw[3:] if raw.startswith(BOM) else raw
         try:
-            document = json.loads(text, parse_constant=_reject_json_constant)
-        except (ValueError, RecursionError) as exc:
+            # pydantic-core's parser (the native decoder's): NaN and Infinity are not JSON
+            document = from_json(text, allow_inf_nan=False, cache_strings="keys")
+        except ValueError as exc:
             return Rejection("invalid_json", f"not JSON: {exc}", raw, known)
         if type(document) is not dict:
             return Rejection("not_an_object", "a record is a JSON object", raw, known)
-        if not keys_counted_unique(text, _count_keys(document)):
+        # each written key is followed by '":'; fewer keys kept than written means a key may
+        # repeat (or a string holds '":'): then the exact, slow check decides
+        if text.count(b'":') != _count_keys(document) or _SPACED_COLON.search(text):
             repeated = duplicate_key(text)
             if repeated is not None:
                 detail = f"key {repeated!r} appears twice in one object"
@@ -197,7 +231,7 @@ class MappingDecoder:
 
     def _sniff(self, document: dict[str, Any]) -> str:
         if self._kind_field is not None:
-            value = resolve(document, self._kind_field.tokens)
+            value = self._kind_field.get(document)
             kind = self._kind_values.get(value) if isinstance(value, str) else None
             if kind is None:
                 wanted = " or ".join(repr(v) for v in self._kind_values)
@@ -207,7 +241,7 @@ class MappingDecoder:
                 )
             return kind
         if self._kind_present is not None:
-            present = resolve(document, self._kind_present.tokens) not in (MISSING, None)
+            present = self._kind_present.get(document) not in (MISSING, None)
             means = self._kind_means or "feedback"
             return means if present else ("impression" if means == "feedback" else "feedback")
         if self._impression is None:
@@ -233,10 +267,10 @@ class MappingDecoder:
         if spec.labels:
             labels: dict[str, str] = {}
             for path, name in spec.labels:
-                _add_labels(labels, resolve(document, path.tokens), path.text, name)
+                _add_labels(labels, path.get(document), path.text, name)
             fields["labels"] = labels
         for path in spec.user_id:
-            value = resolve(document, path.tokens)
+            value = path.get(document)
             if value is not MISSING and value is not None:
                 fields["user_id"] = value
                 break
@@ -255,7 +289,7 @@ class MappingDecoder:
         action = _required(document, spec.action)
         grade: Any = None
         if spec.grade is not None:
-            grade = resolve(document, spec.grade.tokens)
+            grade = spec.grade.get(document)
             grade = None if grade is MISSING else grade
         if grade is None:
             if type(action) is not str:
@@ -298,7 +332,7 @@ class MappingDecoder:
             raise _Unreadable("wrong_type", f"{spec.items.text}: expected a list of objects")
         ids = []
         for index, entry in enumerate(items):
-            value = resolve(entry, id_path.tokens)
+            value = id_path.get(entry)
             if value is MISSING:
                 where = f"{spec.items.text}/{index}{id_path.text}"
                 raise _Unreadable("missing_field", f"{where}: missing")
@@ -329,14 +363,14 @@ class MappingDecoder:
 
 
 def _required(document: Any, path: _Path) -> Any:
-    value = resolve(document, path.tokens)
+    value = path.get(document)
     if value is MISSING or value is None:
         raise _Unreadable("missing_field", f"{path.text}: missing")
     return value
 
 
 def _optional(fields: dict[str, Any], name: str, document: Any, path: _Path) -> None:
-    value = resolve(document, path.tokens)
+    value = path.get(document)
     if value is not MISSING and value is not None:
         fields[name] = value
 
@@ -352,26 +386,41 @@ def _add_labels(labels: dict[str, str], value: Any, where: str, name: str | None
     elif name is None:
         raise _Unreadable("wrong_type", f"{where}: a single value needs a label name")
     else:
-        labels[name] = _label_text(value, where)
+        text = _label_text(value)
+        if text is None:
+            raise _Unreadable("wrong_type", f"{where}: {_not_a_label(value)}")
+        labels[name] = text
 
 
 def _flatten(labels: dict[str, str], value: dict[str, Any], prefix: str, where: str) -> None:
     for key, item in value.items():
-        if type(item) is dict:
+        if type(item) is str:
+            labels[prefix + key] = item
+        elif type(item) is dict:
             _flatten(labels, item, f"{prefix}{key}_", f"{where}/{_escape(key)}")
         elif item is not None:
-            labels[prefix + key] = _label_text(item, f"{where}/{_escape(key)}")
+            text = _label_text(item)
+            if text is None:  # the path is spelt only for the message
+                raise _Unreadable("wrong_type", f"{where}/{_escape(key)}: {_not_a_label(item)}")
+            labels[prefix + key] = text
 
 
-def _label_text(value: Any, where: str) -> str:
+def _label_text(value: Any) -> str | None:
+    """A scalar as label text (JSON's spelling); None: not a label value."""
     kind = type(value)
     if kind is str:
-        return value
+        return value  # type: ignore[no-any-return]
     if kind is bool:
         return "true" if value else "false"
-    if kind is int or kind is float:
+    if kind is int or (kind is float and math.isfinite(value)):
         return json.dumps(value)
-    raise _Unreadable("wrong_type", f"{where}: a list cannot be a label value")
+    return None
+
+
+def _not_a_label(value: Any) -> str:
+    if type(value) is float:
+        return f"{value} is not a finite number"
+    return "a list cannot be a label value"
 
 
 def _escape(key: str) -> str:
@@ -379,18 +428,30 @@ def _escape(key: str) -> str:
 
 
 def _count_keys(value: Any) -> int:
-    """Keys in every object of parsed JSON ``value``."""
+    """Keys in the objects of parsed JSON ``value``; a list whose first element is not a
+    container is not walked (ids, mostly). An undercount can only send a record to the exact
+    duplicate check, never hide a repeated key: repeats make the kept count smaller, not larger.
+    """
     count = 0
     if type(value) is dict:
         count = len(value)
         for item in value.values():
-            if type(item) is dict or type(item) is list:
+            kind = type(item)
+            if kind is dict:
+                count += len(item)
+                for inner in item.values():  # one level inlined: most records are this deep
+                    if type(inner) is dict or type(inner) is list:
+                        count += _count_keys(inner)
+            elif kind is list and item and type(item[0]) in _NESTED:
                 count += _count_keys(item)
-    elif type(value) is list:
+    else:
         for item in value:
             if type(item) is dict or type(item) is list:
                 count += _count_keys(item)
     return count
+
+
+_NESTED = (dict, list)
 
 
 def _rejection(exc: ValidationError, where: dict[str, str], raw: bytes, kind: str) -> Rejection:

@@ -7,7 +7,10 @@ message naming the declared unit. Messages say what is wrong in words.
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import math
+import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -42,10 +45,48 @@ class TimeValueError(ValueError):
         self.implausible = implausible
 
 
+#: the common RFC 3339 spelling, read without datetime: UTC, seconds, up to 6 fraction digits
+_CANONICAL = re.compile(
+    r"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,6}))?[Zz]"
+)
+_DAY_MS = 86_400_000
+
+
+@functools.lru_cache(maxsize=1024)
+def _day_ms(date: str) -> int:
+    """Epoch ms of a ``YYYY-MM-DD`` day (raises ValueError for no such day)."""
+    return (dt.date.fromisoformat(date) - _EPOCH_DAY).days * _DAY_MS
+
+
+_EPOCH_DAY = dt.date(1970, 1, 1)
+
+
+def _canonical_ms(text: str) -> int | None:
+    """:func:`parse_timestamp` of the canonical UTC form, faster; None: not that form (or not
+    a valid time), for the general parser to decide and explain."""
+    match = _CANONICAL.fullmatch(text)
+    if match is None:
+        return None
+    date, hours, minutes, seconds, fraction = match.groups()
+    h, m, sec = int(hours), int(minutes), int(seconds)
+    if h > 23 or m > 59 or sec > 59 or date < "1970":
+        return None
+    try:
+        day = _day_ms(date)
+    except ValueError:
+        return None
+    millis = int((fraction + "00")[:3]) if fraction else 0
+    return day + h * 3_600_000 + m * 60_000 + sec * 1_000 + millis
+
+
 def to_millis(value: Any, fmt: str) -> int:
     """Epoch milliseconds of ``value`` read as ``fmt``; raises :class:`TimeValueError`."""
     if fmt == "rfc3339":
-        if type(value) is not str:
+        if type(value) is str:
+            ms = _canonical_ms(value)
+            if ms is not None:
+                return ms
+        else:
             raise TimeValueError(
                 f"expected RFC 3339 text, got {_kind(value)} (if the field holds epoch numbers, "
                 "declare format epoch_s, epoch_ms, epoch_us or epoch_ns)"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from evald.events import format_timestamp, parse_timestamp
 from evald.mapping.times import TimeValueError, to_millis
 
 MS = 1_714_564_800_250  # 2024-05-01T12:00:00.250Z
@@ -51,3 +54,35 @@ def test_milliseconds_declared_as_seconds_fall_outside_the_calendar_not_rescaled
     with pytest.raises(TimeValueError, match="another unit") as caught:
         to_millis(MS, "epoch_s")
     assert caught.value.implausible
+
+
+@settings(max_examples=400, derandomize=True)
+@given(
+    st.integers(0, 253_402_300_799_999),
+    st.sampled_from(["", ".", ".0", ".00", ".000000"]),
+    st.sampled_from("TtZz"),
+)
+def test_the_fast_rfc3339_path_agrees_with_the_general_parser(ms: int, frac: str, t: str) -> None:
+    """The canonical UTC spelling is read without datetime; it must give the same instant."""
+    text = format_timestamp(ms)  # 2024-05-01T12:00:00.250Z
+    head, millis = text[:19], text[20:23]
+    spelt = head + ("" if frac == "" else frac[:1] + millis + frac[2:]) + "Z"
+    spelt = spelt.replace("T", t if t in "Tt" else "T").replace("Z", t if t in "Zz" else "Z")
+    assert to_millis(spelt, "rfc3339") == parse_timestamp(spelt)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2024-02-30T00:00:00Z", "2024-05-01T24:00:00Z", "2024-05-01T12:60:00Z",
+     "2024-05-01T12:00:60Z", "1969-12-31T23:59:59Z", "٢٠٢٤-05-01T12:00:00Z"],
+)  # fmt: skip
+def test_what_the_fast_path_refuses_the_general_parser_judges(text: str) -> None:
+    try:
+        expected: int | None = parse_timestamp(text)
+    except ValueError:
+        expected = None
+    if expected is None:
+        with pytest.raises(TimeValueError):
+            to_millis(text, "rfc3339")
+    else:
+        assert to_millis(text, "rfc3339") == expected
