@@ -409,7 +409,7 @@ def _label_text(value: Any) -> str | None:
     """A scalar as label text (JSON's spelling); None: not a label value."""
     kind = type(value)
     if kind is str:
-        return value  # type: ignore[no-any-return]
+        return value
     if kind is bool:
         return "true" if value else "false"
     if kind is int or (kind is float and math.isfinite(value)):
