@@ -30,7 +30,7 @@ from evald.decode import (
 from evald.events import Feedback, Impression, Limits, limited_models
 from evald.mapping.pointer import MISSING, format_pointer, parse_pointer, resolve
 from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec
-from evald.mapping.times import UNIT_WORDS, TimeValueError, to_millis
+from evald.mapping.times import UNIT_WORDS, TimeValueError, canonical_ms, to_millis
 
 #: distinct skipped actions counted by name; the rest count under OTHER (bounded series)
 MAX_SKIPPED_ACTIONS = 32
@@ -241,7 +241,8 @@ class MappingDecoder:
                 )
             return kind
         if self._kind_present is not None:
-            present = self._kind_present.get(document) not in (MISSING, None)
+            value = self._kind_present.get(document)
+            present = value is not MISSING and value is not None
             means = self._kind_means or "feedback"
             return means if present else ("impression" if means == "feedback" else "feedback")
         if self._impression is None:
@@ -286,7 +287,9 @@ class MappingDecoder:
     ) -> Feedback | Rejection | None:
         spec = self._feedback
         assert spec is not None
-        action = _required(document, spec.action)
+        action = spec.action.get(document)
+        if action is MISSING or action is None:
+            raise _Unreadable("missing_field", f"{spec.action.text}: missing")
         grade: Any = None
         if spec.grade is not None:
             grade = spec.grade.get(document)
@@ -298,15 +301,23 @@ class MappingDecoder:
             if grade is None:
                 self._skip(action)
                 return None
+        request_id = spec.request_id.get(document)
+        item = spec.item.get(document)
+        if request_id is MISSING or request_id is None:
+            raise _Unreadable("missing_field", f"{spec.request_id.text}: missing")
+        if item is MISSING or item is None:
+            raise _Unreadable("missing_field", f"{spec.item.text}: missing")
         fields: dict[str, Any] = {
-            "request_id": _required(document, spec.request_id),
+            "request_id": request_id,
             "ts": self._time(document, spec.time, spec.time_format, reference),
-            "item": _required(document, spec.item),
+            "item": item,
             "action": action,
             "grade": grade,
         }
         if spec.position is not None:
-            _optional(fields, "position", document, spec.position)
+            position = spec.position.get(document)
+            if position is not MISSING and position is not None:
+                fields["position"] = position
         if spec.event_id is not None:
             _optional(fields, "event_id", document, spec.event_id)
         try:
@@ -340,26 +351,34 @@ class MappingDecoder:
         return ids
 
     def _time(self, document: dict[str, Any], path: _Path, fmt: str, reference: int | None) -> int:
-        value = _required(document, path)
-        try:
-            ms = to_millis(value, fmt)
-        except TimeValueError as exc:
-            reason = "implausible_timestamp" if exc.implausible else "bad_timestamp"
-            raise _Unreadable(reason, f"{path.text}: {exc}") from None
-        hint = "" if fmt == "rfc3339" else f" (read as {UNIT_WORDS[fmt]}: is that its unit?)"
+        value = path.get(document)
+        ms = canonical_ms(value) if fmt == "rfc3339" and type(value) is str else None
+        if ms is None:
+            if value is MISSING or value is None:
+                raise _Unreadable("missing_field", f"{path.text}: missing")
+            try:
+                ms = to_millis(value, fmt)
+            except TimeValueError as exc:
+                reason = "implausible_timestamp" if exc.implausible else "bad_timestamp"
+                raise _Unreadable(reason, f"{path.text}: {exc}") from None
         if ms < self.min_ts:
             raise _Unreadable(
                 "implausible_timestamp",
                 f"{path.text}: {_when(ms)} is before the earliest plausible time "
-                f"{_when(self.min_ts)}{hint}",
+                f"{_when(self.min_ts)}{_unit_hint(fmt)}",
             )
         if reference is not None and self.max_lead is not None and ms > reference + self.max_lead:
             raise _Unreadable(
                 "implausible_timestamp",
                 f"{path.text}: {_when(ms)} is more than {self.max_lead} ms ahead of the "
-                f"reference time {_when(reference)}{hint}",
+                f"reference time {_when(reference)}{_unit_hint(fmt)}",
             )
         return ms
+
+
+def _unit_hint(fmt: str) -> str:
+    """The declared unit, for a message about an implausible time (a wrong unit, mostly)."""
+    return "" if fmt == "rfc3339" else f" (read as {UNIT_WORDS[fmt]}: is that its unit?)"
 
 
 def _required(document: Any, path: _Path) -> Any:

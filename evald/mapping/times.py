@@ -61,7 +61,7 @@ def _day_ms(date: str) -> int:
 _EPOCH_DAY = dt.date(1970, 1, 1)
 
 
-def _canonical_ms(text: str) -> int | None:
+def canonical_ms(text: str) -> int | None:
     """:func:`parse_timestamp` of the canonical UTC form, faster; None: not that form (or not
     a valid time), for the general parser to decide and explain."""
     match = _CANONICAL.fullmatch(text)
@@ -83,7 +83,7 @@ def to_millis(value: Any, fmt: str) -> int:
     """Epoch milliseconds of ``value`` read as ``fmt``; raises :class:`TimeValueError`."""
     if fmt == "rfc3339":
         if type(value) is str:
-            ms = _canonical_ms(value)
+            ms = canonical_ms(value)
             if ms is not None:
                 return ms
         else:
