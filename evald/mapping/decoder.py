@@ -182,7 +182,11 @@ class MappingDecoder:
             return Rejection("not_an_object", "a record is a JSON object", raw, known)
         # each written key is followed by '":'; fewer keys kept than written means a key may
         # repeat (or a string holds '":'): then the exact, slow check decides
-        if text.count(b'":') != _count_keys(document) or _SPACED_COLON.search(text):
+        if text.count(b'":') != _count_keys(document) or (
+            # a key written '"key" :' escaped the count; compact JSON has no whitespace at all
+            (b" " in text or b"\n" in text or b"\t" in text or b"\r" in text)
+            and _SPACED_COLON.search(text)
+        ):
             repeated = duplicate_key(text)
             if repeated is not None:
                 detail = f"key {repeated!r} appears twice in one object"
