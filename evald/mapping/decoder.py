@@ -264,15 +264,22 @@ class MappingDecoder:
     ) -> Impression | Rejection:
         spec = self._impression
         assert spec is not None
+        request_id = spec.request_id.get(document)
+        if request_id is MISSING or request_id is None:
+            raise _Unreadable("missing_field", f"{spec.request_id.text}: missing")
         fields: dict[str, Any] = {
-            "request_id": _required(document, spec.request_id),
+            "request_id": request_id,
             "ts": self._time(document, spec.time, spec.time_format, reference),
             "items": self._items(document, spec),
         }
         if spec.labels:
             labels: dict[str, str] = {}
             for path, name in spec.labels:
-                _add_labels(labels, path.get(document), path.text, name)
+                value = path.get(document)
+                if type(value) is dict and name is None:
+                    _flatten(labels, value, "", path.text)
+                else:
+                    _add_labels(labels, value, path.text, name)
             fields["labels"] = labels
         for path in spec.user_id:
             value = path.get(document)
@@ -339,7 +346,9 @@ class MappingDecoder:
         skipped[action] = skipped.get(action, 0) + 1
 
     def _items(self, document: dict[str, Any], spec: _ImpressionReader) -> Any:
-        items = _required(document, spec.items)
+        items = spec.items.get(document)
+        if items is MISSING or items is None:
+            raise _Unreadable("missing_field", f"{spec.items.text}: missing")
         id_path = spec.item_id
         if id_path is None:
             return items
