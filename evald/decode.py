@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -61,7 +61,13 @@ def keys_surely_unique(raw: bytes, event: Impression | Feedback) -> bool:
     """
     kept = len(event.__pydantic_fields_set__)
     if event.kind == "impression":
-        kept += len(event.labels)  # type: ignore[union-attr]
+        kept += len(event.labels)
+    return keys_counted_unique(raw, kept)
+
+
+def keys_counted_unique(raw: bytes, kept: int) -> bool:
+    """True when ``raw``, whose parsed objects hold ``kept`` keys in all, cannot repeat a key
+    (see :func:`keys_surely_unique`); False: maybe."""
     quoted = raw.count(b'":')
     if quoted != kept:
         return False
@@ -124,6 +130,38 @@ class Rejection:
             "kind": self.kind,
             "raw": self.raw.decode("utf-8", errors="replace"),
         }
+
+
+class EventDecoder(Protocol):
+    """What the engine needs from an input format: raw bytes in, a typed event or a
+    :class:`Rejection` out (never an exception on data), one record or a batch.
+
+    Another input format is another decoder handed to ``Engine(decoder=...)``, not an edit of
+    the engine. :class:`Decoder` (the native JSON schema, docs/semantics.md) is the default.
+    """
+
+    #: default grade per action, for accepted feedback that carries no ``grade`` of its own
+    action_grades: dict[str, float]
+    #: records skipped (neither events nor rejections), by action
+    skipped: dict[str, int]
+
+    def decode(
+        self, raw: bytes, kind: str | None = None, reference: int | None = None
+    ) -> Impression | Feedback | Rejection | None:
+        """One record; ``kind`` when the source knows it, ``reference`` (epoch ms) the time
+        the event may lead by at most the engine's ``max_event_lead``. None: the format says
+        the record is not evaluated (a mapping's unmapped action), counted in ``skipped``."""
+        ...
+
+    def decode_many(
+        self,
+        raws: Sequence[bytes],
+        kinds: Sequence[str | None] | str | None,
+        rejections: list[tuple[int, Rejection]],
+        references: Sequence[int | None] | int | None = None,
+    ) -> Iterator[tuple[int, Impression | Feedback]]:
+        """``decode`` over a batch: yields (position, event), appends (position, rejection)."""
+        ...
 
 
 _LIMIT_REASONS = {
@@ -189,6 +227,8 @@ class Decoder:
         #: plausible event times: ``min_ts <= ts <= reference + max_lead`` (None: no lead bound)
         self.min_ts, self.max_lead = min_ts, max_lead
         self.action_grades: dict[str, float] = dict(action_grades)
+        #: the native schema skips nothing: an unknown action is rejected (``unknown_action``)
+        self.skipped: dict[str, int] = {}
         self._max_bytes = limits.max_event_bytes
         self._impression, self._feedback = limited_models(limits)
         self._validate_impression = self._impression.__pydantic_validator__.validate_json
@@ -213,8 +253,8 @@ class Decoder:
             raw = raw[3:]
         event = self._validate(raw, kind)
         if event.__class__ is Rejection:
-            if event.raw is not original:  # type: ignore[union-attr]
-                event = Rejection(event.reason, event.detail, original, event.kind)  # type: ignore[union-attr]
+            if event.raw is not original:
+                event = Rejection(event.reason, event.detail, original, event.kind)
             return event
         repeated = None if keys_surely_unique(raw, event) else duplicate_key(raw)  # type: ignore[arg-type]
         if repeated is not None:
@@ -228,13 +268,13 @@ class Decoder:
         limit = None if reference is None or self.max_lead is None else reference + self.max_lead
         if ts < self.min_ts:
             detail = f"ts: {_when(ts)} is before the earliest plausible time {_when(self.min_ts)}"
-            return Rejection("implausible_timestamp", detail, original, event.kind)  # type: ignore[union-attr]
+            return Rejection("implausible_timestamp", detail, original, event.kind)
         if limit is not None and ts > limit:
             detail = (
                 f"ts: {_when(ts)} is more than {self.max_lead} ms ahead of the reference "
                 f"time {_when(reference)}"  # type: ignore[arg-type]
             )
-            return Rejection("implausible_timestamp", detail, original, event.kind)  # type: ignore[union-attr]
+            return Rejection("implausible_timestamp", detail, original, event.kind)
         if event.kind == "impression" or event.action in self.action_grades:  # type: ignore[union-attr]
             return event
         return self._check(event, original)  # type: ignore[arg-type]
@@ -318,7 +358,7 @@ class Decoder:
             except (ValueError, _Slow):
                 event = self.decode(raw, kind, reference)  # type: ignore[arg-type]
             if event.__class__ is Rejection:
-                rejections.append((position, event))  # type: ignore[arg-type]
+                rejections.append((position, event))
             else:
                 yield position, event
 
@@ -354,11 +394,11 @@ class Decoder:
         """Rules pydantic cannot express per configuration: known actions, judgment grades."""
         if event.kind == "impression":
             return event
-        action = event.action  # type: ignore[union-attr]
+        action = event.action
         if action in self.action_grades:
             return event
         if action == JUDGMENT:
-            if event.grade is None:  # type: ignore[union-attr]
+            if event.grade is None:
                 return Rejection("missing_grade", "judgment without a grade", raw, "feedback")
             return event
         known = ", ".join(sorted([*self.action_grades, JUDGMENT]))

@@ -23,7 +23,7 @@ import numpy as np
 
 from evald.aggregate import Aggregates, WindowRow
 from evald.config import EngineConfig
-from evald.decode import Decoder, Rejection
+from evald.decode import Decoder, EventDecoder, Rejection
 from evald.events import Feedback, Impression, format_timestamp, parse_timestamp
 from evald.join import Joined, JoinStore
 from evald.join.window import complete_before
@@ -63,11 +63,14 @@ class Engine:
         *,
         clock: Callable[[], float] = time.time,
         on_result: Callable[[Result], None] | None = None,
+        decoder: EventDecoder | None = None,
     ) -> None:
+        """``decoder`` reads the input format; None: the native JSON schema (:class:`Decoder`)
+        with the config's limits, action grades and event-time bounds."""
         self.config = config
         self.clock = clock
         self.on_result = on_result
-        self.decoder = Decoder(
+        self.decoder: EventDecoder = decoder or Decoder(
             config.limits,
             config.action_grades,
             min_ts=config.min_event_time,
@@ -92,6 +95,8 @@ class Engine:
         self._decode = self.decoder.decode
         self._grades = self.decoder.action_grades
         self._events = self.stats.events
+        #: the decoder counts what it skips; the exposition reads it with the other counters
+        self.stats.skipped = self.decoder.skipped
 
     # ------------------------------------------------------------------ input
 
@@ -130,8 +135,9 @@ class Engine:
         kind: str | None = None,
         offset: int | None = None,
         timestamp: int | None = None,
-    ) -> Impression | Feedback | Rejection:
+    ) -> Impression | Feedback | Rejection | None:
         """Validate and join one raw event; never raises on bad data (returns a Rejection).
+        None: the decoder skipped the record (``stats.skipped``, by action).
 
         ``kind`` comes from the source when it knows it (a Kafka topic); ``offset`` is the
         source offset, remembered for ``low_offsets``; ``timestamp`` (epoch ms) is the source's
@@ -141,6 +147,8 @@ class Engine:
         if timestamp is None or timestamp < 0:
             timestamp = int(self.clock() * 1000)
         event = self._decode(raw, kind, timestamp)
+        if event is None:  # skipped by the decoder (and counted there)
+            return None
         store = self._stores.get(partition) or self._store(partition)
         until = store.replay_until
         if event.__class__ is Rejection:

@@ -41,6 +41,8 @@ EXAMPLES = """\
   cat events.jsonl | evald replay - --window 10m --lateness 30s --measures 'nDCG@10,RR'
   evald replay events.jsonl --rejected rejected.jsonl --strict   exit 1 if a line is rejected
   evald replay events.jsonl --config engine.yaml             every engine knob from a file
+  evald replay ubi.jsonl --mapping ubi                       OpenSearch UBI queries and events
+  evald replay sample.jsonl --mapping mine.yaml --rejected -  check a mapping on a sample
 
 impression: {"request_id": "r1", "ts": "2024-05-01T12:00:00Z", "items": ["a", "b"],
              "labels": {"model": "v2", "arm": "treatment"}}
@@ -70,6 +72,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--config",
         metavar="FILE",
         help="YAML or JSON mapping of EngineConfig fields; the flags above override it",
+    )
+    parser.add_argument(
+        "--mapping",
+        metavar="NAME|FILE",
+        default="evald",
+        help="how records are read: evald (native, default), ubi (OpenSearch User Behavior "
+        "Insights), or a YAML/JSON mapping file (docs/mapping.md)",
     )
     parser.add_argument("--results", metavar="OUT", help="one JSON line per finalized impression")
     parser.add_argument(
@@ -333,6 +342,12 @@ def summary(engine: Engine, counts: dict[str, int]) -> list[str]:
         f"feedback not counted   {sum(stats.unattributed.values()):,}"
         + _breakdown(stats.unattributed),
     ]
+    if stats.skipped:
+        rows.append(
+            f"feedback skipped       {sum(stats.skipped.values()):,}"
+            + _breakdown(stats.skipped)
+            + " (actions the mapping does not grade)"
+        )
     return rows
 
 
@@ -373,6 +388,7 @@ def summary_json(engine: Engine, counts: dict[str, int], moments: SegmentMoments
         "finalized": dict(stats.finalized),
         "abandoned": stats.abandoned,
         "unattributed": dict(stats.unattributed),
+        "skipped": dict(stats.skipped),
         "means": {name: est.to_json() for name, est in moments.overall().items()},
         "segments": [row.to_json() for row in moments.rows()],
     }
@@ -386,9 +402,14 @@ def run(args: argparse.Namespace) -> int:
         if args.tick_every < 1:
             raise UsageError("--tick-every must be >= 1")
         from evald.engine import Engine
+        from evald.mapping import MappingError, decoder_for
         from evald.moments import SegmentMoments
 
-        engine = Engine(config, clock=lambda: 0.0)
+        try:
+            decoder = decoder_for(args.mapping, config)
+        except MappingError as exc:
+            raise UsageError(f"--mapping: {exc}") from None
+        engine = Engine(config, clock=lambda: 0.0, decoder=decoder)
         moments = SegmentMoments(engine.measure_names, engine.aggregates.segments)
         engine.on_result = moments.add
         paths = list(args.files)

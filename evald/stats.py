@@ -38,6 +38,9 @@ class Stats:
         #: impressions scored, by what closed them ("late": the window had already closed
         #: when the impression arrived, so it was closed at once)
         self.finalized: dict[str, int] = dict.fromkeys(FINALIZE_REASONS, 0)
+        #: feedback an input mapping skipped (its action counts for nothing), by action;
+        #: the decoder's own dict, handed over by the engine
+        self.skipped: dict[str, int] = {}
         #: impressions finalized with no positive feedback (also per segment in Aggregates)
         self.abandoned = 0
         self.lag_bounds: tuple[float, ...] = LAG_BOUNDS

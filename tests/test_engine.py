@@ -301,3 +301,42 @@ def test_on_result_gets_every_result_in_finalization_order():
     engine.tick()
     # partition 0 first (r0, r2, r4 in deadline order), then partition 1
     assert [r.request_id for r in results] == ["r0", "r2", "r4", "r1", "r3"]
+
+
+class _TabDecoder:
+    """Another input format through the decoder seam: ``rid<TAB>ts<TAB>item[,item]`` lines are
+    impressions, ``rid<TAB>ts<TAB>item<TAB>action`` lines feedback (via the native decoder)."""
+
+    def __init__(self, engine_config: object) -> None:
+        from evald.decode import Decoder
+
+        self.native = Decoder(engine_config.limits, engine_config.action_grades)  # type: ignore[attr-defined]
+        self.action_grades = self.native.action_grades
+        self.skipped = self.native.skipped
+
+    def _to_json(self, raw: bytes) -> bytes:
+        parts = raw.decode().split("\t")
+        if len(parts) == 3:
+            return imp(parts[0], int(parts[1]), parts[2].split(","))
+        return fb(parts[0], int(parts[1]), parts[2], parts[3])
+
+    def decode(self, raw, kind=None, reference=None):
+        return self.native.decode(self._to_json(raw), kind, reference)
+
+    def decode_many(self, raws, kinds, rejections, references=None):
+        converted = [self._to_json(raw) for raw in raws]
+        return self.native.decode_many(converted, kinds, rejections, references)
+
+
+def test_another_input_format_is_another_decoder_not_an_engine_edit():
+    """The seam: an engine handed a decoder reads that format, by record and by batch."""
+    config = load_config({**UNBOUNDED_TIMES, "window": WINDOW, "measures": "RR"})
+    results: list[Result] = []
+    engine = Engine(
+        config, clock=lambda: 0.0, on_result=results.append, decoder=_TabDecoder(config)
+    )
+    engine.feed(b"r1\t0\ta,b")
+    engine.feed(b"r1\t5\tb\tclick")
+    engine.feed_batch([b"r2\t1\tx,y,z", b"r2\t6\tz\tclick"])
+    engine.drain()
+    assert {r.request_id: r.measures["RR"] for r in results} == {"r1": 0.5, "r2": 1 / 3}

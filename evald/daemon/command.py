@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from evald.engine import Engine
     from evald.exposition import build_registry
     from evald.http import Heartbeat, MetricsServer
+    from evald.mapping import MappingError, decoder_factory
     from evald.webconfig import WebConfigError, load_web_config
 
     try:
@@ -89,9 +90,14 @@ def run(args: argparse.Namespace) -> int:
 
     config = settings.engine_config()
     stats = DaemonStats()
+    try:
+        decoder = decoder_factory(settings.input.mapping, config)
+    except MappingError as exc:  # changed since the settings were checked
+        print(f"evald run: invalid settings\ninput.mapping: {exc}", file=sys.stderr)
+        return 2
 
     def factory(on_result: Any) -> Engine:
-        return Engine(config, on_result=on_result)
+        return Engine(config, on_result=on_result, decoder=decoder())
 
     # liveness: the loop beats every cycle and every retry; a restore (bounded at 120 s) or a
     # poll (bounded by max_poll_interval) is the longest it legitimately goes without one

@@ -24,6 +24,7 @@ FLAG_PATHS: dict[str, str] = {
     "instance_id": "daemon.instance_id",
     "metrics_address": "daemon.metrics_address",
     "web_config_file": "daemon.web_config_file",
+    "mapping": "input.mapping",
 }
 
 
@@ -67,6 +68,12 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
         "--web-config-file",
         metavar="FILE",
         help="TLS and basic auth for that endpoint (Prometheus exporter web config format)",
+    )
+    parser.add_argument(
+        "--mapping",
+        metavar="NAME|FILE",
+        help="how input records are read: evald (native, default), ubi, or a mapping file "
+        "(docs/mapping.md)",
     )
     parser.add_argument(
         "--set",

@@ -259,6 +259,29 @@ def _probe_writable(path: str) -> None:
         raise ValueError(f"cannot write {tmp}: {exc.strerror or exc}") from None
 
 
+class InputSettings(_Strict):
+    """How input records are read (docs/mapping.md)."""
+
+    mapping: str = Field(
+        "evald",
+        min_length=1,
+        description="a built-in mapping (evald: the native schema; ubi: OpenSearch User "
+        "Behavior Insights) or a YAML/JSON mapping file",
+    )
+
+    @field_validator("mapping")
+    @classmethod
+    def _loads(cls, value: str) -> str:
+        """Read now: a mapping that cannot be used fails the start, naming its key."""
+        from evald.mapping import MappingError, load_spec
+
+        try:
+            load_spec(value)
+        except MappingError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
 class Settings(_Strict):
     """Everything `evald run` needs. ``engine`` is checked by EngineConfig (see load_settings)."""
 
@@ -267,6 +290,7 @@ class Settings(_Strict):
     kafka: KafkaSettings = Field(default_factory=lambda: KafkaSettings.model_validate({}))
     topics: TopicSettings = Field(default_factory=TopicSettings)
     daemon: DaemonSettings = Field(default_factory=lambda: DaemonSettings.model_validate({}))
+    input: InputSettings = Field(default_factory=lambda: InputSettings.model_validate({}))
     engine: dict[str, Any] = Field(default_factory=dict)
 
     def engine_config(self) -> Any:
@@ -418,7 +442,7 @@ def load_settings(
     tree = merge(tree, dict(flags or {}))
     # every error at once: a deployment is fixed in one round, not one field per attempt
     errors: list[str] = []
-    for section in ("kafka", "topics", "daemon"):
+    for section in ("kafka", "topics", "daemon", "input"):
         if section in tree and tree[section] is not None and not isinstance(tree[section], dict):
             errors.append(f"{section}: must be a mapping of fields")
             tree = {key: value for key, value in tree.items() if key != section}

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evald.decode import REASONS
+from evald.mapping.decoder import MAX_SKIPPED_ACTIONS, OTHER
 from evald.stats import (
     EVENT_KINDS,
     EVENT_OUTCOMES,
@@ -241,6 +242,16 @@ SERIES: tuple[Series, ...] = (
         lambda engine: dict(engine.stats.unattributed),
         _by_reason,
         fixed=lambda c: len(UNATTRIBUTED_REASONS),
+    ),
+    Series(
+        "evald_feedback_skipped",
+        "counter",
+        "Feedback an input mapping skipped (an action it does not grade), by action; the "
+        f"first {MAX_SKIPPED_ACTIONS} actions by name, the rest as {OTHER}.",
+        ("action",),
+        lambda engine: dict(engine.stats.skipped),
+        _by_reason,
+        fixed=lambda c: MAX_SKIPPED_ACTIONS + 1,
     ),
     Series(
         "evald_impressions_finalized",

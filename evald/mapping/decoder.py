@@ -1,0 +1,496 @@
+"""The decoder behind ``--mapping``: reads records of any JSON schema a :class:`MappingSpec`
+describes into the native :class:`Impression` / :class:`Feedback` (the engine's decoder seam).
+
+Same input rule as the native decoder (size limit on the raw bytes, BOM ignored, repeated keys
+rejected, limits enforced by the same limited models) and the same rejection reasons; every
+detail names the JSON Pointer it is about. Feedback whose action the mapping does not grade
+(and that carries no explicit grade) is skipped and counted in ``skipped`` by action: it is
+not an error, most trackers send many actions that do not judge an item.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import from_json
+
+from evald.decode import (
+    BOM,
+    Rejection,
+    _reason_of,
+    _when,
+    duplicate_key,
+)
+from evald.events import Feedback, Impression, Limits, limited_models
+from evald.mapping.pointer import MISSING, format_pointer, parse_pointer, resolve
+from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec
+from evald.mapping.times import UNIT_WORDS, TimeValueError, canonical_ms, to_millis
+
+#: distinct skipped actions counted by name; the rest count under OTHER (bounded series)
+MAX_SKIPPED_ACTIONS = 32
+OTHER = "(other)"
+
+
+class _Unreadable(Exception):
+    """Internal: the record cannot be read; carries the reason code and the detail."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+#: a colon after JSON whitespace: a key may be written ``"key" :`` (then not counted by '":')
+_SPACED_COLON = re.compile(rb'"[ \t\n\r]+:')
+
+
+@dataclass(frozen=True, slots=True)
+class _Path:
+    """A parsed pointer, its text (for messages) and ``get``: document -> value or MISSING."""
+
+    tokens: tuple[str, ...]
+    text: str
+    get: Callable[[Any], Any]
+
+    @classmethod
+    def of(cls, text: str) -> _Path:
+        tokens = parse_pointer(text)
+        return cls(tokens, text, _getter(tokens))
+
+
+def _getter(tokens: tuple[str, ...]) -> Callable[[Any], Any]:
+    """:func:`resolve` for ``tokens``, specialised: a pointer of object keys only (no token
+    that could index an array) is plain subscripting, where a wrong type or an absent key is
+    MISSING."""
+    if not tokens or any(token.isdigit() for token in tokens):
+        return lambda document: resolve(document, tokens)
+
+    def get(document: Any) -> Any:
+        value = document
+        try:
+            for token in tokens:
+                value = value[token]
+        except (KeyError, TypeError, IndexError):
+            return MISSING
+        # subscripting a string by a string raised TypeError above; only JSON types reach here
+        return value
+
+    if len(tokens) == 1:
+        (only,) = tokens
+
+        def get_one(document: Any) -> Any:
+            return document.get(only, MISSING) if type(document) is dict else MISSING
+
+        return get_one
+    return get
+
+
+def _opt(text: str | None) -> _Path | None:
+    return None if text is None else _Path.of(text)
+
+
+class _ImpressionReader:
+    def __init__(self, spec: ImpressionSpec) -> None:
+        self.request_id = _Path.of(spec.request_id)
+        self.time, self.time_format = _Path.of(spec.time.path), spec.time.format
+        items = spec.items
+        self.items = _Path.of(items if isinstance(items, str) else items.path)
+        self.item_id = None if isinstance(items, str) or items.id is None else _Path.of(items.id)
+        self.labels = [(_Path.of(label.path), label.name) for label in spec.labels]
+        self.user_id = [_Path.of(path) for path in spec.user_id]
+        self.query = _opt(spec.query)
+        self.where = {
+            "request_id": self.request_id.text,
+            "ts": self.time.text,
+            "items": self.items.text,
+            "labels": "labels",
+            "user_id": " or ".join(p.text for p in self.user_id),
+            "query": self.query.text if self.query else "query",
+        }
+
+
+class _FeedbackReader:
+    def __init__(self, spec: FeedbackSpec) -> None:
+        self.request_id = _Path.of(spec.request_id)
+        self.time, self.time_format = _Path.of(spec.time.path), spec.time.format
+        self.item = _Path.of(spec.item)
+        self.action = _Path.of(spec.action)
+        self.grade = _opt(spec.grade)
+        self.position = _opt(spec.position)
+        self.event_id = _opt(spec.event_id)
+        self.where = {
+            "request_id": self.request_id.text,
+            "ts": self.time.text,
+            "item": self.item.text,
+            "action": self.action.text,
+            "grade": self.grade.text if self.grade else self.action.text,
+            "position": self.position.text if self.position else "position",
+            "event_id": self.event_id.text if self.event_id else "event_id",
+        }
+
+
+class MappingDecoder:
+    """An :class:`evald.decode.EventDecoder` for the schema ``spec`` describes."""
+
+    def __init__(
+        self,
+        spec: MappingSpec,
+        limits: Limits,
+        *,
+        min_ts: int = 0,
+        max_lead: int | None = None,
+    ) -> None:
+        self.limits = limits
+        self.min_ts, self.max_lead = min_ts, max_lead
+        self.action_grades: dict[str, float] = dict(spec.feedback.actions) if spec.feedback else {}
+        self.skipped: dict[str, int] = {}
+        self._max_bytes = limits.max_event_bytes
+        impression, feedback = limited_models(limits)
+        self._validate_impression = impression.__pydantic_validator__.validate_python
+        self._validate_feedback = feedback.__pydantic_validator__.validate_python
+        self._impression = _ImpressionReader(spec.impression) if spec.impression else None
+        self._feedback = _FeedbackReader(spec.feedback) if spec.feedback else None
+        kind = spec.kind
+        self._kind_field = _opt(kind.field) if kind else None
+        self._kind_values: dict[str | None, str] = {}
+        if kind is not None:
+            self._kind_values = {kind.impression: "impression", kind.feedback: "feedback"}
+        self._kind_present = _opt(kind.present) if kind else None
+        self._kind_means = kind.means if kind else None
+
+    # ------------------------------------------------------------------ the seam
+
+    def decode(
+        self, raw: bytes, kind: str | None = None, reference: int | None = None
+    ) -> Impression | Feedback | Rejection | None:
+        """One record (see :class:`evald.decode.EventDecoder`); None: skipped."""
+        known = kind if kind in ("impression", "feedback") else "unknown"
+        if len(raw) > self._max_bytes:
+            return Rejection("too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, known)
+        text = raw[3:] if raw.startswith(BOM) else raw
+        try:
+            # pydantic-core's parser (the native decoder's): NaN and Infinity are not JSON
+            document = from_json(text, allow_inf_nan=False, cache_strings="keys")
+        except ValueError as exc:
+            return Rejection("invalid_json", f"not JSON: {exc}", raw, known)
+        if type(document) is not dict:
+            return Rejection("not_an_object", "a record is a JSON object", raw, known)
+        # each written key is followed by '":'; fewer keys kept than written means a key may
+        # repeat (or a string holds '":'): then the exact, slow check decides
+        if text.count(b'":') != _count_keys(document) or (
+            # a key written '"key" :' escaped the count; compact JSON has no whitespace at all
+            (b" " in text or b"\n" in text or b"\t" in text or b"\r" in text)
+            and _SPACED_COLON.search(text)
+        ):
+            repeated = duplicate_key(text)
+            if repeated is not None:
+                detail = f"key {repeated!r} appears twice in one object"
+                return Rejection("duplicate_key", detail, raw, known)
+        try:
+            kind = self._kind_of(document, kind)
+            if kind == "impression":
+                return self._read_impression(document, raw, reference)
+            return self._read_feedback(document, raw, reference)
+        except _Unreadable as exc:
+            return Rejection(exc.reason, exc.detail, raw, kind or known)
+
+    def decode_many(
+        self,
+        raws: Sequence[bytes],
+        kinds: Sequence[str | None] | str | None,
+        rejections: list[tuple[int, Rejection]],
+        references: Sequence[int | None] | int | None = None,
+    ) -> Iterator[tuple[int, Impression | Feedback]]:
+        """``decode`` over a batch: yields (position, event), appends (position, rejection);
+        skipped records are neither."""
+        decode = self.decode
+        single_kind = kinds is None or isinstance(kinds, str)
+        single_reference = references is None or isinstance(references, int)
+        for position, raw in enumerate(raws):
+            kind = kinds if single_kind else kinds[position]  # type: ignore[index]
+            ref = references if single_reference else references[position]  # type: ignore[index]
+            event = decode(raw, kind, ref)  # type: ignore[arg-type]
+            if event is None:
+                continue
+            if event.__class__ is Rejection:
+                rejections.append((position, event))
+            else:
+                yield position, event  # type: ignore[misc]
+
+    # ------------------------------------------------------------------ kinds
+
+    def _kind_of(self, document: dict[str, Any], kind: str | None) -> str:
+        if kind is None:
+            kind = self._sniff(document)
+        elif kind not in ("impression", "feedback"):
+            raise _Unreadable("unknown_kind", f"unknown source kind {kind!r}")
+        if (self._impression if kind == "impression" else self._feedback) is None:
+            raise _Unreadable("unknown_kind", f"the mapping has no {kind} section")
+        return kind
+
+    def _sniff(self, document: dict[str, Any]) -> str:
+        if self._kind_field is not None:
+            value = self._kind_field.get(document)
+            kind = self._kind_values.get(value) if isinstance(value, str) else None
+            if kind is None:
+                wanted = " or ".join(repr(v) for v in self._kind_values)
+                got = "missing" if value is MISSING else repr(value)
+                raise _Unreadable(
+                    "unknown_kind", f"{self._kind_field.text}: {got}, expected {wanted}"
+                )
+            return kind
+        if self._kind_present is not None:
+            value = self._kind_present.get(document)
+            present = value is not MISSING and value is not None
+            means = self._kind_means or "feedback"
+            return means if present else ("impression" if means == "feedback" else "feedback")
+        if self._impression is None:
+            return "feedback"
+        if self._feedback is None:
+            return "impression"
+        raise _Unreadable(
+            "unknown_kind", "this mapping tells kinds by topic only (add a kind rule for files)"
+        )
+
+    # ------------------------------------------------------------------ fields
+
+    def _read_impression(
+        self, document: dict[str, Any], raw: bytes, reference: int | None
+    ) -> Impression | Rejection:
+        spec = self._impression
+        assert spec is not None
+        request_id = spec.request_id.get(document)
+        if request_id is MISSING or request_id is None:
+            raise _Unreadable("missing_field", f"{spec.request_id.text}: missing")
+        fields: dict[str, Any] = {
+            "request_id": request_id,
+            "ts": self._time(document, spec.time, spec.time_format, reference),
+            "items": self._items(document, spec),
+        }
+        if spec.labels:
+            labels: dict[str, str] = {}
+            for path, name in spec.labels:
+                value = path.get(document)
+                if type(value) is dict and name is None:
+                    _flatten(labels, value, "", path.text)
+                else:
+                    _add_labels(labels, value, path.text, name)
+            fields["labels"] = labels
+        for path in spec.user_id:
+            value = path.get(document)
+            if value is not MISSING and value is not None:
+                fields["user_id"] = value
+                break
+        if spec.query is not None:
+            _optional(fields, "query", document, spec.query)
+        try:
+            return self._validate_impression(fields)
+        except ValidationError as exc:
+            return _rejection(exc, spec.where, raw, "impression")
+
+    def _read_feedback(
+        self, document: dict[str, Any], raw: bytes, reference: int | None
+    ) -> Feedback | Rejection | None:
+        spec = self._feedback
+        assert spec is not None
+        action = spec.action.get(document)
+        if action is MISSING or action is None:
+            raise _Unreadable("missing_field", f"{spec.action.text}: missing")
+        grade: Any = None
+        if spec.grade is not None:
+            grade = spec.grade.get(document)
+            grade = None if grade is MISSING else grade
+        if grade is None:
+            if type(action) is not str:
+                raise _Unreadable("wrong_type", f"{spec.action.text}: an action is text")
+            grade = self.action_grades.get(action)
+            if grade is None:
+                self._skip(action)
+                return None
+        request_id = spec.request_id.get(document)
+        item = spec.item.get(document)
+        if request_id is MISSING or request_id is None:
+            raise _Unreadable("missing_field", f"{spec.request_id.text}: missing")
+        if item is MISSING or item is None:
+            raise _Unreadable("missing_field", f"{spec.item.text}: missing")
+        fields: dict[str, Any] = {
+            "request_id": request_id,
+            "ts": self._time(document, spec.time, spec.time_format, reference),
+            "item": item,
+            "action": action,
+            "grade": grade,
+        }
+        if spec.position is not None:
+            position = spec.position.get(document)
+            if position is not MISSING and position is not None:
+                fields["position"] = position
+        if spec.event_id is not None:
+            _optional(fields, "event_id", document, spec.event_id)
+        try:
+            return self._validate_feedback(fields)
+        except ValidationError as exc:
+            return _rejection(exc, spec.where, raw, "feedback")
+
+    def _skip(self, action: str) -> None:
+        skipped = self.skipped
+        if action not in skipped:
+            if len(skipped) >= MAX_SKIPPED_ACTIONS:
+                action = OTHER
+            elif len(action) > self.limits.max_string_length:
+                action = action[: self.limits.max_string_length]
+        skipped[action] = skipped.get(action, 0) + 1
+
+    def _items(self, document: dict[str, Any], spec: _ImpressionReader) -> Any:
+        items = spec.items.get(document)
+        if items is MISSING or items is None:
+            raise _Unreadable("missing_field", f"{spec.items.text}: missing")
+        id_path = spec.item_id
+        if id_path is None:
+            return items
+        if type(items) is not list:
+            raise _Unreadable("wrong_type", f"{spec.items.text}: expected a list of objects")
+        ids = []
+        for index, entry in enumerate(items):
+            value = id_path.get(entry)
+            if value is MISSING:
+                where = f"{spec.items.text}/{index}{id_path.text}"
+                raise _Unreadable("missing_field", f"{where}: missing")
+            ids.append(value)
+        return ids
+
+    def _time(self, document: dict[str, Any], path: _Path, fmt: str, reference: int | None) -> int:
+        value = path.get(document)
+        ms = canonical_ms(value) if fmt == "rfc3339" and type(value) is str else None
+        if ms is None:
+            if value is MISSING or value is None:
+                raise _Unreadable("missing_field", f"{path.text}: missing")
+            try:
+                ms = to_millis(value, fmt)
+            except TimeValueError as exc:
+                reason = "implausible_timestamp" if exc.implausible else "bad_timestamp"
+                raise _Unreadable(reason, f"{path.text}: {exc}") from None
+        if ms < self.min_ts:
+            raise _Unreadable(
+                "implausible_timestamp",
+                f"{path.text}: {_when(ms)} is before the earliest plausible time "
+                f"{_when(self.min_ts)}{_unit_hint(fmt)}",
+            )
+        if reference is not None and self.max_lead is not None and ms > reference + self.max_lead:
+            raise _Unreadable(
+                "implausible_timestamp",
+                f"{path.text}: {_when(ms)} is more than {self.max_lead} ms ahead of the "
+                f"reference time {_when(reference)}{_unit_hint(fmt)}",
+            )
+        return ms
+
+
+def _unit_hint(fmt: str) -> str:
+    """The declared unit, for a message about an implausible time (a wrong unit, mostly)."""
+    return "" if fmt == "rfc3339" else f" (read as {UNIT_WORDS[fmt]}: is that its unit?)"
+
+
+def _required(document: Any, path: _Path) -> Any:
+    value = path.get(document)
+    if value is MISSING or value is None:
+        raise _Unreadable("missing_field", f"{path.text}: missing")
+    return value
+
+
+def _optional(fields: dict[str, Any], name: str, document: Any, path: _Path) -> None:
+    value = path.get(document)
+    if value is not MISSING and value is not None:
+        fields[name] = value
+
+
+def _add_labels(labels: dict[str, str], value: Any, where: str, name: str | None) -> None:
+    """Labels from ``value``: an object flattened (nested keys joined by '_', so they can be
+    segment label names; under ``name_`` when named), a scalar as label ``name``; numbers
+    and booleans as JSON spells them."""
+    if value is MISSING or value is None:
+        return
+    if type(value) is dict:
+        _flatten(labels, value, f"{name}_" if name else "", where)
+    elif name is None:
+        raise _Unreadable("wrong_type", f"{where}: a single value needs a label name")
+    else:
+        text = _label_text(value)
+        if text is None:
+            raise _Unreadable("wrong_type", f"{where}: {_not_a_label(value)}")
+        labels[name] = text
+
+
+def _flatten(labels: dict[str, str], value: dict[str, Any], prefix: str, where: str) -> None:
+    for key, item in value.items():
+        if type(item) is str:
+            labels[prefix + key] = item
+        elif type(item) is dict:
+            _flatten(labels, item, f"{prefix}{key}_", f"{where}/{_escape(key)}")
+        elif item is not None:
+            text = _label_text(item)
+            if text is None:  # the path is spelt only for the message
+                raise _Unreadable("wrong_type", f"{where}/{_escape(key)}: {_not_a_label(item)}")
+            labels[prefix + key] = text
+
+
+def _label_text(value: Any) -> str | None:
+    """A scalar as label text (JSON's spelling); None: not a label value."""
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int or (kind is float and math.isfinite(value)):
+        return json.dumps(value)
+    return None
+
+
+def _not_a_label(value: Any) -> str:
+    if type(value) is float:
+        return f"{value} is not a finite number"
+    return "a list cannot be a label value"
+
+
+def _escape(key: str) -> str:
+    return format_pointer((key,))[1:]
+
+
+def _count_keys(value: Any) -> int:
+    """Keys in the objects of parsed JSON ``value``; a list whose first element is not a
+    container is not walked (ids, mostly). An undercount can only send a record to the exact
+    duplicate check, never hide a repeated key: repeats make the kept count smaller, not larger.
+    """
+    count = 0
+    if type(value) is dict:
+        count = len(value)
+        for item in value.values():
+            kind = type(item)
+            if kind is dict:
+                count += len(item)
+                for inner in item.values():  # one level inlined: most records are this deep
+                    if type(inner) is dict or type(inner) is list:
+                        count += _count_keys(inner)
+            elif kind is list and item and type(item[0]) in _NESTED:
+                count += _count_keys(item)
+    else:
+        for item in value:
+            if type(item) is dict or type(item) is list:
+                count += _count_keys(item)
+    return count
+
+
+_NESTED = (dict, list)
+
+
+def _rejection(exc: ValidationError, where: dict[str, str], raw: bytes, kind: str) -> Rejection:
+    """The first validation error, its location spelt as the record's JSON Pointer."""
+    error = exc.errors(include_url=False, include_context=False, include_input=False)[0]
+    loc = error["loc"]
+    head = where.get(str(loc[0]), str(loc[0])) if loc else ""
+    rest = "".join(f"/{part}" for part in loc[1:])
+    reason = _reason_of(error)
+    return Rejection(reason, f"{head}{rest}: {error['msg']}", raw, kind)

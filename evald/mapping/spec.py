@@ -1,0 +1,200 @@
+"""What a mapping file may say, validated with the key named in every error.
+
+A mapping is YAML or JSON (docs/mapping.md): an ``impression`` and/or a ``feedback`` section
+saying where each field of the native event is (JSON Pointers, RFC 6901), an optional ``kind``
+rule for mixed files, and ``extends: NAME`` to start from a built-in mapping and change a few
+keys (a key set to null is removed, so ``actions: {add_to_cart: null}`` drops one action).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from evald.mapping.pointer import parse_pointer
+from evald.mapping.presets import BUILTIN, NATIVE
+from evald.mapping.times import TimeFormat
+
+
+class MappingError(ValueError):
+    """A mapping that cannot be used; the message names the file and the key."""
+
+
+def _pointer(text: str) -> str:
+    parse_pointer(text)
+    return text
+
+
+Pointer = Annotated[str, AfterValidator(_pointer)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TimeSpec(_Strict):
+    """Where the event time is and how it is written (the unit is declared, never guessed)."""
+
+    path: Pointer
+    format: TimeFormat
+
+
+class ItemsSpec(_Strict):
+    """The served list: an array of ids, or of objects whose id is at ``id`` (a pointer)."""
+
+    path: Pointer
+    id: Pointer | None = None
+
+
+class LabelSpec(_Strict):
+    """One label source: an object flattened into labels (nested keys joined by '_', under
+    ``name_`` when named), or a single value labelled ``name``."""
+
+    path: Pointer
+    name: str | None = Field(None, min_length=1)
+
+
+def _grade(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("a grade is a finite number >= 0")
+    return value
+
+
+class ImpressionSpec(_Strict):
+    request_id: Pointer
+    time: TimeSpec
+    items: Pointer | ItemsSpec
+    labels: list[LabelSpec] = Field(default_factory=list)
+    #: first of these present (and not null) is the user id
+    user_id: list[Pointer] = Field(default_factory=list)
+    query: Pointer | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_user_path(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("user_id"), str):
+            data = {**data, "user_id": [data["user_id"]]}
+        return data
+
+
+class FeedbackSpec(_Strict):
+    request_id: Pointer
+    time: TimeSpec
+    item: Pointer
+    action: Pointer
+    #: grade of each counted action; feedback with another action is skipped (and counted)
+    actions: dict[str, Annotated[float, AfterValidator(_grade)]] = Field(min_length=1)
+    #: an explicit grade in the record wins over the action's
+    grade: Pointer | None = None
+    position: Pointer | None = None
+    event_id: Pointer | None = None
+
+
+class KindSpec(_Strict):
+    """How a record in a mixed file tells its kind (on Kafka the topic tells): the value of
+    ``field`` (``impression`` / ``feedback`` name the values), or whether ``present`` leads to
+    a value (then the record is of kind ``means``, otherwise of the other kind)."""
+
+    field: Pointer | None = None
+    impression: str | None = None
+    feedback: str | None = None
+    present: Pointer | None = None
+    means: Literal["impression", "feedback"] | None = None
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> KindSpec:
+        by_field = self.field is not None
+        by_presence = self.present is not None
+        if by_field == by_presence:
+            raise ValueError("give either field (with impression and feedback) or present")
+        if by_field and (self.impression is None or self.feedback is None):
+            raise ValueError("field needs both impression and feedback values")
+        if by_field and self.impression == self.feedback:
+            raise ValueError("impression and feedback must be different values")
+        if by_presence and self.means is None:
+            raise ValueError("present needs means: impression or feedback")
+        return self
+
+
+class MappingSpec(_Strict):
+    description: str | None = None
+    kind: KindSpec | None = None
+    impression: ImpressionSpec | None = None
+    feedback: FeedbackSpec | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> MappingSpec:
+        if self.impression is None and self.feedback is None:
+            raise ValueError("a mapping needs an impression or a feedback section")
+        return self
+
+
+def load_spec(source: str) -> MappingSpec | None:
+    """The mapping named by ``source`` (a built-in name or a YAML/JSON file); None for the
+    native schema. Raises :class:`MappingError` naming the file and the key."""
+    if source == NATIVE:
+        return None
+    if source in BUILTIN:
+        tree: Any = dict(BUILTIN[source])
+    elif os.path.isfile(source):
+        tree = _read(source)
+    else:
+        names = ", ".join([NATIVE, *BUILTIN])
+        raise MappingError(f"mapping {source!r}: neither a built-in ({names}) nor a file")
+    if not isinstance(tree, dict):
+        got = type(tree).__name__
+        raise MappingError(f"mapping {source}: must be a mapping of keys, not {got}")
+    base = tree.pop("extends", None)
+    if base is not None:
+        if base not in BUILTIN:
+            names = ", ".join(BUILTIN)
+            raise MappingError(f"mapping {source}: extends: {base!r} is not a built-in ({names})")
+        tree = _overlay(BUILTIN[base], tree)
+    try:
+        return MappingSpec.model_validate(tree)
+    except ValidationError as exc:
+        raise MappingError(f"mapping {source}: " + _describe(exc)) from None
+
+
+def _read(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise MappingError(f"mapping {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        if path.endswith(".json"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise MappingError(f"mapping {path}: not valid YAML/JSON: {exc}") from None
+
+
+def _overlay(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` merged key by key; a null in ``override`` removes the key."""
+    out = dict(base)
+    for key, value in override.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _overlay(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{where}: {message}" if where else message)
+    return "; ".join(lines)

@@ -1,0 +1,141 @@
+"""Event times as a mapping declares them: RFC 3339 text or an epoch number in s / ms / µs / ns.
+
+The unit is declared, never guessed: a value in another unit converts to a time far from now,
+and the decoder's plausibility bound (``min_event_time`` / ``max_event_lead``) rejects it with a
+message naming the declared unit. Messages say what is wrong in words.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any, Literal
+
+from evald.events import MAX_TS_MS, parse_timestamp
+
+TimeFormat = Literal["rfc3339", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns"]
+
+#: how a declared format reads in a message
+UNIT_WORDS: dict[str, str] = {
+    "rfc3339": "RFC 3339 text",
+    "epoch_s": "epoch seconds",
+    "epoch_ms": "epoch milliseconds",
+    "epoch_us": "epoch microseconds",
+    "epoch_ns": "epoch nanoseconds",
+}
+
+#: milliseconds per declared epoch unit, as (multiplier, divisor)
+_SCALE: dict[str, tuple[int, int]] = {
+    "epoch_s": (1_000, 1),
+    "epoch_ms": (1, 1),
+    "epoch_us": (1, 1_000),
+    "epoch_ns": (1, 1_000_000),
+}
+
+
+class TimeValueError(ValueError):
+    """A time value the declared format cannot read; ``implausible``: it reads, but as a time
+    outside 0 .. 9999-12-31 (almost always a wrong unit)."""
+
+    def __init__(self, message: str, *, implausible: bool = False) -> None:
+        super().__init__(message)
+        self.implausible = implausible
+
+
+#: epoch ms of each ``YYYY-MM-DDTHH:MM`` minute seen lately (events of a stream share them)
+_MINUTES: dict[str, int] = {}
+_MAX_MINUTES = 4096
+
+
+def canonical_ms(text: str) -> int | None:
+    """:func:`parse_timestamp` of the common UTC spelling ``YYYY-MM-DDTHH:MM:SS[.fff]Z``,
+    several times faster; None: another spelling (or not a time), for the general parser to
+    decide and explain. The minute is parsed by the general parser once and remembered."""
+    size = len(text)
+    if size == 24:
+        if text[19] != "." or not text[20:23].isdigit():
+            return None
+        millis = int(text[20:23])
+    elif size == 20:
+        millis = 0
+    else:
+        return None
+    seconds = text[17:19]
+    if text[16] != ":" or text[-1] not in "Zz" or not seconds.isdigit() or not text.isascii():
+        return None
+    second = int(seconds)
+    if second > 59:
+        return None
+    prefix = text[:16]
+    minute = _MINUTES.get(prefix)
+    if minute is None:
+        if text[10] not in "Tt":
+            return None
+        try:
+            minute = parse_timestamp(prefix + ":00Z")
+        except ValueError:
+            return None
+        if len(_MINUTES) >= _MAX_MINUTES:
+            _MINUTES.clear()
+        _MINUTES[prefix] = minute
+    return minute + second * 1_000 + millis
+
+
+def to_millis(value: Any, fmt: str) -> int:
+    """Epoch milliseconds of ``value`` read as ``fmt``; raises :class:`TimeValueError`."""
+    if fmt == "rfc3339":
+        if type(value) is str:
+            ms = canonical_ms(value)
+            if ms is not None:
+                return ms
+        else:
+            raise TimeValueError(
+                f"expected RFC 3339 text, got {_kind(value)} (if the field holds epoch numbers, "
+                "declare format epoch_s, epoch_ms, epoch_us or epoch_ns)"
+            )
+        try:
+            return parse_timestamp(value)
+        except ValueError as exc:
+            raise TimeValueError(_rfc3339_words(value, str(exc))) from None
+    multiplier, divisor = _SCALE[fmt]
+    if type(value) is int:
+        ms = value * multiplier // divisor
+    elif type(value) is float and math.isfinite(value):
+        ms = math.floor(value * multiplier / divisor)
+    else:
+        raise TimeValueError(f"expected a number of {UNIT_WORDS[fmt]}, got {_kind(value)}")
+    if not 0 <= ms <= MAX_TS_MS:
+        raise TimeValueError(
+            f"{value!r} read as {UNIT_WORDS[fmt]} is outside years 1970..9999: is the value in "
+            "another unit?",
+            implausible=True,
+        )
+    return ms
+
+
+def _rfc3339_words(value: str, reason: str) -> str:
+    if "no UTC offset" in reason or _local_time(value):
+        return f"{value!r} has no UTC offset (add 'Z' or '+hh:mm')"
+    if "out of range" in reason:
+        return f"{value!r} is before 1970 or after 9999"
+    return f"{value!r} is not RFC 3339 text (like 2024-05-01T12:00:00Z)"
+
+
+def _local_time(value: str) -> bool:
+    """A date and time without an offset (which RFC 3339 requires)."""
+    try:
+        return datetime.fromisoformat(value.strip().upper()).tzinfo is None
+    except ValueError:
+        return False
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    return "a list" if isinstance(value, list) else "an object"

@@ -1,0 +1,172 @@
+"""`evald run --mapping ubi` on the real Kafka-protocol test broker: UBI query and event
+records give exactly the results one engine gives on the equivalent native records.
+
+The native records come from the simulator; each is rewritten to UBI (same key, partition and
+record timestamp) on a second pair of topics, with UBI actions that judge nothing
+(``on_search``, ``product_hover``) mixed in. The daemon runs as its own process, stopped by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from child_processes import die_with_parent
+from kafka_harness import Broker, KafkaTools, free_port
+
+from evald.config import load_config
+from evald.events import format_timestamp
+
+pytestmark = pytest.mark.kafka
+
+ENGINE = {"window": "1m", "lateness": "10s", "windows": ["5m"], "retention": "2h"}
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``predicate`` until truthy; fail (never hang) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def to_ubi(value: bytes, kind: str, noise: int) -> list[bytes]:
+    """The UBI form of one native record, plus ``noise`` events UBI sends that judge nothing."""
+    event = json.loads(value)
+    when = format_timestamp(event["ts"])
+    if kind == "impression":
+        query = {
+            "application": "shop",
+            "query_id": event["request_id"],
+            "client_id": event.get("user_id", "c"),
+            "user_query": event.get("query"),
+            "timestamp": when,
+            "query_response_hit_ids": event["items"],
+            "query_attributes": event.get("labels", {}),
+        }
+        return [json.dumps(query).encode()]
+    click = {
+        "application": "shop",
+        "action_name": event["action"],
+        "query_id": event["request_id"],
+        "timestamp": when,
+        "event_attributes": {
+            "object": {"object_id": event["item"], "object_id_field": "sku"},
+            "position": {"ordinal": event.get("position")},
+        },
+    }
+    hover = {**click, "action_name": ("on_search", "product_hover")[noise % 2]}
+    return [json.dumps(click).encode()] + [json.dumps(hover).encode()] * (noise % 3 == 0)
+
+
+def produce_ubi(tools: KafkaTools, records: list, topic: str, kind: str) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=tools.bootstrap, linger_ms=10)
+    try:
+        for n, record in enumerate(records):
+            for value in to_ubi(record.value, kind, n):
+                producer.send(
+                    topic,
+                    key=record.key,
+                    value=value,
+                    partition=record.partition,
+                    timestamp_ms=record.timestamp,
+                )
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+
+
+def scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            return response.read().decode()  # type: ignore[no-any-return]
+    except (urllib.error.URLError, OSError):
+        return ""
+
+
+def total(text: str, name: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and line[len(name)] in " {"
+    )
+
+
+def test_run_with_the_ubi_mapping_equals_the_native_engine(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
+) -> None:
+    native = {"impressions": f"imp-n-{unique}", "feedback": f"fb-n-{unique}"}
+    ubi = {"impressions": f"imp-u-{unique}", "feedback": f"fb-u-{unique}"}
+    results, dlq = f"res-{unique}", f"dlq-{unique}"
+    kafka_tools.create({**{t: 2 for t in native.values()}, **{t: 2 for t in ubi.values()}})
+    kafka_tools.produce_sim(
+        native["impressions"], native["feedback"], events=3000, seed=7, clean=True
+    )
+    for kind, key in (("impression", "impressions"), ("feedback", "feedback")):
+        produce_ubi(kafka_tools, kafka_tools.read(native[key]), ubi[key], kind)
+    expected, _ = kafka_tools.expected(
+        load_config(ENGINE), native["impressions"], native["feedback"]
+    )
+    assert len(expected) > 100, "the reference finalized too little: the data is too short"
+
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "evald", "run", "--mapping", "ubi",
+        "--bootstrap-servers", broker.bootstrap,
+        "--impressions-topic", ubi["impressions"], "--feedback-topic", ubi["feedback"],
+        "--results-topic", results, "--dlq-topic", dlq, "--group-id", f"g-{unique}",
+        "--metrics-address", f"127.0.0.1:{port}", "--set", "daemon.commit_interval_ms=300",
+    ]  # fmt: skip
+    for key, value in ENGINE.items():
+        argv += ["--set", f"engine.{key}={json.dumps(value)}"]
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
+    log = (tmp_path / "run.log").open("ab")
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, preexec_fn=die_with_parent)
+    try:
+
+        def results_done() -> dict[str, list[dict[str, Any]]] | None:
+            got: dict[str, list[dict[str, Any]]] = {}
+            for record in kafka_tools.read(results):
+                doc = json.loads(record.value)
+                got.setdefault(doc["request_id"], []).append(doc)
+            return got if len(got) >= len(expected) else None
+
+        got = wait_until(results_done, 120, "the daemon's results")
+        text = wait_until(
+            lambda: (t := scrape(port)) and total(t, "evald_feedback_skipped_total") > 0 and t,
+            30,
+            "the skipped counter on /metrics",
+        )
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "run.log").read_text()[-2000:]
+    assert set(got) == set(expected)
+    for request_id, docs in got.items():
+        assert all(doc == expected[request_id] for doc in docs), request_id
+    assert total(text, "evald_rejected_total") == 0
+    skipped = [line for line in text.splitlines() if line.startswith("evald_feedback_skipped")]
+    assert any('action="on_search"' in line for line in skipped), skipped
+    assert kafka_tools.read(dlq) == []

@@ -1,0 +1,210 @@
+"""The mapping decoder: fields from any paths, the same reasons as the native decoder with
+details naming the JSON Pointer, unmapped actions skipped and counted, times by declared unit."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from evald.config import load_config
+from evald.decode import Rejection
+from evald.engine import Engine, Result
+from evald.events import Feedback, Impression, Limits
+from evald.mapping import MappingDecoder, MappingSpec, decoder_for
+from evald.mapping.decoder import MAX_SKIPPED_ACTIONS, OTHER
+
+NOW = 1_714_564_800_000  # 2024-05-01T12:00:00Z
+HOUR = 3_600_000
+
+NESTED: dict[str, Any] = {
+    "kind": {"field": "/type", "impression": "serve", "feedback": "act"},
+    "impression": {
+        "request_id": "/ctx/req",
+        "time": {"path": "/at", "format": "epoch_s"},
+        "items": {"path": "/hits", "id": "/doc/id"},
+        "labels": [{"path": "/exp"}, {"path": "/ctx/model", "name": "model"}],
+        "user_id": "/ctx/user",
+    },
+    "feedback": {
+        "request_id": "/ctx/req",
+        "time": {"path": "/at", "format": "epoch_s"},
+        "item": "/doc~1id",
+        "action": "/what",
+        "actions": {"click": 1, "buy": 3},
+        "grade": "/stars",
+        "position": "/rank",
+    },
+}
+
+
+def decoder(tree: dict[str, Any] = NESTED, **limits: int) -> MappingDecoder:
+    return MappingDecoder(
+        MappingSpec.model_validate(tree), Limits(**limits), min_ts=NOW - 24 * HOUR, max_lead=HOUR
+    )
+
+
+def raw(record: dict[str, Any]) -> bytes:
+    return json.dumps(record).encode()
+
+
+def serve(**extra: Any) -> dict[str, Any]:
+    record = {
+        "type": "serve",
+        "at": NOW // 1000,
+        "ctx": {"req": "r1", "model": "v2", "user": "u9"},
+        "hits": [{"doc": {"id": "a"}}, {"doc": {"id": "b"}}],
+        "exp": {"bucket": 3, "on": True, "ratio": 0.5, "arm": {"name": "B"}, "gone": None},
+    }
+    return {**record, **extra}
+
+
+def act(**extra: Any) -> dict[str, Any]:
+    return {"type": "act", "at": NOW // 1000 + 5, "ctx": {"req": "r1"}, "doc/id": "b",
+            "what": "click", "rank": 1, **extra}  # fmt: skip
+
+
+def test_an_impression_from_nested_paths_with_labels_flattened_to_strings() -> None:
+    event = decoder().decode(raw(serve()), None, NOW)
+    assert isinstance(event, Impression)
+    assert (event.request_id, event.ts, event.items, event.user_id) == ("r1", NOW, ["a", "b"], "u9")
+    assert event.labels == {
+        "bucket": "3",
+        "on": "true",
+        "ratio": "0.5",
+        "arm_name": "B",
+        "model": "v2",
+    }
+
+
+def test_feedback_with_the_action_grade_an_explicit_grade_and_a_position() -> None:
+    d = decoder()
+    event = d.decode(raw(act()), None, NOW)
+    assert isinstance(event, Feedback)
+    assert (event.item, event.action, event.grade, event.position) == ("b", "click", 1.0, 1)
+    assert event.ts == NOW + 5000
+    starred = d.decode(raw(act(what="rate", stars=4)), None, NOW)
+    assert isinstance(starred, Feedback) and starred.grade == 4.0  # explicit grade wins
+
+
+def test_unmapped_actions_are_skipped_and_counted_not_rejected() -> None:
+    d = decoder()
+    assert d.decode(raw(act(what="hover")), None, NOW) is None
+    assert d.decode(raw(act(what="hover")), None, NOW) is None
+    assert d.decode(raw({"type": "act", "what": "scroll"}), None, NOW) is None  # nothing else read
+    assert d.skipped == {"hover": 2, "scroll": 1}
+
+
+def test_skipped_action_names_are_bounded() -> None:
+    d = decoder()
+    for n in range(MAX_SKIPPED_ACTIONS + 5):
+        d.decode(raw(act(what=f"a{n}")), None, NOW)
+    assert len(d.skipped) == MAX_SKIPPED_ACTIONS + 1 and d.skipped[OTHER] == 5
+
+
+@pytest.mark.parametrize(
+    ("record", "reason", "detail"),
+    [
+        (serve(ctx={"model": "v2"}), "missing_field", "/ctx/req: missing"),
+        (serve(hits=[{"doc": {"id": "a"}}, {"doc": {}}]), "missing_field", "/hits/1/doc/id"),
+        (serve(hits="a"), "wrong_type", "/hits: expected a list of objects"),
+        (serve(hits=[{"doc": {"id": 7}}]), "wrong_type", "/hits/0:"),
+        (serve(ctx={"req": 5}), "wrong_type", "/ctx/req:"),
+        (serve(exp={"tags": ["x"]}), "wrong_type", "/exp/tags: a list cannot be a label value"),
+        (serve(at="soon"), "bad_timestamp", "/at: expected a number of epoch seconds"),
+        (serve(at=NOW), "implausible_timestamp", "/at: "),
+        (serve(at=NOW // 1000 // 1000), "implausible_timestamp", "read as epoch seconds"),
+        (serve(type="other"), "unknown_kind", "/type: 'other', expected 'serve' or 'act'"),
+        (act(what=3), "wrong_type", "/what: an action is text"),
+        (act(stars=-1), "bad_grade", "/stars:"),
+        (act(rank=-1), "wrong_type", "/rank:"),
+    ],
+)
+def test_unreadable_records_are_rejected_with_a_reason_and_the_pointer(
+    record: dict[str, Any], reason: str, detail: str
+) -> None:
+    got = decoder().decode(raw(record), None, NOW)
+    assert isinstance(got, Rejection), got
+    assert (got.reason, got.raw) == (reason, raw(record))
+    assert detail in got.detail
+    assert got.kind == ("feedback" if record.get("type") == "act" else got.kind)
+
+
+def test_a_time_far_ahead_names_the_declared_unit() -> None:
+    got = decoder().decode(raw(serve(at=NOW // 1000 + 2 * 3600)), None, NOW)
+    assert isinstance(got, Rejection) and got.reason == "implausible_timestamp"
+    assert "ahead of the reference time" in got.detail and "epoch seconds" in got.detail
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"{oops", "invalid_json"),
+        (b"[1, 2]", "not_an_object"),
+        (b'{"type": "serve", "type": "act"}', "duplicate_key"),
+        (b'{"type": "act", "at": NaN}', "invalid_json"),
+        (b"x" * 70_000, "too_large"),
+    ],
+)
+def test_the_native_input_rule_holds(data: bytes, reason: str) -> None:
+    got = decoder().decode(data, None, NOW)
+    assert isinstance(got, Rejection) and got.reason == reason and got.raw == data
+
+
+def test_a_bom_is_ignored_and_nested_duplicates_are_caught() -> None:
+    d = decoder()
+    assert isinstance(d.decode(b"\xef\xbb\xbf" + raw(serve()), None, NOW), Impression)
+    nested = raw(serve())[:-1] + b', "ctx": {"req": "r1", "req": "r2"}}'
+    got = d.decode(nested, None, NOW)
+    assert isinstance(got, Rejection) and got.reason == "duplicate_key"
+
+
+def test_limits_apply_as_in_the_native_schema() -> None:
+    many = serve(hits=[{"doc": {"id": str(n)}} for n in range(4)])
+    got = decoder(max_items=3).decode(raw(many), None, NOW)
+    assert isinstance(got, Rejection) and got.reason == "too_many_items"
+    got = decoder(max_labels=2).decode(raw(serve()), None, NOW)
+    assert isinstance(got, Rejection) and got.reason == "too_many_labels"
+
+
+def test_the_source_kind_wins_and_a_missing_section_is_unknown_kind() -> None:
+    only = {"impression": NESTED["impression"]}
+    d = decoder(only)
+    assert isinstance(d.decode(raw(serve(type="whatever")), None, NOW), Impression)
+    got = d.decode(raw(act()), "feedback", NOW)
+    assert isinstance(got, Rejection) and got.reason == "unknown_kind"
+    both = {k: v for k, v in NESTED.items() if k != "kind"}
+    got = decoder(both).decode(raw(act()), None, NOW)
+    assert isinstance(got, Rejection) and "by topic only" in got.detail
+    assert isinstance(decoder(both).decode(raw(act()), "feedback", NOW), Feedback)
+
+
+def test_presence_tells_the_kind() -> None:
+    tree = {**NESTED, "kind": {"present": "/what", "means": "feedback"}}
+    d = decoder(tree)
+    assert isinstance(d.decode(raw(act(type=None)), None, NOW), Feedback)
+    assert isinstance(d.decode(raw(serve(type=None)), None, NOW), Impression)
+
+
+def test_decode_many_matches_decode_record_by_record() -> None:
+    records = [raw(serve()), raw(act()), raw(act(what="hover")), b"{", raw(act(rank=-2))]
+    d = decoder()
+    one = [d.decode(r, None, NOW) for r in records]
+    rejected: list[tuple[int, Rejection]] = []
+    many = dict(decoder().decode_many(records, None, rejected, NOW))
+    assert many == {i: e for i, e in enumerate(one) if isinstance(e, (Impression, Feedback))}
+    assert rejected == [(i, e) for i, e in enumerate(one) if isinstance(e, Rejection)]
+
+
+def test_the_engine_counts_skips_in_its_stats() -> None:
+    config = load_config({"measures": "RR", "min_event_time": "2024-01-01T00:00:00Z"})
+    results: list[Result] = []
+    engine = Engine(config, on_result=results.append, decoder=decoder_for("ubi", config))
+    query = {"query_id": "q", "timestamp": "2024-05-01T12:00:00Z", "query_response_hit_ids": ["a"]}
+    hover = {"query_id": "q", "timestamp": "2024-05-01T12:00:01Z", "action_name": "hover"}
+    assert engine.feed(raw(query)) is not None
+    assert engine.feed(raw(hover)) is None
+    engine.feed_batch([raw(hover)])
+    assert engine.stats.skipped == {"hover": 2}
+    assert sum(engine.stats.rejected.values()) == 0
