@@ -103,7 +103,7 @@ class LocalKafka:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 300.0) -> None:
         """Start the broker (formatting the data directory first if needed); return when ready."""
         if self.running():
             return

@@ -36,6 +36,7 @@ from kafka.structs import OffsetAndMetadata
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
+from evald.daemon.fatal import unrecoverable
 from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
 from evald.daemon.merge import KINDS, Merger
 from evald.daemon.restore import RestoreError, read_checkpoint, read_ranges
@@ -152,6 +153,8 @@ class Daemon:
         self._txn_poisoned = False
         self._abandoning = False
         self._joined = False
+        #: why the last session failed, shown on /readyz until a new session has joined
+        self._retrying: str | None = None
         self._bp_paused = False
         #: the impressions partitions backpressure paused (not those still fetching a replay)
         self._bp_tps: set[TopicPartition] = set()
@@ -177,6 +180,8 @@ class Daemon:
 
     def ready(self) -> tuple[bool, str]:
         """/readyz: every assigned partition restored and the broker answering."""
+        if self._retrying is not None:
+            return False, self._retrying
         if not self._broker_ok:
             return False, "broker not reachable (retrying)"
         if self._consumer is None:
@@ -198,8 +203,13 @@ class Daemon:
                 log.error("%s", exc)
                 return exc.status
             except (KafkaError, OSError, RestoreError, TimeoutError) as exc:
+                advice = unrecoverable(exc)
+                if advice is not None:
+                    log.error("evald run: cannot continue: %s", advice)
+                    return 2
                 self._set_ready(False)
                 delay = self._backoff.next_delay()
+                self._retrying = f"retrying after {type(exc).__name__}: {exc}"
                 log.warning(
                     "kafka session failed (%s: %s); retrying in %.1fs",
                     type(exc).__name__,
@@ -656,6 +666,7 @@ class Daemon:
 
     def _assign(self, partitions: set[int]) -> None:
         self._joined = True
+        self._retrying = None
         for p in partitions:
             if p not in self._parts:
                 self._parts[p] = _Part(p, Merger(self.merge_hold_s, self.clock))

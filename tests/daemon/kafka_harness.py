@@ -57,10 +57,17 @@ class Broker:
     """
 
     def __init__(
-        self, data_dir: Path, port: int | None = None, advertised_port: int | None = None
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        advertised_port: int | None = None,
+        settings: dict[str, str] | None = None,
     ) -> None:
         self._kafka = LocalKafka(
-            data_dir, port=port, advertised_port=advertised_port, settings=TEST_BROKER
+            data_dir,
+            port=port,
+            advertised_port=advertised_port,
+            settings={**TEST_BROKER, **(settings or {})},
         )
         self._start()
 
@@ -279,15 +286,19 @@ class KafkaTools:
         skip: int = 0,
         rate: float = 200.0,
         clean: bool = False,
+        compression: str | None = None,
     ) -> int:
-        """Write simulator events ``skip .. skip+events`` (keyed by request_id, timestamped)."""
+        """Write simulator events ``skip .. skip+events`` (keyed by request_id, timestamped),
+        in record batches compressed with ``compression`` (a kafka-python codec name)."""
         from itertools import islice
 
         from kafka import KafkaProducer
 
         from evald.demo.simulator import IMPRESSION, Faults, Simulator
 
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=10)
+        producer = KafkaProducer(
+            bootstrap_servers=self.bootstrap, linger_ms=10, compression_type=compression
+        )
         written = 0
         try:
             sim = Simulator(seed, rate=rate, speed=60, faults=Faults.none() if clean else None)

@@ -603,3 +603,112 @@ def test_kill_9_inside_an_open_transaction_leaked_results_are_not_counted(
     copies = assert_matches_an_uninterrupted_run(tools, unique, second.windows, leaky_broker=True)
     assert copies > 0, "the kill did not leave an aborted transaction behind: test not effective"
     print(f"tansu, kill -9 in a transaction: {copies} leaked identical copies, windows exact")
+
+
+# -- compressed topics and errors no retry can fix -----------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_input_topics_are_read_exactly(
+    codec: str, broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
+) -> None:
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    kafka_tools.produce_sim(
+        topics["impressions"], topics["feedback"], events=2500, seed=11, compression=codec
+    )
+    windows = tmp_path / "windows.jsonl"
+    settings = make_settings(broker.bootstrap, unique, windows_file=str(windows))
+    with running(settings) as daemon:
+        wait_until(lambda: settled(daemon, kafka_tools, unique), 90, "the daemon to settle")
+    expected, reference = kafka_tools.expected(
+        settings.engine_config(), topics["impressions"], topics["feedback"]
+    )
+    assert_exactly_once(results_by_id(kafka_tools, topics["results"]), expected)
+    assert_windows_equal(read_windows(windows), reference)
+
+
+def run_to_exit(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`evald run` as a child; a daemon that keeps retrying instead of exiting fails the test."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
+    try:
+        return subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"evald run kept retrying instead of exiting:\n{exc.stderr}")
+
+
+def test_a_missing_codec_exits_2_saying_what_to_install(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """An install without lz4 (the module hidden from the child) cannot read an lz4 topic, and
+    no retry changes that."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    kafka_tools.produce_sim(
+        topics["impressions"], topics["feedback"], events=300, seed=12, compression="lz4"
+    )
+    argv = run_argv(broker.bootstrap, unique, "127.0.0.1:0")
+    hide_lz4 = (
+        "import runpy, sys; sys.modules['lz4'] = None; "
+        "sys.argv = ['evald', *sys.argv[1:]]; runpy.run_module('evald', run_name='__main__')"
+    )
+    proc = run_to_exit([argv[0], "-c", hide_lz4, *argv[3:]])
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot decompress" in proc.stderr and "lz4" in proc.stderr
+    assert "pip install" in proc.stderr
+
+
+@pytest.fixture
+def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A private broker that checks ACLs (everything allowed unless an ACL says otherwise)."""
+    instance = Broker(
+        tmp_path_factory.mktemp("kafka-acl"),
+        settings={
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "true",
+        },
+    )
+    try:
+        yield instance
+    finally:
+        instance.stop()
+
+
+def test_authorization_denied_exits_2_saying_what_to_grant(acl_broker: Broker, unique: str) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import (
+        ACL,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    tools = KafkaTools(acl_broker.bootstrap)
+    topics = names(unique)
+    tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    tools.produce_sim(topics["impressions"], topics["feedback"], events=300, seed=13)
+    admin = KafkaAdminClient(bootstrap_servers=acl_broker.bootstrap)
+    try:
+        # every client here is User:ANONYMOUS (plaintext): evald may read and create topics
+        # but not use its transactional id, as when an operator forgot that grant
+        deny_txn = ACL(
+            principal="User:ANONYMOUS",
+            host="*",
+            operation=ACLOperation.WRITE,
+            permission_type=ACLPermissionType.DENY,
+            resource_pattern=ResourcePattern(
+                ResourceType.TRANSACTIONAL_ID, f"evald-g-{unique}-", ACLResourcePatternType.PREFIXED
+            ),
+        )
+        created = admin.create_acls([deny_txn])
+        assert not created["failed"], created
+    finally:
+        admin.close()
+    proc = run_to_exit(run_argv(acl_broker.bootstrap, unique, "127.0.0.1:0"))
+    assert proc.returncode == 2, proc.stderr
+    assert "denied" in proc.stderr and "TransactionalIdAuthorizationFailedError" in proc.stderr
+    assert "grant evald's principal Read" in proc.stderr
