@@ -318,14 +318,17 @@ class KafkaTools:
         *,
         partition: int = 0,
         timestamp_ms: int | None = None,
+        key: bytes | None = None,
     ) -> None:
-        """Write raw values to one partition."""
+        """Write raw values (all with ``key``) to one partition."""
         from kafka import KafkaProducer
 
         producer = KafkaProducer(bootstrap_servers=self.bootstrap)
         try:
             for value in values:
-                producer.send(topic, value=value, partition=partition, timestamp_ms=timestamp_ms)
+                producer.send(
+                    topic, key=key, value=value, partition=partition, timestamp_ms=timestamp_ms
+                )
             producer.flush(timeout=30)
         finally:
             producer.close(timeout=5)

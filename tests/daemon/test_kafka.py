@@ -420,7 +420,8 @@ class Instance:
         args += list(extra)
         for key, value in ENGINE.items():
             args += ["--set", f"engine.{key}={json.dumps(value)}"]
-        self.log = (tmp_path / f"{instance}.log").open("ab")
+        self.log_path = tmp_path / f"{instance}.log"
+        self.log = self.log_path.open("ab")
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             args, env=env, stdout=self.log, stderr=self.log, preexec_fn=die_with_parent
@@ -712,3 +713,106 @@ def test_authorization_denied_exits_2_saying_what_to_grant(acl_broker: Broker, u
     assert proc.returncode == 2, proc.stderr
     assert "denied" in proc.stderr and "TransactionalIdAuthorizationFailedError" in proc.stderr
     assert "grant evald's principal Read" in proc.stderr
+
+
+# -- the matrix: negative controls, zombie ---------------------------------------------------
+
+
+def test_the_oracle_fails_on_a_planted_duplicate_and_a_planted_missing_result(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """The read_committed oracle is not vacuous: one extra committed copy of a result, or one
+    result removed from the topic, makes it fail."""
+    from kafka import KafkaAdminClient, TopicPartition
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=2500, seed=15)
+    settings = make_settings(broker.bootstrap, unique)
+    with running(settings) as daemon:
+        wait_until(lambda: settled(daemon, kafka_tools, unique), 90, "the daemon to settle")
+    expected, _ = kafka_tools.expected(
+        settings.engine_config(), topics["impressions"], topics["feedback"]
+    )
+    assert_exactly_once(results_by_id(kafka_tools, topics["results"]), expected)
+    first, second = kafka_tools.read(topics["results"], committed=True)[:2]
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:  # the first result removed from the log
+        admin.delete_records({TopicPartition(topics["results"], 0): first.offset + 1})
+    finally:
+        admin.close()
+    got = results_by_id(kafka_tools, topics["results"])
+    with pytest.raises(AssertionError, match="missing 1, unexpected 0"):
+        assert_exactly_once(got, expected)
+
+    # a committed duplicate of the second, checked against the reference without the first
+    kafka_tools.produce_raw(topics["results"], [second.value], key=second.key)
+    rest = {k: v for k, v in expected.items() if k != first.key.decode()}
+    got = results_by_id(kafka_tools, topics["results"])
+    assert len(got[second.key.decode()]) == 2
+    with pytest.raises(AssertionError):
+        assert_exactly_once(got, rest)
+
+
+FENCING_ERRORS = (
+    "ProducerFenced",
+    "InvalidProducerEpoch",
+    "IllegalGeneration",
+    "UnknownMemberId",
+    "RebalanceInProgress",
+    "CommitFailed",
+    "FencedInstanceId",
+    "InvalidTxnState",
+    "lost",
+)
+
+
+def test_a_zombie_past_its_session_timeout_is_fenced_and_its_results_never_show(
+    kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """SIGSTOP an instance with results of an open transaction on the log, past its session
+    timeout; another instance takes its partitions over; SIGCONT: its late commit must be
+    rejected and none of its in-flight results may ever become visible."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=8000, seed=14)
+    slow = (
+        *("--set", "daemon.commit_interval_ms=120000"),
+        *("--set", "daemon.commit_max_records=5000"),
+        *("--set", "daemon.max_poll_records=500"),
+    )
+    zombie = instances("a", extra=slow)
+    wait_until(lambda: zombie.metric("evald_results_produced_total") > 0, 90, "a first commit")
+    committed = zombie.metric("evald_results_produced_total")
+    wait_until(
+        lambda: len(kafka_tools.read(topics["results"])) > committed,
+        60,
+        "results of the open transaction on the broker",
+    )
+    zombie.proc.send_signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    heir = instances("b")
+    wait_until(lambda: heir.lag_zero(2), 150, "the heir to take both partitions and catch up")
+    takeover = time.monotonic() - stopped_at
+    log_before = zombie.log_path.read_text(errors="replace")
+    zombie.proc.send_signal(signal.SIGCONT)
+    # the zombie wakes inside its old session, tries to go on, is refused, starts over
+    wait_until(
+        lambda: any(
+            e in zombie.log_path.read_text(errors="replace")[len(log_before) :]
+            for e in FENCING_ERRORS
+        ),
+        90,
+        "the zombie to be fenced",
+    )
+    assert zombie.terminate() == 0
+    wait_until(lambda: heir.lag_zero(2), 150, "the heir to own everything again")
+    time.sleep(1.0)
+    assert heir.terminate() == 0
+    assert_matches_an_uninterrupted_run(kafka_tools, unique, heir.windows)
+    woke = zombie.log_path.read_text(errors="replace")[len(log_before) :]
+    print(
+        f"zombie: takeover (SIGSTOP -> heir caught up) {takeover:.1f}s; fenced by "
+        f"{sorted(e for e in FENCING_ERRORS if e in woke)}"
+    )
