@@ -33,6 +33,10 @@ SINGLE_NODE = {
     # a dead producer's transaction is aborted within a second of its timeout, not a minute
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "num.partitions": "1",
+    # keep every record: time-based retention goes by the records' own timestamps, and
+    # simulated or replayed traffic is stamped in the past (the simulator starts on
+    # 2026-01-01), so the default 7 days deletes it, active segment included, within minutes
+    "log.retention.ms": "-1",
     # after a kill -9 the restarted node waits for its previous incarnation's registration to
     # expire before it unfences itself (default 9 s)
     "broker.heartbeat.interval.ms": "500",

@@ -816,3 +816,51 @@ def test_a_zombie_past_its_session_timeout_is_fenced_and_its_results_never_show(
         f"zombie: takeover (SIGSTOP -> heir caught up) {takeover:.1f}s; fenced by "
         f"{sorted(e for e in FENCING_ERRORS if e in woke)}"
     )
+
+
+def test_broker_killed_and_restarted_on_its_data_mid_stream_is_exact(
+    private_broker: Broker, unique: str, tmp_path: Path
+) -> None:
+    """kill -9 of the broker three times while evald works (transactions open, results in
+    flight), each time restarted on the same log directories."""
+    tools = KafkaTools(private_broker.bootstrap)
+    topics = names(unique)
+    tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    chunk = 3000
+    tools.produce_sim(topics["impressions"], topics["feedback"], events=chunk, seed=16)
+    windows = tmp_path / "windows.jsonl"
+    # small polls and commits keep a transaction open most of the time
+    settings = make_settings(
+        private_broker.bootstrap,
+        unique,
+        windows_file=str(windows),
+        max_poll_records=100,
+        commit_interval_ms=500,
+    )
+    downtimes: list[float] = []
+    with running(settings) as daemon:
+        for i in range(1, 4):
+            before = daemon.stats.results_produced
+            wait_until(
+                lambda before=before: daemon.stats.results_produced > before,
+                120,
+                "results committed since the last broker restart",
+            )
+            killed_at = time.monotonic()
+            private_broker.kill()
+            private_broker.restart()
+            wait_until(lambda: daemon.ready()[0], 120, "evald ready after the broker restart")
+            downtimes.append(time.monotonic() - killed_at)
+            # more traffic, so the next kill lands while results flow
+            tools.produce_sim(
+                topics["impressions"], topics["feedback"], events=chunk, seed=16, skip=i * chunk
+            )
+        wait_until(lambda: settled(daemon, tools, unique), 180, "the daemon to settle")
+    stored = len(tools.read(topics["impressions"])) + len(tools.read(topics["feedback"]))
+    assert stored == 4 * chunk, "the broker lost input records"
+    expected, reference = tools.expected(
+        settings.engine_config(), topics["impressions"], topics["feedback"]
+    )
+    assert_exactly_once(results_by_id(tools, topics["results"]), expected)
+    assert_windows_equal(read_windows(windows), reference)
+    print(f"broker kill -9: kill -> evald ready {', '.join(f'{d:.1f}s' for d in downtimes)}")
