@@ -31,7 +31,16 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    InvalidProducerEpochError,
+    KafkaError,
+    ProducerFencedError,
+    TopicAlreadyExistsError,
+    UnknownMemberIdError,
+)
 from kafka.structs import OffsetAndMetadata
 
 from evald.daemon.backoff import Backoff
@@ -63,6 +72,17 @@ MERGE_BUFFER_CAP = 20_000
 #: every append as "batch full" and wake the sender on each send); commits flush anyway
 PRODUCER_BATCH_BYTES = 512 * 1024
 PRODUCER_LINGER_MS = 50
+
+
+#: the broker refusing a commit because a newer incarnation or generation owns the work
+FENCING_ERRORS = (
+    ProducerFencedError,
+    InvalidProducerEpochError,
+    CommitFailedError,
+    IllegalGenerationError,
+    UnknownMemberIdError,
+    FencedInstanceIdError,
+)
 
 
 class _Fatal(Exception):
@@ -207,6 +227,9 @@ class Daemon:
                 if advice is not None:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
+                if isinstance(exc, FENCING_ERRORS):
+                    with self.stats.lock:
+                        self.stats.fenced += 1
                 self._set_ready(False)
                 delay = self._backoff.next_delay()
                 self._retrying = f"retrying after {type(exc).__name__}: {exc}"
@@ -649,6 +672,9 @@ class Daemon:
                 log.exception("commit on revocation failed; aborting")
                 lost = True
         if lost and self._txn_open:
+            if not self._abandoning:  # taken over while our transaction was open: a zombie
+                with self.stats.lock:
+                    self.stats.fenced += 1
             self._abort()
             # what the aborted transaction held for partitions we keep is gone too
             self._txn_poisoned = True

@@ -816,6 +816,10 @@ def test_a_zombie_past_its_session_timeout_is_fenced_and_its_results_never_show(
         90,
         "the zombie to be fenced",
     )
+    wait_until(
+        lambda: zombie.metric("evald_transactions_fenced_total") >= 1, 30, "the fence counted"
+    )
+    assert heir.metric("evald_transactions_fenced_total") == 0
     assert zombie.terminate() == 0
     wait_until(lambda: heir.lag_zero(2), 150, "the heir to own everything again")
     time.sleep(1.0)
