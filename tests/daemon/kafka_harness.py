@@ -396,3 +396,46 @@ class KafkaTools:
             engine.feed(record.value, partition=record.partition, kind=kind, offset=record.offset)
         engine.tick()
         return {r.request_id: r.to_json() for r in results}, engine
+
+
+class CommittedReader:
+    """A downstream consumer reading a topic with ``read_committed`` on a thread *while* a test
+    crashes things: what it saw must never be retracted or doubled later."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        self.records: list = []
+        self._stop = threading.Event()
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+        )
+        partitions = self._consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            self._consumer.close()
+            raise AssertionError(f"{topic} does not exist yet")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        self._consumer.assign(tps)
+        self._consumer.seek_to_beginning(*tps)
+        self._thread = threading.Thread(target=self._run, name="committed-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                batches = self._consumer.poll(timeout_ms=200)
+            except Exception:  # the broker may be down for a while: keep reading after it
+                time.sleep(0.2)
+                continue
+            for records in batches.values():
+                self.records.extend(records)
+
+    def stop(self) -> list:
+        """Stop reading; every record seen, in the order seen."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._consumer.close()
+        return self.records

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from child_processes import die_with_parent
-from kafka_harness import Broker, KafkaTools, Tansu, TcpProxy, free_port
+from kafka_harness import Broker, CommittedReader, KafkaTools, Tansu, TcpProxy, free_port
 
 from evald.daemon.runner import Daemon
 from evald.daemon.settings import Settings, load_settings
@@ -179,6 +179,39 @@ def assert_exactly_once(
     if not allow_identical_copies:
         assert copies == 0
     return copies
+
+
+def assert_seen_during_chaos_stands(
+    records: list, expected: dict[str, Any], tools: KafkaTools, topic: str
+) -> int:
+    """What a read_committed consumer saw while things crashed: each result at most once,
+    each equal to the uninterrupted run's (so none is later retracted or doubled). A failure
+    says where each offending record sits now: still on the log with the same bytes (an
+    aborted record shown as committed) or gone (the log lost a record it had served)."""
+    seen: dict[str, list[Any]] = defaultdict(list)
+    for record in records:
+        seen[json.loads(record.value)["request_id"]].append(record)
+    assert seen, "the concurrent reader saw nothing: the test is not effective"
+    bad = [
+        r
+        for request_id, rs in seen.items()
+        for r in rs
+        if len(rs) > 1 or json.loads(r.value) != expected.get(request_id)
+    ]
+    if bad:
+        log = {(r.partition, r.offset): r.value for r in tools.read(topic)}
+        final = {(r.partition, r.offset) for r in tools.read(topic, committed=True)}
+        where = [
+            (
+                r.partition,
+                r.offset,
+                "committed now" if (r.partition, r.offset) in final else "not committed now",
+                "same bytes on the log" if log.get((r.partition, r.offset)) == r.value else "gone",
+            )
+            for r in bad[:5]
+        ]
+        pytest.fail(f"{len(bad)} results seen during the chaos do not stand, e.g. {where}")
+    return len(seen)
 
 
 def assert_windows_equal(rows: list[dict[str, Any]], reference: Engine) -> None:
@@ -800,6 +833,7 @@ def test_a_zombie_past_its_session_timeout_is_fenced_and_its_results_never_show(
         60,
         "results of the open transaction on the broker",
     )
+    reader = CommittedReader(kafka_tools.bootstrap, topics["results"])
     zombie.proc.send_signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
     heir = instances("b")
@@ -824,7 +858,14 @@ def test_a_zombie_past_its_session_timeout_is_fenced_and_its_results_never_show(
     wait_until(lambda: heir.lag_zero(2), 150, "the heir to own everything again")
     time.sleep(1.0)
     assert heir.terminate() == 0
+    seen = reader.stop()
     assert_matches_an_uninterrupted_run(kafka_tools, unique, heir.windows)
+    expected, _ = kafka_tools.expected(
+        make_settings(kafka_tools.bootstrap, unique).engine_config(),
+        topics["impressions"],
+        topics["feedback"],
+    )
+    assert_seen_during_chaos_stands(seen, expected, kafka_tools, topics["results"])
     woke = zombie.log_path.read_text(errors="replace")[len(log_before) :]
     print(
         f"zombie: takeover (SIGSTOP -> heir caught up) {takeover:.1f}s; fenced by "
@@ -853,6 +894,8 @@ def test_broker_killed_and_restarted_on_its_data_mid_stream_is_exact(
     )
     downtimes: list[float] = []
     with running(settings) as daemon:
+        wait_until(lambda: daemon.stats.results_produced > 0, 90, "the first results")
+        reader = CommittedReader(private_broker.bootstrap, topics["results"])
         for i in range(1, 4):
             before = daemon.stats.results_produced
             wait_until(
@@ -870,6 +913,7 @@ def test_broker_killed_and_restarted_on_its_data_mid_stream_is_exact(
                 topics["impressions"], topics["feedback"], events=chunk, seed=16, skip=i * chunk
             )
         wait_until(lambda: settled(daemon, tools, unique), 180, "the daemon to settle")
+        seen = reader.stop()
     stored = len(tools.read(topics["impressions"])) + len(tools.read(topics["feedback"]))
     assert stored == 4 * chunk, "the broker lost input records"
     expected, reference = tools.expected(
@@ -877,4 +921,8 @@ def test_broker_killed_and_restarted_on_its_data_mid_stream_is_exact(
     )
     assert_exactly_once(results_by_id(tools, topics["results"]), expected)
     assert_windows_equal(read_windows(windows), reference)
-    print(f"broker kill -9: kill -> evald ready {', '.join(f'{d:.1f}s' for d in downtimes)}")
+    during = assert_seen_during_chaos_stands(seen, expected, tools, topics["results"])
+    print(
+        f"broker kill -9: kill -> evald ready {', '.join(f'{d:.1f}s' for d in downtimes)}; "
+        f"{during} results seen read_committed during the kills, all standing"
+    )
