@@ -85,6 +85,20 @@ FENCING_ERRORS = (
 )
 
 
+CRASH_ENV = "TESTING_EVALD_CRASH_AT"
+"""Test-only fault injection: ``TESTING_EVALD_CRASH_AT=<step>`` makes the process SIGKILL itself
+the first time it reaches that step of the commit cycle (``results_sent``, ``offsets_sent``,
+``committed``: in a transaction holding results; ``revoking``: once results were committed) or
+of a restore (``restore``). Not
+an ``EVALD_*`` name: those are all settings."""
+
+
+def _crash_point(step: str, armed: bool = True) -> None:
+    if armed and os.environ.get(CRASH_ENV) == step:
+        log.warning("%s=%s: killing this process", CRASH_ENV, step)
+        os.kill(os.getpid(), 9)
+
+
 class _Fatal(Exception):
     """Ends the daemon with an exit status (e.g. topics not co-partitioned: 2)."""
 
@@ -574,6 +588,8 @@ class Daemon:
         consumer = self._consumer
         assert consumer is not None
         producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
+        holds_results = any(part.txn_count for part in parts)
+        _crash_point("results_sent", holds_results)
         engine = self._engine
         topics = self.settings.topics
         planned: list[tuple[_Part, Checkpoint, Any]] = []
@@ -617,7 +633,9 @@ class Daemon:
                 OffsetAndMetadata(future.get(timeout=30).offset + 1, "", -1)
             )
         producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        _crash_point("offsets_sent", holds_results)
         producer.commit_transaction()
+        _crash_point("committed", holds_results)
         self._txn_open = False
         produced = 0
         for part, checkpoint, _ in planned:
@@ -666,6 +684,7 @@ class Daemon:
         if self._abandoning:
             lost = True  # the session failed: its in-memory state is not trusted any more
         if not lost:
+            _crash_point("revoking", self.stats.results_produced > 0)
             try:
                 self._commit()
             except Exception:
@@ -709,6 +728,7 @@ class Daemon:
         topics = self.settings.topics
         ckpt_tp = TopicPartition(topics.checkpoint_topic, p)
         committed = consumer.committed(ckpt_tp)
+        _crash_point("restore")
         engine = self._engine
         if committed:
             checkpoint = read_checkpoint(

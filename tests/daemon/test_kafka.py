@@ -30,7 +30,7 @@ import pytest
 from child_processes import die_with_parent
 from kafka_harness import Broker, CommittedReader, KafkaTools, Tansu, TcpProxy, free_port
 
-from evald.daemon.runner import Daemon
+from evald.daemon.runner import CRASH_ENV, Daemon
 from evald.daemon.settings import Settings, load_settings
 from evald.engine import Engine
 
@@ -424,6 +424,7 @@ class Instance:
         tmp_path: Path,
         static: bool = False,
         extra: tuple[str, ...] = (),
+        crash_at: str | None = None,
     ) -> None:
         self.port = free_port()
         self.windows = tmp_path / f"windows-{instance}.jsonl"
@@ -435,6 +436,9 @@ class Instance:
                 "EVALD_KAFKA__TRANSACTION_TIMEOUT_MS": str(KAFKA["transaction_timeout_ms"]),
             }
         )
+        env.pop(CRASH_ENV, None)
+        if crash_at is not None:
+            env[CRASH_ENV] = crash_at
         args = [
             *run_argv(bootstrap, unique, f"127.0.0.1:{self.port}"),
             "--instance-id",
@@ -508,8 +512,15 @@ class Instance:
 def instances(broker: Broker, unique: str, tmp_path: Path) -> Iterator[Callable[..., Instance]]:
     started: list[Instance] = []
 
-    def start(instance: str, static: bool = False, extra: tuple[str, ...] = ()) -> Instance:
-        started.append(Instance(broker.bootstrap, unique, instance, tmp_path, static, extra))
+    def start(
+        instance: str,
+        static: bool = False,
+        extra: tuple[str, ...] = (),
+        crash_at: str | None = None,
+    ) -> Instance:
+        started.append(
+            Instance(broker.bootstrap, unique, instance, tmp_path, static, extra, crash_at)
+        )
         return started[-1]
 
     try:
@@ -926,3 +937,71 @@ def test_broker_killed_and_restarted_on_its_data_mid_stream_is_exact(
         f"broker kill -9: kill -> evald ready {', '.join(f'{d:.1f}s' for d in downtimes)}; "
         f"{during} results seen read_committed during the kills, all standing"
     )
+
+
+# -- kill -9 at each step of the commit cycle (runner's test-only crash points) --------------
+
+
+def crashed(inst: Instance) -> bool:
+    return inst.proc.poll() is not None
+
+
+@pytest.mark.parametrize("recovery", ["restart", "takeover"])
+@pytest.mark.parametrize(
+    "step", ["results_sent", "offsets_sent", "committed", "revoking", "restore"]
+)
+def test_kill_9_at_each_step_of_the_commit_cycle_is_exact(
+    step: str,
+    recovery: str,
+    kafka_tools: KafkaTools,
+    unique: str,
+    instances: Callable[..., Instance],
+) -> None:
+    """The process kills itself (SIGKILL) at ``step``; the same instance id restarts, or a
+    second live instance takes the partitions over. Oracle: read_committed, no dedup, equal
+    to the uninterrupted run, window aggregates equal."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 4, topics["feedback"]: 4})
+    half = 4000
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=half, seed=20)
+    heir: Instance | None = None
+    if step == "restore":  # commit some, die plainly, then die while restoring
+        first = instances("a")
+        wait_until(lambda: first.metric("evald_results_produced_total") > 0, 90, "results")
+        first.kill()
+        victim = instances("a", crash_at=step)
+    elif step == "revoking":  # a second member joining makes the first commit on revocation
+        victim = instances("a", crash_at=step)
+        wait_until(lambda: victim.metric("evald_results_produced_total") > 0, 90, "results")
+        heir = instances("b")
+    else:
+        victim = instances("a", crash_at=step)
+    if recovery == "takeover" and heir is None:
+        heir = instances("b")
+    if heir is not None:  # both members in the group before the rest of the traffic arrives
+        wait_until(
+            lambda: crashed(victim) or (victim.lag_zero(2) and heir.lag_zero(2)),
+            120,
+            "two members sharing the partitions",
+        )
+    kafka_tools.produce_sim(
+        topics["impressions"], topics["feedback"], events=half, seed=20, skip=half
+    )
+    wait_until(lambda: crashed(victim), 120, f"the crash at {step}")
+    assert victim.proc.returncode == -signal.SIGKILL
+    killed_at = time.monotonic()
+    if recovery == "restart":
+        again = instances("a")
+        if heir is not None:  # let the restarted one in, then leave everything to the heir
+            wait_until(lambda: again.get("/readyz")[0] == 200, 120, "the restart ready")
+            assert again.terminate() == 0
+        survivor = heir or again
+    else:
+        assert heir is not None
+        survivor = heir
+    wait_until(lambda: survivor.lag_zero(4), 180, "one instance owning everything, caught up")
+    caught_up = time.monotonic() - killed_at
+    time.sleep(1.0)
+    assert survivor.terminate() == 0
+    assert_matches_an_uninterrupted_run(kafka_tools, unique, survivor.windows)
+    print(f"kill -9 at {step}, {recovery}: kill -> caught up {caught_up:.1f}s")
