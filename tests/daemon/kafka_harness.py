@@ -2,9 +2,9 @@
 broker for the one behaviour only it shows, a loopback TCP proxy, and helpers that produce
 traffic, read topics back and compute the uninterrupted reference.
 
-An outage is simulated three ways: the broker killed (-9) and restarted on the same data, the
-broker paused (SIGSTOP), or a broker started *behind* a :class:`TcpProxy` that advertises the
-proxy's address, the proxy being cut (every connection closed, new ones refused) and restored.
+An outage is simulated by killing the broker (-9) and restarting it on the same data, or by
+starting a broker *behind* a :class:`TcpProxy` that advertises the proxy's address and cutting
+the proxy (every connection closed, new ones refused), then restoring it.
 """
 
 from __future__ import annotations
