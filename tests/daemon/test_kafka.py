@@ -1005,3 +1005,39 @@ def test_kill_9_at_each_step_of_the_commit_cycle_is_exact(
     assert survivor.terminate() == 0
     assert_matches_an_uninterrupted_run(kafka_tools, unique, survivor.windows)
     print(f"kill -9 at {step}, {recovery}: kill -> caught up {caught_up:.1f}s")
+
+
+def test_broker_paused_past_the_request_timeout_is_exact(
+    private_broker: Broker, unique: str, tmp_path: Path
+) -> None:
+    """SIGSTOP of the broker: connections stay open but nothing answers, until evald's requests
+    time out and its session fails; SIGCONT, more traffic, and the output is exact."""
+    tools = KafkaTools(private_broker.bootstrap)
+    topics = names(unique)
+    tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    tools.produce_sim(topics["impressions"], topics["feedback"], events=3000, seed=17)
+    windows = tmp_path / "windows.jsonl"
+    settings = make_settings(private_broker.bootstrap, unique, windows_file=str(windows))
+    settings = settings.model_copy(
+        update={"kafka": settings.kafka.model_copy(update={"request_timeout_ms": 7000})}
+    )
+    with running(settings) as daemon:
+        wait_until(lambda: daemon.stats.results_produced > 0, 90, "the first results")
+        private_broker.pause()
+        try:
+            wait_until(
+                lambda: daemon.ready()[1].startswith("retrying after"),
+                120,
+                "the session to fail on the hung broker",
+            )
+        finally:
+            private_broker.resume()
+        tools.produce_sim(
+            topics["impressions"], topics["feedback"], events=3000, seed=17, skip=3000
+        )
+        wait_until(lambda: settled(daemon, tools, unique), 180, "the daemon to settle")
+    expected, reference = tools.expected(
+        settings.engine_config(), topics["impressions"], topics["feedback"]
+    )
+    assert_exactly_once(results_by_id(tools, topics["results"]), expected)
+    assert_windows_equal(read_windows(windows), reference)
