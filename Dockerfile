@@ -1,4 +1,4 @@
-# evald: `docker build -t evald .` then `docker run evald run --bootstrap-servers kafka:9092 ...`
+# evald: `docker build -t evald:local .` then `docker run evald:local run --bootstrap-servers kafka:9092 ...`
 # Build a wheel in a throw-away stage so the runtime image carries no build tooling or sources.
 FROM python:3.11-slim AS build
 WORKDIR /src

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench venv tools clean
+.PHONY: demo test lint bench venv tools java kafka clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,19 @@ tools:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux >/dev/null; \
 	  else echo "tmux not found: install Debian's 'tmux' package" >&2; exit 1; fi; }
 
+# The Kafka integration tests and `make kafka` run Apache Kafka from Maven Central on a JVM
+# (deploy/local_kafka): Debian's openjdk-17-jdk-headless and maven.
+java:
+	@{ command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's openjdk-17-jdk-headless and maven"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jdk-headless maven >/dev/null; \
+	  else echo "java or mvn not found: install Debian's 'openjdk-17-jdk-headless' and 'maven' (Java >= 17)" >&2; exit 1; fi; }
+
+# A local Apache Kafka on 127.0.0.1:9092 in the foreground (Ctrl-C stops it); ARGS=--fresh wipes its data.
+kafka: $(STAMP) java
+	$(BIN)/python -m deploy.local_kafka start $(ARGS)
+
 # `make demo` gets its own venv with evald's runtime dependencies only (no test or dev tools).
 DEMO_VENV := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
@@ -44,7 +57,7 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/evald demo
 
-test: $(STAMP) tools
+test: $(STAMP) tools java
 	$(BIN)/ruff check evald tests benchmarks deploy
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q

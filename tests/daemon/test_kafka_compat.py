@@ -111,8 +111,9 @@ def test_record_appender_writes_what_send_would_in_order_and_inside_the_transact
 
 
 def test_record_appender_sends_an_oversized_record_through_send_and_its_checks(
-    broker: Broker, unique: str
+    broker: Broker, kafka_tools: KafkaTools, unique: str
 ) -> None:
+    kafka_tools.create({f"cbig-{unique}": 1})  # the test broker creates no topic on its own
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=2048)
     try:
         appender = RecordAppender(producer)

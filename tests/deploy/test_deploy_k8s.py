@@ -32,7 +32,15 @@ def test_kustomization_lists_every_manifest_once() -> None:
 
 
 def test_required_kinds_are_present(manifests: dict[str, dict[str, Any]]) -> None:
-    required = {"Namespace", "Deployment", "Service", "PodMonitor", "PrometheusRule", "ConfigMap"}
+    required = {
+        "Namespace",
+        "StatefulSet",
+        "PodDisruptionBudget",
+        "Service",
+        "PodMonitor",
+        "PrometheusRule",
+        "ConfigMap",
+    }
     assert required <= set(manifests)
     kinds = [load_all_yaml(p)[0]["kind"] for p in K8S.glob("*.yaml")]
     assert kinds.count("ConfigMap") == 2  # settings + dashboards
@@ -46,7 +54,7 @@ def _container(deployment: dict[str, Any]) -> dict[str, Any]:
 def test_deployment_probes_hit_healthz_and_readyz_on_the_metrics_port(
     manifests: dict[str, dict[str, Any]],
 ) -> None:
-    container = _container(manifests["Deployment"])
+    container = _container(manifests["StatefulSet"])
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": Spec().metrics_port}
     assert container["livenessProbe"]["httpGet"] == {
@@ -59,7 +67,7 @@ def test_deployment_probes_hit_healthz_and_readyz_on_the_metrics_port(
 
 
 def test_selectors_match_pod_labels(manifests: dict[str, dict[str, Any]]) -> None:
-    deployment = manifests["Deployment"]
+    deployment = manifests["StatefulSet"]
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector.items() <= pod_labels.items()
@@ -71,7 +79,7 @@ def test_selectors_match_pod_labels(manifests: dict[str, dict[str, Any]]) -> Non
 def test_service_and_pod_monitor_use_the_named_container_port(
     manifests: dict[str, dict[str, Any]],
 ) -> None:
-    names = {p["name"] for p in _container(manifests["Deployment"])["ports"]}
+    names = {p["name"] for p in _container(manifests["StatefulSet"])["ports"]}
     (svc_port,) = manifests["Service"]["spec"]["ports"]
     assert svc_port["targetPort"] in names and svc_port["port"] == Spec().metrics_port
     (endpoint,) = manifests["PodMonitor"]["spec"]["podMetricsEndpoints"]
@@ -81,7 +89,7 @@ def test_service_and_pod_monitor_use_the_named_container_port(
 def test_settings_configmap_is_mounted_and_binds_the_metrics_port(
     manifests: dict[str, dict[str, Any]],
 ) -> None:
-    deployment = manifests["Deployment"]
+    deployment = manifests["StatefulSet"]
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -118,26 +126,26 @@ def test_deployment_environment_is_accepted_by_evald_settings(
     manifests: dict[str, dict[str, Any]], tmp_path
 ) -> None:
     """EVALD_* variables are settings; those the pod sets (downward API values stood in for by
-    a pod name) must load together with the mounted settings file."""
+    a StatefulSet pod name) must load together with the mounted settings file."""
     from evald.daemon.settings import load_settings
 
     env = {
-        item["name"]: item.get("value", "evald-7d9f8-abcde")
-        for item in _container(manifests["Deployment"]).get("env", [])
+        item["name"]: item.get("value", "evald-1")
+        for item in _container(manifests["StatefulSet"]).get("env", [])
     }
     assert env
     cm = load_yaml(K8S / "settings-configmap.yaml")
     path = tmp_path / "evald.yaml"
     path.write_text(cm["data"]["evald.yaml"])
     settings = load_settings(file=str(path), environ=env)
-    assert settings.daemon.instance_id == "evald-7d9f8-abcde"
+    assert settings.daemon.instance_id == "evald-1"
 
 
 def test_pod_runs_as_non_root_with_a_read_only_root(manifests: dict[str, dict[str, Any]]) -> None:
-    pod = manifests["Deployment"]["spec"]["template"]["spec"]
+    pod = manifests["StatefulSet"]["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
-    container = _container(manifests["Deployment"])
+    container = _container(manifests["StatefulSet"])
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
@@ -159,3 +167,64 @@ def test_dashboard_configmap_is_picked_up_by_the_grafana_sidecar(
     cm = load_yaml(K8S / "dashboard-configmap.yaml")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert list(cm["data"]) == ["evald.json"]
+
+
+def test_instance_id_is_the_statefulset_pod_name_so_it_survives_restarts(
+    manifests: dict[str, dict[str, Any]],
+) -> None:
+    """A StatefulSet pod keeps its name (<name>-<ordinal>) across restarts; as the instance id
+    it names the transactional producer, so a restarted pod fences its predecessor."""
+    env = {e["name"]: e for e in _container(manifests["StatefulSet"])["env"]}
+    assert env["EVALD_DAEMON__INSTANCE_ID"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.name"}
+    }
+    assert "Deployment" not in manifests
+
+
+def test_service_links_are_off_so_they_cannot_collide_with_evald_settings(
+    manifests: dict[str, dict[str, Any]],
+) -> None:
+    """Service links would inject EVALD_PORT, EVALD_SERVICE_HOST, ... (the Service is named
+    evald), and every EVALD_* variable is read as a setting."""
+    assert manifests["Service"]["metadata"]["name"].upper() == "EVALD"
+    assert manifests["StatefulSet"]["spec"]["template"]["spec"]["enableServiceLinks"] is False
+
+
+def test_disruption_budget_covers_the_pods_and_keeps_all_but_one(
+    manifests: dict[str, dict[str, Any]],
+) -> None:
+    budget = manifests["PodDisruptionBudget"]["spec"]
+    pod_labels = manifests["StatefulSet"]["spec"]["template"]["metadata"]["labels"]
+    assert budget["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert budget["maxUnavailable"] == 1 < manifests["StatefulSet"]["spec"]["replicas"]
+
+
+def test_image_is_the_one_the_documented_build_produces(
+    manifests: dict[str, dict[str, Any]],
+) -> None:
+    compose = load_yaml(DEPLOY.parent / "docker-compose.yml")
+    image = _container(manifests["StatefulSet"])["image"]
+    assert image == compose["services"]["evald"]["image"]
+    assert f"docker build -t {image} ." in (DEPLOY / "README.md").read_text()
+    assert f"docker build -t {image} ." in (DEPLOY.parent / "Dockerfile").read_text()
+
+
+CORE_KINDS = {"Namespace", "ConfigMap", "StatefulSet", "PodDisruptionBudget", "Service"}
+
+
+@pytest.mark.parametrize("kind", sorted(CORE_KINDS))
+def test_core_objects_validate_against_the_kubernetes_schema(
+    kind: str, manifests: dict[str, dict[str, Any]]
+) -> None:
+    import kubernetes_validate
+
+    docs = [
+        doc
+        for path in sorted(K8S.glob("*.yaml"))
+        for doc in load_all_yaml(path)
+        if doc["kind"] == kind
+    ]
+    assert docs
+    for doc in docs:
+        # strict: a misspelt or misplaced field is an error, not silently ignored
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)

@@ -1,0 +1,74 @@
+"""The local Apache Kafka launcher: what it says when Java or Maven is missing, and its parts
+that need no JVM (the broker itself is exercised by every test in tests/daemon)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy.local_kafka import LocalKafka, LocalKafkaError, ensure_libs
+from deploy.local_kafka.broker import SINGLE_NODE, java_major
+
+
+@pytest.fixture
+def no_java(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A PATH with neither java nor mvn on it."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    return empty
+
+
+def test_start_without_java_says_what_to_install(no_java: Path, tmp_path: Path) -> None:
+    with pytest.raises(LocalKafkaError, match="openjdk-17-jdk-headless"):
+        LocalKafka(tmp_path / "data").start()
+
+
+def test_fetch_without_maven_says_what_to_install(no_java: Path, tmp_path: Path) -> None:
+    with pytest.raises(LocalKafkaError, match="maven"):
+        ensure_libs(tmp_path / "cache")
+    # nothing half-fetched is taken for a complete cache later
+    assert not list((tmp_path / "cache").glob("kafka-*/.complete"))
+
+
+def test_the_command_exits_2_with_the_hint(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": str(tmp_path), "LOCAL_KAFKA_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "deploy.local_kafka", "start", "--data", str(tmp_path / "d")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "Java >= 17" in proc.stderr and "maven" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("banner", "major"),
+    [
+        ('openjdk version "17.0.15" 2025-04-15', 17),
+        ('openjdk version "21" 2023-09-19', 21),
+        ('java version "1.8.0_392"', 8),
+    ],
+)
+def test_java_major_reads_the_version_banner(tmp_path: Path, banner: str, major: int) -> None:
+    fake = tmp_path / "java"
+    fake.write_text(f"#!/bin/sh\necho '{banner}' >&2\n")
+    fake.chmod(0o755)
+    assert java_major(str(fake)) == major
+
+
+def test_single_node_settings_keep_internal_topics_on_one_replica_and_every_record() -> None:
+    for key in (
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+    ):
+        assert SINGLE_NODE[key] == "1", key
+    assert SINGLE_NODE["log.retention.ms"] == "-1"
