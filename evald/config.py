@@ -85,6 +85,10 @@ def _default_measures() -> list[str]:
     return [part.strip() for part in DEFAULT_MEASURES.split(",")]
 
 
+#: measures whose mean is not a (weighted) mean of per-list values, so no window sum holds them
+AGGREGATE_ONLY: dict[str, str] = {"GMAP": "the geometric mean of AP: export AP"}
+
+
 class EngineConfig(BaseModel):
     """Join, scoring and aggregation settings (docs/semantics.md explains each rule)."""
 
@@ -153,16 +157,22 @@ class EngineConfig(BaseModel):
     @field_validator("measures", mode="before")
     @classmethod
     def _split_measures(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part for part in value.split(",") if part.strip()] or [value]
-        return value
+        # parse_measures splits at top-level commas only: nDCG(gains={1:3,2:9}) stays whole
+        return [value] if isinstance(value, str) else value
 
     @field_validator("measures")
     @classmethod
     def _canonical_measures(cls, value: list[str]) -> list[str]:
         from evald.metrics import parse_measures
 
-        return [str(m) for m in parse_measures(value)]
+        measures = parse_measures(value)
+        for measure in measures:
+            if measure.family in AGGREGATE_ONLY:
+                raise ValueError(
+                    f"{measure} is an aggregate over queries ({AGGREGATE_ONLY[measure.family]}), "
+                    "which the engine's sums cannot give; export its per-list measure instead"
+                )
+        return [str(m) for m in measures]
 
     @field_validator("label_keys")
     @classmethod

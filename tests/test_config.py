@@ -130,3 +130,14 @@ def test_event_time_plausibility_and_watermark_jump_settings():
         with pytest.raises(ConfigError) as info:
             load_config(settings)
         assert str(info.value).startswith(f"{field}:"), info.value
+
+
+def test_measures_split_at_top_level_commas_only():
+    config = load_config(measures="nDCG(gains={1:3,2:9})@10,RR")
+    assert len(config.measures) == 2 and config.measures[1] == "RR"
+    assert load_config(measures="P@5,P@10").measures == ["P@5", "P@10"]
+
+
+def test_an_aggregate_only_measure_is_refused_naming_what_to_export():
+    with pytest.raises(ConfigError, match=r"GMAP.*geometric mean of AP: export AP"):
+        load_config(measures="nDCG@10,GMAP")
