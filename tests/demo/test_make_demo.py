@@ -12,8 +12,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_make_demo_installs_the_runtime_environment_only() -> None:
     assert shutil.which("make"), "make is needed to check the Makefile"
     # -n: print the commands without running them; -B: as if nothing were built yet
+    # --no-print-directory: under `make test` this make is nested and would print
+    # "Entering/Leaving directory" lines around the plan
     plan = subprocess.run(
-        ["make", "-n", "-B", "demo"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "-B", "demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()
     installs = [line for line in plan if "pip install" in line and "--upgrade pip" not in line]
     assert installs, plan
