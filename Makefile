@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench venv tools java kafka clean
+.PHONY: demo test test-chaos lint bench venv tools java kafka clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ test: $(STAMP) tools java
 	$(BIN)/ruff check evald tests benchmarks deploy
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q
+
+# The chaos tier: kill -9 at each step of the commit cycle (restart and takeover), the broker
+# killed and restarted on its data, the broker paused past the request timeout.
+test-chaos: $(STAMP) java
+	$(BIN)/python -m pytest -q -m chaos
 
 lint: $(STAMP)
 	$(BIN)/ruff check evald tests benchmarks deploy

@@ -884,6 +884,7 @@ def test_a_zombie_past_its_session_timeout_is_fenced_and_its_results_never_show(
     )
 
 
+@pytest.mark.chaos
 def test_broker_killed_and_restarted_on_its_data_mid_stream_is_exact(
     private_broker: Broker, unique: str, tmp_path: Path
 ) -> None:
@@ -946,6 +947,7 @@ def crashed(inst: Instance) -> bool:
     return inst.proc.poll() is not None
 
 
+@pytest.mark.chaos
 @pytest.mark.parametrize("recovery", ["restart", "takeover"])
 @pytest.mark.parametrize(
     "step", ["results_sent", "offsets_sent", "committed", "revoking", "restore"]
@@ -1007,6 +1009,7 @@ def test_kill_9_at_each_step_of_the_commit_cycle_is_exact(
     print(f"kill -9 at {step}, {recovery}: kill -> caught up {caught_up:.1f}s")
 
 
+@pytest.mark.chaos
 def test_broker_paused_past_the_request_timeout_is_exact(
     private_broker: Broker, unique: str, tmp_path: Path
 ) -> None:
