@@ -15,7 +15,9 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from child_processes import die_with_parent
@@ -26,6 +28,24 @@ TEST_BROKER = {
     # tests create every topic they use: a typo must fail, not create a topic
     "auto.create.topics.enable": "false",
 }
+
+
+#: engine settings of the Kafka tests: a one-minute window, so results come within seconds
+ENGINE = {"window": "1m", "lateness": "10s", "windows": ["5m"], "retention": "2h"}
+
+
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2
+) -> Any:
+    """Poll ``predicate`` until truthy; fail (never hang) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
 
 
 def free_port() -> int:

@@ -28,7 +28,16 @@ from typing import Any
 
 import pytest
 from child_processes import die_with_parent
-from kafka_harness import Broker, CommittedReader, KafkaTools, Tansu, TcpProxy, free_port
+from kafka_harness import (
+    ENGINE,
+    Broker,
+    CommittedReader,
+    KafkaTools,
+    Tansu,
+    TcpProxy,
+    free_port,
+    wait_until,
+)
 
 from evald.daemon.runner import CRASH_ENV, Daemon
 from evald.daemon.settings import Settings, load_settings
@@ -36,24 +45,9 @@ from evald.engine import Engine
 
 pytestmark = pytest.mark.kafka
 
-ENGINE = {"window": "1m", "lateness": "10s", "windows": ["5m"], "retention": "2h"}
 # a crashed owner's open transaction blocks read_committed readers and a new owner's offset fetch
 # until the coordinator aborts it: ~10 s keeps the takeover tests short
 KAFKA = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000, "transaction_timeout_ms": 10000}
-
-
-def wait_until(
-    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2
-) -> Any:
-    """Poll ``predicate`` until truthy; fail (never hang) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def names(unique: str) -> dict[str, str]:

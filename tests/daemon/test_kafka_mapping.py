@@ -13,35 +13,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from child_processes import die_with_parent
-from kafka_harness import Broker, KafkaTools, free_port
+from kafka_harness import ENGINE, Broker, KafkaTools, free_port, wait_until
 
 from evald.config import load_config
 from evald.events import format_timestamp
 
 pytestmark = pytest.mark.kafka
-
-ENGINE = {"window": "1m", "lateness": "10s", "windows": ["5m"], "retention": "2h"}
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until truthy; fail (never hang) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def to_ubi(value: bytes, kind: str, noise: int) -> list[bytes]:
