@@ -17,6 +17,10 @@ EVENT_KINDS = ("impression", "feedback", "unknown")
 EVENT_OUTCOMES = ("accepted", "rejected", "duplicate")
 UNATTRIBUTED_REASONS = ("late", "early", "orphaned", "duplicate", "unknown_item")
 FINALIZE_REASONS = ("window", "late", "cap", "drain")
+#: distinct actions a mapping's skipped feedback is counted by; the rest count under OTHER,
+#: so evald_feedback_skipped_total has at most MAX_SKIPPED_ACTIONS + 1 series
+MAX_SKIPPED_ACTIONS = 32
+OTHER = "(other)"
 #: seconds; wall time from a window closing (by the watermark) to its impressions being scored
 LAG_BOUNDS: tuple[float, ...] = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 

@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evald.decode import REASONS
-from evald.mapping.decoder import MAX_SKIPPED_ACTIONS, OTHER
 from evald.stats import (
     EVENT_KINDS,
     EVENT_OUTCOMES,
     FINALIZE_REASONS,
     LAG_BOUNDS,
+    MAX_SKIPPED_ACTIONS,
+    OTHER,
     UNATTRIBUTED_REASONS,
 )
 

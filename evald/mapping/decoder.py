@@ -31,10 +31,7 @@ from evald.events import Feedback, Impression, Limits, limited_models
 from evald.mapping.pointer import MISSING, format_pointer, parse_pointer, resolve
 from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec
 from evald.mapping.times import UNIT_WORDS, TimeValueError, canonical_ms, to_millis
-
-#: distinct skipped actions counted by name; the rest count under OTHER (bounded series)
-MAX_SKIPPED_ACTIONS = 32
-OTHER = "(other)"
+from evald.stats import MAX_SKIPPED_ACTIONS, OTHER
 
 
 class _Unreadable(Exception):

@@ -7,7 +7,7 @@ import random
 from evald.exposition import (
     SeriesShape,
 )
-from evald.mapping.decoder import MAX_SKIPPED_ACTIONS
+from evald.stats import MAX_SKIPPED_ACTIONS
 
 from .support import (
     T0,
