@@ -312,6 +312,22 @@ def _finish(progress: Progress, stop: _Stop, where: str) -> int:
     return 0
 
 
+def _stream(
+    args: argparse.Namespace,
+    run_id: str,
+    start_ms: int,
+    stop: _Stop,
+    send: Callable[[SimEvent], None],
+    progress: Progress,
+) -> None:
+    """The run's simulated traffic into ``send``, paced with ``--realtime``, until done or
+    stopped; the file and the Kafka output differ only in ``send``."""
+    pace = args.speed if args.realtime else None
+    write(
+        simulate(args, run_id, start_ms), send, progress, stop.event, pace=pace, start_ms=start_ms
+    )
+
+
 def _to_file(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop) -> int:
     try:
         out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
@@ -325,15 +341,7 @@ def _to_file(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop) 
         def send(event: SimEvent) -> None:
             out.write(event.value.decode("utf-8", "replace") + "\n")
 
-        pace = args.speed if args.realtime else None
-        write(
-            simulate(args, run_id, start_ms),
-            send,
-            progress,
-            stop.event,
-            pace=pace,
-            start_ms=start_ms,
-        )
+        _stream(args, run_id, start_ms, stop, send, progress)
     finally:
         if out is sys.stdout:
             out.flush()
@@ -402,15 +410,7 @@ def _to_kafka(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop)
         producer.send(topic, key=event.key, value=event.value, timestamp_ms=event.at_ms)
 
     try:
-        pace = args.speed if args.realtime else None
-        write(
-            simulate(args, run_id, start_ms),
-            send,
-            progress,
-            stop.event,
-            pace=pace,
-            start_ms=start_ms,
-        )
+        _stream(args, run_id, start_ms, stop, send, progress)
         producer.flush()
     except KafkaError as exc:
         print(
