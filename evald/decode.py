@@ -171,7 +171,7 @@ _LIMIT_REASONS = {
 }
 
 
-def _reason_of(error: Mapping[str, Any]) -> str:
+def reason_of(error: Mapping[str, Any]) -> str:
     """Stable reason code for one pydantic error entry."""
     etype = error["type"]
     loc = error["loc"]
@@ -195,7 +195,7 @@ def _reason_of(error: Mapping[str, Any]) -> str:
     return "wrong_type"
 
 
-def _when(ms: int) -> str:
+def time_in_words(ms: int) -> str:
     """RFC 3339 form of an epoch-ms time for a message; the number itself if out of range."""
     try:
         return format_timestamp(ms)
@@ -267,12 +267,13 @@ class Decoder:
         ts = event.ts  # type: ignore[union-attr]
         limit = None if reference is None or self.max_lead is None else reference + self.max_lead
         if ts < self.min_ts:
-            detail = f"ts: {_when(ts)} is before the earliest plausible time {_when(self.min_ts)}"
+            earliest = time_in_words(self.min_ts)
+            detail = f"ts: {time_in_words(ts)} is before the earliest plausible time {earliest}"
             return Rejection("implausible_timestamp", detail, original, event.kind)
         if limit is not None and ts > limit:
             detail = (
-                f"ts: {_when(ts)} is more than {self.max_lead} ms ahead of the reference "
-                f"time {_when(reference)}"  # type: ignore[arg-type]
+                f"ts: {time_in_words(ts)} is more than {self.max_lead} ms ahead of the reference "
+                f"time {time_in_words(reference)}"  # type: ignore[arg-type]
             )
             return Rejection("implausible_timestamp", detail, original, event.kind)
         if event.kind == "impression" or event.action in self.action_grades:  # type: ignore[union-attr]
@@ -296,7 +297,7 @@ class Decoder:
             event = first(raw)
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
-            head = _reason_of(errors[0])
+            head = reason_of(errors[0])
             if second is None or head in ("invalid_json", "not_an_object"):
                 return Rejection(head, _describe(errors[0]), raw, kind or "unknown")
             try:
@@ -388,7 +389,7 @@ class Decoder:
                 "unknown_kind", 'neither an impression ("items") nor feedback ("item")', raw
             )
         kind = "impression" if impression else "feedback"
-        return Rejection(_reason_of(errors[0]), _describe(errors[0]), raw, kind)
+        return Rejection(reason_of(errors[0]), _describe(errors[0]), raw, kind)
 
     def _check(self, event: Impression | Feedback, raw: bytes) -> Impression | Feedback | Rejection:
         """Rules pydantic cannot express per configuration: known actions, judgment grades."""

@@ -23,9 +23,9 @@ from pydantic_core import from_json
 from evald.decode import (
     BOM,
     Rejection,
-    _reason_of,
-    _when,
     duplicate_key,
+    reason_of,
+    time_in_words,
 )
 from evald.events import Feedback, Impression, Limits, limited_models
 from evald.mapping.pointer import MISSING, format_pointer, parse_pointer, resolve
@@ -374,14 +374,14 @@ class MappingDecoder:
         if ms < self.min_ts:
             raise _Unreadable(
                 "implausible_timestamp",
-                f"{path.text}: {_when(ms)} is before the earliest plausible time "
-                f"{_when(self.min_ts)}{_unit_hint(fmt)}",
+                f"{path.text}: {time_in_words(ms)} is before the earliest plausible time "
+                f"{time_in_words(self.min_ts)}{_unit_hint(fmt)}",
             )
         if reference is not None and self.max_lead is not None and ms > reference + self.max_lead:
             raise _Unreadable(
                 "implausible_timestamp",
-                f"{path.text}: {_when(ms)} is more than {self.max_lead} ms ahead of the "
-                f"reference time {_when(reference)}{_unit_hint(fmt)}",
+                f"{path.text}: {time_in_words(ms)} is more than {self.max_lead} ms ahead of the "
+                f"reference time {time_in_words(reference)}{_unit_hint(fmt)}",
             )
         return ms
 
@@ -489,5 +489,5 @@ def _rejection(exc: ValidationError, where: dict[str, str], raw: bytes, kind: st
     loc = error["loc"]
     head = where.get(str(loc[0]), str(loc[0])) if loc else ""
     rest = "".join(f"/{part}" for part in loc[1:])
-    reason = _reason_of(error)
+    reason = reason_of(error)
     return Rejection(reason, f"{head}{rest}: {error['msg']}", raw, kind)
