@@ -203,6 +203,19 @@ def time_in_words(ms: int) -> str:
         return f"{ms} ms"
 
 
+def implausibility(ts: int, min_ts: int, max_lead: int | None, reference: int | None) -> str | None:
+    """What is implausible about event time ``ts``, in words, or None: before ``min_ts``, or more
+    than ``max_lead`` ms ahead of ``reference``. The one rule every decoder applies."""
+    if ts < min_ts:
+        return f"{time_in_words(ts)} is before the earliest plausible time {time_in_words(min_ts)}"
+    if reference is not None and max_lead is not None and ts > reference + max_lead:
+        return (
+            f"{time_in_words(ts)} is more than {max_lead} ms ahead of the reference time "
+            f"{time_in_words(reference)}"
+        )
+    return None
+
+
 def _describe(error: Mapping[str, Any]) -> str:
     loc = ".".join(str(part) for part in error["loc"])
     return f"{loc}: {error['msg']}" if loc else str(error["msg"])
@@ -264,18 +277,9 @@ class Decoder:
                 original,
                 event.kind,
             )
-        ts = event.ts  # type: ignore[union-attr]
-        limit = None if reference is None or self.max_lead is None else reference + self.max_lead
-        if ts < self.min_ts:
-            earliest = time_in_words(self.min_ts)
-            detail = f"ts: {time_in_words(ts)} is before the earliest plausible time {earliest}"
-            return Rejection("implausible_timestamp", detail, original, event.kind)
-        if limit is not None and ts > limit:
-            detail = (
-                f"ts: {time_in_words(ts)} is more than {self.max_lead} ms ahead of the reference "
-                f"time {time_in_words(reference)}"  # type: ignore[arg-type]
-            )
-            return Rejection("implausible_timestamp", detail, original, event.kind)
+        problem = implausibility(event.ts, self.min_ts, self.max_lead, reference)  # type: ignore[union-attr]
+        if problem is not None:
+            return Rejection("implausible_timestamp", f"ts: {problem}", original, event.kind)
         if event.kind == "impression" or event.action in self.action_grades:  # type: ignore[union-attr]
             return event
         return self._check(event, original)  # type: ignore[arg-type]

@@ -24,8 +24,8 @@ from evald.decode import (
     BOM,
     Rejection,
     duplicate_key,
+    implausibility,
     reason_of,
-    time_in_words,
 )
 from evald.events import Feedback, Impression, Limits, limited_models
 from evald.mapping.pointer import MISSING, format_pointer, parse_pointer, resolve
@@ -371,18 +371,9 @@ class MappingDecoder:
             except TimeValueError as exc:
                 reason = "implausible_timestamp" if exc.implausible else "bad_timestamp"
                 raise _Unreadable(reason, f"{path.text}: {exc}") from None
-        if ms < self.min_ts:
-            raise _Unreadable(
-                "implausible_timestamp",
-                f"{path.text}: {time_in_words(ms)} is before the earliest plausible time "
-                f"{time_in_words(self.min_ts)}{_unit_hint(fmt)}",
-            )
-        if reference is not None and self.max_lead is not None and ms > reference + self.max_lead:
-            raise _Unreadable(
-                "implausible_timestamp",
-                f"{path.text}: {time_in_words(ms)} is more than {self.max_lead} ms ahead of the "
-                f"reference time {time_in_words(reference)}{_unit_hint(fmt)}",
-            )
+        problem = implausibility(ms, self.min_ts, self.max_lead, reference)
+        if problem is not None:
+            raise _Unreadable("implausible_timestamp", f"{path.text}: {problem}{_unit_hint(fmt)}")
         return ms
 
 
