@@ -45,12 +45,13 @@ from kafka.structs import OffsetAndMetadata
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
+from evald.daemon.crash import crash_point
 from evald.daemon.dead_letters import (
     DEFAULT_MAX_MESSAGE_BYTES,
     build_letter,
     max_message_bytes,
 )
-from evald.daemon.fatal import unrecoverable
+from evald.daemon.fatal import Fatal, unrecoverable
 from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
 from evald.daemon.logs import event_time
 from evald.daemon.merge import KINDS, Merger
@@ -107,28 +108,6 @@ FENCING_ERRORS = (
     UnknownMemberIdError,
     FencedInstanceIdError,
 )
-
-
-CRASH_ENV = "TESTING_EVALD_CRASH_AT"
-"""Test-only fault injection: ``TESTING_EVALD_CRASH_AT=<step>`` makes the process SIGKILL itself
-the first time it reaches that step of the commit cycle (``results_sent``, ``offsets_sent``,
-``committed``: in a transaction holding results; ``revoking``: once results were committed) or
-of a restore (``restore``). Not
-an ``EVALD_*`` name: those are all settings."""
-
-
-def _crash_point(step: str, armed: bool = True) -> None:
-    if armed and os.environ.get(CRASH_ENV) == step:
-        log.warning("%s=%s: killing this process", CRASH_ENV, step)
-        os.kill(os.getpid(), 9)
-
-
-class _Fatal(Exception):
-    """Ends the daemon with an exit status (e.g. topics not co-partitioned: 2)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
@@ -286,7 +265,7 @@ class Daemon:
             try:
                 self._session()
                 return 0
-            except _Fatal as exc:
+            except Fatal as exc:
                 log.error("%s", exc)
                 return exc.status
             except (KafkaError, OSError, RestoreError, TimeoutError) as exc:
@@ -391,7 +370,7 @@ class Daemon:
                 counts, impressions=topics.impressions, feedback=topics.feedback, outputs=outputs
             )
         except TopicLayoutError as exc:
-            raise _Fatal(2, f"evald run: refusing to start: {exc}") from None
+            raise Fatal(2, f"evald run: refusing to start: {exc}") from None
         # check_layout passed: both inputs exist
         self._inputs = {name: shape for name in inputs if (shape := shapes[name]) is not None}
         self._last_topic_check = self.clock()
@@ -415,7 +394,7 @@ class Daemon:
         try:
             check_unchanged(self._inputs, shapes)
         except TopicLayoutError as exc:
-            raise _Fatal(2, f"evald run: stopping: {exc}") from None
+            raise Fatal(2, f"evald run: stopping: {exc}") from None
 
     def _cycle(self) -> None:
         consumer = self._consumer
@@ -745,9 +724,9 @@ class Daemon:
                 f"({type(exc).__name__}); writing it as headers only"
             )
 
-    def _refused(self, source: tuple[str, int, int], exc: Exception) -> _Fatal:
+    def _refused(self, source: tuple[str, int, int], exc: Exception) -> Fatal:
         topic = self.settings.topics.dlq
-        return _Fatal(
+        return Fatal(
             2,
             f"evald run: stopping: the DLQ topic {topic} refused even a headers-only dead letter "
             f"(for {source[0]}/{source[1]}@{source[2]}: {type(exc).__name__}: {exc}); no retry "
@@ -771,7 +750,7 @@ class Daemon:
         producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
         self._check_dead_letters()
         holds_results = any(part.txn_count for part in parts)
-        _crash_point("results_sent", holds_results)
+        crash_point("results_sent", holds_results)
         engine = self._engine
         assert engine is not None
         topics = self.settings.topics
@@ -821,9 +800,9 @@ class Daemon:
                 OffsetAndMetadata(future.get(timeout=30).offset + 1, "", -1)
             )
         producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
-        _crash_point("offsets_sent", holds_results)
+        crash_point("offsets_sent", holds_results)
         producer.commit_transaction()
-        _crash_point("committed", holds_results)
+        crash_point("committed", holds_results)
         self._txn_open = False
         produced = 0
         for part, checkpoint, _ in planned:
@@ -874,7 +853,7 @@ class Daemon:
         if self._abandoning:
             lost = True  # the session failed: its in-memory state is not trusted any more
         if not lost:
-            _crash_point("revoking", self.stats.results_produced > 0)
+            crash_point("revoking", self.stats.results_produced > 0)
             try:
                 self._commit()
             except Exception:
@@ -918,7 +897,7 @@ class Daemon:
         topics = self.settings.topics
         ckpt_tp = TopicPartition(topics.checkpoint_topic, p)
         committed = consumer.committed(ckpt_tp)
-        _crash_point("restore")
+        crash_point("restore")
         engine = self._engine
         assert engine is not None
         if committed:
@@ -929,7 +908,7 @@ class Daemon:
                 saved = checkpoint.extra.get("topic_ids")
                 check_checkpoint_ids(saved if isinstance(saved, dict) else {}, self._inputs, p)
             except TopicLayoutError as exc:
-                raise _Fatal(2, f"evald run: refusing to restore: {exc}") from None
+                raise Fatal(2, f"evald run: refusing to restore: {exc}") from None
             engine.restore(
                 p, checkpoint.watermark, dict(checkpoint.consumed), checkpoint.event_times
             )

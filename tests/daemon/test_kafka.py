@@ -39,7 +39,8 @@ from kafka_harness import (
     wait_until,
 )
 
-from evald.daemon.runner import CRASH_ENV, Daemon
+from evald.daemon.crash import CRASH_ENV
+from evald.daemon.runner import Daemon
 from evald.daemon.settings import Settings, load_settings
 from evald.engine import Engine
 
