@@ -94,6 +94,7 @@ def _table(data: bytes, columns: dict[str, str]) -> pa.Table | None:
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
             ),
+            memory_pool=pa.system_memory_pool(),
         )
     except pa.ArrowInvalid:  # a line with more or fewer fields, a number that does not parse
         return None
