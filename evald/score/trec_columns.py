@@ -14,7 +14,7 @@ same bytes with the exact reader, which names every problem with its line. A pro
 checks that whatever this path accepts, it gives the exact reader's lists and notes.
 
 pyarrow is imported here only, and the caller comes here only for files big enough to pay for
-that import (about 0.05 s).
+that import (``COLUMNAR_MIN_BYTES`` in :mod:`evald.score.inputs`).
 """
 
 from __future__ import annotations
