@@ -82,7 +82,7 @@ for key in ("map", "P_10", "ndcg_cut_10", "recip_rank"):
 
 
 def timed(
-    argv: Sequence[str], repeat: int, env: Mapping[str, str] | None = None
+    argv: Sequence[str], repeat: int, env: Mapping[str, str] | None = None, cwd: str | None = None
 ) -> tuple[float, float, str]:
     """Best wall time and best CPU time (user + system) of ``repeat`` runs of a process, and
     its stdout."""
@@ -90,7 +90,7 @@ def timed(
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
+        done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env, cwd=cwd)
         best = min(best, time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -133,7 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.before:
             path = os.pathsep.join([args.before, os.environ.get("PYTHONPATH", "")])
             before_env = {**os.environ, "PYTHONPATH": path}
-            before_start, _, _ = timed([*evald, one, "-m", "RR"], 10, before_env)
+            # run from that tree: `python -m` puts the working directory first on sys.path
+            where = subprocess.run(
+                [python, "-c", "import evald; print(evald.__file__)"],
+                capture_output=True, text=True, check=True, env=before_env, cwd=args.before,
+            ).stdout.strip()  # fmt: skip
+            assert where.startswith(os.path.abspath(args.before)), where
+            before_start, _, _ = timed([*evald, one, "-m", "RR"], 10, before_env, args.before)
             print(f"start-up, best of 10, --before: evald score {before_start:.3f} s")
         for topics, docs in sizes:
             run_path = os.path.join(tmp, f"run{topics}")
@@ -145,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{topics * docs:>9,} lines, {topics} topics, best of {args.repeat}:")
             print(f"  evald        {ours:.3f} s wall, {ours_cpu:.3f} s CPU")
             if before_env is not None:
-                was, was_cpu, was_out = timed(argv, args.repeat, before_env)
+                was, was_cpu, was_out = timed(argv, args.repeat, before_env, args.before)
                 assert summary(was_out) == summary(ours_out), (was_out, ours_out)
                 print(
                     f"  evald before {was:.3f} s wall, {was_cpu:.3f} s CPU "
