@@ -93,6 +93,7 @@ def _table(data: bytes, columns: dict[str, str]) -> pa.Table | None:
                 null_values=[],
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
+                check_utf8=False,  # delimiter_of found ASCII only
             ),
             memory_pool=pa.system_memory_pool(),
         )
