@@ -65,10 +65,10 @@ def delimiter_of(data: bytes) -> bytes | None:
     return delimiter
 
 
-def _table(data: bytes, columns: dict[str, str]) -> pa.Table | None:
-    """The file as columns (name: ``"string"`` or ``"float64"``), or None if a line does not
-    have exactly as many fields as ``columns`` (an empty one counts as missing) or a number
-    does not parse."""
+def _table(data: bytes, columns: dict[str, str], kept: list[str]) -> pa.Table | None:
+    """The ``kept`` columns of the file (``columns`` name each field: ``"string"`` or
+    ``"float64"``), or None if a line does not have exactly as many fields as ``columns`` (an
+    empty one counts as missing) or a number does not parse."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyarrow import csv
@@ -106,7 +106,7 @@ def _table(data: bytes, columns: dict[str, str]) -> pa.Table | None:
             and pc.min(pc.binary_length(table[name])).as_py() == 0
         ):
             return None  # an empty field: two delimiters in a row, or one at a line's end
-    return table
+    return table.select(kept)
 
 
 def read_columnar(run: bytes, qrels: bytes, *, complete: bool) -> Columnar | None:
@@ -121,8 +121,8 @@ def read_columnar(run: bytes, qrels: bytes, *, complete: bool) -> Columnar | Non
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    run_t = _table(run, RUN_COLUMNS)
-    qrels_t = _table(qrels, QRELS_COLUMNS)
+    run_t = _table(run, RUN_COLUMNS, ["qid", "doc", "score"])
+    qrels_t = _table(qrels, QRELS_COLUMNS, ["qid", "doc", "grade"])
     if run_t is None or qrels_t is None:
         return None
     scores = (
