@@ -30,9 +30,12 @@ from evald.score.trec import JoinStats
 if TYPE_CHECKING:
     import pyarrow as pa
 
-RUN_COLUMNS = {"qid": "string", "q0": "string", "doc": "string", "rank": "string"}
-RUN_COLUMNS |= {"score": "float64", "tag": "string"}
-QRELS_COLUMNS = {"qid": "string", "iter": "string", "doc": "string", "grade": "float64"}
+#: Each file's fields and how they are read: every field is read, so that an empty one (a
+#: doubled delimiter) is seen, though only qid, doc and the number are kept.
+RUN_COLUMNS = dict(
+    qid="string", q0="string", doc="string", rank="string", score="float64", tag="string"
+)
+QRELS_COLUMNS = dict(qid="string", iter="string", doc="string", grade="float64")
 #: ASCII characters Python's ``str.split()`` also splits on; with one of them on a line, the
 #: exact reader's fields could differ from the CSV reader's (``\r`` is allowed only in ``\r\n``)
 _OTHER_WHITESPACE = (b"\v", b"\f", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
@@ -125,17 +128,16 @@ def read_columnar(run: bytes, qrels: bytes, *, complete: bool) -> Columnar | Non
     qrels_t = _table(qrels, QRELS_COLUMNS, ["qid", "doc", "grade"])
     if run_t is None or qrels_t is None:
         return None
-    scores = (
-        _numpy(run_t["score"].chunks, np.float64) + 0.0
-    )  # -0.0 ties with 0.0, as in Python and C
+    # + 0.0 turns -0.0 into 0.0: the two tie in Python and C, not in Arrow's sort
+    scores = _numpy(run_t["score"].chunks, np.float64) + 0.0
     grades = _numpy(qrels_t["grade"].chunks, np.float64)
     if np.isnan(scores).any() or not np.isfinite(grades).all():
         return None  # the exact reader rejects a NaN score and a grade that is not finite
     n_run = run_t.num_rows
     qids = pc.dictionary_encode(pa.chunked_array(run_t["qid"].chunks + qrels_t["qid"].chunks))
     docs = pc.dictionary_encode(pa.chunked_array(run_t["doc"].chunks + qrels_t["doc"].chunks))
-    names = qids.chunk(0).dictionary if qids.num_chunks else pa.array([], pa.string())
-    if pc.any(pc.starts_with(names, "#")).as_py():
+    names = qids.chunk(0).dictionary if qids.num_chunks else None  # every chunk shares it
+    if names is not None and pc.any(pc.starts_with(names, "#")).as_py():
         return None  # a comment line with the right number of fields
     q_codes = _codes(qids)
     keys = q_codes * max(1, len(docs.chunk(0).dictionary) if docs.num_chunks else 1)
@@ -155,7 +157,7 @@ def read_columnar(run: bytes, qrels: bytes, *, complete: bool) -> Columnar | Non
         sort_keys=[("q", "ascending"), ("s", "descending"), ("d", "descending")],
     )
     return _lists(
-        names.to_pylist(),
+        [] if names is None else names.to_pylist(),
         run_q,
         served[_numpy([order], np.uint64)],
         q_codes[n_run:],
