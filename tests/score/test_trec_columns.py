@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import random
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evald.score import inputs, trec_columns
 from evald.score.batching import Lists, concat, lists_from
 from evald.score.inputs import TrecInput
 from evald.score.records import Rejection
@@ -263,3 +270,83 @@ def test_reading_does_not_import_pandas() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+@contextlib.contextmanager
+def columnar_reader() -> Iterator[None]:
+    """Every TREC input tried with the columnar reader; checks it took them all."""
+    read = trec_columns.read_columnar
+    taken: list[bool] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        found = read(*args, **kwargs)
+        taken.append(found is not None)
+        return found
+
+    with (
+        mock.patch.object(inputs, "COLUMNAR_MIN_BYTES", 0),
+        mock.patch.object(trec_columns, "read_columnar", spy),
+    ):
+        yield
+    assert taken and all(taken)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["-m", "map,P.5,ndcg_cut.10,recip_rank,num_ret", "--format", "trec"],
+        ["-m", "map,P.5", "--format", "trec", "--mean", "--complete", "-J", "-M", "3"],
+        ["-m", "nDCG@3,RR,AP", "--output", "-"],
+    ],
+)
+def test_the_command_prints_the_same_bytes_on_either_reader(
+    evald_main: Callable[..., Any], tmp_path: Path, options: list[str]
+) -> None:
+    """Rows, means, --complete, -J and -M, end to end: the same stdout and stderr."""
+    rng = random.Random(7)
+    run = tmp_path / "run"
+    qrels = tmp_path / "qrels"
+    run.write_text(
+        "".join(
+            f"q{q} Q0 d{d} 0 {rng.choice(['1', '2.5', '-0', '0', '7e-1'])} t\n"
+            for q in range(30)
+            for d in rng.sample(range(60), rng.randint(1, 25))
+        )
+    )
+    qrels.write_text(
+        "".join(
+            f"q{q} 0 d{d} {rng.choice([-1, 0, 1, 2])}\n"
+            for q in range(5, 40)
+            for d in rng.sample(range(60), rng.randint(1, 12))
+        )
+    )
+    argv = ["score", "--run", str(run), "--qrels", str(qrels), *options]
+    exact = evald_main(*argv)
+    with columnar_reader():
+        fast = evald_main(*argv)
+    assert (fast.status, fast.out, fast.err) == (exact.status, exact.out, exact.err)
+    assert exact.out and "no qrels and were skipped" in exact.err
+
+
+def test_compare_pairs_the_same_values_on_either_reader(
+    evald_main: Callable[..., Any], tmp_path: Path
+) -> None:
+    rng = random.Random(3)
+    runs = []
+    for name in ("base", "new"):
+        path = tmp_path / name
+        path.write_text(
+            "".join(
+                f"q{q} Q0 d{d} 0 {rng.random():.3f} {name}\n"
+                for q in range(20)
+                for d in rng.sample(range(40), 15)
+            )
+        )
+        runs.append(str(path))
+    qrels = tmp_path / "qrels"
+    qrels.write_text("".join(f"q{q} 0 d{d} 1\n" for q in range(20) for d in range(0, 40, 3)))
+    argv = ["score", "--compare", *runs, "--qrels", str(qrels), "-m", "AP,RR", "--format", "json"]
+    exact = evald_main(*argv)
+    with columnar_reader():
+        fast = evald_main(*argv)
+    assert (fast.status, fast.out) == (exact.status, exact.out) and exact.status == 0
