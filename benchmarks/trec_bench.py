@@ -13,6 +13,11 @@ The C binary is not part of this repository: build trec_eval from its public sou
 and pass its path (``--trec-eval PATH``); without it, its column says "not given".
 
     python -m benchmarks.trec_bench --trec-eval /path/to/trec_eval [--repeat 3] [--quick]
+        [--before DIR]
+
+``--before DIR`` also times ``evald score`` from another source tree (a checkout of an earlier
+commit, put first on PYTHONPATH) in the same run, for before/after figures. Beside each wall
+time the CPU time (user + system, all threads) is printed: on a shared machine it moves less.
 
 Also measured: the start-up of ``evald score`` (one one-line JSONL file), beside ``python -c
 pass`` and ``python -c "import numpy"`` in the same run (target: under 0.15 s).
@@ -21,11 +26,12 @@ pass`` and ``python -c "import numpy"`` in the same run (target: under 0.15 s).
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -75,15 +81,22 @@ for key in ("map", "P_10", "ndcg_cut_10", "recip_rank"):
 """
 
 
-def timed(argv: Sequence[str], repeat: int) -> tuple[float, str]:
-    """Best wall time of ``repeat`` runs of a process, and its stdout."""
-    best, out = float("inf"), ""
+def timed(
+    argv: Sequence[str], repeat: int, env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> tuple[float, float, str]:
+    """Best wall time and best CPU time (user + system) of ``repeat`` runs of a process, and
+    its stdout."""
+    best, best_cpu, out = float("inf"), float("inf"), ""
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env, cwd=cwd)
         best = min(best, time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        best_cpu = min(best_cpu, cpu)
         out = done.stdout
-    return best, out
+    return best, best_cpu, out
 
 
 def summary(text: str) -> dict[str, str]:
@@ -96,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def extra(parser) -> None:  # type: ignore[no-untyped-def]
         parser.add_argument("--trec-eval", metavar="PATH", help="the trec_eval binary")
         parser.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
+        parser.add_argument(
+            "--before", metavar="DIR", help="also time evald from this source tree (PYTHONPATH)"
+        )
 
     args = c.parse_args(__doc__.splitlines()[0], argv, extra)
     python = sys.executable
@@ -106,37 +122,59 @@ def main(argv: Sequence[str] | None = None) -> int:
         one = os.path.join(tmp, "one.jsonl")
         with open(one, "w") as fh:
             fh.write('{"qid": "q", "ranking": ["a"], "qrels": {"a": 1}}\n')
-        bare, _ = timed([python, "-c", "pass"], 10)
-        numpy_only, _ = timed([python, "-c", "import numpy"], 10)
-        start_up, _ = timed([*evald, one, "-m", "RR"], 10)
+        bare, _, _ = timed([python, "-c", "pass"], 10)
+        numpy_only, _, _ = timed([python, "-c", "import numpy"], 10)
+        start_up, _, _ = timed([*evald, one, "-m", "RR"], 10)
         print(
             f"start-up, best of 10: evald score {start_up:.3f} s  (python -c pass {bare:.3f} s, "
             f"python -c 'import numpy' {numpy_only:.3f} s)"
         )
+        before_env = None
+        if args.before:
+            path = os.pathsep.join([args.before, os.environ.get("PYTHONPATH", "")])
+            before_env = {**os.environ, "PYTHONPATH": path}
+            # run from that tree: `python -m` puts the working directory first on sys.path
+            where = subprocess.run(
+                [python, "-c", "import evald; print(evald.__file__)"],
+                capture_output=True, text=True, check=True, env=before_env, cwd=args.before,
+            ).stdout.strip()  # fmt: skip
+            assert where.startswith(os.path.abspath(args.before)), where
+            before_start, _, _ = timed([*evald, one, "-m", "RR"], 10, before_env, args.before)
+            print(f"start-up, best of 10, --before: evald score {before_start:.3f} s")
         for topics, docs in sizes:
             run_path = os.path.join(tmp, f"run{topics}")
             qrels_path = os.path.join(tmp, f"qrels{topics}")
             write_trec(run_path, qrels_path, topics, docs, args.seed)
-            lines = topics * docs
-            ours, ours_out = timed(
-                [*evald, "--run", run_path, "--qrels", qrels_path, "-m", EVALD_MEASURES,
-                 "--mean", "--format", "trec"],
-                args.repeat,
-            )  # fmt: skip
-            script = pytrec_eval_script(run_path, qrels_path)
-            pytrec, pytrec_out = timed([python, "-c", script], args.repeat)
-            row = [f"{lines:>9,} lines, {topics} topics: evald {ours:.3f} s"]
+            argv = [*evald, "--run", run_path, "--qrels", qrels_path, "-m", EVALD_MEASURES,
+                    "--mean", "--format", "trec"]  # fmt: skip
+            ours, ours_cpu, ours_out = timed(argv, args.repeat)
+            print(f"{topics * docs:>9,} lines, {topics} topics, best of {args.repeat}:")
+            print(f"  evald        {ours:.3f} s wall, {ours_cpu:.3f} s CPU")
+            if before_env is not None:
+                was, was_cpu, was_out = timed(argv, args.repeat, before_env, args.before)
+                assert summary(was_out) == summary(ours_out), (was_out, ours_out)
+                print(
+                    f"  evald before {was:.3f} s wall, {was_cpu:.3f} s CPU "
+                    f"(evald/before {ours / was:.2f}x wall, {ours_cpu / was_cpu:.2f}x CPU)"
+                )
             if args.trec_eval:
-                theirs, theirs_out = timed(
+                theirs, theirs_cpu, theirs_out = timed(
                     [args.trec_eval, *TREC_EVAL_ARGS, qrels_path, run_path], args.repeat
                 )
                 assert summary(ours_out) == summary(theirs_out), (ours_out, theirs_out)
-                row.append(f"trec_eval {theirs:.3f} s (evald/trec_eval {ours / theirs:.2f}x)")
+                print(
+                    f"  trec_eval    {theirs:.3f} s wall, {theirs_cpu:.3f} s CPU "
+                    f"(evald/trec_eval {ours / theirs:.2f}x wall, {ours_cpu / theirs_cpu:.2f}x CPU)"
+                )
             else:
-                row.append("trec_eval not given")
+                print("  trec_eval not given")
+            script = pytrec_eval_script(run_path, qrels_path)
+            pytrec, pytrec_cpu, pytrec_out = timed([python, "-c", script], args.repeat)
             assert summary(ours_out) == summary(pytrec_out), (ours_out, pytrec_out)
-            row.append(f"pytrec_eval {pytrec:.3f} s (evald/pytrec_eval {ours / pytrec:.2f}x)")
-            print("; ".join(row))
+            print(
+                f"  pytrec_eval  {pytrec:.3f} s wall, {pytrec_cpu:.3f} s CPU "
+                f"(evald/pytrec_eval {ours / pytrec:.2f}x wall, {ours_cpu / pytrec_cpu:.2f}x CPU)"
+            )
     return 0
 
 

@@ -78,6 +78,22 @@ def lists_from(
     return Lists(list(qids), lengths, served, counts, judgments)
 
 
+def cut_lists(lists: Lists, max_docs: int | None, judged_only: bool) -> Lists:
+    """``cut_rankings`` on lists already looked up: the first ``max_docs`` served of each
+    (trec_eval -M), then only the judged ones (-J: a NaN grade is an unjudged docid)."""
+    if max_docs is None and not judged_only:
+        return lists
+    keep = np.ones(lists.served.shape[0], dtype=bool)
+    owner = np.repeat(np.arange(len(lists)), lists.lengths)
+    if max_docs is not None:
+        starts = np.cumsum(lists.lengths) - lists.lengths
+        keep &= np.arange(keep.shape[0]) - starts[owner] < max_docs
+    if judged_only:
+        keep &= ~np.isnan(lists.served)
+    lengths = np.bincount(owner[keep], minlength=len(lists)).astype(np.int64)
+    return Lists(lists.qids, lengths, lists.served[keep], lists.counts, lists.judgments)
+
+
 def concat(parts: Sequence[Lists]) -> Lists:
     """One :class:`Lists` of all the parts' lists, in order."""
     if len(parts) == 1:

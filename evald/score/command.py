@@ -200,7 +200,7 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
         format_table,
         format_trec_all,
     )
-    from evald.score.scoring import BatchScorer, cut_rankings, per_query
+    from evald.score.scoring import BatchScorer, per_query
 
     source = _input(args, stack)
     rows_out: TextIO | None = None
@@ -224,8 +224,7 @@ def _score(args: argparse.Namespace, measures: list[Measure], stack: contextlib.
             if chunk.rejections:
                 rejected += len(chunk.rejections)
                 print(*chunk.rejections, sep="\n", file=sys.stderr)
-            rankings = cut_rankings(chunk.rankings, chunk.qrels, args.max_docs, args.judged_only)
-            scorer.add_many(chunk.qids, rankings, chunk.qrels)
+            scorer.add_chunk(chunk, args.max_docs, args.judged_only)
         scorer.flush()
     if rows_out is not None:
         rows_out.flush()

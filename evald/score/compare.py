@@ -20,7 +20,7 @@ import numpy as np
 from evald.metrics import Measure
 from evald.score.inputs import Input
 from evald.score.records import Qid
-from evald.score.scoring import BatchScorer, cut_rankings, per_query
+from evald.score.scoring import BatchScorer, per_query
 from evald.score.significance import CORRECTIONS, paired_t, randomization
 
 
@@ -63,8 +63,7 @@ def score_run(
         for rejection in chunk.rejections:
             report(str(rejection))
         rejected += len(chunk.rejections)
-        rankings = cut_rankings(chunk.rankings, chunk.qrels, max_docs, judged_only)
-        scorer.add_many(chunk.qids, rankings, chunk.qrels)
+        scorer.add_chunk(chunk, max_docs, judged_only)
     scorer.flush()
     width = len(scorer.row_measures)
     if columns:

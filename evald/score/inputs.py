@@ -8,14 +8,18 @@ count changes without a word on stderr.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Iterator
 from itertools import islice
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from evald.score.jsonl import read_jsonl
 from evald.score.jsonl_chunks import Chunk, read_chunks
 from evald.score.records import Query, Rejection
 from evald.score.trec import JoinStats, join, read_qrels, read_run
+
+if TYPE_CHECKING:
+    from evald.score.trec_columns import Columnar
 
 
 class Input(Protocol):
@@ -43,9 +47,21 @@ class JsonlInput:
         return []
 
 
+#: Run files from this size on are first tried with the columnar reader: below it, importing
+#: pyarrow (about 0.07 s) costs more than the exact reader. Both took the same CPU time on
+#: 100 000 lines of the TREC benchmark (3 MB); on 200 000 the columnar one took 25 % less.
+COLUMNAR_MIN_BYTES = 3 << 20
+
+
 class TrecInput:
     """A TREC run and qrels. Both are read whole first (as trec_eval does): a query's lines
-    may be anywhere in the run, and only the full set of lines fixes its order."""
+    may be anywhere in the run, and only the full set of lines fixes its order.
+
+    ``chunks`` reads files (binary streams) of ``columnar_min_bytes`` (by default
+    :data:`COLUMNAR_MIN_BYTES`) or more with the
+    columnar reader (:mod:`evald.score.trec_columns`) when it accepts every line; otherwise,
+    and in ``items``, the exact reader reads the same bytes.
+    """
 
     def __init__(
         self,
@@ -53,10 +69,14 @@ class TrecInput:
         qrels: tuple[Iterable[bytes], str],
         *,
         complete: bool,
+        columnar_min_bytes: int | None = None,
     ) -> None:
         self._run = run
         self._qrels = qrels
         self._complete = complete
+        self._columnar_min_bytes = (
+            COLUMNAR_MIN_BYTES if columnar_min_bytes is None else columnar_min_bytes
+        )
         self._stats = JoinStats()
         self._negative = 0
 
@@ -69,7 +89,28 @@ class TrecInput:
         yield from join(run, qrels, complete=self._complete, stats=self._stats)
 
     def chunks(self, size: int) -> Iterator[Chunk]:
-        return chunked(self.items(), size)
+        columnar = self._columnar()
+        if columnar is None:
+            yield from chunked(self.items(), size)
+            return
+        self._stats, self._negative = columnar.stats, columnar.negative
+        if len(columnar.lists):
+            yield Chunk(lists=columnar.lists)
+
+    def _columnar(self) -> Columnar | None:
+        """Both files read by the columnar reader, or None (then ``items`` reads them)."""
+        (run_lines, run_name), (qrels_lines, qrels_name) = self._run, self._qrels
+        if not (isinstance(run_lines, io.IOBase) and isinstance(qrels_lines, io.IOBase)):
+            return None
+        run = run_lines.read()
+        qrels = qrels_lines.read()
+        self._run = (io.BytesIO(run), run_name)  # the same lines, for the exact reader
+        self._qrels = (io.BytesIO(qrels), qrels_name)
+        if len(run) < self._columnar_min_bytes:
+            return None
+        from evald.score.trec_columns import read_columnar
+
+        return read_columnar(run, qrels, complete=self._complete)
 
     def notes(self) -> list[str]:
         s = self._stats

@@ -24,6 +24,7 @@ from typing import Annotated
 import msgspec
 import numpy as np
 
+from evald.score.batching import Lists
 from evald.score.jsonl import read_line
 from evald.score.records import Qid, Query, Rejection
 
@@ -57,9 +58,11 @@ class Chunk:
     qrels: list[dict[str, float]] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     fallbacks: int = 0  # lines of the chunk read by the per-line reader
+    #: more queries, already looked up into numbers (the columnar TREC reader), after the above
+    lists: Lists | None = None
 
     def __len__(self) -> int:
-        return len(self.qids)
+        return len(self.qids) + (len(self.lists) if self.lists is not None else 0)
 
     def add(self, item: Query | Rejection) -> None:
         """Append one query, or one rejection, read line by line."""

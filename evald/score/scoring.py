@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evald.metrics import Measure, evaluate, from_mean, mean_terms, required_depth, weights_of
-from evald.score.batching import Lists, build_batch, concat, lists_from, widths
+from evald.score.batching import Lists, build_batch, concat, cut_lists, lists_from, widths
+from evald.score.jsonl_chunks import Chunk
 from evald.score.output import MeanRow
 from evald.score.records import Qid, Query
 
@@ -148,7 +149,10 @@ class BatchScorer:
         ``batch_size`` consecutive lists whatever the chunks handed in, so the output does not
         depend on how the input was read.
         """
-        lists = lists_from(qids, rankings, qrels)
+        self.add_lists(lists_from(qids, rankings, qrels))
+
+    def add_lists(self, lists: Lists) -> None:
+        """Queue queries already turned into numbers; every full batch is scored as it fills."""
         start = 0
         while start < len(lists):
             stop = min(len(lists), start + self._batch_size - self._pending_n)
@@ -158,6 +162,14 @@ class BatchScorer:
             start = stop
             if self._pending_n >= self._batch_size:
                 self.flush()
+
+    def add_chunk(self, chunk: Chunk, max_docs: int | None, judged_only: bool) -> None:
+        """Queue a reader's chunk, cut by trec_eval's -M and -J (``cut_rankings``)."""
+        if chunk.qids:
+            rankings = cut_rankings(chunk.rankings, chunk.qrels, max_docs, judged_only)
+            self.add_many(chunk.qids, rankings, chunk.qrels)
+        if chunk.lists is not None:
+            self.add_lists(cut_lists(chunk.lists, max_docs, judged_only))
 
     def flush(self) -> None:
         """Score what is pending (the caller calls it once more at end of input)."""

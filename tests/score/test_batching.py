@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evald.metrics import Batch
-from evald.score.batching import Lists, build_batch, concat, lists_from, widths
+from evald.score.batching import Lists, build_batch, concat, cut_lists, lists_from, widths
+from evald.score.scoring import cut_rankings
 
 docs = st.sampled_from("abcdefghij")
 grade = st.one_of(st.integers(0, 3), st.floats(0, 5, allow_nan=False), st.just(-1.0))
@@ -84,3 +85,25 @@ def test_columns_of_different_lengths_are_a_programming_error() -> None:
     assert len(empty) == 0 and isinstance(empty, Lists)
     assert build_batch(empty, 3).grades.shape == (0, 1)
     assert np.array_equal(build_batch(empty, None).ideal, Batch.from_lists([], []).ideal)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lists=st.lists(one_list, max_size=12),
+    max_docs=st.one_of(st.none(), st.integers(1, 6)),
+    judged_only=st.booleans(),
+)
+def test_cut_lists_is_cut_rankings_on_numbers(
+    lists: list[tuple[list[str], dict[str, float]]], max_docs: int | None, judged_only: bool
+) -> None:
+    """-M then -J on looked-up lists leaves the lists -M then -J leaves on the docids."""
+    qids = [f"q{i}" for i in range(len(lists))]
+    rankings = [r for r, _ in lists]
+    qrels = [q for _, q in lists]
+    ours = cut_lists(lists_from(qids, rankings, qrels), max_docs, judged_only)
+    cut = cut_rankings(rankings, qrels, max_docs, judged_only)
+    theirs = lists_from(qids, cut, qrels)
+    assert ours.qids == theirs.qids
+    for name in ("lengths", "served", "counts", "judgments"):
+        a, b = getattr(ours, name), getattr(theirs, name)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name

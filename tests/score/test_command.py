@@ -21,6 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import evald.cli
+import evald.score.inputs
+import evald.score.trec_columns
 from evald.metrics import DEFAULT_MEASURES
 from evald.score.scoring import BatchScorer
 
@@ -699,3 +701,30 @@ def test_start_up_imports_only_what_scoring_needs(tmp_path: Path) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "0 []"
+
+
+@pytest.mark.parametrize(
+    ("flags", "judged_only", "max_docs"),
+    [((), False, None), (("-J", "-M", "2"), True, 2)],
+)
+def test_trec_files_score_like_trec_eval_through_the_columnar_reader(
+    flags: tuple[str, ...], judged_only: bool, max_docs: int | None
+) -> None:
+    """The property above again with every run file taken by the columnar reader (whose own
+    tests check it reads what the exact reader reads, or declines)."""
+    read = evald.score.trec_columns.read_columnar
+    declined = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        found = read(*args, **kwargs)
+        declined.append(found is None)
+        return found
+
+    with (
+        mock.patch.object(evald.score.inputs, "COLUMNAR_MIN_BYTES", 0),
+        mock.patch.object(evald.score.trec_columns, "read_columnar", spy),
+    ):
+        test_trec_files_score_like_trec_eval(
+            flags=flags, judged_only=judged_only, max_docs=max_docs
+        )
+    assert declined and not any(declined)  # every file was read by the columnar reader
