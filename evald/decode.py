@@ -53,11 +53,13 @@ def keys_surely_unique(raw: bytes, event: Impression | Feedback) -> bool:
     """True when ``raw``, which validated as ``event``, cannot repeat a key; False: maybe.
 
     Exact in the True direction, and cheap (substring counts in C). Every key of a record
-    is followed by one colon; written ``"key":`` it is counted by ``raw.count(b'":')``. If
-    that count equals the number of distinct keys the event kept (its fields given plus its
-    label keys) and no colon follows whitespace (no key written ``"key" :`` escaped the count;
-    checked only when some colon is not preceded by a quote), no key is repeated. Otherwise
-    (unknown fields, escaped quotes, such layouts) the caller asks :func:`duplicate_key`.
+    is followed by one colon, and the event kept at least one key per distinct key written
+    (its fields given plus its label keys). So when the record holds no more colons than
+    that, no key is repeated: the common case, one count of a single byte. Otherwise (colons
+    in values) the keys written ``"key":`` are counted by ``raw.count(b'":')``: if that count
+    equals the keys kept and no colon follows whitespace (no key written ``"key" :`` escaped
+    the count), no key is repeated either. Otherwise (unknown fields, escaped quotes, such
+    layouts) the caller asks :func:`duplicate_key`.
     """
     kept = len(event.__pydantic_fields_set__)
     if event.kind == "impression":
@@ -68,10 +70,9 @@ def keys_surely_unique(raw: bytes, event: Impression | Feedback) -> bool:
 def keys_counted_unique(raw: bytes, kept: int) -> bool:
     """True when ``raw``, whose parsed objects hold ``kept`` keys in all, cannot repeat a key
     (see :func:`keys_surely_unique`); False: maybe."""
-    quoted = raw.count(b'":')
-    if quoted != kept:
-        return False
-    return raw.count(b":") == quoted or not _colon_after_space(raw)
+    if raw.count(b":") == kept:
+        return True
+    return raw.count(b'":') == kept and not _colon_after_space(raw)
 
 
 def _colon_after_space(raw: bytes) -> bool:
@@ -342,7 +343,7 @@ class Decoder:
                 reference = references[position]  # type: ignore[index]
                 limit = MAX_LIMIT if reference is None or lead is None else reference + lead
             try:
-                if len(raw) > max_bytes or raw[:1] == b"\xef":
+                if len(raw) > max_bytes:  # (a leading BOM fails validation: decode skips it)
                     raise _Slow
                 if kind == "impression" or (kind is None and b'"items"' in raw):
                     event = validate_impression(raw)
@@ -355,10 +356,10 @@ class Decoder:
                 else:
                     raise _Slow
                 ts = event.ts
-                # plausible time, and keys_surely_unique inlined
-                if ts < min_ts or ts > limit or raw.count(b'":') != kept:
+                # plausible time, and keys_surely_unique's common case inlined
+                if ts < min_ts or ts > limit:
                     raise _Slow
-                if raw.count(b":") != kept and _colon_after_space(raw):
+                if raw.count(b":") != kept and not keys_counted_unique(raw, kept):
                     raise _Slow
             except (ValueError, _Slow):
                 event = self.decode(raw, kind, reference)  # type: ignore[arg-type]
