@@ -133,6 +133,14 @@ class Rejection:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A record the input format reads but does not evaluate: feedback whose action a mapping
+    does not grade. The engine counts it by ``action`` (``Stats.skipped``), once per record."""
+
+    action: str
+
+
 class EventDecoder(Protocol):
     """What the engine needs from an input format: raw bytes in, a typed event or a
     :class:`Rejection` out (never an exception on data), one record or a batch.
@@ -143,15 +151,18 @@ class EventDecoder(Protocol):
 
     #: default grade per action, for accepted feedback that carries no ``grade`` of its own
     action_grades: dict[str, float]
-    #: records skipped (neither events nor rejections), by action
-    skipped: dict[str, int]
 
     def decode(
-        self, raw: bytes, kind: str | None = None, reference: int | None = None
-    ) -> Impression | Feedback | Rejection | None:
+        self,
+        raw: bytes,
+        kind: str | None = None,
+        reference: int | None = None,
+        record_time: int | None = None,
+    ) -> Impression | Feedback | Rejection | Skipped:
         """One record; ``kind`` when the source knows it, ``reference`` (epoch ms) the time
-        the event may lead by at most the engine's ``max_event_lead``. None: the format says
-        the record is not evaluated (a mapping's unmapped action), counted in ``skipped``."""
+        the event may lead by at most the engine's ``max_event_lead``, ``record_time`` (epoch
+        ms) the source record's own timestamp (a Kafka record's; None: it has none, as a
+        line of a file). :class:`Skipped`: the format says the record is not evaluated."""
         ...
 
     def decode_many(
@@ -160,8 +171,12 @@ class EventDecoder(Protocol):
         kinds: Sequence[str | None] | str | None,
         rejections: list[tuple[int, Rejection]],
         references: Sequence[int | None] | int | None = None,
+        record_times: Sequence[int | None] | None = None,
+        skips: list[tuple[int, Skipped]] | None = None,
     ) -> Iterator[tuple[int, Impression | Feedback]]:
-        """``decode`` over a batch: yields (position, event), appends (position, rejection)."""
+        """``decode`` over a batch: yields (position, event), appends (position, rejection)
+        to ``rejections`` and (position, skip) to ``skips`` (None: skips are dropped);
+        ``record_times`` one per record, as ``decode``'s ``record_time``, or None."""
         ...
 
 
@@ -241,8 +256,6 @@ class Decoder:
         #: plausible event times: ``min_ts <= ts <= reference + max_lead`` (None: no lead bound)
         self.min_ts, self.max_lead = min_ts, max_lead
         self.action_grades: dict[str, float] = dict(action_grades)
-        #: the native schema skips nothing: an unknown action is rejected (``unknown_action``)
-        self.skipped: dict[str, int] = {}
         self._max_bytes = limits.max_event_bytes
         self._impression, self._feedback = limited_models(limits)
         self._validate_impression = self._impression.__pydantic_validator__.validate_json
@@ -255,10 +268,16 @@ class Decoder:
         return self.action_grades[feedback.action]
 
     def decode(
-        self, raw: bytes, kind: str | None = None, reference: int | None = None
+        self,
+        raw: bytes,
+        kind: str | None = None,
+        reference: int | None = None,
+        record_time: int | None = None,
     ) -> Impression | Feedback | Rejection:
         """Decode one record; ``kind`` ("impression"/"feedback") when the source knows it;
-        ``reference`` (epoch ms) is the time the event may lead by at most ``max_lead``."""
+        ``reference`` (epoch ms) is the time the event may lead by at most ``max_lead``. The
+        native schema carries its own time (``record_time`` is not used) and skips nothing:
+        an unknown action is rejected (``unknown_action``)."""
         original = raw
         if len(raw) > self._max_bytes:
             known = kind if kind in ("impression", "feedback") else "unknown"
@@ -319,6 +338,8 @@ class Decoder:
         kinds: Sequence[str | None] | str | None,
         rejections: list[tuple[int, Rejection]],
         references: Sequence[int | None] | int | None = None,
+        record_times: Sequence[int | None] | None = None,
+        skips: list[tuple[int, Skipped]] | None = None,
     ) -> Iterator[tuple[int, Impression | Feedback]]:
         """``decode`` over a batch, lazily: yields (position in ``raws``, event) and appends
         (position, rejection) to ``rejections``. ``kinds`` is one kind for all records, one

@@ -23,15 +23,15 @@ from pydantic_core import from_json
 from evald.decode import (
     BOM,
     Rejection,
+    Skipped,
     duplicate_key,
     implausibility,
     reason_of,
 )
 from evald.events import Feedback, Impression, Limits, limited_models
 from evald.mapping.pointer import MISSING, format_pointer, parse_pointer, resolve
-from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec
+from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec, TimeSpec
 from evald.mapping.times import UNIT_WORDS, TimeValueError, canonical_ms, to_millis
-from evald.stats import MAX_SKIPPED_ACTIONS, OTHER
 
 
 class _Unreadable(Exception):
@@ -91,10 +91,22 @@ def _opt(text: str | None) -> _Path | None:
     return None if text is None else _Path.of(text)
 
 
+#: how a message names the time when the mapping reads it from the Kafka record
+RECORD_TIME = "the record timestamp"
+
+
+def _time_of(spec: TimeSpec) -> tuple[_Path | None, str, str]:
+    """(pointer or None for the record timestamp, format, what a message calls the time)."""
+    if spec.source == "record":
+        return None, "epoch_ms", RECORD_TIME
+    assert spec.path is not None and spec.format is not None  # TimeSpec checked both
+    return _Path.of(spec.path), spec.format, spec.path
+
+
 class _ImpressionReader:
     def __init__(self, spec: ImpressionSpec) -> None:
         self.request_id = _Path.of(spec.request_id)
-        self.time, self.time_format = _Path.of(spec.time.path), spec.time.format
+        self.time, self.time_format, time_text = _time_of(spec.time)
         items = spec.items
         self.items = _Path.of(items if isinstance(items, str) else items.path)
         self.item_id = None if isinstance(items, str) or items.id is None else _Path.of(items.id)
@@ -103,7 +115,7 @@ class _ImpressionReader:
         self.query = _opt(spec.query)
         self.where = {
             "request_id": self.request_id.text,
-            "ts": self.time.text,
+            "ts": time_text,
             "items": self.items.text,
             "labels": "labels",
             "user_id": " or ".join(p.text for p in self.user_id),
@@ -114,7 +126,7 @@ class _ImpressionReader:
 class _FeedbackReader:
     def __init__(self, spec: FeedbackSpec) -> None:
         self.request_id = _Path.of(spec.request_id)
-        self.time, self.time_format = _Path.of(spec.time.path), spec.time.format
+        self.time, self.time_format, time_text = _time_of(spec.time)
         self.item = _Path.of(spec.item)
         self.action = _Path.of(spec.action)
         self.grade = _opt(spec.grade)
@@ -122,7 +134,7 @@ class _FeedbackReader:
         self.event_id = _opt(spec.event_id)
         self.where = {
             "request_id": self.request_id.text,
-            "ts": self.time.text,
+            "ts": time_text,
             "item": self.item.text,
             "action": self.action.text,
             "grade": self.grade.text if self.grade else self.action.text,
@@ -145,7 +157,8 @@ class MappingDecoder:
         self.limits = limits
         self.min_ts, self.max_lead = min_ts, max_lead
         self.action_grades: dict[str, float] = dict(spec.feedback.actions) if spec.feedback else {}
-        self.skipped: dict[str, int] = {}
+        #: the mapping takes an event time from the Kafka record: files cannot be read with it
+        self.reads_record_time = spec.reads_record_time()
         self._max_bytes = limits.max_event_bytes
         impression, feedback = limited_models(limits)
         self._validate_impression = impression.__pydantic_validator__.validate_python
@@ -163,9 +176,13 @@ class MappingDecoder:
     # ------------------------------------------------------------------ the seam
 
     def decode(
-        self, raw: bytes, kind: str | None = None, reference: int | None = None
-    ) -> Impression | Feedback | Rejection | None:
-        """One record (see :class:`evald.decode.EventDecoder`); None: skipped."""
+        self,
+        raw: bytes,
+        kind: str | None = None,
+        reference: int | None = None,
+        record_time: int | None = None,
+    ) -> Impression | Feedback | Rejection | Skipped:
+        """One record (see :class:`evald.decode.EventDecoder`)."""
         known = kind if kind in ("impression", "feedback") else "unknown"
         if len(raw) > self._max_bytes:
             return Rejection("too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, known)
@@ -191,8 +208,8 @@ class MappingDecoder:
         try:
             kind = self._kind_of(document, kind)
             if kind == "impression":
-                return self._read_impression(document, raw, reference)
-            return self._read_feedback(document, raw, reference)
+                return self._read_impression(document, raw, reference, record_time)
+            return self._read_feedback(document, raw, reference, record_time)
         except _Unreadable as exc:
             return Rejection(exc.reason, exc.detail, raw, kind or known)
 
@@ -202,20 +219,27 @@ class MappingDecoder:
         kinds: Sequence[str | None] | str | None,
         rejections: list[tuple[int, Rejection]],
         references: Sequence[int | None] | int | None = None,
+        record_times: Sequence[int | None] | None = None,
+        skips: list[tuple[int, Skipped]] | None = None,
     ) -> Iterator[tuple[int, Impression | Feedback]]:
-        """``decode`` over a batch: yields (position, event), appends (position, rejection);
-        skipped records are neither."""
+        """``decode`` over a batch: yields (position, event), appends (position, rejection)
+        and (position, skip)."""
         decode = self.decode
         single_kind = kinds is None or isinstance(kinds, str)
         single_reference = references is None or isinstance(references, int)
+        record_time = None
         for position, raw in enumerate(raws):
             kind = kinds if single_kind else kinds[position]  # type: ignore[index]
             ref = references if single_reference else references[position]  # type: ignore[index]
-            event = decode(raw, kind, ref)  # type: ignore[arg-type]
-            if event is None:
-                continue
-            if event.__class__ is Rejection:
-                rejections.append((position, event))
+            if record_times is not None:
+                record_time = record_times[position]
+            event = decode(raw, kind, ref, record_time)  # type: ignore[arg-type]
+            cls = event.__class__
+            if cls is Rejection:
+                rejections.append((position, event))  # type: ignore[arg-type]
+            elif cls is Skipped:
+                if skips is not None:
+                    skips.append((position, event))  # type: ignore[arg-type]
             else:
                 yield position, event  # type: ignore[misc]
 
@@ -257,7 +281,7 @@ class MappingDecoder:
     # ------------------------------------------------------------------ fields
 
     def _read_impression(
-        self, document: dict[str, Any], raw: bytes, reference: int | None
+        self, document: dict[str, Any], raw: bytes, reference: int | None, record_time: int | None
     ) -> Impression | Rejection:
         spec = self._impression
         assert spec is not None
@@ -266,7 +290,7 @@ class MappingDecoder:
             raise _Unreadable("missing_field", f"{spec.request_id.text}: missing")
         fields: dict[str, Any] = {
             "request_id": request_id,
-            "ts": self._time(document, spec.time, spec.time_format, reference),
+            "ts": self._time(document, spec.time, spec.time_format, reference, record_time),
             "items": self._items(document, spec),
         }
         if spec.labels:
@@ -291,8 +315,8 @@ class MappingDecoder:
             return _rejection(exc, spec.where, raw, "impression")
 
     def _read_feedback(
-        self, document: dict[str, Any], raw: bytes, reference: int | None
-    ) -> Feedback | Rejection | None:
+        self, document: dict[str, Any], raw: bytes, reference: int | None, record_time: int | None
+    ) -> Feedback | Rejection | Skipped:
         spec = self._feedback
         assert spec is not None
         action = spec.action.get(document)
@@ -307,8 +331,7 @@ class MappingDecoder:
                 raise _Unreadable("wrong_type", f"{spec.action.text}: an action is text")
             grade = self.action_grades.get(action)
             if grade is None:
-                self._skip(action)
-                return None
+                return Skipped(action)
         request_id = spec.request_id.get(document)
         item = spec.item.get(document)
         if request_id is MISSING or request_id is None:
@@ -317,7 +340,7 @@ class MappingDecoder:
             raise _Unreadable("missing_field", f"{spec.item.text}: missing")
         fields: dict[str, Any] = {
             "request_id": request_id,
-            "ts": self._time(document, spec.time, spec.time_format, reference),
+            "ts": self._time(document, spec.time, spec.time_format, reference, record_time),
             "item": item,
             "action": action,
             "grade": grade,
@@ -332,15 +355,6 @@ class MappingDecoder:
             return self._validate_feedback(fields)
         except ValidationError as exc:
             return _rejection(exc, spec.where, raw, "feedback")
-
-    def _skip(self, action: str) -> None:
-        skipped = self.skipped
-        if action not in skipped:
-            if len(skipped) >= MAX_SKIPPED_ACTIONS:
-                action = OTHER
-            elif len(action) > self.limits.max_string_length:
-                action = action[: self.limits.max_string_length]
-        skipped[action] = skipped.get(action, 0) + 1
 
     def _items(self, document: dict[str, Any], spec: _ImpressionReader) -> Any:
         items = spec.items.get(document)
@@ -360,7 +374,24 @@ class MappingDecoder:
             ids.append(value)
         return ids
 
-    def _time(self, document: dict[str, Any], path: _Path, fmt: str, reference: int | None) -> int:
+    def _time(
+        self,
+        document: dict[str, Any],
+        path: _Path | None,
+        fmt: str,
+        reference: int | None,
+        record_time: int | None,
+    ) -> int:
+        if path is None:  # the Kafka record's timestamp (epoch ms), as the mapping declares
+            if record_time is None or record_time < 0:
+                raise _Unreadable(
+                    "missing_field",
+                    f"{RECORD_TIME}: missing (the mapping reads the time from the Kafka record)",
+                )
+            problem = implausibility(record_time, self.min_ts, self.max_lead, reference)
+            if problem is not None:
+                raise _Unreadable("implausible_timestamp", f"{RECORD_TIME}: {problem}")
+            return record_time
         value = path.get(document)
         ms = canonical_ms(value) if fmt == "rfc3339" and type(value) is str else None
         if ms is None:
