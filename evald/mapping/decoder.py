@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Any
 
 from pydantic import ValidationError
@@ -48,16 +49,22 @@ _SPACED_COLON = re.compile(rb'"[ \t\n\r]+:')
 
 @dataclass(frozen=True, slots=True)
 class _Path:
-    """A parsed pointer, its text (for messages) and ``get``: document -> value or MISSING."""
+    """A parsed pointer, its text (for messages), ``get``: any JSON value -> the value at the
+    pointer or MISSING, and ``top``: the same for a value known to be an object (a record)."""
 
     tokens: tuple[str, ...]
     text: str
     get: Callable[[Any], Any]
+    top: Callable[[dict[str, Any]], Any]
 
     @classmethod
     def of(cls, text: str) -> _Path:
         tokens = parse_pointer(text)
-        return cls(tokens, text, _getter(tokens))
+        get = _getter(tokens)
+        if len(tokens) == 1 and not tokens[0].isdigit():
+            # one key of an object: dict.get itself, called from C (no Python frame per read)
+            return cls(tokens, text, get, methodcaller("get", tokens[0], MISSING))
+        return cls(tokens, text, get, get)
 
 
 def _getter(tokens: tuple[str, ...]) -> Callable[[Any], Any]:
@@ -183,35 +190,52 @@ class MappingDecoder:
         record_time: int | None = None,
     ) -> Impression | Feedback | Rejection | Skipped:
         """One record (see :class:`evald.decode.EventDecoder`)."""
-        known = kind if kind in ("impression", "feedback") else "unknown"
         if len(raw) > self._max_bytes:
+            known = kind if kind in ("impression", "feedback") else "unknown"
             return Rejection("too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, known)
-        text = raw[3:] if raw.startswith(BOM) else raw
+        text = raw
         try:
             # pydantic-core's parser (the native decoder's): NaN and Infinity are not JSON
             document = from_json(text, allow_inf_nan=False, cache_strings="keys")
         except ValueError as exc:
-            return Rejection("invalid_json", f"not JSON: {exc}", raw, known)
+            # a leading UTF-8 BOM is ignored; the parser refuses it, so it is looked for only here
+            parsed = _parse_after_bom(raw) if raw.startswith(BOM) else exc
+            if isinstance(parsed, ValueError):
+                known = kind if kind in ("impression", "feedback") else "unknown"
+                return Rejection("invalid_json", f"not JSON: {parsed}", raw, known)
+            text, document = raw[3:], parsed
         if type(document) is not dict:
+            known = kind if kind in ("impression", "feedback") else "unknown"
             return Rejection("not_an_object", "a record is a JSON object", raw, known)
         # each written key is followed by '":'; fewer keys kept than written means a key may
         # repeat (or a string holds '":'): then the exact, slow check decides
         if text.count(b'":') != _count_keys(document) or (
             # a key written '"key" :' escaped the count; compact JSON has no whitespace at all
-            (b" " in text or b"\n" in text or b"\t" in text or b"\r" in text)
-            and _SPACED_COLON.search(text)
+            # (split() is one pass in C, cheaper than a search per whitespace byte)
+            len(text.split()) != 1 and _SPACED_COLON.search(text)
         ):
             repeated = duplicate_key(text)
             if repeated is not None:
                 detail = f"key {repeated!r} appears twice in one object"
+                known = kind if kind in ("impression", "feedback") else "unknown"
                 return Rejection("duplicate_key", detail, raw, known)
         try:
-            kind = self._kind_of(document, kind)
-            if kind == "impression":
+            if kind is None:
+                chosen = self._sniff(document)
+            elif kind == "impression" or kind == "feedback":
+                chosen = kind
+            else:
+                raise _Unreadable("unknown_kind", f"unknown source kind {kind!r}")
+            if (self._impression if chosen == "impression" else self._feedback) is None:
+                raise _Unreadable("unknown_kind", f"the mapping has no {chosen} section")
+        except _Unreadable as exc:
+            return Rejection(exc.reason, exc.detail, raw, kind or "unknown")
+        try:
+            if chosen == "impression":
                 return self._read_impression(document, raw, reference, record_time)
             return self._read_feedback(document, raw, reference, record_time)
         except _Unreadable as exc:
-            return Rejection(exc.reason, exc.detail, raw, kind or known)
+            return Rejection(exc.reason, exc.detail, raw, chosen)
 
     def decode_many(
         self,
@@ -245,18 +269,9 @@ class MappingDecoder:
 
     # ------------------------------------------------------------------ kinds
 
-    def _kind_of(self, document: dict[str, Any], kind: str | None) -> str:
-        if kind is None:
-            kind = self._sniff(document)
-        elif kind not in ("impression", "feedback"):
-            raise _Unreadable("unknown_kind", f"unknown source kind {kind!r}")
-        if (self._impression if kind == "impression" else self._feedback) is None:
-            raise _Unreadable("unknown_kind", f"the mapping has no {kind} section")
-        return kind
-
     def _sniff(self, document: dict[str, Any]) -> str:
         if self._kind_field is not None:
-            value = self._kind_field.get(document)
+            value = self._kind_field.top(document)
             kind = self._kind_values.get(value) if isinstance(value, str) else None
             if kind is None:
                 wanted = " or ".join(repr(v) for v in self._kind_values)
@@ -266,7 +281,7 @@ class MappingDecoder:
                 )
             return kind
         if self._kind_present is not None:
-            value = self._kind_present.get(document)
+            value = self._kind_present.top(document)
             present = value is not MISSING and value is not None
             means = self._kind_means or "feedback"
             return means if present else ("impression" if means == "feedback" else "feedback")
@@ -285,7 +300,7 @@ class MappingDecoder:
     ) -> Impression | Rejection:
         spec = self._impression
         assert spec is not None
-        request_id = spec.request_id.get(document)
+        request_id = spec.request_id.top(document)
         if request_id is MISSING or request_id is None:
             raise _Unreadable("missing_field", f"{spec.request_id.text}: missing")
         fields: dict[str, Any] = {
@@ -296,14 +311,14 @@ class MappingDecoder:
         if spec.labels:
             labels: dict[str, str] = {}
             for path, name in spec.labels:
-                value = path.get(document)
+                value = path.top(document)
                 if type(value) is dict and name is None:
                     _flatten(labels, value, "", path.text)
                 else:
                     _add_labels(labels, value, path.text, name)
             fields["labels"] = labels
         for path in spec.user_id:
-            value = path.get(document)
+            value = path.top(document)
             if value is not MISSING and value is not None:
                 fields["user_id"] = value
                 break
@@ -319,12 +334,12 @@ class MappingDecoder:
     ) -> Feedback | Rejection | Skipped:
         spec = self._feedback
         assert spec is not None
-        action = spec.action.get(document)
+        action = spec.action.top(document)
         if action is MISSING or action is None:
             raise _Unreadable("missing_field", f"{spec.action.text}: missing")
         grade: Any = None
         if spec.grade is not None:
-            grade = spec.grade.get(document)
+            grade = spec.grade.top(document)
             grade = None if grade is MISSING else grade
         if grade is None:
             if type(action) is not str:
@@ -332,8 +347,8 @@ class MappingDecoder:
             grade = self.action_grades.get(action)
             if grade is None:
                 return Skipped(action)
-        request_id = spec.request_id.get(document)
-        item = spec.item.get(document)
+        request_id = spec.request_id.top(document)
+        item = spec.item.top(document)
         if request_id is MISSING or request_id is None:
             raise _Unreadable("missing_field", f"{spec.request_id.text}: missing")
         if item is MISSING or item is None:
@@ -346,7 +361,7 @@ class MappingDecoder:
             "grade": grade,
         }
         if spec.position is not None:
-            position = spec.position.get(document)
+            position = spec.position.top(document)
             if position is not MISSING and position is not None:
                 fields["position"] = position
         if spec.event_id is not None:
@@ -357,7 +372,7 @@ class MappingDecoder:
             return _rejection(exc, spec.where, raw, "feedback")
 
     def _items(self, document: dict[str, Any], spec: _ImpressionReader) -> Any:
-        items = spec.items.get(document)
+        items = spec.items.top(document)
         if items is MISSING or items is None:
             raise _Unreadable("missing_field", f"{spec.items.text}: missing")
         id_path = spec.item_id
@@ -392,7 +407,7 @@ class MappingDecoder:
             if problem is not None:
                 raise _Unreadable("implausible_timestamp", f"{RECORD_TIME}: {problem}")
             return record_time
-        value = path.get(document)
+        value = path.top(document)
         ms = canonical_ms(value) if fmt == "rfc3339" and type(value) is str else None
         if ms is None:
             if value is MISSING or value is None:
@@ -402,10 +417,21 @@ class MappingDecoder:
             except TimeValueError as exc:
                 reason = "implausible_timestamp" if exc.implausible else "bad_timestamp"
                 raise _Unreadable(reason, f"{path.text}: {exc}") from None
-        problem = implausibility(ms, self.min_ts, self.max_lead, reference)
-        if problem is not None:
+        lead = self.max_lead
+        if ms < self.min_ts or (
+            lead is not None and reference is not None and ms > reference + lead
+        ):
+            problem = implausibility(ms, self.min_ts, lead, reference)  # the rule, in words
             raise _Unreadable("implausible_timestamp", f"{path.text}: {problem}{_unit_hint(fmt)}")
         return ms
+
+
+def _parse_after_bom(raw: bytes) -> Any:
+    """The JSON after a leading BOM, or the ValueError saying why it is not JSON."""
+    try:
+        return from_json(raw[3:], allow_inf_nan=False, cache_strings="keys")
+    except ValueError as exc:
+        return exc
 
 
 def _unit_hint(fmt: str) -> str:
@@ -414,14 +440,14 @@ def _unit_hint(fmt: str) -> str:
 
 
 def _required(document: Any, path: _Path) -> Any:
-    value = path.get(document)
+    value = path.top(document)
     if value is MISSING or value is None:
         raise _Unreadable("missing_field", f"{path.text}: missing")
     return value
 
 
 def _optional(fields: dict[str, Any], name: str, document: Any, path: _Path) -> None:
-    value = path.get(document)
+    value = path.top(document)
     if value is not MISSING and value is not None:
         fields[name] = value
 
@@ -482,6 +508,7 @@ def _count_keys(value: Any) -> int:
     """Keys in the objects of parsed JSON ``value``; a list whose first element is not a
     container is not walked (ids, mostly). An undercount can only send a record to the exact
     duplicate check, never hide a repeated key: repeats make the kept count smaller, not larger.
+    Three levels of objects are walked inline: most records are no deeper.
     """
     count = 0
     if type(value) is dict:
@@ -490,8 +517,13 @@ def _count_keys(value: Any) -> int:
             kind = type(item)
             if kind is dict:
                 count += len(item)
-                for inner in item.values():  # one level inlined: most records are this deep
-                    if type(inner) is dict or type(inner) is list:
+                for inner in item.values():
+                    if type(inner) is dict:
+                        count += len(inner)
+                        for deep in inner.values():
+                            if type(deep) in _NESTED:
+                                count += _count_keys(deep)
+                    elif type(inner) is list and inner and type(inner[0]) in _NESTED:
                         count += _count_keys(inner)
             elif kind is list and item and type(item[0]) in _NESTED:
                 count += _count_keys(item)
