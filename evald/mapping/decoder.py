@@ -518,12 +518,15 @@ def _count_keys(value: Any) -> int:
             if kind is dict:
                 count += len(item)
                 for inner in item.values():
-                    if type(inner) is dict:
+                    inner_kind = type(inner)
+                    if inner_kind is str:  # most values: ids, times, label values
+                        continue
+                    if inner_kind is dict:
                         count += len(inner)
                         for deep in inner.values():
                             if type(deep) in _NESTED:
                                 count += _count_keys(deep)
-                    elif type(inner) is list and inner and type(inner[0]) in _NESTED:
+                    elif inner_kind is list and inner and type(inner[0]) in _NESTED:
                         count += _count_keys(inner)
             elif kind is list and item and type(item[0]) in _NESTED:
                 count += _count_keys(item)
