@@ -347,6 +347,8 @@ class Decoder:
         """``decode`` over a batch, lazily: yields (position in ``raws``, event) and appends
         (position, rejection) to ``rejections``. ``kinds`` is one kind for all records, one
         per record, or None (sniffed); ``references`` likewise (reference times in ms).
+        ``record_times`` and ``skips`` are not used: the native schema carries its own time
+        and skips nothing (see ``decode``).
 
         Same outcome as ``decode`` record by record, with the common case inlined: a record
         that does not pass every check at once goes through ``decode`` itself for its exact
