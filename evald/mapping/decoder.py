@@ -91,6 +91,26 @@ def _getter(tokens: tuple[str, ...]) -> Callable[[Any], Any]:
             return document.get(only, MISSING) if type(document) is dict else MISSING
 
         return get_one
+    if len(tokens) == 2:  # the loop above, unrolled for the common depths
+        first, second = tokens
+
+        def get_two(document: Any) -> Any:
+            try:
+                return document[first][second]
+            except (KeyError, TypeError, IndexError):
+                return MISSING
+
+        return get_two
+    if len(tokens) == 3:
+        first, second, third = tokens
+
+        def get_three(document: Any) -> Any:
+            try:
+                return document[first][second][third]
+            except (KeyError, TypeError, IndexError):
+                return MISSING
+
+        return get_three
     return get
 
 
