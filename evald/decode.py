@@ -53,11 +53,13 @@ def keys_surely_unique(raw: bytes, event: Impression | Feedback) -> bool:
     """True when ``raw``, which validated as ``event``, cannot repeat a key; False: maybe.
 
     Exact in the True direction, and cheap (substring counts in C). Every key of a record
-    is followed by one colon; written ``"key":`` it is counted by ``raw.count(b'":')``. If
-    that count equals the number of distinct keys the event kept (its fields given plus its
-    label keys) and no colon follows whitespace (no key written ``"key" :`` escaped the count;
-    checked only when some colon is not preceded by a quote), no key is repeated. Otherwise
-    (unknown fields, escaped quotes, such layouts) the caller asks :func:`duplicate_key`.
+    is followed by one colon, and the event kept at least one key per distinct key written
+    (its fields given plus its label keys). So when the record holds no more colons than
+    that, no key is repeated: the common case, one count of a single byte. Otherwise (colons
+    in values) the keys written ``"key":`` are counted by ``raw.count(b'":')``: if that count
+    equals the keys kept and no colon follows whitespace (no key written ``"key" :`` escaped
+    the count), no key is repeated either. Otherwise (unknown fields, escaped quotes, such
+    layouts) the caller asks :func:`duplicate_key`.
     """
     kept = len(event.__pydantic_fields_set__)
     if event.kind == "impression":
@@ -68,15 +70,17 @@ def keys_surely_unique(raw: bytes, event: Impression | Feedback) -> bool:
 def keys_counted_unique(raw: bytes, kept: int) -> bool:
     """True when ``raw``, whose parsed objects hold ``kept`` keys in all, cannot repeat a key
     (see :func:`keys_surely_unique`); False: maybe."""
-    quoted = raw.count(b'":')
-    if quoted != kept:
-        return False
-    return raw.count(b":") == quoted or not _colon_after_space(raw)
+    if raw.count(b":") == kept:
+        return True
+    return raw.count(b'":') == kept and not _colon_after_space(raw)
 
 
 def _colon_after_space(raw: bytes) -> bool:
     """A colon follows JSON whitespace somewhere (a key may be written ``"key" :``)."""
-    return b" :" in raw or b"\t:" in raw or b"\n:" in raw or b"\r:" in raw
+    # find() rather than `in`: bytes.__contains__ first tries its argument as an int and
+    # pays for the TypeError, several times the cost of the search itself
+    find = raw.find
+    return find(b" :") >= 0 or find(b"\t:") >= 0 or find(b"\n:") >= 0 or find(b"\r:") >= 0
 
 
 def duplicate_key(raw: bytes) -> str | None:
@@ -132,6 +136,14 @@ class Rejection:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A record the input format reads but does not evaluate: feedback whose action a mapping
+    does not grade. The engine counts it by ``action`` (``Stats.skipped``), once per record."""
+
+    action: str
+
+
 class EventDecoder(Protocol):
     """What the engine needs from an input format: raw bytes in, a typed event or a
     :class:`Rejection` out (never an exception on data), one record or a batch.
@@ -142,15 +154,18 @@ class EventDecoder(Protocol):
 
     #: default grade per action, for accepted feedback that carries no ``grade`` of its own
     action_grades: dict[str, float]
-    #: records skipped (neither events nor rejections), by action
-    skipped: dict[str, int]
 
     def decode(
-        self, raw: bytes, kind: str | None = None, reference: int | None = None
-    ) -> Impression | Feedback | Rejection | None:
+        self,
+        raw: bytes,
+        kind: str | None = None,
+        reference: int | None = None,
+        record_time: int | None = None,
+    ) -> Impression | Feedback | Rejection | Skipped:
         """One record; ``kind`` when the source knows it, ``reference`` (epoch ms) the time
-        the event may lead by at most the engine's ``max_event_lead``. None: the format says
-        the record is not evaluated (a mapping's unmapped action), counted in ``skipped``."""
+        the event may lead by at most the engine's ``max_event_lead``, ``record_time`` (epoch
+        ms) the source record's own timestamp (a Kafka record's; None: it has none, as a
+        line of a file). :class:`Skipped`: the format says the record is not evaluated."""
         ...
 
     def decode_many(
@@ -159,8 +174,12 @@ class EventDecoder(Protocol):
         kinds: Sequence[str | None] | str | None,
         rejections: list[tuple[int, Rejection]],
         references: Sequence[int | None] | int | None = None,
+        record_times: Sequence[int | None] | None = None,
+        skips: list[tuple[int, Skipped]] | None = None,
     ) -> Iterator[tuple[int, Impression | Feedback]]:
-        """``decode`` over a batch: yields (position, event), appends (position, rejection)."""
+        """``decode`` over a batch: yields (position, event), appends (position, rejection)
+        to ``rejections`` and (position, skip) to ``skips`` (None: skips are dropped);
+        ``record_times`` one per record, as ``decode``'s ``record_time``, or None."""
         ...
 
 
@@ -240,8 +259,6 @@ class Decoder:
         #: plausible event times: ``min_ts <= ts <= reference + max_lead`` (None: no lead bound)
         self.min_ts, self.max_lead = min_ts, max_lead
         self.action_grades: dict[str, float] = dict(action_grades)
-        #: the native schema skips nothing: an unknown action is rejected (``unknown_action``)
-        self.skipped: dict[str, int] = {}
         self._max_bytes = limits.max_event_bytes
         self._impression, self._feedback = limited_models(limits)
         self._validate_impression = self._impression.__pydantic_validator__.validate_json
@@ -254,10 +271,16 @@ class Decoder:
         return self.action_grades[feedback.action]
 
     def decode(
-        self, raw: bytes, kind: str | None = None, reference: int | None = None
+        self,
+        raw: bytes,
+        kind: str | None = None,
+        reference: int | None = None,
+        record_time: int | None = None,
     ) -> Impression | Feedback | Rejection:
         """Decode one record; ``kind`` ("impression"/"feedback") when the source knows it;
-        ``reference`` (epoch ms) is the time the event may lead by at most ``max_lead``."""
+        ``reference`` (epoch ms) is the time the event may lead by at most ``max_lead``. The
+        native schema carries its own time (``record_time`` is not used) and skips nothing:
+        an unknown action is rejected (``unknown_action``)."""
         original = raw
         if len(raw) > self._max_bytes:
             known = kind if kind in ("impression", "feedback") else "unknown"
@@ -287,7 +310,7 @@ class Decoder:
     def _validate(self, raw: bytes, kind: str | None) -> Impression | Feedback | Rejection:
         """Schema validation only (pydantic), with the reason of the first error."""
         if kind is None:
-            if b'"items"' in raw:
+            if raw.find(b'"items"') >= 0:  # not `in`: see _colon_after_space
                 first, second = self._validate_impression, self._validate_feedback
             else:
                 first, second = self._validate_feedback, self._validate_impression
@@ -318,10 +341,14 @@ class Decoder:
         kinds: Sequence[str | None] | str | None,
         rejections: list[tuple[int, Rejection]],
         references: Sequence[int | None] | int | None = None,
+        record_times: Sequence[int | None] | None = None,
+        skips: list[tuple[int, Skipped]] | None = None,
     ) -> Iterator[tuple[int, Impression | Feedback]]:
         """``decode`` over a batch, lazily: yields (position in ``raws``, event) and appends
         (position, rejection) to ``rejections``. ``kinds`` is one kind for all records, one
         per record, or None (sniffed); ``references`` likewise (reference times in ms).
+        ``record_times`` and ``skips`` are not used: the native schema carries its own time
+        and skips nothing (see ``decode``).
 
         Same outcome as ``decode`` record by record, with the common case inlined: a record
         that does not pass every check at once goes through ``decode`` itself for its exact
@@ -342,9 +369,10 @@ class Decoder:
                 reference = references[position]  # type: ignore[index]
                 limit = MAX_LIMIT if reference is None or lead is None else reference + lead
             try:
-                if len(raw) > max_bytes or raw[:1] == b"\xef":
+                if len(raw) > max_bytes:  # (a leading BOM fails validation: decode skips it)
                     raise _Slow
-                if kind == "impression" or (kind is None and b'"items"' in raw):
+                # the sniff: find(), not `in` (see _colon_after_space)
+                if kind == "impression" or (kind is None and raw.find(b'"items"') >= 0):
                     event = validate_impression(raw)
                     kept = len(event.__pydantic_fields_set__) + len(event.labels)
                 elif kind == "feedback" or kind is None:
@@ -355,10 +383,10 @@ class Decoder:
                 else:
                     raise _Slow
                 ts = event.ts
-                # plausible time, and keys_surely_unique inlined
-                if ts < min_ts or ts > limit or raw.count(b'":') != kept:
+                # plausible time, and keys_surely_unique's common case inlined
+                if ts < min_ts or ts > limit:
                     raise _Slow
-                if raw.count(b":") != kept and _colon_after_space(raw):
+                if raw.count(b":") != kept and not keys_counted_unique(raw, kept):
                     raise _Slow
             except (ValueError, _Slow):
                 event = self.decode(raw, kind, reference)  # type: ignore[arg-type]

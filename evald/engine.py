@@ -23,7 +23,7 @@ import numpy as np
 
 from evald.aggregate import Aggregates, WindowRow
 from evald.config import EngineConfig
-from evald.decode import Decoder, EventDecoder, Rejection
+from evald.decode import Decoder, EventDecoder, Rejection, Skipped
 from evald.events import Feedback, Impression, format_timestamp, parse_timestamp
 from evald.join import Joined, JoinStore
 from evald.join.window import complete_before
@@ -95,8 +95,6 @@ class Engine:
         self._decode = self.decoder.decode
         self._grades = self.decoder.action_grades
         self._events = self.stats.events
-        #: the decoder counts what it skips; the exposition reads it with the other counters
-        self.stats.skipped = self.decoder.skipped
 
     # ------------------------------------------------------------------ input
 
@@ -142,28 +140,31 @@ class Engine:
         ``kind`` comes from the source when it knows it (a Kafka topic); ``offset`` is the
         source offset, remembered for ``low_offsets``; ``timestamp`` (epoch ms) is the source's
         time of the record (a Kafka record timestamp), the reference the event time may lead
-        by at most ``max_event_lead``; None or negative: the engine's clock.
+        by at most ``max_event_lead`` (None or negative: the engine's clock), and the event
+        time itself for a mapping that declares so.
         """
-        if timestamp is None or timestamp < 0:
-            timestamp = int(self.clock() * 1000)
-        event = self._decode(raw, kind, timestamp)
-        if event is None:  # skipped by the decoder (and counted there)
-            return None
+        reference = timestamp
+        if reference is None or reference < 0:
+            reference = int(self.clock() * 1000)
+        event = self._decode(raw, kind, reference, timestamp)
         store = self._stores.get(partition) or self._store(partition)
         until = store.replay_until
-        if event.__class__ is Rejection:
+        if isinstance(event, Skipped):
+            self._count_skip(event, until, kind, offset)
+            return None
+        if isinstance(event, Rejection):
             self._count_rejection(event, until, kind, offset)
             return event
         replayed = until is not None and offset is not None and offset < until.get(event.kind, -1)
         if event.kind == "feedback":
-            grade = event.grade  # type: ignore[union-attr]
+            grade = event.grade
             if grade is None:
-                grade = self._grades[event.action]  # type: ignore[union-attr]
-            outcome = store.add_feedback(event, grade, offset, replayed)  # type: ignore[arg-type]
+                grade = self._grades[event.action]
+            outcome = store.add_feedback(event, grade, offset, replayed)
             if not replayed:
                 self._events[("feedback", outcome)] += 1
         else:
-            outcome = store.add_impression(event, offset, replayed)  # type: ignore[arg-type]
+            outcome = store.add_impression(event, offset, replayed)
             if not replayed:
                 self._events[("impression", outcome)] += 1
         self._drained = False
@@ -185,11 +186,12 @@ class Engine:
         """
         store = self._stores.get(partition) or self._store(partition)
         rejections: list[tuple[int, Rejection]] = []
+        skips: list[tuple[int, Skipped]] = []
         wall = int(self.clock() * 1000)
         references: list[int] | int = wall
         if timestamps is not None:
             references = [wall if t is None or t < 0 else t for t in timestamps]
-        events = self.decoder.decode_many(raws, kinds, rejections, references)
+        events = self.decoder.decode_many(raws, kinds, rejections, references, timestamps, skips)
         imp_ok, imp_dup, fb_ok, fb_dup = store.join_many(events, offsets, self._grades)
         counts = self._events
         counts[("impression", "accepted")] += imp_ok
@@ -202,6 +204,10 @@ class Engine:
             kind = kinds if single else kinds[position]  # type: ignore[index]
             offset = None if offsets is None else offsets[position]
             self._count_rejection(rejection, until, kind, offset)  # type: ignore[arg-type]
+        for position, skip in skips:
+            kind = kinds if single else kinds[position]  # type: ignore[index]
+            offset = None if offsets is None else offsets[position]
+            self._count_skip(skip, until, kind, offset)  # type: ignore[arg-type]
         if len(rejections) < len(raws):
             self._drained = False
         return rejections
@@ -222,6 +228,17 @@ class Engine:
         if until is None or offset is None or offset >= until.get(kind or "", -1):
             self.stats.rejected[rejection.reason] += 1
             self._events[(rejection.kind, "rejected")] += 1
+
+    def _count_skip(
+        self,
+        skip: Skipped,
+        until: Mapping[str, int] | None,
+        kind: str | None,
+        offset: int | None,
+    ) -> None:
+        """Count a skipped record, unless a restore re-fed it (it was counted before)."""
+        if until is None or offset is None or offset >= until.get(kind or "", -1):
+            self.stats.count_skipped(skip.action, self.config.limits.max_string_length)
 
     # ------------------------------------------------------------------ finalization
 

@@ -409,6 +409,12 @@ def run(args: argparse.Namespace) -> int:
             decoder = decoder_for(args.mapping, config)
         except MappingError as exc:
             raise UsageError(f"--mapping: {exc}") from None
+        if decoder is not None and decoder.reads_record_time:
+            raise UsageError(
+                f"--mapping: {args.mapping} takes the event time from the Kafka record timestamp"
+                " (time: {source: record}); lines of a file have none: use a mapping that reads"
+                " the time from a field of the record"
+            )
         engine = Engine(config, clock=lambda: 0.0, decoder=decoder)
         moments = SegmentMoments(engine.measure_names, engine.aggregates.segments)
         engine.on_result = moments.add

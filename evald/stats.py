@@ -42,8 +42,7 @@ class Stats:
         #: impressions scored, by what closed them ("late": the window had already closed
         #: when the impression arrived, so it was closed at once)
         self.finalized: dict[str, int] = dict.fromkeys(FINALIZE_REASONS, 0)
-        #: feedback an input mapping skipped (its action counts for nothing), by action;
-        #: the decoder's own dict, handed over by the engine
+        #: feedback an input mapping skipped (its action counts for nothing), by action
         self.skipped: dict[str, int] = {}
         #: impressions finalized with no positive feedback (also per segment in Aggregates)
         self.abandoned = 0
@@ -52,6 +51,17 @@ class Stats:
         self.lag_counts: list[int] = [0] * (len(LAG_BOUNDS) + 1)
         self.lag_sum = 0.0
         self.lag_count = 0
+
+    def count_skipped(self, action: str, max_length: int) -> None:
+        """One record skipped for ``action``: at most ``MAX_SKIPPED_ACTIONS`` actions are
+        named (the rest count under ``OTHER``), each cut to ``max_length`` characters."""
+        skipped = self.skipped
+        if action not in skipped:
+            if len(skipped) >= MAX_SKIPPED_ACTIONS:
+                action = OTHER
+            elif len(action) > max_length:
+                action = action[:max_length]
+        skipped[action] = skipped.get(action, 0) + 1
 
     def observe_lag(self, seconds: float, n: int) -> None:
         """Record ``n`` impressions finalized ``seconds`` after their window closed."""

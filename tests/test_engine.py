@@ -312,7 +312,6 @@ class _TabDecoder:
 
         self.native = Decoder(engine_config.limits, engine_config.action_grades)  # type: ignore[attr-defined]
         self.action_grades = self.native.action_grades
-        self.skipped = self.native.skipped
 
     def _to_json(self, raw: bytes) -> bytes:
         parts = raw.decode().split("\t")
@@ -320,10 +319,10 @@ class _TabDecoder:
             return imp(parts[0], int(parts[1]), parts[2].split(","))
         return fb(parts[0], int(parts[1]), parts[2], parts[3])
 
-    def decode(self, raw, kind=None, reference=None):
+    def decode(self, raw, kind=None, reference=None, record_time=None):
         return self.native.decode(self._to_json(raw), kind, reference)
 
-    def decode_many(self, raws, kinds, rejections, references=None):
+    def decode_many(self, raws, kinds, rejections, references=None, record_times=None, skips=None):
         converted = [self._to_json(raw) for raw in raws]
         return self.native.decode_many(converted, kinds, rejections, references)
 

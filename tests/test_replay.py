@@ -125,6 +125,19 @@ def test_strict_exit_status_and_usage_errors(tmp_path, capsys):
     assert f"--config: {config}: the top level must be a mapping" in capsys.readouterr().err
 
 
+def test_a_mapping_reading_the_kafka_record_timestamp_is_refused(tmp_path, capsys):
+    """Lines of a file have no record timestamp: exit 2, saying why, before reading them."""
+    events = write_jsonl(tmp_path / "e.jsonl", [imp("r1", 0, ["a"])])
+    mapping = tmp_path / "m.yaml"
+    mapping.write_text(
+        "extends: ubi\nfeedback:\n  time: {source: record, path: null, format: null}\n"
+    )
+    assert main(["replay", str(events), "--mapping", str(mapping)]) == 2
+    err = capsys.readouterr().err
+    assert "takes the event time from the Kafka record timestamp" in err
+    assert "lines of a file have none" in err
+
+
 def test_config_file_and_flags(tmp_path):
     events = write_jsonl(
         tmp_path / "e.jsonl",

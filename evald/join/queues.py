@@ -22,6 +22,8 @@ class IntFifo:
     def __init__(self) -> None:
         self._a = array("i")
         self._head = 0
+        #: the array's own append (C): a push costs no Python frame of this class
+        self.append: Callable[[int], None] = self._a.append
 
     def __len__(self) -> int:
         return len(self._a) - self._head
@@ -29,14 +31,12 @@ class IntFifo:
     def __getitem__(self, index: int) -> int:
         return self._a[self._head + index]
 
-    def append(self, value: int) -> None:
-        self._a.append(value)
-
     def take_all(self) -> list[int]:
         """Remove and return every value, oldest first."""
         values = self._a[self._head :].tolist()
         self._a = array("i")
         self._head = 0
+        self.append = self._a.append
         return values
 
     def popleft(self) -> int:

@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,15 +24,15 @@ from pydantic_core import from_json
 from evald.decode import (
     BOM,
     Rejection,
+    Skipped,
     duplicate_key,
     implausibility,
     reason_of,
 )
 from evald.events import Feedback, Impression, Limits, limited_models
 from evald.mapping.pointer import MISSING, format_pointer, parse_pointer, resolve
-from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec
+from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec, TimeSpec
 from evald.mapping.times import UNIT_WORDS, TimeValueError, canonical_ms, to_millis
-from evald.stats import MAX_SKIPPED_ACTIONS, OTHER
 
 
 class _Unreadable(Exception):
@@ -48,16 +49,22 @@ _SPACED_COLON = re.compile(rb'"[ \t\n\r]+:')
 
 @dataclass(frozen=True, slots=True)
 class _Path:
-    """A parsed pointer, its text (for messages) and ``get``: document -> value or MISSING."""
+    """A parsed pointer, its text (for messages), ``get``: any JSON value -> the value at the
+    pointer or MISSING, and ``top``: the same for a value known to be an object (a record)."""
 
     tokens: tuple[str, ...]
     text: str
     get: Callable[[Any], Any]
+    top: Callable[[dict[str, Any]], Any]
 
     @classmethod
     def of(cls, text: str) -> _Path:
         tokens = parse_pointer(text)
-        return cls(tokens, text, _getter(tokens))
+        get = _getter(tokens)
+        if len(tokens) == 1 and not tokens[0].isdigit():
+            # one key of an object: dict.get itself, called from C (no Python frame per read)
+            return cls(tokens, text, get, methodcaller("get", tokens[0], MISSING))
+        return cls(tokens, text, get, get)
 
 
 def _getter(tokens: tuple[str, ...]) -> Callable[[Any], Any]:
@@ -84,6 +91,26 @@ def _getter(tokens: tuple[str, ...]) -> Callable[[Any], Any]:
             return document.get(only, MISSING) if type(document) is dict else MISSING
 
         return get_one
+    if len(tokens) == 2:  # the loop above, unrolled for the common depths
+        first, second = tokens
+
+        def get_two(document: Any) -> Any:
+            try:
+                return document[first][second]
+            except (KeyError, TypeError, IndexError):
+                return MISSING
+
+        return get_two
+    if len(tokens) == 3:
+        first, second, third = tokens
+
+        def get_three(document: Any) -> Any:
+            try:
+                return document[first][second][third]
+            except (KeyError, TypeError, IndexError):
+                return MISSING
+
+        return get_three
     return get
 
 
@@ -91,10 +118,22 @@ def _opt(text: str | None) -> _Path | None:
     return None if text is None else _Path.of(text)
 
 
+#: how a message names the time when the mapping reads it from the Kafka record
+RECORD_TIME = "the record timestamp"
+
+
+def _time_of(spec: TimeSpec) -> tuple[_Path | None, str, str]:
+    """(pointer or None for the record timestamp, format, what a message calls the time)."""
+    if spec.source == "record":
+        return None, "epoch_ms", RECORD_TIME
+    assert spec.path is not None and spec.format is not None  # TimeSpec checked both
+    return _Path.of(spec.path), spec.format, spec.path
+
+
 class _ImpressionReader:
     def __init__(self, spec: ImpressionSpec) -> None:
         self.request_id = _Path.of(spec.request_id)
-        self.time, self.time_format = _Path.of(spec.time.path), spec.time.format
+        self.time, self.time_format, time_text = _time_of(spec.time)
         items = spec.items
         self.items = _Path.of(items if isinstance(items, str) else items.path)
         self.item_id = None if isinstance(items, str) or items.id is None else _Path.of(items.id)
@@ -103,7 +142,7 @@ class _ImpressionReader:
         self.query = _opt(spec.query)
         self.where = {
             "request_id": self.request_id.text,
-            "ts": self.time.text,
+            "ts": time_text,
             "items": self.items.text,
             "labels": "labels",
             "user_id": " or ".join(p.text for p in self.user_id),
@@ -114,7 +153,7 @@ class _ImpressionReader:
 class _FeedbackReader:
     def __init__(self, spec: FeedbackSpec) -> None:
         self.request_id = _Path.of(spec.request_id)
-        self.time, self.time_format = _Path.of(spec.time.path), spec.time.format
+        self.time, self.time_format, time_text = _time_of(spec.time)
         self.item = _Path.of(spec.item)
         self.action = _Path.of(spec.action)
         self.grade = _opt(spec.grade)
@@ -122,7 +161,7 @@ class _FeedbackReader:
         self.event_id = _opt(spec.event_id)
         self.where = {
             "request_id": self.request_id.text,
-            "ts": self.time.text,
+            "ts": time_text,
             "item": self.item.text,
             "action": self.action.text,
             "grade": self.grade.text if self.grade else self.action.text,
@@ -145,7 +184,8 @@ class MappingDecoder:
         self.limits = limits
         self.min_ts, self.max_lead = min_ts, max_lead
         self.action_grades: dict[str, float] = dict(spec.feedback.actions) if spec.feedback else {}
-        self.skipped: dict[str, int] = {}
+        #: the mapping takes an event time from the Kafka record: files cannot be read with it
+        self.reads_record_time = spec.reads_record_time()
         self._max_bytes = limits.max_event_bytes
         impression, feedback = limited_models(limits)
         self._validate_impression = impression.__pydantic_validator__.validate_python
@@ -163,38 +203,59 @@ class MappingDecoder:
     # ------------------------------------------------------------------ the seam
 
     def decode(
-        self, raw: bytes, kind: str | None = None, reference: int | None = None
-    ) -> Impression | Feedback | Rejection | None:
-        """One record (see :class:`evald.decode.EventDecoder`); None: skipped."""
-        known = kind if kind in ("impression", "feedback") else "unknown"
+        self,
+        raw: bytes,
+        kind: str | None = None,
+        reference: int | None = None,
+        record_time: int | None = None,
+    ) -> Impression | Feedback | Rejection | Skipped:
+        """One record (see :class:`evald.decode.EventDecoder`)."""
         if len(raw) > self._max_bytes:
+            known = kind if kind in ("impression", "feedback") else "unknown"
             return Rejection("too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, known)
-        text = raw[3:] if raw.startswith(BOM) else raw
+        text = raw
         try:
             # pydantic-core's parser (the native decoder's): NaN and Infinity are not JSON
             document = from_json(text, allow_inf_nan=False, cache_strings="keys")
         except ValueError as exc:
-            return Rejection("invalid_json", f"not JSON: {exc}", raw, known)
+            # a leading UTF-8 BOM is ignored; the parser refuses it, so it is looked for only here
+            parsed = _parse_after_bom(raw) if raw.startswith(BOM) else exc
+            if isinstance(parsed, ValueError):
+                known = kind if kind in ("impression", "feedback") else "unknown"
+                return Rejection("invalid_json", f"not JSON: {parsed}", raw, known)
+            text, document = raw[3:], parsed
         if type(document) is not dict:
+            known = kind if kind in ("impression", "feedback") else "unknown"
             return Rejection("not_an_object", "a record is a JSON object", raw, known)
         # each written key is followed by '":'; fewer keys kept than written means a key may
         # repeat (or a string holds '":'): then the exact, slow check decides
         if text.count(b'":') != _count_keys(document) or (
             # a key written '"key" :' escaped the count; compact JSON has no whitespace at all
-            (b" " in text or b"\n" in text or b"\t" in text or b"\r" in text)
-            and _SPACED_COLON.search(text)
+            # (split() is one pass in C, cheaper than a search per whitespace byte)
+            len(text.split()) != 1 and _SPACED_COLON.search(text)
         ):
             repeated = duplicate_key(text)
             if repeated is not None:
                 detail = f"key {repeated!r} appears twice in one object"
+                known = kind if kind in ("impression", "feedback") else "unknown"
                 return Rejection("duplicate_key", detail, raw, known)
         try:
-            kind = self._kind_of(document, kind)
-            if kind == "impression":
-                return self._read_impression(document, raw, reference)
-            return self._read_feedback(document, raw, reference)
+            if kind is None:
+                chosen = self._sniff(document)
+            elif kind == "impression" or kind == "feedback":
+                chosen = kind
+            else:
+                raise _Unreadable("unknown_kind", f"unknown source kind {kind!r}")
+            if (self._impression if chosen == "impression" else self._feedback) is None:
+                raise _Unreadable("unknown_kind", f"the mapping has no {chosen} section")
         except _Unreadable as exc:
-            return Rejection(exc.reason, exc.detail, raw, kind or known)
+            return Rejection(exc.reason, exc.detail, raw, kind or "unknown")
+        try:
+            if chosen == "impression":
+                return self._read_impression(document, raw, reference, record_time)
+            return self._read_feedback(document, raw, reference, record_time)
+        except _Unreadable as exc:
+            return Rejection(exc.reason, exc.detail, raw, chosen)
 
     def decode_many(
         self,
@@ -202,37 +263,35 @@ class MappingDecoder:
         kinds: Sequence[str | None] | str | None,
         rejections: list[tuple[int, Rejection]],
         references: Sequence[int | None] | int | None = None,
+        record_times: Sequence[int | None] | None = None,
+        skips: list[tuple[int, Skipped]] | None = None,
     ) -> Iterator[tuple[int, Impression | Feedback]]:
-        """``decode`` over a batch: yields (position, event), appends (position, rejection);
-        skipped records are neither."""
+        """``decode`` over a batch: yields (position, event), appends (position, rejection)
+        and (position, skip)."""
         decode = self.decode
         single_kind = kinds is None or isinstance(kinds, str)
         single_reference = references is None or isinstance(references, int)
+        record_time = None
         for position, raw in enumerate(raws):
             kind = kinds if single_kind else kinds[position]  # type: ignore[index]
             ref = references if single_reference else references[position]  # type: ignore[index]
-            event = decode(raw, kind, ref)  # type: ignore[arg-type]
-            if event is None:
-                continue
-            if event.__class__ is Rejection:
-                rejections.append((position, event))
+            if record_times is not None:
+                record_time = record_times[position]
+            event = decode(raw, kind, ref, record_time)  # type: ignore[arg-type]
+            cls = event.__class__
+            if cls is Rejection:
+                rejections.append((position, event))  # type: ignore[arg-type]
+            elif cls is Skipped:
+                if skips is not None:
+                    skips.append((position, event))  # type: ignore[arg-type]
             else:
                 yield position, event  # type: ignore[misc]
 
     # ------------------------------------------------------------------ kinds
 
-    def _kind_of(self, document: dict[str, Any], kind: str | None) -> str:
-        if kind is None:
-            kind = self._sniff(document)
-        elif kind not in ("impression", "feedback"):
-            raise _Unreadable("unknown_kind", f"unknown source kind {kind!r}")
-        if (self._impression if kind == "impression" else self._feedback) is None:
-            raise _Unreadable("unknown_kind", f"the mapping has no {kind} section")
-        return kind
-
     def _sniff(self, document: dict[str, Any]) -> str:
         if self._kind_field is not None:
-            value = self._kind_field.get(document)
+            value = self._kind_field.top(document)
             kind = self._kind_values.get(value) if isinstance(value, str) else None
             if kind is None:
                 wanted = " or ".join(repr(v) for v in self._kind_values)
@@ -242,7 +301,7 @@ class MappingDecoder:
                 )
             return kind
         if self._kind_present is not None:
-            value = self._kind_present.get(document)
+            value = self._kind_present.top(document)
             present = value is not MISSING and value is not None
             means = self._kind_means or "feedback"
             return means if present else ("impression" if means == "feedback" else "feedback")
@@ -257,29 +316,29 @@ class MappingDecoder:
     # ------------------------------------------------------------------ fields
 
     def _read_impression(
-        self, document: dict[str, Any], raw: bytes, reference: int | None
+        self, document: dict[str, Any], raw: bytes, reference: int | None, record_time: int | None
     ) -> Impression | Rejection:
         spec = self._impression
         assert spec is not None
-        request_id = spec.request_id.get(document)
+        request_id = spec.request_id.top(document)
         if request_id is MISSING or request_id is None:
             raise _Unreadable("missing_field", f"{spec.request_id.text}: missing")
         fields: dict[str, Any] = {
             "request_id": request_id,
-            "ts": self._time(document, spec.time, spec.time_format, reference),
+            "ts": self._time(document, spec.time, spec.time_format, reference, record_time),
             "items": self._items(document, spec),
         }
         if spec.labels:
             labels: dict[str, str] = {}
             for path, name in spec.labels:
-                value = path.get(document)
+                value = path.top(document)
                 if type(value) is dict and name is None:
                     _flatten(labels, value, "", path.text)
                 else:
                     _add_labels(labels, value, path.text, name)
             fields["labels"] = labels
         for path in spec.user_id:
-            value = path.get(document)
+            value = path.top(document)
             if value is not MISSING and value is not None:
                 fields["user_id"] = value
                 break
@@ -291,39 +350,38 @@ class MappingDecoder:
             return _rejection(exc, spec.where, raw, "impression")
 
     def _read_feedback(
-        self, document: dict[str, Any], raw: bytes, reference: int | None
-    ) -> Feedback | Rejection | None:
+        self, document: dict[str, Any], raw: bytes, reference: int | None, record_time: int | None
+    ) -> Feedback | Rejection | Skipped:
         spec = self._feedback
         assert spec is not None
-        action = spec.action.get(document)
+        action = spec.action.top(document)
         if action is MISSING or action is None:
             raise _Unreadable("missing_field", f"{spec.action.text}: missing")
         grade: Any = None
         if spec.grade is not None:
-            grade = spec.grade.get(document)
+            grade = spec.grade.top(document)
             grade = None if grade is MISSING else grade
         if grade is None:
             if type(action) is not str:
                 raise _Unreadable("wrong_type", f"{spec.action.text}: an action is text")
             grade = self.action_grades.get(action)
             if grade is None:
-                self._skip(action)
-                return None
-        request_id = spec.request_id.get(document)
-        item = spec.item.get(document)
+                return Skipped(action)
+        request_id = spec.request_id.top(document)
+        item = spec.item.top(document)
         if request_id is MISSING or request_id is None:
             raise _Unreadable("missing_field", f"{spec.request_id.text}: missing")
         if item is MISSING or item is None:
             raise _Unreadable("missing_field", f"{spec.item.text}: missing")
         fields: dict[str, Any] = {
             "request_id": request_id,
-            "ts": self._time(document, spec.time, spec.time_format, reference),
+            "ts": self._time(document, spec.time, spec.time_format, reference, record_time),
             "item": item,
             "action": action,
             "grade": grade,
         }
         if spec.position is not None:
-            position = spec.position.get(document)
+            position = spec.position.top(document)
             if position is not MISSING and position is not None:
                 fields["position"] = position
         if spec.event_id is not None:
@@ -333,17 +391,8 @@ class MappingDecoder:
         except ValidationError as exc:
             return _rejection(exc, spec.where, raw, "feedback")
 
-    def _skip(self, action: str) -> None:
-        skipped = self.skipped
-        if action not in skipped:
-            if len(skipped) >= MAX_SKIPPED_ACTIONS:
-                action = OTHER
-            elif len(action) > self.limits.max_string_length:
-                action = action[: self.limits.max_string_length]
-        skipped[action] = skipped.get(action, 0) + 1
-
     def _items(self, document: dict[str, Any], spec: _ImpressionReader) -> Any:
-        items = spec.items.get(document)
+        items = spec.items.top(document)
         if items is MISSING or items is None:
             raise _Unreadable("missing_field", f"{spec.items.text}: missing")
         id_path = spec.item_id
@@ -360,8 +409,25 @@ class MappingDecoder:
             ids.append(value)
         return ids
 
-    def _time(self, document: dict[str, Any], path: _Path, fmt: str, reference: int | None) -> int:
-        value = path.get(document)
+    def _time(
+        self,
+        document: dict[str, Any],
+        path: _Path | None,
+        fmt: str,
+        reference: int | None,
+        record_time: int | None,
+    ) -> int:
+        if path is None:  # the Kafka record's timestamp (epoch ms), as the mapping declares
+            if record_time is None or record_time < 0:
+                raise _Unreadable(
+                    "missing_field",
+                    f"{RECORD_TIME}: missing (the mapping reads the time from the Kafka record)",
+                )
+            problem = implausibility(record_time, self.min_ts, self.max_lead, reference)
+            if problem is not None:
+                raise _Unreadable("implausible_timestamp", f"{RECORD_TIME}: {problem}")
+            return record_time
+        value = path.top(document)
         ms = canonical_ms(value) if fmt == "rfc3339" and type(value) is str else None
         if ms is None:
             if value is MISSING or value is None:
@@ -371,10 +437,21 @@ class MappingDecoder:
             except TimeValueError as exc:
                 reason = "implausible_timestamp" if exc.implausible else "bad_timestamp"
                 raise _Unreadable(reason, f"{path.text}: {exc}") from None
-        problem = implausibility(ms, self.min_ts, self.max_lead, reference)
-        if problem is not None:
+        lead = self.max_lead
+        if ms < self.min_ts or (
+            lead is not None and reference is not None and ms > reference + lead
+        ):
+            problem = implausibility(ms, self.min_ts, lead, reference)  # the rule, in words
             raise _Unreadable("implausible_timestamp", f"{path.text}: {problem}{_unit_hint(fmt)}")
         return ms
+
+
+def _parse_after_bom(raw: bytes) -> Any:
+    """The JSON after a leading BOM, or the ValueError saying why it is not JSON."""
+    try:
+        return from_json(raw[3:], allow_inf_nan=False, cache_strings="keys")
+    except ValueError as exc:
+        return exc
 
 
 def _unit_hint(fmt: str) -> str:
@@ -383,14 +460,14 @@ def _unit_hint(fmt: str) -> str:
 
 
 def _required(document: Any, path: _Path) -> Any:
-    value = path.get(document)
+    value = path.top(document)
     if value is MISSING or value is None:
         raise _Unreadable("missing_field", f"{path.text}: missing")
     return value
 
 
 def _optional(fields: dict[str, Any], name: str, document: Any, path: _Path) -> None:
-    value = path.get(document)
+    value = path.top(document)
     if value is not MISSING and value is not None:
         fields[name] = value
 
@@ -451,6 +528,7 @@ def _count_keys(value: Any) -> int:
     """Keys in the objects of parsed JSON ``value``; a list whose first element is not a
     container is not walked (ids, mostly). An undercount can only send a record to the exact
     duplicate check, never hide a repeated key: repeats make the kept count smaller, not larger.
+    Three levels of objects are walked inline: most records are no deeper.
     """
     count = 0
     if type(value) is dict:
@@ -459,8 +537,16 @@ def _count_keys(value: Any) -> int:
             kind = type(item)
             if kind is dict:
                 count += len(item)
-                for inner in item.values():  # one level inlined: most records are this deep
-                    if type(inner) is dict or type(inner) is list:
+                for inner in item.values():
+                    inner_kind = type(inner)
+                    if inner_kind is str:  # most values: ids, times, label values
+                        continue
+                    if inner_kind is dict:
+                        count += len(inner)
+                        for deep in inner.values():
+                            if type(deep) in _NESTED:
+                                count += _count_keys(deep)
+                    elif inner_kind is list and inner and type(inner[0]) in _NESTED:
                         count += _count_keys(inner)
             elif kind is list and item and type(item[0]) in _NESTED:
                 count += _count_keys(item)

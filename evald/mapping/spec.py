@@ -39,10 +39,21 @@ class _Strict(BaseModel):
 
 
 class TimeSpec(_Strict):
-    """Where the event time is and how it is written (the unit is declared, never guessed)."""
+    """Where the event time is and how it is written (the unit is declared, never guessed):
+    a field of the record (``path`` and ``format``), or, with ``source: record``, the Kafka
+    record's own timestamp (epoch ms; nothing else to declare)."""
 
-    path: Pointer
-    format: TimeFormat
+    source: Literal["field", "record"] = "field"
+    path: Pointer | None = None
+    format: TimeFormat | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TimeSpec:
+        if self.source == "record" and (self.path is not None or self.format is not None):
+            raise ValueError("source: record takes the Kafka record timestamp: no path or format")
+        if self.source == "field" and (self.path is None or self.format is None):
+            raise ValueError("give path and format (or source: record for the Kafka timestamp)")
+        return self
 
 
 class ItemsSpec(_Strict):
@@ -133,6 +144,11 @@ class MappingSpec(_Strict):
         if self.impression is None and self.feedback is None:
             raise ValueError("a mapping needs an impression or a feedback section")
         return self
+
+    def reads_record_time(self) -> bool:
+        """Whether a section takes its time from the Kafka record (so files cannot be read)."""
+        sections = (self.impression, self.feedback)
+        return any(s is not None and s.time.source == "record" for s in sections)
 
 
 def load_spec(source: str) -> MappingSpec | None:

@@ -42,43 +42,54 @@ class TimeValueError(ValueError):
         self.implausible = implausible
 
 
-#: epoch ms of each ``YYYY-MM-DDTHH:MM`` minute seen lately (events of a stream share them)
-_MINUTES: dict[str, int] = {}
-_MAX_MINUTES = 4096
+#: epoch ms of each ``YYYY-MM-DDTHH:MM:SS`` second seen lately (events of a stream share them)
+_SECONDS: dict[str, int] = {}
+_MAX_SECONDS = 4096
+#: the three digits of a millisecond fraction -> their value (ASCII digits only)
+_MILLIS: dict[str, int] = {f"{n:03d}": n for n in range(1000)}
 
 
 def canonical_ms(text: str) -> int | None:
     """:func:`parse_timestamp` of the common UTC spelling ``YYYY-MM-DDTHH:MM:SS[.fff]Z``,
     several times faster; None: another spelling (or not a time), for the general parser to
-    decide and explain. The minute is parsed by the general parser once and remembered."""
+    decide and explain. The second is parsed by the general parser once and remembered."""
     size = len(text)
     if size == 24:
-        if text[19] != "." or not text[20:23].isdigit():
+        if text[19] != ".":
             return None
-        millis = int(text[20:23])
+        millis = _MILLIS.get(text[20:23])
+        if millis is None:
+            return None
     elif size == 20:
         millis = 0
     else:
         return None
-    seconds = text[17:19]
-    if text[16] != ":" or text[-1] not in "Zz" or not seconds.isdigit() or not text.isascii():
+    if text[-1] not in "Zz":
         return None
-    second = int(seconds)
-    if second > 59:
+    prefix = text[:19]
+    second = _SECONDS.get(prefix)
+    if second is None:
+        second = _second_of(prefix)
+        if second is None:
+            return None
+    return second + millis
+
+
+def _second_of(prefix: str) -> int | None:
+    """Epoch ms of ``YYYY-MM-DDTHH:MM:SS`` (UTC), remembered; None: not that spelling."""
+    if not prefix.isascii() or prefix[10] not in "Tt" or prefix[13] != ":" or prefix[16] != ":":
         return None
-    prefix = text[:16]
-    minute = _MINUTES.get(prefix)
-    if minute is None:
-        if text[10] not in "Tt":
-            return None
-        try:
-            minute = parse_timestamp(prefix + ":00Z")
-        except ValueError:
-            return None
-        if len(_MINUTES) >= _MAX_MINUTES:
-            _MINUTES.clear()
-        _MINUTES[prefix] = minute
-    return minute + second * 1_000 + millis
+    seconds = prefix[17:19]
+    if not seconds.isdigit() or int(seconds) > 59:
+        return None
+    try:
+        second = parse_timestamp(prefix + "Z")
+    except ValueError:
+        return None
+    if len(_SECONDS) >= _MAX_SECONDS:
+        _SECONDS.clear()
+    _SECONDS[prefix] = second
+    return second
 
 
 def to_millis(value: Any, fmt: str) -> int:

@@ -154,3 +154,119 @@ def test_run_with_the_ubi_mapping_equals_the_native_engine(
     skipped = [line for line in text.splitlines() if line.startswith("evald_feedback_skipped")]
     assert any('action="on_search"' in line for line in skipped), skipped
     assert kafka_tools.read(dlq) == []
+
+
+def test_run_takes_the_event_time_from_the_kafka_record_timestamp(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
+) -> None:
+    """``time: {source: record}``: UBI records without a ``timestamp`` field, the time only in
+    the Kafka record; results equal one engine's over native records carrying those times."""
+    from kafka import KafkaProducer
+
+    from evald.engine import Engine
+
+    start = 1_714_564_800_000  # 2024-05-01T12:00:00Z
+    topics = {"impressions": f"imp-r-{unique}", "feedback": f"fb-r-{unique}"}
+    results, dlq = f"res-{unique}", f"dlq-{unique}"
+    kafka_tools.create({**{t: 1 for t in topics.values()}, results: 1})
+    native: list[tuple[str, int, dict[str, Any]]] = []  # (kind, record timestamp, event)
+    ubi: list[tuple[str, int, dict[str, Any]]] = []
+    for n in range(60):  # 10 minutes of event time, in time order
+        at, rid, labels = start + n * 10_000, f"q{n}", {"model": f"m{n % 2}"}
+        items = ["a", "b", "c"]
+        native.append(
+            ("impression", at, {"request_id": rid, "ts": at, "items": items, "labels": labels})
+        )
+        ubi.append(
+            (
+                "impression",
+                at,
+                {"query_id": rid, "query_response_hit_ids": items, "query_attributes": labels},
+            )
+        )
+        if n % 2 == 0:
+            attributes = {"object": {"object_id": "b"}, "position": {"ordinal": 1}}
+            click = {
+                "request_id": rid,
+                "ts": at + 3000,
+                "item": "b",
+                "action": "click",
+                "position": 1,
+            }
+            native.append(("feedback", at + 3000, click))
+            ubi.append(
+                (
+                    "feedback",
+                    at + 3000,
+                    {"query_id": rid, "action_name": "click", "event_attributes": attributes},
+                )
+            )
+        if n % 3 == 0:  # an action that judges nothing: skipped
+            ubi.append(("feedback", at + 4000, {"query_id": rid, "action_name": "product_hover"}))
+    producer = KafkaProducer(bootstrap_servers=kafka_tools.bootstrap, linger_ms=10)
+    try:
+        for kind, at, record in ubi:
+            topic = topics["impressions" if kind == "impression" else "feedback"]
+            producer.send(topic, value=json.dumps(record).encode(), partition=0, timestamp_ms=at)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+    reference: list[Any] = []
+    engine = Engine(load_config(ENGINE), on_result=reference.append)
+    for kind, _at, event in native:
+        engine.feed(json.dumps(event).encode(), kind=kind)
+    engine.tick()
+    expected = {r.request_id: r.to_json() for r in reference}
+    assert len(expected) > 40, "the reference finalized too little"
+    mapping = tmp_path / "record-time.yaml"
+    record_time = "{source: record, path: null, format: null}"
+    mapping.write_text(
+        f"extends: ubi\nimpression:\n  time: {record_time}\nfeedback:\n  time: {record_time}\n"
+    )
+
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "evald", "run", "--mapping", str(mapping),
+        "--bootstrap-servers", broker.bootstrap,
+        "--impressions-topic", topics["impressions"], "--feedback-topic", topics["feedback"],
+        "--results-topic", results, "--dlq-topic", dlq, "--group-id", f"g-{unique}",
+        "--metrics-address", f"127.0.0.1:{port}", "--set", "daemon.commit_interval_ms=300",
+    ]  # fmt: skip
+    for key, value in ENGINE.items():
+        argv += ["--set", f"engine.{key}={json.dumps(value)}"]
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
+    log = (tmp_path / "run.log").open("ab")
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, preexec_fn=die_with_parent)
+    try:
+
+        def results_done() -> dict[str, dict[str, Any]] | None:
+            got = {}
+            for record in kafka_tools.read(results):
+                doc = json.loads(record.value)
+                got[doc["request_id"]] = doc
+            return got if set(expected) <= set(got) else None
+
+        got = wait_until(results_done, 120, "the daemon's results")
+        text = wait_until(
+            lambda: (t := scrape(port)) and total(t, "evald_feedback_skipped_total") >= 20 and t,
+            30,
+            "the skipped counter on /metrics",
+        )
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "run.log").read_text()[-2000:]
+    for request_id, doc in expected.items():
+        assert got[request_id] == doc, request_id
+    # the result times are the record timestamps: nothing in the values carries a time
+    assert got["q7"]["ts"] == format_timestamp(start + 70_000)
+    assert got["q0"]["measures"]["RR"] == 0.5 and got["q1"]["measures"]["RR"] == 0.0
+    assert total(text, "evald_rejected_total") == 0
+    assert total(text, "evald_feedback_skipped_total") == 20
+    assert kafka_tools.read(dlq) == []

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from evald.config import load_config
-from evald.decode import Rejection
+from evald.decode import Rejection, Skipped
 from evald.engine import Engine, Result
 from evald.events import Feedback, Impression, Limits
 from evald.mapping import MappingDecoder, MappingSpec, decoder_for
-from evald.mapping.decoder import MAX_SKIPPED_ACTIONS, OTHER
+from evald.stats import MAX_SKIPPED_ACTIONS, OTHER, Stats
 
 NOW = 1_714_564_800_000  # 2024-05-01T12:00:00Z
 HOUR = 3_600_000
@@ -88,19 +88,24 @@ def test_feedback_with_the_action_grade_an_explicit_grade_and_a_position() -> No
     assert isinstance(starred, Feedback) and starred.grade == 4.0  # explicit grade wins
 
 
-def test_unmapped_actions_are_skipped_and_counted_not_rejected() -> None:
+def test_unmapped_actions_are_skipped_not_rejected() -> None:
     d = decoder()
-    assert d.decode(raw(act(what="hover")), None, NOW) is None
-    assert d.decode(raw(act(what="hover")), None, NOW) is None
-    assert d.decode(raw({"type": "act", "what": "scroll"}), None, NOW) is None  # nothing else read
-    assert d.skipped == {"hover": 2, "scroll": 1}
+    assert d.decode(raw(act(what="hover")), None, NOW) == Skipped("hover")
+    # nothing else is read: a skipped record needs no item or time
+    assert d.decode(raw({"type": "act", "what": "scroll"}), None, NOW) == Skipped("scroll")
 
 
 def test_skipped_action_names_are_bounded() -> None:
-    d = decoder()
+    stats = Stats()
     for n in range(MAX_SKIPPED_ACTIONS + 5):
-        d.decode(raw(act(what=f"a{n}")), None, NOW)
-    assert len(d.skipped) == MAX_SKIPPED_ACTIONS + 1 and d.skipped[OTHER] == 5
+        stats.count_skipped(f"a{n}", 100)
+    stats.count_skipped("a0", 100)
+    stats.count_skipped("x" * 150, 100)
+    assert len(stats.skipped) == MAX_SKIPPED_ACTIONS + 1 and stats.skipped[OTHER] == 6
+    assert stats.skipped["a0"] == 2
+    fresh = Stats()
+    fresh.count_skipped("y" * 150, 100)
+    assert fresh.skipped == {"y" * 100: 1}
 
 
 @pytest.mark.parametrize(
@@ -192,9 +197,11 @@ def test_decode_many_matches_decode_record_by_record() -> None:
     d = decoder()
     one = [d.decode(r, None, NOW) for r in records]
     rejected: list[tuple[int, Rejection]] = []
-    many = dict(decoder().decode_many(records, None, rejected, NOW))
+    skips: list[tuple[int, Skipped]] = []
+    many = dict(decoder().decode_many(records, None, rejected, NOW, None, skips))
     assert many == {i: e for i, e in enumerate(one) if isinstance(e, (Impression, Feedback))}
     assert rejected == [(i, e) for i, e in enumerate(one) if isinstance(e, Rejection)]
+    assert skips == [(2, Skipped("hover"))]
 
 
 def test_the_engine_counts_skips_in_its_stats() -> None:
@@ -208,3 +215,95 @@ def test_the_engine_counts_skips_in_its_stats() -> None:
     engine.feed_batch([raw(hover)])
     assert engine.stats.skipped == {"hover": 2}
     assert sum(engine.stats.rejected.values()) == 0
+
+
+def test_skips_re_fed_by_a_restore_are_not_counted_again() -> None:
+    """A restore re-reads records from the committed offsets: the skips among them were
+    counted before the restart, as were the rejections; the total matches one uninterrupted run."""
+    config = load_config({"measures": "RR", "min_event_time": "2024-01-01T00:00:00Z"})
+    query = {"query_id": "q", "timestamp": "2024-05-01T12:00:00Z", "query_response_hit_ids": ["a"]}
+    hover = {"query_id": "q", "timestamp": "2024-05-01T12:00:01Z", "action_name": "hover"}
+    clicks = {"query_id": "q", "timestamp": "2024-05-01T12:00:02Z", "action_name": "click",
+              "event_attributes": {"object": {"object_id": "a"}}}  # fmt: skip
+    feedback = [raw(hover), raw(clicks), b"{", raw(hover), raw(hover)]
+    whole = Engine(config, decoder=decoder_for("ubi", config), clock=lambda: NOW / 1000)
+    whole.feed(raw(query), kind="impression", offset=0)
+    whole.feed_batch(feedback, kinds="feedback", offsets=range(5))
+    assert whole.stats.skipped == {"hover": 3}
+
+    first = Engine(config, decoder=decoder_for("ubi", config), clock=lambda: NOW / 1000)
+    first.feed(raw(query), kind="impression", offset=0)
+    first.feed_batch(feedback[:4], kinds="feedback", offsets=range(4))  # then a crash
+    restarted = Engine(config, decoder=decoder_for("ubi", config), clock=lambda: NOW / 1000)
+    # the counters are restored from the checkpoint (the daemon's stats); the state is re-fed
+    restarted.stats.skipped = dict(first.stats.skipped)
+    restarted.stats.rejected = dict(first.stats.rejected)
+    restarted.restore(
+        0, first.checkpoint(0), {"impression": 1, "feedback": 4}, first.event_times(0)
+    )
+    restarted.feed(raw(query), kind="impression", offset=0)
+    restarted.feed_batch(feedback[:2], kinds="feedback", offsets=range(2))
+    restarted.feed(feedback[2], kind="feedback", offset=2)
+    restarted.feed(feedback[3], kind="feedback", offset=3)  # feed path, re-fed
+    restarted.feed_batch(feedback[4:], kinds="feedback", offsets=[4])  # new
+    assert restarted.stats.skipped == whole.stats.skipped == {"hover": 3}
+    assert restarted.stats.rejected == whole.stats.rejected
+
+
+RECORD_TIME: dict[str, Any] = {
+    "impression": {"request_id": "/req", "time": {"source": "record"}, "items": "/hits"},
+    "feedback": {
+        "request_id": "/req",
+        "time": {"source": "record"},
+        "item": "/doc",
+        "action": "/what",
+        "actions": {"click": 1},
+    },
+}
+
+
+def test_the_time_from_the_kafka_record_timestamp() -> None:
+    d = decoder(RECORD_TIME)
+    assert d.reads_record_time and not decoder().reads_record_time
+    event = d.decode(raw({"req": "r", "hits": ["a"]}), "impression", NOW, NOW - 7)
+    assert isinstance(event, Impression) and event.ts == NOW - 7
+    click = d.decode(raw({"req": "r", "doc": "a", "what": "click"}), "feedback", NOW, NOW + 9)
+    assert isinstance(click, Feedback) and click.ts == NOW + 9
+    many = list(d.decode_many([raw({"req": "r", "hits": ["a"]})] * 2, "impression", [], NOW,
+                              [NOW - 1, NOW - 2]))  # fmt: skip
+    assert [e.ts for _, e in many] == [NOW - 1, NOW - 2]
+
+
+@pytest.mark.parametrize(
+    ("record_time", "reason", "detail"),
+    [
+        (None, "missing_field", "the record timestamp: missing"),
+        (-1, "missing_field", "the record timestamp: missing"),
+        (NOW - 48 * HOUR, "implausible_timestamp", "the record timestamp: 2024-04-29"),
+        (NOW + 2 * HOUR, "implausible_timestamp", "ahead of the reference time"),
+    ],
+)
+def test_a_missing_or_implausible_record_timestamp_is_rejected(
+    record_time: int | None, reason: str, detail: str
+) -> None:
+    got = decoder(RECORD_TIME).decode(
+        raw({"req": "r", "hits": ["a"]}), "impression", NOW, record_time
+    )
+    assert isinstance(got, Rejection) and got.reason == reason and detail in got.detail
+
+
+def test_the_engine_hands_the_record_timestamp_to_the_decoder() -> None:
+    config = load_config({"measures": "RR", "min_event_time": "2024-01-01T00:00:00Z"})
+    results: list[Result] = []
+    engine = Engine(config, on_result=results.append, decoder=decoder(RECORD_TIME),
+                    clock=lambda: NOW / 1000)  # fmt: skip
+    engine.feed_batch([raw({"req": "r1", "hits": ["a"]})], kinds="impression", timestamps=[NOW])
+    engine.feed(raw({"req": "r2", "hits": ["a"]}), kind="impression", timestamp=NOW + 1)
+    clicks = [raw({"req": "r1", "doc": "a", "what": "click"})] * 2
+    rejected = engine.feed_batch(clicks, kinds="feedback", timestamps=[NOW + 2, None])
+    assert [(p, r.reason) for p, r in rejected] == [(1, "missing_field")]  # no wall-clock stand-in
+    engine.drain()
+    assert sorted((r.request_id, r.ts, r.measures["RR"]) for r in results) == [
+        ("r1", NOW, 1.0),
+        ("r2", NOW + 1, 0.0),
+    ]

@@ -57,6 +57,18 @@ def test_a_json_mapping_file_is_read_too(tmp_path: Path) -> None:
         ({"extends": "nope"}, "extends: 'nope' is not a built-in"),
         ({"description": "empty"}, "needs an impression or a feedback section"),
         ({"impression": {"request_id": "/id"}}, "impression.time: Field required"),
+        (
+            {"extends": "ubi", "impression": {"time": {"source": "record"}}},
+            "impression.time: source: record takes the Kafka record timestamp: no path or format",
+        ),
+        (
+            {"extends": "ubi", "feedback": {"time": {"source": "header"}}},
+            "feedback.time.source: Input should be 'field' or 'record'",
+        ),
+        (
+            {"extends": "ubi", "feedback": {"time": {"path": None}}},
+            "feedback.time: give path and format (or source: record for the Kafka timestamp)",
+        ),
     ],
 )
 def test_a_bad_mapping_names_the_key(tmp_path: Path, tree: object, named: str) -> None:
@@ -77,3 +89,14 @@ def test_not_yaml(tmp_path: Path) -> None:
     path.write_text("impression: [unclosed")
     with pytest.raises(MappingError, match="not valid YAML"):
         load_spec(str(path))
+
+
+def test_the_time_from_the_kafka_record(tmp_path: Path) -> None:
+    """``time: {source: record}``; over a built-in, its path and format are removed (null)."""
+    record = {"source": "record", "path": None, "format": None}
+    spec = load_spec(write(tmp_path, {"extends": "ubi", "feedback": {"time": record}}))
+    assert spec is not None and spec.reads_record_time()
+    assert spec.feedback is not None and spec.feedback.time.source == "record"
+    assert spec.impression is not None and spec.impression.time.path == "/timestamp"
+    ubi = load_spec("ubi")
+    assert ubi is not None and not ubi.reads_record_time()
