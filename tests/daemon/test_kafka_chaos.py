@@ -1,0 +1,191 @@
+"""The chaos tier on Apache Kafka (`make test-chaos`): evald killed -9 at each step of the commit
+cycle and recovered by a restart or by a live instance taking over, the broker killed -9 and
+restarted on its data, the broker paused past the request timeout.
+
+The oracle (kafka_oracle.py) in every case: the results topic read with ``read_committed`` and
+no de-duplication equals one uninterrupted engine fed the same records, and the window
+aggregates equal that engine's.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kafka_harness import Broker, CommittedReader, KafkaTools, wait_until
+from kafka_instances import Instance, make_settings, names, running, settled
+from kafka_oracle import (
+    assert_exactly_once,
+    assert_matches_an_uninterrupted_run,
+    assert_seen_during_chaos_stands,
+    assert_windows_equal,
+    read_windows,
+    results_by_id,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.chaos]
+
+
+@pytest.mark.chaos
+def test_broker_killed_and_restarted_on_its_data_mid_stream_is_exact(
+    private_broker: Broker, unique: str, tmp_path: Path
+) -> None:
+    """kill -9 of the broker three times while evald works (transactions open, results in
+    flight), each time restarted on the same log directories."""
+    tools = KafkaTools(private_broker.bootstrap)
+    topics = names(unique)
+    tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    chunk = 3000
+    tools.produce_sim(topics["impressions"], topics["feedback"], events=chunk, seed=16)
+    windows = tmp_path / "windows.jsonl"
+    # small polls and commits keep a transaction open most of the time
+    settings = make_settings(
+        private_broker.bootstrap,
+        unique,
+        windows_file=str(windows),
+        max_poll_records=100,
+        commit_interval_ms=500,
+    )
+    downtimes: list[float] = []
+    with running(settings) as daemon:
+        wait_until(lambda: daemon.stats.results_produced > 0, 90, "the first results")
+        reader = CommittedReader(private_broker.bootstrap, topics["results"])
+        for i in range(1, 4):
+            before = daemon.stats.results_produced
+            wait_until(
+                lambda before=before: daemon.stats.results_produced > before,
+                120,
+                "results committed since the last broker restart",
+            )
+            killed_at = time.monotonic()
+            private_broker.kill()
+            private_broker.restart()
+            wait_until(lambda: daemon.ready()[0], 120, "evald ready after the broker restart")
+            downtimes.append(time.monotonic() - killed_at)
+            # more traffic, so the next kill lands while results flow
+            tools.produce_sim(
+                topics["impressions"], topics["feedback"], events=chunk, seed=16, skip=i * chunk
+            )
+        wait_until(lambda: settled(daemon, tools, unique), 180, "the daemon to settle")
+        seen = reader.stop()
+    stored = len(tools.read(topics["impressions"])) + len(tools.read(topics["feedback"]))
+    assert stored == 4 * chunk, "the broker lost input records"
+    expected, reference = tools.expected(
+        settings.engine_config(), topics["impressions"], topics["feedback"]
+    )
+    assert_exactly_once(results_by_id(tools, topics["results"]), expected)
+    assert_windows_equal(read_windows(windows), reference)
+    during = assert_seen_during_chaos_stands(seen, expected, tools, topics["results"])
+    print(
+        f"broker kill -9: kill -> evald ready {', '.join(f'{d:.1f}s' for d in downtimes)}; "
+        f"{during} results seen read_committed during the kills, all standing"
+    )
+
+
+# -- kill -9 at each step of the commit cycle (runner's test-only crash points) --------------
+
+
+def crashed(inst: Instance) -> bool:
+    return inst.proc.poll() is not None
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("recovery", ["restart", "takeover"])
+@pytest.mark.parametrize(
+    "step", ["results_sent", "offsets_sent", "committed", "revoking", "restore"]
+)
+def test_kill_9_at_each_step_of_the_commit_cycle_is_exact(
+    step: str,
+    recovery: str,
+    kafka_tools: KafkaTools,
+    unique: str,
+    instances: Callable[..., Instance],
+) -> None:
+    """The process kills itself (SIGKILL) at ``step``; the same instance id restarts, or a
+    second live instance takes the partitions over. Oracle: read_committed, no dedup, equal
+    to the uninterrupted run, window aggregates equal."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 4, topics["feedback"]: 4})
+    half = 4000
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=half, seed=20)
+    heir: Instance | None = None
+    if step == "restore":  # commit some, die plainly, then die while restoring
+        first = instances("a")
+        wait_until(lambda: first.metric("evald_results_produced_total") > 0, 90, "results")
+        first.kill()
+        victim = instances("a", crash_at=step)
+    elif step == "revoking":  # a second member joining makes the first commit on revocation
+        victim = instances("a", crash_at=step)
+        wait_until(lambda: victim.metric("evald_results_produced_total") > 0, 90, "results")
+        heir = instances("b")
+    else:
+        victim = instances("a", crash_at=step)
+    if recovery == "takeover" and heir is None:
+        heir = instances("b")
+    if heir is not None:  # both members in the group before the rest of the traffic arrives
+        wait_until(
+            lambda: crashed(victim) or (victim.lag_zero(2) and heir.lag_zero(2)),
+            120,
+            "two members sharing the partitions",
+        )
+    kafka_tools.produce_sim(
+        topics["impressions"], topics["feedback"], events=half, seed=20, skip=half
+    )
+    wait_until(lambda: crashed(victim), 120, f"the crash at {step}")
+    assert victim.proc.returncode == -signal.SIGKILL
+    killed_at = time.monotonic()
+    if recovery == "restart":
+        again = instances("a")
+        if heir is not None:  # let the restarted one in, then leave everything to the heir
+            wait_until(lambda: again.get("/readyz")[0] == 200, 120, "the restart ready")
+            assert again.terminate() == 0
+        survivor = heir or again
+    else:
+        assert heir is not None
+        survivor = heir
+    wait_until(lambda: survivor.lag_zero(4), 180, "one instance owning everything, caught up")
+    caught_up = time.monotonic() - killed_at
+    time.sleep(1.0)
+    assert survivor.terminate() == 0
+    assert_matches_an_uninterrupted_run(kafka_tools, unique, survivor.windows)
+    print(f"kill -9 at {step}, {recovery}: kill -> caught up {caught_up:.1f}s")
+
+
+@pytest.mark.chaos
+def test_broker_paused_past_the_request_timeout_is_exact(
+    private_broker: Broker, unique: str, tmp_path: Path
+) -> None:
+    """SIGSTOP of the broker: connections stay open but nothing answers, until evald's requests
+    time out and its session fails; SIGCONT, more traffic, and the output is exact."""
+    tools = KafkaTools(private_broker.bootstrap)
+    topics = names(unique)
+    tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    tools.produce_sim(topics["impressions"], topics["feedback"], events=3000, seed=17)
+    windows = tmp_path / "windows.jsonl"
+    settings = make_settings(private_broker.bootstrap, unique, windows_file=str(windows))
+    settings = settings.model_copy(
+        update={"kafka": settings.kafka.model_copy(update={"request_timeout_ms": 7000})}
+    )
+    with running(settings) as daemon:
+        wait_until(lambda: daemon.stats.results_produced > 0, 90, "the first results")
+        private_broker.pause()
+        try:
+            wait_until(
+                lambda: daemon.ready()[1].startswith("retrying after"),
+                120,
+                "the session to fail on the hung broker",
+            )
+        finally:
+            private_broker.resume()
+        tools.produce_sim(
+            topics["impressions"], topics["feedback"], events=3000, seed=17, skip=3000
+        )
+        wait_until(lambda: settled(daemon, tools, unique), 180, "the daemon to settle")
+    expected, reference = tools.expected(
+        settings.engine_config(), topics["impressions"], topics["feedback"]
+    )
+    assert_exactly_once(results_by_id(tools, topics["results"]), expected)
+    assert_windows_equal(read_windows(windows), reference)
