@@ -51,6 +51,7 @@ from evald.daemon.dead_letters import (
     max_message_bytes,
 )
 from evald.daemon.fatal import unrecoverable
+from evald.daemon.fault_injection import kill_when_the_commit_is_answered
 from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
 from evald.daemon.logs import event_time
 from evald.daemon.merge import KINDS, Merger
@@ -112,13 +113,15 @@ FENCING_ERRORS = (
 CRASH_ENV = "TESTING_EVALD_CRASH_AT"
 """Test-only fault injection: ``TESTING_EVALD_CRASH_AT=<step>`` makes the process SIGKILL itself
 the first time it reaches that step of the commit cycle (``results_sent``, ``offsets_sent``,
-``committed``: in a transaction holding results; ``revoking``: once results were committed) or
-of a restore (``restore``). Not
-an ``EVALD_*`` name: those are all settings."""
+``commit_in_flight``, ``committed``: in a transaction holding results; ``revoking``: once results
+were committed) or of a restore (``restore``). ``commit_in_flight`` dies when the EndTxn answer
+arrives (fault_injection.py says why). Not an ``EVALD_*`` name: those are all settings."""
 
 
 def _crash_point(step: str, armed: bool = True) -> None:
-    if armed and os.environ.get(CRASH_ENV) == step:
+    if armed and os.environ.get(CRASH_ENV) == step == "commit_in_flight":
+        kill_when_the_commit_is_answered()
+    elif armed and os.environ.get(CRASH_ENV) == step:
         log.warning("%s=%s: killing this process", CRASH_ENV, step)
         os.kill(os.getpid(), 9)
 
@@ -822,6 +825,7 @@ class Daemon:
             )
         producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
         _crash_point("offsets_sent", holds_results)
+        _crash_point("commit_in_flight", holds_results)
         producer.commit_transaction()
         _crash_point("committed", holds_results)
         self._txn_open = False

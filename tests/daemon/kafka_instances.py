@@ -199,6 +199,27 @@ class Instance:
         ]
         return len(lags) == 2 * partitions and sum(lags) == 0
 
+    def owned(self) -> set[int] | None:
+        """The input partitions this instance reports lag for while ready; None when not ready."""
+        status, text = self.get("/metrics")
+        if status != 200 or self.get("/readyz")[0] != 200:
+            return None
+        return {
+            int(line.split('partition="', 1)[1].split('"', 1)[0])
+            for line in text.splitlines()
+            if line.startswith("evald_consumer_lag{")
+        }
+
+    def assigned(self) -> set[int]:
+        """The partitions of the last assignment this process logged (its log survives a kill)."""
+        self.log.flush()
+        found: set[int] = set()
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.rstrip().endswith("] assigned") and "partitions [" in line:
+                inside = line.split("partitions [", 1)[1].split("]", 1)[0]
+                found = {int(p) for p in inside.split(",") if p.strip()}
+        return found
+
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
