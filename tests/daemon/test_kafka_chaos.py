@@ -9,7 +9,9 @@ aggregates equal that engine's.
 
 from __future__ import annotations
 
+import random
 import signal
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -246,3 +248,110 @@ def test_broker_paused_past_the_request_timeout_is_exact(
     )
     assert_exactly_once(results_by_id(tools, topics["results"]), expected)
     assert_windows_equal(read_windows(windows), reference)
+
+
+#: the seeded random kills: how many, and the seed that fixes victims and moments
+KILLS, SEED = 20, 20261124
+
+
+def test_twenty_seeded_random_kill_9s_alternating_restart_and_takeover_are_exact(
+    kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """Two instances share four partitions. Twenty times, from a fixed seed: more traffic, a
+    random 0.2-3 s (so the kill lands anywhere in a commit cycle, a rebalance or a restore),
+    kill -9 of a random one of the two. Even kills restart the same instance id at once; odd
+    kills let the other one take all four partitions over first, then start the dead id again.
+    The oracle runs once, at the end (the same one the planted duplicate makes fail); the
+    read_committed reader runs across all twenty kills."""
+    rng = random.Random(SEED)
+    topics = names(unique)
+    partitions = {0, 1, 2, 3}
+    kafka_tools.create({topics["impressions"]: 4, topics["feedback"]: 4})
+    live = {name: instances(name) for name in ("a", "b")}
+    wait_until(lambda: covered(list(live.values()), partitions), 120, "two members sharing")
+    reader = CommittedReader(kafka_tools.bootstrap, topics["results"])
+    chunk, recoveries = 800, []
+    for kill in range(KILLS):
+        kafka_tools.produce_sim(
+            topics["impressions"], topics["feedback"], events=chunk, seed=21, skip=kill * chunk
+        )
+        time.sleep(rng.uniform(0.2, 3.0))
+        name = rng.choice(sorted(live))
+        live.pop(name).kill()
+        killed_at = time.monotonic()
+        if kill % 2 == 0:
+            live[name] = instances(name)
+            wait_until(lambda: covered(list(live.values()), partitions), 150, "the restart")
+        else:
+            wait_until(lambda: covered(list(live.values()), partitions), 150, "the takeover")
+            live[name] = instances(name)
+        recoveries.append(time.monotonic() - killed_at)
+    last, other = live["a"], live["b"]
+    assert other.terminate() == 0
+    wait_until(lambda: last.lag_zero(4), 180, "one instance owning everything, caught up")
+    time.sleep(1.0)
+    assert last.terminate() == 0
+    seen = reader.stop()
+    assert_matches_an_uninterrupted_run(kafka_tools, unique, last.windows)
+    expected = expected_results(kafka_tools, unique)
+    during = assert_seen_during_chaos_stands(seen, expected, kafka_tools, topics["results"])
+    restarts, takeovers = recoveries[0::2], recoveries[1::2]
+    print(
+        f"{KILLS} seeded kill -9s: kill -> all partitions ready, restart "
+        f"median {statistics.median(restarts):.1f}s max {max(restarts):.1f}s, takeover "
+        f"median {statistics.median(takeovers):.1f}s max {max(takeovers):.1f}s; "
+        f"{during} results seen read_committed during the kills, all standing"
+    )
+
+
+def test_scale_out_1_to_3_and_back_to_1_during_the_stream_is_exact(
+    kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """One instance, then three (two join mid-stream), then one again: the second leaves with
+    SIGTERM (its revocation commits), the third is killed -9 (its transaction is aborted by
+    the coordinator). Six partitions, so three instances get two each."""
+    topics = names(unique)
+    partitions = set(range(6))
+    kafka_tools.create({topics["impressions"]: 6, topics["feedback"]: 6})
+    chunk = 3000
+
+    def traffic(n: int) -> None:
+        kafka_tools.produce_sim(
+            topics["impressions"], topics["feedback"], events=chunk, seed=22, skip=n * chunk
+        )
+
+    traffic(0)
+    a = instances("a")
+    wait_until(lambda: a.metric("evald_results_produced_total") > 0, 90, "results of one")
+    reader = CommittedReader(kafka_tools.bootstrap, topics["results"])
+    b, c = instances("b"), instances("c")
+    traffic(1)
+    wait_until(
+        lambda: covered([a, b, c], partitions) and all(i.owned() for i in (a, b, c)),
+        150,
+        "three instances sharing the partitions",
+    )
+    three = {name: sorted(i.owned() or ()) for name, i in zip("abc", (a, b, c), strict=True)}
+    traffic(2)
+    wait_until(
+        lambda: all(i.metric("evald_results_produced_total") > 0 for i in (b, c)),
+        90,
+        "results of all three",
+    )
+    assert b.terminate() == 0
+    c.kill()
+    killed_at = time.monotonic()
+    wait_until(lambda: covered([a], partitions), 150, "one instance owning everything again")
+    back_to_one = time.monotonic() - killed_at
+    traffic(3)
+    wait_until(lambda: a.lag_zero(6), 180, "one instance caught up")
+    time.sleep(1.0)
+    assert a.terminate() == 0
+    seen = reader.stop()
+    assert_matches_an_uninterrupted_run(kafka_tools, unique, a.windows)
+    expected = expected_results(kafka_tools, unique)
+    during = assert_seen_during_chaos_stands(seen, expected, kafka_tools, topics["results"])
+    print(
+        f"scale 1 -> 3 -> 1: three shared {three}; SIGTERM + kill -9 -> one owner ready "
+        f"{back_to_one:.1f}s; {during} results seen read_committed, all standing"
+    )
