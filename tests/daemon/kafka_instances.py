@@ -20,7 +20,8 @@ from typing import Any
 from child_processes import die_with_parent
 from kafka_harness import ENGINE, KafkaTools, free_port
 
-from evald.daemon.runner import CRASH_ENV, Daemon
+from evald.daemon.crash import CRASH_ENV
+from evald.daemon.runner import Daemon
 from evald.daemon.settings import Settings, load_settings
 from evald.engine import Engine
 
@@ -112,10 +113,12 @@ def settled(daemon: Daemon, tools: KafkaTools, unique: str) -> bool:
     with daemon.lock:  # a consistent view: not in the middle of a cycle or a rebalance
         for kind, offsets in ends.items():
             for p, end in offsets.items():
-                part = daemon._parts.get(p)
+                part = daemon.inputs.parts.get(p)
                 if part is None or not part.restored or part.fed_next.get(kind) != end:
                     return False
-        return not daemon._txn_open and not any(p.dirty for p in daemon._parts.values())
+        return not daemon.transaction.open and not any(
+            p.dirty for p in daemon.inputs.parts.values()
+        )
 
 
 class Instance:

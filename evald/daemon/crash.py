@@ -1,8 +1,14 @@
-"""Test-only fault injection that cannot be a plain kill at a line of the runner.
+"""Test-only fault injection at the steps of the commit cycle and of a restore.
 
-The chaos tests (``TESTING_EVALD_CRASH_AT``, see the runner) kill ``evald run`` at each step
-of its commit cycle. One step has no line of evald's own: the moment ``commit_transaction()``
-is *in flight*, after the EndTxn request left and before evald learns the outcome.
+``TESTING_EVALD_CRASH_AT=<step>`` makes the process SIGKILL itself the first time it reaches
+that step: ``results_sent``, ``offsets_sent``, ``commit_in_flight``, ``committed`` (steps of a
+commit, in a transaction holding results; see transaction.py), ``revoking`` (a revocation
+commit, once results were committed) or ``restore`` (restoring a partition). Not an ``EVALD_*``
+name: those are all settings.
+
+``commit_in_flight`` is the one step with no line of evald's own: ``commit_transaction()`` only
+enqueues the EndTxn request, and kafka-python's sender thread sends it and reads the answer. So
+that crash point arms :func:`kill_when_the_commit_is_answered` instead of killing at once.
 """
 
 from __future__ import annotations
@@ -12,7 +18,21 @@ import os
 import signal
 from typing import Any
 
-log = logging.getLogger(__name__)
+__all__ = ["CRASH_ENV", "crash_point"]
+
+log = logging.getLogger("evald.daemon")
+
+CRASH_ENV = "TESTING_EVALD_CRASH_AT"
+
+
+def crash_point(step: str, armed: bool = True) -> None:
+    """SIGKILL this process when ``armed`` and ``TESTING_EVALD_CRASH_AT`` names ``step``."""
+    if armed and os.environ.get(CRASH_ENV) == step == "commit_in_flight":
+        kill_when_the_commit_is_answered()
+    elif armed and os.environ.get(CRASH_ENV) == step:
+        log.warning("%s=%s: killing this process", CRASH_ENV, step)
+        os.kill(os.getpid(), 9)
+
 
 _armed = False
 
