@@ -1,7 +1,8 @@
 """The oracle of the Kafka tests: the results topic read with ``read_committed`` and no
 de-duplication equals one uninterrupted engine fed the same records (every request_id once, every
-value equal), the window aggregates equal that engine's, and what a ``read_committed`` reader
-saw *during* a fault still stands afterwards."""
+value equal), the window aggregates equal that engine's, the committed checkpoints reach the ends
+of both inputs, no transaction is left open, and what a ``read_committed`` reader saw *during* a
+fault still stands afterwards (docs/design.md, "What real Kafka changed")."""
 
 from __future__ import annotations
 
@@ -174,7 +175,7 @@ def assert_consumed_to_the_end(tools: KafkaTools, unique: str) -> None:
     from kafka import KafkaAdminClient
 
     topics = names(unique)
-    checkpoints = f"{topics['results']}.checkpoints"
+    checkpoints = make_settings(tools.bootstrap, unique).topics.checkpoint_topic
     admin = KafkaAdminClient(bootstrap_servers=tools.bootstrap)
     try:
         group = f"g-{unique}"
@@ -224,7 +225,8 @@ def assert_no_transaction_left_open(tools: KafkaTools, unique: str) -> None:
         assert listed, "evald's transactional ids are not listed: the check is not effective"
         still_open = [(t.transactional_id, t.state) for t in listed if t.state not in done]
         assert not still_open, f"transactions left open: {still_open}"
-        written = [topics["results"], f"{topics['results']}.checkpoints"]
+        checkpoints = make_settings(tools.bootstrap, unique).topics.checkpoint_topic
+        written = [topics["results"], checkpoints]
         tps = [TopicPartition(t, p) for t in written for p in tools.partitions(t)]
         producers = admin.describe_producers(tps)
     finally:

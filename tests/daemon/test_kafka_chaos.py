@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import signal
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -255,19 +256,49 @@ def test_broker_paused_past_the_request_timeout_is_exact(
 KILLS, SEED = 20, 20261124
 
 
+class Stream:
+    """Simulator traffic produced on a thread, a small chunk every ``pause`` seconds, until
+    stopped: the kills then land while records are fed and results are in open transactions."""
+
+    def __init__(self, tools: KafkaTools, topics: dict[str, str], seed: int) -> None:
+        self.sent = 0
+        self._args = (tools, topics, seed)
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="stream", daemon=True)
+        self._thread.start()
+
+    def _run(self, chunk: int = 150, pause: float = 0.3) -> None:
+        tools, topics, seed = self._args
+        imp, fb = topics["impressions"], topics["feedback"]
+        try:
+            while not self._stop.is_set():
+                self.sent += tools.produce_sim(imp, fb, events=chunk, seed=seed, skip=self.sent)
+                self._stop.wait(pause)
+        except BaseException as exc:  # reported by stop(), in the test's thread
+            self._error = exc
+
+    def stop(self) -> int:
+        """Stop producing; how many events were sent."""
+        self._stop.set()
+        self._thread.join(timeout=60)
+        if self._error is not None:
+            raise self._error
+        return self.sent
+
+
 @pytest.mark.timeout(900)  # ten takeovers of about 10 s each, more on a loaded machine
 def test_twenty_seeded_random_kill_9s_alternating_restart_and_takeover_are_exact(
     kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
 ) -> None:
-    """Two instances share four partitions. Twenty times, from a fixed seed: more traffic, a
-    random 0.2-3 s, kill -9 of a random one of the two. Even kills restart the same instance
-    id at once and go on without waiting for it, so a later kill can land while it starts,
-    joins or restores; odd kills let the other one take all four partitions over first, then
-    start the dead id again. Kills so land anywhere in a commit cycle, a rebalance or a
-    restore. The oracle runs once, at the end (the same one the planted duplicate makes fail);
-    the read_committed reader runs across all twenty kills. Static members, so that a restart
-    takes its partitions back without waiting out the session (the commit-cycle matrix covers
-    the dynamic restart)."""
+    """Two instances share four partitions while traffic streams in. Twenty times, from a
+    fixed seed: a random 0.2-3 s, then kill -9 of a random one of the two. Even kills restart
+    the same instance id at once and go on without waiting for it, so a later kill can land
+    while it starts, joins or restores; odd kills come once both share the partitions, and the
+    other one takes all four over before the dead id starts again. The oracle runs once, at
+    the end (the same one the planted duplicate makes fail); the read_committed reader runs
+    across all twenty kills. Static members, so that a restart takes its partitions back
+    without waiting out the session (the commit-cycle matrix covers the dynamic restart)."""
     rng = random.Random(SEED)
     topics = names(unique)
     partitions = {0, 1, 2, 3}
@@ -275,21 +306,25 @@ def test_twenty_seeded_random_kill_9s_alternating_restart_and_takeover_are_exact
     live = {name: instances(name, static=True) for name in ("a", "b")}
     wait_until(lambda: covered(list(live.values()), partitions), 120, "two members sharing")
     reader = CommittedReader(kafka_tools.bootstrap, topics["results"])
-    chunk, takeovers = 800, []
+    stream = Stream(kafka_tools, topics, seed=21)
+    takeovers: list[float] = []
     for kill in range(KILLS):
-        kafka_tools.produce_sim(
-            topics["impressions"], topics["feedback"], events=chunk, seed=21, skip=kill * chunk
-        )
+        if kill % 2 == 1:
+            wait_until(lambda: covered(list(live.values()), partitions), 150, "both sharing")
         time.sleep(rng.uniform(0.2, 3.0))
         name = rng.choice(sorted(live))
+        held = live[name].owned() or set()  # none while it starts, joins or restores
         live.pop(name).kill()
         killed_at = time.monotonic()
         if kill % 2 == 1:
             (heir,) = live.values()
             wait_until(lambda heir=heir: covered([heir], partitions), 150, "the takeover")
-            takeovers.append(time.monotonic() - killed_at)
-            print(f"kill {kill + 1}: {name}, takeover: all partitions ready {takeovers[-1]:.1f}s")
+            took = time.monotonic() - killed_at
+            if held:  # the heir had to take something over
+                takeovers.append(took)
+            print(f"kill {kill + 1}: {name} holding {sorted(held)}, takeover: ready {took:.1f}s")
         live[name] = instances(name, static=True)
+    sent = stream.stop()
     last, other = live["a"], live["b"]
     wait_until(lambda: covered([last, other], partitions), 150, "both members back")
     assert other.terminate() == 0
@@ -302,9 +337,11 @@ def test_twenty_seeded_random_kill_9s_alternating_restart_and_takeover_are_exact
     during = assert_seen_during_chaos_stands(seen, expected, kafka_tools, topics["results"])
     aborted = len(kafka_tools.read(topics["results"])) - len(expected)
     assert aborted > 0, "no kill landed inside a transaction holding results: not effective"
+    assert takeovers, "no takeover had partitions to take over: not effective"
     print(
-        f"{KILLS} seeded kill -9s: takeover -> all partitions ready median "
-        f"{statistics.median(takeovers):.1f}s, max {max(takeovers):.1f}s; {during} results seen "
+        f"{KILLS} seeded kill -9s over {sent} streamed events: takeover of a holder -> all "
+        f"partitions ready median {statistics.median(takeovers):.1f}s, max "
+        f"{max(takeovers):.1f}s ({len(takeovers)} of {KILLS // 2}); {during} results seen "
         f"read_committed during the kills, all standing; {aborted} results of aborted "
         "transactions on the log"
     )
