@@ -53,8 +53,6 @@ log = logging.getLogger(__name__)
 
 ENV_PREFIX = "EVALD_"
 MASK = "********"
-#: the longest wait between connection attempts to a broker (kafka-python's default is 30 s)
-RECONNECT_BACKOFF_MAX_MS = 1000
 
 
 class SettingsError(ValueError):
@@ -124,9 +122,6 @@ class KafkaSettings(_Strict):
             "client_id": self.client_id,
             "security_protocol": self.security_protocol,
             "request_timeout_ms": self.request_timeout_ms,
-            # kafka-python 3 backs a failing connection off up to 30 s (the Java client: 1 s), so
-            # after a broker restart evald sat idle up to 30 s per client before trying again
-            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
         }
         if self.sasl_mechanism is not None:
             config["sasl_mechanism"] = self.sasl_mechanism

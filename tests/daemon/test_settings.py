@@ -146,9 +146,3 @@ def test_check_config_exit_codes(
     assert check_config.run(parse(["--bootstrap-servers", "nohost"])) == 2
     err = capsys.readouterr().err
     assert "kafka.bootstrap_servers" in err and "HOST:PORT" in err
-
-
-def test_clients_retry_a_broker_within_a_second() -> None:
-    """kafka-python's own default (30 s) left evald idle that long after a broker restart."""
-    config = load_settings(environ={}, flags={}).kafka.client_config()
-    assert config["reconnect_backoff_max_ms"] == 1000
