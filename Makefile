@@ -62,8 +62,9 @@ test: $(STAMP) tools java
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q
 
-# The chaos tier: kill -9 at each step of the commit cycle (restart and takeover), the broker
-# killed and restarted on its data, the broker paused past the request timeout.
+# The chaos tier: kill -9 at each step of the commit cycle (restart and takeover), twenty seeded
+# random kills, scale 1 -> 3 -> 1, the broker killed and restarted on its data, the broker paused
+# past the request timeout.
 test-chaos: $(STAMP) java
 	$(BIN)/python -m pytest -q -m chaos
 

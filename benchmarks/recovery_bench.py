@@ -1,6 +1,6 @@
 """Recovery: `evald run` killed with SIGKILL while 1M impressions are pending, then restarted.
 
-An in-memory Kafka-protocol broker (tansu) runs on a free loopback port. N impressions of 20
+A single-node Apache Kafka (deploy.local_kafka) runs on free loopback ports. N impressions of 20
 items (no feedback) are produced into co-partitioned topics; the daemon runs with a window so
 long that none of them finalizes, so all N stay pending and the committed offsets cannot move
 past them (restart must replay them: that is the design's recovery cost). Once `/metrics`

@@ -1,16 +1,22 @@
 """Test-only fault injection at the steps of the commit cycle and of a restore.
 
 ``TESTING_EVALD_CRASH_AT=<step>`` makes the process SIGKILL itself the first time it reaches
-that step: ``results_sent``, ``offsets_sent``, ``committed`` (steps of a commit, in a
-transaction holding results; see transaction.py), ``revoking`` (a revocation commit, once
-results were committed) or ``restore`` (restoring a partition). Not an ``EVALD_*`` name: those
-are all settings.
+that step: ``results_sent``, ``offsets_sent``, ``commit_in_flight``, ``committed`` (steps of a
+commit, in a transaction holding results; see transaction.py), ``revoking`` (a revocation
+commit, once results were committed) or ``restore`` (restoring a partition). Not an ``EVALD_*``
+name: those are all settings.
+
+``commit_in_flight`` is the one step with no line of evald's own: ``commit_transaction()`` only
+enqueues the EndTxn request, and kafka-python's sender thread sends it and reads the answer. So
+that crash point arms :func:`kill_when_the_commit_is_answered` instead of killing at once.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+from typing import Any
 
 __all__ = ["CRASH_ENV", "crash_point"]
 
@@ -21,6 +27,41 @@ CRASH_ENV = "TESTING_EVALD_CRASH_AT"
 
 def crash_point(step: str, armed: bool = True) -> None:
     """SIGKILL this process when ``armed`` and ``TESTING_EVALD_CRASH_AT`` names ``step``."""
-    if armed and os.environ.get(CRASH_ENV) == step:
+    if armed and os.environ.get(CRASH_ENV) == step == "commit_in_flight":
+        kill_when_the_commit_is_answered()
+    elif armed and os.environ.get(CRASH_ENV) == step:
         log.warning("%s=%s: killing this process", CRASH_ENV, step)
         os.kill(os.getpid(), 9)
+
+
+_armed = False
+
+
+def kill_when_the_commit_is_answered() -> None:
+    """SIGKILL this process when the coordinator's answer to EndTxn(commit) arrives, before
+    kafka-python handles it (so before ``commit_transaction()`` returns).
+
+    Why there and not a timer: ``commit_transaction()`` only enqueues the EndTxn request; the
+    producer's sender thread writes it and later reads the answer. A timer fired a few ms after
+    the call lands before the request left or after the answer was handled, depending on the
+    load of the machine. The answer's arrival is a fixed point: the request has left and the
+    coordinator has decided (the commit is prepared, its markers are being written), while evald
+    cannot know whether its transaction committed. Dying before the request reaches the broker
+    is the ``offsets_sent`` step. The kill comes from the sender thread; the patch is for this
+    process only and is never undone, as the process does not outlive it.
+    """
+    global _armed
+    if _armed:
+        return
+    _armed = True
+    from kafka.producer.transaction_manager import EndTxnHandler
+
+    handle = EndTxnHandler.handle_response
+
+    def die_on_the_commit_answer(handler: Any, response: Any) -> None:
+        if handler.request.committed:
+            log.warning("EndTxn(commit) answered: killing this process before it learns so")
+            os.kill(os.getpid(), signal.SIGKILL)
+        handle(handler, response)
+
+    EndTxnHandler.handle_response = die_on_the_commit_answer

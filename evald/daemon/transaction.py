@@ -180,6 +180,7 @@ class Transaction:
             )
         producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
         crash_point("offsets_sent", holds_results)
+        crash_point("commit_in_flight", holds_results)  # armed here, kills on the answer
         producer.commit_transaction()  # 5
         crash_point("committed", holds_results)
         self._committed(planned)  # 6

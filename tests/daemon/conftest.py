@@ -1,12 +1,15 @@
-"""Fixtures for the daemon tests (the machinery lives in kafka_harness.py)."""
+"""Fixtures for the daemon tests (the machinery lives in kafka_harness.py and
+kafka_instances.py)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kafka_harness import Broker, KafkaTools, Tansu, TcpProxy, free_port
+from kafka_instances import Instance
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +69,26 @@ def unique() -> str:
 @pytest.fixture
 def kafka_tools(broker: Broker) -> KafkaTools:
     return KafkaTools(broker.bootstrap)
+
+
+@pytest.fixture
+def instances(broker: Broker, unique: str, tmp_path: Path) -> Iterator[Callable[..., Instance]]:
+    """Start `evald run` children on the session broker; every one is killed at the end."""
+    started: list[Instance] = []
+
+    def start(
+        instance: str = "a",
+        static: bool = False,
+        extra: tuple[str, ...] = (),
+        crash_at: str | None = None,
+    ) -> Instance:
+        started.append(
+            Instance(broker.bootstrap, unique, instance, tmp_path, static, extra, crash_at)
+        )
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for inst in started:
+            inst.close()

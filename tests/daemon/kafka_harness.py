@@ -353,6 +353,27 @@ class KafkaTools:
         finally:
             producer.close(timeout=5)
 
+    def partitions(self, topic: str) -> list[int]:
+        """The partition numbers of ``topic`` (empty when it does not exist)."""
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap)
+        try:
+            return sorted(consumer.partitions_for_topic(topic) or ())
+        finally:
+            consumer.close()
+
+    def high_watermarks(self, topic: str) -> dict[int, int]:
+        """Partition -> log end offset of ``topic`` (ListOffsets, aborted records included)."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap)
+        try:
+            tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+            return {tp.partition: end for tp, end in consumer.end_offsets(tps).items()}
+        finally:
+            consumer.close()
+
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Partition -> end offset of ``topic``, from reading it (tansu's ListOffsets answer
         can lag behind the last batch; the fetch high watermark does not)."""
@@ -426,6 +447,8 @@ class CommittedReader:
         from kafka import KafkaConsumer, TopicPartition
 
         self.records: list = []
+        #: (monotonic time it was seen, partition, offset) of every record, in the order seen
+        self.arrivals: list[tuple[float, int, int]] = []
         self._stop = threading.Event()
         self._consumer = KafkaConsumer(
             bootstrap_servers=bootstrap,
@@ -450,8 +473,18 @@ class CommittedReader:
             except Exception:  # the broker may be down for a while: keep reading after it
                 time.sleep(0.2)
                 continue
+            now = time.monotonic()
             for records in batches.values():
                 self.records.extend(records)
+                self.arrivals.extend((now, r.partition, r.offset) for r in records)
+
+    def first_new(self, since: float, ends: dict[int, int]) -> float | None:
+        """When the reader first saw a record at or past ``ends`` (partition -> offset) of one of
+        those partitions, later than ``since``; None while it has not."""
+        for seen, partition, offset in list(self.arrivals):
+            if seen >= since and offset >= ends.get(partition, 1 << 62):
+                return seen
+        return None
 
     def stop(self) -> list:
         """Stop reading; every record seen, in the order seen."""

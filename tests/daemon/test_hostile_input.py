@@ -7,29 +7,14 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kafka_harness import Broker, KafkaTools
-from test_kafka import Instance, names, wait_until
+from kafka_harness import Broker, KafkaTools, wait_until
+from kafka_instances import Instance, names
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture
-def instances(broker: Broker, unique: str, tmp_path: Path) -> Iterator[Callable[..., Instance]]:
-    started: list[Instance] = []
-
-    def start(instance: str = "a", extra: tuple[str, ...] = ()) -> Instance:
-        started.append(Instance(broker.bootstrap, unique, instance, tmp_path, False, extra))
-        return started[-1]
-
-    try:
-        yield start
-    finally:
-        for inst in started:
-            inst.close()
 
 
 def log_text(inst: Instance) -> str:
@@ -172,7 +157,8 @@ def test_a_record_just_under_kafkas_limit_is_dead_lettered_truncated(
     broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
 ) -> None:
     from kafka import KafkaProducer
-    from test_kafka import assert_exactly_once, make_settings, results_by_id
+    from kafka_instances import make_settings
+    from kafka_oracle import assert_exactly_once, results_by_id
 
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
@@ -261,7 +247,7 @@ def test_readyz_turns_red_when_lag_exists_but_nothing_is_consumed(
 ) -> None:
     """Feedback newer than every impression waits for the merge hold; with a hold far longer
     than ``stall_timeout_s`` that is a stall the loop cannot see from inside: /readyz says so."""
-    from test_kafka import make_settings, running
+    from kafka_instances import make_settings, running
 
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
@@ -308,7 +294,7 @@ def test_a_missing_input_topic_at_start_exits_2_and_is_not_created(
     import subprocess
 
     from kafka import KafkaAdminClient
-    from test_kafka import run_argv
+    from kafka_instances import run_argv
 
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 2})

@@ -15,14 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kafka_harness import KafkaTools
-from test_kafka import (  # noqa: F401 (instances is a fixture)
-    Instance,
-    instances,
-    names,
-    results_by_id,
-    wait_until,
-)
+from kafka_harness import KafkaTools, wait_until
+from kafka_instances import Instance, names
+from kafka_oracle import results_by_id
 
 pytestmark = pytest.mark.kafka
 
@@ -62,7 +57,7 @@ def scored(tools: KafkaTools, topic: str) -> dict[str, Any]:
 def test_far_future_times_never_poison_the_watermark_even_after_kill_9(
     kafka_tools: KafkaTools,
     unique: str,
-    instances: Callable[..., Instance],  # noqa: F811 (the fixture imported above)
+    instances: Callable[..., Instance],
 ) -> None:
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
@@ -110,7 +105,7 @@ def test_far_future_times_never_poison_the_watermark_even_after_kill_9(
 def test_the_input_rule_on_kafka_records(
     kafka_tools: KafkaTools,
     unique: str,
-    instances: Callable[..., Instance],  # noqa: F811 (the fixture imported above)
+    instances: Callable[..., Instance],
 ) -> None:
     """The rule shared with replay and score: a BOM is ignored, t/z are T/Z, a repeated key
     and an over-long value are dead-lettered with their reason and the raw bytes."""

@@ -9,18 +9,12 @@ record timestamp) on a second pair of topics, with UBI actions that judge nothin
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import urllib.error
-import urllib.request
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from child_processes import die_with_parent
-from kafka_harness import ENGINE, Broker, KafkaTools, free_port, wait_until
+from kafka_harness import ENGINE, KafkaTools, wait_until
+from kafka_instances import Instance, names
 
 from evald.config import load_config
 from evald.events import format_timestamp
@@ -76,12 +70,9 @@ def produce_ubi(tools: KafkaTools, records: list, topic: str, kind: str) -> None
         producer.close(timeout=5)
 
 
-def scrape(port: int) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
-            return response.read().decode()  # type: ignore[no-any-return]
-    except (urllib.error.URLError, OSError):
-        return ""
+def scrape(run: Instance) -> str:
+    status, text = run.get("/metrics")
+    return text if status == 200 else ""
 
 
 def total(text: str, name: str) -> float:
@@ -93,11 +84,11 @@ def total(text: str, name: str) -> float:
 
 
 def test_run_with_the_ubi_mapping_equals_the_native_engine(
-    broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
+    kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
 ) -> None:
     native = {"impressions": f"imp-n-{unique}", "feedback": f"fb-n-{unique}"}
-    ubi = {"impressions": f"imp-u-{unique}", "feedback": f"fb-u-{unique}"}
-    results, dlq = f"res-{unique}", f"dlq-{unique}"
+    topics = names(unique)  # evald reads the UBI pair
+    ubi = {"impressions": topics["impressions"], "feedback": topics["feedback"]}
     kafka_tools.create({**{t: 2 for t in native.values()}, **{t: 2 for t in ubi.values()}})
     kafka_tools.produce_sim(
         native["impressions"], native["feedback"], events=3000, seed=7, clean=True
@@ -109,19 +100,8 @@ def test_run_with_the_ubi_mapping_equals_the_native_engine(
     )
     assert len(expected) > 100, "the reference finalized too little: the data is too short"
 
-    port = free_port()
-    argv = [
-        sys.executable, "-m", "evald", "run", "--mapping", "ubi",
-        "--bootstrap-servers", broker.bootstrap,
-        "--impressions-topic", ubi["impressions"], "--feedback-topic", ubi["feedback"],
-        "--results-topic", results, "--dlq-topic", dlq, "--group-id", f"g-{unique}",
-        "--metrics-address", f"127.0.0.1:{port}", "--set", "daemon.commit_interval_ms=300",
-    ]  # fmt: skip
-    for key, value in ENGINE.items():
-        argv += ["--set", f"engine.{key}={json.dumps(value)}"]
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
-    log = (tmp_path / "run.log").open("ab")
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, preexec_fn=die_with_parent)
+    results, dlq = topics["results"], topics["dlq"]
+    run = instances(extra=("--mapping", "ubi"))
     try:
 
         def results_done() -> dict[str, list[dict[str, Any]]] | None:
@@ -133,20 +113,13 @@ def test_run_with_the_ubi_mapping_equals_the_native_engine(
 
         got = wait_until(results_done, 120, "the daemon's results")
         text = wait_until(
-            lambda: (t := scrape(port)) and total(t, "evald_feedback_skipped_total") > 0 and t,
+            lambda: (t := scrape(run)) and total(t, "evald_feedback_skipped_total") > 0 and t,
             30,
             "the skipped counter on /metrics",
         )
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        log.close()
-    assert proc.returncode == 0, (tmp_path / "run.log").read_text()[-2000:]
+        returncode = run.terminate() if run.proc.poll() is None else run.proc.returncode
+    assert returncode == 0, run.log_path.read_text()[-2000:]
     assert set(got) == set(expected)
     for request_id, docs in got.items():
         assert all(doc == expected[request_id] for doc in docs), request_id

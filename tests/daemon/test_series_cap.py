@@ -5,18 +5,15 @@ the segment cap and the folded impressions are counted (issue: hostile input, la
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from child_processes import die_with_parent
-from kafka_harness import ENGINE, Broker, KafkaTools, free_port, wait_until
+from kafka_harness import ENGINE, KafkaTools, free_port, wait_until
+from kafka_instances import Instance
 
 pytestmark = pytest.mark.kafka
 
@@ -49,67 +46,11 @@ def parse(text: str) -> list[tuple[str, dict[str, str], float]]:
     return out
 
 
-class Run:
-    """`python -m evald run` as a child process with its own /metrics port, stopped by PID."""
-
-    def __init__(self, bootstrap: str, unique: str, tmp_path: Path) -> None:
-        self.port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
-        args = [
-            sys.executable,
-            "-m",
-            "evald",
-            "run",
-            "--bootstrap-servers",
-            bootstrap,
-            "--impressions-topic",
-            f"imp-{unique}",
-            "--feedback-topic",
-            f"fb-{unique}",
-            "--results-topic",
-            f"res-{unique}",
-            "--dlq-topic",
-            f"dlq-{unique}",
-            "--group-id",
-            f"g-{unique}",
-            "--metrics-address",
-            f"127.0.0.1:{self.port}",
-        ]
-        for key, value in ENGINE.items():
-            args += ["--set", f"engine.{key}={json.dumps(value)}"]
-        self.log = (tmp_path / "run.log").open("ab")
-        self.proc = subprocess.Popen(
-            args, env=env, stdout=self.log, stderr=self.log, preexec_fn=die_with_parent
-        )
-
-    def scrape(self) -> list[tuple[str, dict[str, str], float]] | None:
-        assert self.proc.poll() is None, "evald run exited"
-        try:
-            url = f"http://127.0.0.1:{self.port}/metrics"
-            with urllib.request.urlopen(url, timeout=30) as reply:
-                return parse(reply.read().decode())
-        except (urllib.error.URLError, OSError):
-            return None
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
-        return self.proc.returncode
-
-
-@pytest.fixture
-def run(broker: Broker, unique: str, tmp_path: Path) -> Iterator[Run]:
-    child = Run(broker.bootstrap, unique, tmp_path)
-    try:
-        yield child
-    finally:
-        child.stop()
+def scrape(run: Instance) -> list[tuple[str, dict[str, str], float]] | None:
+    """The parsed /metrics of a running ``evald run``; None while it does not answer."""
+    assert run.proc.poll() is None, "evald run exited"
+    status, text = run.get("/metrics", timeout=30)
+    return parse(text) if status == 200 else None
 
 
 def total(samples: list[tuple[str, dict[str, str], float]], name: str) -> float:
@@ -117,8 +58,9 @@ def total(samples: list[tuple[str, dict[str, str], float]], name: str) -> float:
 
 
 def test_ten_thousand_label_combinations_stay_at_the_segment_cap(
-    kafka_tools: KafkaTools, unique: str, run: Run
+    kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
 ) -> None:
+    run = instances()
     kafka_tools.create({f"imp-{unique}": 1, f"fb-{unique}": 1})
     records = [impression(f"r{i}", i, BASE_MS + 6 * i) for i in range(COMBINATIONS)]
     # two later impressions of a kept combination move the watermark past every window above
@@ -128,7 +70,7 @@ def test_ten_thousand_label_combinations_stay_at_the_segment_cap(
     kafka_tools.produce_raw(f"imp-{unique}", records)
 
     def finalized() -> list[tuple[str, dict[str, str], float]] | None:
-        samples = run.scrape()
+        samples = scrape(run)
         done = samples and total(samples, "evald_impressions_finalized_total") == COMBINATIONS
         return samples if done else None
 
@@ -161,7 +103,7 @@ def test_ten_thousand_label_combinations_stay_at_the_segment_cap(
     # one watermark series for the one input partition comes on top of the settings' bound
     assert len(engine_series) <= shape.worst_case(kept) + 1
     assert len(samples) < 2 * shape.worst_case(kept)
-    assert run.stop() == 0
+    assert run.terminate() == 0
 
 
 #: series of the daemon's own collector (not bounded by the engine's settings)

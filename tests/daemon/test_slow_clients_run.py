@@ -12,9 +12,10 @@ import subprocess
 from pathlib import Path
 
 from child_processes import die_with_parent
-from kafka_harness import Broker, KafkaTools, free_port
+from kafka_harness import ENGINE, Broker, KafkaTools, free_port, wait_until
+from kafka_instances import names, run_argv
+from kafka_oracle import results_by_id
 from slow_clients import get, open_slow, proc_status, raise_own_fd_limit
-from test_kafka import ENGINE, names, results_by_id, run_argv, wait_until
 
 from evald.http import Limits
 

@@ -1,0 +1,241 @@
+"""The oracle of the Kafka tests: the results topic read with ``read_committed`` and no
+de-duplication equals one uninterrupted engine fed the same records (every request_id once, every
+value equal), the window aggregates equal that engine's, the committed checkpoints reach the ends
+of both inputs, no transaction is left open, and what a ``read_committed`` reader saw *during* a
+fault still stands afterwards (docs/design.md, "What real Kafka changed")."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka_harness import KafkaTools
+from kafka_instances import make_settings, names
+
+from evald.daemon.checkpoint import Checkpoint
+from evald.engine import Engine
+
+
+def results_by_id(
+    tools: KafkaTools, topic: str, *, committed: bool = True
+) -> dict[str, list[dict[str, Any]]]:
+    """Every result on ``topic`` by request_id, read as a downstream consumer would
+    (``read_committed``) unless told otherwise; copies are kept, not merged."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in tools.read(topic, committed=committed):
+        doc = json.loads(record.value)
+        assert record.key == doc["request_id"].encode()
+        out[doc["request_id"]].append(doc)
+    return out
+
+
+def assert_exactly_once(
+    got: dict[str, list[dict[str, Any]]],
+    expected: dict[str, Any],
+    *,
+    allow_identical_copies: bool = False,
+) -> int:
+    """Each expected request_id present once with the expected values, nothing else; returns
+    how many extra identical copies were seen (only tansu, which leaks aborted transactions,
+    is allowed any)."""
+    assert expected, "the reference finalized nothing: the test data is too short"
+    assert set(got) == set(expected), (
+        f"missing {len(set(expected) - set(got))}, unexpected {len(set(got) - set(expected))}"
+    )
+    copies = 0
+    for request_id, docs in got.items():
+        for doc in docs:
+            assert doc == expected[request_id], request_id
+        copies += len(docs) - 1
+    if not allow_identical_copies:
+        assert copies == 0
+    return copies
+
+
+def assert_seen_during_chaos_stands(
+    records: list, expected: dict[str, Any], tools: KafkaTools, topic: str
+) -> int:
+    """What a read_committed consumer saw while things crashed: each result at most once,
+    each equal to the uninterrupted run's (so none is later retracted or doubled). A failure
+    says where each offending record sits now: still on the log with the same bytes (an
+    aborted record shown as committed) or gone (the log lost a record it had served)."""
+    seen: dict[str, list[Any]] = defaultdict(list)
+    for record in records:
+        seen[json.loads(record.value)["request_id"]].append(record)
+    assert seen, "the concurrent reader saw nothing: the test is not effective"
+    bad = [
+        r
+        for request_id, rs in seen.items()
+        for r in rs
+        if len(rs) > 1 or json.loads(r.value) != expected.get(request_id)
+    ]
+    if bad:
+        log = {(r.partition, r.offset): r.value for r in tools.read(topic)}
+        now = tools.read(topic, committed=True)
+        final = {(r.partition, r.offset) for r in now}
+        home: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for r in now:
+            home[json.loads(r.value)["request_id"]].append((r.partition, r.offset))
+        where = [
+            (
+                r.partition,
+                r.offset,
+                "committed now" if (r.partition, r.offset) in final else "not committed now",
+                "same bytes on the log" if log.get((r.partition, r.offset)) == r.value else "gone",
+                _why_bad(r, seen, expected),
+                f"committed copies now at {home.get(json.loads(r.value)['request_id'], [])}",
+            )
+            for r in bad[:5]
+        ]
+        pytest.fail(f"{len(bad)} results seen during the chaos do not stand, e.g. {where}")
+    return len(seen)
+
+
+def _why_bad(record: Any, seen: dict[str, list[Any]], expected: dict[str, Any]) -> str:
+    """Why one record seen during the chaos does not stand: seen twice, unknown, or which
+    fields differ from the uninterrupted run's result."""
+    doc = json.loads(record.value)
+    copies = len(seen[doc["request_id"]])
+    want = expected.get(doc["request_id"])
+    if want is None:
+        return "not in the uninterrupted run"
+    if doc != want:
+        fields = sorted(k for k in doc.keys() | want.keys() if doc.get(k) != want.get(k))
+        return f"differs: {[(k, doc.get(k), want.get(k)) for k in fields]}"[:600]
+    return f"seen {copies} times"
+
+
+def assert_windows_equal(rows: list[dict[str, Any]], reference: Engine) -> None:
+    """Window aggregates equal the uninterrupted engine's (sums up to float re-association)."""
+
+    def key(row: dict[str, Any]) -> tuple[Any, ...]:
+        return (
+            row["window"],
+            row["start_ms"],
+            tuple(sorted(row["labels"].items())),
+            row["measure"],
+        )
+
+    want = {key(r): r for r in (row.to_json() for row in reference.window_rows(last_only=False))}
+    have = {key(r): r for r in rows}
+    assert want, "no complete window in the reference: the test data is too short"
+    assert set(have) == set(want)
+    for k, row in want.items():
+        assert have[k]["count"] == row["count"], k
+        assert math.isclose(have[k]["sum"], row["sum"], rel_tol=1e-9, abs_tol=1e-9), k
+        assert math.isclose(
+            have[k]["sum_squares"], row["sum_squares"], rel_tol=1e-9, abs_tol=1e-9
+        ), k
+
+
+def read_windows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def expected_results(tools: KafkaTools, unique: str) -> dict[str, Any]:
+    """request_id -> result of one uninterrupted engine over the test's input topics."""
+    topics = names(unique)
+    config = make_settings(tools.bootstrap, unique).engine_config()
+    return tools.expected(config, topics["impressions"], topics["feedback"])[0]
+
+
+def assert_matches_an_uninterrupted_run(
+    kafka_tools: KafkaTools, unique: str, windows: Path, *, leaky_broker: bool = False
+) -> int:
+    """Results read_committed exactly once (identical copies allowed only on a broker that
+    leaks aborted records) and the window rows equal to one engine fed every record; returns
+    the copies seen."""
+    topics = names(unique)
+    expected, reference = kafka_tools.expected(
+        make_settings(kafka_tools.bootstrap, unique).engine_config(),
+        topics["impressions"],
+        topics["feedback"],
+    )
+    copies = assert_exactly_once(
+        results_by_id(kafka_tools, topics["results"], committed=not leaky_broker),
+        expected,
+        allow_identical_copies=leaky_broker,
+    )
+    assert_windows_equal(read_windows(windows), reference)
+    if not leaky_broker:  # tansu answers neither ListTransactions nor DescribeProducers
+        assert_consumed_to_the_end(kafka_tools, unique)
+        assert_no_transaction_left_open(kafka_tools, unique)
+    return copies
+
+
+def assert_consumed_to_the_end(tools: KafkaTools, unique: str) -> None:
+    """The group's committed offsets on the checkpoint topic point, for every partition, at a
+    checkpoint whose consumed positions are the ends of both inputs, and its committed offsets
+    on the inputs are that checkpoint's replay start (they stay behind the end by the
+    impressions still pending in the engine's open window)."""
+    from kafka import KafkaAdminClient
+
+    topics = names(unique)
+    checkpoints = make_settings(tools.bootstrap, unique).topics.checkpoint_topic
+    admin = KafkaAdminClient(bootstrap_servers=tools.bootstrap)
+    try:
+        group = f"g-{unique}"
+        offsets = {
+            (tp.topic, tp.partition): meta.offset
+            for tp, meta in admin.list_group_offsets({group: None})[group].items()
+        }
+    finally:
+        admin.close()
+    on_log = {(r.partition, r.offset): r.value for r in tools.read(checkpoints, committed=True)}
+    ends = {
+        "impression": tools.end_offsets(topics["impressions"]),
+        "feedback": tools.end_offsets(topics["feedback"]),
+    }
+    partitions = sorted(set(ends["impression"]) | set(ends["feedback"]))
+    assert partitions, "no input records: the check is not effective"
+    for p in partitions:
+        at = offsets.get((checkpoints, p))
+        assert at is not None and (p, at - 1) in on_log, f"partition {p}: no committed checkpoint"
+        checkpoint = Checkpoint.decode(on_log[(p, at - 1)])
+        assert checkpoint.consumed == {k: ends[k].get(p, 0) for k in ends}, p
+        for kind, topic in (("impression", "impressions"), ("feedback", "feedback")):
+            assert offsets.get((topics[topic], p)) == checkpoint.committed[kind], (p, kind)
+
+
+def assert_no_transaction_left_open(tools: KafkaTools, unique: str) -> None:
+    """No transactional id of the group is in an open state (ListTransactions) and no partition
+    evald writes has an open transaction (DescribeProducers)."""
+    from kafka import KafkaAdminClient, TopicPartition
+    from kafka.admin import TransactionState
+
+    topics = names(unique)
+    done = {
+        TransactionState.EMPTY,
+        TransactionState.COMPLETE_COMMIT,
+        TransactionState.COMPLETE_ABORT,
+    }
+    admin = KafkaAdminClient(bootstrap_servers=tools.bootstrap)
+    try:
+        listed = [
+            listing
+            for listings in admin.list_transactions(
+                transactional_id_pattern=f"evald-g-{unique}-.*"
+            ).values()
+            for listing in listings
+        ]
+        assert listed, "evald's transactional ids are not listed: the check is not effective"
+        still_open = [(t.transactional_id, t.state) for t in listed if t.state not in done]
+        assert not still_open, f"transactions left open: {still_open}"
+        checkpoints = make_settings(tools.bootstrap, unique).topics.checkpoint_topic
+        written = [topics["results"], checkpoints]
+        tps = [TopicPartition(t, p) for t in written for p in tools.partitions(t)]
+        producers = admin.describe_producers(tps)
+    finally:
+        admin.close()
+    assert set(producers) == set(tps)
+    in_txn = [
+        (tp.topic, tp.partition, state.producer_id, state.current_transaction_start_offset)
+        for tp, described in producers.items()
+        for state in described.active_producers
+        if state.current_transaction_start_offset != -1
+    ]
+    assert not in_txn, f"partitions with a transaction still open: {in_txn}"
