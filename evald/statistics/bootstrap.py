@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,7 @@ __all__ = [
     "cluster_key",
     "list_cluster",
     "poisson_weights",
+    "request_clusters",
 ]
 
 #: 100 replicates estimate a standard error to about ±7% (1/√(2B)): enough for a 95% interval.
@@ -64,6 +66,23 @@ def list_cluster(user_id: str | None, request_id: str) -> int:
     The prefixes keep a user id and a request id that happen to be equal apart.
     """
     return cluster_key(f"u:{user_id}" if user_id else f"r:{request_id}")
+
+
+def request_clusters(request_ids: Sequence[str]) -> NDArray[np.uint64]:
+    """The cluster keys of lists known by their request id only (``list_cluster(None, rid)``).
+
+    The engine's join does not carry the impression's user id yet, so every list is its own
+    cluster: the clustered interval then equals a plain bootstrap (docs/statistics.md).
+    """
+    blake = hashlib.blake2b
+    return np.fromiter(
+        (
+            int.from_bytes(blake(b"r:" + rid.encode(), digest_size=8).digest(), "little")
+            for rid in request_ids
+        ),
+        dtype=np.uint64,
+        count=len(request_ids),
+    )
 
 
 def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
