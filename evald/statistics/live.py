@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from evald.config import ComparisonConfig, EngineConfig
-from evald.statistics.fold import ComparisonState, Rest, alerting_measures, fold_window
+from evald.statistics.fold import ComparisonState, Key, Rest, alerting_measures, fold_window
 
 if TYPE_CHECKING:
     from evald.aggregate import Aggregates
@@ -27,12 +27,18 @@ __all__ = ["ComparisonView", "LiveStatistics"]
 
 @dataclass(frozen=True)
 class ComparisonView:
-    """One comparison's settings and its folded state, as the exposition and replay read it."""
+    """One comparison's settings and its folded state, as the exposition and replay read it.
+
+    ``detected``: per (treatment, comparison segment, measure) and signal (``cusum``: the
+    CUSUM against control first above h; ``below``: the sequence first wholly below minus the
+    minimum effect), the end of the window where it first happened.
+    """
 
     config: ComparisonConfig
     state: ComparisonState
     first_end_ms: int | None  # end of the first window folded
     last_end_ms: int | None  # end of the last window folded
+    detected: dict[tuple[Key, str], int] = field(default_factory=dict)
 
 
 class LiveStatistics:
@@ -46,6 +52,7 @@ class LiveStatistics:
         self._first: dict[str, int | None] = dict.fromkeys(self._states)
         self._next: int | None = None  # start of the next window to fold
         self._last_end: int | None = None  # end of the last window folded
+        self._detected: dict[str, dict[tuple[Key, str], int]] = {n: {} for n in self._states}
 
     def advance(self, aggregates: Aggregates, complete_before: int | None, final: bool) -> int:
         """Fold every window that ends at or before ``complete_before`` (``final``: every
@@ -88,12 +95,29 @@ class LiveStatistics:
             if state is not before and self._first[comp.name] is None:
                 self._first[comp.name] = end
             self._states[comp.name] = state
+            self._note_detections(comp, state, end)
         self._last_end = end
+
+    def _note_detections(self, comp: ComparisonConfig, state: ComparisonState, end: int) -> None:
+        seen = self._detected[comp.name]
+        for key, cusum in state.vs_control.items():
+            if cusum.alarmed and (key, "cusum") not in seen:
+                seen[(key, "cusum")] = end
+        for key, bound in state.bounds.items():
+            effect = comp.min_effect.get(key[2])
+            if effect is not None and bound.high < -effect and (key, "below") not in seen:
+                seen[(key, "below")] = end
 
     def views(self) -> list[ComparisonView]:
         """Every comparison with its state (those with nothing folded yet too)."""
         return [
-            ComparisonView(c, self._states[c.name], self._first[c.name], self._last_end)
+            ComparisonView(
+                c,
+                self._states[c.name],
+                self._first[c.name],
+                self._last_end,
+                dict(self._detected[c.name]),
+            )
             for c in self.settings.comparisons
         ]
 
