@@ -192,3 +192,17 @@ def test_windows_before_the_start_are_not_folded_and_scoped_labels_are_summed_aw
         assert seq.treatment.n == int((sel & (arms == "B")).sum())
         assert seq.treatment.total == pytest.approx(values[sel & (arms == "B"), 0].sum())
     assert not math.isnan(view.state.bounds[("B", (("surface", "web"),), "nDCG@10")].high)
+
+
+def test_the_settings_example_in_the_docs_is_valid():
+    """docs/statistics.md's `statistics:` example loads as engine settings."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[2] / "docs/statistics.md").read_text()
+    (block,) = re.findall(r"```yaml\n(statistics:\n.*?)```", text, re.DOTALL)
+    config = load_config(yaml.safe_load(block))
+    (comp,) = config.statistics.comparisons
+    assert comp.min_effect == {"nDCG@10": 0.01, "RR": 0.01} and comp.start == T0
