@@ -18,6 +18,7 @@ Non-finite measure values are left out of both (counted per measure in ``count``
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -209,27 +210,38 @@ class Aggregates:
         finite: np.ndarray,
         keys: np.ndarray,
     ) -> None:
-        """Replicate sums per (window, segment): (M, n) @ (n, B) products per group, which BLAS
-        does far faster than an add.at over n x M x B cells. Σw counts, per measure, only the
-        lists with a finite value, like the window count."""
-        weights = poisson_weights(keys, self.replicates, self.seed).astype(np.float64)
-        store = self._boot.setdefault(partition, {})
-        rows, n_m = len(self.segments), len(self.measures)
+        """Replicate sums per (window, segment): one (2M, n) @ (n, B) product per run of results
+        sharing a segment and every width's window, which BLAS does far faster than an add.at
+        over n x M x B cells. Σw counts, per measure, only the lists with a finite value, like
+        the window count."""
+        order = np.lexsort((ts, seg))  # by segment, then time: every window is one run
+        seg_s, ts_s = seg[order], ts[order]
+        w = poisson_weights(keys[order], self.replicates, self.seed).astype(np.float64)
+        y = np.concatenate([clean[order], finite[order].astype(np.float64)], axis=1)  # (n, 2M)
+        cut = seg_s[1:] != seg_s[:-1]
         for width in self.windows_ms:
-            starts = ts // width * width
-            group = starts * (rows + 1) + seg  # one code per (window, segment)
-            for code in np.unique(group).tolist():
-                sel = group == code
-                start, segment = divmod(code, rows + 1)
-                arr = store.get((width, start))
-                if arr is None or arr.shape[0] < rows:
-                    grown = np.zeros((max(rows, 8), n_m, self.replicates, 2))
-                    if arr is not None:
-                        grown[: arr.shape[0]] = arr
-                    arr = store[(width, start)] = grown
-                w = weights[sel]
-                arr[segment, :, :, 0] += clean[sel].T @ w
-                arr[segment, :, :, 1] += finite[sel].T.astype(np.float64) @ w
+            cut |= ts_s[1:] // width != ts_s[:-1] // width
+        cuts = [0, *(np.flatnonzero(cut) + 1).tolist(), len(seg_s)]
+        n_m = len(self.measures)
+        for lo, hi in itertools.pairwise(cuts):
+            sums = y[lo:hi].T @ w[lo:hi]  # (2M, B): Σ w·y per measure, then Σ w
+            segment, when = int(seg_s[lo]), int(ts_s[lo])
+            for width in self.windows_ms:
+                arr = self._boot_array(partition, width, when // width * width)
+                arr[segment, :, :, 0] += sums[:n_m]
+                arr[segment, :, :, 1] += sums[n_m:]
+
+    def _boot_array(self, partition: int, width: int, start: int) -> np.ndarray:
+        """The partition's replicate sums of one window, grown to every segment."""
+        store = self._boot.setdefault(partition, {})
+        rows = len(self.segments)
+        arr = store.get((width, start))
+        if arr is None or arr.shape[0] < rows:
+            grown = np.zeros((max(rows, 8), len(self.measures), self.replicates, 2))
+            if arr is not None:
+                grown[: arr.shape[0]] = arr
+            arr = store[(width, start)] = grown
+        return arr
 
     def prune(self, partition: int, before_ms: int) -> None:
         """Drop the partition's buckets (and bootstrap windows) that end at or before
