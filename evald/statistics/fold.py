@@ -18,8 +18,10 @@ and the arm-scoped labels such as ``model``) and per measure:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +56,83 @@ class ComparisonState:
     def alpha(self, settings: StatisticsConfig) -> float:
         """The level each sequence runs at: the family rate split over the family."""
         return settings.alpha / self.family
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-safe form for a checkpoint (non-finite numbers as strings)."""
+
+        def pairs(table: dict[Key, Any], value: Callable[[Any], object]) -> list[object]:
+            return [[_key_json(k), value(v)] for k, v in table.items()]
+
+        return {
+            "windows": self.windows,
+            "rests": [_rest_json(r) for r in self.rests],
+            "family": self.family,
+            "sequences": pairs(self.sequences, Comparison.to_json),
+            "bounds": pairs(self.bounds, _bound_json),
+            "vs_control": pairs(self.vs_control, Cusum.to_json),
+            "vs_baseline": pairs(self.vs_baseline, Cusum.to_json),
+            "baseline": pairs(self.baseline, lambda ms: [m.to_json() for m in ms]),
+            "ratio": [[_rest_json(r), v.to_json()] for r, v in self.ratio.items()],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ComparisonState:
+        def table(name: str, value: Callable[[Any], Any]) -> dict[Key, Any]:
+            return {_key_of(k): value(v) for k, v in data[name]}
+
+        return cls(
+            int(data["windows"]),
+            tuple(_rest_of(r) for r in data["rests"]),
+            int(data["family"]),
+            table("sequences", Comparison.from_json),
+            table("bounds", _bound_of),
+            table("vs_control", Cusum.from_json),
+            table("vs_baseline", Cusum.from_json),
+            table("baseline", lambda ms: tuple(Moments.from_json(m) for m in ms)),
+            {_rest_of(r): SampleRatio.from_json(v) for r, v in data["ratio"]},
+        )
+
+
+def _rest_json(rest: Rest) -> list[list[str]]:
+    return [[k, v] for k, v in rest]
+
+
+def _rest_of(data: list[list[str]]) -> Rest:
+    return tuple((str(k), str(v)) for k, v in data)
+
+
+def _key_json(key: Key) -> list[object]:
+    return [key[0], _rest_json(key[1]), key[2]]
+
+
+def _key_of(data: list[Any]) -> Key:
+    return (str(data[0]), _rest_of(data[1]), str(data[2]))
+
+
+def _num(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
+
+
+def _bound_json(b: SequenceBound) -> dict[str, object]:
+    return {
+        "difference": _num(b.difference),
+        "low": _num(b.low),
+        "high": _num(b.high),
+        "evalue": _num(b.evalue),
+        "n_control": b.n_control,
+        "n_treatment": b.n_treatment,
+    }
+
+
+def _bound_of(data: dict[str, Any]) -> SequenceBound:
+    return SequenceBound(
+        float(data["difference"]),
+        float(data["low"]),
+        float(data["high"]),
+        float(data["evalue"]),
+        int(data["n_control"]),
+        int(data["n_treatment"]),
+    )
 
 
 def alerting_measures(comparison: ComparisonConfig, measures: Sequence[str]) -> list[str]:

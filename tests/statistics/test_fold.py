@@ -206,3 +206,23 @@ def test_the_settings_example_in_the_docs_is_valid():
     config = load_config(yaml.safe_load(block))
     (comp,) = config.statistics.comparisons
     assert comp.min_effect == {"nDCG@10": 0.01, "RR": 0.01} and comp.start == T0
+
+
+def test_the_state_round_trips_through_json_for_a_checkpoint():
+    """A restart resumes the fold from the checkpointed state: the next window gives the same
+    state as without the restart."""
+    import json
+
+    config = settings(min_n=100, cusum_min_n=30)
+    comp = config.statistics.comparisons[0]
+    rng = np.random.default_rng(9)
+    state = ComparisonState()
+    for _ in range(8):
+        state = fold_window(state, comp, config.statistics, MEASURES, window_sums(rng, 300, -0.01))
+    text = json.dumps(state.to_json(), allow_nan=False)
+    restored = ComparisonState.from_json(json.loads(text))
+    assert restored == state
+    nxt = window_sums(np.random.default_rng(10), 300, -0.01)
+    a = fold_window(state, comp, config.statistics, MEASURES, nxt)
+    b = fold_window(restored, comp, config.statistics, MEASURES, nxt)
+    assert a == b
