@@ -151,7 +151,9 @@ class StatisticsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    window: Duration = Field(60 * 60_000, gt=0, description="window folded (one of windows)")
+    window: Duration = Field(
+        60 * 60_000, gt=0, description="window folded (one of windows, when comparing)"
+    )
     alpha: float = Field(0.05, gt=0, lt=1, description="family-wise error rate of the alerts")
     tuning_n: float = Field(5000.0, gt=0, description="lists where the sequence is tightest")
     min_n: int = Field(100, ge=2, description="lists per arm before a bound is published")
@@ -311,7 +313,7 @@ class EngineConfig(BaseModel):
     @model_validator(mode="after")
     def _check_statistics(self) -> EngineConfig:
         stats = self.statistics
-        if stats.window not in self.windows:
+        if stats.comparisons and stats.window not in self.windows:
             raise ValueError(
                 f"statistics.window: {stats.window} ms is not one of windows {self.windows}"
             )

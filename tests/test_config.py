@@ -23,6 +23,11 @@ def test_a_comparison_reads_its_start_as_a_date_and_its_measures_canonical():
     assert comp.min_effect == {"nDCG@10": 0.01}
 
 
+def test_the_statistics_window_only_matters_with_a_comparison():
+    """Settings with other windows and no comparison stay valid (the daemon's tests use 5m)."""
+    assert load_config(windows=["5m"]).statistics.comparisons == []
+
+
 def test_defaults():
     c = EngineConfig()
     assert c.window == 30 * 60_000 and c.lateness == 2 * 60_000
@@ -57,7 +62,7 @@ def test_durations_and_measures_are_normalised():
         ({"histogram_bounds": [0.5, 0.1]}, "histogram_bounds"),
         ({"typo": 1}, "typo"),
         ({"statistics": {"alpha": 1.5}}, "statistics.alpha"),
-        ({"statistics": {"window": "10m"}}, "statistics.window"),
+        ({"statistics": {"window": "10m", "comparisons": [AB]}}, "statistics.window"),
         ({"statistics": {"comparisons": [{**AB, "label": "color"}]}}, "statistics.comparisons.0"),
         ({"statistics": {"comparisons": [{**AB, "treatments": []}]}}, "statistics.comparisons.0"),
         (
