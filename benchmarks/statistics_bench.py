@@ -7,6 +7,8 @@ negative control measured in the same run.
 - Clustered coverage at intra-class correlation 0.2: bootstrap against the plain t interval.
 - CUSUM (k 0.5, h 5): false-alarm run length against Siegmund's value, and the detection delay
   of a 2% absolute drop of a measure with sd 0.3 at 500 lists per arm per window.
+- The engine's per-window statistics: CPU time per result of the aggregate step with and
+  without the bootstrap sums, alternating in one process.
 
     python -m benchmarks.statistics_bench [--quick] [--seed N]
 """
@@ -110,6 +112,41 @@ def cusum_runs(runs: int, drop_se: float, seed: int) -> np.ndarray:
     return length
 
 
+def state_cost(batches: int, seed: int) -> tuple[float, float, float]:
+    """CPU µs per finalized result of the engine's aggregate step (``Aggregates.observe`` on
+    batches of 4096 results: 7 measures, windows 5m and 1h, 12 segments), without the
+    bootstrap state, with it (100 replicates), and of the cluster keys (one BLAKE2b per
+    result); the cases alternate batch by batch so load on the machine hits them alike."""
+    from evald.aggregate import Aggregates
+    from evald.segments import SegmentIndex
+    from evald.statistics.bootstrap import request_clusters
+
+    rng = np.random.default_rng(seed)
+    n, measures = 4096, [f"m{i}" for i in range(7)]
+    segments = SegmentIndex(["arm", "surface"], 50, 200)
+    ids = [segments.segment_of({"arm": f"a{i % 3}", "surface": f"s{i % 4}"}) for i in range(12)]
+    plain = Aggregates(measures, segments, [0.5], 60_000, [300_000, 3_600_000], 3 * 3_600_000, 0)
+    boot = Aggregates(measures, segments, [0.5], 60_000, [300_000, 3_600_000], 3 * 3_600_000)
+    totals = [0.0, 0.0, 0.0]
+    for b in range(batches):
+        seg = rng.choice(ids, n)
+        ts = 1_767_225_600_000 + b * 20_000 + rng.integers(0, 20_000, n)
+        values = rng.random((n, len(measures)))
+        rids = [f"r{b}-{i}" for i in range(n)]
+        t0 = time.process_time()
+        plain.observe(0, seg, ts, values)
+        t1 = time.process_time()
+        keys = request_clusters(rids)
+        t2 = time.process_time()
+        boot.observe(0, seg, ts, values, clusters=keys)
+        t3 = time.process_time()
+        totals[0] += t1 - t0
+        totals[1] += t3 - t2
+        totals[2] += t2 - t1
+    per = 1e6 / (batches * n)
+    return totals[0] * per, totals[1] * per, totals[2] * per
+
+
 def body(args: argparse.Namespace) -> None:
     c.require("evald.statistics", "Comparison", "BootstrapState", "Cusum")
     from evald.statistics.cusum import siegmund_arl
@@ -160,6 +197,13 @@ def body(args: argparse.Namespace) -> None:
         f"  delay, 2% drop (= {drop_se:.2f} SE): mean / p90",
         f"{delay.mean():.1f} / {np.percentile(delay, 90):.0f} windows"
         f" (analytic mean {siegmund_arl(0.5, 5.0, drop_se):.1f})",
+    )
+    batches = 20 if q else 100
+    plain_us, boot_us, keys_us = state_cost(batches, args.seed + 5)
+    c.line(
+        f"aggregate step, {batches} batches of 4096 results (CPU us per result)",
+        f"{plain_us:.2f} without the bootstrap, {boot_us:.2f} with it "
+        f"({boot_us / plain_us:.1f}x) + {keys_us:.2f} for the cluster keys",
     )
     c.line("wall time", c.fmt_s(time.perf_counter() - started))
 

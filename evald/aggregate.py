@@ -8,12 +8,18 @@ Two views of the same finalized values:
   impression's ``ts``), segment and measure. They merge by addition, so the 5m / 1h roll-ups,
   several partitions and several instances all combine exactly. Buckets older than the
   retention are dropped; a partition handed to another instance is dropped whole.
+* **Bootstrap sums** per partition, window (each configured width), segment and measure: the
+  hashed Poisson bootstrap's B pairs (Σ w·y, Σ w), weights keyed by each list's cluster
+  (docs/statistics.md §2). Plain sums too, so they merge like the window sums; they give the
+  window's interval clustered by user.
 
 Non-finite measure values are left out of both (counted per measure in ``count``).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +27,13 @@ import numpy as np
 
 from evald.durations import format_duration
 from evald.segments import SegmentIndex
+from evald.statistics.bootstrap import (
+    DEFAULT_REPLICATES,
+    DEFAULT_SEED,
+    BootstrapState,
+    poisson_weights,
+)
+from evald.statistics.intervals import Moments
 from evald.stats import mean_ci95
 
 
@@ -38,6 +51,8 @@ class WindowRow:
     sum_squares: float
     mean: float  # NaN when count == 0
     ci95_halfwidth: float  # NaN when count < 2
+    #: 95% half-width clustered by user (hashed Poisson bootstrap); NaN below its minimum n
+    ci95_clustered_halfwidth: float = float("nan")
 
     def to_json(self) -> dict[str, object]:
         """The ``--windows`` line; NaN becomes null."""
@@ -56,6 +71,7 @@ class WindowRow:
             "sum_squares": self.sum_squares,
             "mean": num(self.mean),
             "ci95_halfwidth": num(self.ci95_halfwidth),
+            "ci95_clustered_halfwidth": num(self.ci95_clustered_halfwidth),
         }
 
 
@@ -76,7 +92,9 @@ class Aggregates:
         bucket_ms: int,
         windows_ms: Sequence[int],
         retention_ms: int,
+        replicates: int = DEFAULT_REPLICATES,
     ) -> None:
+        """``replicates``: bootstrap replicates per window (0: no clustered interval)."""
         self.measures: list[str] = list(measures)
         self.segments = segments
         self.bounds = np.asarray(bounds, dtype=np.float64)
@@ -87,12 +105,19 @@ class Aggregates:
         self.hist_counts = np.zeros((0, m, b), dtype=np.int64)
         self.hist_sum = np.zeros((0, m), dtype=np.float64)
         self.hist_count = np.zeros((0, m), dtype=np.int64)
+        #: Σ y² of the histogram's values: with hist_sum and hist_count a monotonic counter
+        #: triple, so PromQL computes a variance over any range and across instances
+        self.hist_squares = np.zeros((0, m), dtype=np.float64)
         #: finalized impressions without positive feedback, per segment (a counter)
         self.abandoned = np.zeros(0, dtype=np.int64)
         #: finalized impressions scored into the overflow segment (a counter)
         self.overflow = 0
         #: partition -> bucket index (ts // bucket_ms) -> [segment, measure, (n, sum, squares)]
         self._windows: dict[int, dict[int, np.ndarray]] = {}
+        self.replicates = replicates
+        self.seed = DEFAULT_SEED
+        #: partition -> (width ms, window start ms) -> [segment, measure, replicate, (Σwy, Σw)]
+        self._boot: dict[int, dict[tuple[int, int], np.ndarray]] = {}
 
     # ---------------------------------------------------------------- writing
 
@@ -105,6 +130,7 @@ class Aggregates:
         self.hist_counts = np.concatenate([self.hist_counts, np.zeros((extra, m, b), np.int64)])
         self.hist_sum = np.concatenate([self.hist_sum, np.zeros((extra, m))])
         self.hist_count = np.concatenate([self.hist_count, np.zeros((extra, m), np.int64)])
+        self.hist_squares = np.concatenate([self.hist_squares, np.zeros((extra, m))])
         self.abandoned = np.concatenate([self.abandoned, np.zeros(extra, np.int64)])
 
     def observe(
@@ -116,11 +142,14 @@ class Aggregates:
         *,
         abandoned: np.ndarray | None = None,
         histogram: bool = True,
+        clusters: np.ndarray | None = None,
     ) -> None:
         """Add finalized impressions: ``values`` is (n, len(measures)) in measure order.
 
         ``histogram=False`` feeds only the window sums (results replayed after a restart were
-        already counted in a histogram by the process that produced them).
+        already counted in a histogram by the process that produced them). ``clusters``: one
+        uint64 cluster key per impression (``evald.statistics.list_cluster``) for the
+        bootstrap sums; None leaves them out.
         """
         n = len(segment_ids)
         if n == 0:
@@ -139,6 +168,7 @@ class Aggregates:
             flat = (seg[:, None] * n_m + np.arange(n_m)) * n_b + b_idx
             counts += np.bincount(flat[finite], minlength=counts.size).reshape(counts.shape)
             np.add.at(self.hist_sum, seg, clean)
+            np.add.at(self.hist_squares, seg, clean * clean)
             self.hist_count += np.bincount(
                 np.broadcast_to(seg[:, None] * n_m + np.arange(n_m), values.shape)[finite],
                 minlength=n_seg * n_m,
@@ -148,7 +178,11 @@ class Aggregates:
             overflow = self.segments.overflow_id
             if overflow is not None:
                 self.overflow += int(np.count_nonzero(seg == overflow))
-        self._add_windows(partition, seg, np.asarray(ts, dtype=np.int64), clean, finite)
+        ts = np.asarray(ts, dtype=np.int64)
+        self._add_windows(partition, seg, ts, clean, finite)
+        if clusters is not None and self.replicates:
+            keys = np.asarray(clusters, dtype=np.uint64)
+            self._add_bootstrap(partition, seg, ts, clean, finite, keys)
 
     def _add_windows(
         self, partition: int, seg: np.ndarray, ts: np.ndarray, clean: np.ndarray, finite: np.ndarray
@@ -167,17 +201,64 @@ class Aggregates:
                 arr = buckets[key] = grown
             np.add.at(arr, seg[sel], parts[sel])
 
+    def _add_bootstrap(
+        self,
+        partition: int,
+        seg: np.ndarray,
+        ts: np.ndarray,
+        clean: np.ndarray,
+        finite: np.ndarray,
+        keys: np.ndarray,
+    ) -> None:
+        """Replicate sums per (window, segment): one (2M, n) @ (n, B) product per run of results
+        sharing a segment and every width's window, which BLAS does far faster than an add.at
+        over n x M x B cells. Σw counts, per measure, only the lists with a finite value, like
+        the window count."""
+        order = np.lexsort((ts, seg))  # by segment, then time: every window is one run
+        seg_s, ts_s = seg[order], ts[order]
+        w = poisson_weights(keys[order], self.replicates, self.seed).astype(np.float64)
+        y = np.concatenate([clean[order], finite[order].astype(np.float64)], axis=1)  # (n, 2M)
+        cut = seg_s[1:] != seg_s[:-1]
+        for width in self.windows_ms:
+            cut |= ts_s[1:] // width != ts_s[:-1] // width
+        cuts = [0, *(np.flatnonzero(cut) + 1).tolist(), len(seg_s)]
+        n_m = len(self.measures)
+        for lo, hi in itertools.pairwise(cuts):
+            sums = y[lo:hi].T @ w[lo:hi]  # (2M, B): Σ w·y per measure, then Σ w
+            segment, when = int(seg_s[lo]), int(ts_s[lo])
+            for width in self.windows_ms:
+                arr = self._boot_array(partition, width, when // width * width)
+                arr[segment, :, :, 0] += sums[:n_m]
+                arr[segment, :, :, 1] += sums[n_m:]
+
+    def _boot_array(self, partition: int, width: int, start: int) -> np.ndarray:
+        """The partition's replicate sums of one window, grown to every segment."""
+        store = self._boot.setdefault(partition, {})
+        rows = len(self.segments)
+        arr = store.get((width, start))
+        if arr is None or arr.shape[0] < rows:
+            grown = np.zeros((max(rows, 8), len(self.measures), self.replicates, 2))
+            if arr is not None:
+                grown[: arr.shape[0]] = arr
+            arr = store[(width, start)] = grown
+        return arr
+
     def prune(self, partition: int, before_ms: int) -> None:
-        """Drop the partition's buckets that end at or before ``before_ms``."""
+        """Drop the partition's buckets (and bootstrap windows) that end at or before
+        ``before_ms``."""
         buckets = self._windows.get(partition)
-        if not buckets:
-            return
-        for key in [k for k in buckets if (k + 1) * self.bucket_ms <= before_ms]:
-            del buckets[key]
+        if buckets:
+            for key in [k for k in buckets if (k + 1) * self.bucket_ms <= before_ms]:
+                del buckets[key]
+        boot = self._boot.get(partition)
+        if boot:
+            for width, start in [k for k in boot if k[0] + k[1] <= before_ms]:
+                del boot[(width, start)]
 
     def drop_partition(self, partition: int) -> None:
-        """Forget a partition's window sums (another instance now owns it)."""
+        """Forget a partition's window and bootstrap sums (another instance now owns it)."""
         self._windows.pop(partition, None)
+        self._boot.pop(partition, None)
 
     # ---------------------------------------------------------------- reading
 
@@ -231,8 +312,19 @@ class Aggregates:
                 rows.extend(self._rows_for(width, end - width, end))
         return rows
 
+    def bootstrap_sums(self, width: int, start: int) -> np.ndarray:
+        """Merged (segments, measures, replicates, 2) replicate sums (Σwy, Σw) of one window."""
+        out = np.zeros((len(self.segments), len(self.measures), self.replicates, 2))
+        for windows in self._boot.values():
+            arr = windows.get((width, start))
+            if arr is not None:
+                rows = min(arr.shape[0], out.shape[0])
+                out[:rows] += arr[:rows]
+        return out
+
     def _rows_for(self, width: int, start: int, end: int) -> Iterator[WindowRow]:
         sums = self.window_sums(start, end)
+        boot = self.bootstrap_sums(width, start) if self.replicates else None
         name = format_duration(width)
         for seg_id, per_measure in enumerate(sums):
             if not per_measure[:, 0].any():
@@ -241,6 +333,27 @@ class Aggregates:
             for m_idx, measure in enumerate(self.measures):
                 count, total, squares = per_measure[m_idx].tolist()
                 mean, half = mean_ci95(count, total, squares)
+                clustered = math.nan
+                if boot is not None:
+                    moments = Moments(int(count), total, squares)
+                    state = BootstrapState(
+                        self.replicates,
+                        self.seed,
+                        boot[seg_id, m_idx, :, 0].copy(),
+                        boot[seg_id, m_idx, :, 1].copy(),
+                        moments,
+                    )
+                    clustered = state.interval().half_width
                 yield WindowRow(
-                    name, start, end, labels, measure, int(count), total, squares, mean, half
+                    name,
+                    start,
+                    end,
+                    labels,
+                    measure,
+                    int(count),
+                    total,
+                    squares,
+                    mean,
+                    half,
+                    clustered,
                 )

@@ -7,6 +7,7 @@ value raises :class:`ConfigError` whose message starts with the field path
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import math
 import os
@@ -30,7 +31,18 @@ from evald.events import MAX_TS_MS, Limits, parse_timestamp
 
 #: label names the exposition itself uses; a segment key with one of these names would clash
 RESERVED_LABELS = frozenset(
-    {"measure", "window", "le", "partition", "reason", "kind", "outcome", "instance", "job"}
+    {
+        "measure",
+        "window",
+        "le",
+        "partition",
+        "reason",
+        "kind",
+        "outcome",
+        "instance",
+        "job",
+        "comparison",
+    }
 )
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
@@ -60,7 +72,14 @@ Duration = Annotated[int, BeforeValidator(_duration)]
 
 
 def _instant(value: Any) -> Any:
-    """Epoch ms from an int, an RFC 3339 time or a plain ``YYYY-MM-DD`` date (UTC midnight)."""
+    """Epoch ms from an int, an RFC 3339 time or a plain ``YYYY-MM-DD`` date (UTC midnight);
+    YAML reads an unquoted date or time as a date / datetime object, taken alike."""
+    if isinstance(value, datetime.datetime):
+        value = value.isoformat().replace("+00:00", "Z")
+        if value[-1] != "Z" and value[-6] not in "+-":
+            value += "Z"  # YAML's naive datetime is UTC
+    elif isinstance(value, datetime.date):
+        value = value.isoformat()
     if isinstance(value, str):
         text = value.strip()
         if len(text) == 10:
@@ -87,6 +106,73 @@ def _default_measures() -> list[str]:
 
 #: measures whose mean is not a (weighted) mean of per-list values, so no window sum holds them
 AGGREGATE_ONLY: dict[str, str] = {"GMAP": "the geometric mean of AP: export AP"}
+
+
+class ComparisonConfig(BaseModel):
+    """One arm comparison (docs/statistics.md, "How it is wired")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="names the comparison in its series")
+    label: str = Field(description="the segment label key whose values are the arms")
+    control: str = Field(min_length=1)
+    treatments: list[str] = Field(min_length=1, description="one or more treatment arms")
+    start: Instant = Field(description="declared start (date, RFC 3339 or epoch ms)")
+    split: dict[str, float] | None = Field(
+        None, description="expected traffic share per arm (default: equal); the sample-ratio guard"
+    )
+    arm_scoped_labels: list[str] = Field(
+        default_factory=list,
+        description="segment labels fixed by the arm (such as model), summed away",
+    )
+    min_effect: dict[str, float] = Field(
+        default_factory=dict,
+        description="measure -> smallest drop worth an alert (>= 0); the alerting family",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ComparisonConfig:
+        arms = [self.control, *self.treatments]
+        if len(set(arms)) != len(arms):
+            raise ValueError("control and treatments must be distinct arms")
+        if self.split is not None:
+            if sorted(self.split) != sorted(arms):
+                raise ValueError("split: one weight per arm (control and every treatment)")
+            if any(not (math.isfinite(w) and w > 0) for w in self.split.values()):
+                raise ValueError("split: weights must be finite and > 0")
+        for measure, effect in self.min_effect.items():
+            if not (math.isfinite(effect) and effect >= 0):
+                raise ValueError(f"min_effect: {measure}: must be a finite number >= 0")
+        return self
+
+
+class StatisticsConfig(BaseModel):
+    """The always-valid comparison, sample-ratio guard and CUSUM (docs/statistics.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: Duration = Field(
+        60 * 60_000, gt=0, description="window folded (one of windows, when comparing)"
+    )
+    alpha: float = Field(0.05, gt=0, lt=1, description="family-wise error rate of the alerts")
+    tuning_n: float = Field(5000.0, gt=0, description="lists where the sequence is tightest")
+    min_n: int = Field(100, ge=2, description="lists per arm before a bound is published")
+    srm_alpha: float = Field(0.001, gt=0, lt=1, description="level of the sample-ratio guard")
+    cusum_k: float = Field(0.5, ge=0, description="CUSUM reference value (standard errors)")
+    cusum_h: float = Field(5.0, gt=0, description="CUSUM decision threshold")
+    cusum_min_n: int = Field(30, ge=2, description="lists per window before a CUSUM step")
+    baseline_windows: int = Field(24, ge=1, description="trailing windows of an arm's baseline")
+    bootstrap_replicates: int = Field(
+        100, ge=0, description="replicates of the clustered interval per window (0: none)"
+    )
+    comparisons: list[ComparisonConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> StatisticsConfig:
+        names = [c.name for c in self.comparisons]
+        if len(set(names)) != len(names):
+            raise ValueError("comparisons: names must be distinct")
+        return self
 
 
 class EngineConfig(BaseModel):
@@ -153,6 +239,9 @@ class EngineConfig(BaseModel):
         default_factory=lambda: list(DEFAULT_HISTOGRAM_BOUNDS), min_length=1
     )
     batch_size: int = Field(4096, ge=1, description="finalized impressions scored per batch")
+    statistics: StatisticsConfig = Field(
+        default_factory=lambda: StatisticsConfig.model_validate({})
+    )
 
     @field_validator("measures", mode="before")
     @classmethod
@@ -219,6 +308,25 @@ class EngineConfig(BaseModel):
                 )
         if self.retention < max(self.windows):
             raise ValueError("retention: must be at least the longest window")
+        return self
+
+    @model_validator(mode="after")
+    def _check_statistics(self) -> EngineConfig:
+        stats = self.statistics
+        if stats.comparisons and stats.window not in self.windows:
+            raise ValueError(
+                f"statistics.window: {stats.window} ms is not one of windows {self.windows}"
+            )
+        for i, comp in enumerate(stats.comparisons):
+            where = f"statistics.comparisons.{i}"
+            for key in (comp.label, *comp.arm_scoped_labels):
+                if key not in self.label_keys:
+                    raise ValueError(f"{where}: {key!r} is not one of label_keys {self.label_keys}")
+            for measure in comp.min_effect:
+                if measure not in self.measures:
+                    raise ValueError(
+                        f"{where}.min_effect: {measure!r} is not one of measures {self.measures}"
+                    )
         return self
 
     @model_validator(mode="after")

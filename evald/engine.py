@@ -29,6 +29,8 @@ from evald.join import Joined, JoinStore
 from evald.join.window import complete_before
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
 from evald.segments import LabelTable, SegmentIndex
+from evald.statistics.bootstrap import request_clusters
+from evald.statistics.live import LiveStatistics
 from evald.stats import Stats
 
 
@@ -64,9 +66,12 @@ class Engine:
         clock: Callable[[], float] = time.time,
         on_result: Callable[[Result], None] | None = None,
         decoder: EventDecoder | None = None,
+        global_statistics: bool = False,
     ) -> None:
         """``decoder`` reads the input format; None: the native JSON schema (:class:`Decoder`)
-        with the config's limits, action grades and event-time bounds."""
+        with the config's limits, action grades and event-time bounds. ``global_statistics``:
+        this engine sees every input partition (replay, the demo), so it folds the configured
+        comparisons (``statistics``); an instance owning a subset must not."""
         self.config = config
         self.clock = clock
         self.on_result = on_result
@@ -88,7 +93,11 @@ class Engine:
             config.bucket,
             config.windows,
             config.retention,
+            config.statistics.bootstrap_replicates,
         )
+        self.statistics: LiveStatistics | None = None
+        if global_statistics and config.statistics.comparisons:
+            self.statistics = LiveStatistics(config, self.measure_names)
         self._stores: dict[int, JoinStore] = {}
         self._open_total = [0]  # open impressions over all partitions, kept by the stores
         self._drained = False
@@ -246,9 +255,13 @@ class Engine:
         """Idle fallback, then score and aggregate everything closed; returns how many."""
         now = self.clock()
         done = 0
-        for store in list(self._stores.values()):
+        stores = list(self._stores.values())
+        for store in stores:
             store.idle(now)
             done += self._finalize(store, now)
+        if self.statistics is not None:  # before pruning: the windows it folds must be held
+            self.statistics.advance(self.aggregates, self.complete_before(), final=False)
+        for store in stores:
             self._prune(store)
         return done
 
@@ -260,6 +273,8 @@ class Engine:
             store.close_all()
             done += self._finalize(store, now)
         self._drained = True
+        if self.statistics is not None:
+            self.statistics.advance(self.aggregates, self.complete_before(), final=True)
         return done
 
     def _finalize(self, store: JoinStore, now: float) -> int:
@@ -302,8 +317,16 @@ class Engine:
         for reason in joined.reasons:
             stats.finalized[reason] += 1
         stats.abandoned += int(abandoned.sum())
+        clusters = None
+        if self.aggregates.replicates:
+            clusters = request_clusters(joined.request_ids)
         self.aggregates.observe(
-            partition, joined.segment_ids, joined.ts, values, abandoned=abandoned
+            partition,
+            joined.segment_ids,
+            joined.ts,
+            values,
+            abandoned=abandoned,
+            clusters=clusters,
         )
         callback = self.on_result
         if callback is None:
@@ -432,5 +455,6 @@ class Engine:
             np.asarray([ts_ms]),
             np.asarray([row]),
             histogram=False,
+            clusters=request_clusters([str(result.get("request_id", ""))]),
         )
         return True

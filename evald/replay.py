@@ -392,7 +392,55 @@ def summary_json(engine: Engine, counts: dict[str, int], moments: SegmentMoments
         "means": {name: est.to_json() for name, est in moments.overall().items()},
         "segments": [row.to_json() for row in moments.rows()],
     }
+    if engine.statistics is not None:
+        doc["comparisons"] = comparison_records(engine)
     return json.dumps(doc, ensure_ascii=False, indent=2)
+
+
+def comparison_records(engine: Engine) -> list[dict[str, object]]:
+    """One record per (comparison, treatment, comparison segment, measure), in that order."""
+    from evald.statistics.live import summary as comparison_summary
+
+    live = engine.statistics
+    if live is None:
+        return []
+    alpha = live.settings.alpha
+    return [rec for view in live.views() for rec in comparison_summary(view, alpha)]
+
+
+def comparisons(engine: Engine) -> list[str]:
+    """The text summary's comparison lines: the sequence's bounds, the minimum-effect verdict,
+    the CUSUM and the sample-ratio guard per treatment, comparison segment and measure."""
+    records = comparison_records(engine)
+    if not records:
+        return []
+    rows = [
+        f"comparisons (always-valid {1 - engine.config.statistics.alpha:.0%} confidence "
+        "sequence on treatment − control, family-wise):"
+    ]
+    for r in records:
+        segment = " ".join(f"{k}={v}" for k, v in r["segment"].items())  # type: ignore[attr-defined]
+        low, high = r["lower"], r["upper"]
+        band = "n too small" if low is None else f"[{low:+.6f}, {high:+.6f}]"
+        if r["intersection_empty"]:
+            band += " (the running intersection is empty: the difference changed)"
+        verdict = ""
+        if r["min_effect"] is not None:
+            worse = "BELOW" if r["below_min_effect"] else "not below"
+            verdict = f"; {worse} −{r['min_effect']}"
+        alarm = r["cusum_alarm_window"]
+        rows.append(
+            f"  {r['comparison']} {r['treatment']} vs {r['control']} {segment} {r['measure']}: "
+            f"Δ {_signed(r['difference'])} {band}{verdict}, p {r['p_value']:.3g}, "
+            f"n {r['n_treatment']:,}/{r['n_control']:,}; CUSUM {r['cusum_vs_control']:.2f}"
+            + ("" if alarm is None else f" (alarm at window {alarm})")
+            + f"; SRM p {r['srm_p_value']:.3g}"
+        )
+    return rows
+
+
+def _signed(value: object) -> str:
+    return "n/a" if value is None else f"{value:+.6f}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -415,7 +463,7 @@ def run(args: argparse.Namespace) -> int:
                 " (time: {source: record}); lines of a file have none: use a mapping that reads"
                 " the time from a field of the record"
             )
-        engine = Engine(config, clock=lambda: 0.0, decoder=decoder)
+        engine = Engine(config, clock=lambda: 0.0, decoder=decoder, global_statistics=True)
         moments = SegmentMoments(engine.measure_names, engine.aggregates.segments)
         engine.on_result = moments.add
         paths = list(args.files)
@@ -449,7 +497,12 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(summary_json(engine, counts, moments), file=out)
     else:
-        text = [*summary(engine, counts), "means (± 95% interval):", *means(moments)]
+        text = [
+            *summary(engine, counts),
+            "means (± 95% interval):",
+            *means(moments),
+            *comparisons(engine),
+        ]
         print("\n".join(text), file=out)
     rejected_n = sum(engine.stats.rejected.values())
     return 1 if args.strict and rejected_n else 0

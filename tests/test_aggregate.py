@@ -117,3 +117,35 @@ def test_impressions_scored_into_the_overflow_segment_are_counted():
     # results replayed after a restart feed the window sums only: not counted again
     agg.observe(0, np.array([folded]), np.array([5]), np.ones((1, 1)), histogram=False)
     assert agg.overflow == 2
+
+
+def test_window_bootstrap_sums_merge_partitions_and_give_the_clustered_interval():
+    """The window's replicate sums, split over partitions, equal BootstrapState.of over the
+    window's lists; the interval follows, and the squares counter is the sum of squares."""
+    from evald.statistics import BootstrapState
+    from evald.statistics.bootstrap import request_clusters
+
+    agg, segments = make()
+    seg = segments.segment_of({"arm": "A"})
+    rng = np.random.default_rng(4)
+    n = 400
+    values = rng.beta(2, 3, (n, 2))
+    values[::50, 1] = np.nan  # a measure undefined for some lists: not in its Σw
+    ts = rng.integers(0, 5 * MIN, n)
+    rids = [f"r{i}" for i in range(n)]
+    keys = request_clusters(rids)
+    part = rng.integers(0, 3, n)
+    for p in range(3):
+        sel = part == p
+        agg.observe(p, np.full(sel.sum(), seg), ts[sel], values[sel], clusters=keys[sel])
+    rows = {r.measure: r for r in agg.window_rows(5 * MIN) if r.window == "5m"}
+    for j, measure in enumerate(agg.measures):
+        state = BootstrapState.of(keys, values[:, j])
+        expected = state.interval().half_width
+        assert rows[measure].ci95_clustered_halfwidth == pytest.approx(expected, rel=1e-9)
+        finite = values[np.isfinite(values[:, j]), j]
+        assert agg.hist_squares[seg, j] == pytest.approx(float(finite @ finite))
+    # without cluster keys (or with 0 replicates) there is no clustered interval
+    bare, bare_segments = make()
+    bare.observe(0, np.full(n, bare_segments.segment_of({"arm": "A"})), ts, values)
+    assert all(math.isnan(r.ci95_clustered_halfwidth) for r in bare.window_rows(5 * MIN))

@@ -3,6 +3,30 @@ import pytest
 from evald.config import RESERVED_LABELS, ConfigError, EngineConfig, load_config, read_mapping_file
 from evald.metrics import DEFAULT_MEASURES
 
+AB = {"name": "ab", "label": "arm", "control": "A", "treatments": ["B"], "start": "2026-01-01"}
+
+
+def test_a_comparison_reads_its_start_as_a_date_and_its_measures_canonical():
+    import datetime
+
+    c = load_config(
+        {
+            "statistics": {
+                "comparisons": [
+                    {**AB, "start": datetime.date(2026, 1, 1), "min_effect": {"nDCG@10": 0.01}}
+                ]
+            }
+        }
+    )
+    (comp,) = c.statistics.comparisons
+    assert comp.start == 1_767_225_600_000  # YAML's unquoted date, UTC midnight
+    assert comp.min_effect == {"nDCG@10": 0.01}
+
+
+def test_the_statistics_window_only_matters_with_a_comparison():
+    """Settings with other windows and no comparison stay valid (the daemon's tests use 5m)."""
+    assert load_config(windows=["5m"]).statistics.comparisons == []
+
 
 def test_defaults():
     c = EngineConfig()
@@ -37,6 +61,20 @@ def test_durations_and_measures_are_normalised():
         ({"retention": "1m"}, "retention"),
         ({"histogram_bounds": [0.5, 0.1]}, "histogram_bounds"),
         ({"typo": 1}, "typo"),
+        ({"statistics": {"alpha": 1.5}}, "statistics.alpha"),
+        ({"statistics": {"window": "10m", "comparisons": [AB]}}, "statistics.window"),
+        ({"statistics": {"comparisons": [{**AB, "label": "color"}]}}, "statistics.comparisons.0"),
+        ({"statistics": {"comparisons": [{**AB, "treatments": []}]}}, "statistics.comparisons.0"),
+        (
+            {"statistics": {"comparisons": [{**AB, "min_effect": {"nDCG@ten": 0.1}}]}},
+            "statistics.comparisons.0.min_effect",
+        ),
+        (
+            {"statistics": {"comparisons": [{**AB, "min_effect": {"RR": -1}}]}},
+            "statistics.comparisons.0",
+        ),
+        ({"statistics": {"comparisons": [{**AB, "split": {"A": 1}}]}}, "statistics.comparisons.0"),
+        ({"statistics": {"comparisons": [AB, AB]}}, "statistics"),
     ],
 )
 def test_errors_name_the_field(settings, field):

@@ -171,35 +171,75 @@ def _quality_panels(spec: Spec, q: _Queries) -> list[Panel]:
             "rule); 100% means no difference.",
         )
     )
-    panels.append(
-        _timeseries(
-            f"{spec.treatment} − {spec.control} with the alert bound ($window window)",
-            [
-                _target(
-                    "A",
-                    f'arms:evald_window:treatment_minus_control{{window="$window", {comp}}}',
-                    legend,
-                ),
-                _target(
-                    "B",
-                    f"-arms:evald_window:treatment_minus_control_ci_bound"
-                    f'{{window="$window", {comp}}}',
-                    f"{legend} bound",
-                ),
-            ],
-            unit="none",
-            description="EvaldTreatmentBelowControl fires when a difference stays below its "
-            "bound (dashed).",
-            overrides=[
-                _override(
-                    "byRegexp",
-                    "/bound$/",
-                    {"custom.lineStyle": {"fill": "dash", "dash": [4, 4]}, "custom.lineWidth": 1},
-                )
-            ],
-        )
-    )
+    panels.append(_sequence_panel(spec, comp))
+    panels.append(_cusum_panel(spec, comp))
     return panels
+
+
+def _sequence_panel(spec: Spec, comp: str) -> Panel:
+    """The comparison's difference since its start inside its confidence-sequence band, and
+    minus the minimum effect: EvaldTreatmentBelowControl fires when the band's top is below."""
+    a = spec.arm_label
+    legend = " ".join(
+        ["{{comparison}} {{measure}}", *(f"{{{{{k}}}}}" for k in spec.comparison_labels)]
+    )
+    legend = f"{legend} {{{{{a}}}}}"
+    return _timeseries(
+        f"{spec.treatment} − {spec.control} since the comparison start, always-valid band",
+        [
+            _target("A", f"evald_comparison_difference{{{comp}}}", legend),
+            _target("B", f"evald_comparison_lower{{{comp}}}", f"{legend} lower"),
+            _target("C", f"evald_comparison_upper{{{comp}}}", f"{legend} upper"),
+            _target(
+                "D",
+                '-evald_comparison_min_effect{job=~"$job"}',
+                "{{comparison}} {{measure}} minus the minimum effect",
+            ),
+        ],
+        unit="none",
+        description="Treatment mean minus control mean over every complete window since the "
+        "declared start, with its confidence sequence (valid however often it is looked at; "
+        f"family-wise rate {spec.thresholds.family_alpha:.0%}). EvaldTreatmentBelowControl "
+        "fires when the upper bound is below minus the minimum effect (dashed).",
+        overrides=[
+            _override(
+                "byRegexp",
+                "/ (lower|upper)$/",
+                {"custom.lineStyle": {"fill": "dot", "dash": [2, 4]}, "custom.lineWidth": 1},
+            ),
+            _override(
+                "byRegexp",
+                "/minimum effect$/",
+                {"custom.lineStyle": {"fill": "dash", "dash": [4, 4]}, "custom.lineWidth": 1},
+            ),
+        ],
+    )
+
+
+def _cusum_panel(spec: Spec, comp: str) -> Panel:
+    """Both CUSUMs against their threshold h: the drop alerts fire above it."""
+    a = spec.arm_label
+    where = " ".join(["{{measure}}", *(f"{{{{{k}}}}}" for k in spec.comparison_labels)])
+    return _timeseries(
+        "Drop detection: CUSUM statistics",
+        [
+            _target("A", f"evald_cusum_vs_control{{{comp}}}", f"{where} {{{{{a}}}}} vs control"),
+            _target("B", f"evald_cusum_vs_baseline{{{comp}}}", f"{where} {{{{{a}}}}} vs baseline"),
+            _target("C", 'evald_cusum_threshold{job=~"$job"}', "threshold h {{comparison}}"),
+        ],
+        unit="none",
+        description="One-sided CUSUM of standardized window means: treatment − control, and "
+        "each arm against its trailing baseline. EvaldTreatmentDropDetected and "
+        "EvaldArmDropDetected fire above h (dashed); about one false alarm per 930 windows.",
+        overrides=[
+            _override(
+                "byRegexp",
+                "/^threshold/",
+                {"custom.lineStyle": {"fill": "dash", "dash": [4, 4]}, "custom.lineWidth": 1},
+            )
+        ],
+        minimum=0,
+    )
 
 
 def _traffic_panels(spec: Spec, q: _Queries) -> list[Panel]:
@@ -459,7 +499,7 @@ def _variables(spec: Spec) -> list[dict[str, Any]]:
     ]
 
 
-def _alert_annotation() -> dict[str, Any]:
+def _alert_annotation(spec: Spec) -> dict[str, Any]:
     """A marker on every panel while one of evald's alerts fires (Prometheus' ALERTS series)."""
     return {
         "name": "evald alerts",
@@ -469,7 +509,7 @@ def _alert_annotation() -> dict[str, Any]:
         "expr": 'ALERTS{alertname=~"Evald.*", alertstate="firing"}',
         "step": "60s",
         "titleFormat": "{{alertname}}",
-        "textFormat": "{{measure}} {{severity}}",
+        "textFormat": "{{comparison}} {{measure}} {{" + spec.arm_label + "}} {{severity}}",
         "useValueForTime": False,
     }
 
@@ -491,7 +531,7 @@ def build(spec: Spec) -> dict[str, Any]:
         "version": 1,
         "time": {"from": "now-6h", "to": "now"},
         "templating": {"list": _variables(spec)},
-        "annotations": {"list": [_alert_annotation()]},
+        "annotations": {"list": [_alert_annotation(spec)]},
         "links": [],
         "panels": _layout(
             [

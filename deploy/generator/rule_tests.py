@@ -16,6 +16,7 @@ from typing import Any
 
 from deploy.generator import rules
 from deploy.generator.spec import Spec
+from deploy.generator.statistics_tests import down_tests, statistics_tests
 
 MINUTES_PER_WEEK = 7 * 24 * 60
 DAY = 24 * 60  # minutes
@@ -206,55 +207,6 @@ def _window_series(spec: Spec, arms: dict[str, tuple[int, float, float]]) -> lis
                 }
             )
     return series
-
-
-def _ci_tests(spec: Spec, alerts: _Alerts) -> list[Case]:
-    c, t = spec.control, spec.treatment
-    name = "EvaldTreatmentBelowControl"
-    keys = {k: v for k, v in _segments(spec)[0].items() if k in spec.comparison_labels}
-    labels = {"measure": spec.measures[0], "window": "1h", **JOB, **keys}
-    return [
-        {
-            # bound = 1.96 * 0.3 * sqrt(2/1000) = 0.026 < 0.05
-            "name": "treatment 0.05 below control at n=1000 per arm fires",
-            "interval": "1m",
-            "input_series": _window_series(spec, {c: (1000, 0.5, 0.3), t: (1000, 0.45, 0.3)}),
-            "alert_rule_test": [
-                {"eval_time": "10m", "alertname": name},
-                {
-                    "eval_time": "20m",
-                    "alertname": name,
-                    "exp_alerts": [alerts.expect(name, labels)],
-                },
-            ],
-        },
-        {
-            "name": "a 0.01 difference, within the bound at n=1000, stays silent",
-            "interval": "1m",
-            "input_series": _window_series(spec, {c: (1000, 0.5, 0.3), t: (1000, 0.49, 0.3)}),
-            "alert_rule_test": [{"eval_time": "30m", "alertname": name}],
-        },
-        {
-            "name": "treatment above control stays silent",
-            "interval": "1m",
-            "input_series": _window_series(spec, {c: (1000, 0.45, 0.3), t: (1000, 0.5, 0.3)}),
-            "alert_rule_test": [{"eval_time": "30m", "alertname": name}],
-        },
-        {
-            # bound = 1.96 * 0.3 * sqrt(2/150) = 0.068 > 0.05: the interval is too wide
-            "name": "the same 0.05 difference at n=150 per arm is inside the bound",
-            "interval": "1m",
-            "input_series": _window_series(spec, {c: (150, 0.5, 0.3), t: (150, 0.45, 0.3)}),
-            "alert_rule_test": [{"eval_time": "30m", "alertname": name}],
-        },
-        {
-            # a 0.2 difference beats the bound at n=50 (0.118), but 50 < the sample guard
-            "name": "a large difference at low traffic stays silent (sample guard)",
-            "interval": "1m",
-            "input_series": _window_series(spec, {c: (50, 0.5, 0.3), t: (50, 0.3, 0.3)}),
-            "alert_rule_test": [{"eval_time": "30m", "alertname": name}],
-        },
-    ]
 
 
 def _watermark_tests(alerts: _Alerts) -> list[Case]:
@@ -507,11 +459,12 @@ def build_pipeline(spec: Spec) -> dict[str, Any]:
         "rule_files": RULE_FILES,
         "evaluation_interval": "1m",
         "tests": [
-            *_ci_tests(spec, alerts),
             *_watermark_tests(alerts),
             *_finalize_tests(alerts),
             *_ratio_tests(alerts),
             *_lag_tests(alerts),
             *_ready_tests(alerts),
+            *statistics_tests(spec, alerts.expect),
+            *down_tests(spec, alerts.expect),
         ],
     }

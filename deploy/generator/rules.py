@@ -174,27 +174,107 @@ def _quality_drop(spec: Spec, name: str, offset: str, baseline: str) -> Rule:
     }
 
 
+def _comparison_on(spec: Spec) -> str:
+    """Labels matching one comparison's series of one evald instance and comparison segment."""
+    return _by(JOB, "instance", "comparison", *spec.comparison_labels)
+
+
+def _srm_ok(spec: Spec) -> str:
+    """Drop the comparisons whose sample-ratio guard has fired: their difference is biased."""
+    return (
+        f"unless on ({_comparison_on(spec)})\n"
+        f"(evald_comparison_srm_p_value < {spec.thresholds.srm_alpha:g})"
+    )
+
+
 def _treatment_below_control(spec: Spec) -> Rule:
     th = spec.thresholds
-    a = spec.arm_label
-    on = _by("window", *comparison_keys(spec))
-    count = "arm:evald_window_count:sum"
+    on = _by(JOB, "instance", "comparison", "measure")
     return {
         "alert": "EvaldTreatmentBelowControl",
         "expr": "(\n"
-        '  arms:evald_window:treatment_minus_control{window="1h"}\n'
-        '  < -arms:evald_window:treatment_minus_control_ci_bound{window="1h"}\n'
-        ")\n"
-        f'and on ({on}) ({count}{{window="1h", {a}="{spec.control}"}} >= {th.ci_min_samples})\n'
-        f'and on ({on}) ({count}{{window="1h", {a}="{spec.treatment}"}} >= {th.ci_min_samples})',
-        "for": th.ci_for,
+        "  evald_comparison_upper\n"
+        f"  + on ({on}) group_left ()\n"
+        "  evald_comparison_min_effect\n"
+        ") < 0\n" + _srm_ok(spec),
+        "for": th.sequence_for,
         "labels": {"severity": "warning"},
         "annotations": {
-            "summary": f"{{{{ $labels.measure }}}}: {spec.treatment} arm below {spec.control}",
-            "description": f"In the last complete 1h event-time window, the {spec.treatment} mean "
-            f"of {{{{ $labels.measure }}}} ({_segment_text(spec, comparison_keys(spec))}) is below "
-            f"the {spec.control} mean by more than {th.ci_z:.2f} standard errors of the difference "
-            f"(at least {th.ci_min_samples} impressions per arm).",
+            "summary": "{{ $labels.measure }}: {{ $labels." + spec.arm_label + " }} below "
+            f"{spec.control} by more than the minimum effect",
+            "description": "The always-valid confidence sequence of comparison "
+            "{{ $labels.comparison }} on {{ $labels." + spec.arm_label + " }} minus "
+            f"{spec.control} for {{{{ $labels.measure }}}} "
+            f"({_segment_text(spec, spec.comparison_labels)}) lies wholly below minus the "
+            "configured minimum effect. Family-wise error rate "
+            f"{th.family_alpha:.0%} over every treatment, alerting measure and segment of the "
+            "comparison, however often it is checked (docs/statistics.md).",
+        },
+    }
+
+
+def _cusum_drop(spec: Spec, name: str, series: str, what: str) -> Rule:
+    th = spec.thresholds
+    return {
+        "alert": name,
+        "expr": f"{series}\n"
+        f"> on ({JOB}, instance, comparison) group_left ()\n"
+        "evald_cusum_threshold\n" + _srm_ok(spec),
+        "for": th.cusum_for,
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": f"{{{{ $labels.measure }}}}: drop of {what} detected",
+            "description": f"The CUSUM of {what} for {{{{ $labels.measure }}}} "
+            f"({_segment_text(spec, (spec.arm_label, *spec.comparison_labels))}, comparison "
+            "{{ $labels.comparison }}) is above its threshold h: a sustained drop of about one "
+            "standard error of a window mean or more. One false alarm per ~930 windows on "
+            "average without a change, whatever the traffic (docs/statistics.md §4).",
+        },
+    }
+
+
+def _down(spec: Spec) -> list[Rule]:
+    th = spec.thresholds
+    return [
+        {
+            "alert": "EvaldDown",
+            "expr": f'up{{{JOB}="{spec.app}"}} == 0',
+            "for": th.down_for,
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "evald is down or cannot be scraped",
+                "description": "Prometheus has failed to scrape {{ $labels.instance }} for "
+                f"{th.down_for}: every evald quality alert is silent meanwhile.",
+            },
+        },
+        {
+            "alert": "EvaldAbsent",
+            "expr": f'absent(up{{{JOB}="{spec.app}"}})',
+            "for": th.down_for,
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "No evald target is scraped",
+                "description": f'Prometheus has no scrape target with {JOB}="{spec.app}" since '
+                f"{th.down_for}: evald is not deployed or its service discovery broke, and every "
+                "evald quality alert is silent meanwhile.",
+            },
+        },
+    ]
+
+
+def _sample_ratio(spec: Spec) -> Rule:
+    th = spec.thresholds
+    return {
+        "alert": "EvaldSampleRatioMismatch",
+        "expr": f"evald_comparison_srm_p_value < {th.srm_alpha:g}",
+        "for": th.srm_for,
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "Arm counts of comparison {{ $labels.comparison }} do not follow the split",
+            "description": "The always-valid sample-ratio test of comparison "
+            f"{{{{ $labels.comparison }}}} ({_segment_text(spec, spec.comparison_labels)}) "
+            f"rejects the configured split at {th.srm_alpha:g}: a bucketing bug or lost "
+            "traffic of one arm. The comparison's alerts are suppressed while it fires.",
         },
     }
 
@@ -232,6 +312,20 @@ def alert_groups(spec: Spec) -> list[Group]:
         _quality_drop(spec, "EvaldQualityDropVsLastWeek", "1w", "last week"),
         _quality_drop(spec, "EvaldQualityDropVsYesterday", "1d", "yesterday"),
         _treatment_below_control(spec),
+        _cusum_drop(
+            spec,
+            "EvaldTreatmentDropDetected",
+            "evald_cusum_vs_control",
+            f"the {{{{ $labels.{spec.arm_label} }}}} arm against {spec.control}",
+        ),
+        _cusum_drop(
+            spec,
+            "EvaldArmDropDetected",
+            "evald_cusum_vs_baseline",
+            f"the {{{{ $labels.{spec.arm_label} }}}} arm against its own trailing baseline",
+        ),
+        _sample_ratio(spec),
+        *_down(spec),
         {
             "alert": "EvaldWatermarkStalled",
             "expr": f"changes(evald_watermark_timestamp_seconds[{th.watermark_stall}]) == 0\n"

@@ -25,13 +25,20 @@ DEFAULT_MEASURES: tuple[str, ...] = (
 class Thresholds:
     """Alert thresholds; each is a knob an operator is expected to tune."""
 
+    #: evald's statistics.alpha: the family-wise error rate of the treatment-below-control
+    #: alert over every treatment x alerting measure x comparison segment, however often checked
+    family_alpha: float = 0.05
+    srm_alpha: float = 0.001  # evald's statistics.srm_alpha: the split is broken below it
+    sequence_for: str = "5m"
+    cusum_for: str = "5m"
+    srm_for: str = "15m"
+    down_for: str = "5m"  # the scrape failing (up == 0) or the target gone (absent)
     drop_ratio: float = 0.10  # relative drop of a 1h mean against its baseline that alerts
     drop_min_samples: int = 200  # scored impressions per hour, now AND in the baseline hour
     drop_for: str = "30m"
     # two-sided 95% normal quantile, exactly the z of evald's own evald_window_ci95_halfwidth
     ci_z: float = 1.959963984540054
     ci_min_samples: int = 100  # scored impressions per arm in the 1h window
-    ci_for: str = "15m"
     watermark_stall: str = "15m"  # no watermark movement for this long (idle fallback included)
     watermark_for: str = "5m"
     finalize_delay: str = "45m"  # > window + lateness + idle timeout: accepted by then => finalized

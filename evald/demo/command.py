@@ -66,6 +66,25 @@ def _regress_at(text: str) -> float | None:
     return value
 
 
+#: The demo's comparison: treatment against control per surface, folded every 5 minutes of
+#: event time (5 wall seconds at the default speed) from the first window on, alerting on
+#: nDCG@10 and RR with a minimum effect of 0.01 (docs/statistics.md, "How it is wired").
+STATISTICS: dict[str, object] = {
+    "window": "5m",
+    "comparisons": [
+        {
+            "name": "demo",
+            "label": "arm",
+            "control": "control",
+            "treatments": ["treatment"],
+            "start": 0,
+            "arm_scoped_labels": ["model"],
+            "min_effect": {"nDCG@10": 0.01, "RR": 0.01},
+        }
+    ],
+}
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--duration",
@@ -141,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     from evald.webconfig import WebConfigError, load_web_config
 
     try:
-        config = load_config(window=args.window, lateness=args.lateness)
+        config = load_config(window=args.window, lateness=args.lateness, statistics=STATISTICS)
     except ConfigError as exc:
         print(f"evald demo: --{_first_line(exc)}", file=sys.stderr)
         return 2
@@ -373,7 +392,15 @@ class DemoLoop:
             current, previous = windows if windows else (None, None)
             rows = summarize(self.engine.aggregates, current, previous)
             health = self._health_now()
-        return Snapshot(self.event_time_ms, current, rows, health, self._notes())
+            comparison = self._comparison()
+        return Snapshot(self.event_time_ms, current, rows, health, self._notes(), comparison)
+
+    def _comparison(self) -> list[str]:
+        """The persistent treatment-vs-control block of the view."""
+        from evald.demo.live import comparison_lines
+
+        live = self.engine.statistics
+        return [] if live is None else comparison_lines(live.views(), self.regress_at_ms)
 
     def final_snapshot(self) -> Snapshot:
         """After the drain: the run after the regression against the run before it.
@@ -401,9 +428,10 @@ class DemoLoop:
         with self.lock:
             rows = summarize(agg, after, before)
             health = self._health_now()
+            comparison = self._comparison()
         reason = self.stop_reason or "end of traffic"
         notes = [note, f"stopped ({reason}) after feeding {self.fed:,} records; engine drained"]
-        return Snapshot(self.event_time_ms, after, rows, health, notes)
+        return Snapshot(self.event_time_ms, after, rows, health, notes, comparison)
 
 
 def build_demo(
@@ -429,7 +457,7 @@ def build_demo(
     start_ms = int(time.time() * 1000)
     regress_ms = None if regress_at_s is None else start_ms + int(regress_at_s * speed * 1000)
     simulator = Simulator(seed, rate=rate, speed=speed, start_ms=start_ms, regress_at_ms=regress_ms)
-    engine = Engine(config)
+    engine = Engine(config, global_statistics=True)  # one process sees every partition
     lock = threading.Lock()
     heartbeat = Heartbeat(max_age=30.0)
     holder: list[DemoLoop] = []

@@ -18,6 +18,7 @@ import numpy as np
 
 from evald.aggregate import Aggregates
 from evald.durations import readable
+from evald.statistics.live import ComparisonView
 from evald.stats import Stats, mean_ci95
 from evald.terminal import can_encode
 
@@ -81,6 +82,51 @@ class Snapshot:
     segments: list[SegmentSummary]
     health: Health
     notes: list[str] = field(default_factory=list)
+    #: the persistent treatment-vs-control block (:func:`comparison_lines`)
+    comparison: list[str] = field(default_factory=list)
+
+
+def comparison_lines(
+    views: Sequence[ComparisonView], regress_at_ms: int | None, measure: str = SHOWN[0]
+) -> list[str]:
+    """Per comparison segment: the difference since the start with its always-valid band and
+    the CUSUM against control; then when a drop was first detected and how long after the
+    change (event time)."""
+    lines: list[str] = []
+    for view in views:
+        state = view.state
+        rows = sorted((key, seq) for key, seq in state.sequences.items() if key[2] == measure)
+        if not rows:
+            continue
+        lines.append(f"{measure}: treatment − control since the start (always-valid band):")
+        for key, _seq in rows:
+            treatment, rest, _ = key
+            bound = state.bounds[key]
+            where = " ".join(v for _, v in rest) or "all"
+            band = (
+                "band after 100 lists per arm"
+                if math.isnan(bound.low)
+                else f"[{bound.low:+.3f}, {bound.high:+.3f}]"
+            )
+            cusum = state.vs_control[key].statistic
+            lines.append(
+                f"  {treatment} {where:<6} {bound.difference:+.4f} {band}  CUSUM {cusum:5.1f}"
+            )
+        for (key, signal), end in sorted(view.detected.items(), key=lambda item: item[1]):
+            if key[2] != measure:
+                continue
+            what = "the CUSUM" if signal == "cusum" else "the band"
+            where = " ".join(v for _, v in key[1]) or "all"
+            after = ""
+            if regress_at_ms is not None:
+                delay = end - regress_at_ms
+                after = (
+                    f", {readable(delay / 1000)} after the change"
+                    if delay >= 0
+                    else " (before the change: a false alarm)"
+                )
+            lines.append(f"  drop detected {where} by {what}: window to {hms(end)}{after}")
+    return lines
 
 
 def trend(current: Estimate | None, previous: Estimate | None) -> str:
@@ -326,6 +372,7 @@ def render_table(
     elif shown:
         legend = f"n: impressions in the window · arrow: {shown[0]} against the window before"
         lines.append(paint(_fit(legend), _DIM))
+    lines.extend(_fit(line) for line in snap.comparison)
     lines.append("")
     lines.extend(wrap(health_items(snap.health)))
     lines.extend(_fit(note) for note in snap.notes)
@@ -344,6 +391,7 @@ def render_lines(snap: Snapshot, elapsed_s: float, *, shown: Sequence[str] = SHO
             f"{stamp} window={window} segment={seg.name!r} {values} n={seg.count} "
             f"total={seg.total} trend={trend_text}"
         )
+    lines.extend(f"{stamp} {line.strip()}" for line in snap.comparison)
     lines.append(f"{stamp} {health_line(snap.health)}")
     return "\n".join(lines) + "\n"
 

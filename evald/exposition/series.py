@@ -15,6 +15,7 @@ bounds from the same copy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -77,19 +78,30 @@ class _Segments:
     """Per-segment aggregates, each array read once: without the lock, a growth between two
     reads could leave them of different lengths (the arrays are replaced one after another)."""
 
-    __slots__ = ("abandoned", "bounds", "hist_counts", "hist_sum", "measures", "overflow", "segs")
+    __slots__ = (
+        "abandoned",
+        "bounds",
+        "hist_counts",
+        "hist_squares",
+        "hist_sum",
+        "measures",
+        "overflow",
+        "segs",
+    )
 
     def __init__(self, engine: Engine) -> None:
         aggregates = engine.aggregates
         self.measures: list[str] = list(aggregates.measures)
         self.bounds: list[float] = aggregates.bounds.tolist()
         counts, sums, abandoned = aggregates.hist_counts, aggregates.hist_sum, aggregates.abandoned
+        squares = aggregates.hist_squares
         segments = engine.segments.segments
-        n = min(len(segments), counts.shape[0], sums.shape[0], abandoned.shape[0])
+        n = min(len(segments), counts.shape[0], sums.shape[0], abandoned.shape[0], len(squares))
         self.segs: list[tuple[str, ...]] = segments[:n]
         # Cumulative per bucket: the +Inf bucket is also _count, so they always agree.
         self.hist_counts: list[list[list[int]]] = np.cumsum(counts[:n], axis=2).tolist()
         self.hist_sum: list[list[float]] = sums[:n].tolist()
+        self.hist_squares: list[list[float]] = squares[:n].tolist()
         self.abandoned: list[int] = abandoned[:n].tolist()
         self.overflow = int(aggregates.overflow)
 
@@ -113,6 +125,12 @@ def _measure_rows(state: _Segments) -> Iterable[Row]:
     ):
         for measure, buckets, total in zip(state.measures, cumulative, sums, strict=True):
             yield (measure, *segment), (buckets, total)
+
+
+def _squares_rows(state: _Segments) -> Iterable[Row]:
+    for segment, squares in zip(state.segs, state.hist_squares, strict=True):
+        for measure, total in zip(state.measures, squares, strict=True):
+            yield (measure, *segment), total
 
 
 def _window_part(part: str) -> Callable[[list[tuple[tuple[str, ...], Any]]], Iterable[Row]]:
@@ -154,7 +172,14 @@ def _one(value: float) -> Iterable[Row]:
 
 
 #: Values of the ``window`` label come from the configured widths (default ``5m`` and ``1h``).
-WINDOW_SERIES: tuple[str, ...] = ("mean", "count", "sum", "sum_squares", "ci95_halfwidth")
+WINDOW_SERIES: tuple[str, ...] = (
+    "mean",
+    "count",
+    "sum",
+    "sum_squares",
+    "ci95_halfwidth",
+    "ci95_clustered_halfwidth",
+)
 
 _WINDOW_HELP = {
     "mean": "Mean measure value over the last complete event-time window.",
@@ -165,9 +190,12 @@ _WINDOW_HELP = {
     "(merge: sum; with sum and count it gives the variance).",
     "ci95_halfwidth": "95% confidence half-width of the window mean: 1.96 * s / sqrt(n) with the "
     "sample standard deviation s; absent when n < 2.",
+    "ci95_clustered_halfwidth": "95% confidence half-width of the window mean clustered by user "
+    "(hashed Poisson bootstrap, docs/statistics.md); absent below 30 lists or with no "
+    "replicates configured.",
 }
-# NaN when the window has no finite value (mean) or fewer than two (half-width).
-_WINDOW_MAYBE_NAN = frozenset({"mean", "ci95_halfwidth"})
+# NaN when the window has no finite value (mean) or too few for an interval.
+_WINDOW_MAYBE_NAN = frozenset({"mean", "ci95_halfwidth", "ci95_clustered_halfwidth"})
 # A gauge named *_sum or *_count fails promtool's lint ("non-histogram and non-summary metrics
 # should not have _sum suffix"); the lint skips untyped metrics and PromQL treats both alike, so
 # these two keep their contract names and are exposed untyped.
@@ -177,6 +205,7 @@ _WINDOW_TYPE = {
     "sum": "unknown",
     "sum_squares": "gauge",
     "ci95_halfwidth": "gauge",
+    "ci95_clustered_halfwidth": "gauge",
 }
 
 
@@ -205,6 +234,16 @@ SERIES: tuple[Series, ...] = (
         # per measure: one _bucket per bound plus +Inf, _sum, _count
         per_segment=lambda c: len(c.measures) * (len(c.histogram_bounds) + 1 + 2),
         bounds=lambda state: state.bounds,
+    ),
+    Series(
+        "evald_measure_sum_squares",
+        "counter",
+        "Sum of squared measure values of finalized impressions, per measure and segment: with "
+        "evald_measure_sum and evald_measure_count the variance over any range, across instances.",
+        ("measure", SEGMENT),
+        _Segments,
+        _squares_rows,
+        per_segment=lambda c: len(c.measures),
     ),
     *(_window_series(part) for part in WINDOW_SERIES),
     Series(
@@ -324,6 +363,214 @@ SERIES: tuple[Series, ...] = (
         bounds=lambda state: state[0],
     ),
 )
+
+
+# ------------------------------------------------------------------------------ comparisons
+# The folded statistics of the configured comparisons (evald.statistics.live). The segment
+# labels carry the comparison segment: the arm label holds the treatment (or, for per-arm
+# series, the arm) and the arm-scoped labels are empty, i.e. absent.
+
+
+class _Comparisons:
+    """The comparisons' folded states (immutable: read outside the lock) and the settings."""
+
+    __slots__ = ("keys", "settings", "views")
+
+    def __init__(self, engine: Engine) -> None:
+        live = engine.statistics
+        self.keys: list[str] = list(engine.config.label_keys)
+        self.settings = engine.config.statistics
+        self.views = [] if live is None else live.views()
+
+    def labels(self, comparison: Any, arm: str, rest: tuple[tuple[str, str], ...]) -> list[str]:
+        values = dict(rest)
+        values[comparison.label] = arm
+        return [values.get(key, "") for key in self.keys]
+
+
+def _sequence_part(part: str) -> Callable[[_Comparisons], Iterable[Row]]:
+    def rows(state: _Comparisons) -> Iterable[Row]:
+        for view in state.views:
+            comp, folded = view.config, view.state
+            for (treatment, rest, measure), seq in folded.sequences.items():
+                bound = folded.bounds[(treatment, rest, measure)]
+                value = {
+                    "difference": bound.difference,
+                    "lower": bound.low,
+                    "upper": bound.high,
+                    "p_value": seq.p_value,
+                    "alpha": folded.alpha(state.settings),
+                    "cusum_vs_control": folded.vs_control[(treatment, rest, measure)].statistic,
+                }[part]
+                if math.isfinite(value):
+                    labels = (comp.name, measure, *state.labels(comp, treatment, rest))
+                    yield labels, value
+
+    return rows
+
+
+def _arm_rows(state: _Comparisons) -> Iterable[Row]:
+    """Lists per arm since the start (the control's once per comparison segment)."""
+    for view in state.views:
+        comp, folded = view.config, view.state
+        seen: set[tuple[str, ...]] = set()
+        for (treatment, rest, measure), seq in folded.sequences.items():
+            for arm, n in ((comp.control, seq.control.n), (treatment, seq.treatment.n)):
+                labels = (comp.name, measure, *state.labels(comp, arm, rest))
+                if labels not in seen:
+                    seen.add(labels)
+                    yield labels, n
+
+
+def _baseline_rows(state: _Comparisons) -> Iterable[Row]:
+    for view in state.views:
+        comp = view.config
+        for (arm, rest, measure), cusum in view.state.vs_baseline.items():
+            yield (comp.name, measure, *state.labels(comp, arm, rest)), cusum.statistic
+
+
+def _srm_rows(state: _Comparisons) -> Iterable[Row]:
+    for view in state.views:
+        comp = view.config
+        for rest, ratio in view.state.ratio.items():
+            yield (comp.name, *state.labels(comp, "", rest)), ratio.p_value
+
+
+def _min_effect_rows(state: _Comparisons) -> Iterable[Row]:
+    for view in state.views:
+        for measure, effect in view.config.min_effect.items():
+            yield (view.config.name, measure), effect
+
+
+def _per_comparison(part: str) -> Callable[[_Comparisons], Iterable[Row]]:
+    def rows(state: _Comparisons) -> Iterable[Row]:
+        for view in state.views:
+            value = {
+                "start": view.config.start / 1000,
+                "end": None if view.last_end_ms is None else view.last_end_ms / 1000,
+                "threshold": state.settings.cusum_h,
+            }[part]
+            if value is not None:
+                yield (view.config.name,), value
+
+    return rows
+
+
+def _pairs(config: EngineConfig) -> int:
+    """Sequences per comparison segment over every comparison: treatments x measures."""
+    return sum(len(c.treatments) for c in config.statistics.comparisons) * len(config.measures)
+
+
+def _arms(config: EngineConfig) -> int:
+    """Per-arm series per comparison segment: arms x measures."""
+    arms = sum(1 + len(c.treatments) for c in config.statistics.comparisons)
+    return arms * len(config.measures)
+
+
+_SEQUENCE_HELP = {
+    "difference": "Treatment mean minus control mean since the comparison start, per measure "
+    "and comparison segment (the arm label holds the treatment).",
+    "lower": "Lower bound of the always-valid confidence sequence on the difference (at the "
+    "family rate split over the family: evald_comparison_alpha); absent until each arm has "
+    "statistics.min_n lists.",
+    "upper": "Upper bound of the always-valid confidence sequence on the difference; "
+    "treatment-below-control alerts fire when it is below -evald_comparison_min_effect.",
+    "p_value": "Always-valid p-value of no difference (running minimum of 1/e-value).",
+    "alpha": "Level each sequence of the comparison runs at: statistics.alpha / family size.",
+    "cusum_vs_control": "Lower CUSUM statistic of treatment minus control standardized window "
+    "means; a drop alarm when above evald_cusum_threshold.",
+}
+_SEQUENCE_NAME = {
+    "difference": "evald_comparison_difference",
+    "lower": "evald_comparison_lower",
+    "upper": "evald_comparison_upper",
+    "p_value": "evald_comparison_p_value",
+    "alpha": "evald_comparison_alpha",
+    "cusum_vs_control": "evald_cusum_vs_control",
+}
+
+COMPARISON_SERIES: tuple[Series, ...] = (
+    *(
+        Series(
+            _SEQUENCE_NAME[part],
+            "gauge",
+            _SEQUENCE_HELP[part],
+            ("comparison", "measure", SEGMENT),
+            _Comparisons,
+            _sequence_part(part),
+            per_segment=_pairs,
+        )
+        for part in _SEQUENCE_NAME
+    ),
+    Series(
+        "evald_comparison_lists",
+        "gauge",
+        "Lists with a finite measure value per arm since the comparison start (the arm label "
+        "holds the arm).",
+        ("comparison", "measure", SEGMENT),
+        _Comparisons,
+        _arm_rows,
+        per_segment=_arms,
+    ),
+    Series(
+        "evald_cusum_vs_baseline",
+        "gauge",
+        "Lower CUSUM statistic of each arm's window mean against its own trailing baseline "
+        "(statistics.baseline_windows); a drop alarm when above evald_cusum_threshold.",
+        ("comparison", "measure", SEGMENT),
+        _Comparisons,
+        _baseline_rows,
+        per_segment=_arms,
+    ),
+    Series(
+        "evald_comparison_srm_p_value",
+        "gauge",
+        "Always-valid p-value of the sample-ratio guard on the arm counts (configured split); "
+        "a comparison is not trusted while it is below statistics.srm_alpha.",
+        ("comparison", SEGMENT),
+        _Comparisons,
+        _srm_rows,
+        per_segment=lambda c: len(c.statistics.comparisons),
+    ),
+    Series(
+        "evald_comparison_min_effect",
+        "gauge",
+        "Configured minimum effect per measure: the drop (treatment below control) worth an alert.",
+        ("comparison", "measure"),
+        _Comparisons,
+        _min_effect_rows,
+        fixed=lambda c: sum(len(x.min_effect) for x in c.statistics.comparisons),
+    ),
+    Series(
+        "evald_comparison_start_timestamp_seconds",
+        "gauge",
+        "Declared start of the comparison (statistics.comparisons[].start).",
+        ("comparison",),
+        _Comparisons,
+        _per_comparison("start"),
+        fixed=lambda c: len(c.statistics.comparisons),
+    ),
+    Series(
+        "evald_comparison_end_timestamp_seconds",
+        "gauge",
+        "End (exclusive, event time) of the last window folded into the comparison.",
+        ("comparison",),
+        _Comparisons,
+        _per_comparison("end"),
+        fixed=lambda c: len(c.statistics.comparisons),
+    ),
+    Series(
+        "evald_cusum_threshold",
+        "gauge",
+        "The CUSUM decision threshold h (statistics.cusum_h), per comparison.",
+        ("comparison",),
+        _Comparisons,
+        _per_comparison("threshold"),
+        fixed=lambda c: len(c.statistics.comparisons),
+    ),
+)
+
+SERIES = SERIES + COMPARISON_SERIES
 
 #: (name, type) of every family the engine collector can yield, for ``describe()``.
 ENGINE_FAMILIES: tuple[tuple[str, str], ...] = tuple((s.name, s.kind) for s in SERIES)

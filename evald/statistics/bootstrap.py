@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,7 @@ __all__ = [
     "cluster_key",
     "list_cluster",
     "poisson_weights",
+    "request_clusters",
 ]
 
 #: 100 replicates estimate a standard error to about ±7% (1/√(2B)): enough for a 95% interval.
@@ -66,6 +68,23 @@ def list_cluster(user_id: str | None, request_id: str) -> int:
     return cluster_key(f"u:{user_id}" if user_id else f"r:{request_id}")
 
 
+def request_clusters(request_ids: Sequence[str]) -> NDArray[np.uint64]:
+    """The cluster keys of lists known by their request id only (``list_cluster(None, rid)``).
+
+    The engine's join does not carry the impression's user id yet, so every list is its own
+    cluster: the clustered interval then equals a plain bootstrap (docs/statistics.md).
+    """
+    blake = hashlib.blake2b
+    return np.fromiter(
+        (
+            int.from_bytes(blake(b"r:" + rid.encode(), digest_size=8).digest(), "little")
+            for rid in request_ids
+        ),
+        dtype=np.uint64,
+        count=len(request_ids),
+    )
+
+
 def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
     """SplitMix64's finalizer: a bijection of 64-bit words whose output bits look uniform."""
     x = x ^ (x >> np.uint64(30))
@@ -75,10 +94,51 @@ def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
     return x ^ (x >> np.uint64(31))
 
 
+def _splitmix64_inplace(x: NDArray[np.uint64], scratch: NDArray[np.uint64]) -> None:
+    """``_splitmix64`` in place (``scratch``: a buffer of x's shape): no temporaries over the
+    n × B words, which is most of the cost of the weights."""
+    for shift, mix in ((30, _MIX1), (27, _MIX2)):
+        np.right_shift(x, np.uint64(shift), out=scratch)
+        np.bitwise_xor(x, scratch, out=x)
+        np.multiply(x, mix, out=x)
+    np.right_shift(x, np.uint64(31), out=scratch)
+    np.bitwise_xor(x, scratch, out=x)
+
+
+#: U >= CDF[k] with U = (x >> 11) / 2^53 is x >= ceil(CDF[k] · 2^53) · 2^11, exactly (scaling a
+#: double by a power of two is exact): the weight is the count of these thresholds x reaches.
+_THRESHOLDS = np.asarray(
+    [math.ceil(c * 2.0**53) << 11 for c in _CDF.tolist() if c < 1.0], dtype=np.uint64
+)
+_COMMON = 4  # thresholds compared on every word; beyond (P(w >= 4) = 1.9%) only the rare ones
+
+
 def poisson_weights(
     keys: ArrayLike, replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED
 ) -> NDArray[np.int64]:
-    """(len(keys), replicates) Poisson(1) weights, a pure function of (seed, replicate, key)."""
+    """(len(keys), replicates) Poisson(1) weights, a pure function of (seed, replicate, key):
+    the Poisson(1) quantile of U = top 53 bits of splitmix64(splitmix64(key ^ salt) + b·φ)/2^53
+    (docs/statistics.md §2), by integer comparisons with the quantile thresholds."""
+    key = np.asarray(keys, dtype=np.uint64).reshape(-1, 1)
+    b = np.arange(1, replicates + 1, dtype=np.uint64).reshape(1, -1)
+    salt = np.uint64((seed * 0xD1B54A32D192ED03) & _MASK)
+    with np.errstate(over="ignore"):
+        x = _splitmix64(key ^ salt) + b * _GOLDEN
+        _splitmix64_inplace(x, np.empty_like(x))
+    weights = np.zeros(x.shape, dtype=np.int64)
+    for threshold in _THRESHOLDS[:_COMMON]:
+        weights += x >= threshold
+    rare = np.flatnonzero(x >= _THRESHOLDS[_COMMON])
+    if rare.size:
+        flat = weights.reshape(-1)
+        flat[rare] = np.searchsorted(_THRESHOLDS, x.reshape(-1)[rare], side="right")
+    return weights
+
+
+def _poisson_weights_reference(
+    keys: ArrayLike, replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED
+) -> NDArray[np.int64]:
+    """The definition, as written in docs/statistics.md: what ``poisson_weights`` must equal."""
     key = np.asarray(keys, dtype=np.uint64).reshape(-1, 1)
     b = np.arange(1, replicates + 1, dtype=np.uint64).reshape(1, -1)
     salt = np.uint64((seed * 0xD1B54A32D192ED03) & _MASK)

@@ -134,30 +134,30 @@ def test_every_rule_evaluates_without_error(prometheus: str) -> None:
 
 def test_the_treatment_alert_condition_catches_the_demo_regression(prometheus: str) -> None:
     """The demo degrades the treatment ranker mid-run; the alert's own expression, unchanged,
-    must flag it on real evald data. Its 1h window closes every 12 s here and holds ~500-1100
-    impressions per arm and surface (the 5m window, ~50-100, sits at the alert's 100-impression
-    floor). The first window to close after the regression is only partly degraded, so it flags
-    some measures by chance (z about -1 to -2); every later window is wholly degraded (z from
-    -10 to -21 for every measure and surface), so the test waits for one of those."""
+    must flag it on real evald data: the always-valid band on treatment − control since the
+    start falls below minus the minimum effect for every alerting measure (the demo's
+    nDCG@10 and RR) on every surface. Before the regression the treatment is better, so the
+    band is above zero and nothing is flagged."""
     rules = load_yaml(DEPLOY / render.ALERT_RULES)["groups"][0]["rules"]
     (alert,) = [r for r in rules if r["alert"] == "EvaldTreatmentBelowControl"]
     seen: list[tuple[set[tuple[str, str]], set[tuple[str, str]]]] = []
 
     def flagged_everywhere() -> list[dict] | None:
-        # the surfaces of a complete 1h window, read on every poll: the first window can
-        # lack a rare surface
-        counted = query(prometheus, 'arm:evald_window_count:sum{window="1h"}')
-        surfaces = {r["metric"]["surface"] for r in counted}
-        everywhere = {(m, s) for m in DEFAULT_MEASURES for s in surfaces}
+        # the surfaces the comparison has seen, read on every poll: the first window can lack
+        # a rare surface
+        compared = query(prometheus, "evald_comparison_difference")
+        surfaces = {r["metric"]["surface"] for r in compared}
+        everywhere = {(m, s) for m in ("nDCG@10", "RR") for s in surfaces}
         rows = query(prometheus, alert["expr"])
         seen.append(({(r["metric"]["measure"], r["metric"]["surface"]) for r in rows}, everywhere))
         return rows if len(surfaces) >= 2 and seen[-1][0] == everywhere else None
 
     try:
-        flagged = wait_until(flagged_everywhere, 90, "every measure flagged on every surface")
+        flagged = wait_until(flagged_everywhere, 90, "every alerting measure flagged everywhere")
     except TimeoutError:
         pytest.fail(f"flagged, wanted: {seen[-1] if seen else None}")
-    assert {r["metric"]["window"] for r in flagged} == {"1h"}
+    assert {r["metric"]["comparison"] for r in flagged} == {"demo"}
+    assert {r["metric"]["arm"] for r in flagged} == {"treatment"}
 
 
 def test_dashboard_band_equals_the_engines_own_confidence_interval(prometheus: str) -> None:

@@ -74,11 +74,18 @@ def _mutated_scenarios_fail(promtool: str, tmp_path: Path, spec: Spec) -> str:
     return proc.stdout + proc.stderr
 
 
-def test_scenarios_catch_a_too_wide_confidence_bound(promtool: str, tmp_path: Path) -> None:
-    out = _mutated_scenarios_fail(
-        promtool, tmp_path, replace(Spec(), thresholds=Thresholds(ci_z=4.0))
-    )
-    assert "EvaldTreatmentBelowControl" in out
+@pytest.mark.parametrize(
+    ("thresholds", "alert"),
+    [
+        (Thresholds(sequence_for="6h"), "EvaldTreatmentBelowControl"),
+        (Thresholds(cusum_for="6h"), "EvaldTreatmentDropDetected"),
+    ],
+)
+def test_scenarios_catch_comparison_alerts_that_do_not_fire(
+    promtool: str, tmp_path: Path, thresholds: Thresholds, alert: str
+) -> None:
+    out = _mutated_scenarios_fail(promtool, tmp_path, replace(Spec(), thresholds=thresholds))
+    assert alert in out
 
 
 def test_scenarios_catch_a_missing_sample_guard(promtool: str, tmp_path: Path) -> None:

@@ -114,7 +114,29 @@ def traffic(seed: int, n: int, span_ms: int) -> tuple[list[Served], list[tuple[i
     return served, [(p, ts, raw) for ts, _, p, raw in events]
 
 
-def make_engine(clock: list[float] | None = None, **overrides: object) -> Engine:
+#: one comparison of the SEGMENT_LABELS arms, folded per 5-minute window (tiny minimum n so
+#: two windows of test traffic publish every comparison series)
+COMPARED: dict[str, object] = {
+    "window": "5m",
+    "min_n": 2,
+    "cusum_min_n": 2,
+    "comparisons": [
+        {
+            "name": "ab",
+            "label": "arm",
+            "control": "control",
+            "treatments": ["treatment"],
+            "start": 0,
+            "arm_scoped_labels": ["model"],
+            "min_effect": {MEASURES[0]: 0.01},
+        }
+    ],
+}
+
+
+def make_engine(
+    clock: list[float] | None = None, *, global_statistics: bool = False, **overrides: object
+) -> Engine:
     settings: dict[str, object] = {
         "window": WINDOW_MS,
         "lateness": LATENESS_MS,
@@ -123,7 +145,8 @@ def make_engine(clock: list[float] | None = None, **overrides: object) -> Engine
     }
     settings.update(overrides)
     now = clock if clock is not None else [1_000.0]
-    return Engine(EngineConfig.model_validate(settings), clock=lambda: now[0])
+    config = EngineConfig.model_validate(settings)
+    return Engine(config, clock=lambda: now[0], global_statistics=global_statistics)
 
 
 # --------------------------------------------------------------------------------------------

@@ -31,16 +31,17 @@ def test_the_overflow_counter_is_exported_at_zero_from_the_start() -> None:
 
 
 def test_a_saturated_engine_exposes_exactly_the_worst_case_of_its_settings() -> None:
-    """Every kept segment and the overflow hold >= 2 impressions in the last complete window of
-    both widths, so every per-segment series exists: the count must equal SeriesShape's."""
-    kept, combinations, per_combination = 4, 9, 3
+    """Every kept segment and the overflow hold >= 30 impressions (the clustered interval's
+    minimum) in the last complete window of both widths, so every per-segment series exists:
+    the count must equal SeriesShape's."""
+    kept, combinations, per_combination = 4, 9, 40
     engine = make_engine(max_segments=kept, windows=["5m", "1h"])
     rng = random.Random(11)
     served = []
     for i in range(combinations * per_combination):
         combo = i % combinations
         labels = {"model": f"m{combo}", "arm": f"a{combo % 2}", "surface": "web"}
-        ts = T0 + i * 1_000
+        ts = T0 + i * 100
         items = [f"d{i}-{k}" for k in range(3)]
         engine.feed(impression(f"r{i}", ts, items, labels))
         if rng.random() < 0.6:

@@ -102,3 +102,15 @@ def test_without_clustering_the_two_agree() -> None:
     clustered, unclustered = _coverage(icc=0.0, windows=600, seed=8)
     assert abs(clustered - unclustered) <= 0.1 * unclustered
     assert 0.92 <= clustered <= 0.97
+
+
+def test_the_fast_weights_equal_the_documented_definition():
+    """Integer thresholds in place of the float quantile: the same weight for every key and
+    replicate (2 million, heavy tail included), so states from either merge."""
+    from evald.statistics.bootstrap import _poisson_weights_reference
+
+    keys = np.random.default_rng(8).integers(0, 2**63, 20_000, dtype=np.uint64)
+    keys[:3] = [0, 1, 2**63 - 1]
+    fast = poisson_weights(keys, 100, seed=7)
+    assert fast.max() >= 7  # the rare branch is exercised
+    np.testing.assert_array_equal(fast, _poisson_weights_reference(keys, 100, seed=7))
