@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -130,7 +131,7 @@ def test_run_with_the_ubi_mapping_equals_the_native_engine(
 
 
 def test_run_takes_the_event_time_from_the_kafka_record_timestamp(
-    broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
+    kafka_tools: KafkaTools, unique: str, tmp_path: Path, instances: Callable[..., Instance]
 ) -> None:
     """``time: {source: record}``: UBI records without a ``timestamp`` field, the time only in
     the Kafka record; results equal one engine's over native records carrying those times."""
@@ -139,8 +140,8 @@ def test_run_takes_the_event_time_from_the_kafka_record_timestamp(
     from evald.engine import Engine
 
     start = 1_714_564_800_000  # 2024-05-01T12:00:00Z
-    topics = {"impressions": f"imp-r-{unique}", "feedback": f"fb-r-{unique}"}
-    results, dlq = f"res-{unique}", f"dlq-{unique}"
+    topics = names(unique)
+    results, dlq = topics["results"], topics["dlq"]
     kafka_tools.create({**{t: 1 for t in topics.values()}, results: 1})
     native: list[tuple[str, int, dict[str, Any]]] = []  # (kind, record timestamp, event)
     ubi: list[tuple[str, int, dict[str, Any]]] = []
@@ -197,19 +198,7 @@ def test_run_takes_the_event_time_from_the_kafka_record_timestamp(
         f"extends: ubi\nimpression:\n  time: {record_time}\nfeedback:\n  time: {record_time}\n"
     )
 
-    port = free_port()
-    argv = [
-        sys.executable, "-m", "evald", "run", "--mapping", str(mapping),
-        "--bootstrap-servers", broker.bootstrap,
-        "--impressions-topic", topics["impressions"], "--feedback-topic", topics["feedback"],
-        "--results-topic", results, "--dlq-topic", dlq, "--group-id", f"g-{unique}",
-        "--metrics-address", f"127.0.0.1:{port}", "--set", "daemon.commit_interval_ms=300",
-    ]  # fmt: skip
-    for key, value in ENGINE.items():
-        argv += ["--set", f"engine.{key}={json.dumps(value)}"]
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
-    log = (tmp_path / "run.log").open("ab")
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, preexec_fn=die_with_parent)
+    run = instances(extra=("--mapping", str(mapping)))
     try:
 
         def results_done() -> dict[str, dict[str, Any]] | None:
@@ -221,20 +210,13 @@ def test_run_takes_the_event_time_from_the_kafka_record_timestamp(
 
         got = wait_until(results_done, 120, "the daemon's results")
         text = wait_until(
-            lambda: (t := scrape(port)) and total(t, "evald_feedback_skipped_total") >= 20 and t,
+            lambda: (t := scrape(run)) and total(t, "evald_feedback_skipped_total") >= 20 and t,
             30,
             "the skipped counter on /metrics",
         )
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        log.close()
-    assert proc.returncode == 0, (tmp_path / "run.log").read_text()[-2000:]
+        returncode = run.terminate() if run.proc.poll() is None else run.proc.returncode
+    assert returncode == 0, run.log_path.read_text()[-2000:]
     for request_id, doc in expected.items():
         assert got[request_id] == doc, request_id
     # the result times are the record timestamps: nothing in the values carries a time
