@@ -97,6 +97,9 @@ class JoinStore:
         self._imp_offsets = OffsetLog()  # source offsets of pending impressions
         #: restore mode: kind -> first offset not seen before the crash
         self.replay_until: dict[str, int] | None = None
+        #: source offsets of impressions closed by the cap (emitted before their window
+        #: closed): a replay from below them must not open them again
+        self._evicted: set[int] = set()
 
     def _deadline_of_slot(self, slot: int) -> int:
         return deadline(self._pending.ts[slot], self.window)
@@ -164,7 +167,7 @@ class JoinStore:
         """Join one impression; returns "accepted", "duplicate" or "skipped" (re-fed, done)."""
         ts = imp.ts
         due = open_deadline(ts, self.window, self._wm.watermark)  # None: closed already
-        if replayed and due is None:
+        if replayed and (due is None or offset in self._evicted):
             return "skipped"
         rid = imp.request_id
         key = hash(rid)
@@ -307,10 +310,13 @@ class JoinStore:
         watermark: int | None,
         consumed: dict[str, int],
         event_times: tuple[int | None, int | None] | None = None,
+        evicted: Iterable[int] = (),
     ) -> None:
         """Start again after a crash: watermark as checkpointed, events before ``consumed`` are
         re-fed silently (see Engine.restore). With ``event_times`` (``event_times()`` at the
-        checkpoint) re-fed events are not counted again: they are in it."""
+        checkpoint) re-fed events are not counted again: they are in it. Impressions at the
+        ``evicted`` offsets were emitted by the cap and are skipped when re-fed."""
+        self._evicted.update(evicted)
         if event_times is not None:
             self._wm.restore_times(event_times)
         if watermark is not None:
@@ -323,7 +329,11 @@ class JoinStore:
     def evict_oldest(self) -> None:
         """At the cap: close this partition's open impression with the earliest deadline."""
         if self._queue:
-            self._close(self._queue.pop(), "cap")
+            slot = self._queue.pop()
+            offset = int(self._pending.offset[slot]) - 1
+            if offset >= 0:
+                self._evicted.add(offset)
+            self._close(slot, "cap")
             self._refresh_due()
 
     def _close(self, slot: int, reason: str) -> None:
@@ -394,6 +404,16 @@ class JoinStore:
             "impression": self._imp_offsets.low(self._pending.column("offset")),
             "feedback": min(held, default=None),
         }
+
+    def evicted(self, since: int | None) -> list[int]:
+        """Offsets (sorted) of impressions closed by the cap at or after ``since``, the
+        impression offset a checkpoint replays from; older ones are forgotten (no replay
+        reaches them). None: nothing will be replayed."""
+        if since is None:
+            self._evicted.clear()
+        elif self._evicted:
+            self._evicted = {o for o in self._evicted if o >= since}
+        return sorted(self._evicted)
 
     def scanned_offsets(self) -> dict[str, list[int]]:
         """Every source offset the pending state still holds, by kind, found by a full scan:
