@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+import zlib
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,8 +44,17 @@ from kafka.errors import (
 )
 from kafka.structs import OffsetAndMetadata
 
+from evald.daemon import snapshots
 from evald.daemon.backoff import Backoff
-from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
+from evald.daemon.checkpoint import (
+    Checkpoint,
+    ResultRange,
+    SnapshotRef,
+    extend_ranges,
+    from_runs,
+    prune_ranges,
+    to_runs,
+)
 from evald.daemon.dead_letters import (
     DEFAULT_MAX_MESSAGE_BYTES,
     build_letter,
@@ -54,7 +64,13 @@ from evald.daemon.fatal import unrecoverable
 from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
 from evald.daemon.logs import event_time
 from evald.daemon.merge import KINDS, Merger
-from evald.daemon.restore import RestoreError, read_checkpoint, read_ranges
+from evald.daemon.restore import (
+    Progress,
+    RestoreError,
+    read_checkpoint,
+    read_ranges,
+    read_snapshot,
+)
 from evald.daemon.results import ResultEncoder
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
@@ -77,7 +93,8 @@ EngineFactory = Callable[[Callable[[Result], None]], Engine]
 """Builds a fresh engine whose ``on_result`` is the given callback."""
 
 #: how long restoring one partition may take before the session is restarted
-RESTORE_TIMEOUT_S = 120.0
+#: a restore read that makes no progress for this long fails (transient); no overall deadline
+RESTORE_STALL_S = 60.0
 #: records of one kind held in a partition's merge buffer before its fetch is paused
 MERGE_BUFFER_CAP = 20_000
 #: producer batching: one cycle's results for a partition fit in one batch, so the sender thread
@@ -145,6 +162,8 @@ class _Part:
     replay_end: dict[str, int] = field(default_factory=dict)
     ranges: tuple[ResultRange, ...] = ()
     epoch_start: int | None = None
+    #: the committed snapshot of p's window aggregates; ``ranges`` are the results after it
+    snapshot: SnapshotRef | None = None
     #: futures of the first and the last result sent in the open transaction (offsets grow
     #: within a partition: the idempotent producer keeps their order)
     txn_first: Any = None
@@ -781,34 +800,16 @@ class Daemon:
         # a restart compares them: an input recreated while no evald ran is refused too
         ids = {name: shape.topic_id for name, shape in self._inputs.items() if shape.topic_id}
         topic_ids = {"topic_ids": ids} if ids else {}
+        extended = {part.partition: self._ranges_after(part, horizon_ms) for part in parts}
+        written = self._write_snapshots(parts, extended)
         for part in parts:
             p = part.partition
-            ranges, epoch = part.ranges, part.epoch_start
-            if part.txn_first is not None:
-                first = part.txn_first.get(timeout=30).offset
-                last = part.txn_last.get(timeout=30).offset
-                ranges, epoch = extend_ranges(ranges, epoch, first, last, part.txn_max_ts)
-            watermark = engine.checkpoint(p)
-            if watermark is not None and horizon_ms is not None:
-                ranges = prune_ranges(ranges, watermark - horizon_ms)
-            low = engine.low_offsets(p)
-            committed = {}
-            for kind in KINDS:
-                low_kind = low.get(kind)
-                committed[kind] = (
-                    part.fed_next[kind] if low_kind is None else min(low_kind, part.fed_next[kind])
-                )
-            checkpoint = Checkpoint(
-                partition=p,
-                watermark=watermark,
-                committed=committed,
-                consumed=dict(part.fed_next),
-                results=ranges,
-                epoch_start=epoch,
-                instance=self.settings.daemon.instance_id,
-                extra=topic_ids,
-                event_times=engine.event_times(p),
-            )
+            ranges, epoch = extended[p]
+            snapshot = part.snapshot
+            if p in written:  # it holds every result so far: no range before it is needed
+                ranges, epoch, snapshot = (), None, written[p]
+            checkpoint = self._checkpoint(part, ranges, epoch, snapshot, topic_ids)
+            committed = checkpoint.committed
             future = producer.send(
                 topics.checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
             )
@@ -829,6 +830,7 @@ class Daemon:
         for part, checkpoint, _ in planned:
             produced += part.txn_count
             part.ranges, part.epoch_start = checkpoint.results, checkpoint.epoch_start
+            part.snapshot = checkpoint.snapshot
             part.txn_first = part.txn_last = None
             part.txn_count = 0
             part.txn_max_ts = None
@@ -841,6 +843,88 @@ class Daemon:
         self._dlq_sent = []
         self._uncommitted = 0
         self._backoff.reset()
+
+    def _ranges_after(
+        self, part: _Part, horizon_ms: int | None
+    ) -> tuple[tuple[ResultRange, ...], int | None]:
+        """(ranges, epoch start) of p once the open transaction commits, the unreachable
+        ranges pruned."""
+        ranges, epoch = part.ranges, part.epoch_start
+        if part.txn_first is not None:
+            first = part.txn_first.get(timeout=30).offset
+            last = part.txn_last.get(timeout=30).offset
+            ranges, epoch = extend_ranges(ranges, epoch, first, last, part.txn_max_ts)
+        watermark = self._engine.checkpoint(part.partition) if self._engine else None
+        if watermark is not None and horizon_ms is not None:
+            ranges = prune_ranges(ranges, watermark - horizon_ms)
+        return ranges, epoch
+
+    def _checkpoint(
+        self,
+        part: _Part,
+        ranges: tuple[ResultRange, ...],
+        epoch: int | None,
+        snapshot: SnapshotRef | None,
+        extra: dict[str, Any],
+    ) -> Checkpoint:
+        """p's checkpoint for the open transaction: replay from the engine's low offsets."""
+        engine = self._engine
+        assert engine is not None
+        p = part.partition
+        low = engine.low_offsets(p)
+        committed = {}
+        for kind in KINDS:
+            low_kind = low.get(kind)
+            fed = part.fed_next[kind]
+            committed[kind] = fed if low_kind is None else min(low_kind, fed)
+        return Checkpoint(
+            partition=p,
+            watermark=engine.checkpoint(p),
+            committed=committed,
+            consumed=dict(part.fed_next),
+            results=ranges,
+            epoch_start=epoch,
+            instance=self.settings.daemon.instance_id,
+            extra=extra,
+            event_times=engine.event_times(p),
+            snapshot=snapshot,
+            evicted=to_runs(engine.evicted(p, committed["impression"])),
+        )
+
+    def _write_snapshots(
+        self, parts: list[_Part], extended: dict[int, tuple[tuple[ResultRange, ...], int | None]]
+    ) -> dict[int, SnapshotRef]:
+        """Send, in the open transaction, the window-aggregate snapshot of every partition
+        whose results since its last snapshot got too many to re-read (snapshots.due);
+        returns where each went. Before the checkpoints, which name their offsets."""
+        engine, producer = self._engine, self._producer
+        assert engine is not None and producer is not None
+        now_ms = int(engine.clock() * 1000)
+        topic = self.settings.topics.checkpoint_topic
+        sent = {}
+        for part in parts:
+            p = part.partition
+            if not snapshots.due(extended[p][0], part.snapshot, now_ms):
+                continue
+            raw = engine.snapshot(p)
+            key = f"{p}.snapshot".encode()
+            futures = [
+                producer.send(topic, key=key, value=chunk, partition=p)
+                for chunk in snapshots.chunks(raw)
+            ]
+            sent[p] = (raw, futures)
+        if not sent:
+            return {}
+        producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
+        return {
+            p: SnapshotRef(
+                tuple(f.get(timeout=30).offset for f in futures),
+                len(raw),
+                zlib.crc32(raw),
+                now_ms,
+            )
+            for p, (raw, futures) in sent.items()
+        }
 
     def _horizon_ms(self) -> int | None:
         """How far back (event time) rebuilt aggregates can reach: retention plus lateness."""
@@ -922,34 +1006,35 @@ class Daemon:
         engine = self._engine
         assert engine is not None
         if committed:
-            checkpoint = read_checkpoint(
-                reader, topics.checkpoint_topic, p, committed, RESTORE_TIMEOUT_S, self.clock
-            )
+            progress = Progress(RESTORE_STALL_S, self.clock)
+            checkpoint = read_checkpoint(reader, topics.checkpoint_topic, p, committed, progress)
             try:
                 saved = checkpoint.extra.get("topic_ids")
                 check_checkpoint_ids(saved if isinstance(saved, dict) else {}, self._inputs, p)
             except TopicLayoutError as exc:
                 raise _Fatal(2, f"evald run: refusing to restore: {exc}") from None
             engine.restore(
-                p, checkpoint.watermark, dict(checkpoint.consumed), checkpoint.event_times
+                p,
+                checkpoint.watermark,
+                dict(checkpoint.consumed),
+                checkpoint.event_times,
+                from_runs(checkpoint.evicted),
             )
-            absorbed = 0
-            for doc in read_ranges(
-                reader, topics.results, p, checkpoint.results, RESTORE_TIMEOUT_S, self.clock
-            ):
-                engine.absorb_result(doc, p)
-                absorbed += 1
+            absorbed = self._rebuild_windows(p, checkpoint, progress)
             start = dict(checkpoint.committed)
             part.replay_end = dict(checkpoint.consumed)
-            part.ranges = checkpoint.results
+            part.ranges, part.snapshot = checkpoint.results, checkpoint.snapshot
             log.info(
-                "partition %d restored: watermark %s, replay from %s to %s, %d results "
-                "absorbed in %.2fs",
+                "partition %d restored: watermark %s, replay from %s to %s, snapshot of %s "
+                "bytes, %d results absorbed, %d records (%d bytes) read in %.2fs",
                 p,
                 event_time(checkpoint.watermark),
                 start,
                 checkpoint.consumed,
+                "no" if checkpoint.snapshot is None else checkpoint.snapshot.size,
                 absorbed,
+                progress.records,
+                progress.bytes,
                 self.clock() - started,
             )
         else:
@@ -967,6 +1052,25 @@ class Daemon:
         part.restored = True
         with self.stats.lock:
             self.stats.restores += 1
+
+    def _rebuild_windows(self, p: int, checkpoint: Checkpoint, progress: Progress) -> int:
+        """p's window aggregates as committed: the checkpoint's snapshot (if any), then the
+        results written after it; returns how many results were absorbed."""
+        engine, reader = self._engine, self._reader
+        assert engine is not None and reader is not None
+        topics = self.settings.topics
+        if checkpoint.snapshot is not None:
+            ref = checkpoint.snapshot
+            raw = read_snapshot(reader, topics.checkpoint_topic, p, ref, progress)
+            try:
+                engine.load_snapshot(p, raw)
+            except ValueError as exc:
+                raise RestoreError(f"snapshot of partition {p}: {exc}") from None
+        absorbed = 0
+        for doc in read_ranges(reader, topics.results, p, checkpoint.results, progress):
+            engine.absorb_result(doc, p)
+            absorbed += 1
+        return absorbed
 
     # -- health ---------------------------------------------------------------------------
 
