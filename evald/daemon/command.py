@@ -99,8 +99,9 @@ def run(args: argparse.Namespace) -> int:
     def factory(on_result: Any) -> Engine:
         return Engine(config, on_result=on_result, decoder=decoder())
 
-    # liveness: the loop beats every cycle and every retry; a restore (bounded at 120 s) or a
-    # poll (bounded by max_poll_interval) is the longest it legitimately goes without one
+    # liveness: the loop beats every cycle and every retry, a restore whenever it reads
+    # something (it fails after 60 s without); a poll (bounded by max_poll_interval) is the
+    # longest it legitimately goes without one
     heartbeat = Heartbeat(
         max_age=max(180.0, 2 * settings.kafka.max_poll_interval_ms / 1000),
     )

@@ -31,13 +31,20 @@ class RestoreError(RuntimeError):
 
 class Progress:
     """What one restore read (records, bytes), and its stall deadline: ``check`` fails only
-    when nothing moved for ``stall_s`` seconds of ``clock``."""
+    when nothing moved for ``stall_s`` seconds of ``clock``. ``heartbeat`` is called on every
+    move: a long restore that keeps moving is alive (the liveness check must not kill it)."""
 
-    def __init__(self, stall_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        stall_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> None:
         self.stall_s = stall_s
         self.records = 0
         self.bytes = 0
         self._clock = clock
+        self._beat = heartbeat
         self._moved_at = clock()
 
     def moved(self, records: int = 0, nbytes: int = 0) -> None:
@@ -45,6 +52,7 @@ class Progress:
         self.records += records
         self.bytes += nbytes
         self._moved_at = self._clock()
+        self._beat()
 
     def check(self, what: str) -> None:
         """Raise RestoreError when the read has been stuck for ``stall_s``."""

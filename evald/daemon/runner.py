@@ -1006,7 +1006,7 @@ class Daemon:
         engine = self._engine
         assert engine is not None
         if committed:
-            progress = Progress(RESTORE_STALL_S, self.clock)
+            progress = Progress(RESTORE_STALL_S, self.clock, self._beat)
             checkpoint = read_checkpoint(reader, topics.checkpoint_topic, p, committed, progress)
             try:
                 saved = checkpoint.extra.get("topic_ids")

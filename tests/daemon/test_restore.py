@@ -129,3 +129,12 @@ def test_the_checkpoint_is_the_record_before_the_committed_offset() -> None:
     assert read_checkpoint(FakeReader(log, 2, clock), "ckpt", 2, 2, progress) == cp  # type: ignore[arg-type]
     with pytest.raises(RestoreError, match="for partition 3"):
         read_checkpoint(FakeReader(log, 2, clock), "ckpt", 2, 1, progress)  # type: ignore[arg-type]
+
+
+def test_a_moving_read_beats_the_liveness_heartbeat() -> None:
+    clock = SettableClock()
+    beats: list[float] = []
+    reader = FakeReader({o: b"{}" for o in range(50)}, 50, clock, per_poll=5)
+    progress = Progress(stall_s=30, clock=clock, heartbeat=lambda: beats.append(clock.now))
+    assert len(list(read_ranges(reader, "res", 0, (ResultRange(0, 50),), progress))) == 50  # type: ignore[arg-type]
+    assert len(beats) >= 50 and beats[-1] - 1_000 >= 10
