@@ -200,6 +200,7 @@ class Aggregates:
             for arr in buckets.values():
                 used.update(np.flatnonzero(arr.reshape(arr.shape[0], -1).any(axis=1)).tolist())
         rows = sorted(used)
+        rows_at = np.asarray(rows, dtype=np.intp)
         arrays: dict[str, np.ndarray] = {}
         for name, buckets in tables.items():
             keys = sorted(buckets)
@@ -208,8 +209,8 @@ class Aggregates:
             values = np.zeros((len(keys), len(rows), *shape))
             for i, key in enumerate(keys):
                 arr = buckets[key]
-                present = [j for j, row in enumerate(rows) if row < arr.shape[0]]
-                values[i, present] = arr[[rows[j] for j in present]]
+                held = rows_at < arr.shape[0]  # a bucket made before a segment existed is shorter
+                values[i, held] = arr[rows_at[held]]
             arrays[f"{name}.values"] = values
         meta = {
             "kind": "aggregates",

@@ -197,3 +197,14 @@ def test_a_snapshot_of_other_measures_or_bucket_is_refused_unchanged():
         assert target.partitions() == []
     with pytest.raises(ValueError):
         agg.load(0, raw[:-9])
+
+
+def test_a_snapshot_covers_buckets_made_before_later_segments_existed():
+    segments = SegmentIndex(["arm"], cap=50)
+    agg = Aggregates(["m1"], segments, [0.5], MIN, [5 * MIN], 60 * MIN)
+    agg.observe(0, np.asarray([segments.segment_of({"arm": "a"})]), np.asarray([0]), [[0.3]])
+    late = [segments.segment_of({"arm": f"b{k}"}) for k in range(12)]  # past the 8 first rows
+    agg.observe(0, np.asarray(late), np.full(12, MIN), np.full((12, 1), 0.7))
+    other = Aggregates(["m1"], SegmentIndex(["arm"], cap=50), [0.5], MIN, [5 * MIN], 60 * MIN)
+    other.load(0, agg.snapshot(0))
+    assert _state(other, 0) == _state(agg, 0) and len(_state(agg, 0)) == 13
