@@ -9,11 +9,16 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from evald.cli import log_level
 from evald.daemon.options import add_settings_flags, settings_from_args
-from evald.daemon.settings import SettingsError
+from evald.daemon.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from evald.engine import Engine
+    from evald.webconfig import WebConfig
 
 SUMMARY = "consume impressions and feedback from Kafka; write results exactly once; serve /metrics"
 EXAMPLES = """\
@@ -58,47 +63,20 @@ def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT/SIGHUP; exit 0 after a clean stop, 2 on invalid
     settings/topics."""
     from evald.daemon.logs import setup_logging
-    from evald.durations import DurationError, parse_duration
 
     setup_logging(args.log_level, args.log_format)
-    try:
-        settings = settings_from_args(args)
-    except SettingsError as exc:
-        print(f"evald run: invalid settings\n{exc}", file=sys.stderr)
-        return 2
-    try:
-        status_interval = parse_duration(args.status_interval) / 1000
-    except DurationError as exc:
-        print(f"evald run: --status-interval: {exc}", file=sys.stderr)
-        return 2
+    loaded = _load(args)
+    if isinstance(loaded, int):
+        return loaded
+    settings, status_interval, web, factory = loaded
 
     from evald.daemon.runner import Daemon
     from evald.daemon.stats import DaemonCollector, DaemonStats
     from evald.daemon.status import StatusReporter
-    from evald.engine import Engine
     from evald.exposition import build_registry
     from evald.http import Heartbeat, MetricsServer
-    from evald.mapping import MappingError, decoder_factory
-    from evald.webconfig import WebConfigError, load_web_config
 
-    try:
-        web_file = settings.daemon.web_config_file
-        web = load_web_config(web_file) if web_file else None
-    except WebConfigError as exc:  # changed since the settings were checked
-        print(f"evald run: invalid settings\ndaemon.web_config_file: {exc}", file=sys.stderr)
-        return 2
-
-    config = settings.engine_config()
     stats = DaemonStats()
-    try:
-        decoder = decoder_factory(settings.input.mapping, config)
-    except MappingError as exc:  # changed since the settings were checked
-        print(f"evald run: invalid settings\ninput.mapping: {exc}", file=sys.stderr)
-        return 2
-
-    def factory(on_result: Any) -> Engine:
-        return Engine(config, on_result=on_result, decoder=decoder())
-
     # liveness: the loop beats every cycle and every retry, a restore whenever it reads
     # something (it fails after 60 s without); a poll (bounded by max_poll_interval) is the
     # longest it legitimately goes without one
@@ -153,6 +131,45 @@ def run(args: argparse.Namespace) -> int:
             reporter.stop()
         heartbeat.stop()
         server.stop()
+
+
+def _load(
+    args: argparse.Namespace,
+) -> tuple[Settings, float, WebConfig | None, Callable[[Any], Engine]] | int:
+    """The settings, the status interval, the web configuration and the engine factory; or
+    the exit status (2) after saying which setting is invalid."""
+    from evald.durations import DurationError, parse_duration
+    from evald.engine import Engine
+    from evald.mapping import MappingError, decoder_factory
+    from evald.webconfig import WebConfigError, load_web_config
+
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"evald run: invalid settings\n{exc}", file=sys.stderr)
+        return 2
+    try:
+        status_interval = parse_duration(args.status_interval) / 1000
+    except DurationError as exc:
+        print(f"evald run: --status-interval: {exc}", file=sys.stderr)
+        return 2
+    try:
+        web_file = settings.daemon.web_config_file
+        web = load_web_config(web_file) if web_file else None
+    except WebConfigError as exc:  # changed since the settings were checked
+        print(f"evald run: invalid settings\ndaemon.web_config_file: {exc}", file=sys.stderr)
+        return 2
+    config = settings.engine_config()
+    try:
+        decoder = decoder_factory(settings.input.mapping, config)
+    except MappingError as exc:  # changed since the settings were checked
+        print(f"evald run: invalid settings\ninput.mapping: {exc}", file=sys.stderr)
+        return 2
+
+    def factory(on_result: Any) -> Engine:
+        return Engine(config, on_result=on_result, decoder=decoder())
+
+    return settings, status_interval, web, factory
 
 
 def _hard_exit(timeout: float) -> None:

@@ -13,16 +13,37 @@ There is no overall deadline: a large but valid state may take long to read. A r
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef
+from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef, from_runs
+from evald.daemon.crash import crash_point
+from evald.daemon.inputs import Inputs, Part
+from evald.daemon.logs import event_time
+from evald.daemon.merge import KINDS
+from evald.daemon.settings import TopicSettings
 from evald.daemon.snapshots import whole
+from evald.daemon.topics import TopicGuard
+from evald.engine import Engine
 
-__all__ = ["Progress", "RestoreError", "read_checkpoint", "read_ranges", "read_snapshot"]
+__all__ = [
+    "RESTORE_STALL_S",
+    "Progress",
+    "RestoreError",
+    "read_checkpoint",
+    "read_ranges",
+    "read_snapshot",
+    "restore_partition",
+]
+
+log = logging.getLogger("evald.daemon")
+
+#: a restore read that makes no progress for this long fails (transient); no overall deadline
+RESTORE_STALL_S = 60.0
 
 
 class RestoreError(RuntimeError):
@@ -141,3 +162,98 @@ def read_ranges(
     for result_range in ranges:
         for record in _records(reader, tp, result_range.start, result_range.end, progress):
             yield json.loads(record.value)
+
+
+def restore_partition(
+    part: Part,
+    *,
+    consumer: KafkaConsumer,
+    reader: KafkaConsumer,
+    engine: Engine,
+    topics: TopicSettings,
+    guard: TopicGuard,
+    inputs: Inputs,
+    clock: Callable[[], float],
+    heartbeat: Callable[[], None] = lambda: None,
+    stall_s: float = RESTORE_STALL_S,
+) -> None:
+    """Resume ``part`` from its committed checkpoint (or from the start of both inputs).
+
+    1. Read the group's committed offset *c* on the checkpoint topic (crash point
+       ``restore``); without one, start both inputs from their beginning.
+    2. Read the checkpoint at *c - 1*; refuse (exit 2) one written against other input topics.
+    3. Restore the engine's watermark, consumed offsets and the impressions the cap evicted;
+       load the checkpoint's snapshot of the window aggregates (if any) and absorb the
+       committed results of its ranges, written after that snapshot.
+    4. Seek both inputs to the committed offsets; records up to the consumed ones are replayed
+       to rebuild pending joins.
+    """
+    p = part.partition
+    started = clock()
+    ckpt_tp = TopicPartition(topics.checkpoint_topic, p)
+    committed = consumer.committed(ckpt_tp)
+    crash_point("restore")
+    if committed:
+        progress = Progress(stall_s, clock, heartbeat)
+        checkpoint = read_checkpoint(reader, topics.checkpoint_topic, p, committed, progress)
+        guard.check_checkpoint(checkpoint.extra.get("topic_ids"), p)
+        engine.restore(
+            p,
+            checkpoint.watermark,
+            dict(checkpoint.consumed),
+            checkpoint.event_times,
+            from_runs(checkpoint.evicted),
+        )
+        absorbed = _rebuild_windows(reader, engine, topics, checkpoint, progress)
+        start = dict(checkpoint.committed)
+        part.replay_end = dict(checkpoint.consumed)
+        part.ranges, part.snapshot = checkpoint.results, checkpoint.snapshot
+        log.info(
+            "partition %d restored: watermark %s, replay from %s to %s, snapshot of %s "
+            "bytes, %d results absorbed, %d records (%d bytes) read in %.2fs",
+            p,
+            event_time(checkpoint.watermark),
+            start,
+            checkpoint.consumed,
+            "no" if checkpoint.snapshot is None else checkpoint.snapshot.size,
+            absorbed,
+            progress.records,
+            progress.bytes,
+            clock() - started,
+        )
+    else:
+        start = {}
+        for kind in KINDS:
+            tp = inputs.tp(kind, p)
+            start[kind] = consumer.beginning_offsets([tp])[tp]
+        part.replay_end = dict(start)
+    part.epoch_start = None
+    for kind in KINDS:
+        consumer.seek(inputs.tp(kind, p), start[kind])
+    part.fed_next = dict(start)
+    part.fetched_next = dict(start)
+    part.merger.clear()
+    part.restored = True
+
+
+def _rebuild_windows(
+    reader: KafkaConsumer,
+    engine: Engine,
+    topics: TopicSettings,
+    checkpoint: Checkpoint,
+    progress: Progress,
+) -> int:
+    """The partition's window aggregates as committed: the checkpoint's snapshot (if any),
+    then the results written after it; returns how many results were absorbed."""
+    p = checkpoint.partition
+    if checkpoint.snapshot is not None:
+        raw = read_snapshot(reader, topics.checkpoint_topic, p, checkpoint.snapshot, progress)
+        try:
+            engine.load_snapshot(p, raw)
+        except ValueError as exc:
+            raise RestoreError(f"snapshot of partition {p}: {exc}") from None
+    absorbed = 0
+    for doc in read_ranges(reader, topics.results, p, checkpoint.results, progress):
+        engine.absorb_result(doc, p)
+        absorbed += 1
+    return absorbed
