@@ -22,9 +22,11 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from evald import snapshot as snapshot_codec
 from evald.durations import format_duration
 from evald.segments import SegmentIndex
 from evald.statistics.bootstrap import (
@@ -257,8 +259,77 @@ class Aggregates:
 
     def drop_partition(self, partition: int) -> None:
         """Forget a partition's window and bootstrap sums (another instance now owns it)."""
-        self._windows.pop(partition, None)
-        self._boot.pop(partition, None)
+        for table in self._tables().values():
+            table.pop(partition, None)
+
+    # ---------------------------------------------------------------- snapshots
+
+    def _tables(self) -> dict[str, dict[int, dict[Any, np.ndarray]]]:
+        """Every per-partition state, by name: partition -> key -> array indexed
+        ``[segment, ...]``; a key is an int (a bucket) or a tuple of ints (the bootstrap's
+        ``(width, start)``). A new per-partition table is snapshotted by adding it here."""
+        return {"windows": self._windows, "boot": self._boot}
+
+    def snapshot(self, partition: int) -> bytes:
+        """The partition's per-bucket state, exact (raw float64), with the segments' labels
+        so another process maps the rows to its own segment ids (evald/snapshot.py).
+
+        Only rows holding data are kept; buckets are whatever ``prune`` left (the retention).
+        """
+        tables = {name: table.get(partition, {}) for name, table in self._tables().items()}
+        used: set[int] = set()
+        for buckets in tables.values():
+            for arr in buckets.values():
+                used.update(np.flatnonzero(arr.reshape(arr.shape[0], -1).any(axis=1)).tolist())
+        rows = sorted(used)
+        rows_at = np.asarray(rows, dtype=np.intp)
+        arrays: dict[str, np.ndarray] = {}
+        for name, buckets in tables.items():
+            keys = sorted(buckets)
+            arrays[f"{name}.buckets"] = np.asarray(keys, dtype=np.int64)
+            shape = next(iter(buckets.values())).shape[1:] if buckets else (0,)
+            values = np.zeros((len(keys), len(rows), *shape))
+            for i, key in enumerate(keys):
+                arr = buckets[key]
+                held = rows_at < arr.shape[0]  # a bucket made before a segment existed is shorter
+                values[i, held] = arr[rows_at[held]]
+            arrays[f"{name}.values"] = values
+        meta = {
+            "kind": "aggregates",
+            "bucket_ms": self.bucket_ms,
+            "measures": self.measures,
+            "segments": [list(self.segments.segments[row]) for row in rows],
+            "tables": sorted(tables),
+        }
+        return snapshot_codec.encode(meta, arrays)
+
+    def load(self, partition: int, raw: bytes) -> None:
+        """Replace the partition's per-bucket state by a :meth:`snapshot`; raises ValueError
+        (changing nothing) for bytes that are not a snapshot of this configuration."""
+        meta, arrays = snapshot_codec.decode(raw)
+        if meta.get("kind") != "aggregates" or sorted(meta.get("tables", [])) != sorted(
+            self._tables()
+        ):
+            raise ValueError("snapshot does not hold these aggregates' tables")
+        if meta.get("bucket_ms") != self.bucket_ms or meta.get("measures") != self.measures:
+            raise ValueError("snapshot was written with another bucket or other measures")
+        local = np.asarray(
+            [self.segments.id_of([str(v) for v in seg]) for seg in meta["segments"]],
+            dtype=np.intp,
+        )
+        loaded: dict[str, dict[Any, np.ndarray]] = {}
+        for name in self._tables():
+            keys, values = arrays.get(f"{name}.buckets"), arrays.get(f"{name}.values")
+            if keys is None or values is None or values.shape[:2] != (len(keys), len(local)):
+                raise ValueError(f"snapshot table {name!r} is missing or misshapen")
+            rows = max(len(self.segments), 8)
+            buckets = loaded[name] = {}
+            for listed, per_bucket in zip(keys.tolist(), values, strict=True):
+                key = tuple(listed) if isinstance(listed, list) else listed
+                arr = buckets[key] = np.zeros((rows, *values.shape[2:]))
+                np.add.at(arr, local, per_bucket)  # distinct rows: a copy, bit for bit
+        for name, table in self._tables().items():
+            table[partition] = loaded[name]
 
     # ---------------------------------------------------------------- reading
 

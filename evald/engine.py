@@ -7,8 +7,9 @@ batches; ``drain`` closes everything. State read by the exposition is plain attr
 ``stats`` (counters), ``aggregates`` (histograms and window sums), ``pending()``,
 ``pending_feedback()``, ``watermarks()`` and ``window_rows()``.
 
-Daemon hooks (exactly-once on Kafka): ``low_offsets``, ``checkpoint``, ``restore``,
-``drop_partition``, ``absorb_result`` and the ``on_result`` callback; docs/semantics.md.
+Daemon hooks (exactly-once on Kafka): ``low_offsets``, ``checkpoint``, ``evicted``,
+``restore``, ``drop_partition``, ``snapshot`` / ``load_snapshot``, ``absorb_result`` and the
+``on_result`` callback; docs/semantics.md.
 """
 
 from __future__ import annotations
@@ -412,6 +413,7 @@ class Engine:
         watermark_ms: int | None,
         consumed: Mapping[str, int],
         event_times: tuple[int | None, int | None] | None = None,
+        evicted: Sequence[int] = (),
     ) -> None:
         """Rebuild ``partition`` after a restart by re-feeding from its low offsets.
 
@@ -422,8 +424,27 @@ class Engine:
         waiting for that impression before the crash). Later offsets behave normally.
         ``event_times`` is what ``event_times`` returned at the checkpoint (None: unknown, as
         in a checkpoint written before it existed; re-fed events then count again).
+        ``evicted`` is what ``evicted`` returned at the checkpoint: impressions the cap
+        closed (and emitted) before their window, skipped when re-fed.
         """
-        self._store(partition).restore(watermark_ms, dict(consumed), event_times)
+        self._store(partition).restore(watermark_ms, dict(consumed), event_times, evicted)
+
+    def evicted(self, partition: int, since: int | None) -> list[int]:
+        """Impression offsets >= ``since`` (the checkpoint's committed impression offset)
+        that ``max_pending`` closed early and that were emitted: a restore replaying from
+        ``since`` must not open them again. Forgets older ones."""
+        store = self._stores.get(partition)
+        return [] if store is None else store.evicted(since)
+
+    def snapshot(self, partition: int) -> bytes:
+        """The partition's window aggregates, exact (``Aggregates.snapshot``), so a restart
+        loads them instead of re-reading every result since the partition was assigned."""
+        return self.aggregates.snapshot(partition)
+
+    def load_snapshot(self, partition: int, raw: bytes) -> None:
+        """Replace the partition's window aggregates by a ``snapshot`` (ValueError if it is
+        not one); results emitted after it are added with ``absorb_result``."""
+        self.aggregates.load(partition, raw)
 
     def drop_partition(self, partition: int) -> None:
         """Forget a partition's pending state and window sums (histograms stay)."""

@@ -53,12 +53,22 @@ class SegmentIndex:
         A new value is accepted for its key only when its combination is kept, so refused
         combinations do not use up the per-key caps.
         """
+        return self._admit(tuple(labels.get(key) for key in self.keys), folded=False)
+
+    def id_of(self, segment: Sequence[str]) -> int:
+        """Id of a segment tuple as ``segments`` holds it (values in ``keys`` order, with
+        ``__none__`` / ``__other__`` already folded), admitted as ``segment_of`` would admit
+        its labels: how a snapshot written by another process maps back to local ids."""
+        if len(segment) != len(self.keys):
+            raise ValueError(f"a segment has {len(self.keys)} values, got {len(segment)}")
+        return self._admit(tuple(segment), folded=True)
+
+    def _admit(self, raw: tuple[str | None, ...], *, folded: bool) -> int:
         values = []
         new_values: list[tuple[dict[str, str], str]] = []
-        for key, accepted in zip(self.keys, self._accepted, strict=True):
-            value = labels.get(key)
-            if value is None:
-                values.append(NONE)
+        for value, accepted in zip(raw, self._accepted, strict=True):
+            if value is None or (folded and value in (NONE, OTHER)):
+                values.append(NONE if value is None else value)
                 continue
             known = accepted.get(value)
             if known is None:
@@ -72,7 +82,9 @@ class SegmentIndex:
         found = self._ids.get(segment)
         if found is not None:
             return found
-        if self.max_segments is not None and self._kept >= self.max_segments:
+        if (folded and segment == self._overflow) or (
+            self.max_segments is not None and self._kept >= self.max_segments
+        ):
             return self._add(self._overflow)
         for accepted, value in new_values:
             accepted[value] = value

@@ -149,3 +149,113 @@ def test_window_bootstrap_sums_merge_partitions_and_give_the_clustered_interval(
     bare, bare_segments = make()
     bare.observe(0, np.full(n, bare_segments.segment_of({"arm": "A"})), ts, values)
     assert all(math.isnan(r.ci95_clustered_halfwidth) for r in bare.window_rows(5 * MIN))
+
+
+def _filled(seed: int, arms: int = 4) -> tuple[Aggregates, SegmentIndex]:
+    """Two partitions of random finite and non-finite values over many buckets/segments
+    (more than 5 ``arms``: some fold into ``__other__``)."""
+    agg, segments = make()
+    rng = np.random.default_rng(seed)
+    for p in (0, 1):
+        n = 500
+        labels = [{"arm": f"a{k}"} for k in rng.integers(0, arms, n)]
+        seg = np.asarray([segments.segment_of(lab) for lab in labels])
+        values = rng.random((n, 2)) / 3  # sums that are not exact in binary
+        values[rng.random((n, 2)) < 0.05] = np.nan
+        agg.observe(p, seg, rng.integers(0, 90 * MIN, n), values)
+    return agg, segments
+
+
+def _state(agg: Aggregates, partition: int) -> dict[tuple[int, tuple[str, ...]], list[float]]:
+    """Partition's window sums by (bucket, segment labels), compared exactly."""
+    out = {}
+    for key in range(0, 100):
+        sums = agg.window_sums(key * MIN, (key + 1) * MIN)
+        for seg_id, per in enumerate(sums):
+            if per.any():
+                out[(key, tuple(agg.segments.segments[seg_id]))] = per.ravel().tolist()
+    return out
+
+
+def test_a_loaded_snapshot_equals_the_original_bit_for_bit():
+    agg, _ = _filled(3, arms=12)
+    agg.drop_partition(1)
+    raw = agg.snapshot(0)
+    # another process: other segment ids (the same labels seen in another order first)
+    other, segments = make()
+    for segment in reversed(agg.segments.segments):
+        segments.id_of(segment)
+    assert segments.segments != agg.segments.segments
+    other.load(0, raw)
+    assert _state(other, 0) == _state(agg, 0) and _state(agg, 0)
+    assert other.bucket_range() == agg.bucket_range()
+    assert other.snapshot(0) != b"" and other.hist_count.sum() == 0  # windows only
+    # and it keeps adding like the original
+    for target in (agg, other):
+        seg = np.asarray([target.segments.segment_of({"arm": "a1"})])
+        target.observe(0, seg, np.asarray([5 * MIN]), np.asarray([[0.1, 0.7]]))
+    assert _state(other, 0) == _state(agg, 0)
+
+
+def test_a_snapshot_holds_only_its_partition_and_replaces_on_load():
+    agg, _ = _filled(4)
+    other, _ = _filled(5)
+    other.load(1, agg.snapshot(0))
+    expected, _ = _filled(4)
+    expected.drop_partition(1)
+    mine, _ = _filled(5)
+    mine.drop_partition(1)
+    merged = _state(other, 0)  # partition 0 of seed 5 + partition 0 of seed 4 as partition 1
+    assert merged != _state(mine, 0)
+    other.drop_partition(0)
+    assert _state(other, 1) == _state(expected, 0)
+
+
+def test_an_empty_partition_snapshot_loads_empty():
+    agg, _ = make()
+    other, _ = _filled(6)
+    other.load(0, agg.snapshot(0))
+    assert other.partitions() == [0, 1] and other.snapshot(0) == agg.snapshot(0)
+
+
+def test_a_snapshot_of_other_measures_or_bucket_is_refused_unchanged():
+    agg, _ = _filled(7)
+    raw = agg.snapshot(0)
+    wrong = Aggregates(["m1"], SegmentIndex(["arm"], 10), [0.5], MIN, [5 * MIN], 60 * MIN)
+    coarse = Aggregates(["m1", "m2"], SegmentIndex(["arm"], 10), [0.5], 2 * MIN, [], MIN)
+    for target in (wrong, coarse):
+        with pytest.raises(ValueError, match="another bucket or other measures"):
+            target.load(0, raw)
+        assert target.partitions() == []
+    with pytest.raises(ValueError):
+        agg.load(0, raw[:-9])
+
+
+def test_a_snapshot_covers_buckets_made_before_later_segments_existed():
+    segments = SegmentIndex(["arm"], cap=50)
+    agg = Aggregates(["m1"], segments, [0.5], MIN, [5 * MIN], 60 * MIN)
+    agg.observe(0, np.asarray([segments.segment_of({"arm": "a"})]), np.asarray([0]), [[0.3]])
+    late = [segments.segment_of({"arm": f"b{k}"}) for k in range(12)]  # past the 8 first rows
+    agg.observe(0, np.asarray(late), np.full(12, MIN), np.full((12, 1), 0.7))
+    other = Aggregates(["m1"], SegmentIndex(["arm"], cap=50), [0.5], MIN, [5 * MIN], 60 * MIN)
+    other.load(0, agg.snapshot(0))
+    assert _state(other, 0) == _state(agg, 0) and len(_state(agg, 0)) == 13
+
+
+def test_a_snapshot_carries_the_bootstrap_sums_so_the_clustered_interval_survives():
+    """The clustered interval of a loaded partition equals the original's, digit for digit."""
+    from evald.statistics.bootstrap import request_clusters
+
+    agg, segments = make()
+    seg = segments.segment_of({"arm": "A"})
+    rng = np.random.default_rng(8)
+    n = 300
+    values = rng.beta(2, 3, (n, 2))
+    ts = rng.integers(0, 5 * MIN, n)
+    keys = request_clusters([f"r{i}" for i in range(n)])
+    agg.observe(0, np.full(n, seg), ts, values, clusters=keys)
+    other, _ = make()
+    other.load(0, agg.snapshot(0))
+    rows = [(r.window, r.measure, r.ci95_clustered_halfwidth) for r in agg.window_rows(5 * MIN)]
+    again = [(r.window, r.measure, r.ci95_clustered_halfwidth) for r in other.window_rows(5 * MIN)]
+    assert rows == again and not any(math.isnan(r[2]) for r in rows if r[0] == "5m")

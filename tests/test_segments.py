@@ -1,5 +1,7 @@
 import random
 
+import pytest
+
 from evald.segments import NONE, OTHER, LabelTable, SegmentIndex
 
 
@@ -93,3 +95,17 @@ def test_without_max_segments_only_the_value_caps_bound_the_segments():
     for i in range(100):
         index.segment_of({"k1": str(i % 10), "k2": str(i // 10)})
     assert len(index) == 100 and index.overflow_id is None
+
+
+def test_id_of_maps_a_folded_segment_back_without_reading_its_markers_as_values():
+    source = SegmentIndex(["model", "arm"], cap=1)
+    for labels in ({"model": "a", "arm": "x"}, {"model": "b"}, {"arm": "y"}):
+        source.segment_of(labels)
+    assert source.segments == [("a", "x"), (OTHER, NONE), (NONE, OTHER)]
+    target = SegmentIndex(["model", "arm"], cap=1)
+    ids = [target.id_of(segment) for segment in reversed(source.segments)]
+    assert [target.segments[i] for i in ids] == list(reversed(source.segments))
+    assert target.value_counts() == [1, 1]  # the markers used up no cap
+    assert target.segment_of({"model": "a", "arm": "x"}) == ids[2]
+    with pytest.raises(ValueError, match="2 values"):
+        target.id_of(["a"])

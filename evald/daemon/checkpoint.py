@@ -11,7 +11,11 @@ before the group's committed offset on the checkpoint topic. See docs/design.md.
 
 The checkpoint also lists the offset ranges of the results partition p written by committed
 transactions, so window aggregates can be rebuilt from exactly the committed results even where
-aborted records stay visible.
+aborted records stay visible. Since version 2 it can point at a snapshot of p's window
+aggregates (records of the checkpoint topic written by a committed transaction); the ranges
+then hold only the results written after that snapshot, so a restore reads an amount bounded
+by the state, not by the uptime (docs/design.md, "Restart cost"). Version 2 also lists the
+impression offsets the pending cap closed early (``evicted``), which a replay must skip.
 """
 
 from __future__ import annotations
@@ -20,9 +24,20 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["VERSION", "Checkpoint", "ResultRange", "extend_ranges", "prune_ranges"]
+__all__ = [
+    "VERSION",
+    "Checkpoint",
+    "ResultRange",
+    "SnapshotRef",
+    "extend_ranges",
+    "from_runs",
+    "prune_ranges",
+    "to_runs",
+]
 
-VERSION = 1
+VERSION = 2
+#: versions :meth:`Checkpoint.decode` reads (a version 1 checkpoint restores through its ranges)
+READABLE = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,35 @@ class ResultRange:
     start: int
     end: int
     max_ts: int | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    """Where partition p's window-aggregate snapshot is: its records' offsets in checkpoint
+    topic partition p (chunks, in order), the snapshot's size and CRC-32, and when it was
+    written (wall ms, so an old one is renewed before the topic's retention can reach it)."""
+
+    offsets: tuple[int, ...]
+    size: int
+    crc32: int
+    written_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "offsets": list(self.offsets),
+            "size": self.size,
+            "crc32": self.crc32,
+            "written_ms": self.written_ms,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> SnapshotRef | None:
+        if doc is None:
+            return None
+        offsets = tuple(int(o) for o in doc["offsets"])
+        if not offsets or list(offsets) != sorted(set(offsets)):
+            raise ValueError("snapshot offsets must be increasing and not empty")
+        return cls(offsets, int(doc["size"]), int(doc["crc32"]), int(doc["written_ms"]))
 
 
 @dataclass(frozen=True)
@@ -62,6 +106,8 @@ class Checkpoint:
     instance: str = ""
     event_times: tuple[int | None, int | None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    snapshot: SnapshotRef | None = None
+    evicted: tuple[tuple[int, int], ...] = ()
 
     def encode(self) -> bytes:
         """Compact JSON bytes (the value of the checkpoint record)."""
@@ -79,6 +125,10 @@ class Checkpoint:
             doc["event_times"] = list(self.event_times)
         if self.extra:
             doc["extra"] = self.extra
+        if self.snapshot is not None:
+            doc["snapshot"] = self.snapshot.to_json()
+        if self.evicted:
+            doc["evicted"] = [list(run) for run in self.evicted]
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -86,7 +136,7 @@ class Checkpoint:
         """Parse :meth:`encode` output; raises ValueError on anything else."""
         try:
             doc = json.loads(raw)
-            if doc.get("v") != VERSION:
+            if doc.get("v") not in READABLE:
                 raise ValueError(f"unsupported checkpoint version {doc.get('v')!r}")
             return cls(
                 partition=int(doc["partition"]),
@@ -101,6 +151,8 @@ class Checkpoint:
                 instance=str(doc.get("instance", "")),
                 event_times=_event_times(doc.get("event_times")),
                 extra=dict(doc.get("extra") or {}),
+                snapshot=SnapshotRef.from_json(doc.get("snapshot")),
+                evicted=tuple((int(a), int(b)) for a, b in doc.get("evicted") or ()),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed checkpoint: {exc!r}") from None
@@ -148,3 +200,20 @@ def prune_ranges(
         return ranges
     kept = tuple(r for r in ranges[:-1] if r.max_ts is None or r.max_ts >= horizon_ts)
     return (*kept, ranges[-1])
+
+
+def to_runs(offsets: list[int]) -> tuple[tuple[int, int], ...]:
+    """Sorted distinct offsets as runs ``[start, end)``: the cap evicts the oldest impressions,
+    mostly consecutive offsets, so a few runs carry thousands of them."""
+    runs: list[tuple[int, int]] = []
+    for offset in offsets:
+        if runs and runs[-1][1] == offset:
+            runs[-1] = (runs[-1][0], offset + 1)
+        else:
+            runs.append((offset, offset + 1))
+    return tuple(runs)
+
+
+def from_runs(runs: tuple[tuple[int, int], ...]) -> list[int]:
+    """The offsets of :func:`to_runs` runs."""
+    return [offset for start, end in runs for offset in range(start, end)]

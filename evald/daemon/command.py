@@ -77,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
     from evald.http import Heartbeat, MetricsServer
 
     stats = DaemonStats()
-    # liveness: the loop beats every cycle and every retry; a restore (bounded at 120 s) or a
-    # poll (bounded by max_poll_interval) is the longest it legitimately goes without one
+    # liveness: the loop beats every cycle and every retry, a restore whenever it reads
+    # something (it fails after 60 s without); a poll (bounded by max_poll_interval) is the
+    # longest it legitimately goes without one
     heartbeat = Heartbeat(
         max_age=max(180.0, 2 * settings.kafka.max_poll_interval_ms / 1000),
     )

@@ -20,7 +20,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from evald.daemon.checkpoint import ResultRange
+from evald.daemon.checkpoint import ResultRange, SnapshotRef
 from evald.daemon.merge import KINDS, Merger
 from evald.decode import Rejection
 
@@ -51,6 +51,8 @@ class Part:
     replay_end: dict[str, int] = field(default_factory=dict)
     ranges: tuple[ResultRange, ...] = ()
     epoch_start: int | None = None
+    #: the committed snapshot of p's window aggregates; ``ranges`` are the results after it
+    snapshot: SnapshotRef | None = None
     #: futures of the first and the last result sent in the open transaction (offsets grow
     #: within a partition: the idempotent producer keeps their order)
     txn_first: Any = None

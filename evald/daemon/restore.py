@@ -1,9 +1,13 @@
-"""Reading state back from Kafka when a partition is assigned: its checkpoint and its results.
+"""Reading state back from Kafka when a partition is assigned: its checkpoint, the snapshot of
+its window aggregates and the results written after that snapshot.
 
-Both reads use a group-less consumer with ``read_uncommitted`` on purpose: what is committed is
-decided by the group offsets and the checkpoint's result ranges (see checkpoint.py), and a
+Every read uses a group-less consumer with ``read_uncommitted`` on purpose: what is committed
+is decided by the group offsets and the checkpoint's references (see checkpoint.py), and a
 ``read_committed`` read would stall behind the open transaction of a crashed instance until
 the broker times it out.
+
+There is no overall deadline: a large but valid state may take long to read. A read fails
+(a transient error: the session retries) only when it makes no progress for ``stall_s``.
 """
 
 from __future__ import annotations
@@ -16,40 +20,69 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from evald.daemon.checkpoint import Checkpoint, ResultRange
+from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef, from_runs
 from evald.daemon.crash import crash_point
 from evald.daemon.inputs import Inputs, Part
 from evald.daemon.logs import event_time
 from evald.daemon.merge import KINDS
 from evald.daemon.settings import TopicSettings
+from evald.daemon.snapshots import whole
 from evald.daemon.topics import TopicGuard
 from evald.engine import Engine
 
 __all__ = [
-    "RESTORE_TIMEOUT_S",
+    "RESTORE_STALL_S",
+    "Progress",
     "RestoreError",
     "read_checkpoint",
     "read_ranges",
+    "read_snapshot",
     "restore_partition",
 ]
 
 log = logging.getLogger("evald.daemon")
 
-#: how long restoring one partition may take before the session is restarted
-RESTORE_TIMEOUT_S = 120.0
+#: a restore read that makes no progress for this long fails (transient); no overall deadline
+RESTORE_STALL_S = 60.0
 
 
 class RestoreError(RuntimeError):
-    """State could not be read back within the deadline (treated as a transient error)."""
+    """State could not be read back (no progress, missing record; a transient error)."""
+
+
+class Progress:
+    """What one restore read (records, bytes), and its stall deadline: ``check`` fails only
+    when nothing moved for ``stall_s`` seconds of ``clock``. ``heartbeat`` is called on every
+    move: a long restore that keeps moving is alive (the liveness check must not kill it)."""
+
+    def __init__(
+        self,
+        stall_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.stall_s = stall_s
+        self.records = 0
+        self.bytes = 0
+        self._clock = clock
+        self._beat = heartbeat
+        self._moved_at = clock()
+
+    def moved(self, records: int = 0, nbytes: int = 0) -> None:
+        """Something arrived (records, or the position advanced past markers)."""
+        self.records += records
+        self.bytes += nbytes
+        self._moved_at = self._clock()
+        self._beat()
+
+    def check(self, what: str) -> None:
+        """Raise RestoreError when the read has been stuck for ``stall_s``."""
+        if self._clock() - self._moved_at > self.stall_s:
+            raise RestoreError(f"reading {what}: no progress for {self.stall_s:g}s")
 
 
 def _records(
-    reader: KafkaConsumer,
-    tp: TopicPartition,
-    start: int,
-    end: int,
-    deadline: float,
-    clock: Callable[[], float],
+    reader: KafkaConsumer, tp: TopicPartition, start: int, end: int, progress: Progress
 ) -> Iterator[Any]:
     """Yield the records of ``tp`` with offsets in ``[start, end)``, in order."""
     if start >= end:
@@ -57,9 +90,10 @@ def _records(
     reader.assign([tp])
     reader.seek(tp, start)
     next_offset = start
+    position = start
+    progress.moved()  # the deadline counts from the start of this read
     while next_offset < end:
-        if clock() > deadline:
-            raise RestoreError(f"reading {tp.topic}[{tp.partition}] {next_offset}..{end} timed out")
+        progress.check(f"{tp.topic}[{tp.partition}] {next_offset}..{end}")
         batch = reader.poll(timeout_ms=200, max_records=5_000).get(tp, [])
         for record in batch:
             if record.offset < next_offset:
@@ -67,26 +101,24 @@ def _records(
             if record.offset >= end:
                 return
             next_offset = record.offset + 1
+            progress.moved(1, len(record.value or b"") + len(record.key or b""))
             yield record
         if not batch:
             # transaction markers occupy offsets but are never returned: stop at the end
-            position = reader.position(tp)
-            if position is not None and position >= end:
+            now = reader.position(tp)
+            if now is not None and now >= end:
                 return
+            if now is not None and now > position:
+                position = now
+                progress.moved()
 
 
 def read_checkpoint(
-    reader: KafkaConsumer,
-    topic: str,
-    partition: int,
-    committed: int,
-    timeout_s: float,
-    clock: Callable[[], float] = time.monotonic,
+    reader: KafkaConsumer, topic: str, partition: int, committed: int, progress: Progress
 ) -> Checkpoint:
     """The checkpoint record at ``committed - 1`` of the checkpoint topic partition."""
     tp = TopicPartition(topic, partition)
-    deadline = clock() + timeout_s
-    for record in _records(reader, tp, committed - 1, committed, deadline, clock):
+    for record in _records(reader, tp, committed - 1, committed, progress):
         checkpoint = Checkpoint.decode(record.value)
         if checkpoint.partition != partition:
             raise RestoreError(
@@ -97,19 +129,38 @@ def read_checkpoint(
     raise RestoreError(f"no checkpoint record at {topic}[{partition}]@{committed - 1}")
 
 
+def read_snapshot(
+    reader: KafkaConsumer, topic: str, partition: int, ref: SnapshotRef, progress: Progress
+) -> bytes:
+    """The snapshot the checkpoint names: its chunk records of the checkpoint topic partition,
+    joined and checked against the size and CRC-32 the checkpoint recorded."""
+    tp = TopicPartition(topic, partition)
+    wanted = set(ref.offsets)
+    parts = {
+        record.offset: record.value
+        for record in _records(reader, tp, ref.offsets[0], ref.offsets[-1] + 1, progress)
+        if record.offset in wanted
+    }
+    missing = sorted(wanted - set(parts))
+    if missing:
+        raise RestoreError(f"snapshot records missing at {topic}[{partition}]@{missing}")
+    try:
+        return whole([parts[offset] for offset in ref.offsets], ref)
+    except ValueError as exc:
+        raise RestoreError(str(exc)) from None
+
+
 def read_ranges(
     reader: KafkaConsumer,
     topic: str,
     partition: int,
     ranges: tuple[ResultRange, ...],
-    timeout_s: float,
-    clock: Callable[[], float] = time.monotonic,
+    progress: Progress,
 ) -> Iterator[dict[str, Any]]:
     """The committed results of one partition, decoded, range by range in offset order."""
     tp = TopicPartition(topic, partition)
-    deadline = clock() + timeout_s
     for result_range in ranges:
-        for record in _records(reader, tp, result_range.start, result_range.end, deadline, clock):
+        for record in _records(reader, tp, result_range.start, result_range.end, progress):
             yield json.loads(record.value)
 
 
@@ -123,15 +174,17 @@ def restore_partition(
     guard: TopicGuard,
     inputs: Inputs,
     clock: Callable[[], float],
-    timeout_s: float = RESTORE_TIMEOUT_S,
+    heartbeat: Callable[[], None] = lambda: None,
+    stall_s: float = RESTORE_STALL_S,
 ) -> None:
     """Resume ``part`` from its committed checkpoint (or from the start of both inputs).
 
     1. Read the group's committed offset *c* on the checkpoint topic (crash point
        ``restore``); without one, start both inputs from their beginning.
     2. Read the checkpoint at *c - 1*; refuse (exit 2) one written against other input topics.
-    3. Restore the engine's watermark and consumed offsets, and absorb the committed results
-       of its ranges (the window aggregates).
+    3. Restore the engine's watermark, consumed offsets and the impressions the cap evicted;
+       load the checkpoint's snapshot of the window aggregates (if any) and absorb the
+       committed results of its ranges, written after that snapshot.
     4. Seek both inputs to the committed offsets; records up to the consumed ones are replayed
        to rebuild pending joins.
     """
@@ -141,26 +194,31 @@ def restore_partition(
     committed = consumer.committed(ckpt_tp)
     crash_point("restore")
     if committed:
-        checkpoint = read_checkpoint(
-            reader, topics.checkpoint_topic, p, committed, timeout_s, clock
-        )
+        progress = Progress(stall_s, clock, heartbeat)
+        checkpoint = read_checkpoint(reader, topics.checkpoint_topic, p, committed, progress)
         guard.check_checkpoint(checkpoint.extra.get("topic_ids"), p)
-        engine.restore(p, checkpoint.watermark, dict(checkpoint.consumed), checkpoint.event_times)
-        absorbed = 0
-        for doc in read_ranges(reader, topics.results, p, checkpoint.results, timeout_s, clock):
-            engine.absorb_result(doc, p)
-            absorbed += 1
+        engine.restore(
+            p,
+            checkpoint.watermark,
+            dict(checkpoint.consumed),
+            checkpoint.event_times,
+            from_runs(checkpoint.evicted),
+        )
+        absorbed = _rebuild_windows(reader, engine, topics, checkpoint, progress)
         start = dict(checkpoint.committed)
         part.replay_end = dict(checkpoint.consumed)
-        part.ranges = checkpoint.results
+        part.ranges, part.snapshot = checkpoint.results, checkpoint.snapshot
         log.info(
-            "partition %d restored: watermark %s, replay from %s to %s, %d results "
-            "absorbed in %.2fs",
+            "partition %d restored: watermark %s, replay from %s to %s, snapshot of %s "
+            "bytes, %d results absorbed, %d records (%d bytes) read in %.2fs",
             p,
             event_time(checkpoint.watermark),
             start,
             checkpoint.consumed,
+            "no" if checkpoint.snapshot is None else checkpoint.snapshot.size,
             absorbed,
+            progress.records,
+            progress.bytes,
             clock() - started,
         )
     else:
@@ -176,3 +234,26 @@ def restore_partition(
     part.fetched_next = dict(start)
     part.merger.clear()
     part.restored = True
+
+
+def _rebuild_windows(
+    reader: KafkaConsumer,
+    engine: Engine,
+    topics: TopicSettings,
+    checkpoint: Checkpoint,
+    progress: Progress,
+) -> int:
+    """The partition's window aggregates as committed: the checkpoint's snapshot (if any),
+    then the results written after it; returns how many results were absorbed."""
+    p = checkpoint.partition
+    if checkpoint.snapshot is not None:
+        raw = read_snapshot(reader, topics.checkpoint_topic, p, checkpoint.snapshot, progress)
+        try:
+            engine.load_snapshot(p, raw)
+        except ValueError as exc:
+            raise RestoreError(f"snapshot of partition {p}: {exc}") from None
+    absorbed = 0
+    for doc in read_ranges(reader, topics.results, p, checkpoint.results, progress):
+        engine.absorb_result(doc, p)
+        absorbed += 1
+    return absorbed

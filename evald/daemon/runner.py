@@ -297,6 +297,7 @@ class Daemon:
             guard=self.topics,
             inputs=self.inputs,
             clock=self.clock,
+            heartbeat=self._beat,
         )
         with self.stats.lock:
             self.stats.restores += 1

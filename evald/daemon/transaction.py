@@ -11,6 +11,7 @@ steps named below, so every step boundary is covered by the kill tests.
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +19,16 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from evald.daemon import snapshots
 from evald.daemon.backoff import Backoff
-from evald.daemon.checkpoint import Checkpoint, extend_ranges, prune_ranges
+from evald.daemon.checkpoint import (
+    Checkpoint,
+    ResultRange,
+    SnapshotRef,
+    extend_ranges,
+    prune_ranges,
+    to_runs,
+)
 from evald.daemon.crash import crash_point
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.inputs import Inputs, Part
@@ -132,17 +141,21 @@ class Transaction:
         2. Flush what was sent into it while feeding: the results (results topic, partition
            p) and the dead letters; a dead letter the broker refused fails the commit.
            Crash point ``results_sent``.
-        3. Per restored partition p, send its checkpoint record (checkpoint topic, partition
-           p): the result ranges extended by this transaction's results and pruned past the
-           aggregation horizon, the engine's watermark, low offsets and event times, the
+        3. Per restored partition p, compute the result ranges extended by this
+           transaction's results and pruned past the aggregation horizon. Where a snapshot
+           is due (snapshots.due), send p's window aggregates as snapshot records to
+           checkpoint topic partition p and flush to learn their offsets.
+        4. Per partition, send its checkpoint record (checkpoint topic, partition p): the new
+           snapshot (ranges then start empty) or the last committed one with the ranges after
+           it, the engine's watermark, low offsets, event times and evicted impressions, the
            consumed offsets and the input topic ids.
-        4. Flush the checkpoints, then send the group offsets into the transaction: per input
+        5. Flush the checkpoints, then send the group offsets into the transaction: per input
            topic the engine's low offset (the next unfed offset when nothing is pending), and
            on the checkpoint topic the checkpoint record's own offset + 1.
            Crash point ``offsets_sent``.
-        5. Commit the transaction. Crash point ``committed``.
-        6. Only now take the new ranges as committed, count results, dead letters and the
-           commit, and reset the retry backoff.
+        6. Commit the transaction. Crash point ``committed``.
+        7. Only now take the new ranges and snapshot as committed, count results, dead
+           letters and the commit, and reset the retry backoff.
         """
         parts = self._inputs.restored()
         if not parts or not (self.open or any(s.dirty for s in parts)):
@@ -162,9 +175,15 @@ class Transaction:
         # a restart compares them: an input recreated while no evald ran is refused too
         ids = self._topic_ids()
         extra = {"topic_ids": ids} if ids else {}
-        for part in parts:  # 3
-            checkpoint = self._checkpoint(part, horizon_ms, extra)
+        extended = {part.partition: self._ranges_after(part, horizon_ms) for part in parts}  # 3
+        written = self._write_snapshots(parts, extended)
+        for part in parts:  # 4
             p = part.partition
+            ranges, epoch = extended[p]
+            snapshot = part.snapshot
+            if p in written:  # it holds every result so far: no range before it is needed
+                ranges, epoch, snapshot = (), None, written[p]
+            checkpoint = self._checkpoint(part, ranges, epoch, snapshot, extra)
             future = producer.send(
                 checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
             )
@@ -173,7 +192,7 @@ class Transaction:
                 offsets[self._inputs.tp(kind, p)] = OffsetAndMetadata(
                     checkpoint.committed[kind], "", -1
                 )
-        producer.flush(timeout=timeout)  # 4
+        producer.flush(timeout=timeout)  # 5
         for _, checkpoint, future in planned:
             offsets[TopicPartition(checkpoint_topic, checkpoint.partition)] = OffsetAndMetadata(
                 future.get(timeout=30).offset + 1, "", -1
@@ -181,33 +200,82 @@ class Transaction:
         producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
         crash_point("offsets_sent", holds_results)
         crash_point("commit_in_flight", holds_results)  # armed here, kills on the answer
-        producer.commit_transaction()  # 5
+        producer.commit_transaction()  # 6
         crash_point("committed", holds_results)
-        self._committed(planned)  # 6
+        self._committed(planned)  # 7
 
-    def _checkpoint(self, part: Part, horizon_ms: int | None, extra: dict[str, Any]) -> Checkpoint:
-        """Partition ``part``'s checkpoint as of this transaction (step 3 of :meth:`commit`)."""
+    def _ranges_after(
+        self, part: Part, horizon_ms: int | None
+    ) -> tuple[tuple[ResultRange, ...], int | None]:
+        """(ranges, epoch start) of p once this transaction commits, unreachable ones pruned."""
         engine = self._engine
         assert engine is not None
-        p = part.partition
         ranges, epoch = part.ranges, part.epoch_start
         if part.txn_first is not None:
             first = part.txn_first.get(timeout=30).offset
             last = part.txn_last.get(timeout=30).offset
             ranges, epoch = extend_ranges(ranges, epoch, first, last, part.txn_max_ts)
-        watermark = engine.checkpoint(p)
+        watermark = engine.checkpoint(part.partition)
         if watermark is not None and horizon_ms is not None:
             ranges = prune_ranges(ranges, watermark - horizon_ms)
+        return ranges, epoch
+
+    def _write_snapshots(
+        self, parts: list[Part], extended: dict[int, tuple[tuple[ResultRange, ...], int | None]]
+    ) -> dict[int, SnapshotRef]:
+        """Step 3's snapshots: send, in the open transaction, the window aggregates of every
+        partition whose results since its last snapshot got too many to re-read; returns
+        where each went (the checkpoints name their offsets)."""
+        engine, producer = self._engine, self._producer
+        assert engine is not None and producer is not None
+        now_ms = int(engine.clock() * 1000)
+        topic = self._settings.topics.checkpoint_topic
+        sent = {}
+        for part in parts:
+            p = part.partition
+            if not snapshots.due(extended[p][0], part.snapshot, now_ms):
+                continue
+            raw = engine.snapshot(p)
+            key = f"{p}.snapshot".encode()
+            futures = [
+                producer.send(topic, key=key, value=chunk, partition=p)
+                for chunk in snapshots.chunks(raw)
+            ]
+            sent[p] = (raw, futures)
+        if not sent:
+            return {}
+        producer.flush(timeout=self._settings.kafka.request_timeout_ms / 1000)
+        return {
+            p: SnapshotRef(
+                tuple(f.get(timeout=30).offset for f in futures),
+                len(raw),
+                zlib.crc32(raw),
+                now_ms,
+            )
+            for p, (raw, futures) in sent.items()
+        }
+
+    def _checkpoint(
+        self,
+        part: Part,
+        ranges: tuple[ResultRange, ...],
+        epoch: int | None,
+        snapshot: SnapshotRef | None,
+        extra: dict[str, Any],
+    ) -> Checkpoint:
+        """Partition ``part``'s checkpoint as of this transaction (step 4 of :meth:`commit`)."""
+        engine = self._engine
+        assert engine is not None
+        p = part.partition
         low = engine.low_offsets(p)
         committed = {}
         for kind in KINDS:
             low_kind = low.get(kind)
-            committed[kind] = (
-                part.fed_next[kind] if low_kind is None else min(low_kind, part.fed_next[kind])
-            )
+            fed = part.fed_next[kind]
+            committed[kind] = fed if low_kind is None else min(low_kind, fed)
         return Checkpoint(
             partition=p,
-            watermark=watermark,
+            watermark=engine.checkpoint(p),
             committed=committed,
             consumed=dict(part.fed_next),
             results=ranges,
@@ -215,6 +283,8 @@ class Transaction:
             instance=self._settings.daemon.instance_id,
             extra=extra,
             event_times=engine.event_times(p),
+            snapshot=snapshot,
+            evicted=to_runs(engine.evicted(p, committed["impression"])),
         )
 
     def _committed(self, planned: list[tuple[Part, Checkpoint, Any]]) -> None:
@@ -224,6 +294,7 @@ class Transaction:
         for part, checkpoint, _ in planned:
             produced += part.txn_count
             part.ranges, part.epoch_start = checkpoint.results, checkpoint.epoch_start
+            part.snapshot = checkpoint.snapshot
             part.txn_first = part.txn_last = None
             part.txn_count = 0
             part.txn_max_ts = None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
@@ -57,6 +57,16 @@ class Joined:
     reasons: list[str]
 
 
+@dataclass(slots=True)
+class Replay:
+    """What a restore re-feeds. ``until``: kind -> first offset not seen before the crash
+    (None: not restoring). ``evicted``: source offsets of impressions the cap closed (emitted
+    before their window closed), which a replay from below them must not open again."""
+
+    until: dict[str, int] | None = None
+    evicted: set[int] = field(default_factory=set)
+
+
 class JoinStore:
     """Pending impressions, attached and held feedback, and the watermark of one partition."""
 
@@ -95,8 +105,12 @@ class JoinStore:
         self._attached = AttachedFeedback()
         self._held = HeldFeedback()
         self._imp_offsets = OffsetLog()  # source offsets of pending impressions
-        #: restore mode: kind -> first offset not seen before the crash
-        self.replay_until: dict[str, int] | None = None
+        self._replay = Replay()
+
+    @property
+    def replay_until(self) -> dict[str, int] | None:
+        """Restore mode: kind -> first offset not seen before the crash; None otherwise."""
+        return self._replay.until
 
     def _deadline_of_slot(self, slot: int) -> int:
         return deadline(self._pending.ts[slot], self.window)
@@ -164,7 +178,7 @@ class JoinStore:
         """Join one impression; returns "accepted", "duplicate" or "skipped" (re-fed, done)."""
         ts = imp.ts
         due = open_deadline(ts, self.window, self._wm.watermark)  # None: closed already
-        if replayed and due is None:
+        if replayed and (due is None or offset in self._replay.evicted):
             return "skipped"
         rid = imp.request_id
         key = hash(rid)
@@ -307,15 +321,18 @@ class JoinStore:
         watermark: int | None,
         consumed: dict[str, int],
         event_times: tuple[int | None, int | None] | None = None,
+        evicted: Iterable[int] = (),
     ) -> None:
         """Start again after a crash: watermark as checkpointed, events before ``consumed`` are
         re-fed silently (see Engine.restore). With ``event_times`` (``event_times()`` at the
-        checkpoint) re-fed events are not counted again: they are in it."""
+        checkpoint) re-fed events are not counted again: they are in it. Impressions at the
+        ``evicted`` offsets were emitted by the cap and are skipped when re-fed."""
+        self._replay.evicted.update(evicted)
         if event_times is not None:
             self._wm.restore_times(event_times)
         if watermark is not None:
             self.set_watermark(watermark)
-        self.replay_until = dict(consumed)
+        self._replay.until = dict(consumed)
         self._wm.restart()
 
     # ------------------------------------------------------------------ closing
@@ -323,7 +340,11 @@ class JoinStore:
     def evict_oldest(self) -> None:
         """At the cap: close this partition's open impression with the earliest deadline."""
         if self._queue:
-            self._close(self._queue.pop(), "cap")
+            slot = self._queue.pop()
+            offset = int(self._pending.offset[slot]) - 1
+            if offset >= 0:
+                self._replay.evicted.add(offset)
+            self._close(slot, "cap")
             self._refresh_due()
 
     def _close(self, slot: int, reason: str) -> None:
@@ -394,6 +415,17 @@ class JoinStore:
             "impression": self._imp_offsets.low(self._pending.column("offset")),
             "feedback": min(held, default=None),
         }
+
+    def evicted(self, since: int | None) -> list[int]:
+        """Offsets (sorted) of impressions closed by the cap at or after ``since``, the
+        impression offset a checkpoint replays from; older ones are forgotten (no replay
+        reaches them). None: nothing will be replayed."""
+        replay = self._replay
+        if since is None:
+            replay.evicted.clear()
+        elif replay.evicted:
+            replay.evicted = {o for o in replay.evicted if o >= since}
+        return sorted(replay.evicted)
 
     def scanned_offsets(self) -> dict[str, list[int]]:
         """Every source offset the pending state still holds, by kind, found by a full scan:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -29,6 +30,9 @@ from kafka_oracle import (
     read_windows,
     results_by_id,
 )
+
+from evald.daemon import snapshots
+from evald.daemon.checkpoint import Checkpoint
 
 pytestmark = pytest.mark.kafka
 
@@ -531,4 +535,88 @@ def test_a_zombie_past_its_session_timeout_is_fenced_and_its_results_never_show(
     print(
         f"zombie: takeover (SIGSTOP -> heir caught up) {takeover:.1f}s; fenced by "
         f"{sorted(e for e in FENCING_ERRORS if e in woke)}"
+    )
+
+
+# -- restart cost ------------------------------------------------------------------------------
+
+RESTORED = re.compile(
+    r"partition (\d+) restored: .* snapshot of (\w+) bytes, (\d+) results absorbed, "
+    r"(\d+) records \((\d+) bytes\) read"
+)
+
+
+def committed_checkpoint(tools: KafkaTools, unique: str, partition: int) -> Checkpoint:
+    """The checkpoint a restart of ``partition`` reads: the record before the group's
+    committed offset on the checkpoint topic (docs/design.md)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic = make_settings(tools.bootstrap, unique).topics.checkpoint_topic
+    consumer = KafkaConsumer(bootstrap_servers=tools.bootstrap, group_id=f"g-{unique}")
+    try:
+        committed = consumer.committed(TopicPartition(topic, partition))
+    finally:
+        consumer.close()
+    assert committed, "no committed checkpoint"
+    (record,) = [
+        r for r in tools.read(topic) if r.partition == partition and r.offset == committed - 1
+    ]
+    return Checkpoint.decode(record.value)
+
+
+def window_series(inst: Instance) -> list[str]:
+    status, text = inst.get("/metrics")
+    assert status == 200
+    return sorted(line for line in text.splitlines() if line.startswith("evald_window_"))
+
+
+def test_a_restart_reads_the_snapshot_and_only_the_results_after_it(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """After a long stream on one partition, kill -9 and restart: the restore reads the
+    checkpoint, the snapshot's records and only the results written after the snapshot — a
+    count, not a time — and the window aggregates equal the uninterrupted run's."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=30_000, seed=21)
+    first = instances("a")
+    wait_until(lambda: first.lag_zero(1), 180, "the first instance to consume everything")
+
+    def quiet() -> float | None:  # results stopped moving: every commit is in
+        before = first.metric("evald_results_produced_total")
+        time.sleep(1.0)
+        return before if first.metric("evald_results_produced_total") == before else None
+
+    total = wait_until(quiet, 60, "the results to stop moving")
+    before = window_series(first)
+    assert total > 3 * snapshots.MIN_RESULTS_BETWEEN, "too few results for a snapshot to matter"
+    checkpoint = committed_checkpoint(kafka_tools, unique, 0)
+    first.kill()
+
+    second = instances("a")
+    wait_until(lambda: second.lag_zero(1), 120, "the restarted instance to catch up")
+    restored = wait_until(
+        lambda: RESTORED.search(second.log_path.read_text()), 30, "the restore log line"
+    )
+    _, size, absorbed, records, nbytes = restored.groups()
+    assert checkpoint.snapshot is not None and size == str(checkpoint.snapshot.size)
+    # exactly what the checkpoint names: itself, the snapshot's chunks, the later results (the
+    # records inside its ranges: transaction markers take offsets there too)
+    after = [
+        r
+        for r in kafka_tools.read(topics["results"])
+        if any(x.start <= r.offset < x.end for x in checkpoint.results)
+    ]
+    assert int(absorbed) == len(after)
+    assert int(records) == 1 + len(checkpoint.snapshot.offsets) + int(absorbed)
+    # and not every result since the partition was first assigned (what the ranges alone read)
+    assert int(absorbed) < total / 2
+    time.sleep(1.0)
+    assert window_series(second) == before  # exact: the same text, digit for digit
+    assert second.terminate() == 0
+    assert_matches_an_uninterrupted_run(kafka_tools, unique, second.windows)
+    print(
+        f"restart after {total:.0f} results on one partition: read 1 checkpoint + "
+        f"{len(checkpoint.snapshot.offsets)} snapshot record(s) ({size} bytes) + "
+        f"{absorbed} results = {records} records, {nbytes} bytes"
     )

@@ -7,7 +7,15 @@ import json
 import pytest
 
 from evald.daemon.backoff import Backoff
-from evald.daemon.checkpoint import Checkpoint, ResultRange, extend_ranges, prune_ranges
+from evald.daemon.checkpoint import (
+    Checkpoint,
+    ResultRange,
+    SnapshotRef,
+    extend_ranges,
+    from_runs,
+    prune_ranges,
+    to_runs,
+)
 from evald.daemon.topics import (
     TopicLayoutError,
     TopicShape,
@@ -63,6 +71,48 @@ def test_checkpoint_round_trips_and_rejects_garbage() -> None:
     for raw in (b"not json", b"{}", b'{"v": 99}', b'{"v": 1, "partition": 1}'):
         with pytest.raises(ValueError):
             Checkpoint.decode(raw)
+
+
+def test_a_version_2_checkpoint_names_its_snapshot_and_the_evicted_offsets() -> None:
+    cp = Checkpoint(
+        partition=1,
+        watermark=5,
+        committed={"impression": 10, "feedback": 7},
+        consumed={"impression": 25, "feedback": 30},
+        results=(ResultRange(40, 45, 99),),
+        epoch_start=40,
+        snapshot=SnapshotRef((31, 32, 34), 600_000, 123, 1_700_000_000_000),
+        evicted=((10, 12), (20, 21)),
+    )
+    raw = cp.encode()
+    assert json.loads(raw)["v"] == 2
+    assert Checkpoint.decode(raw) == cp
+    for bad in ({"offsets": []}, {"offsets": [3, 2]}, {"offsets": [1], "size": "x"}):
+        doc = json.loads(raw)
+        doc["snapshot"] = {**doc["snapshot"], **bad}
+        with pytest.raises(ValueError):
+            Checkpoint.decode(json.dumps(doc).encode())
+
+
+def test_a_version_1_checkpoint_still_restores_through_its_ranges() -> None:
+    """What evald wrote before snapshots: no snapshot, no evicted offsets, all ranges."""
+    raw = (
+        b'{"committed":{"feedback":7,"impression":10},"consumed":{"feedback":30,"impression":25},'
+        b'"epoch_start":9,"event_times":[4,null],"instance":"a","partition":3,'
+        b'"results":[[0,5,99],[9,12,null]],"v":1,"watermark":1700000000000}'
+    )
+    cp = Checkpoint.decode(raw)
+    assert cp.snapshot is None and cp.evicted == ()
+    assert cp.results == (ResultRange(0, 5, 99), ResultRange(9, 12, None))
+    assert cp.event_times == (4, None)
+
+
+def test_evicted_offsets_travel_as_runs() -> None:
+    offsets = [3, 4, 5, 9, 11, 12]
+    assert to_runs(offsets) == ((3, 6), (9, 10), (11, 13))
+    assert from_runs(to_runs(offsets)) == offsets
+    assert to_runs([]) == () and from_runs(()) == []
+    assert len(to_runs(list(range(1000, 6000)))) == 1
 
 
 def test_ranges_extend_within_an_epoch_and_split_across_epochs() -> None:
