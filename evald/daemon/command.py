@@ -104,11 +104,16 @@ def run(args: argparse.Namespace) -> int:
     heartbeat = Heartbeat(
         max_age=max(180.0, 2 * settings.kafka.max_poll_interval_ms / 1000),
     )
-    daemon = Daemon(settings, factory, stats=stats, heartbeat=heartbeat.beat)
+    stage = _repartition_stage(settings)
+    # with input.repartition the main stage reads the internal topics, re-keyed by request id
+    main_settings = settings if stage is None else stage.main_settings
+    daemon = Daemon(main_settings, factory, stats=stats, heartbeat=heartbeat.beat)
+    extra: list[Any] = [DaemonCollector(stats, include_ready=True)]
+    if stage is not None:
+        stage.repartitioner.on_fatal = daemon.stop
+        extra.append(stage.collector)
     # evald_ready comes from the daemon's collector (it knows about partitions and the broker)
-    registry, collector = build_registry(
-        None, lock=daemon.lock, extra=[DaemonCollector(stats, include_ready=True)]
-    )
+    registry, collector = build_registry(None, lock=daemon.lock, extra=extra)
     # each session builds a fresh engine (restored from Kafka): point the collector at it
     daemon.on_engine = lambda engine: setattr(collector, "engine", engine)
     server = MetricsServer(
@@ -120,10 +125,14 @@ def run(args: argparse.Namespace) -> int:
     )
     server.start()
     timeout = settings.daemon.shutdown_timeout_s
+    stopping = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("received %s: finishing (at most %.0fs)", signal.Signals(signum).name, timeout)
+        stopping.set()
         daemon.stop()
+        if stage is not None:
+            stage.repartitioner.stop()
         # a broker that is gone must not keep us past the deadline: state is safe in Kafka
         watchdog = threading.Timer(timeout, _hard_exit, args=(timeout,))
         watchdog.daemon = True
@@ -146,12 +155,44 @@ def run(args: argparse.Namespace) -> int:
         )
         reporter.start()
     try:
-        return daemon.run()
+        if stage is None:
+            return daemon.run()
+        return stage.run_with(daemon.run, stopping, timeout)
     finally:
         if reporter is not None:
             reporter.stop()
         heartbeat.stop()
         server.stop()
+
+
+class _RepartitionStage:
+    """The repartition stage beside the main one: started first, since the main stage reads
+    the internal topics it creates; a fatal error of either stops both (exit 2)."""
+
+    def __init__(self, settings: Any) -> None:
+        from evald.daemon.repartition import (
+            RepartitionCollector,
+            Repartitioner,
+            main_stage_settings,
+        )
+
+        self.repartitioner = Repartitioner(settings)
+        self.collector = RepartitionCollector(self.repartitioner.stats)
+        self.main_settings = main_stage_settings(settings)
+
+    def run_with(self, main: Any, stopping: threading.Event, timeout: float) -> int:
+        """Start the stage, run ``main`` once the internal topics exist, stop the stage."""
+        stage = self.repartitioner
+        stage.start()
+        try:
+            status = main() if stage.wait_ready(stopping) else 0
+        finally:
+            stage.stop(timeout)
+        return stage.status or status
+
+
+def _repartition_stage(settings: Any) -> _RepartitionStage | None:
+    return _RepartitionStage(settings) if settings.input.repartition else None
 
 
 def _hard_exit(timeout: float) -> None:
