@@ -91,7 +91,8 @@ PRODUCER_BATCH_BYTES = 512 * 1024
 PRODUCER_LINGER_MS = 20
 KAFKA_PYTHON_MAX_REQUEST_SIZE = 1_048_576
 #: how often records the main stage has committed past are deleted from the internal topics
-PURGE_INTERVAL_S = 60.0
+#: (Kafka Streams' ``repartition.purge.interval.ms`` default)
+PURGE_INTERVAL_S = 30.0
 #: internal topics keep the record timestamps evald writes, and time never deletes a record
 #: the main stage has not read: evald deletes records once the main group committed past them
 INTERNAL_TOPIC_CONFIGS = {"message.timestamp.type": "CreateTime", "retention.ms": "-1"}

@@ -150,3 +150,30 @@ def test_connect_to_nothing_fails_within_the_timeout(capsys: pytest.CaptureFixtu
     assert check_config.run(_parse([*argv, "--connect-timeout", "1"])) == 1
     out = capsys.readouterr().out
     assert "# FAIL  brokers: none answered at 127.0.0.1:" in out and "within 1s" in out
+
+
+def test_layout_checks_with_repartitioning_accept_inputs_of_any_partition_counts() -> None:
+    settings = load_settings(
+        environ={},
+        flags={
+            "topics": {"impressions": "imp", "feedback": "fb", "results": "res", "dlq": "dlq"},
+            "input": {"repartition": True},
+        },
+    )
+    skewed = {"imp": TopicInfo(6), "fb": TopicInfo(4), "res": TopicInfo(6)}
+    checks = {c.subject: c for c in layout_checks(settings, skewed)}
+    assert "co-partitioning" not in checks
+    assert (
+        checks["repartitioning"].status == OK
+        and "into 6 partitions" in checks["repartitioning"].detail
+    )
+    assert checks["input.repartition imp.evald-repartition"].status == NOTE  # evald creates it
+    wrong = {**skewed, "imp.evald-repartition": TopicInfo(6), "fb.evald-repartition": TopicInfo(4)}
+    checks = {c.subject: c for c in layout_checks(settings, wrong)}
+    assert checks["repartitioning"].status == FAIL
+    assert "fb.evald-repartition has 4" in checks["repartitioning"].detail
+    short = {**skewed, "res": TopicInfo(3)}
+    checks = {c.subject: c for c in layout_checks(settings, short)}
+    assert (
+        checks["repartitioning"].status == FAIL and "res has 3" in checks["repartitioning"].detail
+    )

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from child_processes import die_with_parent
-from kafka_harness import ENGINE, Broker, KafkaTools, free_port, wait_until
+from kafka_harness import ENGINE, Broker, CommittedReader, KafkaTools, free_port, wait_until
 
 from evald.daemon.rekey import internal_topic, partition_for
 
@@ -194,25 +194,56 @@ def results_once(tools: KafkaTools, topic: str) -> dict[str, dict[str, Any]]:
     return {doc["request_id"]: doc for doc in docs}
 
 
-def assert_internal_topics_exact(
-    tools: KafkaTools, topics: dict[str, str], partitions: int
-) -> None:
-    """Each source record with a request id is in its internal topic exactly once, unchanged,
-    in the partition of its request id."""
-    for name in (topics["impressions"], topics["feedback"]):
-        source = tools.read(name, committed=True)
-        copies = tools.read(internal_topic(name), committed=True)
-        assert {record.partition for record in copies} <= set(range(partitions))
-        for record in copies:
-            assert record.partition == partition_for(record.key, partitions)
-            assert json.loads(record.value)["request_id"].encode() == record.key
+class InternalReaders:
+    """read_committed readers of both internal topics on threads, started before anything is
+    committed there: they see every copy before the stage's purge deletes it."""
+
+    def __init__(self, tools: KafkaTools, topics: dict[str, str]) -> None:
+        self.tools = tools
+        self.readers = {
+            name: CommittedReader(tools.bootstrap, internal_topic(name))
+            for name in (topics["impressions"], topics["feedback"])
+        }
+
+    def assert_exact(self, partitions: int) -> None:
+        """Each source record with a request id was copied exactly once, unchanged, to the
+        partition of its request id."""
         keep = {value for value, _ in UNKEYABLE}
 
         def shape(record: Any) -> tuple[bytes, int, tuple[Any, ...]]:
             return record.value, record.timestamp, tuple(record.headers)
 
-        expected = Counter(shape(r) for r in source if r.value not in keep)
-        assert Counter(shape(r) for r in copies) == expected
+        for name, reader in self.readers.items():
+            copies = reader.stop()
+            for record in copies:
+                assert record.partition == partition_for(record.key, partitions)
+                assert json.loads(record.value)["request_id"].encode() == record.key
+            source = self.tools.read(name, committed=True)
+            expected = Counter(shape(r) for r in source if r.value not in keep)
+            assert Counter(shape(r) for r in copies) == expected
+
+
+def purged(tools: KafkaTools, topic: str) -> bool:
+    """Some records of ``topic`` were deleted (its log start offset moved)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=tools.bootstrap)
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        return any(offset > 0 for offset in consumer.beginning_offsets(tps).values())
+    finally:
+        consumer.close()
+
+
+def internal_topics_exist(tools: KafkaTools, topics: dict[str, str]) -> bool:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=tools.bootstrap)
+    try:
+        names = consumer.topics()
+    finally:
+        consumer.close()
+    return all(internal_topic(topics[kind]) in names for kind in ("impressions", "feedback"))
 
 
 def test_run_repartitions_topics_keyed_by_client_into_the_replay_results(
@@ -224,6 +255,8 @@ def test_run_repartitions_topics_keyed_by_client_into_the_replay_results(
     expected = replay_results(events, tmp_path)
     assert len(expected) > 100, "the reference finalized too little: the data is too short"
     run = Evald(broker, unique, tmp_path)
+    wait_until(lambda: internal_topics_exist(kafka_tools, topics), 60, "the internal topics")
+    readers = InternalReaders(kafka_tools, topics)  # the stage holds its first records 2 s
     try:
         wait_until(
             lambda: run.metric("evald_results_produced_total") >= len(expected) or None,
@@ -247,7 +280,7 @@ def test_run_repartitions_topics_keyed_by_client_into_the_replay_results(
         (reason, value) for value, reason in UNKEYABLE
     )
     # the internal topics took the impressions topic's partition count
-    assert_internal_topics_exact(kafka_tools, topics, INTERNAL_PARTITIONS)
+    readers.assert_exact(INTERNAL_PARTITIONS)
 
 
 def test_kill_9_at_each_step_of_both_stages_then_at_random_is_exact(
@@ -262,10 +295,14 @@ def test_kill_9_at_each_step_of_both_stages_then_at_random_is_exact(
     events = produce_keyed_by_client(kafka_tools, topics, 4000)
     expected = replay_results(events, tmp_path)
     steps = ["repartition_sent", "repartition_offsets_sent", "repartition_committed"]
+    readers: InternalReaders | None = None
     for step in [*steps, "results_sent", "offsets_sent"]:
         victim = Evald(broker, unique, tmp_path, crash_at=step)
         wait_until(lambda v=victim: v.proc.poll() is not None, 120, f"the crash at {step}")
         assert victim.proc.returncode == -signal.SIGKILL, victim.log()
+        if readers is None:  # the first crash was before any commit to the internal topics
+            readers = InternalReaders(kafka_tools, topics)
+    assert readers is not None
     rng = random.Random(13)
     run = Evald(broker, unique, tmp_path)
     wait_until(lambda: run.metric("evald_results_produced_total") > 0 or None, 120, "results")
@@ -276,11 +313,14 @@ def test_kill_9_at_each_step_of_both_stages_then_at_random_is_exact(
     try:
         wait_until(lambda: len(results_once(kafka_tools, topics["results"])) >= len(expected)
                    or None, 180, "every result")  # fmt: skip
+        # what the main stage committed past is deleted from the internal topics
+        internal = internal_topic(topics["impressions"])
+        wait_until(lambda: purged(kafka_tools, internal), 60, "the purge of the internal topic")
     finally:
         status = run.stop()
     assert status == 0, run.log()
     assert results_once(kafka_tools, topics["results"]) == expected
-    assert_internal_topics_exact(kafka_tools, topics, INTERNAL_PARTITIONS)
+    readers.assert_exact(INTERNAL_PARTITIONS)
 
 
 def test_without_repartitioning_the_topics_are_refused(
