@@ -177,3 +177,20 @@ def test_layout_checks_with_repartitioning_accept_inputs_of_any_partition_counts
     assert (
         checks["repartitioning"].status == FAIL and "res has 3" in checks["repartitioning"].detail
     )
+
+
+def test_the_repartitioning_example_of_docs_mapping_is_what_check_config_reports(
+    tmp_path: Path,
+) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "mapping.md").read_text()
+    section = text[text.index("## Topics") :]
+    start = section.index("# evald.yaml")
+    config = section[start : section.index("```", start)]
+    (tmp_path / "evald.yaml").write_text(config)
+    settings = load_settings(file=tmp_path / "evald.yaml", environ={})
+    info = {"ubi_queries": TopicInfo(6), "ubi_events": TopicInfo(12)}
+    lines = {f"# {check.line()}" for check in layout_checks(settings, info)}
+    shown = [line.strip() for line in section.splitlines() if line.startswith("    # ")]
+    assert len(shown) == 5
+    for line in shown:
+        assert line in lines

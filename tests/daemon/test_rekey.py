@@ -121,3 +121,15 @@ def test_unreadable_request_ids_have_the_engines_reasons(raw: bytes | None, reas
     got = RequestIdReader("evald").key(raw, "impression")
     assert isinstance(got, Unkeyable) and got.reason == reason
     assert got.detail
+
+
+def test_the_documented_conventions() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    daemon, design = (docs / "daemon.md").read_text(), (docs / "design.md").read_text()
+    assert f"`<topic>{internal_topic('')}`" in daemon
+    assert "`(murmur2(key) & 0x7fffffff) % n`" in design
+    mapping = (docs / "mapping.md").read_text()
+    event = b'{"action_name": "click", "client_id": "c-9"}'
+    got = RequestIdReader("ubi").key(event, "feedback")
+    assert got == Unkeyable("missing_field", "/query_id: missing")
+    assert f"`evald-reason: {got.reason}`" in mapping and f"`evald-detail: {got.detail}`" in mapping
