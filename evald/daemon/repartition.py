@@ -301,6 +301,12 @@ class Repartitioner:
             allow_auto_create_topics=False,
             **client,
         )
+        # the group's first assignment is computed from the consumer's metadata: fetched now,
+        # or kafka-python may join before it has the topics and assign nothing until its next
+        # metadata refresh (minutes)
+        for name in self._kinds:
+            if not self._consumer.partitions_for_topic(name):
+                raise KafkaError(f"no partition metadata for {name} yet")
         self._consumer.subscribe(list(self._kinds), listener=_Listener(self))
         self.topics_ready.set()
         while not self._stop.is_set():
@@ -347,8 +353,17 @@ class Repartitioner:
                         for name in create
                     ]
                 )
+            self._await_created(admin, internal, wanted)
         self._partitions = wanted
         self._dlq_limit = max_message_bytes(admin, topics.dlq)
+
+    def _await_created(self, admin: KafkaAdminClient, names: tuple[str, ...], count: int) -> None:
+        """Return once the new topics are described with all their partitions, so the main
+        stage's first join sees them (else: an error, and the session is retried)."""
+        deadline = self.clock() + self.settings.kafka.request_timeout_ms / 1000
+        while _partition_counts(admin, names) != dict.fromkeys(names, count):
+            if self.clock() > deadline or self._stop.wait(0.2):
+                raise KafkaError(f"the new topics {', '.join(names)} are not visible yet")
 
     def _cycle(self) -> None:
         consumer = self._consumer
