@@ -57,7 +57,7 @@ def _roles(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:
     ]
     if settings.input.repartition:
         for name in (topics.impressions, topics.feedback):
-            internal = internal_topic(name)
+            internal = internal_topic(settings.daemon.group_id, name)
             roles.append(("input.repartition", internal, ("DESCRIBE", "READ", "WRITE", "DELETE")))
     return roles
 
@@ -111,7 +111,8 @@ def _repartition_checks(
     """With ``input.repartition`` the inputs may be keyed any way and differ in partition
     count; the internal topics (and so the outputs) get the count `evald run` would use."""
     topics = settings.topics
-    internal = [internal_topic(name) for name in (topics.impressions, topics.feedback)]
+    group = settings.daemon.group_id
+    internal = [internal_topic(group, name) for name in (topics.impressions, topics.feedback)]
     existing = [n for name in internal if (n := counts.get(name)) is not None]
     wanted = settings.input.repartition_partitions or next(iter(existing), None)
     wanted = wanted or counts.get(topics.impressions)

@@ -25,15 +25,19 @@ __all__ = [
     "partition_for",
 ]
 
-#: the internal topic of input topic ``t`` is ``t`` + this suffix
+#: the internal topic of input topic ``t`` read by consumer group ``g`` is ``g.t`` + this suffix
 INTERNAL_SUFFIX = ".evald-repartition"
 #: the native schema's request id, in both kinds (docs/semantics.md)
 NATIVE_REQUEST_ID = "/request_id"
 
 
-def internal_topic(topic: str) -> str:
-    """The internal topic evald re-keys ``topic`` into."""
-    return topic + INTERNAL_SUFFIX
+def internal_topic(group_id: str, topic: str) -> str:
+    """The internal topic the daemon of consumer group ``group_id`` re-keys ``topic`` into.
+
+    The group is part of the name because the copies are one group's reading of the input: a
+    daemon started with a new group reads the input again from its start, and writing that
+    into the old group's internal topics would put every record there twice."""
+    return f"{group_id}.{topic}{INTERNAL_SUFFIX}"
 
 
 def murmur2(data: bytes) -> int:

@@ -3,9 +3,10 @@ keyed any way").
 
 It consumes the impressions and feedback topics, keyed any way and of any partition counts, in
 its own consumer group ``<group_id>.repartition``, and writes every record unchanged (value,
-headers, timestamp) to ``<topic>.evald-repartition``, keyed by its request id and partitioned
-by Kafka's default partitioner over the internal topics' shared partition count. The main stage
-(evald/daemon/runner.py, unchanged) reads the internal topics instead of the inputs.
+headers, timestamp) to ``<group_id>.<topic>.evald-repartition``, keyed by its request id and
+partitioned by Kafka's default partitioner over the internal topics' shared partition count.
+The main stage (evald/daemon/runner.py, unchanged) reads the internal topics instead of the
+inputs.
 
 Exactly once: one transactional producer per instance (``evald-<group>-<instance>-repartition``)
 and this cycle, repeated while running:
@@ -100,10 +101,11 @@ INTERNAL_TOPIC_CONFIGS = {"message.timestamp.type": "CreateTime", "retention.ms"
 
 def main_stage_settings(settings: Settings) -> Settings:
     """The settings the main stage runs with: the internal topics as its inputs."""
+    group = settings.daemon.group_id
     topics = settings.topics.model_copy(
         update={
-            "impressions": internal_topic(settings.topics.impressions),
-            "feedback": internal_topic(settings.topics.feedback),
+            "impressions": internal_topic(group, settings.topics.impressions),
+            "feedback": internal_topic(group, settings.topics.feedback),
         }
     )
     return settings.model_copy(update={"topics": topics})
@@ -201,6 +203,8 @@ class Repartitioner:
         self._ids = RequestIdReader(settings.input.mapping)
         topics = settings.topics
         self._kinds = {topics.impressions: "impression", topics.feedback: "feedback"}
+        group = settings.daemon.group_id
+        self._internal = {name: internal_topic(group, name) for name in self._kinds}
         self._backoff = Backoff(
             settings.daemon.retry_backoff_initial_ms / 1000,
             settings.daemon.retry_backoff_max_ms / 1000,
@@ -319,7 +323,7 @@ class Repartitioner:
         missing internal topics (and the DLQ, which this stage may write first)."""
         topics = self.settings.topics
         sources = (topics.impressions, topics.feedback)
-        internal = tuple(internal_topic(name) for name in sources)
+        internal = tuple(self._internal[name] for name in sources)
         counts = _partition_counts(admin, (*sources, *internal, topics.dlq))
         missing = [name for name in sources if counts[name] is None]
         if missing:
@@ -389,7 +393,7 @@ class Repartitioner:
         producer = self._producer
         assert producer is not None
         producer.begin_transaction()
-        internal = {name: internal_topic(name) for name in self._kinds}
+        internal = self._internal
         futures: list[Any] = []
         copied: Counter[str] = Counter()
         rejected: Counter[tuple[str, str]] = Counter()
@@ -484,7 +488,7 @@ class Repartitioner:
         admin = self._admin
         assert admin is not None
         group = self.settings.daemon.group_id
-        internal = {internal_topic(name) for name in self._kinds}
+        internal = set(self._internal.values())
         try:
             offsets = admin.list_group_offsets({group: None}).get(group) or {}
             below = {

@@ -271,7 +271,7 @@ class InputSettings(_Strict):
     repartition: bool = Field(
         False,
         description="the input topics are keyed any way (or not co-partitioned): re-key them "
-        "by request id through internal topics <topic>.evald-repartition, exactly once "
+        "by request id through internal topics <group_id>.<topic>.evald-repartition, exactly once "
         '(docs/design.md, "Topics keyed any way")',
     )
     repartition_partitions: int | None = Field(
@@ -312,9 +312,16 @@ class Settings(_Strict):
             return self
         from evald.daemon.rekey import internal_topic
 
-        topics = self.topics
+        topics, group = self.topics, self.daemon.group_id
+        bad = sorted({ch for ch in group if not (ch.isascii() and (ch.isalnum() or ch in "._-"))})
+        if bad:
+            raise ValueError(
+                f"daemon: group_id {group!r} names the internal topics of input.repartition "
+                f"(<group_id>.<topic>.evald-repartition): characters {''.join(bad)!r} are not "
+                "allowed in a topic name (use a-z A-Z 0-9 . _ -)"
+            )
         for name in (topics.impressions, topics.feedback):
-            internal = internal_topic(name)
+            internal = internal_topic(group, name)
             if len(internal) > 249:
                 raise ValueError(
                     f"topics: {name} is too long for input.repartition: its internal topic "

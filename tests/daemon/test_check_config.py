@@ -167,11 +167,12 @@ def test_layout_checks_with_repartitioning_accept_inputs_of_any_partition_counts
         checks["repartitioning"].status == OK
         and "into 6 partitions" in checks["repartitioning"].detail
     )
-    assert checks["input.repartition imp.evald-repartition"].status == NOTE  # evald creates it
-    wrong = {**skewed, "imp.evald-repartition": TopicInfo(6), "fb.evald-repartition": TopicInfo(4)}
+    internal = ("evald.imp.evald-repartition", "evald.fb.evald-repartition")
+    assert checks[f"input.repartition {internal[0]}"].status == NOTE  # evald creates it
+    wrong = {**skewed, internal[0]: TopicInfo(6), internal[1]: TopicInfo(4)}
     checks = {c.subject: c for c in layout_checks(settings, wrong)}
     assert checks["repartitioning"].status == FAIL
-    assert "fb.evald-repartition has 4" in checks["repartitioning"].detail
+    assert f"{internal[1]} has 4" in checks["repartitioning"].detail
     short = {**skewed, "res": TopicInfo(3)}
     checks = {c.subject: c for c in layout_checks(settings, short)}
     assert (

@@ -13,7 +13,7 @@ import yaml
 
 from evald.cli import main
 from evald.daemon import check_config
-from evald.daemon.settings import SettingsError, load_settings
+from evald.daemon.settings import SettingsError, load_settings, merge
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -80,18 +80,23 @@ def test_repartitioning_is_off_by_default_and_set_from_the_environment() -> None
         ({"input": {"repartition": "maybe"}}, "input.repartition: Input should be a valid bool"),
         ({"input": {"repartition_partitions": 0}}, "input.repartition_partitions: Input should"),
         (
-            {"input": {"repartition": True}, "topics": {"dlq": "evald.feedback.evald-repartition"}},
-            "topics: evald.feedback.evald-repartition is the internal topic of evald.feedback",
+            {"input": {"repartition": True}, "topics": {"dlq": "g.fb.evald-repartition"}},
+            "topics: g.fb.evald-repartition is the internal topic of fb",
         ),
         (
-            {"input": {"repartition": True}, "topics": {"impressions": "i" * 240}},
+            {"input": {"repartition": True}, "topics": {"impressions": "i" * 230}},
             "over 249 characters",
+        ),
+        (
+            {"input": {"repartition": True}, "daemon": {"group_id": "team/evald"}},
+            "daemon: group_id 'team/evald' names the internal topics",
         ),
     ],
 )
 def test_bad_repartition_settings_name_the_field(flags: dict, expected: str) -> None:
+    base = {"topics": {"feedback": "fb"}, "daemon": {"group_id": "g"}}
     with pytest.raises(SettingsError) as caught:
-        load_settings(environ={}, flags=flags)
+        load_settings(environ={}, flags=merge(base, flags))
     assert expected in str(caught.value)
 
 

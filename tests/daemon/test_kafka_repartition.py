@@ -57,6 +57,7 @@ def topics_of(unique: str) -> dict[str, str]:
         "feedback": f"fb-{unique}",
         "results": f"res-{unique}",
         "dlq": f"dlq-{unique}",
+        "group": f"g-{unique}",
     }
 
 
@@ -139,7 +140,7 @@ class Evald:
             sys.executable, "-m", "evald", "run", "--bootstrap-servers", broker.bootstrap,
             "--impressions-topic", topics["impressions"], "--feedback-topic", topics["feedback"],
             "--results-topic", topics["results"], "--dlq-topic", topics["dlq"],
-            "--group-id", f"g-{unique}", "--instance-id", "a",
+            "--group-id", topics["group"], "--instance-id", "a",
             "--metrics-address", f"127.0.0.1:{self.port}",
             "--set", "input.repartition=true",
             "--set", "daemon.commit_interval_ms=300",
@@ -201,7 +202,7 @@ class InternalReaders:
     def __init__(self, tools: KafkaTools, topics: dict[str, str]) -> None:
         self.tools = tools
         self.readers = {
-            name: CommittedReader(tools.bootstrap, internal_topic(name))
+            name: CommittedReader(tools.bootstrap, internal_topic(topics["group"], name))
             for name in (topics["impressions"], topics["feedback"])
         }
 
@@ -243,7 +244,8 @@ def internal_topics_exist(tools: KafkaTools, topics: dict[str, str]) -> bool:
         names = consumer.topics()
     finally:
         consumer.close()
-    return all(internal_topic(topics[kind]) in names for kind in ("impressions", "feedback"))
+    wanted = [internal_topic(topics["group"], topics[kind]) for kind in ("impressions", "feedback")]
+    return all(name in names for name in wanted)
 
 
 def test_run_repartitions_topics_keyed_by_client_into_the_replay_results(
@@ -314,7 +316,7 @@ def test_kill_9_at_each_step_of_both_stages_then_at_random_is_exact(
         wait_until(lambda: len(results_once(kafka_tools, topics["results"])) >= len(expected)
                    or None, 180, "every result")  # fmt: skip
         # what the main stage committed past is deleted from the internal topics
-        internal = internal_topic(topics["impressions"])
+        internal = internal_topic(topics["group"], topics["impressions"])
         wait_until(lambda: purged(kafka_tools, internal), 60, "the purge of the internal topic")
     finally:
         status = run.stop()
@@ -349,8 +351,8 @@ def test_internal_topics_of_another_partition_count_are_refused(
         {
             topics["impressions"]: 3,
             topics["feedback"]: 2,
-            internal_topic(topics["impressions"]): 3,
-            internal_topic(topics["feedback"]): 2,
+            internal_topic(topics["group"], topics["impressions"]): 3,
+            internal_topic(topics["group"], topics["feedback"]): 2,
         }
     )
     run = Evald(broker, unique, tmp_path)

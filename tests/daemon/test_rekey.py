@@ -57,11 +57,11 @@ def test_partition_is_kafkas_default_partitioner() -> None:
 
 
 def test_internal_topic_names_and_the_main_stage_reads_them() -> None:
-    assert internal_topic("ubi_queries") == "ubi_queries.evald-repartition"
+    assert internal_topic("evald-ubi", "ubi_queries") == "evald-ubi.ubi_queries.evald-repartition"
     settings = load_settings(environ={}, flags={"input": {"repartition": True}})
     main = main_stage_settings(settings)
-    assert main.topics.impressions == "evald.impressions.evald-repartition"
-    assert main.topics.feedback == "evald.feedback.evald-repartition"
+    assert main.topics.impressions == "evald.evald.impressions.evald-repartition"
+    assert main.topics.feedback == "evald.evald.feedback.evald-repartition"
     assert (main.topics.results, main.topics.dlq) == (settings.topics.results, "evald.dlq")
     assert main.topics.checkpoint_topic == settings.topics.checkpoint_topic
 
@@ -126,7 +126,7 @@ def test_unreadable_request_ids_have_the_engines_reasons(raw: bytes | None, reas
 def test_the_documented_conventions() -> None:
     docs = Path(__file__).resolve().parents[2] / "docs"
     daemon, design = (docs / "daemon.md").read_text(), (docs / "design.md").read_text()
-    assert f"`<topic>{internal_topic('')}`" in daemon
+    assert f"`{internal_topic('<group_id>', '<topic>')}`" in daemon
     assert "`(murmur2(key) & 0x7fffffff) % n`" in design
     mapping = (docs / "mapping.md").read_text()
     event = b'{"action_name": "click", "client_id": "c-9"}'
