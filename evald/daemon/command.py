@@ -9,11 +9,14 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evald.cli import log_level
 from evald.daemon.options import add_settings_flags, settings_from_args
 from evald.daemon.settings import SettingsError
+
+if TYPE_CHECKING:
+    from evald.daemon.settings import Settings
 
 SUMMARY = "consume impressions and feedback from Kafka; write results exactly once; serve /metrics"
 EXAMPLES = """\
@@ -157,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if stage is None:
             return daemon.run()
-        return stage.run_with(daemon.run, stopping, timeout)
+        return stage.run_with(daemon.run, stopping, timeout, heartbeat.beat)
     finally:
         if reporter is not None:
             reporter.stop()
@@ -169,7 +172,7 @@ class _RepartitionStage:
     """The repartition stage beside the main one: started first, since the main stage reads
     the internal topics it creates; a fatal error of either stops both (exit 2)."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Settings) -> None:
         from evald.daemon.repartition import (
             RepartitionCollector,
             Repartitioner,
@@ -180,18 +183,18 @@ class _RepartitionStage:
         self.collector = RepartitionCollector(self.repartitioner.stats)
         self.main_settings = main_stage_settings(settings)
 
-    def run_with(self, main: Any, stopping: threading.Event, timeout: float) -> int:
+    def run_with(self, main: Any, stopping: threading.Event, timeout: float, beat: Any) -> int:
         """Start the stage, run ``main`` once the internal topics exist, stop the stage."""
         stage = self.repartitioner
         stage.start()
         try:
-            status = main() if stage.wait_ready(stopping) else 0
+            status = main() if stage.wait_ready(stopping, beat) else 0
         finally:
             stage.stop(timeout)
         return stage.status or status
 
 
-def _repartition_stage(settings: Any) -> _RepartitionStage | None:
+def _repartition_stage(settings: Settings) -> _RepartitionStage | None:
     return _RepartitionStage(settings) if settings.input.repartition else None
 
 

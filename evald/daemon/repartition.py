@@ -231,10 +231,12 @@ class Repartitioner:
         if self._thread is not None and timeout is not None:
             self._thread.join(timeout)
 
-    def wait_ready(self, stopped: threading.Event) -> bool:
+    def wait_ready(self, stopped: threading.Event, beat: Callable[[], None]) -> bool:
         """Block until the internal topics exist (True), or the stage failed or ``stopped``
-        was set (False)."""
+        was set (False). ``beat`` is called meanwhile: retrying a broker that is away at the
+        start is alive (the main stage's /healthz heartbeat)."""
         while not self.topics_ready.wait(0.2):
+            beat()
             if stopped.is_set() or self._stop.is_set() or self.status is not None:
                 return False
         return True
