@@ -6,7 +6,9 @@ exactly once, equal to `evald replay` of the same records; each internal topic h
 source record exactly once (value, headers, timestamp), in the partition Kafka's default
 partitioner gives its request id. The kill -9 test crashes the process at each step of the
 repartition cycle and of the main stage's, then at a random moment, restarting the same
-instance id each time: still the uninterrupted results.
+instance id each time: still the uninterrupted results. Negative control: without
+repartitioning these topics are refused (not co-partitioned), so the stage is what makes the
+runs work.
 """
 
 from __future__ import annotations
@@ -285,44 +287,65 @@ def test_run_repartitions_topics_keyed_by_client_into_the_replay_results(
     readers.assert_exact(INTERNAL_PARTITIONS)
 
 
-def test_kill_9_at_each_step_of_both_stages_then_at_random_is_exact(
-    broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
+def crash_then_finish(
+    broker: Broker,
+    tools: KafkaTools,
+    unique: str,
+    tmp_path: Path,
+    steps: list[str],
+    random_kill: bool = False,
 ) -> None:
-    """SIGKILL inside the repartition cycle (after the sends, after the offsets, after the
-    commit), inside the main stage's, then at a seeded random moment while both stages run;
-    the same instance id restarts each time. Negative control: a run without repartitioning
-    on these topics is refused (not co-partitioned), so the stage is what makes this work."""
+    """Kill -9 the process at each of ``steps`` in turn (then, with ``random_kill``, at a
+    seeded random moment after the first results), restarting the same instance id each time;
+    then let one run finish. Oracle: results read_committed without deduplication equal to
+    `evald replay`, each source record copied exactly once, the internal topics purged."""
     topics = topics_of(unique)
-    kafka_tools.create({topics["impressions"]: 3, topics["feedback"]: 2})
-    events = produce_keyed_by_client(kafka_tools, topics, 4000)
+    tools.create({topics["impressions"]: 3, topics["feedback"]: 2})
+    events = produce_keyed_by_client(tools, topics, 3000)
     expected = replay_results(events, tmp_path)
-    steps = ["repartition_sent", "repartition_offsets_sent", "repartition_committed"]
     readers: InternalReaders | None = None
-    for step in [*steps, "results_sent", "offsets_sent"]:
+    for step in steps:
         victim = Evald(broker, unique, tmp_path, crash_at=step)
+        if readers is None:  # before the purge can delete anything
+            wait_until(lambda: internal_topics_exist(tools, topics), 60, "the internal topics")
+            readers = InternalReaders(tools, topics)
         wait_until(lambda v=victim: v.proc.poll() is not None, 120, f"the crash at {step}")
         assert victim.proc.returncode == -signal.SIGKILL, victim.log()
-        if readers is None:  # the first crash was before any commit to the internal topics
-            readers = InternalReaders(kafka_tools, topics)
     assert readers is not None
-    rng = random.Random(13)
-    run = Evald(broker, unique, tmp_path)
-    wait_until(lambda: run.metric("evald_results_produced_total") > 0 or None, 120, "results")
-    time.sleep(rng.uniform(0.0, 1.5))
-    run.proc.kill()
-    run.proc.wait(timeout=10)
+    if random_kill:
+        run = Evald(broker, unique, tmp_path)
+        wait_until(lambda: run.metric("evald_results_produced_total") > 0 or None, 120, "results")
+        time.sleep(random.Random(13).uniform(0.0, 1.5))
+        run.proc.kill()
+        run.proc.wait(timeout=10)
     run = Evald(broker, unique, tmp_path)
     try:
-        wait_until(lambda: len(results_once(kafka_tools, topics["results"])) >= len(expected)
+        wait_until(lambda: len(results_once(tools, topics["results"])) >= len(expected)
                    or None, 180, "every result")  # fmt: skip
         # what the main stage committed past is deleted from the internal topics
         internal = internal_topic(topics["group"], topics["impressions"])
-        wait_until(lambda: purged(kafka_tools, internal), 60, "the purge of the internal topic")
+        wait_until(lambda: purged(tools, internal), 60, "the purge of the internal topic")
     finally:
         status = run.stop()
     assert status == 0, run.log()
-    assert results_once(kafka_tools, topics["results"]) == expected
+    assert results_once(tools, topics["results"]) == expected
     readers.assert_exact(INTERNAL_PARTITIONS)
+
+
+def test_kill_9_at_each_step_of_the_repartition_cycle_is_exact(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
+) -> None:
+    """After the sends, after the offsets, after the commit (steps 4-6 of the cycle)."""
+    steps = ["repartition_sent", "repartition_offsets_sent", "repartition_committed"]
+    crash_then_finish(broker, kafka_tools, unique, tmp_path, steps)
+
+
+def test_kill_9_in_the_main_stage_and_at_random_with_both_stages_running_is_exact(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
+) -> None:
+    """The main stage's crash points, reading the internal topics; then a random moment."""
+    steps = ["results_sent", "offsets_sent"]
+    crash_then_finish(broker, kafka_tools, unique, tmp_path, steps, random_kill=True)
 
 
 def test_without_repartitioning_the_topics_are_refused(
