@@ -379,10 +379,12 @@ class Repartitioner:
         fresh = self._apply_rebalance()
         for tp in fresh:
             self._seek_committed(consumer, tp)
-        for tp, records in batches.items():
-            if tp not in fresh:  # a fresh partition is fetched again from its commit
-                self._buffer.extend(tp, records)
         assigned = sorted(consumer.assignment())
+        owned = set(assigned)
+        for tp, records in batches.items():
+            # a fresh partition is fetched again from its commit; a revoked one is not ours
+            if tp in owned and tp not in fresh:
+                self._buffer.extend(tp, records)
         released = self._buffer.release(assigned, self._caught_up)
         if released:
             self._transaction(consumer, released)
