@@ -65,7 +65,7 @@ from evald.daemon.backoff import Backoff
 from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, build_letter, max_message_bytes
 from evald.daemon.fatal import unrecoverable
 from evald.daemon.interleave import Interleaver
-from evald.daemon.kafka_compat import unpark_resumed
+from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
 from evald.daemon.rekey import RequestIdReader, Unkeyable, internal_topic, partition_for
 from evald.daemon.settings import Settings
 
@@ -211,6 +211,7 @@ class Repartitioner:
         )
         self._consumer: KafkaConsumer | None = None
         self._producer: KafkaProducer | None = None
+        self._appender: RecordAppender | None = None
         self._admin: KafkaAdminClient | None = None
         self._buffer = self._new_buffer()
         self._paused: set[TopicPartition] = set()
@@ -293,6 +294,7 @@ class Repartitioner:
         )
         # fences and aborts whatever a previous incarnation of this instance left open
         self._producer.init_transactions()
+        self._appender = RecordAppender(self._producer)
         static = cfg.daemon.static_membership
         self._consumer = KafkaConsumer(
             group_id=f"{cfg.daemon.group_id}.repartition",
@@ -397,11 +399,14 @@ class Repartitioner:
         producer = self._producer
         assert producer is not None
         producer.begin_transaction()
+        appender = self._appender
+        assert appender is not None
         internal = self._internal
         futures: list[Any] = []
         copied: Counter[str] = Counter()
         rejected: Counter[tuple[str, str]] = Counter()
         touched: set[TopicPartition] = set()
+        started: set[TopicPartition] = set()  # internal partitions added to the transaction
         for record in released:
             kind = self._kinds[record.topic]
             touched.add(TopicPartition(record.topic, record.partition))
@@ -410,14 +415,17 @@ class Repartitioner:
                 futures.append(self._dead_letter(producer, record, kind, key))
                 rejected[(record.topic, key.reason)] += 1
                 continue
+            tp = TopicPartition(internal[record.topic], partition_for(key, self._partitions))
+            first = tp not in started
+            started.add(tp)
             futures.append(
-                producer.send(
-                    internal[record.topic],
-                    key=key,
-                    value=record.value,
-                    headers=list(record.headers or ()),
-                    partition=partition_for(key, self._partitions),
+                appender.send(
+                    tp,
+                    key,
+                    record.value,
+                    first_in_transaction=first,
                     timestamp_ms=record.timestamp,
+                    headers=list(record.headers or ()),
                 )
             )
             copied[record.topic] += 1
@@ -558,6 +566,7 @@ class Repartitioner:
             except Exception:
                 log.debug("closing the producer failed", exc_info=True)
             self._producer = None
+            self._appender = None
         self._buffer = self._new_buffer()
         self._paused.clear()
         with self._events_lock:
