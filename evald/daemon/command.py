@@ -9,14 +9,16 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from evald.cli import log_level
 from evald.daemon.options import add_settings_flags, settings_from_args
-from evald.daemon.settings import SettingsError
+from evald.daemon.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
-    from evald.daemon.settings import Settings
+    from evald.engine import Engine
+    from evald.webconfig import WebConfig
 
 SUMMARY = "consume impressions and feedback from Kafka; write results exactly once; serve /metrics"
 EXAMPLES = """\
@@ -61,60 +63,28 @@ def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT/SIGHUP; exit 0 after a clean stop, 2 on invalid
     settings/topics."""
     from evald.daemon.logs import setup_logging
-    from evald.durations import DurationError, parse_duration
 
     setup_logging(args.log_level, args.log_format)
-    try:
-        settings = settings_from_args(args)
-    except SettingsError as exc:
-        print(f"evald run: invalid settings\n{exc}", file=sys.stderr)
-        return 2
-    try:
-        status_interval = parse_duration(args.status_interval) / 1000
-    except DurationError as exc:
-        print(f"evald run: --status-interval: {exc}", file=sys.stderr)
-        return 2
+    loaded = _load(args)
+    if isinstance(loaded, int):
+        return loaded
+    settings, status_interval, web, factory = loaded
 
     from evald.daemon.runner import Daemon
     from evald.daemon.stats import DaemonCollector, DaemonStats
     from evald.daemon.status import StatusReporter
-    from evald.engine import Engine
     from evald.exposition import build_registry
     from evald.http import Heartbeat, MetricsServer
-    from evald.mapping import MappingError, decoder_factory
-    from evald.webconfig import WebConfigError, load_web_config
 
-    try:
-        web_file = settings.daemon.web_config_file
-        web = load_web_config(web_file) if web_file else None
-    except WebConfigError as exc:  # changed since the settings were checked
-        print(f"evald run: invalid settings\ndaemon.web_config_file: {exc}", file=sys.stderr)
-        return 2
-
-    config = settings.engine_config()
     stats = DaemonStats()
-    try:
-        decoder = decoder_factory(settings.input.mapping, config)
-    except MappingError as exc:  # changed since the settings were checked
-        print(f"evald run: invalid settings\ninput.mapping: {exc}", file=sys.stderr)
-        return 2
-
-    def factory(on_result: Any) -> Engine:
-        return Engine(config, on_result=on_result, decoder=decoder())
-
     # liveness: the loop beats every cycle and every retry; a restore (bounded at 120 s) or a
     # poll (bounded by max_poll_interval) is the longest it legitimately goes without one
     heartbeat = Heartbeat(
         max_age=max(180.0, 2 * settings.kafka.max_poll_interval_ms / 1000),
     )
-    stage = _repartition_stage(settings)
-    # with input.repartition the main stage reads the internal topics, re-keyed by request id
-    main_settings = settings if stage is None else stage.main_settings
-    daemon = Daemon(main_settings, factory, stats=stats, heartbeat=heartbeat.beat)
-    extra: list[Any] = [DaemonCollector(stats, include_ready=True)]
-    if stage is not None:
-        stage.repartitioner.on_fatal = daemon.stop
-        extra.append(stage.collector)
+    stages = _Stages(settings)
+    daemon = Daemon(stages.main_settings, factory, stats=stats, heartbeat=heartbeat.beat)
+    extra = [DaemonCollector(stats, include_ready=True), *stages.attach(daemon)]
     # evald_ready comes from the daemon's collector (it knows about partitions and the broker)
     registry, collector = build_registry(None, lock=daemon.lock, extra=extra)
     # each session builds a fresh engine (restored from Kafka): point the collector at it
@@ -128,14 +98,11 @@ def run(args: argparse.Namespace) -> int:
     )
     server.start()
     timeout = settings.daemon.shutdown_timeout_s
-    stopping = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("received %s: finishing (at most %.0fs)", signal.Signals(signum).name, timeout)
-        stopping.set()
         daemon.stop()
-        if stage is not None:
-            stage.repartitioner.stop()
+        stages.stop()
         # a broker that is gone must not keep us past the deadline: state is safe in Kafka
         watchdog = threading.Timer(timeout, _hard_exit, args=(timeout,))
         watchdog.daemon = True
@@ -158,9 +125,7 @@ def run(args: argparse.Namespace) -> int:
         )
         reporter.start()
     try:
-        if stage is None:
-            return daemon.run()
-        return stage.run_with(daemon.run, stopping, timeout, heartbeat.beat)
+        return stages.run(daemon.run, timeout, heartbeat.beat)
     finally:
         if reporter is not None:
             reporter.stop()
@@ -168,34 +133,81 @@ def run(args: argparse.Namespace) -> int:
         server.stop()
 
 
-class _RepartitionStage:
-    """The repartition stage beside the main one: started first, since the main stage reads
-    the internal topics it creates; a fatal error of either stops both (exit 2)."""
+class _Stages:
+    """The main stage alone, or with the repartition stage (``input.repartition``) beside it:
+    started first, since the main stage reads the internal topics it creates; a fatal error of
+    either stops both (exit 2)."""
 
     def __init__(self, settings: Settings) -> None:
-        from evald.daemon.repartition import (
-            RepartitionCollector,
-            Repartitioner,
-            main_stage_settings,
-        )
+        from evald.daemon.repartition import Repartitioner, main_stage_settings
 
-        self.repartitioner = Repartitioner(settings)
-        self.collector = RepartitionCollector(self.repartitioner.stats)
-        self.main_settings = main_stage_settings(settings)
+        self.repartitioner = Repartitioner(settings) if settings.input.repartition else None
+        #: what the main stage reads: the internal topics, re-keyed by request id, if any
+        self.main_settings = main_stage_settings(settings) if self.repartitioner else settings
 
-    def run_with(self, main: Any, stopping: threading.Event, timeout: float, beat: Any) -> int:
-        """Start the stage, run ``main`` once the internal topics exist, stop the stage."""
+    def attach(self, daemon: Any) -> list[Any]:
+        """Stop ``daemon`` on a fatal error of the stage; the stage's collectors."""
+        from evald.daemon.repartition import RepartitionCollector
+
+        if self.repartitioner is None:
+            return []
+        self.repartitioner.on_fatal = daemon.stop
+        return [RepartitionCollector(self.repartitioner.stats)]
+
+    def stop(self) -> None:
+        if self.repartitioner is not None:
+            self.repartitioner.stop()
+
+    def run(self, main: Callable[[], int], timeout: float, beat: Callable[[], None]) -> int:
+        """Run ``main`` (once the internal topics exist), then stop the repartition stage."""
         stage = self.repartitioner
+        if stage is None:
+            return main()
         stage.start()
         try:
-            status = main() if stage.wait_ready(stopping, beat) else 0
+            status = main() if stage.wait_ready(beat) else 0
         finally:
             stage.stop(timeout)
         return stage.status or status
 
 
-def _repartition_stage(settings: Settings) -> _RepartitionStage | None:
-    return _RepartitionStage(settings) if settings.input.repartition else None
+def _load(
+    args: argparse.Namespace,
+) -> tuple[Settings, float, WebConfig | None, Callable[[Any], Engine]] | int:
+    """The settings, the status interval, the web configuration and the engine factory; or
+    the exit status (2) after saying which setting is invalid."""
+    from evald.durations import DurationError, parse_duration
+    from evald.engine import Engine
+    from evald.mapping import MappingError, decoder_factory
+    from evald.webconfig import WebConfigError, load_web_config
+
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"evald run: invalid settings\n{exc}", file=sys.stderr)
+        return 2
+    try:
+        status_interval = parse_duration(args.status_interval) / 1000
+    except DurationError as exc:
+        print(f"evald run: --status-interval: {exc}", file=sys.stderr)
+        return 2
+    try:
+        web_file = settings.daemon.web_config_file
+        web = load_web_config(web_file) if web_file else None
+    except WebConfigError as exc:  # changed since the settings were checked
+        print(f"evald run: invalid settings\ndaemon.web_config_file: {exc}", file=sys.stderr)
+        return 2
+    config = settings.engine_config()
+    try:
+        decoder = decoder_factory(settings.input.mapping, config)
+    except MappingError as exc:  # changed since the settings were checked
+        print(f"evald run: invalid settings\ninput.mapping: {exc}", file=sys.stderr)
+        return 2
+
+    def factory(on_result: Any) -> Engine:
+        return Engine(config, on_result=on_result, decoder=decoder())
+
+    return settings, status_interval, web, factory
 
 
 def _hard_exit(timeout: float) -> None:

@@ -11,12 +11,26 @@ rejects all the same is written once more as headers only (``minimal``), see doc
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from typing import Any
 
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "Letter", "build_letter", "max_message_bytes"]
+from evald.daemon.fatal import Fatal
+from evald.decode import Rejection
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DeadLetters",
+    "Letter",
+    "build_letter",
+    "max_message_bytes",
+]
+
+log = logging.getLogger("evald.daemon")
 
 #: Kafka's default ``message.max.bytes`` (broker) and ``max.message.bytes`` (topic)
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
@@ -66,6 +80,109 @@ def build_letter(
     keep = 0 if minimal else max(0, min(len(value), limit - SLACK_BYTES - fixed))
     extra.append(("evald-truncated", str(keep).encode()))
     return Letter(key, value[:keep], [*headers, *extra], truncated=True)
+
+
+#: where a record came from: (topic, partition, offset)
+Source = tuple[str, int, int]
+
+
+class DeadLetters:
+    """The dead letters of the open transaction, and what the DLQ topic refused.
+
+    A letter the producer refuses before it leaves is sent again at once as headers only; one
+    the broker refuses (seen by :meth:`check` after a flush) fails the transaction, and the
+    next session, re-reading the record, writes it as headers only. A headers-only letter
+    refused too stops the daemon (exit 2): no retry can fix that.
+    """
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        #: the DLQ topic's ``max.message.bytes`` (see :func:`max_message_bytes`)
+        self.limit = DEFAULT_MAX_MESSAGE_BYTES
+        #: the reasons of the letters sent in the open transaction (counted once it commits)
+        self._reasons: list[str] = []
+        #: futures of the dead letters sent in the open transaction, with their source
+        self._sent: list[tuple[Any, Source]] = []
+        #: sources whose dead letter the broker refused: written as headers only from now on
+        #: (kept across sessions, so the re-read record does not fail the same way again)
+        self._minimal: set[Source] = set()
+
+    def send(self, producer: KafkaProducer, rejection: Rejection, record: Any, kind: str) -> None:
+        """Send a rejected record's dead letter, truncated if it would not fit the DLQ topic
+        (``producer`` has the transaction open)."""
+        reason, detail = rejection.reason, rejection.detail
+        source = (record.topic, record.partition, record.offset)
+        value = record.value if record.value is not None else b""
+        headers = [
+            ("evald-reason", reason.encode()),
+            ("evald-detail", detail.encode()[:4096]),
+            ("evald-source-topic", record.topic.encode()),
+            ("evald-source-partition", str(record.partition).encode()),
+            ("evald-source-offset", str(record.offset).encode()),
+            ("evald-kind", kind.encode()),
+        ]
+        minimal = source in self._minimal
+        letter = build_letter(record.key, value, headers, self.limit, minimal=minimal)
+        try:
+            future = producer.send(
+                self.topic, key=letter.key, value=letter.value, headers=letter.headers
+            )
+        except KafkaError as exc:
+            if minimal:
+                raise self._refused(source, exc) from exc
+            if exc.retriable:
+                raise
+            # refused before it left (the producer's own checks): headers only, at once
+            self._minimal.add(source)
+            self.send(producer, rejection, record, kind)
+            return
+        if letter.truncated:
+            log.warning(
+                "dead letter for %s/%d@%d truncated to %d of %d bytes (DLQ limit %d)",
+                *source,
+                len(letter.value),
+                len(value),
+                self.limit,
+            )
+        self._sent.append((future, source))
+        self._reasons.append(reason)
+
+    def check(self) -> None:
+        """After a flush: a dead letter the broker refused for good is written as headers
+        only by the next session (this transaction is lost: the failed batch aborts it)."""
+        for future, source in self._sent:
+            exc = future.exception if future.failed() else None
+            if exc is None or getattr(exc, "retriable", False):
+                continue
+            if source in self._minimal:
+                raise self._refused(source, exc)
+            self._minimal.add(source)
+            raise KafkaError(
+                f"the DLQ topic refused the dead letter of {source[0]}/{source[1]}@{source[2]} "
+                f"({type(exc).__name__}); writing it as headers only"
+            )
+
+    def committed(self) -> list[str]:
+        """The transaction committed: the reasons of its letters (to count), then forget them."""
+        reasons = self._reasons
+        self.forget()
+        return reasons
+
+    def forget(self) -> None:
+        """The transaction is gone (committed, aborted or abandoned)."""
+        self._reasons = []
+        self._sent = []
+
+    def _refused(self, source: Source, exc: Exception) -> Fatal:
+        topic = self.topic
+        return Fatal(
+            2,
+            f"evald run: stopping: the DLQ topic {topic} refused even a headers-only dead letter "
+            f"(for {source[0]}/{source[1]}@{source[2]}: {type(exc).__name__}: {exc}); no retry "
+            f"can fix that. Check that {topic} exists, is writable by evald and that its "
+            "max.message.bytes (and the broker's message.max.bytes) are at least a few KiB, "
+            "then restart evald",
+        )
 
 
 def max_message_bytes(admin: Any, topic: str) -> int:

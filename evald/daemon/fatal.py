@@ -12,7 +12,15 @@ from kafka.errors import (
     UnsupportedCodecError,
 )
 
-__all__ = ["unrecoverable"]
+__all__ = ["Fatal", "unrecoverable"]
+
+
+class Fatal(Exception):
+    """Ends the daemon with an exit status (e.g. topics not co-partitioned: 2)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def unrecoverable(exc: BaseException) -> str | None:

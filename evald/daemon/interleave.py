@@ -67,6 +67,11 @@ class Interleaver(Generic[S]):
         queue = self._queues.get(source)
         return queue[0][2].offset if queue else None
 
+    def clear(self) -> None:
+        """Forget every source (the session is over)."""
+        self._queues.clear()
+        self._seen.clear()
+
     def drop(self, source: S) -> None:
         """Forget ``source`` (revoked, or read again from its committed offset)."""
         self._queues.pop(source, None)

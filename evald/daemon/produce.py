@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TextIO
 
-from evald.daemon.settings import SettingsError
+from evald.daemon.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
     from evald.demo.simulator import SimEvent
@@ -108,7 +108,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=3,
         help="partition count when the input topics have to be created (default: %(default)s)",
     )
-    traffic = parser.add_argument_group("traffic")
+    _traffic_flags(parser.add_argument_group("traffic"))
+    parser.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write the records as JSON Lines to FILE ('-': stdout) for `evald replay`, "
+        "instead of Kafka",
+    )
+    parser.add_argument(
+        "--progress-interval",
+        type=_positive(float),
+        default=10.0,
+        metavar="SECONDS",
+        help="a progress line on stderr this often (default: %(default)s)",
+    )
+
+
+def _traffic_flags(traffic: argparse._ArgumentGroup) -> None:
+    """The shape of the simulated traffic."""
     traffic.add_argument(
         "--events",
         type=_positive(int),
@@ -157,19 +174,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="wall seconds (at --speed) after which the treatment arm's ranker degrades, so "
         "dashboards and alerts have a drop to show (default: never)",
-    )
-    parser.add_argument(
-        "--output",
-        metavar="FILE",
-        help="write the records as JSON Lines to FILE ('-': stdout) for `evald replay`, "
-        "instead of Kafka",
-    )
-    parser.add_argument(
-        "--progress-interval",
-        type=_positive(float),
-        default=10.0,
-        metavar="SECONDS",
-        help="a progress line on stderr this often (default: %(default)s)",
     )
 
 
@@ -359,43 +363,13 @@ def _to_kafka(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop)
     except SettingsError as exc:
         print(f"evald produce: invalid settings\n{exc}", file=sys.stderr)
         return 2
-    from kafka import KafkaAdminClient, KafkaProducer
-    from kafka.admin import NewTopic
-    from kafka.errors import KafkaError, TopicAlreadyExistsError
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
 
+    if not _input_topics(settings, args.partitions):
+        return 1
     client = settings.kafka.client_config()
     topics = settings.topics
-    wanted = (topics.impressions, topics.feedback)
-    try:
-        admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
-    except KafkaError as exc:
-        servers = ",".join(settings.kafka.bootstrap_servers)
-        print(
-            f"evald produce: cannot reach Kafka at {servers} ({exc}); "
-            "check --bootstrap-servers and that the broker is up",
-            file=sys.stderr,
-        )
-        return 1
-    try:
-        existing = set(admin.list_topics())
-        create = [t for t in wanted if t not in existing]
-        if create:
-            try:
-                admin.create_topics([NewTopic(t, args.partitions, 1) for t in create])
-                print(
-                    f"evald produce: created topics {', '.join(create)} with "
-                    f"{args.partitions} partitions each",
-                    file=sys.stderr,
-                )
-            except TopicAlreadyExistsError:
-                print(
-                    f"evald produce: topics {', '.join(create)} appeared meanwhile", file=sys.stderr
-                )
-        kept = [t for t in wanted if t in existing]
-        if kept:
-            print(f"evald produce: writing to existing topics {', '.join(kept)}", file=sys.stderr)
-    finally:
-        admin.close()
     print(f"evald produce: {_describe(run_id, start_ms)}", file=sys.stderr)
     try:
         producer = KafkaProducer(linger_ms=20, **client)
@@ -422,3 +396,45 @@ def _to_kafka(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop)
     finally:
         producer.close(timeout=5)
     return _finish(progress, stop, f"{topics.impressions} / {topics.feedback}")
+
+
+def _input_topics(settings: Settings, partitions: int) -> bool:
+    """Create the input topics that do not exist (``partitions`` each) and say which exist;
+    False (after saying why) when Kafka cannot be reached."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+    client = settings.kafka.client_config()
+    wanted = (settings.topics.impressions, settings.topics.feedback)
+    try:
+        admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
+    except KafkaError as exc:
+        servers = ",".join(settings.kafka.bootstrap_servers)
+        print(
+            f"evald produce: cannot reach Kafka at {servers} ({exc}); "
+            "check --bootstrap-servers and that the broker is up",
+            file=sys.stderr,
+        )
+        return False
+    try:
+        existing = set(admin.list_topics())
+        create = [t for t in wanted if t not in existing]
+        if create:
+            try:
+                admin.create_topics([NewTopic(t, partitions, 1) for t in create])
+                print(
+                    f"evald produce: created topics {', '.join(create)} with "
+                    f"{partitions} partitions each",
+                    file=sys.stderr,
+                )
+            except TopicAlreadyExistsError:
+                print(
+                    f"evald produce: topics {', '.join(create)} appeared meanwhile", file=sys.stderr
+                )
+        kept = [t for t in wanted if t in existing]
+        if kept:
+            print(f"evald produce: writing to existing topics {', '.join(kept)}", file=sys.stderr)
+    finally:
+        admin.close()
+    return True

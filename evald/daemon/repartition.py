@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -62,6 +61,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from evald.daemon.backoff import Backoff
+from evald.daemon.crash import crash_point
 from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, build_letter, max_message_bytes
 from evald.daemon.fatal import unrecoverable
 from evald.daemon.interleave import Interleaver
@@ -77,11 +77,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("evald.daemon.repartition")
-
-CRASH_ENV = "TESTING_EVALD_CRASH_AT"
-"""Test-only fault injection (the main stage's variable): ``repartition_sent`` (step 4 done),
-``repartition_offsets_sent`` (step 5 done) or ``repartition_committed`` (step 6 done) make the
-process SIGKILL itself the first time it gets there with records in the transaction."""
 
 #: records buffered for one source partition before its fetch is paused
 BUFFER_CAP = 20_000
@@ -109,12 +104,6 @@ def main_stage_settings(settings: Settings) -> Settings:
         }
     )
     return settings.model_copy(update={"topics": topics})
-
-
-def _crash_point(step: str, armed: bool) -> None:
-    if armed and os.environ.get(CRASH_ENV) == step:
-        log.warning("%s=%s: killing this process", CRASH_ENV, step)
-        os.kill(os.getpid(), 9)
 
 
 class _Fatal(Exception):
@@ -162,17 +151,43 @@ class RepartitionCollector:
 
 
 class _Listener(ConsumerRebalanceListener):
-    def __init__(self, stage: Repartitioner) -> None:
-        self.stage = stage
+    def __init__(self, notes: _RebalanceNotes) -> None:
+        self.notes = notes
 
     def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        self.stage._on_rebalance("revoked", revoked)
+        self.notes.note("revoked", revoked)
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.stage._on_rebalance("assigned", assigned)
+        self.notes.note("assigned", assigned)
 
     def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-        self.stage._on_rebalance("revoked", lost)
+        self.notes.note("revoked", lost)
+
+
+class _RebalanceNotes:
+    """Rebalance events noted on kafka-python's I/O thread, taken by the stage's thread after
+    its poll (taking a lock that thread holds across consumer calls could deadlock the I/O)."""
+
+    def __init__(self) -> None:
+        self._events: list[tuple[str, set[TopicPartition]]] = []
+        self._lock = threading.Lock()
+
+    def note(self, event: str, partitions: set[TopicPartition]) -> None:
+        with self._lock:
+            self._events.append((event, set(partitions)))
+
+    def take(self) -> list[tuple[str, set[TopicPartition]]]:
+        with self._lock:
+            events, self._events = self._events, []
+        return events
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the stage learnt about its topics at the session's start."""
+
+    partitions: int = 1
+    dlq_limit: int = DEFAULT_MAX_MESSAGE_BYTES
 
 
 class Repartitioner:
@@ -194,11 +209,8 @@ class Repartitioner:
         self.on_fatal = on_fatal or (lambda: None)
         self.topics_ready = threading.Event()
         self.status: int | None = None
-        self._hold_s = hold_s
         self._stop = threading.Event()
-        #: rebalance events noted by the listener, applied after the next poll
-        self._events: list[tuple[str, set[TopicPartition]]] = []
-        self._events_lock = threading.Lock()
+        self._notes = _RebalanceNotes()
         self._thread: threading.Thread | None = None
         self._ids = RequestIdReader(settings.input.mapping)
         topics = settings.topics
@@ -211,12 +223,13 @@ class Repartitioner:
         )
         self._consumer: KafkaConsumer | None = None
         self._producer: KafkaProducer | None = None
-        self._appender: RecordAppender | None = None
         self._admin: KafkaAdminClient | None = None
-        self._buffer = self._new_buffer()
+        impressions = topics.impressions
+        self._buffer: Interleaver[TopicPartition] = Interleaver(
+            hold_s, clock, rank=lambda tp: (tp.topic != impressions, tp.topic, tp.partition)
+        )
         self._paused: set[TopicPartition] = set()
-        self._partitions = 1
-        self._dlq_limit = DEFAULT_MAX_MESSAGE_BYTES
+        self._layout = _Layout()
         self._last_purge = 0.0
 
     # -- public ---------------------------------------------------------------------------
@@ -232,13 +245,13 @@ class Repartitioner:
         if self._thread is not None and timeout is not None:
             self._thread.join(timeout)
 
-    def wait_ready(self, stopped: threading.Event, beat: Callable[[], None]) -> bool:
-        """Block until the internal topics exist (True), or the stage failed or ``stopped``
-        was set (False). ``beat`` is called meanwhile: retrying a broker that is away at the
-        start is alive (the main stage's /healthz heartbeat)."""
+    def wait_ready(self, beat: Callable[[], None]) -> bool:
+        """Block until the internal topics exist (True), or the stage failed or was stopped
+        (False). ``beat`` is called meanwhile: retrying a broker that is away at the start is
+        alive (the main stage's /healthz heartbeat)."""
         while not self.topics_ready.wait(0.2):
             beat()
-            if stopped.is_set() or self._stop.is_set() or self.status is not None:
+            if self._stop.is_set() or self.status is not None:
                 return False
         return True
 
@@ -289,12 +302,11 @@ class Repartitioner:
             max_block_ms=cfg.kafka.request_timeout_ms,
             linger_ms=PRODUCER_LINGER_MS,
             batch_size=PRODUCER_BATCH_BYTES,
-            max_request_size=max(self._dlq_limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
+            max_request_size=max(self._layout.dlq_limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
             **client,
         )
         # fences and aborts whatever a previous incarnation of this instance left open
         self._producer.init_transactions()
-        self._appender = RecordAppender(self._producer)
         static = cfg.daemon.static_membership
         self._consumer = KafkaConsumer(
             group_id=f"{cfg.daemon.group_id}.repartition",
@@ -315,7 +327,7 @@ class Repartitioner:
         for name in self._kinds:
             if not self._consumer.partitions_for_topic(name):
                 raise KafkaError(f"no partition metadata for {name} yet")
-        self._consumer.subscribe(list(self._kinds), listener=_Listener(self))
+        self._consumer.subscribe(list(self._kinds), listener=_Listener(self._notes))
         self.topics_ready.set()
         while not self._stop.is_set():
             self._cycle()
@@ -362,8 +374,7 @@ class Repartitioner:
                     ]
                 )
             self._await_created(admin, internal, wanted)
-        self._partitions = wanted
-        self._dlq_limit = max_message_bytes(admin, topics.dlq)
+        self._layout = _Layout(wanted, max_message_bytes(admin, topics.dlq))
 
     def _await_created(self, admin: KafkaAdminClient, names: tuple[str, ...], count: int) -> None:
         """Return once the new topics are described with all their partitions, so the main
@@ -399,9 +410,8 @@ class Repartitioner:
         producer = self._producer
         assert producer is not None
         producer.begin_transaction()
-        appender = self._appender
-        assert appender is not None
-        internal = self._internal
+        appender = RecordAppender(producer)
+        internal, partitions = self._internal, self._layout.partitions
         futures: list[Any] = []
         copied: Counter[str] = Counter()
         rejected: Counter[tuple[str, str]] = Counter()
@@ -415,7 +425,7 @@ class Repartitioner:
                 futures.append(self._dead_letter(producer, record, kind, key))
                 rejected[(record.topic, key.reason)] += 1
                 continue
-            tp = TopicPartition(internal[record.topic], partition_for(key, self._partitions))
+            tp = TopicPartition(internal[record.topic], partition_for(key, partitions))
             first = tp not in started
             started.add(tp)
             futures.append(
@@ -432,7 +442,7 @@ class Repartitioner:
         producer.flush(timeout=self.settings.kafka.request_timeout_ms / 1000)
         for future in futures:
             future.get(timeout=0)  # raises the send's error: the session ends, the txn aborts
-        _crash_point("repartition_sent", True)
+        crash_point("repartition_sent")
         offsets = {}
         for tp in touched:
             held = self._buffer.next_offset(tp)
@@ -440,9 +450,9 @@ class Repartitioner:
                 held if held is not None else consumer.position(tp), "", -1
             )
         producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
-        _crash_point("repartition_offsets_sent", True)
+        crash_point("repartition_offsets_sent")
         producer.commit_transaction()
-        _crash_point("repartition_committed", True)
+        crash_point("repartition_committed")
         with self.stats.lock:
             self.stats.repartitioned.update(copied)
             self.stats.rejected.update(rejected)
@@ -459,7 +469,7 @@ class Repartitioner:
             ("evald-kind", kind.encode()),
         ]
         value = record.value if record.value is not None else b""
-        letter = build_letter(record.key, value, headers, self._dlq_limit)
+        letter = build_letter(record.key, value, headers, self._layout.dlq_limit)
         return producer.send(
             self.settings.topics.dlq, key=letter.key, value=letter.value, headers=letter.headers
         )
@@ -515,19 +525,11 @@ class Repartitioner:
 
     # -- rebalance ----------------------------------------------------------------------
 
-    def _on_rebalance(self, event: str, partitions: set[TopicPartition]) -> None:
-        """Called on kafka-python's I/O thread: only noted, applied by the stage's thread
-        (taking a lock that thread holds across consumer calls could deadlock the I/O)."""
-        with self._events_lock:
-            self._events.append((event, set(partitions)))
-
     def _apply_rebalance(self) -> set[TopicPartition]:
         """Forget what was buffered for revoked and for newly assigned partitions; return the
         newly assigned ones (to be read from their committed offsets)."""
-        with self._events_lock:
-            events, self._events = self._events, []
         fresh: set[TopicPartition] = set()
-        for event, partitions in events:
+        for event, partitions in self._notes.take():
             for tp in partitions:
                 self._buffer.drop(tp)
                 self._paused.discard(tp)
@@ -538,14 +540,6 @@ class Repartitioner:
         return fresh
 
     # -- teardown -------------------------------------------------------------------------
-
-    def _new_buffer(self) -> Interleaver[TopicPartition]:
-        impressions = self.settings.topics.impressions
-        return Interleaver(
-            self._hold_s,
-            self.clock,
-            rank=lambda tp: (tp.topic != impressions, tp.topic, tp.partition),
-        )
 
     def _teardown(self) -> None:
         """Close what the session opened; an open transaction is left for the broker."""
@@ -566,11 +560,9 @@ class Repartitioner:
             except Exception:
                 log.debug("closing the producer failed", exc_info=True)
             self._producer = None
-            self._appender = None
-        self._buffer = self._new_buffer()
+        self._buffer.clear()
         self._paused.clear()
-        with self._events_lock:
-            self._events = []
+        self._notes.take()
 
 
 def _partition_counts(admin: KafkaAdminClient, names: tuple[str, ...]) -> dict[str, int | None]:

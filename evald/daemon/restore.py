@@ -9,6 +9,7 @@ the broker times it out.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,8 +17,26 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 
 from evald.daemon.checkpoint import Checkpoint, ResultRange
+from evald.daemon.crash import crash_point
+from evald.daemon.inputs import Inputs, Part
+from evald.daemon.logs import event_time
+from evald.daemon.merge import KINDS
+from evald.daemon.settings import TopicSettings
+from evald.daemon.topics import TopicGuard
+from evald.engine import Engine
 
-__all__ = ["RestoreError", "read_checkpoint", "read_ranges"]
+__all__ = [
+    "RESTORE_TIMEOUT_S",
+    "RestoreError",
+    "read_checkpoint",
+    "read_ranges",
+    "restore_partition",
+]
+
+log = logging.getLogger("evald.daemon")
+
+#: how long restoring one partition may take before the session is restarted
+RESTORE_TIMEOUT_S = 120.0
 
 
 class RestoreError(RuntimeError):
@@ -92,3 +111,68 @@ def read_ranges(
     for result_range in ranges:
         for record in _records(reader, tp, result_range.start, result_range.end, deadline, clock):
             yield json.loads(record.value)
+
+
+def restore_partition(
+    part: Part,
+    *,
+    consumer: KafkaConsumer,
+    reader: KafkaConsumer,
+    engine: Engine,
+    topics: TopicSettings,
+    guard: TopicGuard,
+    inputs: Inputs,
+    clock: Callable[[], float],
+    timeout_s: float = RESTORE_TIMEOUT_S,
+) -> None:
+    """Resume ``part`` from its committed checkpoint (or from the start of both inputs).
+
+    1. Read the group's committed offset *c* on the checkpoint topic (crash point
+       ``restore``); without one, start both inputs from their beginning.
+    2. Read the checkpoint at *c - 1*; refuse (exit 2) one written against other input topics.
+    3. Restore the engine's watermark and consumed offsets, and absorb the committed results
+       of its ranges (the window aggregates).
+    4. Seek both inputs to the committed offsets; records up to the consumed ones are replayed
+       to rebuild pending joins.
+    """
+    p = part.partition
+    started = clock()
+    ckpt_tp = TopicPartition(topics.checkpoint_topic, p)
+    committed = consumer.committed(ckpt_tp)
+    crash_point("restore")
+    if committed:
+        checkpoint = read_checkpoint(
+            reader, topics.checkpoint_topic, p, committed, timeout_s, clock
+        )
+        guard.check_checkpoint(checkpoint.extra.get("topic_ids"), p)
+        engine.restore(p, checkpoint.watermark, dict(checkpoint.consumed), checkpoint.event_times)
+        absorbed = 0
+        for doc in read_ranges(reader, topics.results, p, checkpoint.results, timeout_s, clock):
+            engine.absorb_result(doc, p)
+            absorbed += 1
+        start = dict(checkpoint.committed)
+        part.replay_end = dict(checkpoint.consumed)
+        part.ranges = checkpoint.results
+        log.info(
+            "partition %d restored: watermark %s, replay from %s to %s, %d results "
+            "absorbed in %.2fs",
+            p,
+            event_time(checkpoint.watermark),
+            start,
+            checkpoint.consumed,
+            absorbed,
+            clock() - started,
+        )
+    else:
+        start = {}
+        for kind in KINDS:
+            tp = inputs.tp(kind, p)
+            start[kind] = consumer.beginning_offsets([tp])[tp]
+        part.replay_end = dict(start)
+    part.epoch_start = None
+    for kind in KINDS:
+        consumer.seek(inputs.tp(kind, p), start[kind])
+    part.fed_next = dict(start)
+    part.fetched_next = dict(start)
+    part.merger.clear()
+    part.restored = True

@@ -8,17 +8,37 @@ at least as many partitions as the inputs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from evald.daemon.dead_letters import max_message_bytes
+from evald.daemon.fatal import Fatal
+from evald.daemon.settings import TopicSettings
+
 __all__ = [
+    "TOPIC_CHECK_INTERVAL_S",
+    "TopicGuard",
     "TopicLayoutError",
     "TopicShape",
     "check_checkpoint_ids",
     "check_layout",
     "check_unchanged",
+    "describe",
     "missing_outputs",
 ]
+
+log = logging.getLogger("evald.daemon")
+
+#: how often the input topics' ids and partition counts are compared with those seen at start
+TOPIC_CHECK_INTERVAL_S = 10.0
+#: the id a broker reports for a topic when it has none (Kafka's Uuid.ZERO)
+NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
 
 
 class TopicLayoutError(RuntimeError):
@@ -127,3 +147,92 @@ def check_checkpoint_ids(
                 "one, start evald with a new daemon.group_id and new results/checkpoint topics "
                 "(or delete the group and its checkpoint topic)"
             )
+
+
+def describe(admin: KafkaAdminClient, names: tuple[str, ...]) -> dict[str, TopicShape | None]:
+    """Each topic's id and partition count (None: it does not exist)."""
+    existing = set(admin.list_topics())
+    shapes: dict[str, TopicShape | None] = dict.fromkeys(names)
+    present = [name for name in names if name in existing]
+    for desc in admin.describe_topics(present) if present else []:
+        name = desc.get("name") or desc.get("topic")
+        if desc.get("error_code") or name not in shapes:
+            continue  # deleted between the two requests: missing
+        topic_id = desc.get("topic_id")
+        shapes[name] = TopicShape(
+            None if not topic_id or topic_id == NO_TOPIC_ID else str(topic_id),
+            len(desc["partitions"]),
+        )
+    return shapes
+
+
+class TopicGuard:
+    """The topic checks of one daemon: at the start of every session and every
+    ``TOPIC_CHECK_INTERVAL_S`` while it runs. Each failure is a :class:`Fatal` (exit 2)."""
+
+    def __init__(self, topics: TopicSettings, clock: Callable[[], float]) -> None:
+        self._topics = topics
+        self._clock = clock
+        #: the input topics as first seen by this process; kept across sessions, so a topic
+        #: recreated during an outage is noticed when the next session starts
+        self.inputs: dict[str, TopicShape] = {}
+        self._last_check = 0.0
+
+    def topic_ids(self) -> dict[str, str]:
+        """The input topics' ids (those the broker reports), as written into checkpoints."""
+        return {name: shape.topic_id for name, shape in self.inputs.items() if shape.topic_id}
+
+    def start(self, admin: KafkaAdminClient) -> int:
+        """Refuse input topics that are missing, not co-partitioned or not those this process
+        consumed before; create missing output topics. Returns the DLQ topic's
+        ``max.message.bytes``."""
+        topics = self._topics
+        inputs = (topics.impressions, topics.feedback)
+        outputs = (topics.results, topics.checkpoint_topic, topics.dlq)
+        shapes = describe(admin, (*inputs, *outputs))
+        counts = {
+            name: None if shape is None else shape.partitions for name, shape in shapes.items()
+        }
+        try:
+            # first: a topic this process consumed before and that is gone now gets the message
+            # that says what to do about the old offsets, not the one for a first start
+            check_unchanged(self.inputs, shapes)
+            partitions = check_layout(
+                counts, impressions=topics.impressions, feedback=topics.feedback, outputs=outputs
+            )
+        except TopicLayoutError as exc:
+            raise Fatal(2, f"evald run: refusing to start: {exc}") from None
+        # check_layout passed: both inputs exist
+        self.inputs = {name: shape for name in inputs if (shape := shapes[name]) is not None}
+        self._last_check = self._clock()
+        limit = max_message_bytes(admin, topics.dlq)
+        create = missing_outputs(counts, outputs)
+        if create:
+            log.info("creating output topics %s with %d partitions", create, partitions)
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics([NewTopic(name, partitions, 1) for name in create])
+        return limit
+
+    def recheck(self, admin: KafkaAdminClient, now: float) -> None:
+        """Every ``TOPIC_CHECK_INTERVAL_S``: stop (exit 2) when an input topic was deleted,
+        recreated or repartitioned."""
+        if now - self._last_check < TOPIC_CHECK_INTERVAL_S:
+            return
+        self._last_check = self._clock()
+        try:
+            shapes = describe(admin, tuple(self.inputs))
+        except KafkaError as exc:
+            log.debug("topic check skipped: %s", exc)  # the lag probe reports the broker
+            return
+        try:
+            check_unchanged(self.inputs, shapes)
+        except TopicLayoutError as exc:
+            raise Fatal(2, f"evald run: stopping: {exc}") from None
+
+    def check_checkpoint(self, saved: object, partition: int) -> None:
+        """Refuse (exit 2) to restore ``partition`` from a checkpoint written against other
+        input topics (``saved``: the checkpoint's ``topic_ids``)."""
+        try:
+            check_checkpoint_ids(saved if isinstance(saved, dict) else {}, self.inputs, partition)
+        except TopicLayoutError as exc:
+            raise Fatal(2, f"evald run: refusing to restore: {exc}") from None

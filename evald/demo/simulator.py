@@ -149,6 +149,9 @@ class Simulator:
     event time runs than wall time; together they fix the request rate in event time
     (:attr:`qps`). The generator itself never sleeps: pacing is the consumer's job (``at_ms``
     tells when each record is due).
+
+    Long because: its attributes are a run's parameters and the tables computed once from them
+    (query CDF, candidates, relevance, record templates), all read by the block generator.
     """
 
     def __init__(
@@ -303,7 +306,12 @@ class Simulator:
     def _requests(
         self, rng: np.random.Generator, clock: float, first: int
     ) -> tuple[_Pool, float, int] | None:
-        """One block of requests from event time ``clock``: their records and the new clock."""
+        """One block of requests from event time ``clock``: their records and the new clock.
+
+        Long because: one vectorized pass over the block draws from a single random stream in
+        a fixed order (requests, funnel, faults); that order is what makes a seed reproduce a
+        stream, and it reads best in one place.
+        """
         cat, cm, f = self.catalogue, self.click_model, self.faults
         n = self.block
         ts_f = clock + np.cumsum(rng.exponential(1000.0 / self.qps, n))

@@ -58,7 +58,10 @@ class UsageError(Exception):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Declare the options (the default measure set is shown without importing numpy)."""
+    """Declare the options (the default measure set is shown without importing numpy).
+
+    Long because: a flat list of argparse declarations, one per option, in --help order.
+    """
     parser.add_argument(
         "input",
         nargs="?",

@@ -39,7 +39,8 @@ from kafka_harness import (
     wait_until,
 )
 
-from evald.daemon.runner import CRASH_ENV, Daemon
+from evald.daemon.crash import CRASH_ENV
+from evald.daemon.runner import Daemon
 from evald.daemon.settings import Settings, load_settings
 from evald.engine import Engine
 
@@ -133,10 +134,12 @@ def settled(daemon: Daemon, tools: KafkaTools, unique: str) -> bool:
     with daemon.lock:  # a consistent view: not in the middle of a cycle or a rebalance
         for kind, offsets in ends.items():
             for p, end in offsets.items():
-                part = daemon._parts.get(p)
+                part = daemon.inputs.parts.get(p)
                 if part is None or not part.restored or part.fed_next.get(kind) != end:
                     return False
-        return not daemon._txn_open and not any(p.dirty for p in daemon._parts.values())
+        return not daemon.transaction.open and not any(
+            p.dirty for p in daemon.inputs.parts.values()
+        )
 
 
 def results_by_id(

@@ -30,11 +30,11 @@ import pytest
 from child_processes import die_with_parent
 from kafka_harness import ENGINE, Broker, CommittedReader, KafkaTools, free_port, wait_until
 
+from evald.daemon.crash import CRASH_ENV
 from evald.daemon.rekey import internal_topic, partition_for
 
 pytestmark = pytest.mark.kafka
 
-CRASH_ENV = "TESTING_EVALD_CRASH_AT"
 #: the impressions topic's partition count, which the internal topics get by default
 INTERNAL_PARTITIONS = 3
 #: a member killed while joining holds a rebalance up to max_poll_interval_ms: keep it short

@@ -1,6 +1,6 @@
 """The daemon's bookkeeping between the consumer and the merge, driven without a broker: a
-fake consumer hands records to the real ``Daemon`` methods, which feed a real ``Engine``, so
-each case is compared with an engine fed the uninterrupted order."""
+fake consumer hands records to the real ``Daemon.process`` (inputs, merge, backpressure), which
+feeds a real ``Engine``, so each case is compared with an engine fed the uninterrupted order."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from kafka import TopicPartition
 from settable_clock import SettableClock
 
 from evald.config import load_config
+from evald.daemon.inputs import Part
 from evald.daemon.merge import Merger
-from evald.daemon.runner import Daemon, _Part
+from evald.daemon.runner import Daemon
 from evald.daemon.settings import load_settings
 from evald.engine import Engine
 
@@ -69,30 +70,30 @@ class Harness:
             on_result=self.results.append,
         )
         self.daemon = Daemon(settings, lambda _cb: self.engine, clock=self.clock)
-        self.daemon._engine = self.engine
-        self.daemon._max_pending = max_pending
+        assert self.daemon.open_engine() is self.engine
         self.consumer = FakeConsumer()
-        self.daemon._consumer = self.consumer  # type: ignore[assignment]
+        self.daemon.inputs.connect(self.consumer)  # type: ignore[arg-type]
 
-    def restored(self, start: dict[str, int], consumed: dict[str, int]) -> _Part:
-        """Partition 1 as ``_restore`` leaves it after reading a checkpoint."""
+    def restored(self, start: dict[str, int], consumed: dict[str, int]) -> Part:
+        """Partition 1 as ``restore_partition`` leaves it after reading a checkpoint."""
         self.engine.restore(1, None, dict(consumed))
-        part = _Part(1, Merger(2.0, self.clock))
+        part = Part(1, Merger(2.0, self.clock))
         part.restored = True
         part.fed_next = dict(start)
         part.fetched_next = dict(start)
         part.replay_end = dict(consumed)
-        self.daemon._parts[1] = part
+        self.daemon.inputs.parts[1] = part
         return part
 
     def tp(self, kind: str) -> TopicPartition:
-        return self.daemon._tp(kind, 1)
+        return self.daemon.inputs.tp(kind, 1)
 
     def cycle(self, batches: dict[TopicPartition, list[Rec]] | None = None) -> None:
-        self.daemon._take(batches or {})
-        fed = self.daemon._feed()
-        self.engine.tick()
-        self.daemon._backpressure(fed)
+        self.daemon.process(batches or {})
+
+    def backpressure(self) -> None:
+        """A cycle with nothing polled and nothing the merge releases: backpressure only."""
+        self.daemon.process({})
 
     def scored(self) -> dict[str, dict[str, float]]:
         return {r.request_id: dict(r.measures) for r in self.results}
@@ -111,9 +112,9 @@ def test_replayed_feedback_waits_for_replayed_impressions_under_backpressure() -
     come before feedback that moves the watermark past it, or its result is lost."""
     h = Harness()
     h.restored(start={"impression": 0, "feedback": 0}, consumed={"impression": 1, "feedback": 1})
-    h.daemon._bp_paused = True  # another partition's pending crossed pause_at
+    h.daemon.backpressure.paused = True  # another partition's pending crossed pause_at
     h.consumer.high.update({h.tp("impression"): 1, h.tp("feedback"): 2})
-    assert h.daemon._caught_up(h.daemon._parts[1])["impression"] is False
+    assert h.daemon.inputs.caught_up(h.daemon.inputs.parts[1])["impression"] is False
     # the feedback fetch comes first: f0 replayed (ts 30s), f1 new (ts 200s, closes a's window)
     h.cycle(
         {
@@ -167,14 +168,14 @@ def test_a_kind_is_not_caught_up_before_its_replay_is_fetched() -> None:
         start={"impression": 0, "feedback": 0}, consumed={"impression": 5, "feedback": 3}
     )
     h.consumer.high.update({h.tp("impression"): 0, h.tp("feedback"): 0})
-    h.daemon._bp_paused = True
-    h.daemon._bp_tps = {h.tp("impression")}
-    assert h.daemon._caught_up(part) == {"impression": False, "feedback": False}
+    h.daemon.backpressure.paused = True
+    h.daemon.inputs.held = {h.tp("impression")}
+    assert h.daemon.inputs.caught_up(part) == {"impression": False, "feedback": False}
     part.fetched_next = {"impression": 5, "feedback": 3}
-    assert h.daemon._caught_up(part) == {"impression": True, "feedback": True}
-    h.daemon._bp_tps = set()
+    assert h.daemon.inputs.caught_up(part) == {"impression": True, "feedback": True}
+    h.daemon.inputs.held = set()
     h.consumer.high[h.tp("impression")] = 6
-    assert h.daemon._caught_up(part) == {"impression": False, "feedback": True}
+    assert h.daemon.inputs.caught_up(part) == {"impression": False, "feedback": True}
 
 
 def test_backpressure_leaves_a_partition_fetching_its_replay_unpaused() -> None:
@@ -187,12 +188,12 @@ def test_backpressure_leaves_a_partition_fetching_its_replay_unpaused() -> None:
     h.cycle({h.tp("impression"): imps})
     assert h.engine.pending() == 2
     h.consumer.high[h.tp("feedback")] = 1  # feedback that could drain them: pausing helps
-    h.daemon._backpressure(0)
-    assert h.daemon._bp_paused
+    h.backpressure()
+    assert h.daemon.backpressure.paused
     assert h.consumer.paused == set()  # offset 2 is still to replay
     part.fetched_next["impression"] = 3
-    h.daemon._bp_paused = False
-    h.daemon._backpressure(0)
+    h.daemon.backpressure.paused = False
+    h.backpressure()
     assert h.consumer.paused == {h.tp("impression")}
 
 
@@ -208,25 +209,25 @@ def test_backpressure_without_feedback_to_drain_lets_the_cap_evict_and_does_not_
     h.cycle({h.tp("impression"): imps})
     h.clock.now += 3.0  # the merge hold: nothing newer from the (empty) feedback topic
     h.cycle()
-    assert not h.daemon._bp_paused and h.daemon.stats.pauses == 0
+    assert not h.daemon.backpressure.paused and h.daemon.stats.pauses == 0
     assert h.engine.pending() == 10  # the cap held: 20 closed early
     assert len(h.results) == 20
     # feedback arrives: pausing helps now
     h.consumer.high[h.tp("feedback")] = 5
-    h.daemon._backpressure(0)
-    assert h.daemon._bp_paused and h.consumer.paused == {h.tp("impression")}
+    h.backpressure()
+    assert h.daemon.backpressure.paused and h.consumer.paused == {h.tp("impression")}
     # it is all fetched and fed, yet pending stays high: released, and not paused again
     # within the cool-down even when more feedback shows up
     part.fetched_next["feedback"] = 5
-    h.daemon._backpressure(0)
-    assert not h.daemon._bp_paused and h.consumer.paused == set()
+    h.backpressure()
+    assert not h.daemon.backpressure.paused and h.consumer.paused == set()
     h.consumer.high[h.tp("feedback")] = 6
     h.clock.now += 5.0
-    h.daemon._backpressure(0)
-    assert not h.daemon._bp_paused and h.daemon.stats.pauses == 1
+    h.backpressure()
+    assert not h.daemon.backpressure.paused and h.daemon.stats.pauses == 1
     h.clock.now += 6.0
-    h.daemon._backpressure(0)
-    assert h.daemon._bp_paused and h.daemon.stats.pauses == 2
+    h.backpressure()
+    assert h.daemon.backpressure.paused and h.daemon.stats.pauses == 2
 
 
 def test_backpressure_log_lines_are_rate_limited(caplog: Any) -> None:
@@ -240,15 +241,16 @@ def test_backpressure_log_lines_are_rate_limited(caplog: Any) -> None:
     h.consumer.high[h.tp("feedback")] = 5  # feedback to wait for: every round pauses
     caplog.set_level("INFO", logger="evald.daemon")
     for _ in range(50):  # a pause and a release per round, all within 10 s
-        h.daemon._bp_paused = False
-        h.daemon._backpressure(0)
-        h.daemon._bp_paused = True
-        h.daemon._resume_impressions(10, h.clock(), "test")
+        h.backpressure()
+        assert h.daemon.backpressure.paused
+        # released as drained (pending 0 by its account), which sets no cooldown
+        h.daemon.backpressure.step(0, True, h.clock())
+        assert not h.daemon.backpressure.paused
         h.clock.now += 0.05
     lines = [r.getMessage() for r in caplog.records if "backpressure" in r.getMessage()]
     assert len(lines) == 1
     h.clock.now += 10.0
-    h.daemon._backpressure(0)
+    h.backpressure()
     lines = [r.getMessage() for r in caplog.records if "backpressure" in r.getMessage()]
     assert len(lines) == 2 and "(99 more changes since the last line)" in lines[1]
 
@@ -265,15 +267,14 @@ def test_records_polled_in_the_cycle_that_restores_their_partition_are_dropped()
             start={"impression": 0, "feedback": 0}, consumed={"impression": 0, "feedback": 0}
         )
 
-    h.daemon._restore = restore  # type: ignore[method-assign]
-    h.daemon._to_restore = {1}
+    h.daemon.inputs.assign({1})
     stale = [record("imp", 7, 7_000, impression("r7", 7_000))]
-    h.daemon._take({h.tp("impression"): stale})
-    part = h.daemon._parts[1]
+    h.daemon.inputs.take({h.tp("impression"): stale}, restore)
+    part = h.daemon.inputs.parts[1]
     assert calls == [1] and part.merger.buffered() == 0
     assert part.fetched_next["impression"] == 0
     fresh = [record("imp", i, i * 1_000, impression(f"r{i}", i * 1_000)) for i in range(8)]
-    h.daemon._take({h.tp("impression"): fresh})
+    h.daemon.inputs.take({h.tp("impression"): fresh}, restore)
     assert part.merger.buffered("impression") == 8
 
 
@@ -294,15 +295,16 @@ def test_a_partition_with_no_fetch_since_its_restore_has_no_lag_yet() -> None:
     h = Harness()
     imp, fb = h.tp("impression"), h.tp("feedback")
     h.consumer = ListingConsumer({imp: 631, fb: 1700})
-    h.daemon._consumer = h.consumer  # type: ignore[assignment]
-    h.restored(
+    h.daemon.inputs.connect(h.consumer)  # type: ignore[arg-type]
+    part = h.restored(
         start={"impression": 641, "feedback": 1731}, consumed={"impression": 669, "feedback": 1809}
     )
-    h.daemon._probe()
+    probe = h.daemon.health.probe
+    assert probe(h.consumer, h.daemon.inputs)  # type: ignore[arg-type]
     assert h.daemon.stats.lag == {}
     h.consumer.high.update({imp: 671, fb: 1809})  # the first fetch responses
-    h.daemon._probe()
+    assert probe(h.consumer, h.daemon.inputs)  # type: ignore[arg-type]
     assert h.daemon.stats.lag == {("imp", 1): 30, ("fb", 1): 78}
-    h.daemon._parts[1].fed_next = {"impression": 671, "feedback": 1809}
-    h.daemon._probe()
+    part.fed_next = {"impression": 671, "feedback": 1809}
+    assert probe(h.consumer, h.daemon.inputs)  # type: ignore[arg-type]
     assert h.daemon.stats.lag == {("imp", 1): 0, ("fb", 1): 0}

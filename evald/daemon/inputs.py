@@ -1,0 +1,286 @@
+"""The input side of the owned partitions: buffer what each poll returns, merge the two topics
+of a partition into one order (merge.py) and feed the engine.
+
+One :class:`Part` per owned partition number p holds the offsets (fetched, fed, to replay),
+the merge buffer and the open transaction's bookkeeping for p. :class:`Inputs` owns them and
+the two reasons a fetch is paused: a merge buffer over ``MERGE_BUFFER_CAP`` (per partition and
+kind) and backpressure (the impressions, see backpressure.py); a partition resumes only when
+neither holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from evald.daemon.checkpoint import ResultRange
+from evald.daemon.merge import KINDS, Merger
+from evald.decode import Rejection
+
+__all__ = ["MERGE_BUFFER_CAP", "Inputs", "Part"]
+
+log = logging.getLogger("evald.daemon")
+
+#: records of one kind held in a partition's merge buffer before its fetch is paused
+MERGE_BUFFER_CAP = 20_000
+
+#: ``feed_batch`` of the engine (see Engine.feed_batch)
+FeedBatch = Callable[..., list[tuple[int, Rejection]]]
+#: called per rejected record: (rejection, record, kind)
+OnRejected = Callable[[Rejection, Any, str], None]
+
+
+@dataclass
+class Part:
+    """The daemon's bookkeeping for one owned partition number p (both input topics)."""
+
+    partition: int
+    merger: Merger[Any]
+    restored: bool = False
+    fed_next: dict[str, int] = field(default_factory=dict)
+    fetched_next: dict[str, int] = field(default_factory=dict)
+    #: per kind, the offset the restored checkpoint had consumed up to: records below it are
+    #: read again only to rebuild pending joins
+    replay_end: dict[str, int] = field(default_factory=dict)
+    ranges: tuple[ResultRange, ...] = ()
+    epoch_start: int | None = None
+    #: futures of the first and the last result sent in the open transaction (offsets grow
+    #: within a partition: the idempotent producer keeps their order)
+    txn_first: Any = None
+    txn_last: Any = None
+    txn_count: int = 0
+    txn_max_ts: int | None = None
+    dirty: bool = False
+    merge_paused: set[str] = field(default_factory=set)
+
+
+class Inputs:
+    """The owned partitions between the consumer and the engine."""
+
+    def __init__(
+        self, impressions: str, feedback: str, clock: Callable[[], float], merge_hold_s: float
+    ) -> None:
+        self._impressions = impressions
+        self._feedback = feedback
+        self._clock = clock
+        self._merge_hold_s = merge_hold_s
+        self.parts: dict[int, Part] = {}
+        self._to_restore: set[int] = set()
+        #: the impressions partitions backpressure paused (not those still fetching a replay)
+        self.held: set[TopicPartition] = set()
+        self._consumer: KafkaConsumer | None = None
+        #: a poll returned records since the last :meth:`fetched` (the broker is answering)
+        self._fetched = False
+
+    # -- naming ---------------------------------------------------------------------------
+
+    def kind(self, topic: str) -> str:
+        """ "impression" or "feedback": which input ``topic`` is."""
+        return "impression" if topic == self._impressions else "feedback"
+
+    def tp(self, kind: str, p: int) -> TopicPartition:
+        """Partition ``p`` of the input topic of ``kind``."""
+        return TopicPartition(self._impressions if kind == "impression" else self._feedback, p)
+
+    # -- ownership ------------------------------------------------------------------------
+
+    def connect(self, consumer: KafkaConsumer | None) -> None:
+        """The session's group consumer (pause/resume, high watermarks); None: disconnected."""
+        self._consumer = consumer
+
+    def assign(self, partitions: set[int]) -> None:
+        """Take on ``partitions``: each is restored at the start of the next :meth:`take`."""
+        for p in partitions:
+            if p not in self.parts:
+                self.parts[p] = Part(p, Merger(self._merge_hold_s, self._clock))
+                self._to_restore.add(p)
+
+    def revoke(self, partitions: set[int]) -> list[int]:
+        """Forget ``partitions``; returns those that were owned (the engine drops them)."""
+        dropped = []
+        for p in partitions:
+            part = self.parts.pop(p, None)
+            self._to_restore.discard(p)
+            self.held.discard(self.tp("impression", p))
+            if part is not None:
+                dropped.append(p)
+        return dropped
+
+    def clear(self) -> None:
+        """The session ended: nothing is owned, nothing held."""
+        self.parts.clear()
+        self._to_restore.clear()
+        self.held = set()
+
+    def waiting(self) -> list[int]:
+        """Partitions assigned but not restored yet."""
+        return sorted(self._to_restore | {p for p, s in self.parts.items() if not s.restored})
+
+    def restored(self) -> list[Part]:
+        """The owned partitions that are restored (the ones fed and committed)."""
+        return [part for part in self.parts.values() if part.restored]
+
+    def fetched(self) -> bool:
+        """Whether a poll returned records since the last call."""
+        fetched, self._fetched = self._fetched, False
+        return fetched
+
+    # -- the poll cycle -------------------------------------------------------------------
+
+    def take(
+        self, batches: dict[TopicPartition, list[Any]], restore: Callable[[int], None]
+    ) -> None:
+        """Restore the partitions assigned since the last cycle, then buffer what the poll
+        returned. A partition restored now drops this poll's records: they may come from the
+        position it had before (kafka-python can keep a reassigned partition's position and
+        fetched batches), and the restore's seek has them fetched again from the checkpoint.
+        Taken as an offset gap instead, they would make the re-fetch look like a duplicate."""
+        restored = set(self._to_restore)
+        for p in sorted(restored):
+            restore(p)
+        self._to_restore.clear()
+        for tp, records in batches.items():
+            if tp.partition not in restored:
+                self._buffer(tp, records)
+                self._fetched = True
+
+    def _buffer(self, tp: TopicPartition, records: list[Any]) -> None:
+        part = self.parts.get(tp.partition)
+        if part is None or not part.restored or not records:
+            return  # not ours (any more): the new owner re-reads from the committed offset
+        kind = self.kind(tp.topic)
+        expected = part.fetched_next[kind]
+        if records[0].offset < expected:  # re-fetched after a seek: skip what we have
+            records = [record for record in records if record.offset >= expected]
+            if not records:
+                return
+        first, last = records[0].offset, records[-1].offset
+        if first > expected or last - first + 1 != len(records):
+            # a gap can only come from compaction/retention (or transaction markers): accept
+            # it, never go back
+            log.debug("offset gap on %s: expected %d, got %d..%d", tp, expected, first, last)
+        replay_end = part.replay_end.get(kind, 0)
+        if first < replay_end:
+            # rebuilding pending joins: these records were merged before the crash
+            replayed = records[: bisect_left(records, replay_end, key=attrgetter("offset"))]
+            part.merger.extend(
+                kind, [record.timestamp for record in replayed], replayed, replayed=True
+            )
+            records = records[len(replayed) :]
+        if records:
+            part.merger.extend(kind, [record.timestamp for record in records], records)
+        part.fetched_next[kind] = last + 1
+        consumer = self._consumer
+        assert consumer is not None
+        if part.merger.buffered(kind) > MERGE_BUFFER_CAP and kind not in part.merge_paused:
+            consumer.pause(tp)
+            part.merge_paused.add(kind)
+
+    def caught_up(self, part: Part) -> dict[str, bool]:
+        """Per kind: fetched up to the latest fetch high watermark, or its impressions paused by
+        backpressure; never before the records to replay are all fetched (a fetch high
+        watermark can be stale, the restored checkpoint's offsets are not, and replayed
+        records of the other kind skip the hold on the strength of this)."""
+        consumer = self._consumer
+        assert consumer is not None
+        out = {}
+        for kind in KINDS:
+            fetched = part.fetched_next[kind]
+            if fetched < part.replay_end.get(kind, 0):
+                out[kind] = False
+                continue
+            tp = self.tp(kind, part.partition)
+            high = consumer.highwater(tp)
+            paused = tp in self.held
+            out[kind] = paused or (high is not None and fetched >= high)
+        return out
+
+    def feed(self, feed_batch: FeedBatch, on_rejected: OnRejected) -> int:
+        """Feed every record the merge releases, one engine call per partition; returns how
+        many were fed."""
+        consumer = self._consumer
+        assert consumer is not None
+        fed = 0
+        for p, part in sorted(self.parts.items()):
+            if not part.restored:
+                continue
+            fed_next = part.fed_next
+            runs = part.merger.release_runs(self.caught_up(part))
+            if runs:
+                # one engine call per partition and cycle: feed_batch pays its setup per call
+                records: list[Any] = []
+                kinds: list[str] = []
+                for kind, run in runs:
+                    records += run
+                    kinds += repeat(kind, len(run))
+                    fed_next[kind] = run[-1].offset + 1
+                rejections = feed_batch(
+                    [record.value or b"" for record in records],
+                    partition=p,
+                    kinds=kinds,
+                    offsets=[record.offset for record in records],
+                    timestamps=[record.timestamp for record in records],
+                )
+                for position, rejection in rejections:
+                    on_rejected(rejection, records[position], kinds[position])
+                part.dirty = True
+                fed += len(records)
+            for kind in list(part.merge_paused):
+                if part.merger.buffered(kind) <= MERGE_BUFFER_CAP // 2:
+                    part.merge_paused.discard(kind)
+                    if self.tp(kind, p) not in self.held:
+                        consumer.resume(self.tp(kind, p))
+        return fed
+
+    # -- backpressure ---------------------------------------------------------------------
+
+    def feedback_waiting(self) -> bool:
+        """Feedback is buffered, or fetchable, on a restored partition."""
+        consumer = self._consumer
+        assert consumer is not None
+        for p, part in self.parts.items():
+            if not part.restored:
+                continue
+            if part.merger.buffered("feedback"):
+                return True
+            high = consumer.highwater(self.tp("feedback", p))
+            if high is not None and part.fetched_next["feedback"] < high:
+                return True
+        return False
+
+    def hold_impressions(self) -> None:
+        """Pause the impressions of every restored partition (backpressure). A partition still
+        fetching its replay is not paused: the replayed impressions were pending before the
+        restart, and the other topic's replayed records wait for them."""
+        consumer = self._consumer
+        assert consumer is not None
+        pause = [
+            self.tp("impression", p)
+            for p, part in self.parts.items()
+            if part.restored
+            and part.fetched_next["impression"] >= part.replay_end.get("impression", 0)
+        ]
+        self.held = set(pause)
+        if pause:
+            consumer.pause(*pause)
+
+    def release_impressions(self) -> None:
+        """Resume what :meth:`hold_impressions` paused, unless a merge buffer still holds it."""
+        consumer = self._consumer
+        assert consumer is not None
+        resume = [
+            tp
+            for tp in self.held
+            if tp.partition in self.parts
+            and "impression" not in self.parts[tp.partition].merge_paused
+        ]
+        self.held = set()
+        if resume:
+            consumer.resume(*resume)

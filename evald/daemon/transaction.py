@@ -1,0 +1,274 @@
+"""The commit cycle: everything a session produced since the last commit, in one transaction.
+
+One instance has one transactional producer. Results and dead letters are sent into the open
+transaction as the engine finalizes them (:meth:`Transaction.send_result`, ``DeadLetters``);
+:meth:`Transaction.commit` closes it with the checkpoints and the offsets, so either all of it
+becomes visible to ``read_committed`` readers and the group's offsets move, or none of it does
+(docs/design.md, "Summary", items 1-4). The test-only crash points (crash.py) sit between the
+steps named below, so every step boundary is covered by the kill tests.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+
+from evald.daemon.backoff import Backoff
+from evald.daemon.checkpoint import Checkpoint, extend_ranges, prune_ranges
+from evald.daemon.crash import crash_point
+from evald.daemon.dead_letters import DeadLetters
+from evald.daemon.inputs import Inputs, Part
+from evald.daemon.kafka_compat import RecordAppender
+from evald.daemon.merge import KINDS
+from evald.daemon.results import ResultEncoder
+from evald.daemon.settings import Settings
+from evald.daemon.stats import DaemonStats
+from evald.engine import Engine, Result
+
+__all__ = ["Transaction"]
+
+log = logging.getLogger("evald.daemon")
+
+
+class Transaction:
+    """The open transaction of one session and the commit policy."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        stats: DaemonStats,
+        inputs: Inputs,
+        dead_letters: DeadLetters,
+        backoff: Backoff,
+        clock: Callable[[], float],
+        topic_ids: Callable[[], dict[str, str]],
+    ) -> None:
+        self._settings = settings
+        self._stats = stats
+        self._inputs = inputs
+        self._dead_letters = dead_letters
+        self._backoff = backoff
+        self._topic_ids = topic_ids
+        self._producer: KafkaProducer | None = None
+        self._consumer: KafkaConsumer | None = None
+        self._engine: Engine | None = None
+        self._appender: RecordAppender | None = None
+        self._encoder = ResultEncoder()
+        self._results_tps: dict[int, TopicPartition] = {}
+        #: a transaction is open on the broker (begun, not yet committed or aborted)
+        self.open = False
+        #: a transaction was aborted during a rebalance: what it held for the partitions kept
+        #: is gone too, so the session must resynchronise
+        self.poisoned = False
+        #: the session failed: its in-memory state is not trusted any more (no commit)
+        self.abandoned = False
+        #: records fed since the last commit, and when the cycle last committed
+        self.uncommitted = 0
+        self.last_commit = clock()
+
+    def connect(self, producer: KafkaProducer, consumer: KafkaConsumer, engine: Engine) -> None:
+        """The session's producer (transactions initialised), group consumer and engine."""
+        self._producer = producer
+        self._appender = RecordAppender(producer)
+        self._consumer = consumer
+        self._engine = engine
+
+    def due(self, now: float) -> bool:
+        """Whether the poll cycle commits now: ``daemon.commit_max_records`` records fed or
+        ``daemon.commit_interval_ms`` passed since the last commit."""
+        daemon = self._settings.daemon
+        return (
+            self.uncommitted >= daemon.commit_max_records
+            or now - self.last_commit >= daemon.commit_interval_ms / 1000
+        )
+
+    def begin(self) -> KafkaProducer:
+        """The producer, with a transaction open."""
+        producer = self._producer
+        assert producer is not None
+        if not self.open:
+            producer.begin_transaction()
+            self.open = True
+        return producer
+
+    def send_result(self, result: Result) -> None:
+        """Send one result inside the open transaction (the engine's ``on_result``)."""
+        p = result.partition
+        key, value = self._encoder.encode(result)
+        if not self.open:
+            self.begin()
+        part = self._inputs.parts.get(p)
+        first = part is None or part.txn_first is None
+        tp = self._results_tps.get(p) or self._results_tp(p)
+        appender = self._appender
+        assert appender is not None
+        future = appender.send(tp, key, value, first_in_transaction=first)
+        if part is not None:
+            if first:
+                part.txn_first = future
+            part.txn_last = future
+            part.txn_count += 1
+            ts = int(result.ts)
+            if part.txn_max_ts is None or ts > part.txn_max_ts:
+                part.txn_max_ts = ts
+            part.dirty = True
+
+    def _results_tp(self, p: int) -> TopicPartition:
+        tp = self._results_tps[p] = TopicPartition(self._settings.topics.results, p)
+        return tp
+
+    def commit(self) -> None:
+        """Commit the open transaction; a no-op when nothing changed since the last commit.
+
+        The protocol, in order (docs/design.md, "Summary"):
+
+        1. Open a transaction if none is (every commit writes at least the checkpoints: tansu
+           applies transactional offset commits only of transactions that wrote a record).
+        2. Flush what was sent into it while feeding: the results (results topic, partition
+           p) and the dead letters; a dead letter the broker refused fails the commit.
+           Crash point ``results_sent``.
+        3. Per restored partition p, send its checkpoint record (checkpoint topic, partition
+           p): the result ranges extended by this transaction's results and pruned past the
+           aggregation horizon, the engine's watermark, low offsets and event times, the
+           consumed offsets and the input topic ids.
+        4. Flush the checkpoints, then send the group offsets into the transaction: per input
+           topic the engine's low offset (the next unfed offset when nothing is pending), and
+           on the checkpoint topic the checkpoint record's own offset + 1.
+           Crash point ``offsets_sent``.
+        5. Commit the transaction. Crash point ``committed``.
+        6. Only now take the new ranges as committed, count results, dead letters and the
+           commit, and reset the retry backoff.
+        """
+        parts = self._inputs.restored()
+        if not parts or not (self.open or any(s.dirty for s in parts)):
+            return
+        producer = self.begin()  # 1
+        consumer = self._consumer
+        assert consumer is not None
+        timeout = self._settings.kafka.request_timeout_ms / 1000
+        producer.flush(timeout=timeout)  # 2
+        self._dead_letters.check()
+        holds_results = any(part.txn_count for part in parts)
+        crash_point("results_sent", holds_results)
+        checkpoint_topic = self._settings.topics.checkpoint_topic
+        planned: list[tuple[Part, Checkpoint, Any]] = []
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        horizon_ms = self.horizon_ms()
+        # a restart compares them: an input recreated while no evald ran is refused too
+        ids = self._topic_ids()
+        extra = {"topic_ids": ids} if ids else {}
+        for part in parts:  # 3
+            checkpoint = self._checkpoint(part, horizon_ms, extra)
+            p = part.partition
+            future = producer.send(
+                checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
+            )
+            planned.append((part, checkpoint, future))
+            for kind in KINDS:
+                offsets[self._inputs.tp(kind, p)] = OffsetAndMetadata(
+                    checkpoint.committed[kind], "", -1
+                )
+        producer.flush(timeout=timeout)  # 4
+        for _, checkpoint, future in planned:
+            offsets[TopicPartition(checkpoint_topic, checkpoint.partition)] = OffsetAndMetadata(
+                future.get(timeout=30).offset + 1, "", -1
+            )
+        producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        crash_point("offsets_sent", holds_results)
+        producer.commit_transaction()  # 5
+        crash_point("committed", holds_results)
+        self._committed(planned)  # 6
+
+    def _checkpoint(self, part: Part, horizon_ms: int | None, extra: dict[str, Any]) -> Checkpoint:
+        """Partition ``part``'s checkpoint as of this transaction (step 3 of :meth:`commit`)."""
+        engine = self._engine
+        assert engine is not None
+        p = part.partition
+        ranges, epoch = part.ranges, part.epoch_start
+        if part.txn_first is not None:
+            first = part.txn_first.get(timeout=30).offset
+            last = part.txn_last.get(timeout=30).offset
+            ranges, epoch = extend_ranges(ranges, epoch, first, last, part.txn_max_ts)
+        watermark = engine.checkpoint(p)
+        if watermark is not None and horizon_ms is not None:
+            ranges = prune_ranges(ranges, watermark - horizon_ms)
+        low = engine.low_offsets(p)
+        committed = {}
+        for kind in KINDS:
+            low_kind = low.get(kind)
+            committed[kind] = (
+                part.fed_next[kind] if low_kind is None else min(low_kind, part.fed_next[kind])
+            )
+        return Checkpoint(
+            partition=p,
+            watermark=watermark,
+            committed=committed,
+            consumed=dict(part.fed_next),
+            results=ranges,
+            epoch_start=epoch,
+            instance=self._settings.daemon.instance_id,
+            extra=extra,
+            event_times=engine.event_times(p),
+        )
+
+    def _committed(self, planned: list[tuple[Part, Checkpoint, Any]]) -> None:
+        """Step 6 of :meth:`commit`: the transaction is committed."""
+        self.open = False
+        produced = 0
+        for part, checkpoint, _ in planned:
+            produced += part.txn_count
+            part.ranges, part.epoch_start = checkpoint.results, checkpoint.epoch_start
+            part.txn_first = part.txn_last = None
+            part.txn_count = 0
+            part.txn_max_ts = None
+            part.dirty = False
+        reasons = self._dead_letters.committed()
+        with self._stats.lock:
+            self._stats.results_produced += produced
+            self._stats.dlq.update(reasons)
+            self._stats.commits += 1
+        self.uncommitted = 0
+        self._backoff.reset()
+
+    def horizon_ms(self) -> int | None:
+        """How far back (event time) rebuilt aggregates can reach: retention plus lateness."""
+        if self._engine is None:
+            return None
+        config = self._engine.config
+        return int(config.retention) + int(config.window) + int(config.lateness)
+
+    def abort(self, *, poisoned: bool = False) -> None:
+        """Abandon the open transaction; every owned partition must then be restored again.
+        ``poisoned``: aborted during a rebalance, so the partitions kept lost their part of it
+        too and the session must resynchronise."""
+        producer = self._producer
+        if self.open and producer is not None:
+            try:
+                producer.abort_transaction()
+            except KafkaError as exc:
+                log.warning("abort failed (%s); the broker will time the transaction out", exc)
+        self.open = False
+        self._dead_letters.forget()
+        with self._stats.lock:
+            self._stats.aborts += 1
+        if poisoned:
+            self.poisoned = True
+
+    def close(self) -> None:
+        """The session ended: close the producer; an open transaction is left for the broker."""
+        if self._producer is not None:
+            try:
+                self._producer.close(timeout=1)
+            except Exception:
+                log.debug("closing producer failed", exc_info=True)
+        self._producer = None
+        self._appender = None
+        self._consumer = None
+        self.open = False
+        self.poisoned = False
+        self._dead_letters.forget()
