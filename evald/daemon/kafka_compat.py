@@ -89,14 +89,12 @@ class RecordAppender:
         headers = headers or []
         size = len(key) + len(value) + sum(len(k) + len(v) for k, v in headers)
         if first_in_transaction or not self.fast or size > self._max_record:
-            return self._send(
-                tp.topic,
-                key=key,
-                value=value,
-                partition=tp.partition,
-                timestamp_ms=timestamp_ms,
-                headers=headers,
-            )
+            extra: dict[str, Any] = {}  # only what was given: the results path sends neither
+            if timestamp_ms is not None:
+                extra["timestamp_ms"] = timestamp_ms
+            if headers:
+                extra["headers"] = headers
+            return self._send(tp.topic, key=key, value=value, partition=tp.partition, **extra)
         future, _full, new_batch, _ = self._append(tp, timestamp_ms, key, value, headers)
         if new_batch:
             self._wakeup()
