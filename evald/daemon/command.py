@@ -83,11 +83,11 @@ def run(args: argparse.Namespace) -> int:
     heartbeat = Heartbeat(
         max_age=max(180.0, 2 * settings.kafka.max_poll_interval_ms / 1000),
     )
-    daemon = Daemon(settings, factory, stats=stats, heartbeat=heartbeat.beat)
+    stages = _Stages(settings)
+    daemon = Daemon(stages.main_settings, factory, stats=stats, heartbeat=heartbeat.beat)
+    extra = [DaemonCollector(stats, include_ready=True), *stages.attach(daemon)]
     # evald_ready comes from the daemon's collector (it knows about partitions and the broker)
-    registry, collector = build_registry(
-        None, lock=daemon.lock, extra=[DaemonCollector(stats, include_ready=True)]
-    )
+    registry, collector = build_registry(None, lock=daemon.lock, extra=extra)
     # each session builds a fresh engine (restored from Kafka): point the collector at it
     daemon.on_engine = lambda engine: setattr(collector, "engine", engine)
     server = MetricsServer(
@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("received %s: finishing (at most %.0fs)", signal.Signals(signum).name, timeout)
         daemon.stop()
+        stages.stop()
         # a broker that is gone must not keep us past the deadline: state is safe in Kafka
         watchdog = threading.Timer(timeout, _hard_exit, args=(timeout,))
         watchdog.daemon = True
@@ -125,12 +126,50 @@ def run(args: argparse.Namespace) -> int:
         )
         reporter.start()
     try:
-        return daemon.run()
+        return stages.run(daemon.run, timeout, heartbeat.beat)
     finally:
         if reporter is not None:
             reporter.stop()
         heartbeat.stop()
         server.stop()
+
+
+class _Stages:
+    """The main stage alone, or with the repartition stage (``input.repartition``) beside it:
+    started first, since the main stage reads the internal topics it creates; a fatal error of
+    either stops both (exit 2)."""
+
+    def __init__(self, settings: Settings) -> None:
+        from evald.daemon.repartition import Repartitioner, main_stage_settings
+
+        self.repartitioner = Repartitioner(settings) if settings.input.repartition else None
+        #: what the main stage reads: the internal topics, re-keyed by request id, if any
+        self.main_settings = main_stage_settings(settings) if self.repartitioner else settings
+
+    def attach(self, daemon: Any) -> list[Any]:
+        """Stop ``daemon`` on a fatal error of the stage; the stage's collectors."""
+        from evald.daemon.repartition import RepartitionCollector
+
+        if self.repartitioner is None:
+            return []
+        self.repartitioner.on_fatal = daemon.stop
+        return [RepartitionCollector(self.repartitioner.stats)]
+
+    def stop(self) -> None:
+        if self.repartitioner is not None:
+            self.repartitioner.stop()
+
+    def run(self, main: Callable[[], int], timeout: float, beat: Callable[[], None]) -> int:
+        """Run ``main`` (once the internal topics exist), then stop the repartition stage."""
+        stage = self.repartitioner
+        if stage is None:
+            return main()
+        stage.start()
+        try:
+            status = main() if stage.wait_ready(beat) else 0
+        finally:
+            stage.stop(timeout)
+        return stage.status or status
 
 
 def _load(

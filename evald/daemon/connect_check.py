@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evald.daemon.rekey import internal_topic
 from evald.daemon.settings import Settings
 from evald.daemon.topics import TopicLayoutError, check_layout
 
@@ -47,13 +48,18 @@ class TopicInfo:
 def _roles(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:
     """(setting, topic, operations evald needs on it)."""
     topics = settings.topics
-    return [
+    roles = [
         ("topics.impressions", topics.impressions, ("DESCRIBE", "READ")),
         ("topics.feedback", topics.feedback, ("DESCRIBE", "READ")),
         ("topics.results", topics.results, ("DESCRIBE", "READ", "WRITE")),
         ("topics.checkpoints", topics.checkpoint_topic, ("DESCRIBE", "READ", "WRITE")),
         ("topics.dlq", topics.dlq, ("DESCRIBE", "WRITE")),
     ]
+    if settings.input.repartition:
+        for name in (topics.impressions, topics.feedback):
+            internal = internal_topic(settings.daemon.group_id, name)
+            roles.append(("input.repartition", internal, ("DESCRIBE", "READ", "WRITE", "DELETE")))
+    return roles
 
 
 def layout_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Check]:
@@ -83,7 +89,9 @@ def layout_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Che
             out.append(Check(OK, f"{setting} {name}", f"{topic.partitions} partitions"))
     counts = {name: info.get(name, TopicInfo(None)).partitions for _, name, _ in roles}
     outputs = (topics.results, topics.checkpoint_topic, topics.dlq)
-    if counts[topics.impressions] and counts[topics.feedback]:
+    if settings.input.repartition:
+        out.extend(_repartition_checks(settings, counts, outputs))
+    elif counts[topics.impressions] and counts[topics.feedback]:
         try:
             shared = check_layout(
                 counts, impressions=topics.impressions, feedback=topics.feedback, outputs=outputs
@@ -95,6 +103,36 @@ def layout_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Che
                 Check(OK, "co-partitioning", f"inputs share {shared} partitions; outputs fit")
             )
     return out
+
+
+def _repartition_checks(
+    settings: Settings, counts: Mapping[str, int | None], outputs: tuple[str, ...]
+) -> list[Check]:
+    """With ``input.repartition`` the inputs may be keyed any way and differ in partition
+    count; the internal topics (and so the outputs) get the count `evald run` would use."""
+    topics = settings.topics
+    group = settings.daemon.group_id
+    internal = [internal_topic(group, name) for name in (topics.impressions, topics.feedback)]
+    existing = [n for name in internal if (n := counts.get(name)) is not None]
+    wanted = settings.input.repartition_partitions or next(iter(existing), None)
+    wanted = wanted or counts.get(topics.impressions)
+    if not wanted:
+        return []
+    if any(n != wanted for n in existing):
+        shown = ", ".join(f"{name} has {counts.get(name)}" for name in internal)
+        detail = f"the internal topics must both have {wanted} partitions: {shown}"
+        return [Check(FAIL, "repartitioning", detail)]
+    try:
+        check_layout(
+            {**counts, **dict.fromkeys(internal, wanted)},
+            impressions=internal[0],
+            feedback=internal[1],
+            outputs=outputs,
+        )
+    except TopicLayoutError as exc:
+        return [Check(FAIL, "repartitioning", str(exc))]
+    detail = f"inputs keyed any way, re-keyed by request id into {wanted} partitions; outputs fit"
+    return [Check(OK, "repartitioning", detail)]
 
 
 def permission_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Check]:

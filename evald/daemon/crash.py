@@ -3,8 +3,10 @@
 ``TESTING_EVALD_CRASH_AT=<step>`` makes the process SIGKILL itself the first time it reaches
 that step: ``results_sent``, ``offsets_sent``, ``commit_in_flight``, ``committed`` (steps of a
 commit, in a transaction holding results; see transaction.py), ``revoking`` (a revocation
-commit, once results were committed) or ``restore`` (restoring a partition). Not an ``EVALD_*``
-name: those are all settings.
+commit, once results were committed) or ``restore`` (restoring a partition); with
+``input.repartition``, ``repartition_sent``, ``repartition_offsets_sent`` and
+``repartition_committed`` (steps 4, 5 and 6 of the repartition cycle, in a transaction holding
+copies; see repartition.py). Not an ``EVALD_*`` name: those are all settings.
 
 ``commit_in_flight`` is the one step with no line of evald's own: ``commit_transaction()`` only
 enqueues the EndTxn request, and kafka-python's sender thread sends it and reads the answer. So

@@ -201,6 +201,10 @@ class Inputs:
             tp = self.tp(kind, part.partition)
             high = consumer.highwater(tp)
             paused = tp in self.held
+            if high is not None and fetched < high:
+                # the position passes the commit marker after a transactional producer's last
+                # record (the repartition stage's internal topics), the record offsets do not
+                fetched = max(fetched, consumer.position(tp) or 0)
             out[kind] = paused or (high is not None and fetched >= high)
         return out
 

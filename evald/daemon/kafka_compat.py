@@ -71,16 +71,31 @@ class RecordAppender:
         self._max_record = int(producer.config["max_request_size"]) - self.RECORD_OVERHEAD
 
     def send(
-        self, tp: TopicPartition, key: bytes, value: bytes, *, first_in_transaction: bool
+        self,
+        tp: TopicPartition,
+        key: bytes,
+        value: bytes,
+        *,
+        first_in_transaction: bool,
+        timestamp_ms: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> Any:
         """Queue one record for ``tp``; returns its future (``.get()`` gives the offset).
 
         ``first_in_transaction`` must be true for the first record sent to ``tp`` since the
-        transaction began: only ``send`` adds a partition to the transaction.
+        transaction began: only ``send`` adds a partition to the transaction. ``headers``
+        bytes count against the size check too (the repartition stage copies them).
         """
-        if first_in_transaction or not self.fast or len(key) + len(value) > self._max_record:
-            return self._send(tp.topic, key=key, value=value, partition=tp.partition)
-        future, _full, new_batch, _ = self._append(tp, None, key, value, [])
+        headers = headers or []
+        size = len(key) + len(value) + sum(len(k) + len(v) for k, v in headers)
+        if first_in_transaction or not self.fast or size > self._max_record:
+            extra: dict[str, Any] = {}  # only what was given: the results path sends neither
+            if timestamp_ms is not None:
+                extra["timestamp_ms"] = timestamp_ms
+            if headers:
+                extra["headers"] = headers
+            return self._send(tp.topic, key=key, value=value, partition=tp.partition, **extra)
+        future, _full, new_batch, _ = self._append(tp, timestamp_ms, key, value, headers)
         if new_batch:
             self._wakeup()
         return future

@@ -268,6 +268,18 @@ class InputSettings(_Strict):
         description="a built-in mapping (evald: the native schema; ubi: OpenSearch User "
         "Behavior Insights) or a YAML/JSON mapping file",
     )
+    repartition: bool = Field(
+        False,
+        description="the input topics are keyed any way (or not co-partitioned): re-key them "
+        "by request id through internal topics <group_id>.<topic>.evald-repartition, exactly once "
+        '(docs/design.md, "Topics keyed any way")',
+    )
+    repartition_partitions: int | None = Field(
+        None,
+        ge=1,
+        description="partitions of the internal topics when evald creates them (default: "
+        "those of existing internal topics, else of the impressions topic)",
+    )
 
     @field_validator("mapping")
     @classmethod
@@ -292,6 +304,35 @@ class Settings(_Strict):
     daemon: DaemonSettings = Field(default_factory=lambda: DaemonSettings.model_validate({}))
     input: InputSettings = Field(default_factory=lambda: InputSettings.model_validate({}))
     engine: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _internal_topics(self) -> Settings:
+        """With ``input.repartition``, the internal topic names must be valid and distinct."""
+        if not self.input.repartition:
+            return self
+        from evald.daemon.rekey import internal_topic
+
+        topics, group = self.topics, self.daemon.group_id
+        bad = sorted({ch for ch in group if not (ch.isascii() and (ch.isalnum() or ch in "._-"))})
+        if bad:
+            raise ValueError(
+                f"daemon: group_id {group!r} names the internal topics of input.repartition "
+                f"(<group_id>.<topic>.evald-repartition): characters {''.join(bad)!r} are not "
+                "allowed in a topic name (use a-z A-Z 0-9 . _ -)"
+            )
+        for name in (topics.impressions, topics.feedback):
+            internal = internal_topic(group, name)
+            if len(internal) > 249:
+                raise ValueError(
+                    f"topics: {name} is too long for input.repartition: its internal topic "
+                    f"{internal} would be over 249 characters"
+                )
+            if internal in (topics.results, topics.dlq, topics.checkpoint_topic):
+                raise ValueError(
+                    f"topics: {internal} is the internal topic of {name} with "
+                    "input.repartition; name the results, dlq and checkpoints topics otherwise"
+                )
+        return self
 
     def engine_config(self) -> Any:
         """The validated ``evald.config.EngineConfig``."""

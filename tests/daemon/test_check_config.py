@@ -150,3 +150,48 @@ def test_connect_to_nothing_fails_within_the_timeout(capsys: pytest.CaptureFixtu
     assert check_config.run(_parse([*argv, "--connect-timeout", "1"])) == 1
     out = capsys.readouterr().out
     assert "# FAIL  brokers: none answered at 127.0.0.1:" in out and "within 1s" in out
+
+
+def test_layout_checks_with_repartitioning_accept_inputs_of_any_partition_counts() -> None:
+    settings = load_settings(
+        environ={},
+        flags={
+            "topics": {"impressions": "imp", "feedback": "fb", "results": "res", "dlq": "dlq"},
+            "input": {"repartition": True},
+        },
+    )
+    skewed = {"imp": TopicInfo(6), "fb": TopicInfo(4), "res": TopicInfo(6)}
+    checks = {c.subject: c for c in layout_checks(settings, skewed)}
+    assert "co-partitioning" not in checks
+    assert (
+        checks["repartitioning"].status == OK
+        and "into 6 partitions" in checks["repartitioning"].detail
+    )
+    internal = ("evald.imp.evald-repartition", "evald.fb.evald-repartition")
+    assert checks[f"input.repartition {internal[0]}"].status == NOTE  # evald creates it
+    wrong = {**skewed, internal[0]: TopicInfo(6), internal[1]: TopicInfo(4)}
+    checks = {c.subject: c for c in layout_checks(settings, wrong)}
+    assert checks["repartitioning"].status == FAIL
+    assert f"{internal[1]} has 4" in checks["repartitioning"].detail
+    short = {**skewed, "res": TopicInfo(3)}
+    checks = {c.subject: c for c in layout_checks(settings, short)}
+    assert (
+        checks["repartitioning"].status == FAIL and "res has 3" in checks["repartitioning"].detail
+    )
+
+
+def test_the_repartitioning_example_of_docs_mapping_is_what_check_config_reports(
+    tmp_path: Path,
+) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "mapping.md").read_text()
+    section = text[text.index("## Topics") :]
+    start = section.index("# evald.yaml")
+    config = section[start : section.index("```", start)]
+    (tmp_path / "evald.yaml").write_text(config)
+    settings = load_settings(file=tmp_path / "evald.yaml", environ={})
+    info = {"ubi_queries": TopicInfo(6), "ubi_events": TopicInfo(12)}
+    lines = {f"# {check.line()}" for check in layout_checks(settings, info)}
+    shown = [line.strip() for line in section.splitlines() if line.startswith("    # ")]
+    assert len(shown) == 5
+    for line in shown:
+        assert line in lines

@@ -1,5 +1,7 @@
 """``input.mapping`` (``--mapping`` on `evald run` and `evald check-config`): validated with
-the other settings, a bad mapping exits 2 naming the setting and the mapping's key."""
+the other settings, a bad mapping exits 2 naming the setting and the mapping's key. And
+``input.repartition`` / ``input.repartition_partitions``: validated, shown, set from the
+environment."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import yaml
 
 from evald.cli import main
 from evald.daemon import check_config
-from evald.daemon.settings import SettingsError, load_settings
+from evald.daemon.settings import SettingsError, load_settings, merge
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -45,7 +47,11 @@ def test_check_config_prints_the_mapping_and_exits_2_on_a_bad_one(
 ) -> None:
     monkeypatch.delenv("EVALD_CONFIG", raising=False)
     assert check_config.run(_parse(["--mapping", "ubi"])) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["input"] == {"mapping": "ubi"}
+    assert yaml.safe_load(capsys.readouterr().out)["input"] == {
+        "mapping": "ubi",
+        "repartition": False,
+        "repartition_partitions": None,
+    }
     assert check_config.run(_parse(["--mapping", bad_mapping])) == 2
     assert "input.mapping: mapping" in capsys.readouterr().err
 
@@ -58,3 +64,48 @@ def test_run_refuses_a_bad_mapping_before_connecting(
     argv = ["run", "--bootstrap-servers", "127.0.0.1:9", "--mapping", bad_mapping]
     assert main(argv) == 2
     assert "feedback.item" in capsys.readouterr().err
+
+
+def test_repartitioning_is_off_by_default_and_set_from_the_environment() -> None:
+    default = load_settings(environ={}).input
+    assert (default.repartition, default.repartition_partitions) == (False, None)
+    env = {"EVALD_INPUT__REPARTITION": "true", "EVALD_INPUT__REPARTITION_PARTITIONS": "6"}
+    settings = load_settings(environ=env).input
+    assert (settings.repartition, settings.repartition_partitions) == (True, 6)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"input": {"repartition": "maybe"}}, "input.repartition: Input should be a valid bool"),
+        ({"input": {"repartition_partitions": 0}}, "input.repartition_partitions: Input should"),
+        (
+            {"input": {"repartition": True}, "topics": {"dlq": "g.fb.evald-repartition"}},
+            "topics: g.fb.evald-repartition is the internal topic of fb",
+        ),
+        (
+            {"input": {"repartition": True}, "topics": {"impressions": "i" * 230}},
+            "over 249 characters",
+        ),
+        (
+            {"input": {"repartition": True}, "daemon": {"group_id": "team/evald"}},
+            "daemon: group_id 'team/evald' names the internal topics",
+        ),
+    ],
+)
+def test_bad_repartition_settings_name_the_field(flags: dict, expected: str) -> None:
+    base = {"topics": {"feedback": "fb"}, "daemon": {"group_id": "g"}}
+    with pytest.raises(SettingsError) as caught:
+        load_settings(environ={}, flags=merge(base, flags))
+    assert expected in str(caught.value)
+
+
+def test_check_config_shows_repartitioning(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EVALD_CONFIG", raising=False)
+    monkeypatch.setenv("EVALD_INPUT__REPARTITION", "true")
+    assert check_config.run(_parse(["--mapping", "ubi"])) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["input"]["repartition"] is True
+    assert check_config.run(_parse(["--set", "input.repartition_partitions=0"])) == 2
+    assert "input.repartition_partitions: " in capsys.readouterr().err

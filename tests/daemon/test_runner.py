@@ -26,14 +26,19 @@ TOPICS = {"impressions": "imp", "feedback": "fb", "results": "res", "dlq": "dlq"
 
 
 class FakeConsumer:
-    """What the daemon asks of kafka-python between polls: watermarks and pause/resume."""
+    """What the daemon asks of kafka-python between polls: watermarks, positions (set only
+    where a test puts one past the records, as a commit marker does) and pause/resume."""
 
     def __init__(self) -> None:
         self.high: dict[TopicPartition, int] = {}
+        self.positions: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return self.high.get(tp)
+
+    def position(self, tp: TopicPartition) -> int | None:
+        return self.positions.get(tp)
 
     def pause(self, *tps: TopicPartition) -> None:
         self.paused.update(tps)
@@ -176,6 +181,23 @@ def test_a_kind_is_not_caught_up_before_its_replay_is_fetched() -> None:
     h.daemon.inputs.held = set()
     h.consumer.high[h.tp("impression")] = 6
     assert h.daemon.inputs.caught_up(part) == {"impression": False, "feedback": True}
+
+
+def test_a_commit_marker_after_the_last_record_does_not_keep_a_kind_behind() -> None:
+    """A transactional producer's last record (offset 4) is followed by its commit marker
+    (offset 5): the high watermark is 6, the consumer's position 6, the record offsets end at
+    5. Caught up by the position; without it, a lone record waited max_hold_s."""
+    h = Harness()
+    part = h.restored(
+        start={"impression": 0, "feedback": 0}, consumed={"impression": 0, "feedback": 0}
+    )
+    part.fetched_next = {"impression": 5, "feedback": 0}
+    h.consumer.high.update({h.tp("impression"): 6, h.tp("feedback"): 0})
+    assert h.daemon.inputs.caught_up(part)["impression"] is False  # no position known
+    h.consumer.positions[h.tp("impression")] = 6
+    assert h.daemon.inputs.caught_up(part)["impression"] is True
+    h.consumer.positions[h.tp("impression")] = 5  # the marker not fetched yet
+    assert h.daemon.inputs.caught_up(part)["impression"] is False
 
 
 def test_backpressure_leaves_a_partition_fetching_its_replay_unpaused() -> None:
