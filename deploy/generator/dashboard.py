@@ -219,7 +219,9 @@ def _sequence_panel(spec: Spec, comp: str) -> Panel:
 def _cusum_panel(spec: Spec, comp: str) -> Panel:
     """Both CUSUMs against their threshold h: the drop alerts fire above it."""
     a = spec.arm_label
-    where = " ".join(["{{measure}}", *(f"{{{{{k}}}}}" for k in spec.comparison_labels)])
+    where = " ".join(
+        ["{{comparison}} {{measure}}", *(f"{{{{{k}}}}}" for k in spec.comparison_labels)]
+    )
     return _timeseries(
         "Drop detection: CUSUM statistics",
         [

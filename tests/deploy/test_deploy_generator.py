@@ -76,8 +76,12 @@ def test_arm_values_are_overridable(tmp_path: Path) -> None:
 def test_the_cli_passes_overrides_through(tmp_path: Path) -> None:
     out = tmp_path / "deploy"
     assert main(["--out", str(out), "--control", "base", "--treatment", "cand"]) == 0
-    text = (out / render.ALERT_RULES).read_text()
-    assert 'arm="cand"' in text and 'arm="base"' in text
+    # the arm comparison's series come from evald's own comparison config; the arm values reach
+    # the recording rules (the treatment/control ratio), the alert texts and the dashboard
+    recording = (out / render.RECORDING_RULES).read_text()
+    assert 'arm="cand"' in recording and 'arm="base"' in recording
+    assert "below base by more than the minimum effect" in (out / render.ALERT_RULES).read_text()
+    assert '"/^cand( |$)/"' in (out / render.DASHBOARD).read_text()
 
 
 @pytest.mark.parametrize(

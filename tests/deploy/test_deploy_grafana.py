@@ -10,6 +10,7 @@ from deploy_support import DEPLOY, load_yaml
 
 from deploy.generator import render
 from deploy.generator.spec import DEFAULT_MEASURES, Spec
+from evald.exposition.series import COMPARISON_SERIES, SEGMENT
 
 DASHBOARD_PATH = DEPLOY / render.DASHBOARD
 
@@ -150,6 +151,18 @@ def _recorded() -> dict[str, str]:
     return {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "record" in r}
 
 
+def _comparison_labels() -> dict[str, set[str]]:
+    """evald's comparison series (queried raw, not recorded) -> their labels; a comparison's
+    segment is the arm plus the segment labels the arm does not fix (docs/statistics.md)."""
+    spec = Spec()
+    segment = set(spec.segment_labels) - set(spec.arm_scoped_labels)
+    return {
+        series.name: {label for label in series.labels if label != SEGMENT}
+        | (segment if SEGMENT in series.labels else set())
+        for series in COMPARISON_SERIES
+    }
+
+
 def output_labels(expr: str, recorded: dict[str, str]) -> set[str]:
     """The labels a dashboard query's series differ by: the outermost aggregation's grouping,
     or for a recorded series its rule's (minus what ``ignoring`` drops); ``le`` is consumed by
@@ -160,6 +173,8 @@ def output_labels(expr: str, recorded: dict[str, str]) -> set[str]:
         labels = {part.strip() for part in match.group(1).split(",")}
     elif re.match(r"(?:sum|min|max|avg|count) \(", text):
         labels = set()  # aggregated over everything: one series
+    elif raw := [n for n in _NAME.findall(text) if n in _comparison_labels()]:
+        labels = _comparison_labels()[raw[0]]
     else:
         names = [name for name in _NAME.findall(text) if name in recorded]
         assert names, f"cannot tell the labels of {expr!r}"
