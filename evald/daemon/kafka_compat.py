@@ -8,6 +8,15 @@ resume, and the partition's position never moves). The daemon pauses partitions 
 backpressure, so it clears a drained slot before each poll. Remove once fixed upstream.
 
 ``RecordAppender``: a cheaper ``producer.send`` for the results stream (see its docstring).
+
+``commit_within`` / ``send_offsets_within``: ``commit_transaction()`` and
+``send_offsets_to_transaction()`` of kafka-python 3.0.x wait for the coordinator's answer with no
+time limit. After a broker restart the producer's sender was seen retrying "Node 1 not ready"
+for minutes while the consumer had long reconnected, and the commit never returned: evald
+stalled instead of starting a new session. These two give up after a deadline and raise
+``KafkaTimeoutError``; the session then ends like any transient error, and the next one's
+``init_transactions()`` settles the transaction (a commit the coordinator decided completes, an
+undecided one is aborted), which is the "commit in flight" case of the crash tests.
 """
 
 from __future__ import annotations
@@ -17,8 +26,9 @@ from collections.abc import Callable
 from typing import Any
 
 from kafka import TopicPartition
+from kafka.errors import KafkaTimeoutError
 
-__all__ = ["RecordAppender", "unpark_resumed"]
+__all__ = ["RecordAppender", "commit_within", "send_offsets_within", "unpark_resumed"]
 
 
 def unpark_resumed(consumer: Any) -> bool:
@@ -108,3 +118,35 @@ def _takes(function: Callable[..., Any], names: tuple[str, ...]) -> bool:
     except (TypeError, ValueError):
         return False
     return tuple(parameters[: len(names)]) == names
+
+
+def _wait(producer: Any, start: Callable[[Any], Any], what: str, timeout_s: float) -> None:
+    """Start a transactional request with ``start(manager)``, wake the sender, wait at most
+    ``timeout_s`` for the answer; raises the request's error, or KafkaTimeoutError."""
+    result = start(producer._transaction_manager)
+    producer._sender.wakeup()
+    if not result.wait(timeout_ms=timeout_s * 1000):
+        raise KafkaTimeoutError(f"{what} not answered within {timeout_s:g}s")
+
+
+def commit_within(producer: Any, timeout_s: float) -> None:
+    """``producer.commit_transaction()``, giving up after ``timeout_s`` (see the module doc)."""
+    if getattr(producer, "_transaction_manager", None) is None:
+        producer.commit_transaction()  # raises kafka-python's own error
+        return
+    _wait(producer, lambda manager: manager.begin_commit(), "the transaction commit", timeout_s)
+
+
+def send_offsets_within(
+    producer: Any, offsets: dict[Any, Any], group_metadata: Any, timeout_s: float
+) -> None:
+    """``producer.send_offsets_to_transaction(...)``, giving up after ``timeout_s``."""
+    if getattr(producer, "_transaction_manager", None) is None:
+        producer.send_offsets_to_transaction(offsets, group_metadata)
+        return
+    _wait(
+        producer,
+        lambda manager: manager.send_offsets_to_transaction(offsets, group_metadata),
+        "the transaction's offsets",
+        timeout_s,
+    )

@@ -65,7 +65,12 @@ from evald.daemon.crash import crash_point
 from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, build_letter, max_message_bytes
 from evald.daemon.fatal import unrecoverable
 from evald.daemon.interleave import Interleaver
-from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
+from evald.daemon.kafka_compat import (
+    RecordAppender,
+    commit_within,
+    send_offsets_within,
+    unpark_resumed,
+)
 from evald.daemon.rekey import RequestIdReader, Unkeyable, internal_topic, partition_for
 from evald.daemon.settings import Settings
 
@@ -449,9 +454,10 @@ class Repartitioner:
             offsets[tp] = OffsetAndMetadata(
                 held if held is not None else consumer.position(tp), "", -1
             )
-        producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        answer_s = self.settings.kafka.transaction_timeout_ms / 1000
+        send_offsets_within(producer, offsets, consumer.group_metadata(), answer_s)
         crash_point("repartition_offsets_sent")
-        producer.commit_transaction()
+        commit_within(producer, answer_s)
         crash_point("repartition_committed")
         with self.stats.lock:
             self.stats.repartitioned.update(copied)

@@ -32,7 +32,7 @@ from evald.daemon.checkpoint import (
 from evald.daemon.crash import crash_point
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.inputs import Inputs, Part
-from evald.daemon.kafka_compat import RecordAppender
+from evald.daemon.kafka_compat import RecordAppender, commit_within, send_offsets_within
 from evald.daemon.merge import KINDS
 from evald.daemon.results import ResultEncoder
 from evald.daemon.settings import Settings
@@ -197,10 +197,11 @@ class Transaction:
             offsets[TopicPartition(checkpoint_topic, checkpoint.partition)] = OffsetAndMetadata(
                 future.get(timeout=30).offset + 1, "", -1
             )
-        producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        answer_s = self._settings.kafka.transaction_timeout_ms / 1000
+        send_offsets_within(producer, offsets, consumer.group_metadata(), answer_s)
         crash_point("offsets_sent", holds_results)
         crash_point("commit_in_flight", holds_results)  # armed here, kills on the answer
-        producer.commit_transaction()  # 6
+        commit_within(producer, answer_s)  # 6
         crash_point("committed", holds_results)
         self._committed(planned)  # 7
 

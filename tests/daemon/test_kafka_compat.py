@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import MessageSizeTooLargeError
+from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, ProducerFencedError
+from kafka.producer.transaction_manager import TransactionalRequestResult
 from kafka_harness import Broker, KafkaTools
 
-from evald.daemon.kafka_compat import RecordAppender, unpark_resumed
+from evald.daemon.kafka_compat import (
+    RecordAppender,
+    commit_within,
+    send_offsets_within,
+    unpark_resumed,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -150,3 +160,55 @@ def test_record_appender_keeps_to_send_when_the_accumulator_signature_differs() 
     tp = TopicPartition("results", 3)
     assert appender.send(tp, b"k", b"v", first_in_transaction=False) == "future"
     assert calls == [("results", b"k", b"v", 3)]
+
+
+class _Manager:
+    """kafka-python's transaction manager as far as the bounded waits use it: each request
+    returns a real ``TransactionalRequestResult`` that ``answer`` completes (or nothing does)."""
+
+    def __init__(self, answer: Callable[[TransactionalRequestResult], None]) -> None:
+        self.answer = answer
+        self.requests: list[tuple[str, Any]] = []
+
+    def _request(self, name: str, args: Any) -> TransactionalRequestResult:
+        self.requests.append((name, args))
+        result = TransactionalRequestResult()
+        self.answer(result)
+        return result
+
+    def begin_commit(self) -> TransactionalRequestResult:
+        return self._request("commit", None)
+
+    def send_offsets_to_transaction(self, offsets: Any, group: Any) -> TransactionalRequestResult:
+        return self._request("offsets", (offsets, group))
+
+
+class _Producer:
+    def __init__(self, answer: Callable[[TransactionalRequestResult], None]) -> None:
+        self._transaction_manager = _Manager(answer)
+        self._sender = SimpleNamespace(wakeup=lambda: None)
+
+
+def test_a_commit_nobody_answers_gives_up_at_the_deadline() -> None:
+    """The sender never gets the EndTxn answer (a broker it cannot reach): the wait ends."""
+    producer = _Producer(lambda result: None)
+    with pytest.raises(KafkaTimeoutError, match=r"commit not answered within 0\.05s"):
+        commit_within(producer, 0.05)
+    with pytest.raises(KafkaTimeoutError, match="offsets not answered"):
+        send_offsets_within(producer, {"tp": 1}, "group", 0.05)
+    assert [name for name, _ in producer._transaction_manager.requests] == ["commit", "offsets"]
+
+
+def test_an_answered_commit_returns_and_an_error_is_raised() -> None:
+    commit_within(_Producer(lambda result: result.done()), 5)
+    send_offsets_within(_Producer(lambda result: result.done()), {"tp": 1}, "group", 5)
+    fenced = _Producer(lambda result: result.done(ProducerFencedError()))
+    with pytest.raises(ProducerFencedError):
+        commit_within(fenced, 5)
+
+
+def test_an_answer_that_comes_late_but_within_the_deadline_is_taken() -> None:
+    def later(result: TransactionalRequestResult) -> None:
+        threading.Timer(0.1, result.done).start()
+
+    commit_within(_Producer(later), 10)
