@@ -289,8 +289,8 @@ class LocalKafka:
                 "kafka.tools.StorageTool",
                 "format",
                 *standalone,
-                "-t",
-                self.cluster_id,
+                # one argument: an id starting with "-" (1 in 64) would read as an option
+                f"--cluster-id={self.cluster_id}",
                 "-c",
                 str(config),
             ],
