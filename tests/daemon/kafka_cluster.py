@@ -19,6 +19,8 @@ import pytest
 from deploy.local_kafka import LocalKafka, LocalKafkaError
 from deploy.local_kafka.cluster import LocalCluster
 
+PRODUCED = "evald_results_produced_total"
+
 #: transaction states in which a transaction is still open (not decided and written out)
 OPEN_STATES = {"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"}
 
@@ -125,7 +127,8 @@ class Cluster:
         return node
 
     def open_transactions(self, transactional_prefix: str) -> list[Any]:
-        """Transactions of ids starting with the prefix that are not decided, on any node."""
+        """Transactions of ids starting with the prefix that are not complete, on any node
+        (``Ongoing``: undecided; ``Prepare*``: decided, markers still being written)."""
         with self.admin() as admin:
             listed = admin.list_transactions()
         return [
@@ -170,7 +173,18 @@ class Cluster:
 class Feeder:
     """Simulator events written to the input topics at a steady pace on a thread, acks=all and
     idempotent: the traffic keeps coming while brokers die, and none of it is lost or doubled
-    (with two brokers down the writes wait for min ISR, as any producer's would)."""
+    (with two brokers down the writes wait for min ISR, as any producer's would).
+
+    Every ``FLUSH_EVERY`` events the feeder waits until all are acknowledged, as one source
+    writing both topics in order would: when the leader of one input partition fails over,
+    the other topic's writes wait too. Without that, impressions kept arriving while the
+    feedback of the same moments waited for the new leader (seconds, i.e. minutes of event
+    time), and feedback arriving more than the merge's hold after newer impressions is fed in
+    arrival order, so it was late (docs/design.md, "Determinism" and "What real Kafka changed").
+    """
+
+    #: 20 events at the simulator's pace span ~4 s of event time, under the 10 s lateness
+    FLUSH_EVERY = 20
 
     def __init__(
         self,
@@ -211,6 +225,8 @@ class Feeder:
                 topic = impressions if event.kind == IMPRESSION else feedback
                 producer.send(topic, key=event.key, value=event.value, timestamp_ms=event.at_ms)
                 self.written += 1
+                if self.written % self.FLUSH_EVERY == 0:
+                    producer.flush(timeout=300)
                 ahead = started + i / rate - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)
@@ -234,7 +250,24 @@ class Sample:
     at: float
     ready: int
     reason: str
-    produced: float
+    produced: float | None
+
+
+def results_produced(instance: Any, timeout: float = 60.0) -> float | None:
+    """evald's results counter, asking /metrics again until it answers (a loaded evald can
+    miss a scrape); None if it did not within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, text = instance.get("/metrics")
+        if status == 200:
+            return sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith(PRODUCED) and line[len(PRODUCED)] in " {"
+            )
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)
 
 
 class Sampler:
@@ -252,8 +285,9 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             status, body = self._instance.get("/readyz")
-            produced = self._instance.metric("evald_results_produced_total")
-            self.samples.append(Sample(time.monotonic(), status, body.strip(), produced))
+            produced = results_produced(self._instance, timeout=0)
+            reason = body.strip() if status else "no answer within 2 s"
+            self.samples.append(Sample(time.monotonic(), status, reason, produced))
 
     def stop(self) -> None:
         self._stop.set()
@@ -279,12 +313,16 @@ class Sampler:
     def longest_pause(self, at: float) -> float:
         """The longest time after ``at`` during which the results counter did not move (only
         between two increases: the quiet after the last result is the end of the traffic)."""
-        rises = [s.at for a, s in itertools.pairwise(self.samples) if s.produced > a.produced]
+        answered = [s for s in self.samples if s.produced is not None]
+        rises = [s.at for a, s in itertools.pairwise(answered) if s.produced > a.produced]  # type: ignore[operator]
         rises = [at, *(t for t in rises if t >= at)]
         return max((b - a for a, b in itertools.pairwise(rises)), default=0.0)
 
     def flowing_again(self, at: float, produced_before: float) -> float | None:
         """Seconds from ``at`` to the first sample counting more results than
         ``produced_before``; None when none did."""
-        up = next((s for s in self.after(at) if s.produced > produced_before), None)
+        up = next(
+            (s for s in self.after(at) if s.produced is not None and s.produced > produced_before),
+            None,
+        )
         return None if up is None else up.at - at
