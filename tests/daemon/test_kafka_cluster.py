@@ -254,12 +254,23 @@ def moved_from(victim: int, where: Callable[[], int]) -> int:
 def test_the_leader_of_a_results_partition_killed(
     cluster: Cluster, unique: str, tmp_path: Path
 ) -> None:
+    """The leader of a results partition that coordinates neither evald's transactions nor its
+    group, when there is one (the coordinator cases are the next two): a failover alone."""
     results = names(unique)["results"]
 
+    def victim() -> int:
+        return cluster.leaders(results)[partition[0]]
+
+    partition: list[int] = []
+
     def fault(inst: Instance) -> Fault:
-        return kill_and_recover(
-            cluster, inst, "results partition 0 leader", lambda: cluster.leaders(results)[0]
-        )
+        coordinators = {
+            cluster.transaction_coordinator(transactional_id(unique)),
+            cluster.group_coordinator(f"g-{unique}"),
+        }
+        leaders = cluster.leaders(results)
+        partition.append(next((p for p, n in leaders.items() if n not in coordinators), 0))
+        return kill_and_recover(cluster, inst, f"results partition {partition[0]} leader", victim)
 
     chaos_run(cluster, unique, tmp_path, seed=31, fault=fault)
 
