@@ -69,7 +69,7 @@ test-chaos: $(STAMP) java
 
 # The three-broker tier: evald on three Apache Kafka nodes (RF 3, min ISR 2) while the leader of
 # a results partition, the transaction coordinator, the group coordinator or two brokers die,
-# and through a rolling restart (~6 minutes on two cores; not in `make test` for its wall time).
+# and through a rolling restart (10-11 minutes on two shared cores; not in `make test` for its wall time).
 test-cluster: $(STAMP) java
 	$(BIN)/python -m pytest -q -s -m cluster tests/daemon/test_kafka_cluster.py
 
