@@ -63,8 +63,8 @@ def healed(cluster: Cluster) -> Iterator[None]:
 
 @dataclass
 class Fault:
-    """What a case did: a name for the printout, when the fault began, the results committed
-    until then, and what /readyz said meanwhile (filled in by :func:`chaos_run`)."""
+    """What a case did: a name for the printout, when the fault began and the results
+    committed until then (the recovery times are measured from there)."""
 
     what: str
     at: float
