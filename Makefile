@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-chaos lint bench venv tools java kafka clean
+.PHONY: demo test test-chaos test-cluster lint bench venv tools java kafka clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,12 @@ test: $(STAMP) tools java
 # past the request timeout.
 test-chaos: $(STAMP) java
 	$(BIN)/python -m pytest -q -m chaos
+
+# The three-broker tier: evald on three Apache Kafka nodes (RF 3, min ISR 2) while the leader of
+# a results partition, the transaction coordinator, the group coordinator or two brokers die,
+# and through a rolling restart (10-11 minutes on two shared cores; not in `make test` for its wall time).
+test-cluster: $(STAMP) java
+	$(BIN)/python -m pytest -q -s -m cluster tests/daemon/test_kafka_cluster.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check evald tests benchmarks deploy

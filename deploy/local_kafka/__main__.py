@@ -3,6 +3,7 @@
 python -m deploy.local_kafka fetch          # download the broker into the cache
 python -m deploy.local_kafka start          # 127.0.0.1:9092 until Ctrl-C (`make kafka`)
 python -m deploy.local_kafka start --fresh  # wipe the data directory first
+python -m deploy.local_kafka start --nodes 3  # three nodes on 127.0.0.1:9092-9094 (RF 3, min ISR 2)
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from deploy.local_kafka.broker import LocalKafka
+from deploy.local_kafka.cluster import LocalCluster
 from deploy.local_kafka.fetch import KAFKA_VERSION, LocalKafkaError, cache_root, ensure_libs
 
 
@@ -23,9 +26,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("fetch", help="fetch the broker from Maven Central into the cache")
     start = sub.add_parser("start", help="run one broker in the foreground until Ctrl-C")
-    start.add_argument("--port", type=int, default=9092, help="client port (default 9092)")
     start.add_argument(
-        "--controller-port", type=int, default=9093, help="KRaft controller port (default 9093)"
+        "--nodes",
+        type=int,
+        choices=(1, LocalCluster.SIZE),
+        default=1,
+        help="one node, or a three-node cluster on consecutive ports (default 1)",
+    )
+    start.add_argument(
+        "--port", type=int, default=9092, help="client port of the first node (default 9092)"
+    )
+    start.add_argument(
+        "--controller-port",
+        type=int,
+        help="KRaft controller port of the first node (default: the port after the client ports)",
     )
     start.add_argument(
         "--data", type=Path, help="data directory (default: the cache's data-PORT directory)"
@@ -43,33 +57,45 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_foreground(args: argparse.Namespace) -> int:
-    data = args.data or cache_root() / f"data-{args.port}"
+    data = args.data or cache_root() / (
+        f"data-{args.port}" if args.nodes == 1 else f"cluster-{args.port}"
+    )
     if args.fresh:
         shutil.rmtree(data, ignore_errors=True)
-    broker = LocalKafka(
-        data,
-        port=args.port,
-        controller_port=args.controller_port,
-        # convenient for trying things by hand; the tests create every topic explicitly
-        settings={"auto.create.topics.enable": "true"},
-    )
+    ports = [args.port + i for i in range(args.nodes)]
+    first_controller = args.controller_port or args.port + args.nodes
+    controllers = [first_controller + i for i in range(args.nodes)]
+    # convenient for trying things by hand; the tests create every topic explicitly
+    settings = {"auto.create.topics.enable": "true"}
+    nodes: list[LocalKafka]
+    if args.nodes == 1:
+        nodes = [LocalKafka(data, port=ports[0], controller_port=controllers[0], settings=settings)]
+        start: Callable[[], None] = nodes[0].start
+    else:
+        # the three voters share a cluster id chosen at format time, kept in each node's data
+        cluster = LocalCluster(data, ports=ports, controller_ports=controllers, settings=settings)
+        nodes, start = list(cluster.nodes.values()), cluster.start
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     print(f"starting Apache Kafka {KAFKA_VERSION} (data in {data}) ...", flush=True)
-    broker.start()
+    start()
+    bootstrap = ",".join(node.bootstrap for node in nodes)
+    pids = ", ".join(str(node.pid) for node in nodes)
     print(
-        f"Apache Kafka {KAFKA_VERSION} ready on {broker.bootstrap} (pid {broker.pid}, "
-        f"log {broker.log_file}); Ctrl-C stops it",
+        f"Apache Kafka {KAFKA_VERSION} ready on {bootstrap} (pid {pids}, "
+        f"log {' '.join(str(node.log_file) for node in nodes)}); Ctrl-C stops it",
         flush=True,
     )
     try:
         while not stop.wait(1.0):
-            if not broker.running():
-                print(f"the broker exited:\n{broker.log_tail()}", file=sys.stderr)
-                return 1
+            for node in nodes:
+                if not node.running():
+                    print(f"node {node.node_id} exited:\n{node.log_tail()}", file=sys.stderr)
+                    return 1
     finally:
-        broker.stop()
+        for node in nodes:
+            node.stop()
     print("stopped", flush=True)
     return 0
 

@@ -1,4 +1,8 @@
-"""One Apache Kafka node (KRaft, broker and controller combined) on loopback, run as a JVM."""
+"""One Apache Kafka node (KRaft, broker and controller combined) on loopback, run as a JVM.
+
+A node runs alone (its own single-voter quorum) or as one voter of a static quorum
+(:mod:`deploy.local_kafka.cluster` starts three).
+"""
 
 from __future__ import annotations
 
@@ -45,6 +49,11 @@ SINGLE_NODE = {
 """Settings every single-node broker gets; callers add or override (e.g. auto-creation)."""
 
 
+def new_cluster_id() -> str:
+    """16 random bytes, URL-safe base64 without padding: what ``kafka-storage format`` takes."""
+    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
@@ -69,6 +78,10 @@ class LocalKafka:
     admin client answers; ``stop()`` / ``kill()`` end it by PID; ``start()`` again restarts it on
     the same data and ports (a crashed broker's log survives, as in production). Clients
     bootstrap from ``bootstrap``; ``advertised_port`` lets a proxy stand in front of the broker.
+
+    ``quorum`` (``controller.quorum.voters``, e.g. ``1@127.0.0.1:9095,2@...``) makes the node
+    ``node_id`` one voter of a static quorum, formatted with the shared ``cluster_id``; without it
+    the node is a quorum of its own (``--standalone``).
     """
 
     def __init__(
@@ -80,6 +93,9 @@ class LocalKafka:
         advertised_port: int | None = None,
         settings: Mapping[str, str] | None = None,
         heap: str = "512m",
+        node_id: int = 1,
+        quorum: str | None = None,
+        cluster_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.data_dir = Path(data_dir)
@@ -88,6 +104,9 @@ class LocalKafka:
         self.advertised_port = advertised_port or self.port
         self.settings = {**SINGLE_NODE, **(settings or {})}
         self.heap = heap
+        self.node_id = node_id
+        self.quorum = quorum
+        self.cluster_id = cluster_id or new_cluster_id()
         self._clock = clock
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -109,6 +128,18 @@ class LocalKafka:
 
     def start(self, timeout: float = 300.0) -> None:
         """Start the broker (formatting the data directory first if needed); return when ready."""
+        if self.running():
+            return
+        self.launch()
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.kill()
+            raise
+
+    def launch(self) -> None:
+        """Start the JVM without waiting: the voters of a quorum must all be up before any of
+        them answers, so a cluster launches every node and then waits for each."""
         if self.running():
             return
         java = shutil.which("java")
@@ -142,11 +173,6 @@ class LocalKafka:
             )
         finally:
             jvm_log.close()
-        try:
-            self.wait_ready(timeout)
-        except BaseException:
-            self.kill()
-            raise
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Block until the broker answers an admin ``describe_cluster`` (its metadata is up)."""
@@ -204,6 +230,11 @@ class LocalKafka:
         return "\n".join(out)
 
     def _answers(self) -> bool:
+        """An admin ``describe_cluster`` on this node lists at least one broker."""
+        return bool(self.describe_cluster().get("brokers"))
+
+    def describe_cluster(self) -> dict:
+        """This node's answer to an admin ``describe_cluster``; empty when it does not answer."""
         from kafka import KafkaAdminClient
         from kafka.errors import KafkaError
 
@@ -212,20 +243,25 @@ class LocalKafka:
                 bootstrap_servers=f"127.0.0.1:{self.port}", request_timeout_ms=3000
             )
         except (KafkaError, OSError):
-            return False
+            return {}
         try:
-            return bool(admin.describe_cluster().get("brokers"))
+            return dict(admin.describe_cluster())
         except (KafkaError, OSError):
-            return False
+            return {}
         finally:
             admin.close()
 
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        quorum = (
+            {"controller.quorum.voters": self.quorum}
+            if self.quorum
+            else {"controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}"}
+        )
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node_id),
+            **quorum,
             "listeners": (
                 f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
             ),
@@ -241,7 +277,8 @@ class LocalKafka:
         return path
 
     def _format(self, java: str, classpath: str, config: Path) -> None:
-        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+        # a static quorum's voters are listed in the config; a lone node formats itself as one
+        standalone = [] if self.quorum else ["--standalone"]
         proc = subprocess.run(
             [
                 java,
@@ -251,9 +288,9 @@ class LocalKafka:
                 classpath,
                 "kafka.tools.StorageTool",
                 "format",
-                "--standalone",
-                "-t",
-                cluster_id,
+                *standalone,
+                # one argument: an id starting with "-" (1 in 64) would read as an option
+                f"--cluster-id={self.cluster_id}",
                 "-c",
                 str(config),
             ],

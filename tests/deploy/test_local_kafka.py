@@ -72,3 +72,43 @@ def test_single_node_settings_keep_internal_topics_on_one_replica_and_every_reco
     ):
         assert SINGLE_NODE[key] == "1", key
     assert SINGLE_NODE["log.retention.ms"] == "-1"
+
+
+def test_a_cluster_is_three_voters_of_one_quorum_with_every_topic_on_three_replicas(
+    tmp_path: Path,
+) -> None:
+    from deploy.local_kafka.cluster import THREE_NODES, LocalCluster
+
+    cluster = LocalCluster(
+        tmp_path, ports=[19092, 19093, 19094], controller_ports=[19095, 19096, 19097]
+    )
+    assert cluster.bootstrap == "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
+    quorum = "1@127.0.0.1:19095,2@127.0.0.1:19096,3@127.0.0.1:19097"
+    nodes = [cluster.node(i) for i in (1, 2, 3)]
+    assert [n.node_id for n in nodes] == [1, 2, 3]
+    assert {n.quorum for n in nodes} == {quorum}
+    assert len({n.cluster_id for n in nodes}) == 1  # formatted as one cluster
+    assert len({n.data_dir for n in nodes}) == 3
+    for node in nodes:
+        assert node.settings["transaction.state.log.replication.factor"] == "3"
+        assert node.settings["transaction.state.log.min.isr"] == "2"
+        assert node.settings["offsets.topic.replication.factor"] == "3"
+        assert node.settings["min.insync.replicas"] == "2"
+        assert node.settings["unclean.leader.election.enable"] == "false"
+        # the single-node test speed-ups stay
+        assert (
+            node.settings["broker.session.timeout.ms"] == SINGLE_NODE["broker.session.timeout.ms"]
+        )
+    assert THREE_NODES["default.replication.factor"] == "3"
+
+
+def test_the_command_refuses_a_two_node_cluster(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "deploy.local_kafka", "start", "--nodes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "--nodes" in proc.stderr
