@@ -422,7 +422,7 @@ def _input_topics(settings: Settings, partitions: int) -> bool:
         create = [t for t in wanted if t not in existing]
         if create:
             try:
-                admin.create_topics([NewTopic(t, partitions, 1) for t in create])
+                admin.create_topics([NewTopic(t, partitions, -1) for t in create])
                 print(
                     f"evald produce: created topics {', '.join(create)} with "
                     f"{partitions} partitions each",

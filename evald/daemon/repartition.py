@@ -372,9 +372,9 @@ class Repartitioner:
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(
                     [
-                        NewTopic(name, wanted, 1, topic_configs=INTERNAL_TOPIC_CONFIGS)
+                        NewTopic(name, wanted, -1, topic_configs=INTERNAL_TOPIC_CONFIGS)
                         if name in internal
-                        else NewTopic(name, wanted, 1)
+                        else NewTopic(name, wanted, -1)
                         for name in create
                     ]
                 )

@@ -210,7 +210,7 @@ class TopicGuard:
         if create:
             log.info("creating output topics %s with %d partitions", create, partitions)
             with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics([NewTopic(name, partitions, 1) for name in create])
+                admin.create_topics([NewTopic(name, partitions, -1) for name in create])
         return limit
 
     def recheck(self, admin: KafkaAdminClient, now: float) -> None:
