@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaProducer
-from kafka.errors import KafkaError
+from kafka.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from evald.daemon.fatal import Fatal
@@ -85,6 +85,10 @@ def build_letter(
 #: where a record came from: (topic, partition, offset)
 Source = tuple[str, int, int]
 
+#: a failed send that says nothing about the letter: the producer itself was fenced (a newer
+#: incarnation, or the broker bumped its epoch); the commit fails with it and the session retries
+PRODUCER_ERRORS = (ProducerFencedError, InvalidProducerEpochError)
+
 
 class DeadLetters:
     """The dead letters of the open transaction, and what the DLQ topic refused.
@@ -152,7 +156,7 @@ class DeadLetters:
         only by the next session (this transaction is lost: the failed batch aborts it)."""
         for future, source in self._sent:
             exc = future.exception if future.failed() else None
-            if exc is None or getattr(exc, "retriable", False):
+            if exc is None or getattr(exc, "retriable", False) or isinstance(exc, PRODUCER_ERRORS):
                 continue
             if source in self._minimal:
                 raise self._refused(source, exc)

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import hashlib
+from collections import namedtuple
+from typing import Any
 
 import pytest
+from kafka.errors import (
+    InvalidProducerEpochError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    ProducerFencedError,
+)
 
 from evald.daemon.dead_letters import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    DeadLetters,
     build_letter,
     max_message_bytes,
     record_size,
 )
+from evald.daemon.fatal import Fatal
+from evald.decode import Rejection
 
 HEADERS = [("evald-reason", b"too_large"), ("evald-source-offset", b"17")]
 
@@ -70,3 +81,55 @@ class _Admin:
 )
 def test_the_dlq_limit_is_the_topics_or_kafkas_default(answer: object, limit: int) -> None:
     assert max_message_bytes(_Admin(answer), "dlq") == limit
+
+
+class FakeFuture:
+    def __init__(self, exc: Exception | None) -> None:
+        self.exception = exc
+
+    def failed(self) -> bool:
+        return self.exception is not None
+
+
+class FakeProducer:
+    """Records what is sent; each send's future fails with the next of ``failures``."""
+
+    def __init__(self, *failures: Exception | None) -> None:
+        self.failures = list(failures)
+        self.sent: list[tuple[bytes, list[tuple[str, bytes]]]] = []
+
+    def send(self, topic: str, *, key: bytes | None, value: bytes, headers: Any) -> FakeFuture:
+        self.sent.append((value, headers))
+        return FakeFuture(self.failures.pop(0) if self.failures else None)
+
+
+RECORD = namedtuple("RECORD", "topic partition offset key value")("imp", 1, 7, b"k", b"x" * 50)
+REJECTION = Rejection("malformed_json", "bad", b"", "impression")
+
+
+def test_a_letter_the_broker_refuses_is_written_headers_only_and_a_second_refusal_exits_2() -> None:
+    letters = DeadLetters("dlq")
+    producer = FakeProducer(MessageSizeTooLargeError("too large"), MessageSizeTooLargeError("no"))
+    letters.send(producer, REJECTION, RECORD, "impression")  # type: ignore[arg-type]
+    with pytest.raises(KafkaError, match="writing it as headers only"):
+        letters.check()
+    letters.forget()  # the transaction is lost; the next session reads the record again
+    letters.send(producer, REJECTION, RECORD, "impression")  # type: ignore[arg-type]
+    assert producer.sent[0][0] == RECORD.value and producer.sent[1][0] == b""
+    with pytest.raises(Fatal) as refused:
+        letters.check()
+    assert refused.value.status == 2 and "refused even a headers-only dead letter" in str(
+        refused.value
+    )
+
+
+@pytest.mark.parametrize("exc", [ProducerFencedError(), InvalidProducerEpochError()])
+def test_a_fenced_producer_is_not_the_dlq_refusing_the_letter(exc: Exception) -> None:
+    """The commit fails with the fencing error itself; the letter keeps its value."""
+    letters = DeadLetters("dlq")
+    producer = FakeProducer(exc, exc)
+    for _ in range(2):
+        letters.send(producer, REJECTION, RECORD, "impression")  # type: ignore[arg-type]
+        letters.check()
+        assert letters.committed() == ["malformed_json"]
+    assert [value for value, _ in producer.sent] == [RECORD.value, RECORD.value]
