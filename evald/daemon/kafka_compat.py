@@ -9,6 +9,9 @@ backpressure, so it clears a drained slot before each poll. Remove once fixed up
 
 ``RecordAppender``: a cheaper ``producer.send`` for the results stream (see its docstring).
 
+``close_quietly``: closing a client of a session that just failed (broker gone, coordinator
+moved) can raise too; the session's teardown must go on, so every client is closed the same way.
+
 ``commit_within`` / ``send_offsets_within``: ``commit_transaction()`` and
 ``send_offsets_to_transaction()`` of kafka-python 3.0.x wait for the coordinator's answer with no
 time limit. After a broker restart the producer's sender was seen retrying "Node 1 not ready"
@@ -22,13 +25,22 @@ undecided one is aborted), which is the "commit in flight" case of the crash tes
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
 from typing import Any
 
-from kafka import TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
-__all__ = ["RecordAppender", "commit_within", "send_offsets_within", "unpark_resumed"]
+__all__ = [
+    "RecordAppender",
+    "close_quietly",
+    "commit_within",
+    "send_offsets_within",
+    "unpark_resumed",
+]
+
+log = logging.getLogger("evald.daemon")
 
 
 def unpark_resumed(consumer: Any) -> bool:
@@ -150,3 +162,16 @@ def send_offsets_within(
         "the transaction's offsets",
         timeout_s,
     )
+
+
+def close_quietly(client: Any) -> None:
+    """Close a consumer (no auto-commit, 1 s), producer (1 s) or admin client; log, never raise."""
+    try:
+        if isinstance(client, KafkaConsumer):
+            client.close(autocommit=False, timeout_ms=1_000)
+        elif isinstance(client, KafkaProducer):
+            client.close(timeout=1)
+        else:
+            client.close()
+    except Exception:
+        log.debug("closing %s failed", type(client).__name__, exc_info=True)

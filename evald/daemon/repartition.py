@@ -67,6 +67,7 @@ from evald.daemon.fatal import unrecoverable
 from evald.daemon.interleave import Interleaver
 from evald.daemon.kafka_compat import (
     RecordAppender,
+    close_quietly,
     commit_within,
     send_offsets_within,
     unpark_resumed,
@@ -549,23 +550,11 @@ class Repartitioner:
 
     def _teardown(self) -> None:
         """Close what the session opened; an open transaction is left for the broker."""
-        for name in ("_consumer", "_admin"):
+        for name in ("_consumer", "_admin", "_producer"):
             client = getattr(self, name)
             if client is not None:
-                try:
-                    if name == "_admin":
-                        client.close()
-                    else:
-                        client.close(autocommit=False, timeout_ms=1_000)
-                except Exception:
-                    log.debug("closing %s failed", name, exc_info=True)
+                close_quietly(client)
                 setattr(self, name, None)
-        if self._producer is not None:
-            try:
-                self._producer.close(timeout=1)
-            except Exception:
-                log.debug("closing the producer failed", exc_info=True)
-            self._producer = None
         self._buffer.clear()
         self._paused.clear()
         self._notes.take()

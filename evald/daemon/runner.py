@@ -44,7 +44,7 @@ from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.fatal import Fatal, unrecoverable
 from evald.daemon.health import Health
 from evald.daemon.inputs import Inputs
-from evald.daemon.kafka_compat import unpark_resumed
+from evald.daemon.kafka_compat import close_quietly, unpark_resumed
 from evald.daemon.rebalance import Rebalance
 from evald.daemon.restore import RestoreError, restore_partition
 from evald.daemon.settings import Settings
@@ -355,13 +355,7 @@ class Daemon:
         for name in ("_consumer", "_reader", "_admin"):
             client = getattr(self, name)
             if client is not None:
-                try:
-                    if name == "_admin":
-                        client.close()
-                    else:
-                        client.close(autocommit=False, timeout_ms=1_000)
-                except Exception:
-                    log.debug("closing %s failed", name, exc_info=True)
+                close_quietly(client)
                 setattr(self, name, None)
         self.transaction.close()
         self.inputs.clear()

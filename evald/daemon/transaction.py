@@ -32,7 +32,12 @@ from evald.daemon.checkpoint import (
 from evald.daemon.crash import crash_point
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.inputs import Inputs, Part
-from evald.daemon.kafka_compat import RecordAppender, commit_within, send_offsets_within
+from evald.daemon.kafka_compat import (
+    RecordAppender,
+    close_quietly,
+    commit_within,
+    send_offsets_within,
+)
 from evald.daemon.merge import KINDS
 from evald.daemon.results import ResultEncoder
 from evald.daemon.settings import Settings
@@ -335,10 +340,7 @@ class Transaction:
     def close(self) -> None:
         """The session ended: close the producer; an open transaction is left for the broker."""
         if self._producer is not None:
-            try:
-                self._producer.close(timeout=1)
-            except Exception:
-                log.debug("closing producer failed", exc_info=True)
+            close_quietly(self._producer)
         self._producer = None
         self._appender = None
         self._consumer = None
