@@ -60,11 +60,11 @@ demo: $(DEMO_STAMP)
 test: $(STAMP) tools java
 	$(BIN)/ruff check evald tests benchmarks deploy
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # The chaos tier: kill -9 at each step of the commit cycle (restart and takeover), twenty seeded
 # random kills, scale 1 -> 3 -> 1, the broker killed and restarted on its data, the broker paused
-# past the request timeout.
+# past the request timeout, the repartition stage and the main stage killed at random together.
 test-chaos: $(STAMP) java
 	$(BIN)/python -m pytest -q -m chaos
 

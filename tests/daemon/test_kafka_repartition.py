@@ -343,6 +343,7 @@ def test_kill_9_at_each_step_of_the_repartition_cycle_is_exact(
     crash_then_finish(broker, kafka_tools, unique, tmp_path, steps)
 
 
+@pytest.mark.chaos  # ~30 s: the per-step kills above keep the stage's kill -9 in `make test`
 def test_kill_9_in_the_main_stage_and_at_random_with_both_stages_running_is_exact(
     broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
 ) -> None:
