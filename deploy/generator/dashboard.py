@@ -209,7 +209,7 @@ def _sequence_panel(spec: Spec, comp: str) -> Panel:
         unit="none",
         description="Treatment mean minus control mean over every complete window since the "
         "declared start, with its confidence sequence (valid however often it is looked at; "
-        f"family-wise rate {spec.thresholds.family_alpha:.0%}). EvaldTreatmentBelowControl "
+        f"family-wise rate {spec.thresholds.family_alpha * 100:g}%). EvaldTreatmentBelowControl "
         "fires when the upper bound is below minus the minimum effect (dashed). Thin solid: "
         "the running intersection of every look's band, tighter but valid only while the "
         "difference is constant; it vanishes once empty (the difference changed: "

@@ -182,7 +182,7 @@ def _treatment_below_control(spec: Spec) -> Rule:
             f"{spec.control} for {{{{ $labels.measure }}}} "
             f"({_segment_text(spec, spec.comparison_labels)}) lies wholly below minus the "
             "configured minimum effect. Family-wise error rate "
-            f"{th.family_alpha:.0%} over every treatment, alerting measure and segment of the "
+            f"{th.family_alpha * 100:g}% over every treatment, alerting measure and segment of the "
             "comparison, however often it is checked (docs/statistics.md).",
         },
     }

@@ -77,6 +77,25 @@ def test_every_alert_fires_on_a_fault_and_is_silent_on_noise_low_traffic_and_a_c
         assert wanted <= checks[alert]["silent"], (alert, checks[alert]["silent"])
 
 
+def test_the_treatment_below_control_alert_states_its_family_wise_error_rate() -> None:
+    from deploy.generator import rules
+
+    for alpha, text in ((0.05, "rate 5% over"), (0.01, "rate 1% over"), (0.005, "rate 0.5% over")):
+        spec = replace(Spec(), thresholds=Thresholds(family_alpha=alpha))
+        (rule,) = [
+            r
+            for g in rules.alert_groups(spec)
+            for r in g["rules"]
+            if r["alert"] == "EvaldTreatmentBelowControl"
+        ]
+        assert text in rule["annotations"]["description"]
+    committed = {r["alert"]: r for g in load_yaml(RULE_FILES[1])["groups"] for r in g["rules"]}
+    description = committed["EvaldTreatmentBelowControl"]["annotations"]["description"]
+    assert "Family-wise error rate 5% over every treatment, alerting measure and segment" in (
+        " ".join(description.split())
+    )
+
+
 def _mutated_scenarios_fail(promtool: str, tmp_path: Path, spec: Spec) -> str:
     """Render rules with ``spec`` but keep the committed scenarios; promtool must object."""
     files = render.render_sources(spec)
