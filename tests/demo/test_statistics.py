@@ -8,6 +8,7 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from evald import replay
 from evald.config import load_config
 from evald.demo import command
 from evald.demo.live import comparison_lines
@@ -139,6 +140,10 @@ def test_the_exposition_carries_the_latest_band_and_the_running_intersection(
             low, high = value("intersection_lower"), value("intersection_upper")
             assert (low, high) == (seq.low, seq.high)
             assert math.isfinite(low) and bound.low <= low < high <= bound.high
+    # replay's text (evald replay prints the same fold's records)
+    text = "\n".join(replay.comparisons(engine))
+    said = "the running intersection is empty" if regress else "running intersection ["
+    assert text.count(said) == len(view.state.sequences)  # every measure of both surfaces
     # replay's JSON records (the same fold, read by evald replay --format json)
     for record in summary(view, 0.05):
         assert record["intersection_empty"] is regress
