@@ -127,9 +127,10 @@ class Snapshot:
 def comparison_lines(
     views: Sequence[ComparisonView], regress_at_ms: int | None, measure: str = SHOWN[0]
 ) -> list[str]:
-    """Per comparison segment: the difference since the start with its always-valid band and
-    the CUSUM against control; then when a drop was first detected and how long after the
-    change (event time)."""
+    """Per comparison segment: the difference since the start with its always-valid band, the
+    CUSUM against control and, once the bands of the looks no longer overlap (an empty running
+    intersection: the difference changed), ``bands disjoint``; then when a drop was first
+    detected and how long after the change (event time)."""
     lines: list[str] = []
     for view in views:
         state = view.state
@@ -137,7 +138,7 @@ def comparison_lines(
         if not rows:
             continue
         lines.append(f"{measure}: treatment − control since the start (always-valid band):")
-        for key, _seq in rows:
+        for key, seq in rows:
             treatment, rest, _ = key
             bound = state.bounds[key]
             where = " ".join(v for _, v in rest) or "all"
@@ -147,8 +148,11 @@ def comparison_lines(
                 else f"[{bound.low:+.3f}, {bound.high:+.3f}]"
             )
             cusum = state.vs_control[key].statistic
+            # the running intersection of the bands is empty: the difference changed
+            changed = "  bands disjoint" if seq.empty else ""
             lines.append(
                 f"  {treatment} {where:<6} {bound.difference:+.4f} {band}  CUSUM {cusum:5.1f}"
+                + changed
             )
         for (key, signal), end in sorted(view.detected.items(), key=lambda item: item[1]):
             if key[2] != measure:

@@ -84,6 +84,7 @@ def test_the_injected_regression_is_detected_soon_after_the_change() -> None:
     assert not any(name.startswith("srm") for name in fired)
     text = "\n".join(comparison_lines([view], DEFAULT_START_MS + HALF))
     assert "drop detected web by the CUSUM" in text and "after the change" in text
+    assert text.count("bands disjoint") == 2  # better at first, worse after: both surfaces
     assert text.startswith("nDCG@10: treatment − control since the start")
     assert all(len(line) <= 80 for line in text.splitlines())  # the view's width
 
@@ -93,6 +94,7 @@ def test_an_a_a_run_with_the_same_seed_raises_no_alert() -> None:
     assert view.state.windows >= 6 and view.state.sequences
     assert alerts(view) == set()
     assert view.detected == {}
+    assert "bands disjoint" not in "\n".join(comparison_lines([view], None))
     for bound in view.state.bounds.values():
         assert bound.low <= 0.0 <= bound.high or bound.low != bound.low  # NaN: too few lists
 
