@@ -424,6 +424,9 @@ def comparisons(engine: Engine) -> list[str]:
         band = "n too small" if low is None else f"[{low:+.6f}, {high:+.6f}]"
         if r["intersection_empty"]:
             band += " (the running intersection is empty: the difference changed)"
+        elif r["intersection_lower"] is not None:
+            low, high = r["intersection_lower"], r["intersection_upper"]
+            band += f", running intersection [{low:+.6f}, {high:+.6f}]"
         verdict = ""
         if r["min_effect"] is not None:
             worse = "BELOW" if r["below_min_effect"] else "not below"

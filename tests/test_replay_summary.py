@@ -105,8 +105,11 @@ def test_replay_folds_the_configured_comparison_from_the_results(
         assert (r["n_control"], r["n_treatment"]) == (len(control), len(treatment))
         assert r["difference"] == pytest.approx(np.mean(treatment) - np.mean(control))
         assert r["lower"] < r["difference"] < r["upper"]
+        assert not r["intersection_empty"]  # the difference is the same all along
+        assert r["lower"] <= r["intersection_lower"] < r["intersection_upper"] <= r["upper"]
         assert r["alpha"] == pytest.approx(0.05 / 2)  # one alerting measure x two surfaces
     assert main(["replay", str(events), "--config", str(config)]) == 0
     text = capsys.readouterr().out
     assert "comparisons (always-valid 95% confidence sequence" in text
     assert "ab treatment vs control surface=web nDCG@10: Δ" in text
+    assert "running intersection [" in text

@@ -195,17 +195,35 @@ def _sequence_panel(spec: Spec, comp: str) -> Panel:
                 '-evald_comparison_min_effect{job=~"$job"}',
                 "{{comparison}} {{measure}} minus the minimum effect",
             ),
+            _target(
+                "E",
+                f"evald_comparison_intersection_lower{{{comp}}}",
+                f"{legend} intersection lower",
+            ),
+            _target(
+                "F",
+                f"evald_comparison_intersection_upper{{{comp}}}",
+                f"{legend} intersection upper",
+            ),
         ],
         unit="none",
         description="Treatment mean minus control mean over every complete window since the "
         "declared start, with its confidence sequence (valid however often it is looked at; "
-        f"family-wise rate {spec.thresholds.family_alpha:.0%}). EvaldTreatmentBelowControl "
-        "fires when the upper bound is below minus the minimum effect (dashed).",
+        f"family-wise rate {spec.thresholds.family_alpha * 100:g}%). EvaldTreatmentBelowControl "
+        "fires when the upper bound is below minus the minimum effect (dashed). Thin solid: "
+        "the running intersection of every look's band, tighter but valid only while the "
+        "difference is constant; it vanishes once empty (the difference changed: "
+        "evald_comparison_intersection_empty = 1), which the CUSUMs alert on.",
         overrides=[
             _override(
                 "byRegexp",
                 "/ (lower|upper)$/",
                 {"custom.lineStyle": {"fill": "dot", "dash": [2, 4]}, "custom.lineWidth": 1},
+            ),
+            _override(
+                "byRegexp",
+                "/ intersection (lower|upper)$/",
+                {"custom.lineStyle": {"fill": "solid"}, "custom.lineWidth": 1},
             ),
             _override(
                 "byRegexp",

@@ -10,8 +10,7 @@ from deploy.generator.yamlout import dump, generated_header
 
 RECORDING_RULES = "prometheus/rules/evald-recording.rules.yml"
 ALERT_RULES = "prometheus/rules/evald-alerts.rules.yml"
-QUALITY_TESTS = "prometheus/tests/quality-alerts.test.yml"
-PIPELINE_TESTS = "prometheus/tests/pipeline-alerts.test.yml"
+ALERT_TESTS = "prometheus/tests/evald-alerts.test.yml"
 DASHBOARD = "grafana/dashboards/evald.json"
 
 SOURCE = "deploy/generator"
@@ -23,8 +22,7 @@ def render_sources(spec: Spec) -> dict[str, str]:
     return {
         RECORDING_RULES: dump({"groups": rules.recording_groups(spec)}, header=header),
         ALERT_RULES: dump({"groups": rules.alert_groups(spec)}, header=header),
-        QUALITY_TESTS: dump(rule_tests.build_quality(spec), header=header),
-        PIPELINE_TESTS: dump(rule_tests.build_pipeline(spec), header=header),
+        ALERT_TESTS: dump(rule_tests.build(spec), header=header),
         DASHBOARD: dashboard.render(spec),
     }
 

@@ -18,8 +18,6 @@ from deploy.generator import rules
 from deploy.generator.spec import Spec
 from deploy.generator.statistics_tests import down_tests, statistics_tests
 
-MINUTES_PER_WEEK = 7 * 24 * 60
-DAY = 24 * 60  # minutes
 Labels = dict[str, str]
 Case = dict[str, Any]
 
@@ -85,128 +83,11 @@ class _Alerts:
         return {"exp_labels": exp_labels, "exp_annotations": annotations}
 
 
-def _segments(spec: Spec) -> tuple[Labels, Labels]:
-    """Label values of the control and the treatment segment."""
-    control: Labels = {}
-    treatment: Labels = {}
-    for key in spec.segment_labels:
-        if key == spec.arm_label:
-            control[key], treatment[key] = spec.control, spec.treatment
-        elif key in spec.arm_scoped_labels:
-            control[key], treatment[key] = "A", "B"
-        else:
-            control[key] = treatment[key] = "search"
-    return control, treatment
-
-
 JOB = {"job": "evald"}
 
 
 def _instance(n: int) -> Labels:
     return {**JOB, "instance": f"evald-{n}:9464"}
-
-
-def _quality_tests(spec: Spec, alerts: _Alerts) -> list[Case]:
-    """A week of history at 1/min; the last hours carry the scenario."""
-    measure = spec.measures[0]
-    _, treatment = _segments(spec)
-    history = MINUTES_PER_WEEK + 60  # the drop starts one week and one hour in
-    tail = 120
-    drop_labels = {"measure": measure, **JOB, **treatment}
-
-    def case(
-        per_min: int, tail_sums: list[float], before: list[tuple[int, float]]
-    ) -> list[dict[str, str]]:
-        """``before``: (minutes, mean) segments covering the history; then ``tail_sums``."""
-        assert sum(minutes for minutes, _ in before) == history
-        # two instances share the traffic: the rules must sum before dividing
-        series = []
-        for n in (0, 1):
-            labels = {"measure": measure, **treatment, **_instance(n)}
-            sums = [(minutes, mean * per_min / 2) for minutes, mean in before]
-            sums += [(1, s / 2) for s in tail_sums]
-            series.append(
-                {
-                    "series": _selector("evald_measure_count", labels),
-                    "values": values(0, [(history + tail, per_min / 2)]),
-                }
-            )
-            series.append(
-                {"series": _selector("evald_measure_sum", labels), "values": values(0, sums)}
-            )
-        return series
-
-    week_end = "1w"
-    drop = [0.5 * 60.0] * tail  # mean 0.75 -> 0.5 at 60 impressions/min
-    rng = random.Random(5)
-    noise = [60 * (0.75 + rng.uniform(-0.06, 0.06)) for _ in range(tail)]
-    low = [0.5 * 2.0] * tail  # the same drop at 2 impressions/min: 120/h, under the guard
-    fired = [
-        alerts.expect("EvaldQualityDropVsLastWeek", drop_labels),
-        alerts.expect("EvaldQualityDropVsYesterday", drop_labels),
-    ]
-    names = ("EvaldQualityDropVsLastWeek", "EvaldQualityDropVsYesterday")
-    return [
-        {
-            "name": "quality drop against last week and yesterday fires after its for: duration",
-            "interval": "1m",
-            "input_series": case(60, drop, [(history, 0.75)]),
-            "alert_rule_test": [
-                # 20m into the drop: 10% lower since ~18m, pending but not yet firing
-                *({"eval_time": f"{week_end}1h20m", "alertname": n} for n in names),
-                # 110m in: below the bound since ~18m, for more than 30m
-                *(
-                    {"eval_time": f"{week_end}2h50m", "alertname": n, "exp_alerts": [e]}
-                    for n, e in zip(names, fired, strict=True)
-                ),
-            ],
-        },
-        {
-            "name": "quality noise of +-8% per minute around the baseline stays silent",
-            "interval": "1m",
-            "input_series": case(60, noise, [(history, 0.75)]),
-            "alert_rule_test": [
-                {"eval_time": f"{week_end}{t}", "alertname": n}
-                for t in ("1h30m", "2h", "2h50m")
-                for n in names
-            ],
-        },
-        {
-            "name": "the same drop at low traffic (under the sample guard) stays silent",
-            "interval": "1m",
-            "input_series": case(2, low, [(history, 0.75)]),
-            "alert_rule_test": [{"eval_time": f"{week_end}2h50m", "alertname": n} for n in names],
-        },
-        {
-            # the drop happened a day ago: yesterday is no better than today, last week is
-            "name": "a drop that started a day ago fires against last week only",
-            "interval": "1m",
-            "input_series": case(60, drop, [(history - DAY, 0.75), (DAY, 0.5)]),
-            "alert_rule_test": [
-                {"eval_time": f"{week_end}2h50m", "alertname": names[0], "exp_alerts": [fired[0]]},
-                {"eval_time": f"{week_end}2h50m", "alertname": names[1]},
-            ],
-        },
-    ]
-
-
-def _window_series(spec: Spec, arms: dict[str, tuple[int, float, float]]) -> list[dict[str, str]]:
-    """Constant 1h window gauges per arm from (n, mean, standard deviation)."""
-    control, treatment = _segments(spec)
-    segs = {spec.control: control, spec.treatment: treatment}
-    series = []
-    for arm, (n, mean, sd) in arms.items():
-        total = n * mean
-        squares = (n - 1) * sd**2 + n * mean**2
-        labels = {"measure": spec.measures[0], "window": "1h", **segs[arm], **_instance(0)}
-        for name, value in (("count", n), ("sum", total), ("sum_squares", squares)):
-            series.append(
-                {
-                    "series": _selector(f"evald_window_{name}", labels),
-                    "values": f"{_num(value)}+0x40",
-                }
-            )
-    return series
 
 
 def _watermark_tests(alerts: _Alerts) -> list[Case]:
@@ -219,9 +100,11 @@ def _watermark_tests(alerts: _Alerts) -> list[Case]:
     for _ in range(60):  # irregular progress, sometimes none for a few minutes
         bursty.append(bursty[-1] + rng.choice([0, 0, 0, 30, 60, 240]))
     idle = [float(start + 600 * (i // 10)) for i in range(61)]  # idle fallback every 10 min
+    busy_then_sparse = [float(start + 60 * i) for i in range(31)]
+    busy_then_sparse += [busy_then_sparse[-1] + 600 * (i // 10) for i in range(1, 61)]
     return [
         {
-            "name": "a watermark that stops moving fires",
+            "name": "fault: a watermark that stops moving fires",
             "interval": "1m",
             "input_series": [{"series": selector, "values": values(start, [(30, 60), (30, 0)])}],
             "alert_rule_test": [
@@ -234,16 +117,29 @@ def _watermark_tests(alerts: _Alerts) -> list[Case]:
             ],
         },
         {
-            "name": "bursty watermark progress stays silent",
+            "name": "noise: bursty watermark progress stays silent",
             "interval": "1m",
             "input_series": [{"series": selector, "values": gauge(bursty)}],
             "alert_rule_test": [{"eval_time": t, "alertname": name} for t in ("20m", "40m", "60m")],
         },
         {
-            "name": "low traffic, watermark advanced only by the idle fallback, stays silent",
+            "name": "low traffic: a watermark advanced only by the idle fallback stays silent",
             "interval": "1m",
             "input_series": [{"series": selector, "values": gauge(idle)}],
             "alert_rule_test": [{"eval_time": t, "alertname": name} for t in ("20m", "40m", "60m")],
+        },
+        {
+            # every minute's events move it a minute; then an event (or the idle fallback)
+            # only every ten minutes moves it ten
+            "name": "traffic change: a watermark slowing down as traffic falls ten-fold stays "
+            "silent",
+            "interval": "1m",
+            "input_series": [
+                {"series": selector, "values": gauge(busy_then_sparse)},
+            ],
+            "alert_rule_test": [
+                {"eval_time": t, "alertname": name} for t in ("40m", "60m", "75m", "90m")
+            ],
         },
     ]
 
@@ -267,7 +163,7 @@ def _finalize_tests(alerts: _Alerts) -> list[Case]:
     every_20 = list(range(0, 180, 20))
     return [
         {
-            "name": "impressions accepted but finalization stops fires",
+            "name": "fault: impressions accepted but finalization stops fires",
             "interval": "1m",
             "input_series": [
                 {"series": accepted, "values": values(0, [(180, 100)])},
@@ -283,7 +179,7 @@ def _finalize_tests(alerts: _Alerts) -> list[Case]:
             ],
         },
         {
-            "name": "finalization in bursts every 10 minutes stays silent",
+            "name": "noise: finalization in bursts every 10 minutes stays silent",
             "interval": "1m",
             "input_series": [
                 {"series": accepted, "values": values(0, [(180, 100)])},
@@ -297,11 +193,24 @@ def _finalize_tests(alerts: _Alerts) -> list[Case]:
             ],
         },
         {
-            "name": "one impression every 20 minutes, each finalized 32 minutes later, is silent",
+            "name": "low traffic: one impression every 20 minutes, each finalized 32 minutes "
+            "later, is silent",
             "interval": "1m",
             "input_series": [
                 {"series": accepted, "values": steps(every_20, 180)},
                 {"series": finalized, "values": steps([m + 32 for m in every_20], 180)},
+            ],
+            "alert_rule_test": [
+                {"eval_time": t, "alertname": name} for t in ("60m", "100m", "140m", "180m")
+            ],
+        },
+        {
+            "name": "traffic change: impressions falling fifty-fold, each finalized 32 minutes "
+            "later, is silent",
+            "interval": "1m",
+            "input_series": [
+                {"series": accepted, "values": values(0, [(60, 100), (120, 2)])},
+                {"series": finalized, "values": values(0, [(32, 0), (60, 100), (88, 2)])},
             ],
             "alert_rule_test": [
                 {"eval_time": t, "alertname": name} for t in ("60m", "100m", "140m", "180m")
@@ -314,7 +223,11 @@ def _ratio_tests(alerts: _Alerts) -> list[Case]:
     inst = _instance(0)
     names = ("EvaldHighRejectedRate", "EvaldHighLateFeedbackRate", "EvaldHighOrphanedFeedbackRate")
 
-    def series(imp: float, fb: float, rejected: list[float], late: list[float]) -> list[dict]:
+    def series(
+        imp: float, fb: float, rejected: list[float], late: list[float], fall_at: int = 40
+    ) -> list[dict]:
+        """Per-minute increments; impressions and feedback fall ten-fold from ``fall_at``."""
+
         def ev(kind: str, outcome: str) -> str:
             return _selector("evald_events_total", {"kind": kind, "outcome": outcome, **inst})
 
@@ -322,8 +235,14 @@ def _ratio_tests(alerts: _Alerts) -> list[Case]:
             return _selector("evald_feedback_unattributed_total", {"reason": reason, **inst})
 
         return [
-            {"series": ev("impression", "accepted"), "values": values(0, [(40, imp)])},
-            {"series": ev("feedback", "accepted"), "values": values(0, [(40, fb)])},
+            {
+                "series": ev("impression", "accepted"),
+                "values": values(0, [(fall_at, imp), (40 - fall_at, imp / 10)]),
+            },
+            {
+                "series": ev("feedback", "accepted"),
+                "values": values(0, [(fall_at, fb), (40 - fall_at, fb / 10)]),
+            },
             {"series": ev("unknown", "rejected"), "values": values(0, [(1, r) for r in rejected])},
             {"series": un("late"), "values": values(0, [(1, x) for x in late])},
             {"series": un("orphaned"), "values": values(0, [(1, x) for x in late])},
@@ -333,7 +252,7 @@ def _ratio_tests(alerts: _Alerts) -> list[Case]:
     return [
         {
             # 100 of 1100 events rejected (9%), 60 of 600 feedback late and orphaned (10%)
-            "name": "high rejected, late and orphaned rates fire",
+            "name": "fault: high rejected, late and orphaned rates fire",
             "interval": "1m",
             "input_series": series(400, 600, [100] * 40, [60] * 40),
             "alert_rule_test": [
@@ -345,7 +264,7 @@ def _ratio_tests(alerts: _Alerts) -> list[Case]:
             ],
         },
         {
-            "name": "noisy rates under the thresholds stay silent",
+            "name": "noise: noisy rates under the thresholds stay silent",
             "interval": "1m",
             "input_series": series(
                 400,
@@ -359,11 +278,30 @@ def _ratio_tests(alerts: _Alerts) -> list[Case]:
         },
         {
             # 20% rejected and late, but only 200 events in 10 minutes (guard: 500)
-            "name": "high ratios at low traffic stay silent",
+            "name": "low traffic: high ratios at low traffic stay silent",
             "interval": "1m",
             "input_series": series(8, 8, [4] * 40, [2] * 40),
             "alert_rule_test": [
                 {"eval_time": t, "alertname": n} for t in ("20m", "35m") for n in names
+            ],
+        },
+        {
+            # 3% of events rejected, 3% of feedback late and orphaned, before and after traffic
+            # falls ten-fold at minute 20 (still above the guard)
+            "name": "traffic change: ratios under the thresholds as traffic falls ten-fold "
+            "stay silent",
+            "interval": "1m",
+            "input_series": series(
+                400,
+                600,
+                [rng.choice([20, 30, 40]) for _ in range(20)]
+                + [rng.choice([2, 3, 4]) for _ in range(20)],
+                [rng.choice([12, 18, 24]) for _ in range(20)]
+                + [rng.choice([1, 2, 3]) for _ in range(20)],
+                fall_at=20,
+            ),
+            "alert_rule_test": [
+                {"eval_time": t, "alertname": n} for t in ("20m", "28m", "35m") for n in names
             ],
         },
     ]
@@ -382,7 +320,7 @@ def _lag_tests(alerts: _Alerts) -> list[Case]:
     rng = random.Random(13)
     return [
         {
-            "name": "lag growing past the threshold fires",
+            "name": "fault: lag growing past the threshold fires",
             "interval": "1m",
             "input_series": [{"series": lag(p), "values": values(0, [(60, 2500)])} for p in (0, 1)],
             "alert_rule_test": [
@@ -395,7 +333,7 @@ def _lag_tests(alerts: _Alerts) -> list[Case]:
             ],
         },
         {
-            "name": "noisy lag under the threshold stays silent",
+            "name": "noise: noisy lag under the threshold stays silent",
             "interval": "1m",
             "input_series": [
                 {"series": lag(p), "values": gauge([rng.uniform(0, 20000) for _ in range(61)])}
@@ -404,12 +342,32 @@ def _lag_tests(alerts: _Alerts) -> list[Case]:
             "alert_rule_test": [{"eval_time": t, "alertname": name} for t in ("30m", "60m")],
         },
         {
-            "name": "high lag that is shrinking (catching up) stays silent",
+            "name": "noise: high lag that is shrinking (catching up) stays silent",
             "interval": "1m",
             "input_series": [
                 {"series": lag(p), "values": values(200_000, [(60, -1500)])} for p in (0, 1)
             ],
             "alert_rule_test": [{"eval_time": t, "alertname": name} for t in ("30m", "60m")],
+        },
+        {
+            "name": "low traffic: an idle partition's lag of a few records, never consumed, "
+            "stays silent",
+            "interval": "1m",
+            "input_series": [{"series": lag(p), "values": "3x60"} for p in (0, 1)],
+            "alert_rule_test": [{"eval_time": t, "alertname": name} for t in ("30m", "60m")],
+        },
+        {
+            # 80 000 records behind at the peak, above the threshold for about eleven minutes
+            "name": "traffic change: a ten-fold burst lifts the lag past the threshold, then it "
+            "is consumed: silent",
+            "interval": "1m",
+            "input_series": [
+                {"series": lag(p), "values": values(0, [(10, 4000), (20, -2000), (30, 0)])}
+                for p in (0, 1)
+            ],
+            "alert_rule_test": [
+                {"eval_time": t, "alertname": name} for t in ("15m", "20m", "30m", "60m")
+            ],
         },
     ]
 
@@ -420,7 +378,7 @@ def _ready_tests(alerts: _Alerts) -> list[Case]:
     ready = _selector("evald_ready", inst)
     return [
         {
-            "name": "not ready for longer than for: fires",
+            "name": "fault: not ready for longer than for: fires",
             "interval": "1m",
             "input_series": [{"series": ready, "values": values(1, [(10, 0), (1, -1), (30, 0)])}],
             "alert_rule_test": [
@@ -429,7 +387,7 @@ def _ready_tests(alerts: _Alerts) -> list[Case]:
             ],
         },
         {
-            "name": "a short not-ready blip (restart, rebalance) stays silent",
+            "name": "noise: a short not-ready blip (restart, rebalance) stays silent",
             "interval": "1m",
             "input_series": [
                 {"series": ready, "values": values(1, [(10, 0), (1, -1), (5, 0), (1, 1), (20, 0)])}
@@ -442,18 +400,8 @@ def _ready_tests(alerts: _Alerts) -> list[Case]:
 RULE_FILES = ["../rules/evald-recording.rules.yml", "../rules/evald-alerts.rules.yml"]
 
 
-def build_quality(spec: Spec) -> dict[str, Any]:
-    """Week-long scenarios, evaluated every 5m: 1m evaluation over a week is needlessly slow (and
-    10m would leave recorded series older than the 5m lookback when alerts read them)."""
-    return {
-        "rule_files": RULE_FILES,
-        "evaluation_interval": "5m",
-        "tests": _quality_tests(spec, _Alerts(spec)),
-    }
-
-
-def build_pipeline(spec: Spec) -> dict[str, Any]:
-    """Short scenarios (an hour or three) for every other alert, evaluated every minute."""
+def build(spec: Spec) -> dict[str, Any]:
+    """Every alert's scenarios (an hour or four each), evaluated every minute."""
     alerts = _Alerts(spec)
     return {
         "rule_files": RULE_FILES,

@@ -149,31 +149,6 @@ def _segment_text(spec: Spec, keys: tuple[str, ...]) -> str:
     return " ".join(f"{k}={{{{ $labels.{k} }}}}" for k in keys if k != "measure")
 
 
-def _quality_drop(spec: Spec, name: str, offset: str, baseline: str) -> Rule:
-    th = spec.thresholds
-    keys = segment_keys(spec)
-    on = _by(*keys)
-    per_hour = th.drop_min_samples
-    return {
-        "alert": name,
-        "expr": f"(\n"
-        f"  segment:evald_measure:mean1h\n"
-        f"  < {1 - th.drop_ratio:g} * segment:evald_measure:mean1h offset {offset}\n"
-        f")\n"
-        f"and on ({on}) (segment:evald_measure_count:rate1h * 3600 >= {per_hour})\n"
-        f"and on ({on}) (segment:evald_measure_count:rate1h offset {offset} * 3600 >= {per_hour})",
-        "for": th.drop_for,
-        "labels": {"severity": "warning", "baseline": offset},
-        "annotations": {
-            "summary": f"{{{{ $labels.measure }}}} dropped more than {th.drop_ratio:.0%} "
-            f"against the same time {baseline}",
-            "description": f"The 1h mean of {{{{ $labels.measure }}}} for "
-            f"{_segment_text(spec, keys)} is more than {th.drop_ratio:.0%} below its value at the "
-            f"same time {baseline}, with at least {per_hour} scored impressions per hour in both.",
-        },
-    }
-
-
 def _comparison_on(spec: Spec) -> str:
     """Labels matching one comparison's series of one evald instance and comparison segment."""
     return _by(JOB, "instance", "comparison", *spec.comparison_labels)
@@ -207,7 +182,7 @@ def _treatment_below_control(spec: Spec) -> Rule:
             f"{spec.control} for {{{{ $labels.measure }}}} "
             f"({_segment_text(spec, spec.comparison_labels)}) lies wholly below minus the "
             "configured minimum effect. Family-wise error rate "
-            f"{th.family_alpha:.0%} over every treatment, alerting measure and segment of the "
+            f"{th.family_alpha * 100:g}% over every treatment, alerting measure and segment of the "
             "comparison, however often it is checked (docs/statistics.md).",
         },
     }
@@ -309,8 +284,6 @@ def alert_groups(spec: Spec) -> list[Group]:
     accepted = 'evald_events_total{kind="impression", outcome="accepted"}'
     look_back = f"{_seconds(delay) // 60 + 15}m"  # the whole span in which those were finalized
     alerts = [
-        _quality_drop(spec, "EvaldQualityDropVsLastWeek", "1w", "last week"),
-        _quality_drop(spec, "EvaldQualityDropVsYesterday", "1d", "yesterday"),
         _treatment_below_control(spec),
         _cusum_drop(
             spec,

@@ -33,9 +33,6 @@ class Thresholds:
     cusum_for: str = "5m"
     srm_for: str = "15m"
     down_for: str = "5m"  # the scrape failing (up == 0) or the target gone (absent)
-    drop_ratio: float = 0.10  # relative drop of a 1h mean against its baseline that alerts
-    drop_min_samples: int = 200  # scored impressions per hour, now AND in the baseline hour
-    drop_for: str = "30m"
     # two-sided 95% normal quantile, exactly the z of evald's own evald_window_ci95_halfwidth
     ci_z: float = 1.959963984540054
     ci_min_samples: int = 100  # scored impressions per arm in the 1h window

@@ -185,7 +185,7 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
         tuple[str, int, Callable[[int], int], Callable[[int], float], dict[str, set[str]]]
     ] = [
         (
-            "the treatment 0.03 below control from its start: below the minimum effect, and "
+            "fault: the treatment 0.03 below control from its start: below the minimum effect, and "
             "its CUSUM against control fires",
             11,
             lambda w: 500,
@@ -193,7 +193,7 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
             {BELOW: {spec.treatment}, VS_CONTROL: {spec.treatment}},
         ),
         (
-            "the treatment drops by 0.03 after three hours: the CUSUMs against control and "
+            "fault: the treatment drops by 0.03 after three hours: the CUSUMs against control and "
             "against its own baseline fire; the difference since the start is not yet below "
             "the minimum effect",
             12,
@@ -201,24 +201,24 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
             lambda w: drop if w >= 36 else 0.0,
             {VS_CONTROL: {spec.treatment}, VS_BASELINE: {spec.treatment}},
         ),
-        ("A/A noise stays silent", 13, lambda w: 500, lambda w: 0.0, {}),
+        ("noise: A/A noise stays silent", 13, lambda w: 500, lambda w: 0.0, {}),
         (
-            "the same drop at low traffic (20 lists per arm per window) stays silent",
+            "low traffic: the same drop at 20 lists per arm per window stays silent",
             14,
             lambda w: 20,
             lambda w: drop,
             {},
         ),
         (
-            "A/A with the traffic falling ten-fold half-way stays silent",
+            "traffic change: A/A with the traffic falling ten-fold half-way stays silent",
             15,
             lambda w: 500 if w < WINDOWS // 2 else 50,
             lambda w: 0.0,
             {},
         ),
         (
-            "the treatment arm losing 10% of its lists: the sample-ratio guard fires and holds "
-            "back the comparison's other alerts, although the treatment is also worse",
+            "fault: the treatment arm losing 10% of its lists: the sample-ratio guard fires "
+            "and holds back the comparison's other alerts, although the treatment is also worse",
             16,
             lambda w: 500,
             lambda w: drop,
@@ -262,7 +262,7 @@ def down_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]) -> l
     other = 'up{job="node", instance="node-0:9100"}'
     return [
         {
-            "name": "evald failing its scrapes for longer than for: fires",
+            "name": "fault: evald failing its scrapes for longer than for: fires",
             "interval": "1m",
             "input_series": [{"series": up, "values": "1x10 0x20"}],
             "alert_rule_test": [
@@ -276,7 +276,7 @@ def down_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]) -> l
             ],
         },
         {
-            "name": "a one-scrape failure stays silent",
+            "name": "noise: a one-scrape failure stays silent",
             "interval": "1m",
             "input_series": [{"series": up, "values": "1x10 0 1x20"}],
             "alert_rule_test": [
@@ -286,7 +286,7 @@ def down_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]) -> l
             ],
         },
         {
-            "name": "no evald target at all (only another job is scraped): absent fires",
+            "name": "fault: no evald target at all (only another job is scraped): absent fires",
             "interval": "1m",
             "input_series": [{"series": other, "values": "1x30"}],
             "alert_rule_test": [

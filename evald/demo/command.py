@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:  # typing only: run() imports these, so `evald --help` stays light
     from evald.config import EngineConfig
     from evald.decode import Rejection
-    from evald.demo.live import Health, LiveView, Snapshot
+    from evald.demo.live import Health, LiveView, Snapshot, Versus
     from evald.demo.simulator import SimEvent, Simulator
     from evald.engine import Engine
     from evald.http import MetricsServer
@@ -391,9 +391,22 @@ class DemoLoop:
             windows = last_windows(self.engine.complete_before(), width)
             current, previous = windows if windows else (None, None)
             rows = summarize(self.engine.aggregates, current, previous)
+            versus = self._versus(current)
             health = self._health_now()
             comparison = self._comparison()
-        return Snapshot(self.event_time_ms, current, rows, health, self._notes(), comparison)
+        notes = self._notes()
+        return Snapshot(self.event_time_ms, current, rows, health, notes, comparison, versus)
+
+    def _versus(self, span: tuple[int, int] | None) -> list[Versus]:
+        """The table's treatment − control columns: each configured comparison's arms, merged
+        over surfaces and models, in ``span`` (the caller holds the lock)."""
+        from evald.demo.live import summarize, versus_control
+
+        out: list[Versus] = []
+        for comparison in self.engine.config.statistics.comparisons:
+            arms = summarize(self.engine.aggregates, span, None, group_by=(comparison.label,))
+            out += versus_control(arms, comparison.control, comparison.treatments)
+        return out
 
     def _comparison(self) -> list[str]:
         """The persistent treatment-vs-control block of the view."""
@@ -427,11 +440,12 @@ class DemoLoop:
                 note = "after the regression (arrow: against before it)"
         with self.lock:
             rows = summarize(agg, after, before)
+            versus = self._versus(after)
             health = self._health_now()
             comparison = self._comparison()
         reason = self.stop_reason or "end of traffic"
         notes = [note, f"stopped ({reason}) after feeding {self.fed:,} records; engine drained"]
-        return Snapshot(self.event_time_ms, after, rows, health, notes, comparison)
+        return Snapshot(self.event_time_ms, after, rows, health, notes, comparison, versus)
 
 
 def build_demo(

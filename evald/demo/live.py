@@ -1,4 +1,6 @@
-"""The demo's terminal view: per-segment quality of the last complete window, plus join health.
+"""The demo's terminal view: quality of the last complete window per segment, treatment −
+control in a column of its own (as in ``evald top``), the comparison since the start, and join
+health.
 
 Everything here is a pure function of the engine's plain state (``Aggregates`` window sums,
 ``Stats`` counters) except :class:`LiveView`, which only decides *when* and *how* to write:
@@ -57,6 +59,40 @@ class SegmentSummary:
 
 
 @dataclass(frozen=True)
+class Versus:
+    """One treatment arm against control in the current window: per measure the difference of
+    the means and its 95% bound (independent arms: the half-widths add in quadrature)."""
+
+    treatment: str
+    control: str
+    difference: dict[str, Estimate]
+
+    @property
+    def title(self) -> str:
+        return f"{self.treatment}−{self.control}"
+
+
+def versus_control(
+    arms: Sequence[SegmentSummary], control: str, treatments: Sequence[str]
+) -> list[Versus]:
+    """Each configured treatment against ``control`` from per-arm rows (``summarize`` grouped
+    by the arm label alone, so surfaces and models merge exactly); one entry per treatment
+    even before any window, so the view's column is there from the first frame."""
+    by_name = {row.name: row.current for row in arms}
+    base = by_name.get(control, {})
+    out = []
+    for treatment in treatments:
+        current = by_name.get(treatment, {})
+        difference = {
+            name: Estimate(est.mean - base[name].mean, math.hypot(est.half, base[name].half))
+            for name, est in current.items()
+            if name in base
+        }
+        out.append(Versus(treatment, control, difference))
+    return out
+
+
+@dataclass(frozen=True)
 class Health:
     """Join health in the units a person watching wants."""
 
@@ -82,16 +118,19 @@ class Snapshot:
     segments: list[SegmentSummary]
     health: Health
     notes: list[str] = field(default_factory=list)
-    #: the persistent treatment-vs-control block (:func:`comparison_lines`)
+    #: the comparison since the start, below the table (:func:`comparison_lines`)
     comparison: list[str] = field(default_factory=list)
+    #: the table's treatment − control column(s), in every frame (:func:`versus_control`)
+    versus: list[Versus] = field(default_factory=list)
 
 
 def comparison_lines(
     views: Sequence[ComparisonView], regress_at_ms: int | None, measure: str = SHOWN[0]
 ) -> list[str]:
-    """Per comparison segment: the difference since the start with its always-valid band and
-    the CUSUM against control; then when a drop was first detected and how long after the
-    change (event time)."""
+    """Per comparison segment: the difference since the start with its always-valid band, the
+    CUSUM against control and, once the bands of the looks no longer overlap (an empty running
+    intersection: the difference changed), ``bands disjoint``; then when a drop was first
+    detected and how long after the change (event time)."""
     lines: list[str] = []
     for view in views:
         state = view.state
@@ -99,7 +138,7 @@ def comparison_lines(
         if not rows:
             continue
         lines.append(f"{measure}: treatment − control since the start (always-valid band):")
-        for key, _seq in rows:
+        for key, seq in rows:
             treatment, rest, _ = key
             bound = state.bounds[key]
             where = " ".join(v for _, v in rest) or "all"
@@ -109,8 +148,11 @@ def comparison_lines(
                 else f"[{bound.low:+.3f}, {bound.high:+.3f}]"
             )
             cusum = state.vs_control[key].statistic
+            # the running intersection of the bands is empty: the difference changed
+            changed = "  bands disjoint" if seq.empty else ""
             lines.append(
                 f"  {treatment} {where:<6} {bound.difference:+.4f} {band}  CUSUM {cusum:5.1f}"
+                + changed
             )
         for (key, signal), end in sorted(view.detected.items(), key=lambda item: item[1]):
             if key[2] != measure:
@@ -326,8 +368,21 @@ def wrap(items: Sequence[str], width: int = WIDTH) -> list[str]:
     return [_fit(text, width) for text in lines]
 
 
-_CELL = 12  # "0.700±0.020" plus a space
-_COUNT = 8
+_VALUE = 13  # "0.700±0.020 ↓": a mean, its half-width and the trend mark
+_GAP = 2
+_COUNTS = "impressions"  # the row of impressions per segment in the window
+
+
+def _difference(estimate: Estimate | None, unicode: bool) -> str:
+    """``-0.300±0.028 ▼``: marked when the difference is beyond its 95% bound."""
+    if estimate is None or math.isnan(estimate.mean):
+        return "-"
+    text = _value(estimate)
+    if not math.isnan(estimate.half) and abs(estimate.mean) > estimate.half:
+        text += " ▲" if estimate.mean > 0 else " ▼"
+        if not unicode:
+            text = text[:-1] + ("^" if estimate.mean > 0 else "v")
+    return text
 
 
 def render_table(
@@ -338,8 +393,10 @@ def render_table(
     unicode: bool = True,
 ) -> str:
     """The full-screen frame (no cursor movement; :class:`LiveView` adds that), at most
-    :data:`WIDTH` columns: one row per segment with each measure's mean±95% half-width in the
-    current window, its impressions and the trend; the health figures wrapped below."""
+    :data:`WIDTH` columns: a row per measure, a column per segment with its mean±95%
+    half-width in the current window (the first measure marked with its trend), then a
+    treatment − control column per treatment arm; impressions per segment below; then the
+    comparison since the start and the health figures, wrapped."""
 
     def paint(text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if color else text
@@ -352,25 +409,43 @@ def render_table(
         where = f"window {hms(start)}-{hms(end)}"
     title = f"evald demo · event time {hms(snap.event_time_ms)} · {where}"
     lines.append(paint(_fit(title), _BOLD))
-    room = WIDTH - _CELL * len(shown) - _COUNT - 2
-    longest = max([len("segment"), *(len(s.name) for s in snap.segments)])
-    name_w = max(8, min(longest, room))
-    header = f"{'segment':<{name_w}}" + "".join(f"{name:>{_CELL}}" for name in shown)
-    lines.append(header + f"{'n':>{_COUNT}}")
-    for seg in snap.segments:
-        row = f"{_fit(seg.name, name_w):<{name_w}}"
-        row += "".join(f"{_value(seg.current.get(name)):>{_CELL}}" for name in shown)
-        row += f"{seg.count:>{_COUNT},}"
-        mark = arrow(seg.trend, unicode=unicode)
-        if seg.trend == UP:
-            mark = paint(mark, _GREEN)
-        elif seg.trend == DOWN:
-            mark = paint(mark, _RED)
-        lines.append(f"{row} {mark}")
+    label_w = max(len(_COUNTS), *(len(name) for name in shown)) + 1
+    versus_w = max([_VALUE + 1, *(len(v.title) for v in snap.versus)]) + _GAP
+    room = WIDTH - label_w - versus_w * len(snap.versus)
+    longest = max([_VALUE, *(len(s.name) for s in snap.segments)]) + _GAP
+    cell = max(_VALUE + _GAP, min(longest, room // max(1, len(snap.segments))))
+    header = f"{'measure':<{label_w}}"
+    header += "".join(f"{_fit(s.name, cell - _GAP):>{cell}}" for s in snap.segments)
+    header += "".join(f"{v.title:>{versus_w}}" for v in snap.versus)
+    lines.append(header)
+    for i, name in enumerate(shown):
+        row = f"{name:<{label_w}}"
+        for seg in snap.segments:
+            mark = arrow(seg.trend, unicode=unicode) if i == 0 else " "
+            if i == 0 and seg.trend == UP:
+                mark = paint(mark, _GREEN)
+            elif i == 0 and seg.trend == DOWN:
+                mark = paint(mark, _RED)
+            text = _value(seg.current.get(name))
+            row += " " * (cell - len(text) - 2) + f"{text} {mark}"
+        for versus in snap.versus:
+            text = _difference(versus.difference.get(name), unicode)
+            painted = text
+            if text.endswith(("▼", "v")) and " " in text:
+                painted = paint(text, _RED)
+            elif text.endswith(("▲", "^")) and " " in text:
+                painted = paint(text, _GREEN)
+            row += " " * (versus_w - len(text) - 1) + painted + " "
+        lines.append(row.rstrip())
+    if snap.segments:
+        counts = "".join(f"{s.count:>{cell - 2},}  " for s in snap.segments)
+        lines.append((f"{_COUNTS:<{label_w}}" + counts).rstrip())
     if not snap.segments:
         lines.append(paint("(no impression scored yet: windows close in event time)", _DIM))
     elif shown:
-        legend = f"n: impressions in the window · arrow: {shown[0]} against the window before"
+        legend = f"arrow: {shown[0]} against the window before"
+        if snap.versus:
+            legend += f" · {'▲▼' if unicode else '^v'}: beyond the difference's 95% bound"
         lines.append(paint(_fit(legend), _DIM))
     lines.extend(_fit(line) for line in snap.comparison)
     lines.append("")
@@ -391,6 +466,12 @@ def render_lines(snap: Snapshot, elapsed_s: float, *, shown: Sequence[str] = SHO
             f"{stamp} window={window} segment={seg.name!r} {values} n={seg.count} "
             f"total={seg.total} trend={trend_text}"
         )
+    for versus in snap.versus:
+        values = " ".join(
+            f"{name}={_difference(versus.difference.get(name), True)}".replace(" ", "")
+            for name in shown
+        )
+        lines.append(f"{stamp} window={window} {versus.title} {values}")
     lines.extend(f"{stamp} {line.strip()}" for line in snap.comparison)
     lines.append(f"{stamp} {health_line(snap.health)}")
     return "\n".join(lines) + "\n"
@@ -419,7 +500,7 @@ class LiveView:
         self._clock = clock
         self._start = clock()
         self._last: float | None = None
-        self.unicode = can_encode(stream, "↑↓→±·")
+        self.unicode = can_encode(stream, "↑↓→±·▲▼−")
         self.frames = 0
 
     def due(self) -> bool:
@@ -452,4 +533,11 @@ class LiveView:
 
 
 def _ascii(text: str) -> str:
-    return text.replace("·", "|").replace("±", "+-").replace("…", "~")
+    return (
+        text.replace("·", "|")
+        .replace("±", "+-")
+        .replace("…", "~")
+        .replace("−", "-")
+        .replace("▲", "^")
+        .replace("▼", "v")
+    )

@@ -398,6 +398,10 @@ def _sequence_part(part: str) -> Callable[[_Comparisons], Iterable[Row]]:
                     "difference": bound.difference,
                     "lower": bound.low,
                     "upper": bound.high,
+                    # absent before the first published look (infinite) and once empty
+                    "intersection_lower": math.nan if seq.empty else seq.low,
+                    "intersection_upper": math.nan if seq.empty else seq.high,
+                    "intersection_empty": float(seq.empty),
                     "p_value": seq.p_value,
                     "alpha": folded.alpha(state.settings),
                     "cusum_vs_control": folded.vs_control[(treatment, rest, measure)].statistic,
@@ -473,8 +477,16 @@ _SEQUENCE_HELP = {
     "lower": "Lower bound of the always-valid confidence sequence on the difference (at the "
     "family rate split over the family: evald_comparison_alpha); absent until each arm has "
     "statistics.min_n lists.",
-    "upper": "Upper bound of the always-valid confidence sequence on the difference; "
-    "treatment-below-control alerts fire when it is below -evald_comparison_min_effect.",
+    "upper": "Upper bound of the always-valid confidence sequence on the difference (the "
+    "latest look's band); treatment-below-control alerts fire when it is below "
+    "-evald_comparison_min_effect.",
+    "intersection_lower": "Lower bound of the running intersection of every look's band since "
+    "the comparison start (never wider than before; valid only while the difference is "
+    "constant); absent until the first band and while the intersection is empty.",
+    "intersection_upper": "Upper bound of the running intersection of every look's band; "
+    "absent until the first band and while the intersection is empty.",
+    "intersection_empty": "1 once the running intersection of the bands is empty (the data "
+    "contradict every constant difference: the difference changed), else 0.",
     "p_value": "Always-valid p-value of no difference (running minimum of 1/e-value).",
     "alpha": "Level each sequence of the comparison runs at: statistics.alpha / family size.",
     "cusum_vs_control": "Lower CUSUM statistic of treatment minus control standardized window "
@@ -484,6 +496,9 @@ _SEQUENCE_NAME = {
     "difference": "evald_comparison_difference",
     "lower": "evald_comparison_lower",
     "upper": "evald_comparison_upper",
+    "intersection_lower": "evald_comparison_intersection_lower",
+    "intersection_upper": "evald_comparison_intersection_upper",
+    "intersection_empty": "evald_comparison_intersection_empty",
     "p_value": "evald_comparison_p_value",
     "alpha": "evald_comparison_alpha",
     "cusum_vs_control": "evald_cusum_vs_control",

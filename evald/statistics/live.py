@@ -151,6 +151,8 @@ def summary(view: ComparisonView, settings_alpha: float) -> Iterator[dict[str, o
             "difference": finite(bound.difference),
             "lower": finite(bound.low),
             "upper": finite(bound.high),
+            "intersection_lower": None if seq.empty else finite(seq.low),
+            "intersection_upper": None if seq.empty else finite(seq.high),
             "intersection_empty": seq.empty,
             "p_value": seq.p_value,
             "alpha": settings_alpha / state.family,

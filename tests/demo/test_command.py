@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,10 +134,15 @@ def test_loop_paces_feeds_and_drains_in_virtual_time() -> None:
     final = text[text.rindex("evald demo · event time") :]
     assert "stopped (duration)" in final
     assert "after the regression" in final
-    treatment = next(line for line in final.splitlines() if line.startswith("treatment"))
-    control = next(line for line in final.splitlines() if line.startswith("control"))
-    assert treatment.rstrip().endswith("↓")
-    assert control.rstrip().endswith("→")
+    header = next(line for line in final.splitlines() if line.startswith("measure"))
+    # no comparison configured here: a column per segment and no treatment − control column
+    assert re.split(r"\s{2,}", header) == [
+        "measure",
+        "control · ranker-v1",
+        "treatment · ranker-v2",
+    ]
+    first = next(line for line in final.splitlines() if line.startswith("nDCG@10"))
+    assert [c for c in first if c in "↑↓→▲▼"] == ["→", "↓"]  # control flat, treatment down
 
 
 def test_final_summary_without_regression_covers_the_whole_run() -> None:
@@ -336,7 +342,8 @@ def test_process_with_duration_serves_metrics_and_exits_0(
     # stdout is a pipe, not a terminal: plain lines, no cursor control
     assert "\x1b[" not in out
     final = out[out.rindex("evald demo · event time") :]
-    assert any(line.startswith("treatment · ranker-v2") for line in final.splitlines())
+    header = next(line for line in final.splitlines() if line.startswith("measure"))
+    assert "treatment · ranker-v2" in header and header.endswith("treatment−control")
     assert "stopped (duration)" in final
 
 

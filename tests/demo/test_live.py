@@ -20,12 +20,14 @@ from evald.demo.live import (
     LiveView,
     SegmentSummary,
     Snapshot,
+    Versus,
     health,
     last_windows,
     render_lines,
     render_table,
     summarize,
     trend,
+    versus_control,
 )
 from evald.segments import SegmentIndex
 from evald.stats import Z95, Stats
@@ -196,15 +198,20 @@ def _wide_snapshot() -> Snapshot:
     ]
     h = Health(123_456.0, 10**9, 10**7, 10**6, 10**6, 10**6, 10**6, 10**6, 10**6, 10**9, 7200.0)
     notes = ["last rejected record: invalid_json: " + "x" * 200]
-    return Snapshot(1_767_225_900_000, (1_767_225_600_000, 1_767_225_900_000), rows, h, notes)
+    versus = [Versus("treatment", "control", {name: Estimate(-0.30567, 0.01745) for name in SHOWN})]
+    window = (1_767_225_600_000, 1_767_225_900_000)
+    return Snapshot(1_767_225_900_000, window, rows, h, notes, [], versus)
 
 
 GOLDEN_TABLE = """\
 evald demo · event time 00:05:00 · window 00:00:00-00:05:00
-segment                   nDCG@10          RR  Success@10  RBP(p=0.8)       n
-control · ranker-v1   0.712±0.012 0.712±0.012 0.712±0.012 0.712±0.012 123,456 →
-treatment · ranker-v2 0.712±0.012 0.712±0.012 0.712±0.012 0.712±0.012 123,457 ↓
-n: impressions in the window · arrow: nDCG@10 against the window before
+measure         control · ranker-v1  treatment · ranker-v2  treatment−control
+nDCG@10               0.712±0.012 →          0.712±0.012 ↓    -0.306±0.017 ▼
+RR                    0.712±0.012            0.712±0.012      -0.306±0.017 ▼
+Success@10            0.712±0.012            0.712±0.012      -0.306±0.017 ▼
+RBP(p=0.8)            0.712±0.012            0.712±0.012      -0.306±0.017 ▼
+impressions               123,456                123,457
+arrow: nDCG@10 against the window before · ▲▼: beyond the difference's 95% bound
 """
 
 
@@ -216,7 +223,50 @@ def test_table_fits_80_columns_with_the_measure_names_as_titles() -> None:
     # the health figures are all there, wrapped rather than cut
     assert "123,456 events/s" in text and "watermark lag 2h00m" in text
     assert "unknown item 1,000,000" in text
-    header = lines[1].split()
-    assert header[1:5] == list(SHOWN) == ["nDCG@10", "RR", "Success@10", "RBP(p=0.8)"]
+    # the measure names title the rows, in the demo's order
+    assert [line.split()[0] for line in lines[2:6]] == list(SHOWN)
+    assert list(SHOWN) == ["nDCG@10", "RR", "Success@10", "RBP(p=0.8)"]
     plain = render_table(_wide_snapshot(), color=False, unicode=False)
     assert max(len(line) for line in plain.splitlines()) <= 80
+
+
+def test_versus_control_is_the_difference_of_the_arms_merged_over_models_and_surfaces() -> None:
+    agg = _aggregates()
+    control = [0.9, 0.7, 0.8, 0.6]
+    treatment = [0.5, 0.4, 0.3]
+    _observe(agg, {"model": "m1", "arm": "control", "surface": "web"}, [6 * MIN] * 2, control[:2])
+    _observe(agg, {"model": "m1", "arm": "control", "surface": "app"}, [7 * MIN] * 2, control[2:])
+    _observe(agg, {"model": "m2", "arm": "treatment", "surface": "web"}, [8 * MIN] * 3, treatment)
+    arms = summarize(agg, (5 * MIN, 10 * MIN), None, group_by=("arm",))
+    (versus,) = versus_control(arms, "control", ["treatment"])
+    assert versus.title == "treatment−control"
+    diff = versus.difference["nDCG@10"]
+    assert diff.mean == pytest.approx(np.mean(treatment) - np.mean(control))
+    halves = [Z95 * np.std(x, ddof=1) / math.sqrt(len(x)) for x in (treatment, control)]
+    assert diff.half == pytest.approx(math.hypot(*halves))
+    assert versus.difference["RR"] == Estimate(0.0, 0.0)  # RR is 1 in both arms
+
+
+def test_the_treatment_control_column_is_there_from_the_first_frame() -> None:
+    """Before any window closes the column is titled, with a dash per measure; a treatment
+    arm without traffic gets its column too."""
+    (empty,) = versus_control([], "control", ["treatment"])
+    assert empty.difference == {}
+    h = Health(0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
+    snap = Snapshot(1_767_225_900_000, None, [], h, [], [], [empty])
+    lines = render_table(snap, color=False).splitlines()
+    assert lines[1].split() == ["measure", "treatment−control"]
+    assert [line.split() for line in lines[2:6]] == [[name, "-"] for name in SHOWN]
+    plain = render_lines(snap, 1.0)
+    assert "treatment−control nDCG@10=- RR=-" in plain
+
+
+def test_a_difference_inside_its_bound_is_not_marked_and_plain_lines_carry_the_column() -> None:
+    inside = Versus("treatment", "control", {"nDCG@10": Estimate(0.01, 0.02)})
+    snap = Snapshot(0, None, [], Health(0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None), [], [], [inside])
+    row = render_table(snap, color=False).splitlines()[2]
+    assert row.endswith("0.010±0.020") and "▲" not in row
+    text = render_lines(_wide_snapshot(), 5.0)
+    assert "treatment−control nDCG@10=-0.306±0.017▼ RR=-0.306±0.017▼" in text
+    ascii_table = render_table(_wide_snapshot(), color=False, unicode=False)
+    assert "-0.306±0.017 v" in ascii_table and "▼" not in ascii_table and "↓" not in ascii_table

@@ -124,6 +124,9 @@ def test_spec_defaults_agree_with_evald_defaults() -> None:
     assert spec.segment_labels == tuple(EngineConfig().label_keys)
     assert (spec.control, spec.treatment) == tuple(arm for arm, _model in ARMS)
     assert spec.thresholds.ci_z == Z95  # the dashboard band equals evald's own ci95 half-width
+    # the family-wise rate the alert states is the one evald's sequences run at
+    assert spec.thresholds.family_alpha == EngineConfig().statistics.alpha
+    assert spec.thresholds.srm_alpha == EngineConfig().statistics.srm_alpha
     assert DaemonSettings().metrics_address.endswith(f":{spec.metrics_port}")
     demo_args = build_parser().parse_args(["demo"])
     assert demo_args.metrics_address.endswith(f":{spec.metrics_port}")

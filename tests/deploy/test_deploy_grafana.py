@@ -217,3 +217,24 @@ def test_firing_alerts_are_annotated_on_every_panel() -> None:
     alerts = load_yaml(DEPLOY / "prometheus/rules/evald-alerts.rules.yml")
     names = [r["alert"] for g in alerts["groups"] for r in g["rules"] if "alert" in r]
     assert names and all(re.fullmatch(match.group(1), name) for name in names)
+
+
+def test_the_comparison_panel_draws_the_latest_band_and_the_running_intersection() -> None:
+    """The alert reads the latest look's band; the intersection is drawn beside it, in its own
+    line style (docs/statistics.md, "What is exported")."""
+    (panel,) = [
+        p for p in panels() if any("evald_comparison_upper" in t["expr"] for t in p["targets"])
+    ]
+    exprs = [t["expr"].split("{")[0] for t in panel["targets"]]
+    assert {
+        "evald_comparison_lower",
+        "evald_comparison_upper",
+        "evald_comparison_intersection_lower",
+        "evald_comparison_intersection_upper",
+    } <= set(exprs)
+    styled = {o["matcher"]["options"] for o in panel["fieldConfig"]["overrides"]}
+    for target in panel["targets"]:
+        if "intersection" in target["expr"]:
+            assert target["legendFormat"].endswith(("intersection lower", "intersection upper"))
+    assert "/ intersection (lower|upper)$/" in styled
+    assert "running intersection" in panel["description"]

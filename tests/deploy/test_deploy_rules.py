@@ -16,7 +16,7 @@ from deploy.generator.spec import Spec, Thresholds
 from deploy.generator.yamlout import dump
 
 RULE_FILES = [DEPLOY / render.RECORDING_RULES, DEPLOY / render.ALERT_RULES]
-TEST_FILES = [DEPLOY / render.QUALITY_TESTS, DEPLOY / render.PIPELINE_TESTS]
+TEST_FILES = [DEPLOY / render.ALERT_TESTS]
 
 pytestmark = pytest.mark.prometheus
 
@@ -44,19 +44,56 @@ def test_promtool_rule_unit_tests_pass(promtool: str, test_file: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_every_alert_has_a_firing_and_silent_scenarios() -> None:
-    alerts = {r["alert"] for g in load_yaml(RULE_FILES[1])["groups"] for r in g["rules"]}
-    fired: dict[str, int] = {}
-    silent: dict[str, int] = {}
+#: alerts whose input does not depend on traffic (the scrape's ``up``, ``evald_ready``): a
+#: real fault fires and a short blip ("noise") stays silent; low traffic and a traffic change
+#: give them no different input
+TRAFFIC_FREE = {"EvaldDown", "EvaldAbsent", "EvaldNotReady"}
+#: a scenario's name starts with what it shows: the alert fires on a real fault, or stays
+#: silent on noise, at low traffic, and when the traffic changes with nothing wrong
+KINDS = ("fault", "noise", "low traffic", "traffic change")
+
+
+def scenario_checks() -> dict[str, dict[str, set[str]]]:
+    """alert -> {"fires" | "silent": the kinds of scenario checking it so}."""
+    out: dict[str, dict[str, set[str]]] = {}
     for path in TEST_FILES:
         for case in load_yaml(path)["tests"]:
+            kind, _, _ = case["name"].partition(": ")
+            assert kind in KINDS, f"scenario {case['name']!r} does not start with one of {KINDS}"
             for check in case["alert_rule_test"]:
-                target = fired if check.get("exp_alerts") else silent
-                target[check["alertname"]] = target.get(check["alertname"], 0) + 1
-    assert set(fired) == alerts
-    assert set(silent) == alerts
-    # besides its pending phase, every alert is checked silent on noise and on low traffic
-    assert all(silent[a] >= 3 for a in alerts), silent
+                outcome = "fires" if check.get("exp_alerts") else "silent"
+                alert = out.setdefault(check["alertname"], {"fires": set(), "silent": set()})
+                alert[outcome].add(kind)
+    return out
+
+
+def test_every_alert_fires_on_a_fault_and_is_silent_on_noise_low_traffic_and_a_change() -> None:
+    alerts = {r["alert"] for g in load_yaml(RULE_FILES[1])["groups"] for r in g["rules"]}
+    checks = scenario_checks()
+    assert set(checks) == alerts
+    for alert in sorted(alerts):
+        assert checks[alert]["fires"] == {"fault"}, alert
+        wanted = {"noise"} if alert in TRAFFIC_FREE else {"noise", "low traffic", "traffic change"}
+        assert wanted <= checks[alert]["silent"], (alert, checks[alert]["silent"])
+
+
+def test_the_treatment_below_control_alert_states_its_family_wise_error_rate() -> None:
+    from deploy.generator import rules
+
+    for alpha, text in ((0.05, "rate 5% over"), (0.01, "rate 1% over"), (0.005, "rate 0.5% over")):
+        spec = replace(Spec(), thresholds=Thresholds(family_alpha=alpha))
+        (rule,) = [
+            r
+            for g in rules.alert_groups(spec)
+            for r in g["rules"]
+            if r["alert"] == "EvaldTreatmentBelowControl"
+        ]
+        assert text in rule["annotations"]["description"]
+    committed = {r["alert"]: r for g in load_yaml(RULE_FILES[1])["groups"] for r in g["rules"]}
+    description = committed["EvaldTreatmentBelowControl"]["annotations"]["description"]
+    assert "Family-wise error rate 5% over every treatment, alerting measure and segment" in (
+        " ".join(description.split())
+    )
 
 
 def _mutated_scenarios_fail(promtool: str, tmp_path: Path, spec: Spec) -> str:
@@ -66,9 +103,9 @@ def _mutated_scenarios_fail(promtool: str, tmp_path: Path, spec: Spec) -> str:
         target = tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(files[name])
-    tests = tmp_path / render.PIPELINE_TESTS
+    tests = tmp_path / render.ALERT_TESTS
     tests.parent.mkdir(parents=True, exist_ok=True)
-    tests.write_text((DEPLOY / render.PIPELINE_TESTS).read_text())
+    tests.write_text((DEPLOY / render.ALERT_TESTS).read_text())
     proc = _run([promtool, "test", "rules", str(tests)])
     assert proc.returncode != 0
     return proc.stdout + proc.stderr
