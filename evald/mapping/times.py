@@ -8,6 +8,7 @@ message naming the declared unit. Messages say what is wrong in words.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -150,3 +151,35 @@ def _kind(value: Any) -> str:
     if isinstance(value, str):
         return "text"
     return "a list" if isinstance(value, list) else "an object"
+
+
+def millis_reader(fmt: str) -> Callable[[Any], int | None]:
+    """:func:`to_millis` for ``fmt``, specialised once, for a fast path: the epoch ms, or None
+    wherever :func:`to_millis` raises (the caller then asks it for the words)."""
+    if fmt == "rfc3339":
+
+        def rfc3339(value: Any) -> int | None:
+            if type(value) is not str:
+                return None
+            ms = canonical_ms(value)
+            if ms is None:
+                try:
+                    return parse_timestamp(value)
+                except ValueError:
+                    return None
+            return ms
+
+        return rfc3339
+    multiplier, divisor = _SCALE[fmt]
+
+    def epoch(value: Any) -> int | None:
+        kind = type(value)
+        if kind is int:  # integer arithmetic: exact for any size
+            ms = value * multiplier // divisor
+        elif kind is float and math.isfinite(value):
+            ms = math.floor(value * multiplier / divisor)
+        else:
+            return None
+        return ms if 0 <= ms <= MAX_TS_MS else None
+
+    return epoch
