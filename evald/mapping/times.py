@@ -113,7 +113,7 @@ def to_millis(value: Any, fmt: str) -> int:
     if type(value) is int:
         ms = value * multiplier // divisor
     elif type(value) is float and math.isfinite(value):
-        ms = math.floor(value * multiplier / divisor)
+        ms = _floor_ms(value * multiplier / divisor)
     else:
         raise TimeValueError(f"expected a number of {UNIT_WORDS[fmt]}, got {_kind(value)}")
     if not 0 <= ms <= MAX_TS_MS:
@@ -123,6 +123,12 @@ def to_millis(value: Any, fmt: str) -> int:
             implausible=True,
         )
     return ms
+
+
+def _floor_ms(scaled: float) -> int:
+    """``floor(scaled)``; -1 (out of range) where a finite number scaled past the float range
+    (1e306 seconds is infinite milliseconds), which ``math.floor`` cannot convert."""
+    return math.floor(scaled) if math.isfinite(scaled) else -1
 
 
 def _rfc3339_words(value: str, reason: str) -> str:
@@ -177,7 +183,7 @@ def millis_reader(fmt: str) -> Callable[[Any], int | None]:
         if kind is int:  # integer arithmetic: exact for any size
             ms = value * multiplier // divisor
         elif kind is float and math.isfinite(value):
-            ms = math.floor(value * multiplier / divisor)
+            ms = _floor_ms(value * multiplier / divisor)
         else:
             return None
         return ms if 0 <= ms <= MAX_TS_MS else None
