@@ -24,11 +24,11 @@ from pydantic_core import from_json
 
 from evald.decode import Skipped
 from evald.events import Limits, limited_models
-from evald.mapping.keys import maybe_repeated
+from evald.mapping.keys import count_keys, repeated_after_count
 from evald.mapping.labels import flatten, label_text
 from evald.mapping.pointer import MISSING, parse_pointer, resolve
 from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec, TimeSpec
-from evald.mapping.times import canonical_ms, millis_reader
+from evald.mapping.times import MILLIS, SECONDS, millis_reader
 
 #: (raw, kind, reference, record_time) -> the event, a Skipped, or None (the exact path decides)
 FastPath = Callable[[bytes, str | None, int | None, int | None], Any]
@@ -115,8 +115,12 @@ def _time(w: _Writer, spec: TimeSpec) -> None:
     else:
         assert spec.path is not None and spec.format is not None  # TimeSpec checked both
         _optional(w, "t", spec.path)
-        if spec.format == "rfc3339":  # the common spelling first, then the general reader
-            w("ts = _canonical_ms(t) if type(t) is str else None")
+        if spec.format == "rfc3339":  # canonical_ms's common case inline, then the reader
+            w("ts = None")
+            w("if type(t) is str and len(t) == 24 and t[19] == '.' and t[23] in 'Zz':")
+            w("    second, millis = _SECONDS.get(t[:19]), _MILLIS.get(t[20:23])")
+            w("    if second is not None and millis is not None:")
+            w("        ts = second + millis")
             w("if ts is None:")
             w(f"    ts = {w.bind('millis', millis_reader(spec.format))}(t)")
         else:
@@ -159,9 +163,14 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
             w("if v is not _MISSING and v is not None:")
             w.depth += 1
             prefix = f"{label.name}_" if label.name else ""
-            w("if type(v) is dict:")
-            w(f"    if _flatten(labels, v, {prefix!r}) is not None:")
-            w("        return None")
+            w("if type(v) is dict:")  # flat text values inline, anything else by _flatten
+            w("    for key, value in v.items():")
+            w("        if type(value) is not str:")
+            w(f"            if _flatten(labels, v, {prefix!r}) is not None:")
+            w("                return None")
+            w("            break")
+            key = f"{prefix!r} + key" if prefix else "key"
+            w(f"        labels[{key}] = value")
             if label.name is None:
                 w("else:")
                 w("    return None")  # a single value needs a name: the exact path says so
@@ -244,10 +253,12 @@ def _generate(
     w = _Writer()
     w.names.update(
         _from_json=from_json,
-        _maybe_repeated=maybe_repeated,
+        _count_keys=count_keys,
+        _repeated_after_count=repeated_after_count,
         _MISSING=MISSING,
         _resolve=resolve,
-        _canonical_ms=canonical_ms,
+        _SECONDS=SECONDS,
+        _MILLIS=MILLIS,
         _flatten=flatten,
         _label_text=label_text,
         _Skipped=Skipped,
@@ -265,7 +276,14 @@ def _generate(
     w.depth = 2
     w("# the exact path's parser and options; a leading BOM fails here and goes there")
     w("d = _from_json(raw, allow_inf_nan=False, cache_strings='keys')")
-    w("if type(d) is not dict or _maybe_repeated(raw, d):")
+    w("if type(d) is not dict:")
+    w("    return None")
+    w("# a repeated key? the common case (no arrays of containers, compact) decided inline")
+    w("arrays = []")
+    w("kept = _count_keys(d, arrays)")
+    w("if (arrays or raw.count(b'\":') != kept or len(raw.split()) != 1) and (")
+    w("    _repeated_after_count(raw, kept, arrays)")
+    w("):")
     w("    return None")
     w("if kind is None:")
     w.depth = 3

@@ -32,7 +32,13 @@ def maybe_repeated(raw: bytes, document: Any) -> bool:
     """False when ``raw``, parsed as ``document``, surely repeats no key; True: it may, ask
     the exact check."""
     arrays: list[list[Any]] = []
-    kept = count_keys(document, arrays)
+    return repeated_after_count(raw, count_keys(document, arrays), arrays)
+
+
+def repeated_after_count(raw: bytes, kept: int, arrays: list[list[Any]]) -> bool:
+    """:func:`maybe_repeated` once :func:`count_keys` has counted ``kept`` keys and gathered
+    ``arrays`` (a caller may first try the common case inline: no arrays, ``kept`` equal to
+    the raw count, no whitespace; then no key repeats)."""
     if arrays:
         try:
             kept += _encode(arrays).count(b'":')

@@ -43,11 +43,12 @@ class TimeValueError(ValueError):
         self.implausible = implausible
 
 
-#: epoch ms of each ``YYYY-MM-DDTHH:MM:SS`` second seen lately (events of a stream share them)
-_SECONDS: dict[str, int] = {}
+#: epoch ms of each ``YYYY-MM-DDTHH:MM:SS`` second seen lately (events of a stream share them);
+#: read, never written, by the mapping fast path, which inlines :func:`canonical_ms`' lookups
+SECONDS: dict[str, int] = {}
 _MAX_SECONDS = 4096
 #: the three digits of a millisecond fraction -> their value (ASCII digits only)
-_MILLIS: dict[str, int] = {f"{n:03d}": n for n in range(1000)}
+MILLIS: dict[str, int] = {f"{n:03d}": n for n in range(1000)}
 
 
 def canonical_ms(text: str) -> int | None:
@@ -58,7 +59,7 @@ def canonical_ms(text: str) -> int | None:
     if size == 24:
         if text[19] != ".":
             return None
-        millis = _MILLIS.get(text[20:23])
+        millis = MILLIS.get(text[20:23])
         if millis is None:
             return None
     elif size == 20:
@@ -68,7 +69,7 @@ def canonical_ms(text: str) -> int | None:
     if text[-1] not in "Zz":
         return None
     prefix = text[:19]
-    second = _SECONDS.get(prefix)
+    second = SECONDS.get(prefix)
     if second is None:
         second = _second_of(prefix)
         if second is None:
@@ -87,9 +88,9 @@ def _second_of(prefix: str) -> int | None:
         second = parse_timestamp(prefix + "Z")
     except ValueError:
         return None
-    if len(_SECONDS) >= _MAX_SECONDS:
-        _SECONDS.clear()
-    _SECONDS[prefix] = second
+    if len(SECONDS) >= _MAX_SECONDS:
+        SECONDS.clear()
+    SECONDS[prefix] = second
     return second
 
 
