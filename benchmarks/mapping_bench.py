@@ -28,7 +28,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks import _common as c
-from benchmarks.engine_bench import BATCH, GAP_MS, FixedClock, engine_run, load_engine, ubi_lines
+from benchmarks.engine_bench import BATCH, GAP_MS, FixedClock, engine_run, load_engine
+from evald.events import format_timestamp
 
 #: the custom schema of docs/mapping.md with the engine traffic's labels (model, arm, surface)
 NESTED_MAPPING: dict[str, Any] = {
@@ -50,6 +51,34 @@ NESTED_MAPPING: dict[str, Any] = {
 
 #: the traffic sizes: --quick, and the default (noise at the quick size is several percent)
 QUICK_IMPRESSIONS, IMPRESSIONS = 20_000, 60_000
+
+
+def ubi_lines(lines: Sequence[bytes]) -> list[bytes]:
+    """The same traffic as OpenSearch UBI query and event records (docs/mapping.md), for the
+    ``--mapping ubi`` path: nested fields, RFC 3339 times, the kind told by ``action_name``."""
+    out = []
+    for line in lines:
+        event = json.loads(line)
+        when = format_timestamp(event["ts"])
+        if "items" in event:
+            record: dict[str, Any] = {
+                "query_id": event["request_id"],
+                "timestamp": when,
+                "query_response_hit_ids": event["items"],
+                "query_attributes": event.get("labels", {}),
+            }
+        else:
+            attributes: dict[str, Any] = {"object": {"object_id": event["item"]}}
+            if "position" in event:
+                attributes["position"] = {"ordinal": event["position"]}
+            record = {
+                "action_name": event["action"],
+                "query_id": event["request_id"],
+                "timestamp": when,
+                "event_attributes": attributes,
+            }
+        out.append(json.dumps(record, separators=(",", ":")).encode())
+    return out
 
 
 def nested_lines(lines: Sequence[bytes]) -> list[bytes]:
@@ -189,6 +218,20 @@ def report(cpu: dict[str, list[float]], events: int, limit: float = 1.5) -> dict
     return ratios
 
 
+def compare_paths(
+    traffic: c.Traffic, engine_cls: Any, config: Any, *, rounds: int, expected: int
+) -> dict[str, float]:
+    """The engine benchmark's mapping lines: the engine paths only, interleaved ``rounds``
+    times; ``expected``: the impressions the native run finalized (each path must match)."""
+    runs = cases(traffic, engine_cls, config, decoders=False)
+    cpu = interleaved(runs, rounds)
+    results, _ = runs["native"]()
+    if results != expected:
+        raise SystemExit(f"the native path finalized {results:,}, not {expected:,}")
+    c.line(f"mapping vs native: {rounds} interleaved rounds, CPU", f"load average {load()}")
+    return report(cpu, traffic.events)
+
+
 def profile(lines: Sequence[bytes], make: Callable[[], Any], title: str) -> None:
     """cProfile the decoder alone over ``lines``; the top functions by own time."""
     run = decode_run(lines, make)
@@ -211,13 +254,13 @@ def load() -> str:
 
 def body(argv: Sequence[str] | None) -> None:
     def extra(parser: Any) -> None:
-        parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds")
+        parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
         parser.add_argument("--impressions", type=int, help="traffic size (impressions)")
         parser.add_argument("--profile", action="store_true", help="cProfile the decoders")
 
     args = c.parse_args(__doc__ or "", argv, extra)
     impressions = args.impressions or (QUICK_IMPRESSIONS if args.quick else IMPRESSIONS)
-    rounds = max(1, 3 if args.quick and args.rounds == 7 else args.rounds)
+    rounds = max(1, 3 if args.quick and args.rounds == 5 else args.rounds)
     engine_cls, config_cls, _imp, _fb = load_engine()
     config = config_cls()
     traffic = c.generate_traffic(impressions, seed=args.seed, gap_ms=GAP_MS)
