@@ -56,7 +56,8 @@ def fast_source(spec: MappingSpec, limits: Limits | None = None) -> str:
 class _Writer:
     """Lines of Python at an indentation, and the objects they name."""
 
-    def __init__(self) -> None:
+    def __init__(self, min_ts: int, max_lead: int | None) -> None:
+        self.min_ts, self.max_lead = int(min_ts), None if max_lead is None else int(max_lead)
         self.lines: list[str] = []
         self.names: dict[str, Any] = {}
         self.depth = 0
@@ -127,9 +128,11 @@ def _time(w: _Writer, spec: TimeSpec) -> None:
             w(f"ts = {w.bind('millis', millis_reader(spec.format))}(t)")
         w("if ts is None:")
         w("    return None")
-    w("if ts < _min_ts or (")
-    w("    _lead is not None and reference is not None and ts > reference + _lead")
-    w("):")
+    # the plausibility bounds are constants of the function
+    if w.max_lead is None:
+        w(f"if ts < {w.min_ts!r}:")
+    else:
+        w(f"if ts < {w.min_ts!r} or (reference is not None and ts > reference + {w.max_lead!r}):")
     w("    return None")
 
 
@@ -250,7 +253,7 @@ def _generate(
     spec: MappingSpec, limits: Limits, min_ts: int, max_lead: int | None
 ) -> tuple[str, dict[str, Any]]:
     impression_model, feedback_model = limited_models(limits)
-    w = _Writer()
+    w = _Writer(min_ts, max_lead)
     w.names.update(
         _from_json=from_json,
         _count_keys=count_keys,
@@ -265,8 +268,6 @@ def _generate(
         _validate_impression=impression_model.__pydantic_validator__.validate_python,
         _validate_feedback=feedback_model.__pydantic_validator__.validate_python,
         _max_bytes=limits.max_event_bytes,
-        _min_ts=min_ts,
-        _lead=max_lead,
     )
     w("def fast(raw, kind, reference, record_time):")
     w.depth = 1
