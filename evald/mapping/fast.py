@@ -27,7 +27,7 @@ from evald.events import Limits, limited_models
 from evald.mapping.keys import count_keys, repeated_after_count
 from evald.mapping.labels import flatten, label_text
 from evald.mapping.pointer import MISSING, parse_pointer, resolve
-from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec, TimeSpec
+from evald.mapping.spec import FeedbackSpec, ImpressionSpec, LabelSpec, MappingSpec, TimeSpec
 from evald.mapping.times import MILLIS, SECONDS, millis_reader
 
 #: (raw, kind, reference, record_time) -> the event, a Skipped, or None (the exact path decides)
@@ -160,31 +160,7 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
             w("items = ids")
     w("f = {'request_id': rid, 'ts': ts, 'items': items}")
     if spec.labels:
-        w("labels = {}")
-        for label in spec.labels:
-            _optional(w, "v", label.path)
-            w("if v is not _MISSING and v is not None:")
-            w.depth += 1
-            prefix = f"{label.name}_" if label.name else ""
-            w("if type(v) is dict:")  # flat text values inline, anything else by _flatten
-            w("    for key, value in v.items():")
-            w("        if type(value) is not str:")
-            w(f"            if _flatten(labels, v, {prefix!r}) is not None:")
-            w("                return None")
-            w("            break")
-            key = f"{prefix!r} + key" if prefix else "key"
-            w(f"        labels[{key}] = value")
-            if label.name is None:
-                w("else:")
-                w("    return None")  # a single value needs a name: the exact path says so
-            else:
-                w("else:")
-                w("    text = _label_text(v)")
-                w("    if text is None:")
-                w("        return None")
-                w(f"    labels[{label.name!r}] = text")
-            w.depth -= 1
-        w("f['labels'] = labels")
+        _labels(w, spec.labels)
     for index, path in enumerate(spec.user_id):  # the first present and not null
         if index:
             w("if v is _MISSING or v is None:")
@@ -200,6 +176,35 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
         w("if v is not _MISSING and v is not None:")
         w("    f['query'] = v")
     w("return _validate_impression(f)")
+
+
+def _labels(w: _Writer, labels: list[LabelSpec]) -> None:
+    """``f['labels']`` from each label source, as the exact path's ``_add_labels``."""
+    w("labels = {}")
+    for label in labels:
+        _optional(w, "v", label.path)
+        w("if v is not _MISSING and v is not None:")
+        w.depth += 1
+        prefix = f"{label.name}_" if label.name else ""
+        w("if type(v) is dict:")  # flat text values inline, anything else by _flatten
+        w("    for key, value in v.items():")
+        w("        if type(value) is not str:")
+        w(f"            if _flatten(labels, v, {prefix!r}) is not None:")
+        w("                return None")
+        w("            break")
+        key = f"{prefix!r} + key" if prefix else "key"
+        w(f"        labels[{key}] = value")
+        if label.name is None:
+            w("else:")
+            w("    return None")  # a single value needs a name: the exact path says so
+        else:
+            w("else:")
+            w("    text = _label_text(v)")
+            w("    if text is None:")
+            w("        return None")
+            w(f"    labels[{label.name!r}] = text")
+        w.depth -= 1
+    w("f['labels'] = labels")
 
 
 def _feedback(w: _Writer, spec: FeedbackSpec) -> None:
