@@ -131,55 +131,6 @@ def decode_and_join(lines: Sequence[bytes], engine_cls: Any, config: Any) -> Cal
     return run
 
 
-def ubi_lines(lines: Sequence[bytes]) -> list[bytes]:
-    """The same traffic as OpenSearch UBI query and event records (docs/mapping.md), for the
-    ``--mapping ubi`` path: nested fields, RFC 3339 times, the kind told by ``action_name``."""
-    import json
-
-    from evald.events import format_timestamp
-
-    out = []
-    for line in lines:
-        event = json.loads(line)
-        when = format_timestamp(event["ts"])
-        if "items" in event:
-            record: dict[str, Any] = {
-                "query_id": event["request_id"],
-                "timestamp": when,
-                "query_response_hit_ids": event["items"],
-                "query_attributes": event.get("labels", {}),
-            }
-        else:
-            attributes: dict[str, Any] = {"object": {"object_id": event["item"]}}
-            if "position" in event:
-                attributes["position"] = {"ordinal": event["position"]}
-            record = {
-                "action_name": event["action"],
-                "query_id": event["request_id"],
-                "timestamp": when,
-                "event_attributes": attributes,
-            }
-        out.append(json.dumps(record, separators=(",", ":")).encode())
-    return out
-
-
-def with_mapping(engine_cls: Any, config: Any, name: str) -> Callable[..., Any]:
-    """``engine_cls`` taking a fresh decoder for mapping ``name`` on each construction."""
-    from evald.mapping import decoder_for
-
-    def make(*args: Any, **kwargs: Any) -> Any:
-        return engine_cls(*args, decoder=decoder_for(name, config), **kwargs)
-
-    return make
-
-
-def cpu_timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """CPU seconds of this process for one run of ``fn``, and its return value."""
-    t0 = time.process_time()
-    out = fn()
-    return time.process_time() - t0, out
-
-
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     """Best wall time of `repeat` runs, and the last run's return value."""
     best, last = float("inf"), None
@@ -300,35 +251,11 @@ def body(argv: Sequence[str] | None) -> None:
         "evald absolute rate, one core", c.fmt_rate(rate), rate >= 150_000, ">= 150,000/s (aim)"
     )
 
-    # the input-mapping path (docs/mapping.md): the same events as UBI records, read by the
-    # ubi mapping; ratio of times against the native path (kind inferred) of this same run
-    # The two runs alternate and are timed in CPU seconds of this process (best of each): on a
-    # shared machine other jobs' load drifts during a run and would skew a wall-time ratio.
-    ubi = ubi_lines(traffic.lines)
-    native_run = engine_run(traffic.lines, None, engine_cls, config, batched=True)
-    mapped_engine = with_mapping(engine_cls, config, "ubi")
-    mapped_run = engine_run(ubi, None, mapped_engine, config, batched=True)
-    native_s = mapped_s = float("inf")
-    mapped_results = 0
-    for _ in range(repeat + 1):
-        native_s = min(native_s, cpu_timed(native_run)[0])
-        once, (mapped_results, _) = cpu_timed(mapped_run)
-        mapped_s = min(mapped_s, once)
-    c.line(
-        f"evald native: feed_batch per {BATCH} lines (CPU time, alternating with the next)",
-        f"{c.fmt_s(native_s)}  {c.fmt_rate(traffic.events / native_s)}",
-    )
-    c.line(
-        f"evald --mapping ubi: feed_batch per {BATCH} lines (CPU time; kind by action_name)",
-        f"{c.fmt_s(mapped_s)}  {c.fmt_rate(traffic.events / mapped_s)}",
-    )
-    c.line("check: impressions finalized via the mapping", f"{mapped_results:,}")
-    c.target(
-        "mapping path time / native path time",
-        f"{mapped_s / native_s:.2f}x",
-        mapped_s <= 1.5 * native_s and mapped_results == results,
-        "<= 1.5x",
-    )
+    # the input-mapping path (docs/mapping.md): the same events as UBI records and as a custom
+    # nested schema, against the native path, interleaved rounds in CPU time (mapping_bench)
+    from benchmarks.mapping_bench import compare_paths
+
+    compare_paths(traffic, engine_cls, config, rounds=2 * repeat + 1, expected=results)
 
     # where the time goes, by phase and without a profiler: each phase is timed cumulatively
     # (decode; decode + join; everything) and the differences are the phases' own costs

@@ -73,7 +73,7 @@ from evald.daemon.kafka_compat import (
     unpark_resumed,
 )
 from evald.daemon.rekey import RequestIdReader, Unkeyable, internal_topic, partition_for
-from evald.daemon.settings import Settings
+from evald.daemon.settings import REPARTITION_SUFFIX, Settings
 
 __all__ = [
     "RepartitionCollector",
@@ -302,8 +302,10 @@ class Repartitioner:
         client = cfg.kafka.client_config()
         self._admin = KafkaAdminClient(**client)
         self._prepare_topics(self._admin)
+        # the instance's own ids plus a suffix no instance id may end in (settings.py)
+        stage_id = cfg.daemon.instance_id + REPARTITION_SUFFIX
         self._producer = KafkaProducer(
-            transactional_id=f"evald-{cfg.daemon.group_id}-{cfg.daemon.instance_id}-repartition",
+            transactional_id=f"evald-{cfg.daemon.group_id}-{stage_id}",
             transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
             max_block_ms=cfg.kafka.request_timeout_ms,
             linger_ms=PRODUCER_LINGER_MS,
@@ -323,7 +325,7 @@ class Repartitioner:
             heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
             max_poll_interval_ms=cfg.kafka.max_poll_interval_ms,
             max_poll_records=cfg.daemon.max_poll_records,
-            group_instance_id=f"{cfg.daemon.instance_id}-repartition" if static else None,
+            group_instance_id=stage_id if static else None,
             allow_auto_create_topics=False,
             **client,
         )

@@ -172,6 +172,11 @@ class TopicSettings(_Strict):
         return self
 
 
+#: the repartition stage's transactional id and static member id are the instance's plus this
+#: (docs/daemon.md); an instance id ending in it would share the stage's ids of another instance
+REPARTITION_SUFFIX = "-repartition"
+
+
 class DaemonSettings(_Strict):
     """The consumer loop: group membership, commit cadence, backpressure, shutdown, retries."""
 
@@ -205,6 +210,19 @@ class DaemonSettings(_Strict):
         description="TLS and basic auth for the metrics endpoint, in the Prometheus exporter "
         "web config format (docs/security.md)",
     )
+
+    @field_validator("instance_id")
+    @classmethod
+    def _not_a_stage_id(cls, value: str) -> str:
+        """Instance ``a``'s repartition stage is ``a-repartition``: an instance so named would
+        share its transactional id, and the two would fence each other's transactions."""
+        if value.endswith(REPARTITION_SUFFIX):
+            owner = value.removesuffix(REPARTITION_SUFFIX)
+            raise ValueError(
+                f"{value!r} must not end in {REPARTITION_SUFFIX!r}: that is the transactional id "
+                f"of instance {owner!r}'s repartition stage (pick another instance_id)"
+            )
+        return value
 
     @field_validator("windows_file")
     @classmethod

@@ -10,9 +10,6 @@ not an error, most trackers send many actions that do not judge an item.
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import methodcaller
@@ -30,7 +27,10 @@ from evald.decode import (
     reason_of,
 )
 from evald.events import Feedback, Impression, Limits, limited_models
-from evald.mapping.pointer import MISSING, format_pointer, parse_pointer, resolve
+from evald.mapping.fast import compile_fast
+from evald.mapping.keys import maybe_repeated
+from evald.mapping.labels import flatten, label_text, not_a_label
+from evald.mapping.pointer import MISSING, format_pointer, getter, parse_pointer
 from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec, TimeSpec
 from evald.mapping.times import UNIT_WORDS, TimeValueError, canonical_ms, to_millis
 
@@ -41,10 +41,6 @@ class _Unreadable(Exception):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason, self.detail = reason, detail
-
-
-#: a colon after JSON whitespace: a key may be written ``"key" :`` (then not counted by '":')
-_SPACED_COLON = re.compile(rb'"[ \t\n\r]+:')
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,58 +56,11 @@ class _Path:
     @classmethod
     def of(cls, text: str) -> _Path:
         tokens = parse_pointer(text)
-        get = _getter(tokens)
+        get = getter(tokens)
         if len(tokens) == 1 and not tokens[0].isdigit():
             # one key of an object: dict.get itself, called from C (no Python frame per read)
             return cls(tokens, text, get, methodcaller("get", tokens[0], MISSING))
         return cls(tokens, text, get, get)
-
-
-def _getter(tokens: tuple[str, ...]) -> Callable[[Any], Any]:
-    """:func:`resolve` for ``tokens``, specialised: a pointer of object keys only (no token
-    that could index an array) is plain subscripting, where a wrong type or an absent key is
-    MISSING."""
-    if not tokens or any(token.isdigit() for token in tokens):
-        return lambda document: resolve(document, tokens)
-
-    def get(document: Any) -> Any:
-        value = document
-        try:
-            for token in tokens:
-                value = value[token]
-        except (KeyError, TypeError, IndexError):
-            return MISSING
-        # subscripting a string by a string raised TypeError above; only JSON types reach here
-        return value
-
-    if len(tokens) == 1:
-        (only,) = tokens
-
-        def get_one(document: Any) -> Any:
-            return document.get(only, MISSING) if type(document) is dict else MISSING
-
-        return get_one
-    if len(tokens) == 2:  # the loop above, unrolled for the common depths
-        first, second = tokens
-
-        def get_two(document: Any) -> Any:
-            try:
-                return document[first][second]
-            except (KeyError, TypeError, IndexError):
-                return MISSING
-
-        return get_two
-    if len(tokens) == 3:
-        first, second, third = tokens
-
-        def get_three(document: Any) -> Any:
-            try:
-                return document[first][second][third]
-            except (KeyError, TypeError, IndexError):
-                return MISSING
-
-        return get_three
-    return get
 
 
 def _opt(text: str | None) -> _Path | None:
@@ -199,6 +148,7 @@ class MappingDecoder:
             self._kind_values = {kind.impression: "impression", kind.feedback: "feedback"}
         self._kind_present = _opt(kind.present) if kind else None
         self._kind_means = kind.means if kind else None
+        self._fast = compile_fast(spec, limits, min_ts=min_ts, max_lead=max_lead)
 
     # ------------------------------------------------------------------ the seam
 
@@ -209,7 +159,32 @@ class MappingDecoder:
         reference: int | None = None,
         record_time: int | None = None,
     ) -> Impression | Feedback | Rejection | Skipped:
-        """One record (see :class:`evald.decode.EventDecoder`)."""
+        """One record (see :class:`evald.decode.EventDecoder`): the fast path, and where it
+        is not sure, the exact one."""
+        event = self._fast(raw, kind, reference, record_time)
+        if event is None:
+            return self.decode_exact(raw, kind, reference, record_time)
+        return event  # type: ignore[no-any-return]
+
+    def decode_fast(
+        self,
+        raw: bytes,
+        kind: str | None = None,
+        reference: int | None = None,
+        record_time: int | None = None,
+    ) -> Impression | Feedback | Skipped | None:
+        """The fast path alone (evald.mapping.fast): what ``decode_exact`` returns, or None."""
+        return self._fast(raw, kind, reference, record_time)  # type: ignore[no-any-return]
+
+    def decode_exact(
+        self,
+        raw: bytes,
+        kind: str | None = None,
+        reference: int | None = None,
+        record_time: int | None = None,
+    ) -> Impression | Feedback | Rejection | Skipped:
+        """The exact path: every check in order, each failure with its reason and the pointer
+        it is about."""
         if len(raw) > self._max_bytes:
             known = kind if kind in ("impression", "feedback") else "unknown"
             return Rejection("too_large", f"{len(raw)} bytes > limit {self._max_bytes}", raw, known)
@@ -227,13 +202,7 @@ class MappingDecoder:
         if type(document) is not dict:
             known = kind if kind in ("impression", "feedback") else "unknown"
             return Rejection("not_an_object", "a record is a JSON object", raw, known)
-        # each written key is followed by '":'; fewer keys kept than written means a key may
-        # repeat (or a string holds '":'): then the exact, slow check decides
-        if text.count(b'":') != _count_keys(document) or (
-            # a key written '"key" :' escaped the count; compact JSON has no whitespace at all
-            # (split() is one pass in C, cheaper than a search per whitespace byte)
-            len(text.split()) != 1 and _SPACED_COLON.search(text)
-        ):
+        if maybe_repeated(text, document):
             repeated = duplicate_key(text)
             if repeated is not None:
                 detail = f"key {repeated!r} appears twice in one object"
@@ -268,7 +237,7 @@ class MappingDecoder:
     ) -> Iterator[tuple[int, Impression | Feedback]]:
         """``decode`` over a batch: yields (position, event), appends (position, rejection)
         and (position, skip)."""
-        decode = self.decode
+        fast, exact = self._fast, self.decode_exact
         single_kind = kinds is None or isinstance(kinds, str)
         single_reference = references is None or isinstance(references, int)
         record_time = None
@@ -277,7 +246,9 @@ class MappingDecoder:
             ref = references if single_reference else references[position]  # type: ignore[index]
             if record_times is not None:
                 record_time = record_times[position]
-            event = decode(raw, kind, ref, record_time)  # type: ignore[arg-type]
+            event = fast(raw, kind, ref, record_time)
+            if event is None:
+                event = exact(raw, kind, ref, record_time)  # type: ignore[arg-type]
             cls = event.__class__
             if cls is Rejection:
                 rejections.append((position, event))  # type: ignore[arg-type]
@@ -332,10 +303,7 @@ class MappingDecoder:
             labels: dict[str, str] = {}
             for path, name in spec.labels:
                 value = path.top(document)
-                if type(value) is dict and name is None:
-                    _flatten(labels, value, "", path.text)
-                else:
-                    _add_labels(labels, value, path.text, name)
+                _add_labels(labels, value, path.text, name)
             fields["labels"] = labels
         for path in spec.user_id:
             value = path.top(document)
@@ -479,85 +447,17 @@ def _add_labels(labels: dict[str, str], value: Any, where: str, name: str | None
     if value is MISSING or value is None:
         return
     if type(value) is dict:
-        _flatten(labels, value, f"{name}_" if name else "", where)
+        bad = flatten(labels, value, f"{name}_" if name else "")
+        if bad is not None:
+            keys, item = bad  # the path is spelt only for the message
+            raise _Unreadable("wrong_type", f"{where}{format_pointer(keys)}: {not_a_label(item)}")
     elif name is None:
         raise _Unreadable("wrong_type", f"{where}: a single value needs a label name")
     else:
-        text = _label_text(value)
+        text = label_text(value)
         if text is None:
-            raise _Unreadable("wrong_type", f"{where}: {_not_a_label(value)}")
+            raise _Unreadable("wrong_type", f"{where}: {not_a_label(value)}")
         labels[name] = text
-
-
-def _flatten(labels: dict[str, str], value: dict[str, Any], prefix: str, where: str) -> None:
-    for key, item in value.items():
-        if type(item) is str:
-            labels[prefix + key] = item
-        elif type(item) is dict:
-            _flatten(labels, item, f"{prefix}{key}_", f"{where}/{_escape(key)}")
-        elif item is not None:
-            text = _label_text(item)
-            if text is None:  # the path is spelt only for the message
-                raise _Unreadable("wrong_type", f"{where}/{_escape(key)}: {_not_a_label(item)}")
-            labels[prefix + key] = text
-
-
-def _label_text(value: Any) -> str | None:
-    """A scalar as label text (JSON's spelling); None: not a label value."""
-    kind = type(value)
-    if kind is str:
-        return value
-    if kind is bool:
-        return "true" if value else "false"
-    if kind is int or (kind is float and math.isfinite(value)):
-        return json.dumps(value)
-    return None
-
-
-def _not_a_label(value: Any) -> str:
-    if type(value) is float:
-        return f"{value} is not a finite number"
-    return "a list cannot be a label value"
-
-
-def _escape(key: str) -> str:
-    return format_pointer((key,))[1:]
-
-
-def _count_keys(value: Any) -> int:
-    """Keys in the objects of parsed JSON ``value``; a list whose first element is not a
-    container is not walked (ids, mostly). An undercount can only send a record to the exact
-    duplicate check, never hide a repeated key: repeats make the kept count smaller, not larger.
-    Three levels of objects are walked inline: most records are no deeper.
-    """
-    count = 0
-    if type(value) is dict:
-        count = len(value)
-        for item in value.values():
-            kind = type(item)
-            if kind is dict:
-                count += len(item)
-                for inner in item.values():
-                    inner_kind = type(inner)
-                    if inner_kind is str:  # most values: ids, times, label values
-                        continue
-                    if inner_kind is dict:
-                        count += len(inner)
-                        for deep in inner.values():
-                            if type(deep) in _NESTED:
-                                count += _count_keys(deep)
-                    elif inner_kind is list and inner and type(inner[0]) in _NESTED:
-                        count += _count_keys(inner)
-            elif kind is list and item and type(item[0]) in _NESTED:
-                count += _count_keys(item)
-    else:
-        for item in value:
-            if type(item) is dict or type(item) is list:
-                count += _count_keys(item)
-    return count
-
-
-_NESTED = (dict, list)
 
 
 def _rejection(exc: ValidationError, where: dict[str, str], raw: bytes, kind: str) -> Rejection:

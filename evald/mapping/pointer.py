@@ -7,6 +7,9 @@ of array ``hits``. In a token ``~1`` stands for ``/`` and ``~0`` for ``~`` (so t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import reduce
+from operator import getitem, itemgetter
 from typing import Any
 
 #: what :func:`resolve` returns when the pointer leads nowhere (JSON ``null`` is ``None``)
@@ -57,3 +60,77 @@ def resolve(document: Any, tokens: tuple[str, ...]) -> Any:
 def format_pointer(tokens: tuple[str, ...]) -> str:
     """The pointer text of ``tokens`` (escaped again), for messages."""
     return "".join("/" + token.replace("~", "~0").replace("/", "~1") for token in tokens)
+
+
+def getter(tokens: tuple[str, ...]) -> Callable[[Any], Any]:
+    """:func:`resolve` for ``tokens``, specialised once: a pointer of object keys only (no
+    token that could index an array) is plain subscripting, where a wrong type or an absent
+    key is :data:`MISSING`."""
+    if not tokens or any(token.isdigit() for token in tokens):
+        return lambda document: resolve(document, tokens)
+    if len(tokens) == 1:
+        (only,) = tokens
+
+        def get_one(document: Any) -> Any:
+            return document.get(only, MISSING) if type(document) is dict else MISSING
+
+        return get_one
+    if len(tokens) == 2:  # the general loop below, unrolled for the common depths
+        first, second = tokens
+
+        def get_two(document: Any) -> Any:
+            try:
+                return document[first][second]
+            except (KeyError, TypeError, IndexError):
+                return MISSING
+
+        return get_two
+    if len(tokens) == 3:
+        first, second, third = tokens
+
+        def get_three(document: Any) -> Any:
+            try:
+                return document[first][second][third]
+            except (KeyError, TypeError, IndexError):
+                return MISSING
+
+        return get_three
+
+    def get(document: Any) -> Any:
+        value = document
+        try:
+            for token in tokens:
+                value = value[token]
+        except (KeyError, TypeError, IndexError):
+            return MISSING
+        # subscripting a string by a string raised TypeError above; only JSON types reach here
+        return value
+
+    return get
+
+
+def strict_getter(tokens: tuple[str, ...]) -> Callable[[Any], Any]:
+    """The value at ``tokens`` (parsed JSON), raising LookupError or TypeError where
+    :func:`resolve` says :data:`MISSING`: for a fast path that leaves every miss, and its
+    message, to a slower one. Object keys only are chained ``operator.itemgetter`` (no Python
+    frame per read for one key)."""
+    if not tokens:
+        return lambda document: document
+    if any(token.isdigit() for token in tokens):
+
+        def via_resolve(document: Any) -> Any:
+            value = resolve(document, tokens)
+            if value is MISSING:
+                raise LookupError(format_pointer(tokens))
+            return value
+
+        return via_resolve
+    if len(tokens) == 1:
+        return itemgetter(tokens[0])
+    if len(tokens) == 2:
+        first, second = tokens
+        return lambda document: document[first][second]
+    if len(tokens) == 3:
+        first, second, third = tokens
+        return lambda document: document[first][second][third]
+    return lambda document: reduce(getitem, tokens, document)

@@ -8,6 +8,7 @@ message naming the declared unit. Messages say what is wrong in words.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -42,11 +43,12 @@ class TimeValueError(ValueError):
         self.implausible = implausible
 
 
-#: epoch ms of each ``YYYY-MM-DDTHH:MM:SS`` second seen lately (events of a stream share them)
-_SECONDS: dict[str, int] = {}
+#: epoch ms of each ``YYYY-MM-DDTHH:MM:SS`` second seen lately (events of a stream share them);
+#: read, never written, by the mapping fast path, which inlines :func:`canonical_ms`' lookups
+SECONDS: dict[str, int] = {}
 _MAX_SECONDS = 4096
 #: the three digits of a millisecond fraction -> their value (ASCII digits only)
-_MILLIS: dict[str, int] = {f"{n:03d}": n for n in range(1000)}
+MILLIS: dict[str, int] = {f"{n:03d}": n for n in range(1000)}
 
 
 def canonical_ms(text: str) -> int | None:
@@ -57,7 +59,7 @@ def canonical_ms(text: str) -> int | None:
     if size == 24:
         if text[19] != ".":
             return None
-        millis = _MILLIS.get(text[20:23])
+        millis = MILLIS.get(text[20:23])
         if millis is None:
             return None
     elif size == 20:
@@ -67,7 +69,7 @@ def canonical_ms(text: str) -> int | None:
     if text[-1] not in "Zz":
         return None
     prefix = text[:19]
-    second = _SECONDS.get(prefix)
+    second = SECONDS.get(prefix)
     if second is None:
         second = _second_of(prefix)
         if second is None:
@@ -86,9 +88,9 @@ def _second_of(prefix: str) -> int | None:
         second = parse_timestamp(prefix + "Z")
     except ValueError:
         return None
-    if len(_SECONDS) >= _MAX_SECONDS:
-        _SECONDS.clear()
-    _SECONDS[prefix] = second
+    if len(SECONDS) >= _MAX_SECONDS:
+        SECONDS.clear()
+    SECONDS[prefix] = second
     return second
 
 
@@ -112,7 +114,7 @@ def to_millis(value: Any, fmt: str) -> int:
     if type(value) is int:
         ms = value * multiplier // divisor
     elif type(value) is float and math.isfinite(value):
-        ms = math.floor(value * multiplier / divisor)
+        ms = _floor_ms(value * multiplier / divisor)
     else:
         raise TimeValueError(f"expected a number of {UNIT_WORDS[fmt]}, got {_kind(value)}")
     if not 0 <= ms <= MAX_TS_MS:
@@ -122,6 +124,12 @@ def to_millis(value: Any, fmt: str) -> int:
             implausible=True,
         )
     return ms
+
+
+def _floor_ms(scaled: float) -> int:
+    """``floor(scaled)``; -1 (out of range) where a finite number scaled past the float range
+    (1e306 seconds is infinite milliseconds), which ``math.floor`` cannot convert."""
+    return math.floor(scaled) if math.isfinite(scaled) else -1
 
 
 def _rfc3339_words(value: str, reason: str) -> str:
@@ -150,3 +158,35 @@ def _kind(value: Any) -> str:
     if isinstance(value, str):
         return "text"
     return "a list" if isinstance(value, list) else "an object"
+
+
+def millis_reader(fmt: str) -> Callable[[Any], int | None]:
+    """:func:`to_millis` for ``fmt``, specialised once, for a fast path: the epoch ms, or None
+    wherever :func:`to_millis` raises (the caller then asks it for the words)."""
+    if fmt == "rfc3339":
+
+        def rfc3339(value: Any) -> int | None:
+            if type(value) is not str:
+                return None
+            ms = canonical_ms(value)
+            if ms is None:
+                try:
+                    return parse_timestamp(value)
+                except ValueError:
+                    return None
+            return ms
+
+        return rfc3339
+    multiplier, divisor = _SCALE[fmt]
+
+    def epoch(value: Any) -> int | None:
+        kind = type(value)
+        if kind is int:  # integer arithmetic: exact for any size
+            ms = value * multiplier // divisor
+        elif kind is float and math.isfinite(value):
+            ms = _floor_ms(value * multiplier / divisor)
+        else:
+            return None
+        return ms if 0 <= ms <= MAX_TS_MS else None
+
+    return epoch

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evald.events import format_timestamp, parse_timestamp
-from evald.mapping.times import TimeValueError, to_millis
+from evald.mapping.times import TimeValueError, millis_reader, to_millis
 
 MS = 1_714_564_800_250  # 2024-05-01T12:00:00.250Z
 
@@ -88,3 +88,33 @@ def test_what_the_fast_path_refuses_the_general_parser_judges(text: str) -> None
             to_millis(text, "rfc3339")
     else:
         assert to_millis(text, "rfc3339") == expected
+
+
+@pytest.mark.parametrize("value", [1e306, -1e306, 1.7e308])
+def test_a_finite_number_scaled_past_the_float_range_is_implausible_not_a_crash(
+    value: float,
+) -> None:
+    """1e306 seconds is infinite milliseconds: refused in words like any far time."""
+    with pytest.raises(TimeValueError, match="another unit") as caught:
+        to_millis(value, "epoch_s")
+    assert caught.value.implausible
+    assert millis_reader("epoch_s")(value) is None
+
+
+@settings(max_examples=600, derandomize=True)
+@given(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()
+    | st.text(max_size=30)
+    | st.builds(format_timestamp, st.integers(0, 253_402_300_799_999))
+    | st.lists(st.integers(), max_size=2),
+    st.sampled_from(["rfc3339", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns"]),
+)
+def test_the_fast_path_reader_agrees_with_to_millis(value: object, fmt: str) -> None:
+    try:
+        expected: int | None = to_millis(value, fmt)
+    except TimeValueError:
+        expected = None
+    assert millis_reader(fmt)(value) == expected

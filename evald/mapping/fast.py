@@ -1,0 +1,311 @@
+"""The mapping decoder's fast path: a well-formed record straight to its event.
+
+:func:`compile_fast` turns a mapping into one Python function, written for it and compiled once
+when the mapping is loaded: raw bytes -> the event, a :class:`Skipped`, or None, meaning "not
+this way": the exact path (``MappingDecoder.decode_exact``) then decides and words the reason.
+Each pointer is spelt in the function as plain subscripts (``d['a']['b']``), so a record costs
+one Python frame plus the parser and the model, not a call per field. A required field that is
+absent raises, caught once per record; the fast path never words an error and never raises on
+data. It builds the event with the same pydantic-core model as the exact path, and returns
+only what the exact path returns too (tests/mapping/test_fast.py checks it on random and
+malformed records).
+
+The generated source holds only pointer tokens as ``repr`` literals and names bound in its own
+namespace; :func:`fast_source` shows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any
+
+from pydantic_core import from_json
+
+from evald.decode import Skipped
+from evald.events import Limits, limited_models
+from evald.mapping.keys import count_keys, repeated_after_count
+from evald.mapping.labels import flatten, label_text
+from evald.mapping.pointer import MISSING, parse_pointer, resolve
+from evald.mapping.spec import FeedbackSpec, ImpressionSpec, LabelSpec, MappingSpec, TimeSpec
+from evald.mapping.times import MILLIS, SECONDS, millis_reader
+
+#: (raw, kind, reference, record_time) -> the event, a Skipped, or None (the exact path decides)
+FastPath = Callable[[bytes, str | None, int | None, int | None], Any]
+
+#: what a failed subscript raises: absent key, wrong container type, index out of range
+_MISS = "(KeyError, TypeError, IndexError)"
+
+
+def compile_fast(
+    spec: MappingSpec, limits: Limits, *, min_ts: int = 0, max_lead: int | None = None
+) -> FastPath:
+    """The fast path for ``spec`` under ``limits`` and the event-time bounds (those of the
+    ``MappingDecoder`` it serves)."""
+    source, names = _generate(spec, limits, min_ts, max_lead)
+    namespace: dict[str, Any] = dict(names)
+    exec(compile(source, "<mapping fast path>", "exec"), namespace)
+    return namespace["fast"]  # type: ignore[no-any-return]
+
+
+def fast_source(spec: MappingSpec, limits: Limits | None = None) -> str:
+    """The source :func:`compile_fast` writes for ``spec`` (for reading and debugging)."""
+    return _generate(spec, limits or Limits(), 0, None)[0]
+
+
+class _Writer:
+    """Lines of Python at an indentation, and the objects they name."""
+
+    def __init__(self, min_ts: int, max_lead: int | None) -> None:
+        self.min_ts, self.max_lead = int(min_ts), None if max_lead is None else int(max_lead)
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {}
+        self.depth = 0
+
+    def __call__(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def bind(self, stem: str, value: Any) -> str:
+        """A name for ``value`` in the function's namespace."""
+        name = f"_{stem}{len(self.names)}"
+        self.names[name] = value
+        return name
+
+
+def _subscripts(tokens: tuple[str, ...]) -> str:
+    return "".join(f"[{token!r}]" for token in tokens)
+
+
+def _digits(tokens: tuple[str, ...]) -> bool:
+    """A token that could index an array: read through :func:`resolve` (RFC 6901's rules)."""
+    return any(token.isdigit() for token in tokens)
+
+
+def _required(w: _Writer, target: str, pointer: str, source: str = "d") -> None:
+    """``target`` = the value at ``pointer``; absent or null: the exact path decides."""
+    tokens = parse_pointer(pointer)
+    if _digits(tokens):
+        w(f"{target} = _resolve({source}, {tokens!r})")
+        w(f"if {target} is _MISSING or {target} is None:")
+    else:
+        w(f"{target} = {source}{_subscripts(tokens)}")  # a miss raises
+        w(f"if {target} is None:")
+    w("    return None")
+
+
+def _optional(w: _Writer, target: str, pointer: str) -> None:
+    """``target`` = the value at ``pointer`` or ``_MISSING``."""
+    tokens = parse_pointer(pointer)
+    if _digits(tokens) or not tokens:
+        w(f"{target} = _resolve(d, {tokens!r})")
+    elif len(tokens) == 1:
+        w(f"{target} = d.get({tokens[0]!r}, _MISSING)")
+    else:
+        w("try:")
+        w(f"    {target} = d{_subscripts(tokens)}")
+        w(f"except {_MISS}:")
+        w(f"    {target} = _MISSING")
+
+
+def _time(w: _Writer, spec: TimeSpec) -> None:
+    """``ts`` = the plausible event time in ms; otherwise the exact path decides."""
+    if spec.source == "record":
+        w("ts = record_time")
+        w("if ts is None or ts < 0:")
+        w("    return None")
+    else:
+        assert spec.path is not None and spec.format is not None  # TimeSpec checked both
+        _optional(w, "t", spec.path)
+        if spec.format == "rfc3339":  # canonical_ms's common case inline, then the reader
+            w("ts = None")
+            w("if type(t) is str and len(t) == 24 and t[19] == '.' and t[23] in 'Zz':")
+            w("    second, millis = _SECONDS.get(t[:19]), _MILLIS.get(t[20:23])")
+            w("    if second is not None and millis is not None:")
+            w("        ts = second + millis")
+            w("if ts is None:")
+            w(f"    ts = {w.bind('millis', millis_reader(spec.format))}(t)")
+        else:
+            w(f"ts = {w.bind('millis', millis_reader(spec.format))}(t)")
+        w("if ts is None:")
+        w("    return None")
+    # the plausibility bounds are constants of the function
+    if w.max_lead is None:
+        w(f"if ts < {w.min_ts!r}:")
+    else:
+        w(f"if ts < {w.min_ts!r} or (reference is not None and ts > reference + {w.max_lead!r}):")
+    w("    return None")
+
+
+def _impression(w: _Writer, spec: ImpressionSpec) -> None:
+    _required(w, "rid", spec.request_id)
+    _time(w, spec.time)
+    items = spec.items
+    _required(w, "items", items if isinstance(items, str) else items.path)
+    if not isinstance(items, str) and items.id is not None:
+        tokens = parse_pointer(items.id)
+        w("if type(items) is not list:")
+        w("    return None")
+        if tokens and not _digits(tokens):  # one C map per token, no frame per entry
+            chain = "items"
+            for token in tokens:
+                chain = f"map({w.bind('key', itemgetter(token))}, {chain})"
+            w(f"items = list({chain})")  # an entry without the id raises
+        else:
+            w("ids = []")
+            w("for entry in items:")
+            w(f"    value = _resolve(entry, {tokens!r})")
+            w("    if value is _MISSING:")
+            w("        return None")
+            w("    ids.append(value)")
+            w("items = ids")
+    w("f = {'request_id': rid, 'ts': ts, 'items': items}")
+    if spec.labels:
+        _labels(w, spec.labels)
+    for index, path in enumerate(spec.user_id):  # the first present and not null
+        if index:
+            w("if v is _MISSING or v is None:")
+            w.depth += 1
+        _optional(w, "v", path)
+        if index:
+            w.depth -= 1
+    if spec.user_id:
+        w("if v is not _MISSING and v is not None:")
+        w("    f['user_id'] = v")
+    if spec.query is not None:
+        _optional(w, "v", spec.query)
+        w("if v is not _MISSING and v is not None:")
+        w("    f['query'] = v")
+    w("return _validate_impression(f)")
+
+
+def _labels(w: _Writer, labels: list[LabelSpec]) -> None:
+    """``f['labels']`` from each label source, as the exact path's ``_add_labels``."""
+    w("labels = {}")
+    for label in labels:
+        _optional(w, "v", label.path)
+        w("if v is not _MISSING and v is not None:")
+        w.depth += 1
+        prefix = f"{label.name}_" if label.name else ""
+        w("if type(v) is dict:")  # flat text values inline, anything else by _flatten
+        w("    for key, value in v.items():")
+        w("        if type(value) is not str:")
+        w(f"            if _flatten(labels, v, {prefix!r}) is not None:")
+        w("                return None")
+        w("            break")
+        key = f"{prefix!r} + key" if prefix else "key"
+        w(f"        labels[{key}] = value")
+        if label.name is None:
+            w("else:")
+            w("    return None")  # a single value needs a name: the exact path says so
+        else:
+            w("else:")
+            w("    text = _label_text(v)")
+            w("    if text is None:")
+            w("        return None")
+            w(f"    labels[{label.name!r}] = text")
+        w.depth -= 1
+    w("f['labels'] = labels")
+
+
+def _feedback(w: _Writer, spec: FeedbackSpec) -> None:
+    _required(w, "action", spec.action)
+    grades = w.bind("grades", dict(spec.actions))
+    if spec.grade is not None:
+        _optional(w, "grade", spec.grade)
+        w("if grade is _MISSING:")
+        w("    grade = None")
+        w("if grade is None:")
+        w.depth += 1
+    w("if type(action) is not str:")
+    w("    return None")
+    w(f"grade = {grades}.get(action)")
+    w("if grade is None:")
+    w("    return _Skipped(action)")
+    if spec.grade is not None:
+        w.depth -= 1
+    _required(w, "rid", spec.request_id)
+    _required(w, "item", spec.item)
+    _time(w, spec.time)
+    w("f = {'request_id': rid, 'ts': ts, 'item': item, 'action': action, 'grade': grade}")
+    for name, pointer in (("position", spec.position), ("event_id", spec.event_id)):
+        if pointer is not None:
+            _optional(w, "v", pointer)
+            w("if v is not _MISSING and v is not None:")
+            w(f"    f[{name!r}] = v")
+    w("return _validate_feedback(f)")
+
+
+def _sniff(w: _Writer, spec: MappingSpec) -> None:
+    """Sets ``kind`` for a record of unknown kind, as the exact path's sniff does."""
+    rule = spec.kind
+    if rule is not None and rule.field is not None:
+        _optional(w, "v", rule.field)
+        values = {rule.impression: "impression", rule.feedback: "feedback"}
+        w(f"kind = {w.bind('kinds', values)}.get(v) if type(v) is str else None")
+    elif rule is not None and rule.present is not None:
+        _optional(w, "v", rule.present)
+        other = "impression" if rule.means == "feedback" else "feedback"
+        w(f"kind = {other!r} if v is _MISSING or v is None else {rule.means!r}")
+    elif spec.impression is None:
+        w("kind = 'feedback'")
+    elif spec.feedback is None:
+        w("kind = 'impression'")
+    else:
+        w("return None")  # kinds told by topic only: the exact path says so
+
+
+def _generate(
+    spec: MappingSpec, limits: Limits, min_ts: int, max_lead: int | None
+) -> tuple[str, dict[str, Any]]:
+    impression_model, feedback_model = limited_models(limits)
+    w = _Writer(min_ts, max_lead)
+    w.names.update(
+        _from_json=from_json,
+        _count_keys=count_keys,
+        _repeated_after_count=repeated_after_count,
+        _MISSING=MISSING,
+        _resolve=resolve,
+        _SECONDS=SECONDS,
+        _MILLIS=MILLIS,
+        _flatten=flatten,
+        _label_text=label_text,
+        _Skipped=Skipped,
+        _validate_impression=impression_model.__pydantic_validator__.validate_python,
+        _validate_feedback=feedback_model.__pydantic_validator__.validate_python,
+        _max_bytes=limits.max_event_bytes,
+    )
+    w("def fast(raw, kind, reference, record_time):")
+    w.depth = 1
+    w("if len(raw) > _max_bytes:")
+    w("    return None")
+    w("try:")
+    w.depth = 2
+    w("# the exact path's parser and options; a leading BOM fails here and goes there")
+    w("d = _from_json(raw, allow_inf_nan=False, cache_strings='keys')")
+    w("if type(d) is not dict:")
+    w("    return None")
+    w("# a repeated key? the common case (no arrays of containers, compact) decided inline")
+    w("arrays = []")
+    w("kept = _count_keys(d, arrays)")
+    w("if (arrays or raw.count(b'\":') != kept or len(raw.split()) != 1) and (")
+    w("    _repeated_after_count(raw, kept, arrays)")
+    w("):")
+    w("    return None")
+    w("if kind is None:")
+    w.depth = 3
+    _sniff(w, spec)
+    w.depth = 2
+    for name, section, write in (
+        ("impression", spec.impression, _impression),
+        ("feedback", spec.feedback, _feedback),
+    ):
+        if section is not None:
+            w(f"if kind == {name!r}:")
+            w.depth = 3
+            write(w, section)  # type: ignore[operator]
+            w.depth = 2
+    w("return None  # an unknown kind, or no section for it: the exact path says so")
+    w.depth = 1
+    w(f"except {_MISS[:-1]}, ValueError):  # a miss, a wrong type, the model refusing")
+    w("    return None")
+    return "\n".join(w.lines) + "\n", w.names

@@ -1,0 +1,281 @@
+"""The fast path (evald.mapping.fast) returns what the exact path returns, or steps aside.
+
+Random records for several mappings, well formed and broken (fields missing, null, of any JSON
+type, keys repeated, spaced, escaped, a BOM, times out of bounds), each fed both ways: where the
+fast path gives an answer it is the exact path's, and ``decode`` always is. Well-formed compact
+records must take the fast path (else the speed it exists for is lost silently).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evald.events import Limits
+from evald.mapping import MappingDecoder, MappingSpec, load_spec
+from evald.mapping.fast import fast_source
+
+NOW = 1_714_564_800_000  # 2024-05-01T12:00:00Z
+HOUR = 3_600_000
+
+#: every feature of a mapping: a kind field, nested and escaped pointers, items as objects,
+#: named and unnamed labels, several user ids, an explicit grade, position and event id
+FULL: dict[str, Any] = {
+    "kind": {"field": "/type", "impression": "serve", "feedback": "act"},
+    "impression": {
+        "request_id": "/ctx/req",
+        "time": {"path": "/at", "format": "epoch_s"},
+        "items": {"path": "/hits", "id": "/doc/id"},
+        "labels": [{"path": "/exp"}, {"path": "/ctx/model", "name": "model"}],
+        "user_id": ["/ctx/user", "/client"],
+        "query": "/q",
+    },
+    "feedback": {
+        "request_id": "/ctx/req",
+        "time": {"path": "/at", "format": "epoch_s"},
+        "item": "/doc~1id",
+        "action": "/what",
+        "actions": {"click": 1, "buy": 3},
+        "grade": "/stars",
+        "position": "/rank",
+        "event_id": "/e/id",
+    },
+}
+
+#: array indexes in pointers, times from the Kafka record, ids as plain arrays, the kind told
+#: by presence
+INDEXED: dict[str, Any] = {
+    "kind": {"present": "/list", "means": "impression"},
+    "impression": {
+        "request_id": "/ids/0",
+        "time": {"source": "record"},
+        "items": "/list",
+        "labels": [{"path": "/arm", "name": "arm"}],
+    },
+    "feedback": {
+        "request_id": "/ids/0",
+        "time": {"path": "/t", "format": "epoch_ms"},
+        "item": "/hit/1",
+        "action": "/a",
+        "actions": {"click": 1},
+    },
+}
+
+SPECS = {"full": MappingSpec.model_validate(FULL), "indexed": MappingSpec.model_validate(INDEXED)}
+SPECS["ubi"] = load_spec("ubi")  # type: ignore[assignment]
+DECODERS = {
+    name: MappingDecoder(spec, Limits(max_items=5, max_labels=4, max_string_length=12),
+                         min_ts=NOW - 24 * HOUR, max_lead=HOUR)
+    for name, spec in SPECS.items()
+}  # fmt: skip
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**65), 2**65)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=14)
+)
+anything = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+ids = st.sampled_from(["a", "b", "r1", "x" * 13, "é"])
+seconds = st.sampled_from(
+    [NOW / 1000, NOW // 1000, NOW / 1000 + 0.25, (NOW - 30 * HOUR) // 1000, 1e306, -1.0, NOW]
+)
+rfc3339 = st.sampled_from(
+    ["2024-05-01T12:00:00.250Z", "2024-05-01T12:00:00Z", "2024-05-01t11:00:00z",
+     "2024-05-01T14:00:00+02:00", "2024-05-01T12:00:00", "2024-05-03T12:00:00Z", "soon", 5]
+)  # fmt: skip
+
+
+def maybe(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Mostly a good value; sometimes any JSON value; sometimes absent (``...``)."""
+    return st.one_of(good, good, good, anything, st.just(...))
+
+
+def sometimes(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Mostly a good value; sometimes any JSON value."""
+    return st.one_of(good, good, good, anything)
+
+
+def record(draw: st.DrawFn, fields: dict[str, st.SearchStrategy[Any]]) -> dict[str, Any]:
+    """A record of dotted paths -> drawn values (``...``: left out)."""
+    out: dict[str, Any] = {}
+    for path, strategy in fields.items():
+        value = draw(strategy)
+        if value is ...:
+            continue
+        *parents, last = path.split(".")
+        node = out
+        for part in parents:
+            nested = node.setdefault(part, {})
+            if not isinstance(nested, dict):
+                break
+            node = nested
+        else:
+            node[last] = value
+    return out
+
+
+@st.composite
+def full_records(draw: st.DrawFn) -> dict[str, Any]:
+    if draw(st.booleans()):
+        doc = st.fixed_dictionaries({}, optional={"id": sometimes(ids)})
+        hits = st.lists(
+            sometimes(st.fixed_dictionaries({}, optional={"doc": sometimes(doc)})), max_size=6
+        )
+        labels = st.dictionaries(
+            st.sampled_from(["arm", "b", "n"]),
+            sometimes(st.text(max_size=3))
+            | st.integers()
+            | st.fixed_dictionaries({"x": st.text(max_size=2)}),
+            max_size=3,
+        )
+        return record(draw, {
+            "type": maybe(st.just("serve")), "ctx.req": maybe(ids), "at": maybe(seconds),
+            "hits": maybe(hits), "exp": maybe(labels), "ctx.model": maybe(ids),
+            "ctx.user": maybe(ids | st.none()), "client": maybe(ids), "q": maybe(ids),
+        })  # fmt: skip
+    return record(draw, {
+        "type": maybe(st.just("act")), "ctx.req": maybe(ids), "at": maybe(seconds),
+        "doc/id": maybe(ids), "what": maybe(st.sampled_from(["click", "buy", "hover"])),
+        "stars": maybe(st.none() | st.floats(0, 4)), "rank": maybe(st.integers(-1, 30)),
+        "e.id": maybe(ids),
+    })  # fmt: skip
+
+
+@st.composite
+def indexed_records(draw: st.DrawFn) -> dict[str, Any]:
+    if draw(st.booleans()):
+        return record(draw, {
+            "ids": maybe(st.lists(ids, max_size=2)), "list": maybe(st.lists(ids, max_size=6)),
+            "arm": maybe(ids | st.integers() | st.booleans()),
+        })  # fmt: skip
+    return record(draw, {
+        "ids": maybe(st.lists(ids, max_size=2)), "t": maybe(st.sampled_from([NOW, NOW * 1000, 1.5])),  # noqa: E501
+        "hit": maybe(st.lists(ids, max_size=3)), "a": maybe(st.sampled_from(["click", "view"])),
+    })  # fmt: skip
+
+
+@st.composite
+def ubi_records(draw: st.DrawFn) -> dict[str, Any]:
+    common = {"query_id": maybe(ids), "timestamp": maybe(rfc3339), "client_id": maybe(ids)}
+    if draw(st.booleans()):
+        return record(draw, {
+            **common, "query_response_hit_ids": maybe(st.lists(ids, max_size=6)),
+            "query_attributes": maybe(st.dictionaries(st.sampled_from(["m", "arm"]), ids)),
+            "user_id": maybe(ids), "user_query": maybe(ids),
+        })  # fmt: skip
+    return record(draw, {
+        **common, "action_name": st.sampled_from(["click", "purchase", "on_search"]),
+        "event_attributes.object.object_id": maybe(ids),
+        "event_attributes.position.ordinal": maybe(st.integers(-1, 9)),
+    })  # fmt: skip
+
+
+RECORDS = {"full": full_records(), "indexed": indexed_records(), "ubi": ubi_records()}
+
+
+@st.composite
+def written(draw: st.DrawFn, name: str) -> bytes:
+    """A record written compactly (mostly), or spaced, with a key repeated, non-ASCII
+    escaped, a BOM, or cut short."""
+    rec = draw(RECORDS[name])
+    how = draw(st.sampled_from(["compact"] * 5 + ["spaced", "repeat", "ascii", "bom", "cut"]))
+    raw = json.dumps(rec, separators=(",", ":"), ensure_ascii=how == "ascii").encode()
+    if how == "spaced":
+        raw = json.dumps(rec).encode()
+    elif how == "repeat" and rec:
+        key = draw(st.sampled_from(sorted(rec)))
+        raw = (
+            b"{"
+            + json.dumps(key).encode()
+            + b":"
+            + json.dumps(draw(anything)).encode()
+            + b","
+            + raw[1:]
+        )
+    elif how == "bom":
+        raw = b"\xef\xbb\xbf" + raw
+    elif how == "cut":
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    return raw
+
+
+def both_ways(name: str, raw: bytes, kind: str | None, record_time: int | None) -> None:
+    decoder = DECODERS[name]
+    exact = decoder.decode_exact(raw, kind, NOW, record_time)
+    fast = decoder.decode_fast(raw, kind, NOW, record_time)
+    if fast is not None:
+        assert type(fast) is type(exact)
+        assert fast == exact
+    assert decoder.decode(raw, kind, NOW, record_time) == exact
+
+
+KINDS = st.sampled_from([None, None, "impression", "feedback", "other"])
+TIMES = st.sampled_from([NOW, NOW - 30 * HOUR, None, -1])
+
+
+@settings(max_examples=600, derandomize=True, deadline=None)
+@given(written("full"), KINDS)
+def test_full_mapping_fast_path_agrees_with_the_exact_path(raw: bytes, kind: str | None) -> None:
+    both_ways("full", raw, kind, None)
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(written("indexed"), KINDS, TIMES)
+def test_indexed_mapping_fast_path_agrees(raw: bytes, kind: str | None, at: int | None) -> None:
+    both_ways("indexed", raw, kind, at)
+
+
+@settings(max_examples=500, derandomize=True, deadline=None)
+@given(written("ubi"), KINDS)
+def test_ubi_fast_path_agrees_with_the_exact_path(raw: bytes, kind: str | None) -> None:
+    both_ways("ubi", raw, kind, None)
+
+
+def compact(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def test_well_formed_compact_records_take_the_fast_path() -> None:
+    at = NOW // 1000
+    records = {
+        "full": [
+            {"type": "serve", "ctx": {"req": "r1", "model": "v2", "user": None}, "at": at,
+             "hits": [{"doc": {"id": "a"}}, {"doc": {"id": "b"}}], "exp": {"arm": {"n": "B"}},
+             "client": "c1", "q": "shoes"},
+            {"type": "act", "ctx": {"req": "r1"}, "at": at + 0.5, "doc/id": "a", "what": "buy",
+             "stars": 2.5, "rank": 1, "e": {"id": "e1"}},
+            {"type": "act", "ctx": {"req": "r1"}, "at": at, "doc/id": "a", "what": "hover"},
+        ],
+        "indexed": [{"ids": ["r1"], "list": ["a", "b"], "arm": 3},
+                    {"ids": ["r1"], "t": NOW, "hit": ["x", "a"], "a": "click"}],
+        "ubi": [
+            {"query_id": "q", "timestamp": "2024-05-01T12:00:00.250Z", "client_id": "c",
+             "query_response_hit_ids": ["a"], "query_attributes": {"m": "1"}},
+            {"query_id": "q", "timestamp": "2024-05-01T12:00:00Z", "action_name": "click",
+             "event_attributes": {"object": {"object_id": "a"}, "position": {"ordinal": 0}}},
+        ],
+    }  # fmt: skip
+    for name, batch in records.items():
+        decoder = DECODERS[name]
+        for rec in batch:
+            fast = decoder.decode_fast(compact(rec), None, NOW, NOW)
+            assert fast is not None, (name, rec)
+            assert fast == decoder.decode_exact(compact(rec), None, NOW, NOW)
+
+
+def test_the_written_function_is_readable_python_naming_the_pointers() -> None:
+    source = fast_source(SPECS["full"])
+    assert source.startswith("def fast(raw, kind, reference, record_time):")
+    assert "d['ctx']['req']" in source and "d['doc/id']" in source  # '~1' unescaped
+    compile(source, "<test>", "exec")
