@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Protocol
 from evald.score.jsonl import read_jsonl
 from evald.score.jsonl_chunks import Chunk, read_chunks
 from evald.score.records import Query, Rejection
-from evald.score.trec import JoinStats, join, read_qrels, read_run
 
 if TYPE_CHECKING:
+    from evald.score.trec import JoinStats
     from evald.score.trec_columns import Columnar
 
 
@@ -53,6 +53,14 @@ class JsonlInput:
 COLUMNAR_MIN_BYTES = 3 << 20
 
 
+def _join_stats() -> JoinStats:
+    """Empty join counts; the TREC reader is imported only by TREC input (JSONL never needs it,
+    and its start-up should not pay for it)."""
+    from evald.score.trec import JoinStats
+
+    return JoinStats()
+
+
 class TrecInput:
     """A TREC run and qrels. Both are read whole first (as trec_eval does): a query's lines
     may be anywhere in the run, and only the full set of lines fixes its order.
@@ -77,10 +85,12 @@ class TrecInput:
         self._columnar_min_bytes = (
             COLUMNAR_MIN_BYTES if columnar_min_bytes is None else columnar_min_bytes
         )
-        self._stats = JoinStats()
+        self._stats: JoinStats = _join_stats()
         self._negative = 0
 
     def items(self) -> Iterator[Query | Rejection]:
+        from evald.score.trec import join, read_qrels, read_run
+
         run, rejected = read_run(*self._run)
         yield from rejected
         qrels, rejected = read_qrels(*self._qrels)
