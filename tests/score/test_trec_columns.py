@@ -250,6 +250,31 @@ def test_join_order_and_notes_match_the_exact_reader() -> None:
     assert found is not None and found[0] == ["r", "q", "n", "z", "y"]
 
 
+def test_files_of_many_csv_blocks_are_read_exactly() -> None:
+    """Arrow reads a file in blocks of 1 MiB, each its own chunk: qids and docids must get one
+    code each across chunks, and queries their first-appearance order, with lines of a query
+    spread over blocks, shuffled, tied in score, unjudged or judged negative."""
+    rng = random.Random(5)
+    tag = "a-run-tag-long-enough-to-fill-blocks"
+    lines = [
+        f"q{q} Q0 doc{d} 0 {rng.choice(['1', '2.5', '-0', '0', '3', '0.25'])} {tag}\n"
+        for q in range(150)
+        for d in rng.sample(range(5000), 400)
+    ]
+    rng.shuffle(lines)
+    run = "".join(lines)
+    qrels = "".join(
+        f"q{q} 0 doc{d} {rng.choice([-1, 0, 1, 2])}\n"
+        for q in range(10, 130)
+        for d in rng.sample(range(5000), 60)
+    )
+    assert len(run) > 3 << 20  # at least three blocks
+    for complete in (False, True):
+        found = columnar(run, qrels, complete=complete)
+        assert found is not None
+        assert found == exact(run, qrels, complete=complete)
+
+
 def test_delimiter_is_a_tab_only_when_the_first_lines_hold_one() -> None:
     assert delimiter_of(b"q Q0 a 1 1 t\n") == b" "
     assert delimiter_of(b"q\tQ0\ta\t1\t1\tt\n") == b"\t"
