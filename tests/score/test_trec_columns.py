@@ -311,6 +311,23 @@ def test_reading_does_not_import_pandas() -> None:
     assert done.stdout.strip() == "False"
 
 
+def test_reading_does_not_import_pyarrow_compute() -> None:
+    """Its import builds a wrapper per Arrow function (0.03-0.04 s of CPU); the reader calls
+    the compiled functions directly. Comments, repeats and the join all run here."""
+    code = (
+        "import sys\n"
+        "from evald.score.trec_columns import read_columnar\n"
+        "run = b'q Q0 a 1 1 t\\nq Q0 b 2 2 t\\nr Q0 a 1 1 t\\n'\n"
+        "found = read_columnar(run, b'q 0 a 1\\nz 0 b 1\\n', complete=True)\n"
+        "assert found is not None and found.lists.qids == ['q', 'z']\n"
+        "assert read_columnar(b'# Q0 a 1 1 t\\n', b'q 0 a 1\\n', complete=True) is None\n"
+        "assert read_columnar(b'q Q0 a 1 1 t\\n', b'q 0 a 1\\nq 0 a 2\\n', complete=True) is None\n"
+        "print('pyarrow.compute' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
 @contextlib.contextmanager
 def columnar_reader() -> Iterator[None]:
     """Every TREC input tried with the columnar reader; checks it took them all."""
