@@ -136,10 +136,10 @@ def read_columnar(run: bytes, qrels: bytes, *, complete: bool) -> Columnar | Non
     qids = _call("dictionary_encode", pa.chunked_array(run_t["qid"].chunks + qrels_t["qid"].chunks))
     docs = _call("dictionary_encode", pa.chunked_array(run_t["doc"].chunks + qrels_t["doc"].chunks))
     names = qids.chunk(0).dictionary if qids.num_chunks else None  # every chunk shares it
-    comments = names is not None and _call(
-        "any", _call("starts_with", names, options=MatchSubstringOptions("#"))
+    comment = names is not None and bool(
+        _call("any", _call("starts_with", names, options=MatchSubstringOptions("#"))).as_py()
     )
-    if comments and comments.as_py():
+    if comment:
         return None  # a comment line with the right number of fields
     q_codes = _codes(qids)
     n_docs = max(1, len(docs.chunk(0).dictionary) if docs.num_chunks else 1)
