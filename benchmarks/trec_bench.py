@@ -19,8 +19,9 @@ and pass its path (``--trec-eval PATH``); without it, its column says "not given
 commit, put first on PYTHONPATH) in the same run, for before/after figures. Beside each wall
 time the CPU time (user + system, all threads) is printed: on a shared machine it moves less.
 
-Also measured: the start-up of ``evald score`` (one one-line JSONL file), beside ``python -c
-pass`` and ``python -c "import numpy"`` in the same run (target: under 0.15 s).
+Also measured: the start-up of ``evald score`` (a one-line JSONL file, and one-line TREC files),
+beside ``python -c pass`` and ``python -c "import numpy"`` in the same run (target: under
+0.15 s), and the load average at the start and the end.
 """
 
 from __future__ import annotations
@@ -122,13 +123,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         one = os.path.join(tmp, "one.jsonl")
         with open(one, "w") as fh:
             fh.write('{"qid": "q", "ranking": ["a"], "qrels": {"a": 1}}\n')
-        bare, _, _ = timed([python, "-c", "pass"], 10)
-        numpy_only, _, _ = timed([python, "-c", "import numpy"], 10)
-        start_up, _, _ = timed([*evald, one, "-m", "RR"], 10)
-        print(
-            f"start-up, best of 10: evald score {start_up:.3f} s  (python -c pass {bare:.3f} s, "
-            f"python -c 'import numpy' {numpy_only:.3f} s)"
-        )
+        one_run, one_qrels = os.path.join(tmp, "one.run"), os.path.join(tmp, "one.qrels")
+        with open(one_run, "w") as fh:
+            fh.write("q Q0 a 1 1.5 t\n")
+        with open(one_qrels, "w") as fh:
+            fh.write("q 0 a 1\n")
+        print(f"load average {_load()} at the start")
+        bare = timed([python, "-c", "pass"], 10)
+        numpy_only = timed([python, "-c", "import numpy"], 10)
+        start_up = timed([*evald, one, "-m", "RR"], 10)
+        trec_argv = ["--run", one_run, "--qrels", one_qrels, "-m", "map", "--format", "trec"]
+        trec_start = timed([*evald, *trec_argv, "--mean"], 10)
+        print("start-up, best of 10 (wall, CPU; target: evald score under 0.15 s wall):")
+        print(f"  evald score, a one-line JSONL file  {start_up[0]:.3f} s, {start_up[1]:.3f} s")
+        print(f"  evald score, one-line TREC files    {trec_start[0]:.3f} s, {trec_start[1]:.3f} s")
+        print(f"  python -c pass                      {bare[0]:.3f} s, {bare[1]:.3f} s")
+        print(f"  python -c 'import numpy'            {numpy_only[0]:.3f} s, {numpy_only[1]:.3f} s")
         before_env = None
         if args.before:
             path = os.pathsep.join([args.before, os.environ.get("PYTHONPATH", "")])
@@ -139,8 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 capture_output=True, text=True, check=True, env=before_env, cwd=args.before,
             ).stdout.strip()  # fmt: skip
             assert where.startswith(os.path.abspath(args.before)), where
-            before_start, _, _ = timed([*evald, one, "-m", "RR"], 10, before_env, args.before)
-            print(f"start-up, best of 10, --before: evald score {before_start:.3f} s")
+            before_start = timed([*evald, one, "-m", "RR"], 10, before_env, args.before)
+            print(
+                f"  --before: evald score, JSONL        {before_start[0]:.3f} s, "
+                f"{before_start[1]:.3f} s"
+            )
         for topics, docs in sizes:
             run_path = os.path.join(tmp, f"run{topics}")
             qrels_path = os.path.join(tmp, f"qrels{topics}")
@@ -148,7 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             argv = [*evald, "--run", run_path, "--qrels", qrels_path, "-m", EVALD_MEASURES,
                     "--mean", "--format", "trec"]  # fmt: skip
             ours, ours_cpu, ours_out = timed(argv, args.repeat)
-            print(f"{topics * docs:>9,} lines, {topics} topics, best of {args.repeat}:")
+            print(
+                f"{topics * docs:>9,} lines, {topics} topics, best of {args.repeat}, "
+                f"load average {_load()}:"
+            )
             print(f"  evald        {ours:.3f} s wall, {ours_cpu:.3f} s CPU")
             if before_env is not None:
                 was, was_cpu, was_out = timed(argv, args.repeat, before_env, args.before)
@@ -175,7 +191,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  pytrec_eval  {pytrec:.3f} s wall, {pytrec_cpu:.3f} s CPU "
                 f"(evald/pytrec_eval {ours / pytrec:.2f}x wall, {ours_cpu / pytrec_cpu:.2f}x CPU)"
             )
+    print(f"load average {_load()} at the end")
     return 0
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages: on a shared machine, the context of every time."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Protocol
 from evald.score.jsonl import read_jsonl
 from evald.score.jsonl_chunks import Chunk, read_chunks
 from evald.score.records import Query, Rejection
-from evald.score.trec import JoinStats, join, read_qrels, read_run
 
 if TYPE_CHECKING:
+    from evald.score.trec import JoinStats
     from evald.score.trec_columns import Columnar
 
 
@@ -48,9 +48,18 @@ class JsonlInput:
 
 
 #: Run files from this size on are first tried with the columnar reader: below it, importing
-#: pyarrow (about 0.07 s) costs more than the exact reader. Both took the same CPU time on
-#: 100 000 lines of the TREC benchmark (3 MB); on 200 000 the columnar one took 25 % less.
-COLUMNAR_MIN_BYTES = 3 << 20
+#: pyarrow costs more than the exact reader. On the TREC benchmark's lines (30 bytes) the two
+#: took the same CPU time between 60 000 and 75 000 lines (1.8-2.3 MB); at 50 000 the exact one
+#: was 0.02 s faster, at 100 000 the columnar one 0.07 s.
+COLUMNAR_MIN_BYTES = 2 << 20
+
+
+def _join_stats() -> JoinStats:
+    """Empty join counts; the TREC reader is imported only by TREC input (JSONL never needs it,
+    and its start-up should not pay for it)."""
+    from evald.score.trec import JoinStats
+
+    return JoinStats()
 
 
 class TrecInput:
@@ -77,10 +86,12 @@ class TrecInput:
         self._columnar_min_bytes = (
             COLUMNAR_MIN_BYTES if columnar_min_bytes is None else columnar_min_bytes
         )
-        self._stats = JoinStats()
+        self._stats: JoinStats = _join_stats()
         self._negative = 0
 
     def items(self) -> Iterator[Query | Rejection]:
+        from evald.score.trec import join, read_qrels, read_run
+
         run, rejected = read_run(*self._run)
         yield from rejected
         qrels, rejected = read_qrels(*self._qrels)

@@ -15,13 +15,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from json.encoder import encode_basestring
-from typing import TextIO, cast
+from typing import TYPE_CHECKING, TextIO, cast
 
 import msgspec
 import numpy as np
-from numpy.typing import ArrayLike
 
-from evald.score.records import Qid
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from evald.score.records import Qid
 
 
 def json_number(value: float) -> str:

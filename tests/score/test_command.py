@@ -703,6 +703,75 @@ def test_start_up_imports_only_what_scoring_needs(tmp_path: Path) -> None:
     assert done.stdout.strip() == "0 []"
 
 
+#: Everything of evald that `evald score` imports to score a JSONL file: the command, its
+#: reader, scorer and writer, and the metric engine. A new import on this path is a start-up
+#: cost for every user (the target is 0.15 s in all, numpy included), so it is added here on
+#: purpose or not at all.
+JSONL_PATH_MODULES = {
+    "evald",
+    "evald.cli",
+    "evald.metrics",
+    "evald.metrics.batch",
+    "evald.metrics.kernels",
+    "evald.metrics.names",
+    "evald.metrics.trec_names",
+    "evald.score",
+    "evald.score.batching",
+    "evald.score.command",
+    "evald.score.inputs",
+    "evald.score.jsonl",
+    "evald.score.jsonl_chunks",
+    "evald.score.output",
+    "evald.score.records",
+    "evald.score.scoring",
+}
+#: What a JSONL file or a small TREC file never needs: the daemon's clients and settings, the
+#: columnar reader's pyarrow, pandas, scipy (only for intervals and --compare)
+NEVER_ON_THE_SCORE_PATH = (
+    "kafka", "confluent_kafka", "prometheus_client", "pydantic", "pydantic_core", "yaml",
+    "pyarrow", "pandas", "scipy", "evald.daemon", "evald.join", "evald.score.trec_columns",
+)  # fmt: skip
+
+
+def imported_by(argv: list[str], cwd: Path) -> tuple[int, set[str], str]:
+    """The exit status of ``evald <argv>`` in a fresh interpreter, the modules it imported
+    (evald's and those listed above), and its OPENBLAS_NUM_THREADS."""
+    probe = (
+        "import json, os, sys, evald.cli\n"
+        f"status = evald.cli.main({argv!r})\n"
+        f"watched = {NEVER_ON_THE_SCORE_PATH!r}\n"
+        "names = [m for m in sys.modules if m.startswith(('evald', *watched))]\n"
+        "print(json.dumps([status, names, os.environ.get('OPENBLAS_NUM_THREADS')]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True, text=True, timeout=120, check=True, cwd=cwd, env=env,
+    )  # fmt: skip
+    status, names, threads = json.loads(done.stdout.splitlines()[-1])
+    return status, set(names), threads
+
+
+def test_scoring_a_jsonl_file_imports_only_the_pinned_modules(tmp_path: Path) -> None:
+    """The import set of `evald score FILE` is pinned (a structural test: the time itself is
+    measured in benchmarks/trec_bench.py); the TREC readers stay out of JSONL scoring, and
+    numpy's BLAS starts one thread, not one per core."""
+    path = write(tmp_path / "in.jsonl", [json.dumps(row("q", ["a"], {"a": 1}))])
+    status, names, threads = imported_by(["score", path, "-m", "RR", "--mean"], tmp_path)
+    assert status == 0
+    assert names == JSONL_PATH_MODULES
+    assert threads == "1"
+
+
+def test_scoring_small_trec_files_adds_only_the_exact_trec_reader(tmp_path: Path) -> None:
+    run = write(tmp_path / "run", ["q Q0 a 1 1 t", "q Q0 b 2 0.5 t"])
+    qrels = write(tmp_path / "qrels", ["q 0 b 1"])
+    argv = ["score", "--run", run, "--qrels", qrels, "-m", "map", "--format", "trec", "--mean"]
+    status, names, _ = imported_by(argv, tmp_path)
+    assert status == 0
+    assert names == JSONL_PATH_MODULES | {"evald.score.trec"}
+
+
 @pytest.mark.parametrize(
     ("flags", "judged_only", "max_docs"),
     [((), False, None), (("-J", "-M", "2"), True, 2)],
