@@ -30,7 +30,7 @@ from evald.join import Joined, JoinStore
 from evald.join.window import complete_before
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
 from evald.segments import LabelTable, SegmentIndex
-from evald.statistics.bootstrap import request_clusters
+from evald.statistics.bootstrap import list_clusters, request_clusters
 from evald.statistics.live import LiveStatistics
 from evald.stats import Stats
 
@@ -303,7 +303,7 @@ class Engine:
         stats.abandoned += int(abandoned.sum())
         clusters = None
         if self.aggregates.replicates:
-            clusters = request_clusters(joined.request_ids)
+            clusters = list_clusters(joined.user_ids, joined.request_ids)
         self.aggregates.observe(
             partition,
             joined.segment_ids,

@@ -142,6 +142,10 @@ class PendingImpressions:
         """The user id of slots ``idx`` (None: the impression had none)."""
         return self._users.names(self._arrays["user"][idx].tolist())
 
+    def user_count(self) -> int:
+        """Distinct user ids held: bounded by the pending impressions, not by history."""
+        return len(self._users)
+
     def label_ids(self, idx: np.ndarray) -> list[int]:
         return list((self._arrays["label"][idx] - 1).tolist())
 

@@ -26,6 +26,7 @@ __all__ = [
     "BootstrapState",
     "cluster_key",
     "list_cluster",
+    "list_clusters",
     "poisson_weights",
     "request_clusters",
 ]
@@ -68,12 +69,31 @@ def list_cluster(user_id: str | None, request_id: str) -> int:
     return cluster_key(f"u:{user_id}" if user_id else f"r:{request_id}")
 
 
-def request_clusters(request_ids: Sequence[str]) -> NDArray[np.uint64]:
-    """The cluster keys of lists known by their request id only (``list_cluster(None, rid)``).
+def _blake_key(raw: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little")
 
-    The engine's join does not carry the impression's user id yet, so every list is its own
-    cluster: the clustered interval then equals a plain bootstrap (docs/statistics.md).
-    """
+
+def list_clusters(user_ids: Sequence[str | None], request_ids: Sequence[str]) -> NDArray[np.uint64]:
+    """``list_cluster`` of each list (one user id, None or "" for none, per request id).
+
+    A user's key is hashed once per call however many of its lists the batch holds."""
+    users: dict[str, int] = {}
+    keys = np.empty(len(request_ids), dtype=np.uint64)
+    for i, (user, rid) in enumerate(zip(user_ids, request_ids, strict=True)):
+        if user:
+            key = users.get(user)
+            if key is None:
+                key = users[user] = _blake_key(b"u:" + user.encode())
+            keys[i] = key
+        else:
+            keys[i] = _blake_key(b"r:" + rid.encode())
+    return keys
+
+
+def request_clusters(request_ids: Sequence[str]) -> NDArray[np.uint64]:
+    """The cluster keys of lists known by their request id only (``list_cluster(None, rid)``):
+    each list is its own cluster. A result read back from the results topic carries no user
+    id, so a restart re-adds those results this way (docs/statistics.md "Clusters")."""
     blake = hashlib.blake2b
     return np.fromiter(
         (
