@@ -30,7 +30,7 @@ from evald.join import Joined, JoinStore
 from evald.join.window import complete_before
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
 from evald.segments import LabelTable, SegmentIndex
-from evald.statistics.bootstrap import list_clusters, request_clusters
+from evald.statistics.bootstrap import list_clusters, request_clusters, user_cluster
 from evald.statistics.live import LiveStatistics
 from evald.stats import Stats
 
@@ -125,6 +125,7 @@ class Engine:
                 labels=LabelTable(self.segments),
                 stats=self.stats,
                 clock=self.clock,
+                user_cluster=user_cluster if self.aggregates.replicates else None,
             )
         return store
 
@@ -303,7 +304,7 @@ class Engine:
         stats.abandoned += int(abandoned.sum())
         clusters = None
         if self.aggregates.replicates:
-            clusters = list_clusters(joined.user_ids, joined.request_ids)
+            clusters = list_clusters(joined.clusters, joined.request_ids)
         self.aggregates.observe(
             partition,
             joined.segment_ids,

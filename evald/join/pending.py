@@ -2,8 +2,8 @@
 
 A pending impression owns no Python object. Its item ids are 64-bit hashes in one flat
 ``array('q')`` arena and its request id is UTF-8 in one ``bytearray`` arena (each compacted when
-half garbage); its user id is interned (``UserIds``); fixed-width numpy columns hold the rest,
-one row per slot. Slots are recycled.
+half garbage); of its user id only the cluster key is kept; fixed-width numpy columns hold the
+rest, one row per slot. Slots are recycled.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from evald.join.users import UserIds
-
 #: column name -> dtype. ``label``, ``offset`` and ``head`` store id + 1 (0: none; a 0 label
 #: marks a free slot); ``start`` / ``rid_start`` index the arenas; ``key`` is the rid-table key;
-#: ``user`` is the ``UserIds`` id of the impression's user id (0: none).
+#: ``cluster`` is the bootstrap cluster key of the impression's user id (0: none or not kept).
 COLUMNS: dict[str, type] = {
     "ts": np.int64,
     "start": np.int64,
@@ -28,7 +26,7 @@ COLUMNS: dict[str, type] = {
     "label": np.int32,
     "offset": np.int64,
     "head": np.int32,
-    "user": np.int32,
+    "cluster": np.uint64,
 }
 
 
@@ -51,7 +49,6 @@ class PendingImpressions:
         self._items_garbage = 0
         self._rids = bytearray()
         self._rids_garbage = 0
-        self._users = UserIds()
 
     def _bind(self) -> None:
         a = self._arrays
@@ -59,7 +56,7 @@ class PendingImpressions:
         self.offset, self.head = a["offset"].data, a["head"].data
         self._start, self._length = a["start"].data, a["length"].data
         self._rid_start, self._rid_len = a["rid_start"].data, a["rid_len"].data
-        self._label, self._user = a["label"].data, a["user"].data
+        self._label, self._cluster = a["label"].data, a["cluster"].data
 
     def column(self, name: str) -> np.ndarray:
         return self._arrays[name]
@@ -90,9 +87,10 @@ class PendingImpressions:
         label: int,
         item_ids: Sequence[str],
         rid: str,
-        user_id: str | None = None,
+        cluster: int = 0,
     ) -> None:
-        """Write an impression into ``slot``: its columns and its two arena spans."""
+        """Write an impression into ``slot``: its columns and its two arena spans;
+        ``cluster``: its user's cluster key (0: none)."""
         items = self._items
         self._start[slot] = len(items)
         self._length[slot] = len(item_ids)
@@ -105,8 +103,8 @@ class PendingImpressions:
         self.ts[slot] = ts
         self.key[slot] = key
         self._label[slot] = label + 1
-        if user_id:
-            self._user[slot] = self._users.acquire(user_id)
+        if cluster:
+            self._cluster[slot] = cluster
 
     def live_slots(self) -> np.ndarray:
         """Every slot holding an impression (open, or closed and not yet taken)."""
@@ -138,13 +136,9 @@ class PendingImpressions:
         bounds = [0, *ends.tolist()]
         return [raw[bounds[i] : bounds[i + 1]].decode() for i in range(len(idx))]
 
-    def user_ids(self, idx: np.ndarray) -> list[str | None]:
-        """The user id of slots ``idx`` (None: the impression had none)."""
-        return self._users.names(self._arrays["user"][idx].tolist())
-
-    def user_count(self) -> int:
-        """Distinct user ids held: bounded by the pending impressions, not by history."""
-        return len(self._users)
+    def clusters(self, idx: np.ndarray) -> np.ndarray:
+        """The user cluster key (uint64, 0: none) of slots ``idx``."""
+        return self._arrays["cluster"][idx]
 
     def label_ids(self, idx: np.ndarray) -> list[int]:
         return list((self._arrays["label"][idx] - 1).tolist())
@@ -156,10 +150,7 @@ class PendingImpressions:
         self._items_garbage += int(a["length"][idx].astype(np.int64).sum())
         self._rids_garbage += int(a["rid_len"][idx].astype(np.int64).sum())
         a["label"][idx] = 0
-        users = a["user"][idx]
-        if users.any():
-            self._users.release(users.tolist())
-            a["user"][idx] = 0
+        a["cluster"][idx] = 0
         if self._items_garbage > max(len(self._items) // 2, 1 << 16):
             self.compact_items()
         if self._rids_garbage > max(len(self._rids) // 2, 1 << 16):

@@ -54,7 +54,7 @@ class Joined:
     """A scored-ready batch: served grades per closed impression, in closing order."""
 
     request_ids: list[str]
-    user_ids: list[str | None]  # None: the impression had no user id
+    clusters: np.ndarray  # uint64 (n,): the user's cluster key, 0: no user id (or not kept)
     ts: np.ndarray  # int64 (n,)
     label_ids: list[int]
     segment_ids: np.ndarray  # intp (n,)
@@ -92,7 +92,10 @@ class JoinStore:
         labels: LabelTable,
         stats: Stats,
         clock: Callable[[], float],
+        user_cluster: Callable[[str], int] | None = None,
     ) -> None:
+        """``user_cluster``: the cluster key of a user id, kept per pending impression for the
+        clustered interval; None: not needed (no bootstrap), nothing is kept."""
         self.partition = partition
         self.window = window
         self.max_pending = max_pending
@@ -113,7 +116,7 @@ class JoinStore:
         self._held = HeldFeedback(max_held)
         self._imp_offsets = OffsetLog()  # source offsets of pending impressions
         self._replay = Replay()
-        self._kernel = self._bind_kernel()
+        self._kernel = self._bind_kernel(user_cluster)
 
     @property
     def replay_until(self) -> dict[str, int] | None:
@@ -147,7 +150,7 @@ class JoinStore:
 
     # ------------------------------------------------------------------ events
 
-    def _bind_kernel(self) -> tuple[Any, ...]:
+    def _bind_kernel(self, user_cluster: Callable[[str], int] | None) -> tuple[Any, ...]:
         """What ``join_many`` reads on every event, bound once: the parts are never replaced
         (they grow inside), so their bound methods stay valid for the store's life."""
         pending, table = self._pending, self._table
@@ -166,6 +169,7 @@ class JoinStore:
             self._attach,
             self._held,
             self.stats.events,
+            user_cluster,
         )
 
     def join_many(
@@ -201,6 +205,7 @@ class JoinStore:
             attach,
             held,
             counts,
+            user_cluster,
         ) = self._kernel
         see = clock.see
         for position, event in events:
@@ -246,7 +251,9 @@ class JoinStore:
                     if not replayed:
                         counts[IMPRESSION_DUPLICATE] += 1
                     continue
-                fill(slot, ts, key, acquire(event.labels), event.items, rid, event.user_id)
+                user = event.user_id
+                cluster = user_cluster(user) if user and user_cluster is not None else 0
+                fill(slot, ts, key, acquire(event.labels), event.items, rid, cluster)
                 if offset is not None:
                     pending.offset[slot] = offset + 1
                     self._imp_offsets.push(offset, slot)
@@ -433,7 +440,7 @@ class JoinStore:
         heads = pending.column("head")[idx]
         self.stats.unattributed["unknown_item"] += self._attached.credit(heads, items, mask, grades)
         request_ids = pending.request_ids(idx)
-        user_ids = pending.user_ids(idx)
+        clusters = pending.clusters(idx)
         label_ids = pending.label_ids(idx)
         table = self.labels
         labels = cast("list[dict[str, str]]", [table.labels[i] for i in label_ids])  # live ids
@@ -443,7 +450,7 @@ class JoinStore:
             table.release(label_id, count)
         pending.release(slots)
         return Joined(
-            request_ids, user_ids, ts, label_ids, segment_ids, labels, grades, lengths, reasons
+            request_ids, clusters, ts, label_ids, segment_ids, labels, grades, lengths, reasons
         )
 
     # ------------------------------------------------------------------ checkpoints

@@ -29,6 +29,7 @@ __all__ = [
     "list_clusters",
     "poisson_weights",
     "request_clusters",
+    "user_cluster",
 ]
 
 #: 100 replicates estimate a standard error to about ±7% (1/√(2B)): enough for a 95% interval.
@@ -69,24 +70,20 @@ def list_cluster(user_id: str | None, request_id: str) -> int:
     return cluster_key(f"u:{user_id}" if user_id else f"r:{request_id}")
 
 
-def _blake_key(raw: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little")
+def user_cluster(user_id: str) -> int:
+    """``list_cluster`` of a list that has the user id ``user_id`` (not empty)."""
+    return int.from_bytes(
+        hashlib.blake2b(b"u:" + user_id.encode(), digest_size=8).digest(), "little"
+    )
 
 
-def list_clusters(user_ids: Sequence[str | None], request_ids: Sequence[str]) -> NDArray[np.uint64]:
-    """``list_cluster`` of each list (one user id, None or "" for none, per request id).
-
-    A user's key is hashed once per call however many of its lists the batch holds."""
-    users: dict[str, int] = {}
-    keys = np.empty(len(request_ids), dtype=np.uint64)
-    for i, (user, rid) in enumerate(zip(user_ids, request_ids, strict=True)):
-        if user:
-            key = users.get(user)
-            if key is None:
-                key = users[user] = _blake_key(b"u:" + user.encode())
-            keys[i] = key
-        else:
-            keys[i] = _blake_key(b"r:" + rid.encode())
+def list_clusters(user_keys: ArrayLike, request_ids: Sequence[str]) -> NDArray[np.uint64]:
+    """``list_cluster`` of each list from its user's key (``user_cluster``; 0: no user id)
+    and its request id: the keys of lists without a user are hashed here."""
+    keys = np.array(user_keys, dtype=np.uint64)
+    alone = np.flatnonzero(keys == 0)
+    if alone.size:
+        keys[alone] = request_clusters([request_ids[i] for i in alone.tolist()])
     return keys
 
 

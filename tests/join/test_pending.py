@@ -41,3 +41,17 @@ def test_a_slot_given_back_unused_is_the_next_one_handed_out() -> None:
     slot = pending.new_slot()
     pending.free_slot(slot)
     assert pending.new_slot() == slot
+
+
+def test_the_cluster_column_is_kept_per_slot_and_cleared_with_it():
+    """The user's cluster key rides with the impression; a recycled slot starts without one."""
+    pending = PendingImpressions(capacity=2)
+    slots = [pending.new_slot() for _ in range(3)]  # grows the columns once
+    for slot, key in zip(slots, [2**63 + 5, 0, 7], strict=True):
+        pending.fill(slot, 0, slot + 10, 0, ["a"], f"r{slot}", key)
+    assert pending.clusters(np.asarray(slots)).tolist() == [2**63 + 5, 0, 7]
+    pending.release(slots[:1])
+    again = pending.new_slot()
+    assert again == slots[0]
+    pending.fill(again, 0, 99, 0, ["a"], "r-again")  # no user id this time
+    assert pending.clusters(np.asarray([again])).tolist() == [0]
