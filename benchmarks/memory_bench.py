@@ -157,7 +157,7 @@ def body(args: Any) -> None:
     )
     for mode, label in (
         ("engine-offsets", "  the same fed as evald run does (batches, kind, offsets)"),
-        ("engine-users", f"  the same with user ids, {n // USER_LISTS:,} users x {USER_LISTS}"),
+        ("engine-users", f"  the same with user ids ({n // USER_LISTS:,} users x {USER_LISTS})"),
     ):
         answer = run_child(mode, n, args.seed)
         grow = answer["after"] - answer["before"]
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 answer = child_engine(
                     args.n,
                     args.seed,
-                    daemon_path=args.child == "engine-offsets",
+                    daemon_path=args.child in ("engine-offsets", "engine-users"),
                     users=args.n // USER_LISTS if args.child == "engine-users" else 0,
                 )
             else:

@@ -15,7 +15,9 @@ import numpy as np
 
 #: column name -> dtype. ``label``, ``offset`` and ``head`` store id + 1 (0: none; a 0 label
 #: marks a free slot); ``start`` / ``rid_start`` index the arenas; ``key`` is the rid-table key;
-#: ``cluster`` is the bootstrap cluster key of the impression's user id (0: none or not kept).
+#: ``cluster`` (``CLUSTER``) is the bootstrap cluster key of the impression's user id (0: none
+#: or not kept); it is allocated with the first impression that has one, so traffic without
+#: user ids does not pay its 8 bytes per slot.
 COLUMNS: dict[str, type] = {
     "ts": np.int64,
     "start": np.int64,
@@ -26,8 +28,8 @@ COLUMNS: dict[str, type] = {
     "label": np.int32,
     "offset": np.int64,
     "head": np.int32,
-    "cluster": np.uint64,
 }
+CLUSTER = ("cluster", np.uint64)
 
 
 class PendingImpressions:
@@ -56,7 +58,8 @@ class PendingImpressions:
         self.offset, self.head = a["offset"].data, a["head"].data
         self._start, self._length = a["start"].data, a["length"].data
         self._rid_start, self._rid_len = a["rid_start"].data, a["rid_len"].data
-        self._label, self._cluster = a["label"].data, a["cluster"].data
+        self._label = a["label"].data
+        self._cluster = a["cluster"].data if "cluster" in a else None
 
     def column(self, name: str) -> np.ndarray:
         return self._arrays[name]
@@ -104,7 +107,11 @@ class PendingImpressions:
         self.key[slot] = key
         self._label[slot] = label + 1
         if cluster:
-            self._cluster[slot] = cluster
+            if self._cluster is None:
+                name, dtype = CLUSTER
+                self._arrays[name] = np.zeros(len(self._arrays["ts"]), dtype)
+                self._bind()
+            self._cluster[slot] = cluster  # type: ignore[index]
 
     def live_slots(self) -> np.ndarray:
         """Every slot holding an impression (open, or closed and not yet taken)."""
@@ -138,7 +145,8 @@ class PendingImpressions:
 
     def clusters(self, idx: np.ndarray) -> np.ndarray:
         """The user cluster key (uint64, 0: none) of slots ``idx``."""
-        return self._arrays["cluster"][idx]
+        column = self._arrays.get("cluster")
+        return np.zeros(len(idx), np.uint64) if column is None else column[idx]
 
     def label_ids(self, idx: np.ndarray) -> list[int]:
         return list((self._arrays["label"][idx] - 1).tolist())
@@ -150,7 +158,8 @@ class PendingImpressions:
         self._items_garbage += int(a["length"][idx].astype(np.int64).sum())
         self._rids_garbage += int(a["rid_len"][idx].astype(np.int64).sum())
         a["label"][idx] = 0
-        a["cluster"][idx] = 0
+        if "cluster" in a:
+            a["cluster"][idx] = 0
         if self._items_garbage > max(len(self._items) // 2, 1 << 16):
             self.compact_items()
         if self._rids_garbage > max(len(self._rids) // 2, 1 << 16):

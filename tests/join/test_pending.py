@@ -55,3 +55,14 @@ def test_the_cluster_column_is_kept_per_slot_and_cleared_with_it():
     assert again == slots[0]
     pending.fill(again, 0, 99, 0, ["a"], "r-again")  # no user id this time
     assert pending.clusters(np.asarray([again])).tolist() == [0]
+    more = [pending.new_slot() for _ in range(6)]  # the columns grow again, this one too
+    pending.fill(more[-1], 0, 123, 0, ["a"], "r-more", 9)
+    assert pending.clusters(np.asarray([slots[2], more[-1]])).tolist() == [7, 9]
+
+
+def test_without_user_ids_there_is_no_cluster_column():
+    pending = PendingImpressions(capacity=2)
+    slot = pending.new_slot()
+    pending.fill(slot, 0, 10, 0, ["a"], "r0")
+    assert pending.clusters(np.asarray([slot])).tolist() == [0]
+    pending.release([slot])
