@@ -60,7 +60,7 @@ def test_the_cluster_column_is_kept_per_slot_and_cleared_with_it():
     assert pending.clusters(np.asarray([slots[2], more[-1]])).tolist() == [7, 9]
 
 
-def test_without_user_ids_there_is_no_cluster_column():
+def test_the_clusters_are_zero_while_no_impression_had_a_user_id():
     pending = PendingImpressions(capacity=2)
     slot = pending.new_slot()
     pending.fill(slot, 0, 10, 0, ["a"], "r0")
