@@ -260,7 +260,8 @@ def compare_trees(
             cpu = "n/a" if ev["cpu"] is None else f"{ev['cpu'] * 1e6 / expected:.1f} µs/record"
             c.line(
                 f"  round {round_no + 1}: {name} evald run, drain",
-                f"{c.fmt_s(ev['drain'])}  {c.fmt_rate(expected / ev['drain'])}  CPU {cpu}",
+                f"{c.fmt_s(ev['drain'])}  {c.fmt_rate(expected / ev['drain'])}  CPU {cpu}"
+                f"  ({len(ev['samples']):,} /metrics samples, polled 20/s)",
             )
     medians: dict[str, dict[str, float]] = {}
     for name, tree in trees.items():
