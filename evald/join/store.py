@@ -186,7 +186,7 @@ class JoinStore:
 
         Long because: this loop is most of the engine's cost, so the parts' methods are bound
         once per store (``_bind_kernel``) and the per-event steps run inline instead of through
-        one method per event kind (docs/performance.md §2); rare cases (held feedback, the cap,
+        one method per event kind (docs/performance.md §1); rare cases (held feedback, the cap,
         a restore) call out.
         """
         until = self._replay.until
