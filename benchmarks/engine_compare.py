@@ -33,8 +33,11 @@ CASES = {
 }
 
 
-def worker(tree: str, impressions: int, seed: int) -> None:
-    """Serve timed runs on stdin/stdout: a case name in, one JSON line out; 'quit' ends."""
+def worker(tree: str, impressions: int, seed: int, replicates: int | None) -> None:
+    """Serve timed runs on stdin/stdout: a case name in, one JSON line out; 'quit' ends.
+
+    ``replicates``: the config's ``statistics.bootstrap_replicates`` in a tree that has the
+    setting (a tree before it has no bootstrap at all); None: the default."""
     sys.path.insert(0, tree)  # this tree's evald, not the installed one
     from benchmarks import _common as c
     from benchmarks.engine_bench import decode_only, engine_run, load_engine
@@ -45,6 +48,8 @@ def worker(tree: str, impressions: int, seed: int) -> None:
     if not str(Path(evald.__file__).resolve()).startswith(str(Path(tree).resolve())):
         raise SystemExit(f"evald imported from {evald.__file__}, not from {tree}")
     config = config_cls()
+    if replicates is not None and "statistics" in config_cls.model_fields:
+        config = config_cls.model_validate({"statistics": {"bootstrap_replicates": replicates}})
     traffic = c.generate_traffic(impressions, seed=seed, gap_ms=50)
     runs: dict[str, Callable[[], Any]] = {}
     for name, (mode, known) in CASES.items():
@@ -68,10 +73,12 @@ def worker(tree: str, impressions: int, seed: int) -> None:
 class Worker:
     """One worker process and its pipe."""
 
-    def __init__(self, tree: Path, impressions: int, seed: int) -> None:
+    def __init__(self, tree: Path, impressions: int, seed: int, replicates: int | None) -> None:
         here = Path(__file__).resolve().parent.parent
         command = [sys.executable, "-m", "benchmarks.engine_compare", "--worker", str(tree)]
         command += ["--impressions", str(impressions), "--seed", str(seed)]
+        if replicates is not None:
+            command += ["--bootstrap-replicates", str(replicates)]
         self.proc = subprocess.Popen(
             command,
             cwd=here,
@@ -112,11 +119,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="20k impressions instead of 200k")
     parser.add_argument("--rounds", type=int, default=7, help="timed runs per tree and case")
     parser.add_argument("--seed", type=int, default=20261121)
+    parser.add_argument(
+        "--bootstrap-replicates",
+        type=int,
+        help="statistics.bootstrap_replicates in a tree that has it (0: no clustered interval,"
+        " the work a tree from before the bootstrap does not do); default: the config default",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--impressions", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.impressions, args.seed)
+        worker(args.worker, args.impressions, args.seed, args.bootstrap_replicates)
         return 0
     if args.baseline_path is None or not (args.baseline_path / "evald").is_dir():
         parser.error("--baseline-path must name a checkout of evald (a folder holding evald/)")
@@ -124,10 +137,15 @@ def main(argv: list[str]) -> int:
     impressions = 20_000 if args.quick else 200_000
     print(f"engine benchmark, interleaved: current {current} vs baseline {args.baseline_path}")
     trees = {"baseline": args.baseline_path.resolve(), "current": current}
-    workers = {name: Worker(tree, impressions, args.seed) for name, tree in trees.items()}
+    replicates = args.bootstrap_replicates
+    workers = {
+        name: Worker(tree, impressions, args.seed, replicates) for name, tree in trees.items()
+    }
     try:
         events = workers["current"].events
         print(f"  {impressions:,} impressions, {events:,} events; {args.rounds} rounds")
+        if replicates is not None:
+            print(f"  bootstrap_replicates: {replicates} (in a tree that has the setting)")
         cpu: dict[tuple[str, str], list[float]] = {}
         wall: dict[tuple[str, str], list[float]] = {}
         for _ in range(args.rounds):

@@ -19,6 +19,12 @@ tail rather than a rate), and CPU seconds per record of each process over its dr
 CPU is less disturbed by other jobs than wall time; evald's includes its I/O threads).
 
 Target (issue 6 §3): evald's rate >= 0.8x the bare consumer's, same run.
+
+``--baseline-path DIR`` (another checkout of evald, e.g. ``git worktree add DIR <commit>``) adds
+a before/after comparison on the same broker and records: that tree's ``evald run`` (imported
+from DIR) and this one's, alternating ``--rounds`` times (baseline first), each in a fresh
+consumer group writing its own results and DLQ topics; printed: drain time and CPU per record
+per tree (median over the rounds) and the ratios current / baseline.
 """
 
 from __future__ import annotations
@@ -168,14 +174,17 @@ def run_evald(
     env: dict[str, str],
     timeout: float,
     profile: str | None = None,
+    tree: str | None = None,
 ) -> dict[str, Any]:
-    """`python -m evald run` until /metrics counts `expected` events; then SIGTERM it."""
+    """`python -m evald run` until /metrics counts `expected` events; then SIGTERM it.
+    ``tree``: run that checkout's evald instead of this one (``tree_env``)."""
     port = c.free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     cmd = evald_cmd(bootstrap, topics, group, port, profile)
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below; a pipe could fill and block it
     t0 = time.time()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
+    env = {**os.environ, **env, **(tree_env(tree) if tree else {})}
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tree)
     first = last = p99 = first_cpu = last_cpu = None
     samples: dict[str, float] = {}
     try:
@@ -212,6 +221,63 @@ def run_evald(
         "cpu": cpu,
         "samples": samples,
     }
+
+
+def tree_env(tree: str) -> dict[str, str]:
+    """Environment under which ``python -m evald`` imports the checkout at ``tree`` (its
+    folder first on the path, ahead of the installed evald); checked once by importing it."""
+    env = {"PYTHONPATH": tree}
+    code = "import evald; print(evald.__file__)"
+    out = subprocess.run(
+        c.python_cmd("-c", code), env={**os.environ, **env}, cwd=tree, capture_output=True,
+        text=True, check=True,
+    )  # fmt: skip
+    where = os.path.realpath(out.stdout.strip())
+    if not where.startswith(os.path.realpath(tree) + os.sep):
+        raise RuntimeError(f"evald imported from {where}, not from {tree}")
+    return env
+
+
+def compare_trees(
+    bootstrap: str, topics: dict[str, str], expected: int, baseline_path: str, rounds: int
+) -> None:
+    """``evald run`` of the baseline tree and of this one, alternating, on the same records."""
+    import statistics
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = {"baseline": os.path.abspath(baseline_path), "current": here}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for round_no in range(rounds):
+        for name, tree in trees.items():
+            own = {
+                **topics,
+                "results": f"{topics['results']}.{name}.{round_no}",
+                "dlq": f"{topics['dlq']}.{name}.{round_no}",
+            }
+            group = f"bench-evald-{name}-{round_no}"
+            ev = run_evald(bootstrap, own, expected, group, {}, 600.0, tree=tree)
+            runs[name].append(ev)
+            cpu = "n/a" if ev["cpu"] is None else f"{ev['cpu'] * 1e6 / expected:.1f} µs/record"
+            c.line(
+                f"  round {round_no + 1}: {name} evald run, drain",
+                f"{c.fmt_s(ev['drain'])}  {c.fmt_rate(expected / ev['drain'])}  CPU {cpu}"
+                f"  ({len(ev['samples']):,} /metrics samples, polled 20/s)",
+            )
+    medians: dict[str, dict[str, float]] = {}
+    for name, tree in trees.items():
+        drain = statistics.median(r["drain"] for r in runs[name])
+        cpus = [r["cpu"] for r in runs[name] if r["cpu"] is not None]
+        cpu = statistics.median(cpus) * 1e6 / expected if cpus else float("nan")
+        medians[name] = {"drain": drain, "cpu": cpu}
+        c.line(
+            f"{name} evald run ({tree}), median of {rounds}",
+            f"drain {c.fmt_s(drain)}  {c.fmt_rate(expected / drain)}  CPU {cpu:.1f} µs/record",
+        )
+    base, cur = medians["baseline"], medians["current"]
+    c.line(
+        "current / baseline: drain time, CPU per record",
+        f"{cur['drain'] / base['drain']:.3f}x, {cur['cpu'] / base['cpu']:.3f}x",
+    )
 
 
 def print_profile(path: str, count: int = 25) -> None:
@@ -267,6 +333,9 @@ def body(args: Any) -> None:
         )
         c.line("baseline: drain to 99% of the records", c.fmt_s(base["drain99"]))
         c.require("evald.daemon.command", "run", "configure")
+        if args.baseline_path:
+            compare_trees(bootstrap, topics, traffic.events, args.baseline_path, args.rounds)
+            return
         # generous: 20x the bare consumer's time, at least 2 minutes
         budget = max(120.0, 20 * base["total"])
         prof_path = os.path.join(tempfile.gettempdir(), f"evald-run-{os.getpid()}.prof")
@@ -331,6 +400,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             action="store_true",
             help="run the daemon under cProfile (slower) and print its main thread's top functions",
         )
+        p.add_argument(
+            "--baseline-path",
+            help="another checkout of evald: compare its evald run with this one's instead",
+        )
+        p.add_argument("--rounds", type=int, default=2, help="runs per tree with --baseline-path")
 
     args = c.parse_args(__doc__ or "", argv, extra)
     return c.run_main(

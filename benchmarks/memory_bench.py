@@ -27,10 +27,12 @@ from benchmarks import _common as c
 
 CHUNK = 10_000
 TARGET_BYTES = 300
+USER_LISTS = 10  # pending lists per user in the user-id run
 
 
-def impression_chunks(n: int, seed: int) -> Iterator[list[bytes]]:
-    """n impressions of 20 items, 1 ms apart, 12 segments, as JSON bytes in chunks of CHUNK."""
+def impression_chunks(n: int, seed: int, users: int = 0) -> Iterator[list[bytes]]:
+    """n impressions of 20 items, 1 ms apart, 12 segments, as JSON bytes in chunks of CHUNK;
+    ``users``: with a ``user_id`` from that many users, round robin (0: none)."""
     rng = np.random.default_rng(seed)
     segs = [
         {"model": m, "arm": a, "surface": s} for m in c.MODELS for a in c.ARMS for s in c.SURFACES
@@ -40,19 +42,26 @@ def impression_chunks(n: int, seed: int) -> Iterator[list[bytes]]:
         hi = min(n, lo + CHUNK)
         items = rng.integers(0, 200_000, size=(hi - lo, 20))
         seg = rng.integers(0, len(segs), size=hi - lo)
-        yield [
+        lines = [
             c.impression_line(
                 f"r{i:09d}", start + i, [f"i{x}" for x in items[i - lo]], segs[seg[i - lo]]
             )
             for i in range(lo, hi)
         ]
+        if users:
+            lines = [
+                line[:-1] + b',"user_id":"user-%07d"}' % (i % users)
+                for i, line in enumerate(lines, lo)
+            ]
+        yield lines
 
 
-def child_engine(n: int, seed: int, *, daemon_path: bool = False) -> dict[str, Any]:
+def child_engine(n: int, seed: int, *, daemon_path: bool = False, users: int = 0) -> dict[str, Any]:
     """Feed n impressions into an Engine whose window never closes; report RSS before/after.
 
     ``daemon_path``: as ``evald run`` feeds it, a poll batch at a time with the source kind
     and offsets (which the engine then keeps for ``low_offsets``); otherwise ``feed`` per line.
+    ``users``: the impressions carry user ids from that many users (``impression_chunks``).
     """
     engine_mod = c.require("evald.engine", "Engine")
     config_mod = c.require("evald.config", "EngineConfig")
@@ -68,7 +77,7 @@ def child_engine(n: int, seed: int, *, daemon_path: bool = False) -> dict[str, A
     before = c.rss_bytes()
     t0 = time.perf_counter()
     offset = 0
-    for chunk in impression_chunks(n, seed):
+    for chunk in impression_chunks(n, seed, users):
         if daemon_path:
             offsets = range(offset, offset + len(chunk))
             engine.feed_batch(chunk, kinds="impression", offsets=offsets)
@@ -146,20 +155,21 @@ def body(args: Any) -> None:
         per <= TARGET_BYTES,
         f"<= {TARGET_BYTES} B",
     )
-    daemon = run_child("engine-offsets", n, args.seed)
-    grow = daemon["after"] - daemon["before"]
-    c.target(
-        "  the same fed as evald run does (batches, kind, offsets)",
-        f"{grow / n:.0f} B",
-        grow / n <= TARGET_BYTES,
-        f"<= {TARGET_BYTES} B",
-    )
+    for mode, label in (
+        ("engine-offsets", "  the same fed as evald run does (batches, kind, offsets)"),
+        ("engine-users", f"  the same with user ids ({n // USER_LISTS:,} users x {USER_LISTS})"),
+    ):
+        answer = run_child(mode, n, args.seed)
+        grow = answer["after"] - answer["before"]
+        c.target(label, f"{grow / n:.0f} B", grow / n <= TARGET_BYTES, f"<= {TARGET_BYTES} B")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     def extra(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "--child", choices=("engine", "engine-offsets", "parsed", "raw"), help=argparse.SUPPRESS
+            "--child",
+            choices=("engine", "engine-offsets", "engine-users", "parsed", "raw"),
+            help=argparse.SUPPRESS,
         )
         p.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
 
@@ -167,7 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child:
         try:
             if args.child.startswith("engine"):
-                answer = child_engine(args.n, args.seed, daemon_path=args.child == "engine-offsets")
+                answer = child_engine(
+                    args.n,
+                    args.seed,
+                    daemon_path=args.child in ("engine-offsets", "engine-users"),
+                    users=args.n // USER_LISTS if args.child == "engine-users" else 0,
+                )
             else:
                 answer = child_parsed(args.n, args.seed, raw_only=args.child == "raw")
         except c.NotAvailable as exc:

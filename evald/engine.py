@@ -30,7 +30,7 @@ from evald.join import Joined, JoinStore
 from evald.join.window import complete_before
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
 from evald.segments import LabelTable, SegmentIndex
-from evald.statistics.bootstrap import request_clusters
+from evald.statistics.bootstrap import list_clusters, request_clusters, user_cluster
 from evald.statistics.live import LiveStatistics
 from evald.stats import Stats
 
@@ -125,6 +125,7 @@ class Engine:
                 labels=LabelTable(self.segments),
                 stats=self.stats,
                 clock=self.clock,
+                user_cluster=user_cluster if self.aggregates.replicates else None,
             )
         return store
 
@@ -158,25 +159,13 @@ class Engine:
             reference = int(self.clock() * 1000)
         event = self._decode(raw, kind, reference, timestamp)
         store = self._stores.get(partition) or self._store(partition)
-        until = store.replay_until
         if isinstance(event, Skipped):
-            self._count_skip(event, until, kind, offset)
+            self._count_skip(event, store.replay_until, kind, offset)
             return None
         if isinstance(event, Rejection):
-            self._count_rejection(event, until, kind, offset)
+            self._count_rejection(event, store.replay_until, kind, offset)
             return event
-        replayed = until is not None and offset is not None and offset < until.get(event.kind, -1)
-        if event.kind == "feedback":
-            grade = event.grade
-            if grade is None:
-                grade = self._grades[event.action]
-            outcome = store.add_feedback(event, grade, offset, replayed)
-            if not replayed:
-                self._events[("feedback", outcome)] += 1
-        else:
-            outcome = store.add_impression(event, offset, replayed)
-            if not replayed:
-                self._events[("impression", outcome)] += 1
+        store.join_many(((0, event),), None if offset is None else (offset,), self._grades)
         self._drained = False
         return event
 
@@ -202,12 +191,7 @@ class Engine:
         if timestamps is not None:
             references = [wall if t is None or t < 0 else t for t in timestamps]
         events = self.decoder.decode_many(raws, kinds, rejections, references, timestamps, skips)
-        imp_ok, imp_dup, fb_ok, fb_dup = store.join_many(events, offsets, self._grades)
-        counts = self._events
-        counts[("impression", "accepted")] += imp_ok
-        counts[("impression", "duplicate")] += imp_dup
-        counts[("feedback", "accepted")] += fb_ok
-        counts[("feedback", "duplicate")] += fb_dup
+        store.join_many(events, offsets, self._grades)
         until = store.replay_until
         single = kinds is None or isinstance(kinds, str)
         for position, rejection in rejections:
@@ -320,7 +304,7 @@ class Engine:
         stats.abandoned += int(abandoned.sum())
         clusters = None
         if self.aggregates.replicates:
-            clusters = request_clusters(joined.request_ids)
+            clusters = list_clusters(joined.clusters, joined.request_ids)
         self.aggregates.observe(
             partition,
             joined.segment_ids,

@@ -419,3 +419,135 @@ def test_a_snapshot_plus_later_results_equals_an_uninterrupted_run_exactly(cut):
     want = reference.window_rows(last_only=False)
     got = restored.window_rows(last_only=False)
     assert want and [r.to_json() for r in got] == [r.to_json() for r in want]
+
+
+def _user_stream(seed: int, users: int = 30, lists: int = 12) -> list[tuple[str, int, bytes]]:
+    """(kind, per-kind offset, raw) for ``users`` users with ``lists`` lists each inside one
+    hour; a user's lists share its click rate, so they are correlated (what clustering is for).
+    Every fourth list has no user id: it is its own cluster."""
+    rng = np.random.default_rng(seed)
+    rates = rng.uniform(0.0, 1.0, size=users)
+    events: list[tuple[int, str, dict[str, object]]] = []
+    for k in range(users * lists):
+        user = k % users
+        ts = k * 5_000  # 360 lists over 30 minutes
+        body: dict[str, object] = {"request_id": f"r{k}", "ts": ts, "items": ["a", "b", "c"]}
+        if k % 4:
+            body["user_id"] = f"user-{user}"
+        events.append((ts, "impression", body))
+        if rng.random() < rates[user]:
+            click = {"request_id": f"r{k}", "ts": ts + 1_000, "item": "a", "action": "click"}
+            events.append((ts + 1_000, "feedback", click))
+    events.sort(key=lambda e: e[0])
+    offsets = {"impression": 0, "feedback": 0}
+    out = []
+    for _, kind, body in events:
+        out.append((kind, offsets[kind], json.dumps(body).encode()))
+        offsets[kind] += 1
+    return out
+
+
+def _hour_rr(engine: Engine) -> object:
+    (row,) = [
+        r
+        for r in engine.window_rows(last_only=False)
+        if r.window == "1h" and r.start_ms == 0 and r.measure == "RR"
+    ]
+    return row
+
+
+def _direct_halfwidths(stream: list[tuple[str, int, bytes]], results: list[Result]):
+    """(user-clustered, per-request) bootstrap half-widths of RR computed from the results."""
+    from evald.statistics.bootstrap import BootstrapState, list_cluster
+
+    users = {}
+    for kind, _, raw in stream:
+        body = json.loads(raw)
+        if kind == "impression":
+            users[body["request_id"]] = body.get("user_id")
+    rr = [r.measures["RR"] for r in results]
+    by_user = [list_cluster(users[r.request_id], r.request_id) for r in results]
+    by_request = [list_cluster(None, r.request_id) for r in results]
+    return (
+        BootstrapState.of(by_user, rr).interval().half_width,
+        BootstrapState.of(by_request, rr).interval().half_width,
+    )
+
+
+def test_the_clustered_interval_clusters_the_lists_of_one_user():
+    """Issue 14: the join carries the impression's user id to the clustered interval."""
+    stream = _user_stream(3)
+    engine, results = make(windows=["1h"])
+    for kind, off, raw in stream:
+        engine.feed(raw, kind=kind, offset=off)
+    engine.drain()
+    assert len(results) == 360
+    by_user, by_request = _direct_halfwidths(stream, results)
+    assert by_user > 1.2 * by_request  # correlated lists: whole users resampled, wider
+    got = _hour_rr(engine).ci95_clustered_halfwidth
+    assert got == pytest.approx(by_user, rel=1e-9)
+
+
+@pytest.mark.parametrize("crash_at", [40, 200, 400])
+def test_a_restore_keeps_the_user_id_of_the_impressions_it_re_feeds(crash_at):
+    """Pending impressions are rebuilt from their records on a restore, user id included: the
+    clustered interval after a crash (snapshot at the commit, re-feed from the low offsets)
+    equals the direct user-clustered bootstrap of every result."""
+    stream = _user_stream(8)
+    first, first_results = make(windows=["1h"])
+    consumed = {"impression": 0, "feedback": 0}
+    for kind, off, raw in stream[:crash_at]:
+        first.feed(raw, kind=kind, offset=off)
+        first.tick()
+        consumed[kind] = off + 1
+    low, watermark = first.low_offsets(0), first.checkpoint(0)
+    times, evicted = first.event_times(0), first.evicted(0, low["impression"])
+    snap, committed = first.snapshot(0), list(first_results)
+    assert first.pending() > 0  # the restore has pending impressions to rebuild
+
+    second, second_results = make(windows=["1h"])
+    second.load_snapshot(0, snap)
+    second.restore(0, watermark, consumed, times, evicted)
+    start = {k: consumed[k] if low[k] is None else low[k] for k in consumed}
+    for kind, off, raw in stream:
+        if off >= start[kind]:
+            second.feed(raw, kind=kind, offset=off)
+            second.tick()
+    second.drain()
+    results = committed + second_results
+    assert sorted(r.request_id for r in results) == sorted(f"r{k}" for k in range(360))
+    by_user, _ = _direct_halfwidths(stream, results)
+    assert _hour_rr(second).ci95_clustered_halfwidth == pytest.approx(by_user, rel=1e-9)
+
+
+def test_a_mapping_s_user_id_reaches_the_clustered_interval():
+    """UBI query records name their user in ``client_id``: the same clustering as native."""
+    from evald.events import parse_timestamp
+    from evald.mapping import decoder_for
+
+    config = load_config(
+        {**UNBOUNDED_TIMES, "window": WINDOW, "lateness": LATENESS, "measures": "RR"}
+    )
+    results: list[Result] = []
+    engine = Engine(
+        config, clock=lambda: 0.0, on_result=results.append, decoder=decoder_for("ubi", config)
+    )
+    native = _user_stream(5)
+    for kind, _, raw in native:  # the same traffic, as UBI records
+        body = json.loads(raw)
+        when = format_timestamp(body["ts"])
+        if kind == "impression":
+            ubi = {"query_id": body["request_id"], "timestamp": when}
+            ubi["query_response_hit_ids"] = body["items"]
+            if "user_id" in body:
+                ubi["client_id"] = body["user_id"]
+        else:
+            ubi = {"query_id": body["request_id"], "timestamp": when, "action_name": "click"}
+            ubi["event_attributes"] = {"object": {"object_id": body["item"]}}
+        assert parse_timestamp(when) == body["ts"]
+        engine.feed(json.dumps(ubi).encode())
+    engine.drain()
+    assert len(results) == 360
+    by_user, by_request = _direct_halfwidths(native, results)
+    assert by_user != pytest.approx(by_request, rel=0.05)
+    assert _hour_rr(engine).ci95_clustered_halfwidth == pytest.approx(by_user, rel=1e-9)

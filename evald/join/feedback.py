@@ -186,10 +186,15 @@ class HeldFeedback:
     drops claimed entries lazily, when they reach its front.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = 1 << 62) -> None:
         self._by_rid: dict[str, list[HeldEntry]] = {}
         self._queue: DeadlineQueue[HeldEntry] = DeadlineQueue(_deadline_of, ObjectFifo())
         self.count = 0  #: live entries
+        self.limit = limit  #: live entries at most (``full``)
+
+    def full(self) -> bool:
+        """At ``limit``: the oldest entry must go before another is added."""
+        return self.count >= self.limit
 
     def __len__(self) -> int:
         return self.count

@@ -2,7 +2,8 @@
 
 A pending impression owns no Python object. Its item ids are 64-bit hashes in one flat
 ``array('q')`` arena and its request id is UTF-8 in one ``bytearray`` arena (each compacted when
-half garbage); fixed-width numpy columns hold the rest, one row per slot. Slots are recycled.
+half garbage); of its user id only the cluster key is kept; fixed-width numpy columns hold the
+rest, one row per slot. Slots are recycled.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 
 #: column name -> dtype. ``label``, ``offset`` and ``head`` store id + 1 (0: none; a 0 label
-#: marks a free slot); ``start`` / ``rid_start`` index the arenas; ``key`` is the rid-table key.
+#: marks a free slot); ``start`` / ``rid_start`` index the arenas; ``key`` is the rid-table key;
+#: ``cluster`` (``CLUSTER``) is the bootstrap cluster key of the impression's user id (0: none
+#: or not kept); it is allocated with the first impression that has one, so traffic without
+#: user ids does not pay its 8 bytes per slot.
 COLUMNS: dict[str, type] = {
     "ts": np.int64,
     "start": np.int64,
@@ -25,6 +29,7 @@ COLUMNS: dict[str, type] = {
     "offset": np.int64,
     "head": np.int32,
 }
+CLUSTER = ("cluster", np.uint64)
 
 
 class PendingImpressions:
@@ -54,6 +59,7 @@ class PendingImpressions:
         self._start, self._length = a["start"].data, a["length"].data
         self._rid_start, self._rid_len = a["rid_start"].data, a["rid_len"].data
         self._label = a["label"].data
+        self._cluster = a["cluster"].data if "cluster" in a else None
 
     def column(self, name: str) -> np.ndarray:
         return self._arrays[name]
@@ -77,9 +83,17 @@ class PendingImpressions:
         self._free.append(slot)
 
     def fill(
-        self, slot: int, ts: int, key: int, label: int, item_ids: Sequence[str], rid: str
+        self,
+        slot: int,
+        ts: int,
+        key: int,
+        label: int,
+        item_ids: Sequence[str],
+        rid: str,
+        cluster: int = 0,
     ) -> None:
-        """Write an impression into ``slot``: its columns and its two arena spans."""
+        """Write an impression into ``slot``: its columns and its two arena spans;
+        ``cluster``: its user's cluster key (0: none)."""
         items = self._items
         self._start[slot] = len(items)
         self._length[slot] = len(item_ids)
@@ -92,6 +106,12 @@ class PendingImpressions:
         self.ts[slot] = ts
         self.key[slot] = key
         self._label[slot] = label + 1
+        if cluster:
+            if self._cluster is None:
+                name, dtype = CLUSTER
+                self._arrays[name] = np.zeros(len(self._arrays["ts"]), dtype)
+                self._bind()
+            self._cluster[slot] = cluster  # type: ignore[index]
 
     def live_slots(self) -> np.ndarray:
         """Every slot holding an impression (open, or closed and not yet taken)."""
@@ -123,6 +143,11 @@ class PendingImpressions:
         bounds = [0, *ends.tolist()]
         return [raw[bounds[i] : bounds[i + 1]].decode() for i in range(len(idx))]
 
+    def clusters(self, idx: np.ndarray) -> np.ndarray:
+        """The user cluster key (uint64, 0: none) of slots ``idx``."""
+        column = self._arrays.get("cluster")
+        return np.zeros(len(idx), np.uint64) if column is None else column[idx]
+
     def label_ids(self, idx: np.ndarray) -> list[int]:
         return list((self._arrays["label"][idx] - 1).tolist())
 
@@ -133,6 +158,8 @@ class PendingImpressions:
         self._items_garbage += int(a["length"][idx].astype(np.int64).sum())
         self._rids_garbage += int(a["rid_len"][idx].astype(np.int64).sum())
         a["label"][idx] = 0
+        if "cluster" in a:
+            a["cluster"][idx] = 0
         if self._items_garbage > max(len(self._items) // 2, 1 << 16):
             self.compact_items()
         if self._rids_garbage > max(len(self._rids) // 2, 1 << 16):

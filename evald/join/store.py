@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -34,6 +34,12 @@ from evald.stats import Stats
 
 _BIG = 1 << 62  # "no deadline"
 
+#: the ``Stats.events`` keys the join counts its outcomes under
+IMPRESSION_ACCEPTED = ("impression", "accepted")
+IMPRESSION_DUPLICATE = ("impression", "duplicate")
+FEEDBACK_ACCEPTED = ("feedback", "accepted")
+FEEDBACK_DUPLICATE = ("feedback", "duplicate")
+
 
 @dataclass(slots=True)
 class Closed:
@@ -48,6 +54,7 @@ class Joined:
     """A scored-ready batch: served grades per closed impression, in closing order."""
 
     request_ids: list[str]
+    clusters: np.ndarray  # uint64 (n,): the user's cluster key, 0: no user id (or not kept)
     ts: np.ndarray  # int64 (n,)
     label_ids: list[int]
     segment_ids: np.ndarray  # intp (n,)
@@ -85,10 +92,13 @@ class JoinStore:
         labels: LabelTable,
         stats: Stats,
         clock: Callable[[], float],
+        user_cluster: Callable[[str], int] | None = None,
     ) -> None:
+        """``user_cluster``: the cluster key of a user id, kept per pending impression for the
+        clustered interval; None: not needed (no bootstrap), nothing is kept."""
         self.partition = partition
         self.window = window
-        self.max_pending, self.max_held = max_pending, max_held
+        self.max_pending = max_pending
         #: open impressions over every partition of the engine (shared, one element)
         self._open_total = open_total
         self._evict = evict
@@ -103,9 +113,10 @@ class JoinStore:
         self._closed = Closed([], [])
         self.first_close_wall: float | None = None
         self._attached = AttachedFeedback()
-        self._held = HeldFeedback()
+        self._held = HeldFeedback(max_held)
         self._imp_offsets = OffsetLog()  # source offsets of pending impressions
         self._replay = Replay()
+        self._kernel = self._bind_kernel(user_cluster)
 
     @property
     def replay_until(self) -> dict[str, int] | None:
@@ -139,101 +150,136 @@ class JoinStore:
 
     # ------------------------------------------------------------------ events
 
+    def _bind_kernel(self, user_cluster: Callable[[str], int] | None) -> tuple[Any, ...]:
+        """What ``join_many`` reads on every event, bound once: the parts are never replaced
+        (they grow inside), so their bound methods stay valid for the store's life."""
+        pending, table = self._pending, self._table
+        return (
+            self.window,
+            self.max_pending,
+            self._open_total,
+            self._wm,
+            table.get,
+            table.insert,
+            pending,
+            pending.new_slot,
+            pending.fill,
+            self.labels.acquire,
+            self._queue.push,
+            self._attach,
+            self._held,
+            self.stats.events,
+            user_cluster,
+        )
+
     def join_many(
         self,
         events: Iterable[tuple[int, Impression | Feedback]],
         offsets: Sequence[int] | None,
         grades: dict[str, float],
-    ) -> tuple[int, int, int, int]:
-        """Join decoded (position, event) pairs in order through the one-event methods;
-        returns (impressions accepted, duplicate, feedback accepted, duplicate), counting only
-        events not re-fed by a restore. ``offsets[position]`` is an event's source offset;
-        ``grades`` maps actions to default grades (feedback without its own ``grade``)."""
-        until = self.replay_until
-        add_impression, add_feedback = self.add_impression, self.add_feedback
-        imp_ok = imp_dup = fb_ok = fb_dup = 0
+    ) -> None:
+        """Join decoded (position, event) pairs in order: the one implementation of the join
+        (``Engine.feed`` passes a batch of one). Counts each event's outcome in
+        ``stats.events`` unless a restore re-fed it. ``offsets[position]`` is an event's
+        source offset; ``grades`` maps actions to default grades (feedback without its own
+        ``grade``).
+
+        Long because: this loop is most of the engine's cost, so the parts' methods are bound
+        once per store (``_bind_kernel``) and the per-event steps run inline instead of through
+        one method per event kind (docs/performance.md §1); rare cases (held feedback, the cap,
+        a restore) call out.
+        """
+        until = self._replay.until
+        (
+            window,
+            max_pending,
+            open_total,
+            clock,
+            table_get,
+            table_insert,
+            pending,
+            new_slot,
+            fill,
+            acquire,
+            push,
+            attach,
+            held,
+            counts,
+            user_cluster,
+        ) = self._kernel
+        see = clock.see
         for position, event in events:
             offset = None if offsets is None else offsets[position]
-            replayed = (
-                until is not None and offset is not None and offset < until.get(event.kind, -1)
-            )
+            ts = event.ts
             if isinstance(event, Feedback):
-                grade = grades[event.action] if event.grade is None else event.grade
-                outcome = add_feedback(event, grade, offset, replayed)
+                replayed = (
+                    until is not None and offset is not None and offset < until.get("feedback", -1)
+                )
+                grade = event.grade
+                if grade is None:
+                    grade = grades[event.action]
+                evid = 0 if event.event_id is None else hash(event.event_id) or 1
+                off = 0 if offset is None else offset + 1
+                slot = table_get(hash(event.request_id))
+                if slot == NONE:
+                    outcome = self._hold(event, grade, evid, off, replayed)
+                else:
+                    imp_ts = pending.ts[slot]
+                    outcome = attach(slot, imp_ts, ts, hash(event.item), grade, evid, off, replayed)
                 if not replayed:
-                    if outcome == "accepted":
-                        fb_ok += 1
-                    else:
-                        fb_dup += 1
+                    counts[outcome] += 1
             else:
-                outcome = add_impression(event, offset, replayed)
+                replayed = (
+                    until is not None
+                    and offset is not None
+                    and offset < until.get("impression", -1)
+                )
+                due = open_deadline(ts, window, clock.watermark)  # None: closed already
+                if replayed and (due is None or offset in self._replay.evicted):
+                    continue  # re-fed, and emitted before the crash
+                rid = event.request_id
+                key = hash(rid)
+                if open_total[0] >= max_pending:
+                    if table_get(key) != NONE:
+                        if not replayed:
+                            counts[IMPRESSION_DUPLICATE] += 1
+                        continue
+                    self._evict(self)
+                slot = new_slot()
+                if table_insert(key, slot) != NONE:
+                    pending.free_slot(slot)
+                    if not replayed:
+                        counts[IMPRESSION_DUPLICATE] += 1
+                    continue
+                user = event.user_id
+                cluster = user_cluster(user) if user and user_cluster is not None else 0
+                fill(slot, ts, key, acquire(event.labels), event.items, rid, cluster)
+                if offset is not None:
+                    pending.offset[slot] = offset + 1
+                    self._imp_offsets.push(offset, slot)
+                open_total[0] += 1
+                for entry in held.claim(rid) if held.count else ():
+                    attach(
+                        slot,
+                        ts,
+                        entry.ts,
+                        entry.item,
+                        entry.grade,
+                        entry.evid,
+                        entry.offset,
+                        entry.replayed,
+                    )
+                if due is None:  # late (a replayed one was skipped above)
+                    self._close(slot, "late")
+                else:
+                    push(due, slot)
+                    if due < self._due:
+                        self._due = due
                 if not replayed:
-                    if outcome == "accepted":
-                        imp_ok += 1
-                    elif outcome == "duplicate":
-                        imp_dup += 1
-        return imp_ok, imp_dup, fb_ok, fb_dup
-
-    def add_impression(self, imp: Impression, offset: int | None, replayed: bool) -> str:
-        """Join one impression; returns "accepted", "duplicate" or "skipped" (re-fed, done)."""
-        ts = imp.ts
-        due = open_deadline(ts, self.window, self._wm.watermark)  # None: closed already
-        if replayed and (due is None or offset in self._replay.evicted):
-            return "skipped"
-        rid = imp.request_id
-        key = hash(rid)
-        table = self._table
-        if self._open_total[0] >= self.max_pending:
-            if table.get(key) != NONE:
-                return "duplicate"
-            self._evict(self)
-        pending = self._pending
-        slot = pending.new_slot()
-        if table.insert(key, slot) != NONE:
-            pending.free_slot(slot)
-            return "duplicate"
-        pending.fill(slot, ts, key, self.labels.acquire(imp.labels), imp.items, rid)
-        if offset is not None:
-            pending.offset[slot] = offset + 1
-            self._imp_offsets.push(offset, slot)
-        self._open_total[0] += 1
-        for entry in self._held.claim(rid) if self._held.count else ():
-            self._attach(
-                slot,
-                ts,
-                entry.ts,
-                entry.item,
-                entry.grade,
-                entry.evid,
-                entry.offset,
-                entry.replayed,
-            )
-        if due is None:  # late (a replayed one was skipped above)
-            self._close(slot, "late")
-        else:
-            self._queue.push(due, slot)
-            if due < self._due:
-                self._due = due
-        mark = self._wm.see(ts, replayed)  # joined first, then the watermark moves
-        if mark is not None and is_closed(self._due, mark):
-            self._close_due(mark)
-        return "accepted"
-
-    def add_feedback(self, fb: Feedback, grade: float, offset: int | None, replayed: bool) -> str:
-        """Join one feedback event; returns "accepted" or "duplicate" (repeated event_id)."""
-        ts = fb.ts
-        evid = 0 if fb.event_id is None else hash(fb.event_id) or 1
-        off = 0 if offset is None else offset + 1
-        slot = self._table.get(hash(fb.request_id))
-        if slot == NONE:
-            outcome = self._hold(fb, grade, evid, off, replayed)
-        else:
-            imp_ts = self._pending.ts[slot]
-            outcome = self._attach(slot, imp_ts, ts, hash(fb.item), grade, evid, off, replayed)
-        mark = self._wm.see(ts, replayed)  # joined first, then the watermark moves
-        if mark is not None and is_closed(self._due, mark):
-            self._close_due(mark)
-        return outcome
+                    counts[IMPRESSION_ACCEPTED] += 1
+            mark = see(ts, replayed)  # joined first, then the watermark moves
+            if mark is not None and is_closed(self._due, mark):
+                self._close_due(mark)
 
     def _attach(
         self,
@@ -245,43 +291,45 @@ class JoinStore:
         evid: int,
         off: int,
         replayed: bool,
-    ) -> str:
+    ) -> tuple[str, str]:
         """Attach feedback to the pending impression in ``slot`` if its window covers it."""
         miss = misses_window(imp_ts, ts, self.window)
         if miss is not None:
             if not replayed:
                 self.stats.unattributed[miss] += 1
-            return "accepted"
+            return FEEDBACK_ACCEPTED
         pending = self._pending
         head = pending.head[slot]
         if evid and self._attached.has_event(head, evid):
             if not replayed:
                 self.stats.unattributed["duplicate"] += 1
-            return "duplicate"
+            return FEEDBACK_DUPLICATE
         pending.head[slot] = self._attached.add(head, item, grade, evid, off, replayed)
-        return "accepted"
+        return FEEDBACK_ACCEPTED
 
-    def _hold(self, fb: Feedback, grade: float, evid: int, off: int, replayed: bool) -> str:
+    def _hold(
+        self, fb: Feedback, grade: float, evid: int, off: int, replayed: bool
+    ) -> tuple[str, str]:
         """Feedback before its impression: keep it until its own deadline passes."""
         due = open_deadline(fb.ts, self.window, self._wm.watermark)
         if due is None:
             # no impression that could still arrive on time can claim it (docs/semantics.md)
             if not replayed:
                 self.stats.unattributed["orphaned"] += 1
-            return "accepted"
+            return FEEDBACK_ACCEPTED
         rid = fb.request_id
         held = self._held
         if evid and held.has_event(rid, evid):
             if not replayed:
                 self.stats.unattributed["duplicate"] += 1
-            return "duplicate"
-        if len(held) >= self.max_held:
+            return FEEDBACK_DUPLICATE
+        if held.full():
             self.stats.unattributed["orphaned"] += held.expire_oldest()
             self._refresh_due()
         held.add(HeldEntry(rid, fb.ts, hash(fb.item), grade, evid, off, replayed, due))
         if due < self._due:
             self._due = due
-        return "accepted"
+        return FEEDBACK_ACCEPTED
 
     # ------------------------------------------------------------------ watermark
 
@@ -392,6 +440,7 @@ class JoinStore:
         heads = pending.column("head")[idx]
         self.stats.unattributed["unknown_item"] += self._attached.credit(heads, items, mask, grades)
         request_ids = pending.request_ids(idx)
+        clusters = pending.clusters(idx)
         label_ids = pending.label_ids(idx)
         table = self.labels
         labels = cast("list[dict[str, str]]", [table.labels[i] for i in label_ids])  # live ids
@@ -400,7 +449,9 @@ class JoinStore:
         for label_id, count in Counter(label_ids).items():
             table.release(label_id, count)
         pending.release(slots)
-        return Joined(request_ids, ts, label_ids, segment_ids, labels, grades, lengths, reasons)
+        return Joined(
+            request_ids, clusters, ts, label_ids, segment_ids, labels, grades, lengths, reasons
+        )
 
     # ------------------------------------------------------------------ checkpoints
 

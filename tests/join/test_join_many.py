@@ -1,6 +1,7 @@
 """``Engine.feed_batch`` must do exactly what ``Engine.feed`` does event by event.
 
-The batch path (evald.join.JoinStore.join_many) is a loop over the one-event methods; the
+Both go through the one join kernel (evald.join.JoinStore.join_many; ``feed`` passes a batch of
+one), so what this guards is the engine around it: decoding, counting, batch cuts; the
 property below drives streams that reach every branch of the join: duplicate impressions,
 out-of-order and late impressions, feedback before its impression (held), early / late /
 duplicate / unknown-item feedback, judgments and unknown actions, malformed records, the

@@ -41,3 +41,28 @@ def test_a_slot_given_back_unused_is_the_next_one_handed_out() -> None:
     slot = pending.new_slot()
     pending.free_slot(slot)
     assert pending.new_slot() == slot
+
+
+def test_the_cluster_column_is_kept_per_slot_and_cleared_with_it():
+    """The user's cluster key rides with the impression; a recycled slot starts without one."""
+    pending = PendingImpressions(capacity=2)
+    slots = [pending.new_slot() for _ in range(3)]  # grows the columns once
+    for slot, key in zip(slots, [2**63 + 5, 0, 7], strict=True):
+        pending.fill(slot, 0, slot + 10, 0, ["a"], f"r{slot}", key)
+    assert pending.clusters(np.asarray(slots)).tolist() == [2**63 + 5, 0, 7]
+    pending.release(slots[:1])
+    again = pending.new_slot()
+    assert again == slots[0]
+    pending.fill(again, 0, 99, 0, ["a"], "r-again")  # no user id this time
+    assert pending.clusters(np.asarray([again])).tolist() == [0]
+    more = [pending.new_slot() for _ in range(6)]  # the columns grow again, this one too
+    pending.fill(more[-1], 0, 123, 0, ["a"], "r-more", 9)
+    assert pending.clusters(np.asarray([slots[2], more[-1]])).tolist() == [7, 9]
+
+
+def test_the_clusters_are_zero_while_no_impression_had_a_user_id():
+    pending = PendingImpressions(capacity=2)
+    slot = pending.new_slot()
+    pending.fill(slot, 0, 10, 0, ["a"], "r0")
+    assert pending.clusters(np.asarray([slot])).tolist() == [0]
+    pending.release([slot])

@@ -44,6 +44,17 @@ def test_lists_without_a_user_id_fall_back_to_their_request_id() -> None:
     assert list_cluster("r1", "x") != list_cluster(None, "r1")  # equal strings, other kinds
 
 
+def test_list_clusters_is_list_cluster_of_each_list() -> None:
+    from evald.statistics.bootstrap import list_clusters, request_clusters, user_cluster
+
+    users = ["alice", None, "", "bob", "alice", "r9"]
+    rids = [f"r{i}" for i in range(len(users))]
+    want = [list_cluster(u, r) for u, r in zip(users, rids, strict=True)]
+    user_keys = [user_cluster(u) if u else 0 for u in users]
+    assert list_clusters(user_keys, rids).tolist() == want
+    assert request_clusters(rids).tolist() == [list_cluster(None, r) for r in rids]
+
+
 def test_any_partitioning_and_order_give_the_same_state() -> None:
     rng = np.random.default_rng(4)
     users = rng.integers(0, 300, 5000).astype(np.uint64)
