@@ -158,11 +158,12 @@ class Transaction:
            consumed offsets and the input topic ids. With comparisons, first send p's
            comparison shares that became final and its final mark to the statistics topic;
            the checkpoint keeps the shares not final yet.
-        5. Flush the checkpoints, then send the group offsets into the transaction: per input
+        5. Flush the checkpoints (and the statistics records: crash point ``statistics_sent``
+           when they hold a share), then send the group offsets into the transaction: per input
            topic the engine's low offset (the next unfed offset when nothing is pending), and
            on the checkpoint topic the checkpoint record's own offset + 1.
            Crash point ``offsets_sent``.
-        6. Commit the transaction. Crash point ``committed``.
+        6. Commit the transaction. Crash points ``committed``, ``statistics_committed``.
         7. Only now take the new ranges and snapshot as committed, count results, dead
            letters and the commit, and reset the retry backoff.
         """
@@ -188,7 +189,7 @@ class Transaction:
         extra = {"topic_ids": ids} if ids else {}
         extended = {part.partition: self._ranges_after(part, horizon_ms) for part in parts}  # 3
         written = self._write_snapshots(parts, extended)
-        statistics_sent: list[Any] = []
+        statistics_sent: list[tuple[Any, bool]] = []  # (future, a share and not a mark)
         for part in parts:  # 4
             p = part.partition
             ranges, epoch = extended[p]
@@ -206,8 +207,10 @@ class Transaction:
                     checkpoint.committed[kind], "", -1
                 )
         producer.flush(timeout=timeout)  # 5
-        for future in statistics_sent:
+        for future, _ in statistics_sent:
             future.get(timeout=30)  # a refused share fails the commit, like a dead letter
+        holds_shares = any(share for _, share in statistics_sent)
+        crash_point("statistics_sent", holds_shares)
         for _, checkpoint, future in planned:
             offsets[TopicPartition(checkpoint_topic, checkpoint.partition)] = OffsetAndMetadata(
                 future.get(timeout=30).offset + 1, "", -1
@@ -218,6 +221,7 @@ class Transaction:
         crash_point("commit_in_flight", holds_results)  # armed here, kills on the answer
         commit_within(producer, answer_s)  # 6
         crash_point("committed", holds_results)
+        crash_point("statistics_committed", holds_shares)
         self._committed(planned)  # 7
 
     def _ranges_after(
@@ -280,7 +284,7 @@ class Transaction:
             return False
         return any(shares.due(part.partition, engine.checkpoint(part.partition)) for part in parts)
 
-    def _send_statistics(self, p: int, futures: list[Any]) -> dict[str, Any] | None:
+    def _send_statistics(self, p: int, futures: list[tuple[Any, bool]]) -> dict[str, Any] | None:
         """Step 4's statistics: send p's newly final shares, then its final mark, to the
         statistics topic; returns p's open shares for its checkpoint (None: no comparisons).
         Freezing forgets the shares it hands out: if this transaction does not commit, the
@@ -294,12 +298,10 @@ class Transaction:
         if frozen is not None:
             topic = self._statistics_topic
             for share in frozen.shares:
-                futures.append(
-                    producer.send(topic, key=share.key, value=share.encode(), partition=0)
-                )
-            futures.append(
-                producer.send(topic, key=frozen.key, value=frozen.encode_mark(), partition=0)
-            )
+                future = producer.send(topic, key=share.key, value=share.encode(), partition=0)
+                futures.append((future, True))
+            mark = producer.send(topic, key=frozen.key, value=frozen.encode_mark(), partition=0)
+            futures.append((mark, False))
         return shares.state(p)
 
     def _checkpoint(

@@ -1,16 +1,23 @@
-"""`evald run`'s comparisons over every partition, on Apache Kafka: two instances share the
-partitions, one is killed -9 mid-stream, and the comparison series on the survivor's /metrics
-(difference, bounds, n per arm, p-value, CUSUMs, sample-ratio guard) equal those of one
-uninterrupted engine folding the same records — the engine `evald replay` runs, fed per
-partition in the daemon's documented order (docs/design.md, "Statistics over all partitions").
+"""`evald run`'s comparisons over every partition, on Apache Kafka.
+
+Two instances share four partitions, one is killed -9 mid-stream, and the comparison series on
+the survivor's /metrics (difference, bounds, n per arm, p-value, CUSUMs, sample-ratio guard)
+equal those of one uninterrupted engine folding the same records — the engine `evald replay`
+runs, fed per partition in the daemon's documented order. On one partition, killed -9 and
+restarted, they equal what the `evald replay` command prints for the same records
+(docs/design.md, "Statistics over all partitions").
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from kafka_harness import ENGINE, Broker, KafkaTools, wait_until
@@ -110,7 +117,7 @@ def test_two_instances_one_killed_fold_the_same_comparison_as_one_engine(
             if not math.isclose(got.get(key, math.nan), want.get(key, math.nan), rel_tol=1e-9):
                 print(f"{key}: got {got.get(key)} want {want.get(key)}")
     # every (window, partition) share was written once, by a committed transaction
-    topic = statistics_topic(TopicSettings(**{k: v for k, v in topics.items()}))
+    topic = statistics_topic(TopicSettings(**topics))
     records = [decode_record(r.value) for r in kafka_tools.read(topic, committed=True)]
     shares = [(r.start, r.partition) for r in records if isinstance(r, Share)]
     assert shares and len(shares) == len(set(shares))
@@ -122,3 +129,144 @@ def test_two_instances_one_killed_fold_the_same_comparison_as_one_engine(
     took = time.monotonic() - started
     print(f"a third instance folded the comparison from the topic in {took:.1f}s")
     assert b.terminate() == 0 and c.terminate() == 0
+
+
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def by_labels(samples: dict[str, float]) -> dict[tuple, float]:
+    """Sample lines keyed by (name, sorted non-empty label pairs)."""
+    out = {}
+    for line, value in samples.items():
+        name = line.split("{", 1)[0]
+        labels = tuple(sorted((k, v) for k, v in LABEL.findall(line) if v))
+        out[(name, labels)] = value
+    return out
+
+
+def replay_command(tools: KafkaTools, unique: str, tmp_path: Path) -> list[dict]:
+    """`evald replay --format json` over the topics' records in the daemon's order."""
+    topics = names(unique)
+    records = [(r, 0) for r in tools.read(topics["impressions"])]
+    records += [(r, 1) for r in tools.read(topics["feedback"])]
+    records.sort(key=lambda x: (x[0].partition, x[0].timestamp, x[1], x[0].offset))
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"".join(r.value + b"\n" for r, _ in records))
+    config = tmp_path / "engine.json"
+    config.write_text(json.dumps({**ENGINE, "statistics": STATISTICS}))
+    argv = [sys.executable, "-m", "evald", "replay", "--config", str(config)]
+    proc = subprocess.run(
+        [*argv, "--format", "json", str(events)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["comparisons"]
+
+
+def replay_matches(records: list[dict], got: dict[tuple, float]) -> bool:
+    """Every value `evald replay` printed is the series of the same name and labels, and the
+    series are no more than those."""
+    want: dict[tuple, float] = {}
+    for r in records:
+        rest = tuple(r["segment"].items())
+        pair = (("comparison", r["comparison"]), ("measure", r["measure"]), *rest)
+        treat = tuple(sorted((*pair, ("arm", r["treatment"]))))
+        control = tuple(sorted((*pair, ("arm", r["control"]))))
+        for name, key in [
+            ("difference", "difference"),
+            ("lower", "lower"),
+            ("upper", "upper"),
+            ("p_value", "p_value"),
+            ("alpha", "alpha"),
+        ]:
+            if r[key] is not None:
+                want[(f"evald_comparison_{name}", treat)] = r[key]
+        want[("evald_cusum_vs_control", treat)] = r["cusum_vs_control"]
+        want[("evald_comparison_lists", treat)] = r["n_treatment"]
+        want[("evald_comparison_lists", control)] = r["n_control"]
+        srm = tuple(sorted((("comparison", r["comparison"]), *rest)))
+        want[("evald_comparison_srm_p_value", srm)] = r["srm_p_value"]
+    names_ = {name for name, _ in want}
+    mine = {k: v for k, v in got.items() if k[0] in names_}
+    return mine.keys() == want.keys() and all(
+        math.isclose(mine[k], want[k], rel_tol=1e-9, abs_tol=1e-12) for k in want
+    )
+
+
+def test_one_partition_killed_and_restarted_equals_the_evald_replay_command(
+    broker: Broker,
+    kafka_tools: KafkaTools,
+    unique: str,
+    instances: Callable[..., Instance],
+    tmp_path: Path,
+) -> None:
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    extra = ("--set", f"engine.statistics={json.dumps(STATISTICS)}")
+    kafka_tools.produce_sim(
+        topics["impressions"], topics["feedback"], events=6000, seed=7, rate=RATE
+    )
+    # two impressions of no arm, 20 minutes on: the watermark passes every window with data
+    # (`evald replay` folds the rest at its drain; these two are in no comparison)
+    last = max(r.timestamp for r in kafka_tools.read(topics["impressions"]))
+    for i, ts in enumerate((last + 1_200_000, last + 1_201_000)):
+        doc = {"request_id": f"tail-{i}", "ts": ts, "items": ["x"], "labels": {"arm": "none"}}
+        kafka_tools.produce_raw(topics["impressions"], [json.dumps(doc).encode()], timestamp_ms=ts)
+    first = instances("a", extra=extra)
+    wait_until(
+        lambda: first.metric("evald_results_produced_total") > 300, 90, "results before the kill"
+    )
+    first.kill()
+    second = instances("a", extra=extra)
+    wait_until(lambda: second.lag_zero(1), 120, "the restarted daemon to catch up")
+    records = replay_command(kafka_tools, unique, tmp_path)
+    assert records and any(r["lower"] is not None for r in records)
+
+    def got() -> dict[tuple, float]:
+        return by_labels(comparison_samples(second.get("/metrics")[1]))
+
+    wait_until(lambda: replay_matches(records, got()), 60, "the comparison of evald replay")
+    assert second.terminate() == 0
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("recovery", ["restart", "takeover"])
+@pytest.mark.parametrize("step", ["statistics_sent", "statistics_committed"])
+def test_kill_9_around_the_commit_of_shares_is_exact(
+    step: str,
+    recovery: str,
+    kafka_tools: KafkaTools,
+    unique: str,
+    instances: Callable[..., Instance],
+) -> None:
+    """The process kills itself just before (``statistics_sent``: shares flushed into the open
+    transaction) or just after (``statistics_committed``) the first commit holding a share;
+    the same instance restarts, or a live one takes over. Every share is on the topic once,
+    from committed transactions, and the comparison equals the uninterrupted engine's."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 4, topics["feedback"]: 4})
+    extra = ("--set", f"engine.statistics={json.dumps(STATISTICS)}")
+    victim = instances("a", extra=extra, crash_at=step)
+    heir = instances("b", extra=extra) if recovery == "takeover" else None
+    if heir is not None:
+        wait_until(lambda: victim.lag_zero(2) and heir.lag_zero(2), 90, "two members sharing")
+    kafka_tools.produce_sim(
+        topics["impressions"], topics["feedback"], events=8000, seed=21, rate=RATE
+    )
+    wait_until(lambda: victim.proc.poll() is not None, 120, f"the crash at {step}")
+    assert "killing this process" in victim.log_path.read_text(errors="replace")
+    survivor = heir or instances("a", extra=extra)
+    wait_until(lambda: survivor.lag_zero(4), 180, "one instance owning everything, caught up")
+    want = reference(kafka_tools, unique)
+    wait_until(
+        lambda: equal(comparison_samples(survivor.get("/metrics")[1]), want),
+        60,
+        "the survivor's comparison to equal the uninterrupted engine's",
+    )
+    topic = statistics_topic(TopicSettings(**topics))
+    records = [decode_record(r.value) for r in kafka_tools.read(topic, committed=True)]
+    shares = [(r.start, r.partition) for r in records if isinstance(r, Share)]
+    assert shares and len(shares) == len(set(shares))
+    if step == "statistics_sent":  # the killed transaction's shares are in the log, aborted
+        everything = [decode_record(r.value) for r in kafka_tools.read(topic)]
+        assert sum(isinstance(r, Share) for r in everything) > len(shares)
+    assert survivor.terminate() == 0
