@@ -72,8 +72,9 @@ class Engine:
     ) -> None:
         """``decoder`` reads the input format; None: the native JSON schema (:class:`Decoder`)
         with the config's limits, action grades and event-time bounds. ``global_statistics``:
-        this engine sees every input partition (replay, the demo), so it folds the configured
-        comparisons (``statistics``); an instance owning a subset must not."""
+        this engine sees every input partition (replay, the demo), so it folds its own shares
+        of the configured comparisons (``statistics``); without it the engine only keeps its
+        partitions' shares (``shares``) for the daemon to publish and fold."""
         self.config = config
         self.clock = clock
         self.on_result = on_result
