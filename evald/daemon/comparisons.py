@@ -10,9 +10,10 @@ partitions it owns, and a restart recomputes it by reading the topic again (docs
 
 The topic is compacted and has one partition, so the records of a transaction are read in
 the order they were written: a partition's shares before the mark that makes them count.
-Keys: ``share.<window start>.<partition>`` (written once: a restore resumes after the last
-committed mark) and ``final.<partition>`` (compaction keeps the newest). Its size is one record
-per (window, partition) that held data over the comparison's life, plus one per partition.
+Keys: ``share.<window start>.<partition>.<chunk>`` (written once: a restore resumes after the
+last committed mark; a share of many segments takes several chunks) and ``final.<partition>``
+(compaction keeps the newest). Its size is about one record per (window, partition) that held
+data over the comparison's life, plus one per partition.
 """
 
 from __future__ import annotations

@@ -58,8 +58,8 @@ class LiveStatistics:
         self._first: dict[str, int | None] = dict.fromkeys(self._states)
         self._last_end: int | None = None  # end of the last window folded
         self._detected: dict[str, dict[tuple[Key, str], int]] = {n: {} for n in self._states}
-        #: window start -> partition -> its share, until the window is folded
-        self._shares: dict[int, dict[int, Share]] = {}
+        #: window start -> (partition, chunk) -> the share, until the window is folded
+        self._shares: dict[int, dict[tuple[int, int], Share]] = {}
         #: partition -> every window ending at or before it is final there
         self._final: dict[int, int] = {}
         #: windows ending at or before it are folded (later shares of them are ignored)
@@ -84,13 +84,13 @@ class LiveStatistics:
         if (
             share.width != self.width
             or (folded is not None and share.start + share.width <= folded)
-            or share.partition in window
+            or (share.partition, share.chunk) in window
         ):
             self.ignored += 1
             if not window:
                 del self._shares[share.start]
             return
-        window[share.partition] = share
+        window[(share.partition, share.chunk)] = share
 
     def final_until(self, partitions: Iterable[int] | None = None) -> int | None:
         """The least final mark over ``partitions`` (None: those that sent one); None while
@@ -115,7 +115,7 @@ class LiveStatistics:
                 if start + self.width > limit:
                     break
                 shares = self._shares.pop(start)
-                self._fold(start, start + self.width, [shares[p] for p in sorted(shares)])
+                self._fold(start, start + self.width, [shares[k] for k in sorted(shares)])
                 folded += 1
             if self._folded_until is None or limit > self._folded_until:
                 self._folded_until = limit
@@ -123,7 +123,7 @@ class LiveStatistics:
 
     def _fold(self, start: int, end: int, shares: list[Share]) -> None:
         total: dict[Labels, np.ndarray] = {}
-        for share in shares:  # in partition order: the same sums wherever they are folded
+        for share in shares:  # in (partition, chunk) order: the same sums wherever folded
             for labels, sums in share.segments:
                 before = total.get(labels)
                 total[labels] = sums if before is None else before + sums

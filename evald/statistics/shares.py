@@ -44,6 +44,8 @@ FINAL = 1 << 62
 VERSION = 1
 #: the finalize reason whose results are left out of every share
 LATE = "late"
+#: sums per share record (segments x measures x 3): about 250 KiB of JSON with the labels
+CELLS_PER_RECORD = 12_000
 
 #: a segment's labels as (key, value) pairs, in the engine's ``label_keys`` order
 Labels = tuple[tuple[str, str], ...]
@@ -52,17 +54,21 @@ Labels = tuple[tuple[str, str], ...]
 @dataclass(frozen=True)
 class Share:
     """Partition ``partition``'s final sums of window ``[start, start + width)``: per segment
-    (labels), an (M, 3) array of n, Σy, Σy² over the finite values of each measure."""
+    (labels), an (M, 3) array of n, Σy, Σy² over the finite values of each measure. A share
+    of many segments is cut into several (``chunk`` 0, 1, ...) so that every record stays far
+    below Kafka's default ``max.message.bytes``; the chunks add up."""
 
     start: int
     width: int
     partition: int
     segments: tuple[tuple[Labels, np.ndarray], ...]
+    chunk: int = 0
 
     @property
     def key(self) -> bytes:
-        """The statistics topic's record key: one per (window, partition), written once."""
-        return f"share.{self.start}.{self.partition}".encode()
+        """The statistics topic's record key: one per (window, partition, chunk), written
+        once."""
+        return f"share.{self.start}.{self.partition}.{self.chunk}".encode()
 
     def encode(self) -> bytes:
         doc = {
@@ -71,6 +77,7 @@ class Share:
             "start": self.start,
             "width": self.width,
             "partition": self.partition,
+            "chunk": self.chunk,
             "segments": [
                 [[list(pair) for pair in labels], sums.tolist()] for labels, sums in self.segments
             ],
@@ -115,7 +122,13 @@ def decode_record(raw: bytes) -> Share | Frozen:
         if doc["kind"] != "share":
             raise ValueError(f"unknown statistics record kind {doc['kind']!r}")
         segments = tuple((_labels(labels), _sums(sums)) for labels, sums in doc["segments"])
-        return Share(int(doc["start"]), int(doc["width"]), int(doc["partition"]), segments)
+        return Share(
+            int(doc["start"]),
+            int(doc["width"]),
+            int(doc["partition"]),
+            segments,
+            int(doc.get("chunk", 0)),
+        )
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
         raise ValueError(f"malformed statistics record: {exc!r}") from None
 
@@ -219,7 +232,10 @@ class PartitionShares:
                 break
             segments = self._take(partition, start)
             if segments:
-                shares.append(Share(start, self.width, partition, segments))
+                step = max(1, CELLS_PER_RECORD // (3 * self.measures))
+                for chunk, first in enumerate(range(0, len(segments), step)):
+                    piece = segments[first : first + step]
+                    shares.append(Share(start, self.width, partition, piece, chunk))
         return Frozen(partition, until, tuple(shares))
 
     def _starts(self, partition: int) -> set[int]:

@@ -277,3 +277,33 @@ def test_the_engine_fold_equals_the_fold_of_the_non_late_results_whatever_the_pa
         view, results_p, _ = run_engine(events, partitions, tick_every, seed)
         states_close(fold_of_results(results_p, config), view.state)
         states_close(one.state, view.state)
+
+
+def test_a_share_of_many_segments_is_cut_into_records_that_add_up():
+    """Every record stays far below Kafka's default 1 MiB however many segments there are;
+    the fold of the chunks equals the fold of the whole window."""
+    config = settings(min_n=2, cusum_min_n=2)
+    segments = SegmentIndex(("arm", "surface"), 5000, 5000)
+    shares = PartitionShares(config.statistics.window, config.window, len(MEASURES), segments)
+    rng = np.random.default_rng(11)
+    labels = [{"arm": a, "surface": f"s{i}"} for i in range(2250) for a in ("A", "B")]
+    seg = np.asarray([segments.segment_of(lab) for lab in labels] * 3)
+    ts = np.full(len(seg), T0 + 5)
+    values = rng.random((len(seg), len(MEASURES)))
+    shares.observe(0, seg, ts, values, ["window"] * len(seg))
+    frozen = shares.freeze(0, None, final=True)
+    assert frozen is not None and len(frozen.shares) == 3
+    assert [s.chunk for s in frozen.shares] == [0, 1, 2]
+    assert len({s.key for s in frozen.shares}) == 3
+    assert max(len(s.encode()) for s in frozen.shares) < 300_000
+    live = LiveStatistics(config, MEASURES)
+    for share in frozen.shares:
+        live.add(decode_record(share.encode()))
+    live.add(Frozen(0, frozen.final_until))
+    assert live.fold([0]) == 1
+    whole = [(dict(lab), arr) for s in frozen.shares for lab, arr in s.segments]
+    (comp,) = config.statistics.comparisons
+    state = fold_window(ComparisonState(), comp, config.statistics, MEASURES, whole)
+    (view,) = live.views()
+    states_close(state, view.state)
+    assert len(view.state.rests) == 2250
