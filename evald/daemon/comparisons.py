@@ -72,6 +72,7 @@ class ComparisonReader:
         self.position = 0
         #: records that are not statistics records (logged and skipped)
         self.malformed = 0
+        self._waiting: list[int] | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -100,6 +101,7 @@ class ComparisonReader:
                         for record in records:
                             self._take(record.offset, record.value)
                     self.live.fold(range(self.partitions))
+                    self._note_waiting()
                     self._backoff.reset()
             except KafkaError as exc:
                 delay = self._backoff.next_delay()
@@ -114,6 +116,21 @@ class ComparisonReader:
             finally:
                 if consumer is not None:
                     close_quietly(consumer)
+
+    def _note_waiting(self) -> None:
+        """Log when the partitions holding the fold back change (no final mark: no event yet,
+        or its owner has not committed since)."""
+        waiting = self.live.unmarked(range(self.partitions))
+        if waiting != self._waiting:
+            self._waiting = waiting
+            if waiting:
+                log.info(
+                    "comparisons wait for input partitions %s: no window is final there yet "
+                    "(no event so far, or not committed yet)",
+                    waiting,
+                )
+            else:
+                log.info("comparisons: every input partition has final windows")
 
     def _take(self, offset: int, value: bytes | None) -> None:
         self.position = offset + 1

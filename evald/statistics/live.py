@@ -103,6 +103,11 @@ class LiveStatistics:
             return None
         return min(m for m in marks if m is not None)
 
+    def unmarked(self, partitions: Iterable[int]) -> list[int]:
+        """The partitions with no final mark yet: each holds every window's fold back."""
+        with self._lock:
+            return [p for p in partitions if p not in self._final]
+
     def fold(self, partitions: Iterable[int] | None = None) -> int:
         """Fold, in window order, every window final in all ``partitions`` (None: every
         partition that sent a mark); returns how many windows held data."""

@@ -75,6 +75,7 @@ def test_the_fold_waits_for_every_partition_and_folds_in_window_order():
     live = LiveStatistics(config, MEASURES)
     live.add(shares.freeze(0, T0 + 2 * HOUR + config.window))  # two windows final in p0
     assert live.fold([0, 1]) == 0  # partition 1 has no mark yet
+    assert live.unmarked([0, 1]) == [1]
     live.add(shares.freeze(1, T0 + HOUR + config.window))  # one window final in p1
     assert live.fold([0, 1]) == 1
     (view,) = live.views()
