@@ -89,6 +89,8 @@ class ComparisonReader:
                 consumer = KafkaConsumer(
                     group_id=None,
                     enable_auto_commit=False,
+                    # offset 0 may be compacted away: start at the oldest record kept
+                    auto_offset_reset="earliest",
                     isolation_level="read_committed",
                     allow_auto_create_topics=False,
                     **self._client,
