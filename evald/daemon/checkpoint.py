@@ -110,8 +110,9 @@ class Checkpoint:
     extra: dict[str, Any] = field(default_factory=dict)
     snapshot: SnapshotRef | None = None
     evicted: tuple[tuple[int, int], ...] = ()
-    #: the partition's open comparison shares and final mark (``PartitionShares.state``);
-    #: None without comparisons, or in a checkpoint written before they existed
+    #: the partition's open comparison shares and final mark (``PartitionShares.state``), or
+    #: ``{"records": <SnapshotRef JSON>}`` naming the checkpoint-topic records holding them when
+    #: they are large; None without comparisons, or in a checkpoint written before them
     statistics: dict[str, Any] | None = None
 
     def encode(self) -> bytes:

@@ -206,7 +206,8 @@ def restore_partition(
             from_runs(checkpoint.evicted),
         )
         if engine.shares is not None:  # the comparison shares not final at the checkpoint
-            engine.shares.load(p, checkpoint.statistics, checkpoint.watermark)
+            statistics = _open_shares(reader, topics, checkpoint, progress)
+            engine.shares.load(p, statistics, checkpoint.watermark)
         absorbed = _rebuild_windows(reader, engine, topics, checkpoint, progress)
         start = dict(checkpoint.committed)
         part.replay_end = dict(checkpoint.consumed)
@@ -237,6 +238,30 @@ def restore_partition(
     part.fetched_next = dict(start)
     part.merger.clear()
     part.restored = True
+
+
+def _open_shares(
+    reader: KafkaConsumer, topics: TopicSettings, checkpoint: Checkpoint, progress: Progress
+) -> Any:
+    """The checkpoint's open comparison shares: inline, or in the records it names."""
+    statistics = checkpoint.statistics
+    if isinstance(statistics, dict) and "records" in statistics:
+        p = checkpoint.partition
+        try:
+            ref = SnapshotRef.from_json(statistics["records"])
+            if ref is None:
+                raise ValueError("no records named")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RestoreError(f"checkpoint of partition {p}: bad statistics: {exc}") from None
+        raw = read_snapshot(reader, topics.checkpoint_topic, p, ref, progress)
+        log.info(
+            "partition %d: open comparison shares read from %d records (%d bytes)",
+            p,
+            len(ref.offsets),
+            ref.size,
+        )
+        return json.loads(raw)
+    return statistics
 
 
 def _rebuild_windows(

@@ -10,6 +10,7 @@ steps named below, so every step boundary is covered by the kill tests.
 
 from __future__ import annotations
 
+import json
 import logging
 import zlib
 from collections.abc import Callable
@@ -196,7 +197,7 @@ class Transaction:
             snapshot = part.snapshot
             if p in written:  # it holds every result so far: no range before it is needed
                 ranges, epoch, snapshot = (), None, written[p]
-            statistics = self._send_statistics(p, statistics_sent)
+            statistics = self._place_statistics(p, self._send_statistics(p, statistics_sent))
             checkpoint = self._checkpoint(part, ranges, epoch, snapshot, extra, statistics)
             future = producer.send(
                 checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
@@ -303,6 +304,28 @@ class Transaction:
             mark = producer.send(topic, key=frozen.key, value=frozen.encode_mark(), partition=0)
             futures.append((mark, False))
         return shares.state(p)
+
+    def _place_statistics(self, p: int, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The checkpoint's ``statistics``: p's open shares inline, or, past
+        ``INLINE_STATISTICS_BYTES``, ``{"records": <SnapshotRef>}`` naming records of checkpoint
+        topic partition p (key ``<p>.statistics``) that hold them, sent into the open
+        transaction and flushed to learn their offsets."""
+        if state is None:
+            return None
+        raw = json.dumps(state, separators=(",", ":")).encode()
+        if len(raw) <= snapshots.INLINE_STATISTICS_BYTES:
+            return state
+        engine, producer = self._engine, self._producer
+        assert engine is not None and producer is not None
+        topic, key = self._settings.topics.checkpoint_topic, f"{p}.statistics".encode()
+        futures = [
+            producer.send(topic, key=key, value=chunk, partition=p)
+            for chunk in snapshots.chunks(raw)
+        ]
+        producer.flush(timeout=self._settings.kafka.request_timeout_ms / 1000)
+        offsets = tuple(f.get(timeout=30).offset for f in futures)
+        ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
+        return {"records": ref.to_json()}
 
     def _checkpoint(
         self,

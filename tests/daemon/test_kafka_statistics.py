@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,8 +51,9 @@ STATISTICS = {
     ],
 }
 PREFIXES = ("evald_comparison_", "evald_cusum_")
-#: impressions per second of event time: 8000 records span about six 5-minute windows
-RATE = 2.0
+#: the simulator's records per wall second (at 60x event time): 8000 records span 42 minutes
+#: of event time, eight 5-minute windows of about 450 lists each, so every CUSUM steps
+RATE = 200.0
 
 
 def comparison_samples(text: str) -> dict[str, float]:
@@ -270,3 +272,83 @@ def test_kill_9_around_the_commit_of_shares_is_exact(
         everything = [decode_record(r.value) for r in kafka_tools.read(topic)]
         assert sum(isinstance(r, Share) for r in everything) > len(shares)
     assert survivor.terminate() == 0
+
+
+def produce_many_surfaces(
+    tools: KafkaTools, topics: dict[str, str], surfaces: int, start: int, stop: int
+) -> None:
+    """Simulator events ``start..stop`` with each request on one of ``surfaces`` surfaces."""
+    from itertools import islice
+
+    from kafka import KafkaProducer
+
+    from evald.demo.simulator import IMPRESSION, Faults, Simulator
+
+    producer = KafkaProducer(bootstrap_servers=tools.bootstrap, linger_ms=10)
+    try:
+        sim = Simulator(8, rate=400, speed=60, faults=Faults(malformed=0.0))
+        for event in islice(sim.events(), start, stop):
+            value = event.value
+            if event.kind == IMPRESSION:
+                doc = json.loads(value)
+                doc["labels"]["surface"] = f"s{zlib.crc32(event.key) % surfaces}"
+                value = json.dumps(doc).encode()
+            topic = topics["impressions" if event.kind == IMPRESSION else "feedback"]
+            producer.send(topic, key=event.key, value=value, timestamp_ms=event.at_ms)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+
+
+#: 20 measures on 300 surfaces: a partition's open shares are over 64 KiB of JSON after the
+#: first 9,000 events of seed 8 (about 93 KB in each of the two partitions)
+WIDE = {
+    "label_value_cap": 1000,
+    "max_segments": 2000,
+    "max_series": 10_000_000,
+    "measures": [f"nDCG@{k}" for k in range(1, 11)] + [f"P@{k}" for k in range(1, 11)],
+}
+
+
+@pytest.mark.chaos  # about 75 s
+def test_open_shares_too_large_for_a_checkpoint_record_restore_exactly(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """Hundreds of segments: the open shares leave the checkpoint record for records of their
+    own; after a kill -9 the restart reads them back, the rest of the stream completes the
+    open window, and the comparison equals the uninterrupted engine's."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    extra = ["--set", f"engine.statistics={json.dumps(STATISTICS)}"]
+    for key, value in WIDE.items():
+        extra += ["--set", f"engine.{key}={json.dumps(value)}"]
+    produce_many_surfaces(kafka_tools, topics, 300, 0, 9000)
+    first = instances("a", extra=tuple(extra))
+    wait_until(lambda: first.lag_zero(2), 90, "the first part consumed")
+    committed: list[float] = []
+
+    def quiet() -> bool:  # the last results are committed: the count stopped moving
+        committed.append(first.metric("evald_results_produced_total"))
+        return len(committed) > 5 and committed[-1] == committed[-6] > 0
+
+    wait_until(quiet, 60, "the last commit", interval=0.3)
+    first.kill()
+    second = instances("a", extra=tuple(extra))
+    wait_until(lambda: second.lag_zero(2), 120, "the restarted daemon ready")
+    log = second.log_path.read_text(errors="replace")
+    assert log.count("open comparison shares read from") == 2, "restored inline, not from records"
+    produce_many_surfaces(kafka_tools, topics, 300, 9000, 12000)
+    wait_until(lambda: second.lag_zero(2), 120, "the rest consumed")
+    config = load_config({**ENGINE, **WIDE, "statistics": STATISTICS})
+    _, engine = kafka_tools.expected(
+        config, topics["impressions"], topics["feedback"], global_statistics=True
+    )
+    registry, _ = build_registry(engine, process=False)
+    want = comparison_samples(generate_latest(registry).decode())
+    assert len(want) > 5000
+    wait_until(
+        lambda: equal(comparison_samples(second.get("/metrics")[1]), want),
+        60,
+        "the restarted daemon's comparison",
+    )
+    assert second.terminate() == 0
