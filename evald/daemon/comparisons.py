@@ -12,8 +12,8 @@ The topic is compacted and has one partition, so the records of a transaction ar
 the order they were written: a partition's shares before the mark that makes them count.
 Keys: ``share.<window start>.<partition>.<chunk>`` (written once: a restore resumes after the
 last committed mark; a share of many segments takes several chunks) and ``final.<partition>``
-(compaction keeps the newest). Its size is about one record per (window, partition) that held
-data over the comparison's life, plus one per partition.
+(one per window at most: compaction keeps the newest). Its size is about one share per
+(window, partition) that held data over the comparison's life, plus the marks.
 """
 
 from __future__ import annotations

@@ -207,10 +207,12 @@ class PartitionShares:
                 arr += sums
 
     def final_until(self, partition: int, watermark: int | None) -> int | None:
-        """Windows ending at or before this are final in ``partition`` at ``watermark``."""
+        """The end of the last window final in ``partition`` at ``watermark``: the mark moves
+        once per window, so the statistics topic gets one mark per window and partition, not
+        one per commit."""
         if watermark is None:
             return None
-        return complete_before(watermark, self.window)
+        return complete_before(watermark, self.window) // self.width * self.width
 
     def due(self, partition: int, watermark: int | None) -> bool:
         """Whether ``freeze`` at ``watermark`` would move the partition's final mark."""

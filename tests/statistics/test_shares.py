@@ -38,9 +38,10 @@ def test_a_share_is_final_when_its_own_partition_passes_the_window_end_by_the_wi
     attribution = config.window
     observe(shares, 0, [T0 + 10, T0 + HOUR - 1], ["window", "window"])
     observe(shares, 1, [T0 + 20], ["window"])
-    # partition 0 is one ms short: the mark moves, nothing is handed out
+    # partition 0 is one ms short: the window before is final, this one is not
     frozen = shares.freeze(0, T0 + HOUR + attribution - 2)
-    assert frozen == Frozen(0, T0 + HOUR - 1, ())
+    assert frozen == Frozen(0, T0, ())
+    assert not shares.due(0, T0 + HOUR + attribution - 2)
     assert shares.freeze(0, T0 + HOUR + attribution - 2) is None  # the mark did not move
     frozen = shares.freeze(0, T0 + HOUR + attribution - 1)
     assert frozen is not None and frozen.final_until == T0 + HOUR
