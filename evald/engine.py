@@ -32,6 +32,7 @@ from evald.metrics import Batch, evaluate, parse_measures, required_depth
 from evald.segments import LabelTable, SegmentIndex
 from evald.statistics.bootstrap import list_clusters, request_clusters, user_cluster
 from evald.statistics.live import LiveStatistics
+from evald.statistics.shares import PartitionShares
 from evald.stats import Stats
 
 
@@ -71,8 +72,9 @@ class Engine:
     ) -> None:
         """``decoder`` reads the input format; None: the native JSON schema (:class:`Decoder`)
         with the config's limits, action grades and event-time bounds. ``global_statistics``:
-        this engine sees every input partition (replay, the demo), so it folds the configured
-        comparisons (``statistics``); an instance owning a subset must not."""
+        this engine sees every input partition (replay, the demo), so it folds its own shares
+        of the configured comparisons (``statistics``); without it the engine only keeps its
+        partitions' shares (``shares``) for the daemon to publish and fold."""
         self.config = config
         self.clock = clock
         self.on_result = on_result
@@ -96,9 +98,18 @@ class Engine:
             config.retention,
             config.statistics.bootstrap_replicates,
         )
+        #: each partition's shares of the comparison windows (evald/statistics/shares.py)
+        self.shares: PartitionShares | None = None
+        #: the comparisons' fold: the engine's own (``global_statistics``) or one attached
         self.statistics: LiveStatistics | None = None
-        if global_statistics and config.statistics.comparisons:
-            self.statistics = LiveStatistics(config, self.measure_names)
+        self._folds_shares = False
+        if config.statistics.comparisons:
+            self.shares = PartitionShares(
+                config.statistics.window, config.window, len(self.measure_names), self.segments
+            )
+            if global_statistics:
+                self.statistics = LiveStatistics(config, self.measure_names)
+                self._folds_shares = True
         self._stores: dict[int, JoinStore] = {}
         self._open_total = [0]  # open impressions over all partitions, kept by the stores
         self._drained = False
@@ -244,8 +255,7 @@ class Engine:
         for store in stores:
             store.idle(now)
             done += self._finalize(store, now)
-        if self.statistics is not None:  # before pruning: the windows it folds must be held
-            self.statistics.advance(self.aggregates, self.complete_before(), final=False)
+        self._fold_shares(final=False)
         for store in stores:
             self._prune(store)
         return done
@@ -258,9 +268,26 @@ class Engine:
             store.close_all()
             done += self._finalize(store, now)
         self._drained = True
-        if self.statistics is not None:
-            self.statistics.advance(self.aggregates, self.complete_before(), final=True)
+        self._fold_shares(final=True)
         return done
+
+    def _fold_shares(self, *, final: bool) -> None:
+        """``global_statistics``: hand every partition's final shares to the fold, then fold
+        the windows final in every partition that has a watermark (``final``: all)."""
+        live, shares = self.statistics, self.shares
+        if not self._folds_shares or live is None or shares is None:
+            return
+        for p, store in self._stores.items():
+            frozen = shares.freeze(p, store.watermark, final=final)
+            if frozen is not None:
+                live.add(frozen)
+        live.fold([p for p, store in self._stores.items() if store.watermark is not None])
+
+    def attach_statistics(self, live: LiveStatistics) -> None:
+        """Expose a fold fed elsewhere (the daemon's statistics topic reader) as this engine's
+        comparisons; the engine then only accumulates its partitions' shares."""
+        self.statistics = live
+        self._folds_shares = False
 
     def _finalize(self, store: JoinStore, now: float) -> int:
         done = 0
@@ -302,6 +329,8 @@ class Engine:
         for reason in joined.reasons:
             stats.finalized[reason] += 1
         stats.abandoned += int(abandoned.sum())
+        if self.shares is not None:
+            self.shares.observe(partition, joined.segment_ids, joined.ts, values, joined.reasons)
         clusters = None
         if self.aggregates.replicates:
             clusters = list_clusters(joined.clusters, joined.request_ids)
@@ -436,6 +465,8 @@ class Engine:
         if store is not None:
             self._open_total[0] -= store.open()
         self.aggregates.drop_partition(partition)
+        if self.shares is not None:
+            self.shares.drop(partition)
 
     def absorb_result(self, result: Mapping[str, Any], partition: int) -> bool:
         """Add an already-emitted result (read back from the results topic) to the window

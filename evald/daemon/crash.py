@@ -2,7 +2,9 @@
 
 ``TESTING_EVALD_CRASH_AT=<step>`` makes the process SIGKILL itself the first time it reaches
 that step: ``results_sent``, ``offsets_sent``, ``commit_in_flight``, ``committed`` (steps of a
-commit, in a transaction holding results; see transaction.py), ``revoking`` (a revocation
+commit, in a transaction holding results; see transaction.py), ``statistics_sent`` and
+``statistics_committed`` (before and after the commit of a transaction holding comparison
+shares), ``revoking`` (a revocation
 commit, once results were committed) or ``restore`` (restoring a partition); with
 ``input.repartition``, ``repartition_sent``, ``repartition_offsets_sent`` and
 ``repartition_committed`` (steps 4, 5 and 6 of the repartition cycle, in a transaction holding

@@ -182,9 +182,10 @@ def restore_partition(
     1. Read the group's committed offset *c* on the checkpoint topic (crash point
        ``restore``); without one, start both inputs from their beginning.
     2. Read the checkpoint at *c - 1*; refuse (exit 2) one written against other input topics.
-    3. Restore the engine's watermark, consumed offsets and the impressions the cap evicted;
-       load the checkpoint's snapshot of the window aggregates (if any) and absorb the
-       committed results of its ranges, written after that snapshot.
+    3. Restore the engine's watermark, consumed offsets and the impressions the cap evicted,
+       and its comparison shares not final yet; load the checkpoint's snapshot of the window
+       aggregates (if any) and absorb the committed results of its ranges, written after that
+       snapshot.
     4. Seek both inputs to the committed offsets; records up to the consumed ones are replayed
        to rebuild pending joins.
     """
@@ -204,6 +205,9 @@ def restore_partition(
             checkpoint.event_times,
             from_runs(checkpoint.evicted),
         )
+        if engine.shares is not None:  # the comparison shares not final at the checkpoint
+            statistics = _open_shares(reader, topics, checkpoint, progress)
+            engine.shares.load(p, statistics, checkpoint.watermark)
         absorbed = _rebuild_windows(reader, engine, topics, checkpoint, progress)
         start = dict(checkpoint.committed)
         part.replay_end = dict(checkpoint.consumed)
@@ -234,6 +238,30 @@ def restore_partition(
     part.fetched_next = dict(start)
     part.merger.clear()
     part.restored = True
+
+
+def _open_shares(
+    reader: KafkaConsumer, topics: TopicSettings, checkpoint: Checkpoint, progress: Progress
+) -> Any:
+    """The checkpoint's open comparison shares: inline, or in the records it names."""
+    statistics = checkpoint.statistics
+    if isinstance(statistics, dict) and "records" in statistics:
+        p = checkpoint.partition
+        try:
+            ref = SnapshotRef.from_json(statistics["records"])
+            if ref is None:
+                raise ValueError("no records named")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RestoreError(f"checkpoint of partition {p}: bad statistics: {exc}") from None
+        raw = read_snapshot(reader, topics.checkpoint_topic, p, ref, progress)
+        log.info(
+            "partition %d: open comparison shares read from %d records (%d bytes)",
+            p,
+            len(ref.offsets),
+            ref.size,
+        )
+        return json.loads(raw)
+    return statistics
 
 
 def _rebuild_windows(

@@ -40,6 +40,7 @@ from kafka.errors import (
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.backpressure import Action, Backpressure
+from evald.daemon.comparisons import ComparisonReader
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.fatal import Fatal, unrecoverable
 from evald.daemon.health import Health
@@ -49,7 +50,7 @@ from evald.daemon.rebalance import Rebalance
 from evald.daemon.restore import RestoreError, restore_partition
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
-from evald.daemon.topics import TopicGuard
+from evald.daemon.topics import TopicGuard, ensure_statistics_topic
 from evald.daemon.transaction import Transaction
 from evald.decode import Rejection
 from evald.engine import Engine, Result
@@ -125,6 +126,8 @@ class Daemon:
         self.backpressure = Backpressure(settings.daemon.pause_at, settings.daemon.resume_at)
         self.health = Health(self.stats, clock, settings.daemon.stall_timeout_s)
         self._engine: Engine | None = None
+        #: the comparisons folded from the statistics topic (started by the first session)
+        self.comparisons: ComparisonReader | None = None
         self._consumer: KafkaConsumer | None = None
         self._reader: KafkaConsumer | None = None
         self._admin: KafkaAdminClient | None = None
@@ -147,6 +150,13 @@ class Daemon:
 
     def run(self) -> int:
         """Run sessions until stopped; transient failures are retried with backoff."""
+        try:
+            return self._run()
+        finally:
+            if self.comparisons is not None:
+                self.comparisons.stop()
+
+    def _run(self) -> int:
         while not self._stop.is_set():
             try:
                 self._session()
@@ -186,6 +196,8 @@ class Daemon:
         """Build the session's engine (every session starts from a fresh one)."""
         engine = self._engine = self.engine_factory(self.transaction.send_result)
         self.backpressure.max_pending = engine.config.max_pending
+        if self.comparisons is not None:
+            engine.attach_statistics(self.comparisons.live)
         if self.on_engine is not None:
             self.on_engine(engine)
         return engine
@@ -211,6 +223,8 @@ class Daemon:
         self._admin = KafkaAdminClient(**client)
         self.dead_letters.limit = self.topics.start(self._admin)
         engine = self.open_engine()
+        if engine.shares is not None and self.comparisons is None:
+            self._read_comparisons(self._admin, engine)
         producer = KafkaProducer(
             transactional_id=f"evald-{cfg.daemon.group_id}-{cfg.daemon.instance_id}",
             transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
@@ -261,6 +275,15 @@ class Daemon:
                 self.health.last_probe = now
             self.topics.recheck(self._admin, now)
         self._shutdown()
+
+    def _read_comparisons(self, admin: KafkaAdminClient, engine: Engine) -> None:
+        """Create the statistics topic if needed and start folding it (once per process)."""
+        partitions = max(shape.partitions for shape in self.topics.inputs.values())
+        reader = ComparisonReader(self.settings, engine.config, engine.measure_names, partitions)
+        ensure_statistics_topic(admin, reader.topic)
+        self.comparisons = reader
+        reader.start()
+        engine.attach_statistics(reader.live)
 
     def _cycle(self, consumer: KafkaConsumer) -> float:
         """Poll, process and commit when due; returns the cycle's time."""

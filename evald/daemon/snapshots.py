@@ -16,6 +16,7 @@ from evald.daemon.checkpoint import ResultRange, SnapshotRef
 
 __all__ = [
     "CHUNK_BYTES",
+    "INLINE_STATISTICS_BYTES",
     "MAX_AGE_MS",
     "MIN_RESULTS_BETWEEN",
     "RESULT_BYTES",
@@ -34,6 +35,10 @@ RESULT_BYTES = 200
 MAX_AGE_MS = 3_600_000
 #: largest record of a snapshot: well under Kafka's default max.message.bytes (1 MiB)
 CHUNK_BYTES = 256 * 1024
+#: a partition's open comparison shares larger than this (JSON) leave the checkpoint record
+#: for records of their own, named by the checkpoint like a snapshot: a checkpoint stays small
+#: whatever the number of segments
+INLINE_STATISTICS_BYTES = 64 * 1024
 
 
 def results_in(ranges: tuple[ResultRange, ...]) -> int:

@@ -30,6 +30,7 @@ __all__ = [
     "check_layout",
     "check_unchanged",
     "describe",
+    "ensure_statistics_topic",
     "missing_outputs",
 ]
 
@@ -236,3 +237,14 @@ class TopicGuard:
             check_checkpoint_ids(saved if isinstance(saved, dict) else {}, self.inputs, partition)
         except TopicLayoutError as exc:
             raise Fatal(2, f"evald run: refusing to restore: {exc}") from None
+
+
+def ensure_statistics_topic(admin: KafkaAdminClient, name: str) -> None:
+    """Create the statistics topic (evald/daemon/comparisons.py) if missing: one partition,
+    so its records are read in the order written; compacted, since a share is written once
+    per key and only a partition's newest final mark is needed."""
+    if name in set(admin.list_topics()):
+        return
+    log.info("creating statistics topic %s (1 partition, compacted)", name)
+    with contextlib.suppress(TopicAlreadyExistsError):
+        admin.create_topics([NewTopic(name, 1, -1, topic_configs={"cleanup.policy": "compact"})])

@@ -10,6 +10,7 @@ steps named below, so every step boundary is covered by the kill tests.
 
 from __future__ import annotations
 
+import json
 import logging
 import zlib
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from evald.daemon.checkpoint import (
     prune_ranges,
     to_runs,
 )
+from evald.daemon.comparisons import statistics_topic
 from evald.daemon.crash import crash_point
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.inputs import Inputs, Part
@@ -74,6 +76,7 @@ class Transaction:
         self._appender: RecordAppender | None = None
         self._encoder = ResultEncoder()
         self._results_tps: dict[int, TopicPartition] = {}
+        self._statistics_topic = statistics_topic(settings.topics)
         #: a transaction is open on the broker (begun, not yet committed or aborted)
         self.open = False
         #: a transaction was aborted during a rebalance: what it held for the partitions kept
@@ -153,17 +156,22 @@ class Transaction:
         4. Per partition, send its checkpoint record (checkpoint topic, partition p): the new
            snapshot (ranges then start empty) or the last committed one with the ranges after
            it, the engine's watermark, low offsets, event times and evicted impressions, the
-           consumed offsets and the input topic ids.
-        5. Flush the checkpoints, then send the group offsets into the transaction: per input
+           consumed offsets and the input topic ids. With comparisons, first send p's
+           comparison shares that became final and its final mark to the statistics topic;
+           the checkpoint keeps the shares not final yet.
+        5. Flush the checkpoints (and the statistics records: crash point ``statistics_sent``
+           when they hold a share), then send the group offsets into the transaction: per input
            topic the engine's low offset (the next unfed offset when nothing is pending), and
            on the checkpoint topic the checkpoint record's own offset + 1.
            Crash point ``offsets_sent``.
-        6. Commit the transaction. Crash point ``committed``.
+        6. Commit the transaction. Crash points ``committed``, ``statistics_committed``.
         7. Only now take the new ranges and snapshot as committed, count results, dead
            letters and the commit, and reset the retry backoff.
         """
         parts = self._inputs.restored()
-        if not parts or not (self.open or any(s.dirty for s in parts)):
+        if not parts or not (
+            self.open or any(s.dirty for s in parts) or self._statistics_due(parts)
+        ):
             return
         producer = self.begin()  # 1
         consumer = self._consumer
@@ -182,13 +190,15 @@ class Transaction:
         extra = {"topic_ids": ids} if ids else {}
         extended = {part.partition: self._ranges_after(part, horizon_ms) for part in parts}  # 3
         written = self._write_snapshots(parts, extended)
+        statistics_sent: list[tuple[Any, bool]] = []  # (future, a share and not a mark)
         for part in parts:  # 4
             p = part.partition
             ranges, epoch = extended[p]
             snapshot = part.snapshot
             if p in written:  # it holds every result so far: no range before it is needed
                 ranges, epoch, snapshot = (), None, written[p]
-            checkpoint = self._checkpoint(part, ranges, epoch, snapshot, extra)
+            statistics = self._place_statistics(p, self._send_statistics(p, statistics_sent))
+            checkpoint = self._checkpoint(part, ranges, epoch, snapshot, extra, statistics)
             future = producer.send(
                 checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
             )
@@ -198,6 +208,10 @@ class Transaction:
                     checkpoint.committed[kind], "", -1
                 )
         producer.flush(timeout=timeout)  # 5
+        for future, _ in statistics_sent:
+            future.get(timeout=30)  # a refused share fails the commit, like a dead letter
+        holds_shares = any(share for _, share in statistics_sent)
+        crash_point("statistics_sent", holds_shares)
         for _, checkpoint, future in planned:
             offsets[TopicPartition(checkpoint_topic, checkpoint.partition)] = OffsetAndMetadata(
                 future.get(timeout=30).offset + 1, "", -1
@@ -208,6 +222,7 @@ class Transaction:
         crash_point("commit_in_flight", holds_results)  # armed here, kills on the answer
         commit_within(producer, answer_s)  # 6
         crash_point("committed", holds_results)
+        crash_point("statistics_committed", holds_shares)
         self._committed(planned)  # 7
 
     def _ranges_after(
@@ -261,6 +276,57 @@ class Transaction:
             for p, (raw, futures) in sent.items()
         }
 
+    def _statistics_due(self, parts: list[Part]) -> bool:
+        """Whether a partition's comparison shares have a final mark to publish (its
+        watermark moved, maybe by the idle fallback, with no result to commit)."""
+        engine = self._engine
+        shares = None if engine is None else engine.shares
+        if shares is None or engine is None:
+            return False
+        return any(shares.due(part.partition, engine.checkpoint(part.partition)) for part in parts)
+
+    def _send_statistics(self, p: int, futures: list[tuple[Any, bool]]) -> dict[str, Any] | None:
+        """Step 4's statistics: send p's newly final shares, then its final mark, to the
+        statistics topic; returns p's open shares for its checkpoint (None: no comparisons).
+        Freezing forgets the shares it hands out: if this transaction does not commit, the
+        session restores p from the last committed checkpoint, which still holds them."""
+        engine, producer = self._engine, self._producer
+        assert engine is not None and producer is not None
+        shares = engine.shares
+        if shares is None:
+            return None
+        frozen = shares.freeze(p, engine.checkpoint(p))
+        if frozen is not None:
+            topic = self._statistics_topic
+            for share in frozen.shares:
+                future = producer.send(topic, key=share.key, value=share.encode(), partition=0)
+                futures.append((future, True))
+            mark = producer.send(topic, key=frozen.key, value=frozen.encode_mark(), partition=0)
+            futures.append((mark, False))
+        return shares.state(p)
+
+    def _place_statistics(self, p: int, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The checkpoint's ``statistics``: p's open shares inline, or, past
+        ``INLINE_STATISTICS_BYTES``, ``{"records": <SnapshotRef>}`` naming records of checkpoint
+        topic partition p (key ``<p>.statistics``) that hold them, sent into the open
+        transaction and flushed to learn their offsets."""
+        if state is None:
+            return None
+        raw = json.dumps(state, separators=(",", ":")).encode()
+        if len(raw) <= snapshots.INLINE_STATISTICS_BYTES:
+            return state
+        engine, producer = self._engine, self._producer
+        assert engine is not None and producer is not None
+        topic, key = self._settings.topics.checkpoint_topic, f"{p}.statistics".encode()
+        futures = [
+            producer.send(topic, key=key, value=chunk, partition=p)
+            for chunk in snapshots.chunks(raw)
+        ]
+        producer.flush(timeout=self._settings.kafka.request_timeout_ms / 1000)
+        offsets = tuple(f.get(timeout=30).offset for f in futures)
+        ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
+        return {"records": ref.to_json()}
+
     def _checkpoint(
         self,
         part: Part,
@@ -268,6 +334,7 @@ class Transaction:
         epoch: int | None,
         snapshot: SnapshotRef | None,
         extra: dict[str, Any],
+        statistics: dict[str, Any] | None = None,
     ) -> Checkpoint:
         """Partition ``part``'s checkpoint as of this transaction (step 4 of :meth:`commit`)."""
         engine = self._engine
@@ -291,6 +358,7 @@ class Transaction:
             event_times=engine.event_times(p),
             snapshot=snapshot,
             evicted=to_runs(engine.evicted(p, committed["impression"])),
+            statistics=statistics,
         )
 
     def _committed(self, planned: list[tuple[Part, Checkpoint, Any]]) -> None:

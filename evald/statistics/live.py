@@ -1,26 +1,28 @@
-"""LiveStatistics: runs the fold over the engine's complete windows as the watermarks pass them.
+"""LiveStatistics: the fold of every comparison over the partitions' final shares.
 
-The engine calls ``advance`` after scoring and before pruning, so every window is folded while
-its sums are still held. Only windows that are complete over every partition the engine holds
-are folded, each once, in window order; data that lands in a window after it was folded (late
-impressions) is left out of the fold, as it is left out of the window already reported.
-
-The fold is global only when the engine sees every input partition (replay, the demo): the
-daemon, where an instance owns a subset, does not build one (docs/statistics.md).
+A comparison window is folded once *every* partition's share of it is final
+(evald/statistics/shares.py: a partition's watermark passed the window's end by the attribution
+window), in window order, from the sum of the shares. A share counts once per (window,
+partition): a copy that arrives again is ignored, and so is a share of a window already folded.
+The shares depend only on each partition's events, so the fold does not depend on which
+instance computed which share: the engine feeds its own shares (replay, the demo: it sees every
+partition), the daemon feeds the shares every instance wrote to the statistics topic
+(evald/daemon/comparisons.py), and both run this same code (docs/design.md, "Statistics over
+all partitions").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from evald.config import ComparisonConfig, EngineConfig
 from evald.statistics.fold import ComparisonState, Key, Rest, alerting_measures, fold_window
-
-if TYPE_CHECKING:
-    from evald.aggregate import Aggregates
+from evald.statistics.shares import Frozen, Labels, Share
 
 __all__ = ["ComparisonView", "LiveStatistics"]
 
@@ -42,49 +44,95 @@ class ComparisonView:
 
 
 class LiveStatistics:
-    """The folded statistics of every configured comparison; one per engine."""
+    """The folded statistics of every configured comparison, from the partitions' shares.
+
+    Thread-safe: the daemon's statistics reader adds and folds while scrapes read ``views``.
+    """
 
     def __init__(self, config: EngineConfig, measures: Sequence[str]) -> None:
         self.settings = config.statistics
         self.measures = list(measures)
         self.width = self.settings.window
+        self._lock = threading.Lock()
         self._states = {c.name: ComparisonState() for c in self.settings.comparisons}
         self._first: dict[str, int | None] = dict.fromkeys(self._states)
-        self._next: int | None = None  # start of the next window to fold
         self._last_end: int | None = None  # end of the last window folded
         self._detected: dict[str, dict[tuple[Key, str], int]] = {n: {} for n in self._states}
+        #: window start -> (partition, chunk) -> the share, until the window is folded
+        self._shares: dict[int, dict[tuple[int, int], Share]] = {}
+        #: partition -> every window ending at or before it is final there
+        self._final: dict[int, int] = {}
+        #: windows ending at or before it are folded (later shares of them are ignored)
+        self._folded_until: int | None = None
+        #: shares ignored: a second copy of a (window, partition), or one of a folded window
+        self.ignored = 0
 
-    def advance(self, aggregates: Aggregates, complete_before: int | None, final: bool) -> int:
-        """Fold every window that ends at or before ``complete_before`` (``final``: every
-        window holding data); returns how many were folded."""
-        span = aggregates.bucket_range()
-        if span is None:
+    def add(self, frozen: Frozen | Share) -> None:
+        """A final share, or a partition's final mark (a ``Frozen`` carries both)."""
+        with self._lock:
+            if isinstance(frozen, Share):
+                self._add_share(frozen)
+                return
+            for share in frozen.shares:
+                self._add_share(share)
+            p = frozen.partition
+            self._final[p] = max(self._final.get(p, frozen.final_until), frozen.final_until)
+
+    def _add_share(self, share: Share) -> None:
+        folded = self._folded_until
+        window = self._shares.setdefault(share.start, {})
+        if (
+            share.width != self.width
+            or (folded is not None and share.start + share.width <= folded)
+            or (share.partition, share.chunk) in window
+        ):
+            self.ignored += 1
+            if not window:
+                del self._shares[share.start]
+            return
+        window[(share.partition, share.chunk)] = share
+
+    def final_until(self, partitions: Iterable[int] | None = None) -> int | None:
+        """The least final mark over ``partitions`` (None: those that sent one); None while
+        one of them has none."""
+        with self._lock:
+            marks = [
+                self._final.get(p) for p in (self._final if partitions is None else partitions)
+            ]
+        if not marks or any(m is None for m in marks):
+            return None
+        return min(m for m in marks if m is not None)
+
+    def unmarked(self, partitions: Iterable[int]) -> list[int]:
+        """The partitions with no final mark yet: each holds every window's fold back."""
+        with self._lock:
+            return [p for p in partitions if p not in self._final]
+
+    def fold(self, partitions: Iterable[int] | None = None) -> int:
+        """Fold, in window order, every window final in all ``partitions`` (None: every
+        partition that sent a mark); returns how many windows held data."""
+        limit = self.final_until(partitions)
+        if limit is None:
             return 0
-        width = self.width
-        first = span[0] * aggregates.bucket_ms // width * width
-        if self._next is None:
-            self._next = first
-        if final:
-            limit = -(-(span[1] + 1) * aggregates.bucket_ms // width) * width
-        elif complete_before is None:
-            return 0
-        else:
-            limit = complete_before // width * width
         folded = 0
-        while self._next + width <= limit:
-            start = self._next
-            self._fold(aggregates, start, start + width)
-            self._next = start + width
-            folded += 1
+        with self._lock:
+            for start in sorted(self._shares):
+                if start + self.width > limit:
+                    break
+                shares = self._shares.pop(start)
+                self._fold(start, start + self.width, [shares[k] for k in sorted(shares)])
+                folded += 1
+            if self._folded_until is None or limit > self._folded_until:
+                self._folded_until = limit
         return folded
 
-    def _fold(self, aggregates: Aggregates, start: int, end: int) -> None:
-        sums = aggregates.window_sums(start, end)
-        segments = [
-            (aggregates.segments.labels_of(i), per_measure)
-            for i, per_measure in enumerate(sums)
-            if per_measure[:, 0].any()
-        ]
+    def _fold(self, start: int, end: int, shares: list[Share]) -> None:
+        total: dict[Labels, np.ndarray] = {}
+        for share in shares:  # in (partition, chunk) order: the same sums wherever folded
+            for labels, sums in share.segments:
+                before = total.get(labels)
+                total[labels] = sums if before is None else before + sums
+        segments = [(dict(labels), total[labels]) for labels in sorted(total)]
         if not segments:
             return
         for comp in self.settings.comparisons:
@@ -110,6 +158,10 @@ class LiveStatistics:
 
     def views(self) -> list[ComparisonView]:
         """Every comparison with its state (those with nothing folded yet too)."""
+        with self._lock:
+            return self._views()
+
+    def _views(self) -> list[ComparisonView]:
         return [
             ComparisonView(
                 c,

@@ -421,13 +421,14 @@ class KafkaTools:
         finally:
             consumer.close()
 
-    def expected(self, config, impressions: str, feedback: str):
+    def expected(self, config, impressions: str, feedback: str, *, global_statistics=False):
         """Results and windows of one uninterrupted engine over the topics' records, fed per
-        partition in the daemon's documented order: (timestamp, impressions first, offset)."""
+        partition in the daemon's documented order: (timestamp, impressions first, offset);
+        ``global_statistics``: it folds the comparisons too, as `evald replay` does."""
         from evald.engine import Engine
 
         results: list = []
-        engine = Engine(config, on_result=results.append)
+        engine = Engine(config, on_result=results.append, global_statistics=global_statistics)
         records = [(r, "impression") for r in self.read(impressions)]
         records += [(r, "feedback") for r in self.read(feedback)]
         records.sort(

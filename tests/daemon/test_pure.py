@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from evald.daemon.backoff import Backoff
@@ -92,6 +93,31 @@ def test_a_version_2_checkpoint_names_its_snapshot_and_the_evicted_offsets() -> 
         doc["snapshot"] = {**doc["snapshot"], **bad}
         with pytest.raises(ValueError):
             Checkpoint.decode(json.dumps(doc).encode())
+
+
+def test_a_checkpoint_carries_its_open_comparison_shares() -> None:
+    """The shares not final at the commit travel with the checkpoint (absent without
+    comparisons, and in checkpoints written before them)."""
+    from evald.segments import SegmentIndex
+    from evald.statistics.shares import PartitionShares
+
+    segments = SegmentIndex(("arm",), 10, 10)
+    seg = segments.segment_of({"arm": "A"})
+    shares = PartitionShares(3_600_000, 60_000, 2, segments)
+    shares.observe(1, np.array([seg]), np.array([7_200_001]), np.ones((1, 2)), ["window"])
+    cp = Checkpoint(
+        partition=1,
+        watermark=5,
+        committed={"impression": 10, "feedback": 7},
+        consumed={"impression": 25, "feedback": 30},
+        statistics=shares.state(1),
+    )
+    decoded = Checkpoint.decode(cp.encode())
+    assert decoded == cp and decoded.statistics is not None
+    assert decoded.statistics["open"][0][0] == 7_200_000
+    plain = Checkpoint(1, 5, {"impression": 1, "feedback": 1}, {"impression": 1, "feedback": 1})
+    assert "statistics" not in json.loads(plain.encode())
+    assert Checkpoint.decode(plain.encode()).statistics is None
 
 
 def test_a_version_1_checkpoint_still_restores_through_its_ranges() -> None:

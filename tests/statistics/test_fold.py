@@ -8,12 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from evald.aggregate import Aggregates
 from evald.config import EngineConfig, load_config
 from evald.segments import SegmentIndex
-from evald.statistics.bootstrap import request_clusters
 from evald.statistics.fold import ComparisonState, fold_window
 from evald.statistics.live import LiveStatistics
+from evald.statistics.shares import PartitionShares
 
 HOUR = 3_600_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -55,21 +54,25 @@ def lists(rng: np.random.Generator, n: int, hours: int, drop_from: int | None = 
 
 
 def fold_partitioned(config: EngineConfig, data, partitions: int, seed: int) -> LiveStatistics:
-    """Observe the lists split at random over ``partitions`` partitions, in a random order."""
-    labels, ts, values, rids = data
+    """Observe the lists split at random over ``partitions`` partitions, in a random order,
+    then fold every partition's final shares."""
+    labels, ts, values, _rids = data
     segments = SegmentIndex(config.label_keys, config.label_value_cap, config.max_segments)
-    agg = Aggregates(MEASURES, segments, [0.5], 60_000, config.windows, 10 * 24 * HOUR)
+    shares = PartitionShares(config.statistics.window, config.window, len(MEASURES), segments)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(ts))
     part = rng.integers(0, partitions, len(ts))
     seg = np.asarray([segments.segment_of(lab) for lab in labels])
-    keys = request_clusters(rids)
     for chunk in np.array_split(order, 13):
         for p in range(partitions):
             sel = chunk[part[chunk] == p]
-            agg.observe(p, seg[sel], ts[sel], values[sel], clusters=keys[sel])
+            shares.observe(p, seg[sel], ts[sel], values[sel], ["window"] * len(sel))
     live = LiveStatistics(config, MEASURES)
-    live.advance(agg, None, final=True)
+    for p in rng.permutation(partitions).tolist():
+        frozen = shares.freeze(p, None, final=True)
+        assert frozen is not None
+        live.add(frozen)
+    live.fold(range(partitions))
     return live
 
 

@@ -1,0 +1,145 @@
+"""The statistics topic: every partition's final shares, folded into the comparisons.
+
+Each commit writes, in its transaction, the shares of its partitions that became final and each
+partition's final mark (transaction.py, step 4); this module reads them back. Every instance
+runs one ``ComparisonReader``: it reads the topic from the beginning with ``read_committed`` and
+folds a window once every input partition's mark has passed it (``LiveStatistics.fold``). The
+fold reads only the shares, so every instance computes the same comparison whichever
+partitions it owns, and a restart recomputes it by reading the topic again (docs/design.md,
+"Statistics over all partitions").
+
+The topic is compacted and has one partition, so the records of a transaction are read in
+the order they were written: a partition's shares before the mark that makes them count.
+Keys: ``share.<window start>.<partition>.<chunk>`` (written once: a restore resumes after the
+last committed mark; a share of many segments takes several chunks) and ``final.<partition>``
+(one per window at most: compaction keeps the newest). Its size is about one share per
+(window, partition) that held data over the comparison's life, plus the marks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from evald.config import EngineConfig
+from evald.daemon.backoff import Backoff
+from evald.daemon.kafka_compat import close_quietly
+from evald.daemon.settings import Settings, TopicSettings
+from evald.statistics.live import LiveStatistics
+from evald.statistics.shares import decode_record
+
+__all__ = ["ComparisonReader", "statistics_topic"]
+
+log = logging.getLogger("evald.daemon")
+
+#: the topic's only partition
+PARTITION = 0
+POLL_MS = 500
+
+
+def statistics_topic(topics: TopicSettings) -> str:
+    """``<checkpoints topic>.statistics``: the shares belong with the checkpoints that hold
+    the open ones, so the two are kept, reset and deleted together."""
+    return f"{topics.checkpoint_topic}.statistics"
+
+
+class ComparisonReader:
+    """Reads the statistics topic in a thread and keeps ``live`` folded (one per process:
+    it outlives the Kafka sessions of the main loop)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        config: EngineConfig,
+        measures: Sequence[str],
+        partitions: int,
+    ) -> None:
+        self.topic = statistics_topic(settings.topics)
+        self.partitions = partitions
+        self.live = LiveStatistics(config, measures)
+        self._client = settings.kafka.client_config()
+        self._backoff = Backoff(
+            settings.daemon.retry_backoff_initial_ms / 1000,
+            settings.daemon.retry_backoff_max_ms / 1000,
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="evald-statistics", daemon=True)
+        #: the next offset to read (kept across reconnects: the fold is never reset)
+        self.position = 0
+        #: records that are not statistics records (logged and skipped)
+        self.malformed = 0
+        self._waiting: list[int] | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            consumer = None
+            try:
+                consumer = KafkaConsumer(
+                    group_id=None,
+                    enable_auto_commit=False,
+                    # offset 0 may be compacted away: start at the oldest record kept
+                    auto_offset_reset="earliest",
+                    isolation_level="read_committed",
+                    allow_auto_create_topics=False,
+                    **self._client,
+                )
+                tp = TopicPartition(self.topic, PARTITION)
+                consumer.assign([tp])
+                consumer.seek(tp, self.position)
+                while not self._stop.is_set():
+                    for records in consumer.poll(timeout_ms=POLL_MS).values():
+                        for record in records:
+                            self._take(record.offset, record.value)
+                    self.live.fold(range(self.partitions))
+                    self._note_waiting()
+                    self._backoff.reset()
+            except KafkaError as exc:
+                delay = self._backoff.next_delay()
+                log.warning("statistics topic %s: %s; retrying in %.1fs", self.topic, exc, delay)
+                self._stop.wait(delay)
+            except Exception:  # never die: the comparisons would silently stop moving
+                delay = self._backoff.next_delay()
+                log.exception(
+                    "reading statistics topic %s failed; retrying in %.1fs", self.topic, delay
+                )
+                self._stop.wait(delay)
+            finally:
+                if consumer is not None:
+                    close_quietly(consumer)
+
+    def _note_waiting(self) -> None:
+        """Log when the partitions holding the fold back change (no final mark: no event yet,
+        or its owner has not committed since)."""
+        waiting = self.live.unmarked(range(self.partitions))
+        if waiting != self._waiting:
+            self._waiting = waiting
+            if waiting:
+                log.info(
+                    "comparisons wait for input partitions %s: no window is final there yet "
+                    "(no event so far, or not committed yet)",
+                    waiting,
+                )
+            else:
+                log.info("comparisons: every input partition has final windows")
+
+    def _take(self, offset: int, value: bytes | None) -> None:
+        self.position = offset + 1
+        try:
+            record = decode_record(value or b"")
+        except ValueError as exc:
+            self.malformed += 1
+            log.warning("statistics topic %s offset %d skipped: %s", self.topic, offset, exc)
+            return
+        self.live.add(record)
