@@ -138,9 +138,9 @@ class LiveStatistics:
         for comp in self.settings.comparisons:
             if start < comp.start:
                 continue
-            before = self._states[comp.name]
-            state = fold_window(before, comp, self.settings, self.measures, segments)
-            if state is not before and self._first[comp.name] is None:
+            prior = self._states[comp.name]
+            state = fold_window(prior, comp, self.settings, self.measures, segments)
+            if state is not prior and self._first[comp.name] is None:
                 self._first[comp.name] = end
             self._states[comp.name] = state
             self._note_detections(comp, state, end)
