@@ -80,6 +80,8 @@ FENCING_ERRORS = (
 )
 
 
+#: a commit slower than this is logged (it holds the engine: scrapes go without it)
+SLOW_COMMIT_S = 5.0
 #: group states of a rebalance in progress (DescribeGroups)
 REBALANCING = ("PreparingRebalance", "CompletingRebalance")
 
@@ -285,6 +287,9 @@ class Daemon:
             if transaction.due(now):
                 transaction.commit()
                 transaction.last_commit = now
+                took = self.clock() - now
+                if took > SLOW_COMMIT_S:  # scrapes went without the engine meanwhile
+                    log.warning("a commit took %.1fs: the broker was slow to answer", took)
         return now
 
     def _restore(self, p: int) -> None:
