@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     settings, status_interval, web, factory = loaded
 
     from evald.daemon.runner import Daemon
+    from evald.daemon.scrape import ScrapeLock
     from evald.daemon.stats import DaemonCollector, DaemonStats
     from evald.daemon.status import StatusReporter
     from evald.exposition import build_registry
@@ -87,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
     daemon = Daemon(stages.main_settings, factory, stats=stats, heartbeat=heartbeat.beat)
     extra = [DaemonCollector(stats, include_ready=True), *stages.attach(daemon)]
     # evald_ready comes from the daemon's collector (it knows about partitions and the broker)
-    registry, collector = build_registry(None, lock=daemon.lock, extra=extra)
+    # a scrape never waits out a commit stuck on the broker: /healthz and /readyz share its
+    # worker threads (scrape.py)
+    registry, collector = build_registry(None, lock=ScrapeLock(daemon.lock), extra=extra)
     # each session builds a fresh engine (restored from Kafka): point the collector at it
     daemon.on_engine = lambda engine: setattr(collector, "engine", engine)
     server = MetricsServer(

@@ -36,10 +36,14 @@ class Health:
         self.retrying: str | None = None
         self.started_at = clock()
         self.ready_at: float | None = None
+        #: the group has more members than input partitions: owning none is by design
+        self.standby = False
+        #: since when the joined session owns no partition (None: it owns some, or not joined)
+        self._unassigned_since: float | None = None
 
-    def ready(self, *, connected: bool, waiting: list[int]) -> tuple[bool, str]:
-        """/readyz: every assigned partition restored (``waiting``: those that are not) and
-        the broker answering."""
+    def ready(self, *, connected: bool, waiting: list[int], owned: int) -> tuple[bool, str]:
+        """/readyz: joined with partitions (``owned``) or as a standby, every assigned
+        partition restored (``waiting``: those that are not) and the broker answering."""
         if self.retrying is not None:
             return False, self.retrying
         if not self.broker_ok:
@@ -48,6 +52,8 @@ class Health:
             return False, "not connected"
         if not self.joined:
             return False, "joining the consumer group"
+        if not owned and not self.standby:
+            return False, "joined the group with no partition assigned"
         if waiting:
             return False, f"restoring partitions {waiting}"
         stalled = self.stalled()
@@ -63,6 +69,46 @@ class Health:
         if lag > 0 and idle > self._stall_timeout_s:
             return f"stalled: {lag} records of lag and nothing consumed for {idle:.0f}s"
         return None
+
+    def unassigned_for(self, owned: int) -> float:
+        """Seconds the joined session has owned no partition (0 while it owns some or has not
+        joined); owning a partition ends a standby."""
+        if owned or not self.joined:
+            self._unassigned_since = None
+            if owned:
+                self.standby = False
+            return 0.0
+        now = self._clock()
+        if self._unassigned_since is None:
+            self._unassigned_since = now
+        return now - self._unassigned_since
+
+    def judge_unassigned(self, idle_s: float, members: int, partitions: int) -> str | None:
+        """After ``idle_s`` without a partition, the group (``members`` for ``partitions``):
+        None if this session is a standby (more members than partitions: someone has to own
+        none), else why it must rejoin. Either way the next judgement comes one more
+        ``idle_s`` later."""
+        self._unassigned_since = self._clock()
+        if members > partitions:
+            if not self.standby:
+                log.info(
+                    "standby: the group has %d members for %d partitions, none assigned here",
+                    members,
+                    partitions,
+                )
+            self.standby = True
+            return None
+        self.standby = False
+        return (
+            f"no partition assigned for {idle_s:.0f}s although the group has {members} "
+            f"member(s) for {partitions} partition(s): rejoining"
+        )
+
+    def reset_session(self) -> None:
+        """A session ended: the next one joins afresh."""
+        self.joined = False
+        self.standby = False
+        self._unassigned_since = None
 
     def set_ready(self, ready: bool) -> None:
         """Publish readiness (``evald_ready``); the first time, log how long start-up took."""

@@ -11,6 +11,7 @@ neither holds it.
 from __future__ import annotations
 
 import logging
+import math
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 
 from evald.daemon.checkpoint import ResultRange, SnapshotRef
+from evald.daemon.kafka_compat import FetchWatch
 from evald.daemon.merge import KINDS, Merger
 from evald.decode import Rejection
 
@@ -78,6 +80,8 @@ class Inputs:
         #: the impressions partitions backpressure paused (not those still fetching a replay)
         self.held: set[TopicPartition] = set()
         self._consumer: KafkaConsumer | None = None
+        #: when each partition's high watermark was last confirmed by a fetch (caught_up)
+        self._watch: FetchWatch | None = None
         #: a poll returned records since the last :meth:`fetched` (the broker is answering)
         self._fetched = False
 
@@ -96,6 +100,7 @@ class Inputs:
     def connect(self, consumer: KafkaConsumer | None) -> None:
         """The session's group consumer (pause/resume, high watermarks); None: disconnected."""
         self._consumer = consumer
+        self._watch = None if consumer is None else FetchWatch(consumer, self._clock)
 
     def assign(self, partitions: set[int]) -> None:
         """Take on ``partitions``: each is restored at the start of the next :meth:`take`."""
@@ -185,27 +190,38 @@ class Inputs:
             consumer.pause(tp)
             part.merge_paused.add(kind)
 
-    def caught_up(self, part: Part) -> dict[str, bool]:
-        """Per kind: fetched up to the latest fetch high watermark, or its impressions paused by
-        backpressure; never before the records to replay are all fetched (a fetch high
-        watermark can be stale, the restored checkpoint's offsets are not, and replayed
-        records of the other kind skip the hold on the strength of this)."""
-        consumer = self._consumer
-        assert consumer is not None
+    def caught_up(self, part: Part) -> dict[str, float]:
+        """Per kind, the time as of which its topic partition is known to be fetched to its
+        end (``Merger.release_runs``): when the latest fetch request answered for it was built,
+        if what is fetched reaches the high watermark that answer reported; ``inf`` while
+        backpressure pauses its impressions; ``-inf`` otherwise, and always before the records
+        to replay are all fetched (replayed records of the other kind skip the hold on the
+        strength of this).
+
+        Not simply "position ≥ ``consumer.highwater``": that watermark is the last one any
+        fetch returned, and while the partition's leader moves it is stale (see FetchWatch)."""
+        consumer, watch = self._consumer, self._watch
+        assert consumer is not None and watch is not None
         out = {}
         for kind in KINDS:
             fetched = part.fetched_next[kind]
-            if fetched < part.replay_end.get(kind, 0):
-                out[kind] = False
-                continue
             tp = self.tp(kind, part.partition)
-            high = consumer.highwater(tp)
-            paused = tp in self.held
-            if high is not None and fetched < high:
+            if fetched < part.replay_end.get(kind, 0):
+                out[kind] = -math.inf
+                continue
+            if tp in self.held:
+                out[kind] = math.inf
+                continue
+            answered = watch.answered(tp)
+            if answered is None:
+                out[kind] = -math.inf
+                continue
+            sent_at, high = answered
+            if fetched < high:
                 # the position passes the commit marker after a transactional producer's last
                 # record (the repartition stage's internal topics), the record offsets do not
                 fetched = max(fetched, consumer.position(tp) or 0)
-            out[kind] = paused or (high is not None and fetched >= high)
+            out[kind] = sent_at if fetched >= high else -math.inf
         return out
 
     def feed(self, feed_batch: FeedBatch, on_rejected: OnRejected) -> int:

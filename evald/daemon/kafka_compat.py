@@ -9,6 +9,12 @@ backpressure, so it clears a drained slot before each poll. Remove once fixed up
 
 ``RecordAppender``: a cheaper ``producer.send`` for the results stream (see its docstring).
 
+``FetchWatch``: when did a fetch last confirm a partition's high watermark? kafka-python keeps
+only the latest watermark (``consumer.highwater``), not when it was learnt; the merge needs to
+know that the other topic was at its end *after* a record arrived (see merge.py and its
+docstring). It stamps each fetch request with the daemon's clock as it is built and, when the
+answer comes back, records per partition the request's stamp and the watermark it reported.
+
 ``close_quietly``: closing a client of a session that just failed (broker gone, coordinator
 moved) can raise too; the session's teardown must go on, so every client is closed the same way.
 
@@ -26,6 +32,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +41,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
 __all__ = [
+    "FetchWatch",
     "RecordAppender",
     "close_quietly",
     "commit_within",
@@ -54,6 +63,106 @@ def unpark_resumed(consumer: Any) -> bool:
         fetcher._next_partition_records = None
         return True
     return False
+
+
+class _StampedOffsets(dict):
+    """A fetch request's ``{partition: fetch offset}`` that remembers when it was built."""
+
+    sent_at: float = -math.inf
+
+
+class FetchWatch:
+    """Per partition, the latest fetch request answered without error: when it was built (on
+    the daemon's clock) and the high watermark the answer reported.
+
+    Why: ``consumer.highwater(tp)`` is the watermark of the last successful fetch response,
+    however old. While a partition's leader moves, fetches to it fail and that value goes
+    stale, and "position ≥ high watermark" then reads as caught up when the topic may hold
+    records written since. A watermark from a request built after time t covers every record
+    written before t.
+
+    How: kafka-python 3.0.x builds requests in ``Fetcher._create_fetch_requests`` (at most one
+    in flight per node; a partition with fetched records still to hand out is not asked for)
+    and hands each answer to ``Fetcher._handle_fetch_response(node_id, fetch_offsets,
+    send_time, response)`` with the same ``fetch_offsets`` mapping, so the stamp travels in
+    that mapping. A partition the answer leaves out (an incremental fetch session omits what
+    did not change) keeps its previous watermark with the new stamp; a partition answered with
+    an error, or a whole answer refused (session error, throttling), is not stamped. A
+    consumer without those internals is not watched: :meth:`answered` then falls back to
+    ``consumer.highwater`` stamped ``inf``, the behaviour before this existed.
+    """
+
+    def __init__(self, consumer: Any, clock: Callable[[], float]) -> None:
+        self._consumer = consumer
+        self._clock = clock
+        #: written on the client's I/O thread, read on the main thread
+        self._lock = threading.Lock()
+        self._answered: dict[TopicPartition, tuple[float, int]] = {}
+        fetcher = getattr(consumer, "_fetcher", None)
+        create = getattr(fetcher, "_create_fetch_requests", None)
+        handle = getattr(fetcher, "_handle_fetch_response", None)
+        self.watching = (
+            callable(create)
+            and callable(handle)
+            and _takes(handle, ("node_id", "fetch_offsets", "send_time", "response"))
+        )
+        if not self.watching:
+            log.warning("cannot watch kafka-python's fetches; the merge trusts the last watermark")
+            return
+
+        def create_stamped() -> dict[Any, Any]:
+            requests = create()  # type: ignore[misc]
+            now = self._clock()
+            stamped = {}
+            for node_id, (request, offsets) in requests.items():
+                offsets = _StampedOffsets(offsets)
+                offsets.sent_at = now
+                stamped[node_id] = (request, offsets)
+            return stamped
+
+        def handle_noted(node_id: Any, fetch_offsets: Any, send_time: Any, response: Any) -> Any:
+            result = handle(node_id, fetch_offsets, send_time, response)  # type: ignore[misc]
+            self._note(fetch_offsets, response)
+            return result
+
+        fetcher._create_fetch_requests = create_stamped  # type: ignore[union-attr]
+        fetcher._handle_fetch_response = handle_noted  # type: ignore[union-attr]
+
+    def _note(self, fetch_offsets: Any, response: Any) -> None:
+        sent_at = getattr(fetch_offsets, "sent_at", None)
+        if sent_at is None or getattr(response, "error_code", 0) != 0:
+            return
+        if getattr(response, "throttle_time_ms", 0):
+            return  # a throttled answer leaves partitions out that may well have changed
+        highs: dict[TopicPartition, int] = {}
+        failed: set[TopicPartition] = set()
+        for topic in response.responses:
+            for data in topic.partitions:
+                tp = TopicPartition(topic.topic, data.partition_index)
+                if data.error_code == 0 and data.high_watermark >= 0:
+                    highs[tp] = data.high_watermark
+                else:
+                    failed.add(tp)
+        with self._lock:
+            for tp in fetch_offsets:
+                if tp in failed:
+                    continue
+                high = highs.get(tp)
+                if high is None:  # left out of an incremental answer: unchanged
+                    previous = self._answered.get(tp)
+                    if previous is None:
+                        continue
+                    high = previous[1]
+                self._answered[tp] = (sent_at, high)
+
+    def answered(self, tp: TopicPartition) -> tuple[float, int] | None:
+        """(when the latest request answered for ``tp`` was built, its high watermark), or
+        None if no answer came yet."""
+        if not self.watching:
+            high = self._consumer.highwater(tp)
+            return None if high is None else (math.inf, high)
+        with self._lock:
+            return self._answered.get(tp)
 
 
 class RecordAppender:

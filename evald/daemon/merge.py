@@ -7,10 +7,10 @@ feedback), which feedback counts as late would depend on fetch sizes and timing,
 would not reproduce an uninterrupted run. Feeding partition p's records of both topics in
 record-timestamp order (impressions first on equal timestamps) makes the sequence the engine
 sees a function of the data alone. A record is released once the other topic has a record
-buffered that sorts after it, or when the other topic is caught up and the record waited
-``hold_s`` (see :meth:`Merger.release_runs`). Records more than ``hold_s`` apart in arrival are
-still fed in arrival order, and ``max_hold_s`` bounds every wait: liveness beats exactness when
-a producer or a fetch is stuck.
+buffered that sorts after it, or when the record waited ``hold_s`` and the other topic is known
+to be caught up *as of a time after the record arrived* (see :meth:`Merger.release_runs`).
+Records more than ``hold_s`` apart in arrival are still fed in arrival order, and ``max_hold_s``
+bounds every wait: liveness beats exactness when a producer or a fetch is stuck.
 
 A lone record also goes at once when the other topic's latest record sorts after it: that
 stream is past this timestamp, and anything of it still to come with an earlier timestamp would
@@ -100,17 +100,26 @@ class Merger(Generic[R]):
             return len(self._queues[kind])
         return sum(len(q) for q in self._queues.values())
 
-    def release_runs(self, caught_up: Mapping[str, bool]) -> list[Run[R]]:
+    def release_runs(self, caught_up: Mapping[str, float]) -> list[Run[R]]:
         """Pop every record that can be fed now, in feed order, grouped in runs of one kind.
 
         While both kinds are buffered, the head that sorts first goes (impressions first on
         equal timestamps). A record with nothing of the other kind buffered goes at once if it
         sorts before a record the other kind delivered earlier (see the module docstring);
-        otherwise once it waited ``hold_s`` *and* the other topic partition is caught up
-        (``caught_up[other kind]``: fetched to the high watermark, or deliberately paused), or once
-        it waited ``max_hold_s`` regardless. Both conditions of the hold matter: right after an
-        assignment one topic's first fetch can arrive seconds after the other's, and a topic
-        that looks caught up may still have records in a producer's buffer.
+        otherwise once it waited ``hold_s`` *and* the other topic partition was caught up at a
+        time after the record arrived, or once it waited ``max_hold_s`` regardless.
+
+        ``caught_up[kind]`` is that time on this merger's clock: the latest moment as of which
+        the topic partition of ``kind`` is known to be fetched to its end (the sending of a
+        fetch request whose answer showed nothing beyond what was fetched; ``inf`` while it is
+        deliberately paused, ``-inf`` when unknown). A high watermark learnt *before* a record
+        arrived says nothing about what the other topic held when that record was written:
+        while a partition's leader moves, fetches fail and the last watermark goes stale, and
+        trusting it fed the other topic ahead (a click counted late after a failover).
+
+        Both conditions of the hold matter: right after an assignment one topic's first fetch
+        can arrive seconds after the other's, and a topic that looks caught up may still have
+        records in a producer's buffer.
         """
         out: list[Run[R]] = []
         imp, fb = self._queues["impression"], self._queues["feedback"]
@@ -131,7 +140,8 @@ class Merger(Generic[R]):
             out.append(("feedback", run))
         if imp or fb:
             kind, queue = ("impression", imp) if imp else ("feedback", fb)
-            other_caught_up = caught_up.get("feedback" if imp else "impression", False)
+            # the other topic was at its end at this time (a head that arrived before it may go)
+            caught_up_at = caught_up.get("feedback" if imp else "impression", -math.inf)
             now = self._clock()
             # timestamps below this sort before the other kind's latest record (impressions
             # first on equal timestamps; timestamps are integers, Kafka's milliseconds)
@@ -141,7 +151,7 @@ class Merger(Generic[R]):
                 timestamp, since, record = queue[0]
                 waited = now - since
                 if timestamp >= passed and (
-                    waited < self.hold_s or (waited < self.max_hold_s and not other_caught_up)
+                    waited < self.hold_s or (waited < self.max_hold_s and caught_up_at <= since)
                 ):
                     break
                 queue.popleft()

@@ -81,6 +81,12 @@ FENCING_ERRORS = (
 )
 
 
+#: a commit slower than this is logged (it holds the engine: scrapes go without it)
+SLOW_COMMIT_S = 5.0
+#: group states of a rebalance in progress (DescribeGroups)
+REBALANCING = ("PreparingRebalance", "CompletingRebalance")
+
+
 class Daemon:
     """`evald run`'s loop. ``run()`` returns the exit status; ``stop()`` may be called anytime."""
 
@@ -141,7 +147,9 @@ class Daemon:
     def ready(self) -> tuple[bool, str]:
         """/readyz: every assigned partition restored and the broker answering."""
         return self.health.ready(
-            connected=self._consumer is not None, waiting=self.inputs.waiting()
+            connected=self._consumer is not None,
+            waiting=self.inputs.waiting(),
+            owned=len(self.inputs.parts),
         )
 
     def stalled(self) -> str | None:
@@ -302,6 +310,9 @@ class Daemon:
             if transaction.due(now):
                 transaction.commit()
                 transaction.last_commit = now
+                took = self.clock() - now
+                if took > SLOW_COMMIT_S:  # scrapes went without the engine meanwhile
+                    log.warning("a commit took %.1fs: the broker was slow to answer", took)
         return now
 
     def _restore(self, p: int) -> None:
@@ -343,7 +354,31 @@ class Daemon:
         consumer = self._consumer
         assert consumer is not None
         if self.health.probe(consumer, self.inputs):
+            self._check_assignment()
             self.health.set_ready(self.ready()[0])
+
+    def _check_assignment(self) -> None:
+        """A joined session that owns no partition for a session timeout is a standby only
+        if the group has more members than partitions; otherwise its rejoin went wrong (seen
+        after a coordinator kill: an empty assignment made without the topics' metadata,
+        then a rejoin that never completed) and a new session joins afresh."""
+        idle = self.health.unassigned_for(len(self.inputs.parts))
+        if idle < self.settings.kafka.session_timeout_ms / 1000:
+            return
+        admin = self._admin
+        assert admin is not None
+        group = self.settings.daemon.group_id
+        described = admin.describe_groups([group]).get(group) or {}
+        rebalance_s = self.settings.kafka.max_poll_interval_ms / 1000  # the rebalance timeout
+        if described.get("group_state") in REBALANCING and idle < rebalance_s:
+            return  # members are still joining: the assignment is coming
+        members = len(described.get("members") or ())
+        shape = self.topics.inputs.get(self.settings.topics.impressions)
+        # an input topic not described is no reason to stand by
+        partitions = shape.partitions if shape is not None else members
+        why = self.health.judge_unassigned(idle, members, partitions)
+        if why is not None:
+            raise KafkaError(why)
 
     # -- shutdown -------------------------------------------------------------------------
 
@@ -385,4 +420,4 @@ class Daemon:
         self.inputs.connect(None)
         self.backpressure.paused = False
         self.transaction.abandoned = False
-        self.health.joined = False
+        self.health.reset_session()

@@ -104,6 +104,10 @@ class EngineCollector:
     def collect(self) -> Iterator[Metric]:
         try:
             snap = self.snapshot()
+        except TimeoutError as exc:  # the lock's owner kept the engine (evald run: a commit)
+            self.failures += 1
+            log.warning("%s", exc)
+            return
         except Exception:
             # The registry's other collectors (evald_ready, daemon, process) must still be
             # served, above all while something is wrong: skip only the engine's families.

@@ -142,12 +142,14 @@ def chaos_run(
     return done, sampler
 
 
-def evald_log_tail(path: Path, lines: int = 40) -> str:
-    """evald's own lines (the client library's connection noise left out), for a failure."""
+def evald_log_tail(path: Path, lines: int = 150) -> str:
+    """evald's own lines (the client library's connection noise and the scrapes served
+    without the engine left out), for a failure."""
     own = [
         line
         for line in path.read_text(errors="replace").splitlines()
-        if " evald" in line or "kafka.coordinator" in line or "kafka.producer" in line
+        if (" evald" in line or "kafka.coordinator" in line or "kafka.producer" in line)
+        and "evald.exposition.collector" not in line
     ]
     return "\n".join(own[-lines:])
 

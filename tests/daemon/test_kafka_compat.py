@@ -15,6 +15,7 @@ from kafka.producer.transaction_manager import TransactionalRequestResult
 from kafka_harness import Broker, KafkaTools
 
 from evald.daemon.kafka_compat import (
+    FetchWatch,
     RecordAppender,
     commit_within,
     send_offsets_within,
@@ -212,3 +213,42 @@ def test_an_answer_that_comes_late_but_within_the_deadline_is_taken() -> None:
         threading.Timer(0.1, result.done).start()
 
     commit_within(_Producer(later), 10)
+
+
+def test_fetch_watch_stamps_real_fetches_with_the_watermark_and_the_request_time(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """Against kafka-python's real fetcher and a real broker: once the consumer has read a
+    partition to its end, the watch holds that end as the watermark, stamped with a request
+    built after the read began; a request built later stamps it later."""
+    topic = f"cwatch-{unique}"
+    kafka_tools.create({topic: 1})
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for n in range(50):
+        producer.send(topic, value=b"%d" % n, partition=0)
+    producer.flush()
+    producer.close()
+    tp = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100
+    )
+    try:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        watch = FetchWatch(consumer, time.monotonic)
+        assert watch.watching
+        started = time.monotonic()
+        fetched, deadline = 0, time.monotonic() + 30
+        while (watch.answered(tp) or (0, -1))[1] != 50 or fetched < 50:
+            assert time.monotonic() < deadline, (fetched, watch.answered(tp))
+            fetched += sum(len(r) for r in consumer.poll(timeout_ms=200).values())
+        stamp, high = watch.answered(tp)  # type: ignore[misc]
+        assert high == 50 and stamp >= started
+        later = time.monotonic()
+        deadline = later + 30
+        while watch.answered(tp)[0] <= later:  # type: ignore[index]
+            assert time.monotonic() < deadline, "no later fetch answered"
+            consumer.poll(timeout_ms=200)
+        assert watch.answered(tp)[1] == 50  # type: ignore[index]
+    finally:
+        consumer.close(autocommit=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from itertools import pairwise
 
 import pytest
@@ -11,10 +12,12 @@ from settable_clock import SettableClock
 
 from evald.daemon.merge import Merger
 
-BOTH = {"impression": True, "feedback": True}
+#: ``caught_up`` values: known caught up as of any time (or paused), and not known caught up
+UP, BEHIND = math.inf, -math.inf
+BOTH = {"impression": UP, "feedback": UP}
 
 
-def released(merger: Merger[str], caught_up: dict[str, bool]) -> list[tuple[str, str]]:
+def released(merger: Merger[str], caught_up: dict[str, float]) -> list[tuple[str, str]]:
     """One (kind, record) pair per released record, in feed order."""
     return [(kind, record) for kind, run in merger.release_runs(caught_up) for record in run]
 
@@ -59,7 +62,7 @@ def test_a_lone_record_waits_longer_while_the_other_topic_is_behind() -> None:
     clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
     merger.push("impression", 50, "i50")
-    behind = {"impression": True, "feedback": False}
+    behind = {"impression": UP, "feedback": BEHIND}
     clock.now += 10
     assert released(merger, behind) == []
     assert released(merger, BOTH) == [("impression", "i50")]
@@ -74,7 +77,7 @@ def reference_release(
     now: float,
     hold_s: float,
     max_hold_s: float,
-    caught_up: dict[str, bool],
+    caught_up: dict[str, float],
 ) -> list[tuple[str, str]]:
     """The merge rule spelled out one record at a time: heads compared; a lone head goes if it
     sorts before the other kind's latest record (all were extended before), else it is held."""
@@ -95,7 +98,8 @@ def reference_release(
                 other == "feedback",
             )
             waited = now - head[1]
-            if not behind and (waited < hold_s or (waited < max_hold_s and not caught_up[other])):
+            fresh = caught_up[other] > head[1]  # the other topic was at its end after it arrived
+            if not behind and (waited < hold_s or (waited < max_hold_s and not fresh)):
                 break
         out.append((kind, queues[kind].pop(0)[2]))
     return out
@@ -106,12 +110,16 @@ arrivals = st.lists(
 )
 
 
-@given(arrivals, arrivals, st.booleans(), st.booleans())
+#: when the other topic was last known at its end: never, between the arrival bursts, always
+caught_up_times = st.sampled_from([BEHIND, 980.0, 998.0, 999.5, UP])
+
+
+@given(arrivals, arrivals, caught_up_times, caught_up_times)
 def test_runs_release_exactly_what_the_record_at_a_time_rule_releases(
     imp_in: list[tuple[int, float]],
     fb_in: list[tuple[int, float]],
-    imp_caught_up: bool,
-    fb_caught_up: bool,
+    imp_caught_up: float,
+    fb_caught_up: float,
 ) -> None:
     clock = SettableClock()
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
@@ -152,7 +160,7 @@ def test_a_lone_record_behind_what_the_other_topic_delivered_skips_the_hold() ->
     merger.extend("impression", [40, 100, 101], ["i40", "i100", "i101"])
     # i40 and i100 (impressions first on equal timestamps) sort before f100, which then goes
     # as the head; i101 is lone and later than any feedback delivered: it waits the hold
-    assert merger.release_runs({"impression": True, "feedback": False}) == [
+    assert merger.release_runs({"impression": UP, "feedback": BEHIND}) == [
         ("impression", ["i40", "i100"]),
         ("feedback", ["f100"]),
     ]
@@ -208,7 +216,7 @@ def test_replayed_records_have_served_their_hold_but_wait_for_the_other_topic() 
     merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
     merger.extend("impression", [5, 9], ["r5", "r9"], replayed=True)
     merger.extend("impression", [10], ["new10"])
-    behind = {"impression": True, "feedback": False}
+    behind = {"impression": UP, "feedback": BEHIND}
     assert merger.release_runs(behind) == []
     assert merger.release_runs(BOTH) == [("impression", ["r5", "r9"])]
     clock.now += 2.0
@@ -216,9 +224,9 @@ def test_replayed_records_have_served_their_hold_but_wait_for_the_other_topic() 
     # the liveness bound still counts from arrival: max_hold_s less the hold already served
     merger.extend("feedback", [20], ["f20"], replayed=True)
     clock.now += 27.9
-    assert merger.release_runs({"impression": False, "feedback": True}) == []
+    assert merger.release_runs({"impression": BEHIND, "feedback": UP}) == []
     clock.now += 0.1
-    assert merger.release_runs({"impression": False, "feedback": True}) == [("feedback", ["f20"])]
+    assert merger.release_runs({"impression": BEHIND, "feedback": UP}) == [("feedback", ["f20"])]
 
 
 def test_replayed_records_count_as_delivered_for_the_other_kind() -> None:
@@ -227,7 +235,7 @@ def test_replayed_records_count_as_delivered_for_the_other_kind() -> None:
     merger.extend("feedback", [100], ["f100"], replayed=True)
     assert released(merger, BOTH) == [("feedback", "f100")]
     merger.extend("impression", [90], ["i90"])
-    assert released(merger, {"impression": True, "feedback": False}) == [("impression", "i90")]
+    assert released(merger, {"impression": UP, "feedback": BEHIND}) == [("impression", "i90")]
 
 
 def test_one_wild_timestamp_opens_the_hold_only_until_the_next_record_of_its_kind() -> None:
@@ -238,3 +246,22 @@ def test_one_wild_timestamp_opens_the_hold_only_until_the_next_record_of_its_kin
     assert len(released(merger, BOTH)) == 2
     merger.push("impression", 200, "i200")
     assert released(merger, BOTH) == []  # the feedback stream is at 100, not in 2286
+
+
+def test_a_watermark_learnt_before_the_record_arrived_does_not_release_it() -> None:
+    """The other topic was at its end at t=5, the record arrived at t=10: what the other topic
+    held when the record was written is unknown (its leader may be moving), so the record
+    waits until a later fetch confirms the end, or ``max_hold_s``."""
+    clock = SettableClock()
+    clock.now = 10.0
+    merger: Merger[str] = Merger(2.0, clock, max_hold_s=30.0)
+    merger.push("impression", 500, "i500")
+    clock.now = 13.0
+    stale = {"impression": UP, "feedback": 5.0}
+    assert released(merger, stale) == []
+    assert released(merger, {"impression": UP, "feedback": 10.0}) == []  # same instant: unknown
+    fresh = {"impression": UP, "feedback": 10.5}
+    assert released(merger, fresh) == [("impression", "i500")]
+    merger.push("impression", 600, "i600")
+    clock.now = 43.0
+    assert released(merger, stale) == [("impression", "i600")]  # max_hold_s: liveness

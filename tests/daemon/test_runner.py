@@ -5,6 +5,7 @@ feeds a real ``Engine``, so each case is compared with an engine fed the uninter
 from __future__ import annotations
 
 import json
+import math
 from collections import namedtuple
 from typing import Any
 
@@ -23,6 +24,11 @@ Rec = namedtuple("Rec", "topic partition offset timestamp key value")
 #: small epoch-ms times and a frozen clock: no event-time plausibility bound
 ENGINE = {"window": "1m", "lateness": "10s", "min_event_time": 0, "max_event_lead": None}
 TOPICS = {"impressions": "imp", "feedback": "fb", "results": "res", "dlq": "dlq"}
+
+
+#: Inputs.caught_up values: caught up as of any time (a consumer without kafka-python's fetcher
+#: trusts its last watermark, see FetchWatch), and not caught up
+UP, BEHIND = math.inf, -math.inf
 
 
 class FakeConsumer:
@@ -119,7 +125,7 @@ def test_replayed_feedback_waits_for_replayed_impressions_under_backpressure() -
     h.restored(start={"impression": 0, "feedback": 0}, consumed={"impression": 1, "feedback": 1})
     h.daemon.backpressure.paused = True  # another partition's pending crossed pause_at
     h.consumer.high.update({h.tp("impression"): 1, h.tp("feedback"): 2})
-    assert h.daemon.inputs.caught_up(h.daemon.inputs.parts[1])["impression"] is False
+    assert h.daemon.inputs.caught_up(h.daemon.inputs.parts[1])["impression"] == BEHIND
     # the feedback fetch comes first: f0 replayed (ts 30s), f1 new (ts 200s, closes a's window)
     h.cycle(
         {
@@ -175,12 +181,12 @@ def test_a_kind_is_not_caught_up_before_its_replay_is_fetched() -> None:
     h.consumer.high.update({h.tp("impression"): 0, h.tp("feedback"): 0})
     h.daemon.backpressure.paused = True
     h.daemon.inputs.held = {h.tp("impression")}
-    assert h.daemon.inputs.caught_up(part) == {"impression": False, "feedback": False}
+    assert h.daemon.inputs.caught_up(part) == {"impression": BEHIND, "feedback": BEHIND}
     part.fetched_next = {"impression": 5, "feedback": 3}
-    assert h.daemon.inputs.caught_up(part) == {"impression": True, "feedback": True}
+    assert h.daemon.inputs.caught_up(part) == {"impression": UP, "feedback": UP}
     h.daemon.inputs.held = set()
     h.consumer.high[h.tp("impression")] = 6
-    assert h.daemon.inputs.caught_up(part) == {"impression": False, "feedback": True}
+    assert h.daemon.inputs.caught_up(part) == {"impression": BEHIND, "feedback": UP}
 
 
 def test_a_commit_marker_after_the_last_record_does_not_keep_a_kind_behind() -> None:
@@ -193,11 +199,11 @@ def test_a_commit_marker_after_the_last_record_does_not_keep_a_kind_behind() -> 
     )
     part.fetched_next = {"impression": 5, "feedback": 0}
     h.consumer.high.update({h.tp("impression"): 6, h.tp("feedback"): 0})
-    assert h.daemon.inputs.caught_up(part)["impression"] is False  # no position known
+    assert h.daemon.inputs.caught_up(part)["impression"] == BEHIND  # no position known
     h.consumer.positions[h.tp("impression")] = 6
-    assert h.daemon.inputs.caught_up(part)["impression"] is True
+    assert h.daemon.inputs.caught_up(part)["impression"] == UP
     h.consumer.positions[h.tp("impression")] = 5  # the marker not fetched yet
-    assert h.daemon.inputs.caught_up(part)["impression"] is False
+    assert h.daemon.inputs.caught_up(part)["impression"] == BEHIND
 
 
 def test_backpressure_leaves_a_partition_fetching_its_replay_unpaused() -> None:

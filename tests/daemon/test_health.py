@@ -1,0 +1,60 @@
+"""/readyz and a session that owns no partition: ready only as a standby, else it rejoins."""
+
+from __future__ import annotations
+
+from settable_clock import SettableClock
+
+from evald.daemon.health import Health
+from evald.daemon.stats import DaemonStats
+
+
+def joined(clock: SettableClock) -> Health:
+    health = Health(DaemonStats(), clock, stall_timeout_s=60.0)
+    health.broker_ok = health.joined = True
+    return health
+
+
+def test_joined_with_no_partition_is_not_ready() -> None:
+    health = joined(SettableClock())
+    assert health.ready(connected=True, waiting=[], owned=0) == (
+        False,
+        "joined the group with no partition assigned",
+    )
+    assert health.ready(connected=True, waiting=[], owned=2) == (True, "ok")
+
+
+def test_more_members_than_partitions_makes_a_ready_standby_until_it_owns_one() -> None:
+    clock = SettableClock()
+    health = joined(clock)
+    assert health.unassigned_for(0) == 0.0
+    clock.now += 7.0
+    assert health.unassigned_for(0) == 7.0
+    assert health.judge_unassigned(7.0, members=3, partitions=2) is None
+    assert health.ready(connected=True, waiting=[], owned=0) == (True, "ok")
+    assert health.unassigned_for(0) == 0.0  # judged again one more timeout later
+    clock.now += 1.0
+    assert health.unassigned_for(3) == 0.0  # it owns partitions: no longer a standby
+    assert not health.standby
+
+
+def test_owning_none_while_the_group_has_partitions_to_spare_means_rejoin() -> None:
+    clock = SettableClock()
+    health = joined(clock)
+    health.unassigned_for(0)
+    clock.now += 6.5
+    idle = health.unassigned_for(0)
+    why = health.judge_unassigned(idle, members=1, partitions=3)
+    assert why == (
+        "no partition assigned for 6s although the group has 1 member(s) for 3 partition(s): "
+        "rejoining"
+    )
+    assert health.ready(connected=True, waiting=[], owned=0)[0] is False
+
+
+def test_the_unassigned_time_counts_only_while_joined() -> None:
+    clock = SettableClock()
+    health = joined(clock)
+    health.unassigned_for(0)
+    clock.now += 5.0
+    health.reset_session()
+    assert health.unassigned_for(0) == 0.0 and not health.joined
