@@ -30,11 +30,13 @@ JOB = {"job": "evald"}  # the job is Spec.app
 INSTANCE = {**JOB, "instance": "evald-0:9464"}
 #: ``evald run`` with two instances: each exports the same comparison series
 TWO = ({**JOB, "instance": "evald-0:9464"}, {**JOB, "instance": "evald-1:9464"})
-#: who exports a scenario's series: (instance labels, first window it no longer exports)
-Exporting = tuple[tuple[Labels, int], ...]
-ALONE: Exporting = ((INSTANCE, WINDOWS),)
-BOTH: Exporting = ((TWO[0], WINDOWS), (TWO[1], WINDOWS))
-ONE_DOWN: Exporting = ((TWO[0], WINDOWS // 2), (TWO[1], WINDOWS))
+#: who exports a scenario's series: (instance labels, first window it no longer exports,
+#: windows it lags behind the statistics topic)
+Exporting = tuple[tuple[Labels, int, int], ...]
+ALONE: Exporting = ((INSTANCE, WINDOWS, 0),)
+BOTH: Exporting = ((TWO[0], WINDOWS, 0), (TWO[1], WINDOWS, 0))
+ONE_DOWN: Exporting = ((TWO[0], WINDOWS // 2, 0), (TWO[1], WINDOWS, 0))
+ONE_LAGGING: Exporting = ((TWO[0], WINDOWS, 0), (TWO[1], WINDOWS, 1))
 
 
 def _settings(spec: Spec) -> Any:
@@ -111,18 +113,20 @@ def _values(points: list[float]) -> str:
     return " ".join(out)
 
 
-def _series(name: str, labels: Labels, points: list[float], until: int) -> dict[str, str]:
-    """``points`` up to window ``until``, then no samples (the instance is down)."""
+def _series(name: str, labels: Labels, points: list[float], until: int, lag: int) -> dict[str, str]:
+    """``points`` each ``lag`` windows late, up to window ``until``, then no samples (the
+    instance is down)."""
     inner = ", ".join(f'{k}="{v}"' for k, v in labels.items())
-    kept = [v if w < until else math.nan for w, v in enumerate(points)]
+    late = [math.nan] * lag + points[: len(points) - lag]
+    kept = [v if w < until else math.nan for w, v in enumerate(late)]
     return {"series": f"{name}{{{inner}}}", "values": _values(kept)}
 
 
 def _inputs(
-    spec: Spec, states: list[ComparisonState], instance: Labels, until: int = WINDOWS
+    spec: Spec, states: list[ComparisonState], instance: Labels, until: int, lag: int
 ) -> list[dict[str, str]]:
     """The series one evald instance exports for these states (arm-scoped labels absent, as
-    exported); from window ``until`` on it is down and exports nothing."""
+    exported), ``lag`` windows late; from window ``until`` on it is down and exports nothing."""
     measure = spec.measures[0]
     rest = tuple((k, "search") for k in spec.comparison_labels)
     key = (spec.treatment, rest, measure)
@@ -133,7 +137,7 @@ def _inputs(
         return {**comp, "measure": measure, **dict(rest), spec.arm_label: arm}
 
     def series(name: str, labels: Labels, points: list[float]) -> dict[str, str]:
-        return _series(name, labels, points, until)
+        return _series(name, labels, points, until, lag)
 
     def baseline(state: ComparisonState, arm: str) -> float:
         cusum = state.vs_baseline.get((arm, rest, measure))
@@ -272,6 +276,15 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
             ONE_DOWN,
         ),
         (
+            "fault: of two instances exporting the drop one lags a window behind the other "
+            "(values differ): the alerts still fire once",
+            11,
+            lambda w: 500,
+            lambda w: drop,
+            below,
+            ONE_LAGGING,
+        ),
+        (
             "fault: two instances and the treatment arm losing 10% of its lists: the guard fires "
             "once and holds back the comparison's other alerts",
             16,
@@ -315,8 +328,8 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
                 "interval": "1m",
                 "input_series": [
                     one
-                    for instance, until in exporting
-                    for one in _inputs(spec, states, instance, until)
+                    for instance, until, lag in exporting
+                    for one in _inputs(spec, states, instance, until, lag)
                 ],
                 "alert_rule_test": tests,
             }
