@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from deploy.generator.rules import across_instances
 from deploy.generator.spec import Spec
 
 Panel = dict[str, Any]
@@ -176,6 +177,13 @@ def _quality_panels(spec: Spec, q: _Queries) -> list[Panel]:
     return panels
 
 
+def _one(series: str, how: str = "max") -> str:
+    """A comparison series once, not once per ``evald run`` instance (they export the same
+    values): one line per comparison segment, whatever the number of instances. ``how`` is the
+    aggregation the alert reading that series uses, so the panel draws what the alert sees."""
+    return across_instances(how, series)
+
+
 def _sequence_panel(spec: Spec, comp: str) -> Panel:
     """The comparison's difference since its start inside its confidence-sequence band, and
     minus the minimum effect: EvaldTreatmentBelowControl fires when the band's top is below."""
@@ -187,22 +195,22 @@ def _sequence_panel(spec: Spec, comp: str) -> Panel:
     return _timeseries(
         f"{spec.treatment} − {spec.control} since the comparison start, always-valid band",
         [
-            _target("A", f"evald_comparison_difference{{{comp}}}", legend),
-            _target("B", f"evald_comparison_lower{{{comp}}}", f"{legend} lower"),
-            _target("C", f"evald_comparison_upper{{{comp}}}", f"{legend} upper"),
+            _target("A", _one(f"evald_comparison_difference{{{comp}}}"), legend),
+            _target("B", _one(f"evald_comparison_lower{{{comp}}}"), f"{legend} lower"),
+            _target("C", _one(f"evald_comparison_upper{{{comp}}}"), f"{legend} upper"),
             _target(
                 "D",
-                '-evald_comparison_min_effect{job=~"$job"}',
+                "-" + _one('evald_comparison_min_effect{job=~"$job"}'),
                 "{{comparison}} {{measure}} minus the minimum effect",
             ),
             _target(
                 "E",
-                f"evald_comparison_intersection_lower{{{comp}}}",
+                _one(f"evald_comparison_intersection_lower{{{comp}}}"),
                 f"{legend} intersection lower",
             ),
             _target(
                 "F",
-                f"evald_comparison_intersection_upper{{{comp}}}",
+                _one(f"evald_comparison_intersection_upper{{{comp}}}"),
                 f"{legend} intersection upper",
             ),
         ],
@@ -243,9 +251,17 @@ def _cusum_panel(spec: Spec, comp: str) -> Panel:
     return _timeseries(
         "Drop detection: CUSUM statistics",
         [
-            _target("A", f"evald_cusum_vs_control{{{comp}}}", f"{where} {{{{{a}}}}} vs control"),
-            _target("B", f"evald_cusum_vs_baseline{{{comp}}}", f"{where} {{{{{a}}}}} vs baseline"),
-            _target("C", 'evald_cusum_threshold{job=~"$job"}', "threshold h {{comparison}}"),
+            _target(
+                "A",
+                _one(f"evald_cusum_vs_control{{{comp}}}", "min"),
+                f"{where} {{{{{a}}}}} vs control",
+            ),
+            _target(
+                "B",
+                _one(f"evald_cusum_vs_baseline{{{comp}}}", "min"),
+                f"{where} {{{{{a}}}}} vs baseline",
+            ),
+            _target("C", _one('evald_cusum_threshold{job=~"$job"}'), "threshold h {{comparison}}"),
         ],
         unit="none",
         description="One-sided CUSUM of standardized window means: treatment − control, and "

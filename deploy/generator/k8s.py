@@ -35,8 +35,11 @@ REPLICAS = 2
 Manifest = dict[str, Any]
 
 
+NAME_LABEL = "app.kubernetes.io/name"
+
+
 def _labels(spec: Spec) -> dict[str, str]:
-    return {"app.kubernetes.io/name": spec.app, "app.kubernetes.io/component": "daemon"}
+    return {NAME_LABEL: spec.app, "app.kubernetes.io/component": "daemon"}
 
 
 def _meta(spec: Spec, name: str, **extra: Any) -> dict[str, Any]:
@@ -196,6 +199,10 @@ def pod_monitor(spec: Spec) -> Manifest:
         "kind": "PodMonitor",
         "metadata": _meta(spec, spec.app),
         "spec": {
+            # job = the pod's app.kubernetes.io/name (spec.app), the job the rules and the
+            # dashboard select; without it the operator's default, <namespace>/<name>, matches
+            # neither (EvaldAbsent would fire on a healthy deployment)
+            "jobLabel": NAME_LABEL,
             "selector": {"matchLabels": _labels(spec)},
             "podMetricsEndpoints": [{"port": PORT_NAME, "path": "/metrics", "interval": "15s"}],
         },

@@ -149,28 +149,46 @@ def _segment_text(spec: Spec, keys: tuple[str, ...]) -> str:
     return " ".join(f"{k}={{{{ $labels.{k} }}}}" for k in keys if k != "measure")
 
 
-def _comparison_on(spec: Spec) -> str:
-    """Labels matching one comparison's series of one evald instance and comparison segment."""
-    return _by(JOB, "instance", "comparison", *spec.comparison_labels)
+#: Labels the scrape adds per evald instance: compose's static target gives ``instance``, the
+#: PodMonitor adds ``pod`` too (its other labels, namespace, container, endpoint, are the same on
+#: every pod of the StatefulSet).
+INSTANCE_LABELS = ("instance", "pod")
+
+
+def across_instances(how: str, series: str) -> str:
+    """``series`` with the instances aggregated away.
+
+    Under ``evald run`` every instance exports the same comparison and CUSUM values (each folds
+    the statistics topic), so one per-instance alert would fire once per instance. ``how`` is
+    ``max`` or ``min`` (never ``sum``), chosen so that a drop alert fires only when every instance
+    still exporting agrees, while the sample-ratio guard (which holds the others back) fires as
+    soon as any instance rejects the split. The values differ only for the moments an instance
+    lags behind the topic; one that is down or has not read it yet exports nothing, no say.
+    """
+    return f"{how} without ({_by(*INSTANCE_LABELS)}) ({series})"
+
+
+def _srm_on(spec: Spec) -> str:
+    """Labels of one comparison segment of one evald deployment (instances aggregated away)."""
+    return _by(JOB, "comparison", *spec.comparison_labels)
 
 
 def _srm_ok(spec: Spec) -> str:
-    """Drop the comparisons whose sample-ratio guard has fired: their difference is biased."""
-    return (
-        f"unless on ({_comparison_on(spec)})\n"
-        f"(evald_comparison_srm_p_value < {spec.thresholds.srm_alpha:g})"
-    )
+    """Drop the comparisons whose sample-ratio guard has fired on any instance: their difference
+    is biased."""
+    p_value = across_instances("min", "evald_comparison_srm_p_value")
+    return f"unless on ({_srm_on(spec)})\n({p_value} < {spec.thresholds.srm_alpha:g})"
 
 
 def _treatment_below_control(spec: Spec) -> Rule:
     th = spec.thresholds
-    on = _by(JOB, "instance", "comparison", "measure")
+    on = _by(JOB, "comparison", "measure")
     return {
         "alert": "EvaldTreatmentBelowControl",
         "expr": "(\n"
-        "  evald_comparison_upper\n"
+        f"  {across_instances('max', 'evald_comparison_upper')}\n"
         f"  + on ({on}) group_left ()\n"
-        "  evald_comparison_min_effect\n"
+        f"  {across_instances('max', 'evald_comparison_min_effect')}\n"
         ") < 0\n" + _srm_ok(spec),
         "for": th.sequence_for,
         "labels": {"severity": "warning"},
@@ -192,9 +210,9 @@ def _cusum_drop(spec: Spec, name: str, series: str, what: str) -> Rule:
     th = spec.thresholds
     return {
         "alert": name,
-        "expr": f"{series}\n"
-        f"> on ({JOB}, instance, comparison) group_left ()\n"
-        "evald_cusum_threshold\n" + _srm_ok(spec),
+        "expr": f"{across_instances('min', series)}\n"
+        f"> on ({JOB}, comparison) group_left ()\n"
+        f"{across_instances('max', 'evald_cusum_threshold')}\n" + _srm_ok(spec),
         "for": th.cusum_for,
         "labels": {"severity": "warning"},
         "annotations": {
@@ -241,7 +259,7 @@ def _sample_ratio(spec: Spec) -> Rule:
     th = spec.thresholds
     return {
         "alert": "EvaldSampleRatioMismatch",
-        "expr": f"evald_comparison_srm_p_value < {th.srm_alpha:g}",
+        "expr": f"{across_instances('min', 'evald_comparison_srm_p_value')} < {th.srm_alpha:g}",
         "for": th.srm_for,
         "labels": {"severity": "warning"},
         "annotations": {

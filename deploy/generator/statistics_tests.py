@@ -26,7 +26,17 @@ WINDOW_MIN = 5  # minutes per window (one value per 1m sample, held for the wind
 WINDOWS = 48
 MIN_EFFECT = 0.01
 COMPARISON = "ab"
-INSTANCE = {"job": "evald", "instance": "evald-0:9464"}  # the job is Spec.app
+JOB = {"job": "evald"}  # the job is Spec.app
+INSTANCE = {**JOB, "instance": "evald-0:9464"}
+#: ``evald run`` with two instances: each exports the same comparison series
+TWO = ({**JOB, "instance": "evald-0:9464"}, {**JOB, "instance": "evald-1:9464"})
+#: who exports a scenario's series: (instance labels, first window it no longer exports,
+#: windows it lags behind the statistics topic)
+Exporting = tuple[tuple[Labels, int, int], ...]
+ALONE: Exporting = ((INSTANCE, WINDOWS, 0),)
+BOTH: Exporting = ((TWO[0], WINDOWS, 0), (TWO[1], WINDOWS, 0))
+ONE_DOWN: Exporting = ((TWO[0], WINDOWS // 2, 0), (TWO[1], WINDOWS, 0))
+ONE_LAGGING: Exporting = ((TWO[0], WINDOWS, 0), (TWO[1], WINDOWS, 1))
 
 
 def _settings(spec: Spec) -> Any:
@@ -103,21 +113,31 @@ def _values(points: list[float]) -> str:
     return " ".join(out)
 
 
-def _series(name: str, labels: Labels, points: list[float]) -> dict[str, str]:
+def _series(name: str, labels: Labels, points: list[float], until: int, lag: int) -> dict[str, str]:
+    """``points`` each ``lag`` windows late, up to window ``until``, then no samples (the
+    instance is down)."""
     inner = ", ".join(f'{k}="{v}"' for k, v in labels.items())
-    return {"series": f"{name}{{{inner}}}", "values": _values(points)}
+    late = [math.nan] * lag + points[: len(points) - lag]
+    kept = [v if w < until else math.nan for w, v in enumerate(late)]
+    return {"series": f"{name}{{{inner}}}", "values": _values(kept)}
 
 
-def _inputs(spec: Spec, states: list[ComparisonState]) -> list[dict[str, str]]:
-    """The series evald exports for these states (arm-scoped labels absent, as exported)."""
+def _inputs(
+    spec: Spec, states: list[ComparisonState], instance: Labels, until: int, lag: int
+) -> list[dict[str, str]]:
+    """The series one evald instance exports for these states (arm-scoped labels absent, as
+    exported), ``lag`` windows late; from window ``until`` on it is down and exports nothing."""
     measure = spec.measures[0]
     rest = tuple((k, "search") for k in spec.comparison_labels)
     key = (spec.treatment, rest, measure)
-    comp = {**INSTANCE, "comparison": COMPARISON}
+    comp = {**instance, "comparison": COMPARISON}
     h = _settings(spec).statistics.cusum_h
 
     def segment(arm: str) -> Labels:
         return {**comp, "measure": measure, **dict(rest), spec.arm_label: arm}
+
+    def series(name: str, labels: Labels, points: list[float]) -> dict[str, str]:
+        return _series(name, labels, points, until, lag)
 
     def baseline(state: ComparisonState, arm: str) -> float:
         cusum = state.vs_baseline.get((arm, rest, measure))
@@ -125,21 +145,19 @@ def _inputs(spec: Spec, states: list[ComparisonState]) -> list[dict[str, str]]:
 
     upper = [s.bounds[key].high for s in states]
     return [
-        _series("evald_comparison_upper", segment(spec.treatment), upper),
-        _series(
-            "evald_comparison_min_effect", {**comp, "measure": measure}, [MIN_EFFECT] * WINDOWS
-        ),
-        _series(
+        series("evald_comparison_upper", segment(spec.treatment), upper),
+        series("evald_comparison_min_effect", {**comp, "measure": measure}, [MIN_EFFECT] * WINDOWS),
+        series(
             "evald_cusum_vs_control",
             segment(spec.treatment),
             [s.vs_control[key].statistic for s in states],
         ),
         *(
-            _series("evald_cusum_vs_baseline", segment(arm), [baseline(s, arm) for s in states])
+            series("evald_cusum_vs_baseline", segment(arm), [baseline(s, arm) for s in states])
             for arm in (spec.control, spec.treatment)
         ),
-        _series("evald_cusum_threshold", comp, [h] * WINDOWS),
-        _series(
+        series("evald_cusum_threshold", comp, [h] * WINDOWS),
+        series(
             "evald_comparison_srm_p_value",
             {**comp, **dict(rest)},
             [s.ratio[rest].p_value for s in states],
@@ -179,10 +197,20 @@ def _fired(spec: Spec, states: list[ComparisonState]) -> dict[str, set[str]]:
 
 
 def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]) -> list[Case]:
-    """Five scenarios; ``expect(alert, labels)`` gives promtool's expected alert."""
+    """The scenarios, by one instance and by two (as under ``evald run``: the comparison alerts
+    fire once, without an instance label); ``expect(alert, labels)`` gives promtool's expected
+    alert."""
     drop = -0.03  # 1.4 standard errors of a window's difference at 500 lists per arm
+    below = {BELOW: {spec.treatment}, VS_CONTROL: {spec.treatment}}
     scenarios: list[
-        tuple[str, int, Callable[[int], int], Callable[[int], float], dict[str, set[str]]]
+        tuple[
+            str,
+            int,
+            Callable[[int], int],
+            Callable[[int], float],
+            dict[str, set[str]],
+            Exporting,
+        ]
     ] = [
         (
             "fault: the treatment 0.03 below control from its start: below the minimum effect, and "
@@ -190,7 +218,8 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
             11,
             lambda w: 500,
             lambda w: drop,
-            {BELOW: {spec.treatment}, VS_CONTROL: {spec.treatment}},
+            below,
+            ALONE,
         ),
         (
             "fault: the treatment drops by 0.03 after three hours: the CUSUMs against control and "
@@ -200,14 +229,16 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
             lambda w: 500,
             lambda w: drop if w >= 36 else 0.0,
             {VS_CONTROL: {spec.treatment}, VS_BASELINE: {spec.treatment}},
+            ALONE,
         ),
-        ("noise: A/A noise stays silent", 13, lambda w: 500, lambda w: 0.0, {}),
+        ("noise: A/A noise stays silent", 13, lambda w: 500, lambda w: 0.0, {}, ALONE),
         (
             "low traffic: the same drop at 20 lists per arm per window stays silent",
             14,
             lambda w: 20,
             lambda w: drop,
             {},
+            ALONE,
         ),
         (
             "traffic change: A/A with the traffic falling ten-fold half-way stays silent",
@@ -215,6 +246,7 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
             lambda w: 500 if w < WINDOWS // 2 else 50,
             lambda w: 0.0,
             {},
+            ALONE,
         ),
         (
             "fault: the treatment arm losing 10% of its lists: the sample-ratio guard fires "
@@ -223,13 +255,58 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
             lambda w: 500,
             lambda w: drop,
             {SRM: {""}},
+            ALONE,
+        ),
+        (
+            "fault: two instances export the same drop (evald run): each alert fires once, "
+            "without an instance label",
+            11,
+            lambda w: 500,
+            lambda w: drop,
+            below,
+            BOTH,
+        ),
+        (
+            "fault: of two instances exporting the drop one goes down half-way (its series "
+            "stop): the other's still fire the alerts, once",
+            11,
+            lambda w: 500,
+            lambda w: drop,
+            below,
+            ONE_DOWN,
+        ),
+        (
+            "fault: of two instances exporting the drop one lags a window behind the other "
+            "(values differ): the alerts still fire once",
+            11,
+            lambda w: 500,
+            lambda w: drop,
+            below,
+            ONE_LAGGING,
+        ),
+        (
+            "fault: two instances and the treatment arm losing 10% of its lists: the guard fires "
+            "once and holds back the comparison's other alerts",
+            16,
+            lambda w: 500,
+            lambda w: drop,
+            {SRM: {""}},
+            BOTH,
+        ),
+        (
+            "noise: A/A noise exported by two instances stays silent",
+            13,
+            lambda w: 500,
+            lambda w: 0.0,
+            {},
+            BOTH,
         ),
     ]
     measure = spec.measures[0]
     rest = {k: "search" for k in spec.comparison_labels}
     end = f"{WINDOWS * WINDOW_MIN - 1}m"
     cases: list[Case] = []
-    for title, seed, lists, shift, fires in scenarios:
+    for title, seed, lists, shift, fires, exporting in scenarios:
         share = 0.9 if SRM in fires else 1.0
         states = _fold(spec, seed, lists, shift, share)
         got = _fired(spec, states)
@@ -240,7 +317,7 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
         for name in NAMES:
             alerts = []
             for arm in sorted(want[name]):
-                labels = {**INSTANCE, "comparison": COMPARISON, **rest}
+                labels = {**JOB, "comparison": COMPARISON, **rest}
                 if name != SRM:
                     labels.update({"measure": measure, spec.arm_label: arm})
                 alerts.append(expect(name, labels))
@@ -249,7 +326,11 @@ def statistics_tests(spec: Spec, expect: Callable[[str, Labels], dict[str, Any]]
             {
                 "name": title,
                 "interval": "1m",
-                "input_series": _inputs(spec, states),
+                "input_series": [
+                    one
+                    for instance, until, lag in exporting
+                    for one in _inputs(spec, states, instance, until, lag)
+                ],
                 "alert_rule_test": tests,
             }
         )

@@ -227,6 +227,33 @@ def test_evald_command_lines_parse_with_evald(compose: dict[str, Any], service: 
         settings.engine_config()  # the --set engine.* overrides validate
 
 
+def test_evald_compares_the_producers_arms_as_the_rules_and_dashboard_expect(
+    compose: dict[str, Any],
+) -> None:
+    """The quality alerts read evald_comparison_* / evald_cusum_*, which `evald run` exports
+    only for a configured comparison: compose's must compare the arms `evald produce` writes,
+    with the arm values and arm-scoped labels the generated rules were rendered for."""
+    from evald.cli import build_parser
+    from evald.daemon.options import settings_from_args
+    from evald.demo.simulator import ARMS, SURFACES
+
+    svc = services(compose)
+    settings = settings_from_args(build_parser().parse_args(svc["evald"]["command"]))
+    config = settings.engine_config()
+    (comparison,) = config.statistics.comparisons
+    spec = Spec()
+    assert comparison.label == spec.arm_label
+    assert comparison.control == spec.control == ARMS[0][0]
+    assert comparison.treatments == [spec.treatment] == [arm for arm, _ in ARMS[1:]]
+    assert comparison.arm_scoped_labels == list(spec.arm_scoped_labels) == ["model"]
+    assert len({model for _, model in ARMS}) == len(ARMS)  # each arm serves one model
+    assert comparison.start == 0  # from the first window of a fresh stack
+    assert comparison.min_effect and set(comparison.min_effect) <= set(config.measures)
+    assert set(spec.comparison_labels) == {"surface"} and len(SURFACES) == 2
+    # the story the README tells: the treatment regresses 15 minutes in
+    assert "--regress-at=900" in svc["producer"]["command"]
+
+
 def test_third_party_images_are_pinned(compose: dict[str, Any]) -> None:
     for name, service in services(compose).items():
         image = service.get("image", "")

@@ -225,7 +225,7 @@ def test_the_comparison_panel_draws_the_latest_band_and_the_running_intersection
     (panel,) = [
         p for p in panels() if any("evald_comparison_upper" in t["expr"] for t in p["targets"])
     ]
-    exprs = [t["expr"].split("{")[0] for t in panel["targets"]]
+    exprs = [_NAME.findall(t["expr"].split("{")[0])[-1] for t in panel["targets"]]
     assert {
         "evald_comparison_lower",
         "evald_comparison_upper",
@@ -238,3 +238,16 @@ def test_the_comparison_panel_draws_the_latest_band_and_the_running_intersection
             assert target["legendFormat"].endswith(("intersection lower", "intersection upper"))
     assert "/ intersection (lower|upper)$/" in styled
     assert "running intersection" in panel["description"]
+
+
+def test_comparison_queries_draw_one_line_whatever_the_number_of_instances() -> None:
+    """Every ``evald run`` instance exports the same comparison and CUSUM values: a query that
+    kept the instance would draw one identical line per instance (docs/metrics-reference.md)."""
+    names = {series.name for series in COMPARISON_SERIES}
+    aggregated = re.compile(r"(?:max|min) without \(instance, pod\) \((evald_\w+)\{[^}]*\}\)")
+    seen = set()
+    for expr in dashboard_queries():
+        used = set(re.findall(r"\bevald_\w+", expr)) & names
+        assert set(aggregated.findall(expr)) == used, expr
+        seen |= used
+    assert {"evald_comparison_upper", "evald_cusum_vs_control", "evald_cusum_threshold"} <= seen

@@ -76,6 +76,18 @@ def test_selectors_match_pod_labels(manifests: dict[str, dict[str, Any]]) -> Non
     assert monitor["selector"]["matchLabels"].items() <= pod_labels.items()
 
 
+def test_the_pod_monitor_scrapes_under_the_job_the_rules_select(
+    manifests: dict[str, dict[str, Any]],
+) -> None:
+    """The operator's default job is <namespace>/<PodMonitor name>; the rules and the dashboard
+    select job="evald" (EvaldDown, EvaldAbsent, the $job variable)."""
+    pod_labels = manifests["StatefulSet"]["spec"]["template"]["metadata"]["labels"]
+    job_label = manifests["PodMonitor"]["spec"]["jobLabel"]
+    assert pod_labels[job_label] == Spec().app
+    alerts = (DEPLOY / "prometheus/rules/evald-alerts.rules.yml").read_text(encoding="utf-8")
+    assert f'up{{job="{Spec().app}"}}' in alerts
+
+
 def test_service_and_pod_monitor_use_the_named_container_port(
     manifests: dict[str, dict[str, Any]],
 ) -> None:

@@ -132,6 +132,76 @@ def test_scenarios_catch_a_missing_sample_guard(promtool: str, tmp_path: Path) -
     assert "EvaldHighRejectedRate" in out or "EvaldHighLateFeedbackRate" in out
 
 
+#: EvaldTreatmentBelowControl as it was while it joined per instance (before issue #14)
+PER_INSTANCE_BELOW = """(
+  evald_comparison_upper
+  + on (job, instance, comparison, measure) group_left ()
+  evald_comparison_min_effect
+) < 0
+unless on (job, instance, comparison, surface)
+(evald_comparison_srm_p_value < 0.001)"""
+
+
+def _two_instance_scenario() -> dict:
+    (case,) = [
+        c
+        for c in load_yaml(TEST_FILES[0])["tests"]
+        if c["name"].startswith("fault: two instances export the same drop")
+    ]
+    return case
+
+
+def test_the_two_instance_scenario_expects_each_comparison_alert_once_without_instance() -> None:
+    case = _two_instance_scenario()
+    instances = {
+        re.search(r'instance="([^"]+)"', s["series"]).group(1) for s in case["input_series"]
+    }
+    assert len(instances) == 2
+    firing = [c for c in case["alert_rule_test"] if c.get("exp_alerts")]
+    assert {c["alertname"] for c in firing} >= {
+        "EvaldTreatmentBelowControl",
+        "EvaldTreatmentDropDetected",
+    }
+    for check in firing:
+        (alert,) = check["exp_alerts"]
+        assert "instance" not in alert["exp_labels"]
+
+
+def test_negative_control_a_per_instance_alert_fires_once_per_instance(
+    promtool: str, tmp_path: Path
+) -> None:
+    """The two-instance scenario's inputs are not vacuous: the expression that joined per
+    instance fires on them twice, one alert series per instance."""
+    case = _two_instance_scenario()
+    name = "EvaldTreatmentBelowControl"
+    committed = {r["alert"]: r for g in load_yaml(RULE_FILES[1])["groups"] for r in g["rules"]}
+    rule = {**committed[name], "expr": PER_INSTANCE_BELOW}
+    (rules_path := tmp_path / "per-instance.rules.yml").write_text(
+        dump({"groups": [{"name": "per-instance", "rules": [rule]}]})
+    )
+    (check,) = [
+        c for c in case["alert_rule_test"] if c["alertname"] == name and c.get("exp_alerts")
+    ]
+    (once,) = check["exp_alerts"]
+    instances = sorted(
+        {re.search(r'instance="([^"]+)"', s["series"]).group(1) for s in case["input_series"]}
+    )
+    twice = [{**once, "exp_labels": {**once["exp_labels"], "instance": i}} for i in instances]
+    scenario = {
+        "rule_files": [rules_path.name],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                **case,
+                "alert_rule_test": [{**check, "exp_alerts": twice}],
+            }
+        ],
+    }
+    (test_path := tmp_path / "per-instance.test.yml").write_text(dump(scenario))
+    proc = _run([promtool, "test", "rules", str(test_path)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 # -- names ---------------------------------------------------------------------------------
 
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
