@@ -20,11 +20,12 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
+import msgspec
 from pydantic_core import from_json
 
 from evald.decode import Skipped
 from evald.events import Limits, limited_models
-from evald.mapping.keys import count_keys, repeated_after_count
+from evald.mapping.keys import encode, maybe_repeated
 from evald.mapping.labels import flatten, label_text
 from evald.mapping.pointer import MISSING, parse_pointer, resolve
 from evald.mapping.spec import FeedbackSpec, ImpressionSpec, LabelSpec, MappingSpec, TimeSpec
@@ -261,8 +262,9 @@ def _generate(
     w = _Writer(min_ts, max_lead)
     w.names.update(
         _from_json=from_json,
-        _count_keys=count_keys,
-        _repeated_after_count=repeated_after_count,
+        _encode=encode,
+        _EncodeError=msgspec.EncodeError,
+        _maybe_repeated=maybe_repeated,
         _MISSING=MISSING,
         _resolve=resolve,
         _SECONDS=SECONDS,
@@ -284,12 +286,8 @@ def _generate(
     w("d = _from_json(raw, allow_inf_nan=False, cache_strings='keys')")
     w("if type(d) is not dict:")
     w("    return None")
-    w("# a repeated key? the common case (no arrays of containers, compact) decided inline")
-    w("arrays = []")
-    w("kept = _count_keys(d, arrays)")
-    w("if (arrays or raw.count(b'\":') != kept or len(raw.split()) != 1) and (")
-    w("    _repeated_after_count(raw, kept, arrays)")
-    w("):")
+    w("# a repeated key? none where the bytes are the document written back (evald.mapping.keys)")
+    w("if _encode(d) != raw and _maybe_repeated(raw, d):")
     w("    return None")
     w("if kind is None:")
     w.depth = 3
@@ -306,6 +304,6 @@ def _generate(
             w.depth = 2
     w("return None  # an unknown kind, or no section for it: the exact path says so")
     w.depth = 1
-    w(f"except {_MISS[:-1]}, ValueError):  # a miss, a wrong type, the model refusing")
+    w(f"except {_MISS[:-1]}, ValueError, _EncodeError):  # a miss, a wrong type, the model")
     w("    return None")
     return "\n".join(w.lines) + "\n", w.names
