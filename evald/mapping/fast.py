@@ -39,6 +39,10 @@ from evald.mapping.times import MILLIS, SECONDS, millis_reader
 #: (raw, kind, reference, record_time) -> the event, a Skipped, or None (the exact path decides)
 FastPath = Callable[[bytes, str | None, int | None, int | None], Any]
 
+#: containers nested in a record that pydantic-core's parser (the exact path's) surely reads:
+#: it refuses more than about 200, msgspec's about 1000
+_DEPTH = 200
+
 #: what a failed subscript raises: absent key, wrong container type, index out of range
 _MISS = "(KeyError, TypeError, IndexError)"
 
@@ -355,6 +359,7 @@ def _generate(
     w = _Writer(limits, min_ts, max_lead)
     w.names.update(
         _from_json=from_json,
+        _decode=msgspec.json.Decoder().decode,
         _encode=encode,
         _EncodeError=msgspec.EncodeError,
         _maybe_repeated=maybe_repeated,
@@ -378,12 +383,22 @@ def _generate(
     w("    return None")
     w("try:")
     w.depth = 2
-    w("# the exact path's parser and options; a leading BOM fails here and goes there")
-    w("d = _from_json(raw, allow_inf_nan=False, cache_strings='keys')")
+    w("# msgspec's parser, where the bytes are the document written back: then the exact")
+    w("# path's parser reads the same document, provided it is not nested past that parser's")
+    w("# limit (bounded by the brackets), and no object repeats a key (evald.mapping.keys)")
+    w("try:")
+    w("    d = _decode(raw)")
+    w("except ValueError:")
+    w("    d = None")
+    w(
+        f"if d is None or _encode(d) != raw or (len(raw) >= {2 * _DEPTH} and "
+        f"raw.count(b'{{') + raw.count(b'[') >= {_DEPTH}):"
+    )
+    w("    # the exact path's parser and options; a leading BOM fails here and goes there")
+    w("    d = _from_json(raw, allow_inf_nan=False, cache_strings='keys')")
+    w("    if type(d) is dict and _maybe_repeated(raw, d):")
+    w("        return None")
     w("if type(d) is not dict:")
-    w("    return None")
-    w("# a repeated key? none where the bytes are the document written back (evald.mapping.keys)")
-    w("if _encode(d) != raw and _maybe_repeated(raw, d):")
     w("    return None")
     w("if kind is None:")
     w.depth = 3

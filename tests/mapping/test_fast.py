@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic_core import from_json
 
 from evald.events import Limits
 from evald.mapping import MappingDecoder, MappingSpec, load_spec
 from evald.mapping.fast import fast_source
+from evald.mapping.keys import encode
 
 NOW = 1_714_564_800_000  # 2024-05-01T12:00:00Z
 HOUR = 3_600_000
@@ -401,3 +404,34 @@ def test_events_built_directly_are_the_validated_ones() -> None:
     labels = {"a": "", "b": "", "c": "", "d": "", "e": ""}
     rec = {"type": "serve", "ctx": {"req": "r"}, "at": at, "hits": [], "exp": labels}
     assert not typed_both_ways("full", rec, None)
+
+
+def nested_record(depth: int, opener: str) -> dict[str, Any]:
+    """An impression of the full mapping carrying ``depth`` containers nested in a field it
+    does not read (``opener``: '[' arrays, '{' objects, '[{' both in turn)."""
+    value: Any = "x"
+    for level in range(depth):
+        value = [value] if opener[level % len(opener)] == "[" else {"k": value}
+    return {"type": "serve", "ctx": {"req": "r"}, "at": NOW // 1000, "hits": [], "deep": value}
+
+
+def test_records_nested_near_the_parser_limit_are_read_alike() -> None:
+    """The fast path parses with msgspec, which reads containers nested deeper than the exact
+    path's parser does: around that limit both still agree (refused, or the same event)."""
+    refused = 0
+    for depth in range(190, 215):
+        for opener in ("[", "{", "[{"):
+            rec = nested_record(depth, opener)
+            if not typed_both_ways("full", rec, None):
+                exact = DECODERS["full"].decode_exact(compact(rec), None, NOW, None)
+                refused += getattr(exact, "reason", "") == "invalid_json"
+    assert refused > 0  # the limit lies in the range tried
+
+
+@settings(max_examples=1000, derandomize=True, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**80), 2**80))
+def test_both_parsers_read_a_written_back_number_alike(number: float) -> None:
+    """Where the bytes are the document written back (when the fast path parses with
+    msgspec), pydantic-core reads the same number, bit for bit."""
+    raw = encode({"at": number, "n": [number]})
+    assert repr(from_json(raw)) == repr(msgspec.json.decode(raw))
