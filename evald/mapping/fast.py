@@ -20,9 +20,9 @@ namespace; :func:`fast_source` shows it.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -34,7 +34,7 @@ from evald.mapping.keys import encode, maybe_repeated
 from evald.mapping.labels import flatten, label_text
 from evald.mapping.pointer import MISSING, parse_pointer, resolve
 from evald.mapping.spec import FeedbackSpec, ImpressionSpec, LabelSpec, MappingSpec, TimeSpec
-from evald.mapping.times import MILLIS, SECONDS, millis_reader
+from evald.mapping.times import MILLIS, SCALE, SECONDS, millis_reader
 
 #: (raw, kind, reference, record_time) -> the event, a Skipped, or None (the exact path decides)
 FastPath = Callable[[bytes, str | None, int | None, int | None], Any]
@@ -140,10 +140,18 @@ def _time(w: _Writer, spec: TimeSpec) -> None:
             w("        ts = second + millis")
             w("if ts is None:")
             w(f"    ts = {w.bind('millis', millis_reader(spec.format))}(t)")
-        else:
-            w(f"ts = {w.bind('millis', millis_reader(spec.format))}(t)")
-        w("if ts is None:")
-        w("    return None")
+            w("if ts is None:")
+            w("    return None")
+        else:  # to_millis inline, the same arithmetic (a range the model refuses: see _build)
+            multiplier, divisor = SCALE[spec.format]
+            times = f" * {multiplier}" if multiplier > 1 else ""  # (x * 1 and x / 1 are x)
+            w("if type(t) is float:")
+            over = f" / {divisor}" if divisor > 1 else ""
+            w(f"    ts = _floor(t{times}{over})  # past the float range: OverflowError")
+            w("elif type(t) is int:")
+            w(f"    ts = t{times}{f' // {divisor}' if divisor > 1 else ''}")
+            w("else:")
+            w("    return None")
     # the plausibility bounds are constants of the function
     if w.max_lead is None:
         w(f"if ts < {w.min_ts!r}:")
@@ -161,11 +169,8 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
         tokens = parse_pointer(items.id)
         w("if type(items) is not list:")
         w("    return None")
-        if tokens and not _digits(tokens):  # one C map per token, no frame per entry
-            chain = "items"
-            for token in tokens:
-                chain = f"map({w.bind('key', itemgetter(token))}, {chain})"
-            w(f"items = list({chain})")  # an entry without the id raises
+        if tokens and not _digits(tokens):  # an entry without the id raises
+            w(f"items = [entry{_subscripts(tokens)} for entry in items]")
         else:
             w("ids = []")
             w("for entry in items:")
@@ -375,6 +380,7 @@ def _generate(
         _new=object.__new__,
         _set=object.__setattr__,
         _MAX_FLOAT=sys.float_info.max,
+        _floor=math.floor,
         _max_bytes=limits.max_event_bytes,
     )
     w("def fast(raw, kind, reference, record_time):")
@@ -415,6 +421,7 @@ def _generate(
             w.depth = 2
     w("return None  # an unknown kind, or no section for it: the exact path says so")
     w.depth = 1
-    w(f"except {_MISS[:-1]}, ValueError, _EncodeError):  # a miss, a wrong type, a refusal")
+    # a miss, a wrong type, a parser or the model refusing, a time past the float range
+    w(f"except {_MISS[:-1]}, ValueError, OverflowError, _EncodeError):")
     w("    return None")
     return "\n".join(w.lines) + "\n", w.names

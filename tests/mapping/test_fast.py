@@ -435,3 +435,41 @@ def test_both_parsers_read_a_written_back_number_alike(number: float) -> None:
     msgspec), pydantic-core reads the same number, bit for bit."""
     raw = encode({"at": number, "n": [number]})
     assert repr(from_json(raw)) == repr(msgspec.json.decode(raw))
+
+
+EPOCH_DECODERS = {
+    fmt: MappingDecoder(
+        MappingSpec.model_validate({"feedback": {
+            "request_id": "/r", "item": "/i", "action": "/a", "actions": {"click": 1},
+            "time": {"path": "/t", "format": fmt},
+        }}),
+        Limits(), min_ts=0, max_lead=HOUR,
+    )
+    for fmt in ("epoch_s", "epoch_ms", "epoch_us", "epoch_ns")
+}  # fmt: skip
+#: around the current time in each unit, and anywhere
+epoch_numbers = st.one_of(
+    st.sampled_from([NOW // 1000, NOW, NOW * 1000, NOW * 1_000_000]).flatmap(
+        lambda at: (
+            st.integers(at - 10**7, at + 10**7)
+            | st.floats(float(at - 10**7), float(at + 10**7))
+            | st.integers(at - 10**7, at + 10**7).map(lambda n: n + 0.5)
+        )
+    ),
+    st.integers(-(2**80), 2**80),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.just(INF),
+)
+
+
+@settings(max_examples=600, derandomize=True, deadline=None)
+@given(st.sampled_from(sorted(EPOCH_DECODERS)), epoch_numbers)
+def test_epoch_times_read_inline_are_the_exact_ones(fmt: str, at: Any) -> None:
+    raw = compact({"r": "r", "i": "i", "a": "click", "t": at}).replace(
+        f'"{INF}"'.encode(), b"1e400"
+    )
+    decoder = EPOCH_DECODERS[fmt]
+    exact = decoder.decode_exact(raw, None, NOW, None)
+    fast = decoder.decode_fast(raw, None, NOW, None)
+    if fast is not None:
+        identical(fast, exact)
