@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from pydantic import BaseModel
 from pydantic_core import from_json
 
 from evald.decode import Skipped
@@ -260,9 +261,9 @@ def _build(
             w(f"if {local} is not None:")
             w(f"    given.add({name!r})")
         given = "given"
-    w(f"_set(e, '__pydantic_fields_set__', {given})")
-    w("_set(e, '__pydantic_extra__', None)")
-    w("_set(e, '__pydantic_private__', None)")
+    w(f"_set_given(e, {given})")
+    w("_set_extra(e, None)")
+    w("_set_private(e, None)")
     w("return e")
     w.depth -= 1
     w("f = {" + ", ".join(f"{name!r}: {local}" for name, local in fields.items()) + "}")
@@ -292,6 +293,8 @@ def _labels(w: _Writer, labels: list[LabelSpec]) -> None:
             w("else:")
             w("    return None")  # a single value needs a name: the exact path says so
         else:
+            w("elif type(v) is str:")
+            w(f"    labels[{label.name!r}] = v")
             w("else:")
             w("    text = _label_text(v)")
             w("    if text is None:")
@@ -379,6 +382,11 @@ def _generate(
         _validate_feedback=w.models["feedback"].__pydantic_validator__.validate_python,
         _new=object.__new__,
         _set=object.__setattr__,
+        # BaseModel's slots, set as model_construct sets them (each slot's own setter: no
+        # attribute lookup)
+        _set_given=BaseModel.__dict__["__pydantic_fields_set__"].__set__,
+        _set_extra=BaseModel.__dict__["__pydantic_extra__"].__set__,
+        _set_private=BaseModel.__dict__["__pydantic_private__"].__set__,
         _MAX_FLOAT=sys.float_info.max,
         _floor=math.floor,
         _max_bytes=limits.max_event_bytes,
