@@ -400,10 +400,12 @@ def _generate(
     w("# msgspec's parser, where the bytes are the document written back: then the exact")
     w("# path's parser reads the same document, provided it is not nested past that parser's")
     w("# limit (bounded by the brackets), and no object repeats a key (evald.mapping.keys)")
-    w("try:")
-    w("    d = _decode(raw)")
-    w("except ValueError:")
-    w("    d = None")
+    w("d = None")
+    w("if raw.find(b'\": ', 0, 64) < 0:  # Python's default layout (seen at its first key)")
+    w("    try:")
+    w("        d = _decode(raw)")
+    w("    except ValueError:")
+    w("        pass")
     w(
         f"if d is None or _encode(d) != raw or (len(raw) >= {2 * _DEPTH} and "
         f"raw.count(b'{{') + raw.count(b'[') >= {_DEPTH}):"
