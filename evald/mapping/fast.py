@@ -56,12 +56,13 @@ def compile_fast(
     source, names = _generate(spec, limits, min_ts, max_lead)
     namespace: dict[str, Any] = dict(names)
     exec(compile(source, "<mapping fast path>", "exec"), namespace)
-    return namespace["fast"]  # type: ignore[no-any-return]
+    fast: FastPath = namespace["fast"]
+    return fast
 
 
 def fast_source(spec: MappingSpec, limits: Limits | None = None) -> str:
     """The source :func:`compile_fast` writes for ``spec`` (for reading and debugging)."""
-    return _generate(spec, limits or Limits(), 0, None)[0]
+    return _generate(spec, limits or Limits.model_validate({}), 0, None)[0]
 
 
 class _Writer:
@@ -427,7 +428,7 @@ def _generate(
         if section is not None:
             w(f"if kind == {name!r}:")
             w.depth = 3
-            write(w, section)  # type: ignore[operator]
+            write(w, section)  # type: ignore[arg-type]
             w.depth = 2
     w("return None  # an unknown kind, or no section for it: the exact path says so")
     w.depth = 1
