@@ -164,7 +164,7 @@ class MappingDecoder:
         event = self._fast(raw, kind, reference, record_time)
         if event is None:
             return self.decode_exact(raw, kind, reference, record_time)
-        return event  # type: ignore[no-any-return]
+        return event
 
     def decode_fast(
         self,
@@ -174,7 +174,7 @@ class MappingDecoder:
         record_time: int | None = None,
     ) -> Impression | Feedback | Skipped | None:
         """The fast path alone (evald.mapping.fast): what ``decode_exact`` returns, or None."""
-        return self._fast(raw, kind, reference, record_time)  # type: ignore[no-any-return]
+        return self._fast(raw, kind, reference, record_time)
 
     def decode_exact(
         self,
@@ -246,17 +246,17 @@ class MappingDecoder:
             ref = references if single_reference else references[position]  # type: ignore[index]
             if record_times is not None:
                 record_time = record_times[position]
-            event = fast(raw, kind, ref, record_time)
+            event = fast(raw, kind, ref, record_time)  # type: ignore[arg-type]
             if event is None:
                 event = exact(raw, kind, ref, record_time)  # type: ignore[arg-type]
             cls = event.__class__
             if cls is Rejection:
-                rejections.append((position, event))  # type: ignore[arg-type]
+                rejections.append((position, event))
             elif cls is Skipped:
                 if skips is not None:
-                    skips.append((position, event))  # type: ignore[arg-type]
+                    skips.append((position, event))
             else:
-                yield position, event  # type: ignore[misc]
+                yield position, event
 
     # ------------------------------------------------------------------ kinds
 

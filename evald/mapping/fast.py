@@ -4,11 +4,15 @@
 when the mapping is loaded: raw bytes -> the event, a :class:`Skipped`, or None, meaning "not
 this way": the exact path (``MappingDecoder.decode_exact``) then decides and words the reason.
 Each pointer is spelt in the function as plain subscripts (``d['a']['b']``), so a record costs
-one Python frame plus the parser and the model, not a call per field. A required field that is
-absent raises, caught once per record; the fast path never words an error and never raises on
-data. It builds the event with the same pydantic-core model as the exact path, and returns
-only what the exact path returns too (tests/mapping/test_fast.py checks it on random and
-malformed records).
+one Python frame plus the parser, not a call per field. A required field that is absent
+raises, caught once per record; the fast path never words an error and never raises on data.
+
+The event is built directly, as pydantic's ``model_construct`` builds it, where the function
+knows every field is what the limited model takes unchanged (text of at most the length limit,
+a list of text within the item limit, a float grade, a non-negative int position, ...);
+anything else goes through that model's pydantic-core validator, which refuses or converts as
+on the exact path. It returns only what the exact path returns too, down to the types and the
+fields given (tests/mapping/test_fast.py checks it on random, malformed and mistyped records).
 
 The generated source holds only pointer tokens as ``repr`` literals and names bound in its own
 namespace; :func:`fast_source` shows it.
@@ -16,22 +20,29 @@ namespace; :func:`fast_source` shows it.
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Callable
-from operator import itemgetter
 from typing import Any
 
+import msgspec
+from pydantic import BaseModel
 from pydantic_core import from_json
 
 from evald.decode import Skipped
-from evald.events import Limits, limited_models
-from evald.mapping.keys import count_keys, repeated_after_count
+from evald.events import MAX_TS_MS, Feedback, Impression, Limits, limited_models
+from evald.mapping.keys import encode, maybe_repeated
 from evald.mapping.labels import flatten, label_text
 from evald.mapping.pointer import MISSING, parse_pointer, resolve
 from evald.mapping.spec import FeedbackSpec, ImpressionSpec, LabelSpec, MappingSpec, TimeSpec
-from evald.mapping.times import MILLIS, SECONDS, millis_reader
+from evald.mapping.times import MILLIS, SCALE, SECONDS, millis_reader
 
 #: (raw, kind, reference, record_time) -> the event, a Skipped, or None (the exact path decides)
 FastPath = Callable[[bytes, str | None, int | None, int | None], Any]
+
+#: containers nested in a record that pydantic-core's parser (the exact path's) surely reads:
+#: it refuses more than about 200, msgspec's about 1000
+_DEPTH = 200
 
 #: what a failed subscript raises: absent key, wrong container type, index out of range
 _MISS = "(KeyError, TypeError, IndexError)"
@@ -45,18 +56,25 @@ def compile_fast(
     source, names = _generate(spec, limits, min_ts, max_lead)
     namespace: dict[str, Any] = dict(names)
     exec(compile(source, "<mapping fast path>", "exec"), namespace)
-    return namespace["fast"]  # type: ignore[no-any-return]
+    fast: FastPath = namespace["fast"]
+    return fast
 
 
 def fast_source(spec: MappingSpec, limits: Limits | None = None) -> str:
     """The source :func:`compile_fast` writes for ``spec`` (for reading and debugging)."""
-    return _generate(spec, limits or Limits(), 0, None)[0]
+    return _generate(spec, limits or Limits.model_validate({}), 0, None)[0]
 
 
 class _Writer:
     """Lines of Python at an indentation, and the objects they name."""
 
-    def __init__(self, min_ts: int, max_lead: int | None) -> None:
+    def __init__(self, limits: Limits, min_ts: int, max_lead: int | None) -> None:
+        self.limits = limits
+        impression, feedback = limited_models(limits)
+        self.models: dict[str, type[Impression] | type[Feedback]] = {
+            "impression": impression,
+            "feedback": feedback,
+        }
         self.min_ts, self.max_lead = int(min_ts), None if max_lead is None else int(max_lead)
         self.lines: list[str] = []
         self.names: dict[str, Any] = {}
@@ -124,10 +142,18 @@ def _time(w: _Writer, spec: TimeSpec) -> None:
             w("        ts = second + millis")
             w("if ts is None:")
             w(f"    ts = {w.bind('millis', millis_reader(spec.format))}(t)")
-        else:
-            w(f"ts = {w.bind('millis', millis_reader(spec.format))}(t)")
-        w("if ts is None:")
-        w("    return None")
+            w("if ts is None:")
+            w("    return None")
+        else:  # to_millis inline, the same arithmetic (a range the model refuses: see _build)
+            multiplier, divisor = SCALE[spec.format]
+            times = f" * {multiplier}" if multiplier > 1 else ""  # (x * 1 and x / 1 are x)
+            w("if type(t) is float:")
+            over = f" / {divisor}" if divisor > 1 else ""
+            w(f"    ts = _floor(t{times}{over})  # past the float range: OverflowError")
+            w("elif type(t) is int:")
+            w(f"    ts = t{times}{f' // {divisor}' if divisor > 1 else ''}")
+            w("else:")
+            w("    return None")
     # the plausibility bounds are constants of the function
     if w.max_lead is None:
         w(f"if ts < {w.min_ts!r}:")
@@ -145,11 +171,8 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
         tokens = parse_pointer(items.id)
         w("if type(items) is not list:")
         w("    return None")
-        if tokens and not _digits(tokens):  # one C map per token, no frame per entry
-            chain = "items"
-            for token in tokens:
-                chain = f"map({w.bind('key', itemgetter(token))}, {chain})"
-            w(f"items = list({chain})")  # an entry without the id raises
+        if tokens and not _digits(tokens):  # an entry without the id raises
+            w(f"items = [entry{_subscripts(tokens)} for entry in items]")
         else:
             w("ids = []")
             w("for entry in items:")
@@ -158,24 +181,97 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
             w("        return None")
             w("    ids.append(value)")
             w("items = ids")
-    w("f = {'request_id': rid, 'ts': ts, 'items': items}")
+    fields = {"request_id": "rid", "ts": "ts", "items": "items"}
     if spec.labels:
         _labels(w, spec.labels)
-    for index, path in enumerate(spec.user_id):  # the first present and not null
-        if index:
-            w("if v is _MISSING or v is None:")
-            w.depth += 1
-        _optional(w, "v", path)
-        if index:
-            w.depth -= 1
+        fields["labels"] = "labels"
+    optional = {}
     if spec.user_id:
-        w("if v is not _MISSING and v is not None:")
-        w("    f['user_id'] = v")
+        for index, path in enumerate(spec.user_id):  # the first present and not null
+            if index:
+                w("if uid is _MISSING or uid is None:")
+                w.depth += 1
+            _optional(w, "uid", path)
+            if index:
+                w.depth -= 1
+        optional["user_id"] = "uid"
     if spec.query is not None:
-        _optional(w, "v", spec.query)
-        w("if v is not _MISSING and v is not None:")
-        w("    f['query'] = v")
-    w("return _validate_impression(f)")
+        _optional(w, "query", spec.query)
+        optional["query"] = "query"
+    for target in optional.values():
+        w(f"if {target} is _MISSING:")
+        w(f"    {target} = None")
+    limit = w.limits.max_string_length
+    sure = [
+        *_texts(("rid",), limit),
+        f"type(items) is list and len(items) <= {w.limits.max_items!r}",
+        f"len(''.join(items)) <= {limit!r}",  # all text (else TypeError), none too long
+    ]
+    if spec.labels:
+        sure.append(
+            f"len(labels) <= {w.limits.max_labels!r} and "
+            f"len(''.join(labels)) + len(''.join(labels.values())) <= {limit!r}"
+        )
+    sure += [
+        f"({v} is None or {check})" for v in optional.values() for check in _texts((v,), limit)
+    ]
+    _build(w, "impression", spec.time.source == "record", sure, fields, optional)
+
+
+def _texts(names: tuple[str, ...], limit: int) -> list[str]:
+    """Conditions: each of ``names`` is text the limited model takes as it is."""
+    return [f"type({name}) is str and len({name}) <= {limit!r}" for name in names]
+
+
+def _build(
+    w: _Writer,
+    kind: str,
+    record_time: bool,
+    sure: list[str],
+    fields: dict[str, str],
+    optional: dict[str, str],
+) -> None:
+    """Returns the event: built directly, as pydantic's ``model_construct`` builds it, where
+    ``sure`` (conditions under which the limited model takes every field as it is) holds;
+    otherwise validated by the model, which refuses or converts exactly as on the exact path.
+    ``fields``: always given; ``optional``: given unless None (model field -> local name)."""
+    model = w.models[kind]
+    values = {"ts": "ts", **fields, **optional}
+    if record_time:  # the caller's, of any type
+        sure.append("type(ts) is int")
+    sure.append(f"0 <= ts <= {MAX_TS_MS!r}")
+    w("if (")
+    for index, condition in enumerate(sure):
+        w(f"    {'and ' if index else ''}{condition}")
+    w("):")
+    w.depth += 1
+    w(f"e = _new({w.bind('model', model)})")
+    spelt = []
+    for name, info in model.__pydantic_fields__.items():
+        if name in values:
+            spelt.append(f"{name!r}: {values[name]}")
+        elif info.default_factory is dict:
+            spelt.append(f"{name!r}: {{}}")
+        else:  # the model's default: 'impression'/'feedback' for kind, else None
+            spelt.append(f"{name!r}: {info.default!r}")
+    w("_set(e, '__dict__', {" + ", ".join(spelt) + "})")
+    given = "{" + ", ".join(repr(name) for name in fields) + "}"
+    if optional:
+        w(f"given = {given}")
+        for name, local in optional.items():
+            w(f"if {local} is not None:")
+            w(f"    given.add({name!r})")
+        given = "given"
+    w(f"_set_given(e, {given})")
+    w("_set_extra(e, None)")
+    w("_set_private(e, None)")
+    w("return e")
+    w.depth -= 1
+    w("f = {" + ", ".join(f"{name!r}: {local}" for name, local in fields.items()) + "}")
+    for name, local in optional.items():
+        w(f"if {local} is not None:")
+        w(f"    f[{name!r}] = {local}")
+    w(f"return _validate_{kind}(f)")
 
 
 def _labels(w: _Writer, labels: list[LabelSpec]) -> None:
@@ -198,18 +294,20 @@ def _labels(w: _Writer, labels: list[LabelSpec]) -> None:
             w("else:")
             w("    return None")  # a single value needs a name: the exact path says so
         else:
+            w("elif type(v) is str:")
+            w(f"    labels[{label.name!r}] = v")
             w("else:")
             w("    text = _label_text(v)")
             w("    if text is None:")
             w("        return None")
             w(f"    labels[{label.name!r}] = text")
         w.depth -= 1
-    w("f['labels'] = labels")
 
 
 def _feedback(w: _Writer, spec: FeedbackSpec) -> None:
     _required(w, "action", spec.action)
-    grades = w.bind("grades", dict(spec.actions))
+    # the grades as the model holds them (floats), so an event built directly is the same
+    grades = w.bind("grades", {action: float(grade) for action, grade in spec.actions.items()})
     if spec.grade is not None:
         _optional(w, "grade", spec.grade)
         w("if grade is _MISSING:")
@@ -226,13 +324,23 @@ def _feedback(w: _Writer, spec: FeedbackSpec) -> None:
     _required(w, "rid", spec.request_id)
     _required(w, "item", spec.item)
     _time(w, spec.time)
-    w("f = {'request_id': rid, 'ts': ts, 'item': item, 'action': action, 'grade': grade}")
+    optional = {}
     for name, pointer in (("position", spec.position), ("event_id", spec.event_id)):
         if pointer is not None:
-            _optional(w, "v", pointer)
-            w("if v is not _MISSING and v is not None:")
-            w(f"    f[{name!r}] = v")
-    w("return _validate_feedback(f)")
+            _optional(w, name, pointer)
+            w(f"if {name} is _MISSING:")
+            w(f"    {name} = None")
+            optional[name] = name
+    sure = _texts(("rid", "item", "action"), w.limits.max_string_length)
+    if spec.grade is not None:  # a grade the record gives: a finite float >= 0 as it is
+        sure.append("type(grade) is float and 0.0 <= grade <= _MAX_FLOAT")
+    if spec.position is not None:
+        sure.append("(position is None or (type(position) is int and position >= 0))")
+    if spec.event_id is not None:
+        sure.append(f"(event_id is None or {_texts(('event_id',), w.limits.max_string_length)[0]})")
+    fields = {name: name for name in ("request_id", "ts", "item", "action", "grade")}
+    fields["request_id"] = "rid"
+    _build(w, "feedback", spec.time.source == "record", sure, fields, optional)
 
 
 def _sniff(w: _Writer, spec: MappingSpec) -> None:
@@ -257,12 +365,13 @@ def _sniff(w: _Writer, spec: MappingSpec) -> None:
 def _generate(
     spec: MappingSpec, limits: Limits, min_ts: int, max_lead: int | None
 ) -> tuple[str, dict[str, Any]]:
-    impression_model, feedback_model = limited_models(limits)
-    w = _Writer(min_ts, max_lead)
+    w = _Writer(limits, min_ts, max_lead)
     w.names.update(
         _from_json=from_json,
-        _count_keys=count_keys,
-        _repeated_after_count=repeated_after_count,
+        _decode=msgspec.json.Decoder().decode,
+        _encode=encode,
+        _EncodeError=msgspec.EncodeError,
+        _maybe_repeated=maybe_repeated,
         _MISSING=MISSING,
         _resolve=resolve,
         _SECONDS=SECONDS,
@@ -270,8 +379,17 @@ def _generate(
         _flatten=flatten,
         _label_text=label_text,
         _Skipped=Skipped,
-        _validate_impression=impression_model.__pydantic_validator__.validate_python,
-        _validate_feedback=feedback_model.__pydantic_validator__.validate_python,
+        _validate_impression=w.models["impression"].__pydantic_validator__.validate_python,
+        _validate_feedback=w.models["feedback"].__pydantic_validator__.validate_python,
+        _new=object.__new__,
+        _set=object.__setattr__,
+        # BaseModel's slots, set as model_construct sets them (each slot's own setter: no
+        # attribute lookup)
+        _set_given=BaseModel.__dict__["__pydantic_fields_set__"].__set__,
+        _set_extra=BaseModel.__dict__["__pydantic_extra__"].__set__,
+        _set_private=BaseModel.__dict__["__pydantic_private__"].__set__,
+        _MAX_FLOAT=sys.float_info.max,
+        _floor=math.floor,
         _max_bytes=limits.max_event_bytes,
     )
     w("def fast(raw, kind, reference, record_time):")
@@ -280,16 +398,24 @@ def _generate(
     w("    return None")
     w("try:")
     w.depth = 2
-    w("# the exact path's parser and options; a leading BOM fails here and goes there")
-    w("d = _from_json(raw, allow_inf_nan=False, cache_strings='keys')")
+    w("# msgspec's parser, where the bytes are the document written back: then the exact")
+    w("# path's parser reads the same document, provided it is not nested past that parser's")
+    w("# limit (bounded by the brackets), and no object repeats a key (evald.mapping.keys)")
+    w("d = None")
+    w("if raw.find(b'\": ', 0, 64) < 0:  # Python's default layout (seen at its first key)")
+    w("    try:")
+    w("        d = _decode(raw)")
+    w("    except ValueError:")
+    w("        pass")
+    w(
+        f"if d is None or _encode(d) != raw or (len(raw) >= {2 * _DEPTH} and "
+        f"raw.count(b'{{') + raw.count(b'[') >= {_DEPTH}):"
+    )
+    w("    # the exact path's parser and options; a leading BOM fails here and goes there")
+    w("    d = _from_json(raw, allow_inf_nan=False, cache_strings='keys')")
+    w("    if type(d) is dict and _maybe_repeated(raw, d):")
+    w("        return None")
     w("if type(d) is not dict:")
-    w("    return None")
-    w("# a repeated key? the common case (no arrays of containers, compact) decided inline")
-    w("arrays = []")
-    w("kept = _count_keys(d, arrays)")
-    w("if (arrays or raw.count(b'\":') != kept or len(raw.split()) != 1) and (")
-    w("    _repeated_after_count(raw, kept, arrays)")
-    w("):")
     w("    return None")
     w("if kind is None:")
     w.depth = 3
@@ -302,10 +428,11 @@ def _generate(
         if section is not None:
             w(f"if kind == {name!r}:")
             w.depth = 3
-            write(w, section)  # type: ignore[operator]
+            write(w, section)  # type: ignore[arg-type]
             w.depth = 2
     w("return None  # an unknown kind, or no section for it: the exact path says so")
     w.depth = 1
-    w(f"except {_MISS[:-1]}, ValueError):  # a miss, a wrong type, the model refusing")
+    # a miss, a wrong type, a parser or the model refusing, a time past the float range
+    w(f"except {_MISS[:-1]}, ValueError, OverflowError, _EncodeError):")
     w("    return None")
     return "\n".join(w.lines) + "\n", w.names

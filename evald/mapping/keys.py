@@ -24,7 +24,10 @@ _SPACED_COLON = re.compile(rb'"[ \t\n\r]+:')
 #: a quote or a colon written as a \u escape (counted when written back, not in the raw bytes)
 _ESCAPED_QUOTE_OR_COLON = re.compile(rb"\\u00(?:22|3[aA])")
 
-_encode = msgspec.json.Encoder().encode
+#: parsed JSON written back compactly (UTF-8 as is): bytes equal to a record prove that no
+#: object of it repeats a key, the cheapest test for the commonest writers
+encode = msgspec.json.Encoder().encode
+_encode = encode
 _NESTED = (dict, list)
 
 

@@ -26,7 +26,7 @@ UNIT_WORDS: dict[str, str] = {
 }
 
 #: milliseconds per declared epoch unit, as (multiplier, divisor)
-_SCALE: dict[str, tuple[int, int]] = {
+SCALE: dict[str, tuple[int, int]] = {
     "epoch_s": (1_000, 1),
     "epoch_ms": (1, 1),
     "epoch_us": (1, 1_000),
@@ -110,7 +110,7 @@ def to_millis(value: Any, fmt: str) -> int:
             return parse_timestamp(value)
         except ValueError as exc:
             raise TimeValueError(_rfc3339_words(value, str(exc))) from None
-    multiplier, divisor = _SCALE[fmt]
+    multiplier, divisor = SCALE[fmt]
     if type(value) is int:
         ms = value * multiplier // divisor
     elif type(value) is float and math.isfinite(value):
@@ -177,7 +177,7 @@ def millis_reader(fmt: str) -> Callable[[Any], int | None]:
             return ms
 
         return rfc3339
-    multiplier, divisor = _SCALE[fmt]
+    multiplier, divisor = SCALE[fmt]
 
     def epoch(value: Any) -> int | None:
         kind = type(value)

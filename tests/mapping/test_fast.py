@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic_core import from_json
 
 from evald.events import Limits
 from evald.mapping import MappingDecoder, MappingSpec, load_spec
 from evald.mapping.fast import fast_source
+from evald.mapping.keys import encode
 
 NOW = 1_714_564_800_000  # 2024-05-01T12:00:00Z
 HOUR = 3_600_000
@@ -279,3 +282,194 @@ def test_the_written_function_is_readable_python_naming_the_pointers() -> None:
     assert source.startswith("def fast(raw, kind, reference, record_time):")
     assert "d['ctx']['req']" in source and "d['doc/id']" in source  # '~1' unescaped
     compile(source, "<test>", "exec")
+
+
+#: values of the types a model tells apart: bool from int, int from float, text at and past
+#: the length limit (12 in DECODERS) in code points, huge integers, a number past the float
+#: range (written 1e400: parsed as infinity), nested containers, separators inside text
+INF = "__inf__"
+typed = st.sampled_from([
+    True, False, 0, 1, -1, 3, 2**63, 2**70, -(2**70), 0.0, -0.0, 1.5, 2.0, 1e308, -1e308, INF,
+    "", "1", "x" * 12, "x" * 13, "é" * 12, "😀" * 12, "😀" * 13, "\u2028", 'q":', "a\\", None,
+    [], {}, ["a"], {"a": "b"}, {"a": {"b": {"c": ["d"]}}}, [[[["x"]]]],
+])  # fmt: skip
+texts = st.sampled_from(
+    ["a", "r1", "a", "r1", "x" * 12, "é" * 12, "😀" * 12, "\u2028", "", "x" * 13]
+)
+plausible = st.sampled_from([NOW // 1000, NOW / 1000 + 0.25, NOW / 1000 - 0.001])
+
+
+def typed_in(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A good value or one of another type or size (inside a list or an object)."""
+    return st.one_of(good, good, typed)
+
+
+def typed_record(draw: st.DrawFn, fields: dict[str, st.SearchStrategy[Any]]) -> dict[str, Any]:
+    """Good values but for one or two fields, which get a value of another type or size or
+    are left out (a record broken everywhere would mostly test the first check)."""
+    broken = draw(st.sets(st.sampled_from(sorted(fields)), max_size=2))
+    return record(draw, {
+        path: st.one_of(typed, st.just(...)) if path in broken else good
+        for path, good in fields.items()
+    })  # fmt: skip
+
+
+@st.composite
+def typed_full_records(draw: st.DrawFn) -> dict[str, Any]:
+    if draw(st.booleans()):
+        hit = st.fixed_dictionaries({"doc": st.fixed_dictionaries({"id": typed_in(texts)})})
+        return typed_record(draw, {
+            "type": st.just("serve"), "ctx.req": texts, "at": plausible,
+            "hits": st.lists(hit, max_size=7),
+            "exp": st.dictionaries(texts, typed_in(texts), max_size=6), "ctx.model": texts,
+            "ctx.user": texts, "client": texts, "q": texts,
+        })  # fmt: skip
+    return typed_record(draw, {
+        "type": st.just("act"), "ctx.req": texts, "at": plausible, "doc/id": texts,
+        "what": st.sampled_from(["click", "buy", "hover"]),
+        "stars": st.floats(0, 4) | st.integers(0, 4) | st.none(), "rank": st.integers(0, 9),
+        "e.id": texts,
+    })  # fmt: skip
+
+
+@st.composite
+def typed_ubi_records(draw: st.DrawFn) -> dict[str, Any]:
+    common = {"query_id": texts, "timestamp": st.sampled_from(["2024-05-01T12:00:00.250Z"])}
+    if draw(st.booleans()):
+        return typed_record(draw, {
+            **common, "query_response_hit_ids": st.lists(typed_in(texts), max_size=7),
+            "query_attributes": st.dictionaries(texts, typed_in(texts), max_size=6),
+            "user_id": texts, "client_id": texts, "user_query": texts,
+        })  # fmt: skip
+    return typed_record(draw, {
+        **common, "action_name": st.sampled_from(["click", "purchase"]),
+        "event_attributes.object.object_id": texts,
+        "event_attributes.position.ordinal": st.integers(0, 9),
+    })  # fmt: skip
+
+
+def identical(fast: Any, exact: Any) -> None:
+    """Equal, and equal down to the type of every value and the fields given (``==`` takes 1
+    for 1.0 and True for 1)."""
+    assert type(fast) is type(exact)
+    assert fast == exact and repr(fast) == repr(exact)
+    if hasattr(exact, "__pydantic_fields_set__"):
+        assert fast.__pydantic_fields_set__ == exact.__pydantic_fields_set__
+        assert fast.__pydantic_extra__ == exact.__pydantic_extra__
+        assert fast.__pydantic_private__ == exact.__pydantic_private__
+        assert fast.model_dump() == exact.model_dump()
+        for name, value in exact.__dict__.items():
+            assert type(fast.__dict__[name]) is type(value), name
+
+
+def typed_both_ways(name: str, rec: dict[str, Any], kind: str | None) -> bool:
+    """Both paths on ``rec`` written compactly; True: the fast path answered."""
+    raw = compact(rec).replace(f'"{INF}"'.encode(), b"1e400")
+    decoder = DECODERS[name]
+    exact = decoder.decode_exact(raw, kind, NOW, None)
+    fast = decoder.decode_fast(raw, kind, NOW, None)
+    if fast is not None:
+        identical(fast, exact)
+    identical(decoder.decode(raw, kind, NOW, None), exact)
+    return fast is not None
+
+
+@settings(max_examples=800, derandomize=True, deadline=None)
+@given(typed_full_records(), st.sampled_from([None, "impression", "feedback"]))
+def test_fast_events_are_the_exact_ones_down_to_types(rec: dict[str, Any], kind: Any) -> None:
+    typed_both_ways("full", rec, kind)
+
+
+@settings(max_examples=500, derandomize=True, deadline=None)
+@given(typed_ubi_records(), st.sampled_from([None, "impression", "feedback"]))
+def test_fast_ubi_events_are_the_exact_ones_down_to_types(rec: dict[str, Any], kind: Any) -> None:
+    typed_both_ways("ubi", rec, kind)
+
+
+def test_events_built_directly_are_the_validated_ones() -> None:
+    """Well-formed records (no validation on the fast path) and records at the limits (the
+    model decides): the same events either way, down to the types and the fields given."""
+    at = NOW // 1000
+    long_items = [{"doc": {"id": "x" * 12}} for _ in range(5)]  # each fits, together they do not
+    for rec in [
+        {"type": "serve", "ctx": {"req": "r1", "model": 3}, "at": at, "hits": long_items,
+         "exp": {"arm": True, "n": {"x": 1.5}}, "client": "c1", "q": "😀" * 12},
+        {"type": "act", "ctx": {"req": "r1"}, "at": at, "doc/id": "a", "what": "buy"},
+        {"type": "act", "ctx": {"req": "r1"}, "at": at, "doc/id": "a", "what": "x", "stars": 2},
+        {"type": "act", "ctx": {"req": "r1"}, "at": at, "doc/id": "a", "what": "x", "stars": 2.5,
+         "rank": 2**70, "e": {"id": "e"}},
+    ]:  # fmt: skip
+        assert typed_both_ways("full", rec, None), rec
+    # short enough in all, but one label too many (DECODERS allow 4): the model refuses
+    labels = {"a": "", "b": "", "c": "", "d": "", "e": ""}
+    rec = {"type": "serve", "ctx": {"req": "r"}, "at": at, "hits": [], "exp": labels}
+    assert not typed_both_ways("full", rec, None)
+
+
+def nested_record(depth: int, opener: str) -> dict[str, Any]:
+    """An impression of the full mapping carrying ``depth`` containers nested in a field it
+    does not read (``opener``: '[' arrays, '{' objects, '[{' both in turn)."""
+    value: Any = "x"
+    for level in range(depth):
+        value = [value] if opener[level % len(opener)] == "[" else {"k": value}
+    return {"type": "serve", "ctx": {"req": "r"}, "at": NOW // 1000, "hits": [], "deep": value}
+
+
+def test_records_nested_near_the_parser_limit_are_read_alike() -> None:
+    """The fast path parses with msgspec, which reads containers nested deeper than the exact
+    path's parser does: around that limit both still agree (refused, or the same event)."""
+    refused = 0
+    for depth in range(190, 215):
+        for opener in ("[", "{", "[{"):
+            rec = nested_record(depth, opener)
+            if not typed_both_ways("full", rec, None):
+                exact = DECODERS["full"].decode_exact(compact(rec), None, NOW, None)
+                refused += getattr(exact, "reason", "") == "invalid_json"
+    assert refused > 0  # the limit lies in the range tried
+
+
+@settings(max_examples=1000, derandomize=True, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**80), 2**80))
+def test_both_parsers_read_a_written_back_number_alike(number: float) -> None:
+    """Where the bytes are the document written back (when the fast path parses with
+    msgspec), pydantic-core reads the same number, bit for bit."""
+    raw = encode({"at": number, "n": [number]})
+    assert repr(from_json(raw)) == repr(msgspec.json.decode(raw))
+
+
+EPOCH_DECODERS = {
+    fmt: MappingDecoder(
+        MappingSpec.model_validate({"feedback": {
+            "request_id": "/r", "item": "/i", "action": "/a", "actions": {"click": 1},
+            "time": {"path": "/t", "format": fmt},
+        }}),
+        Limits(), min_ts=0, max_lead=HOUR,
+    )
+    for fmt in ("epoch_s", "epoch_ms", "epoch_us", "epoch_ns")
+}  # fmt: skip
+#: around the current time in each unit, and anywhere
+epoch_numbers = st.one_of(
+    st.sampled_from([NOW // 1000, NOW, NOW * 1000, NOW * 1_000_000]).flatmap(
+        lambda at: (
+            st.integers(at - 10**7, at + 10**7)
+            | st.floats(float(at - 10**7), float(at + 10**7))
+            | st.integers(at - 10**7, at + 10**7).map(lambda n: n + 0.5)
+        )
+    ),
+    st.integers(-(2**80), 2**80),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.just(INF),
+)
+
+
+@settings(max_examples=600, derandomize=True, deadline=None)
+@given(st.sampled_from(sorted(EPOCH_DECODERS)), epoch_numbers)
+def test_epoch_times_read_inline_are_the_exact_ones(fmt: str, at: Any) -> None:
+    raw = compact({"r": "r", "i": "i", "a": "click", "t": at}).replace(
+        f'"{INF}"'.encode(), b"1e400"
+    )
+    decoder = EPOCH_DECODERS[fmt]
+    exact = decoder.decode_exact(raw, None, NOW, None)
+    fast = decoder.decode_fast(raw, None, NOW, None)
+    if fast is not None:
+        identical(fast, exact)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic_core import from_json
 
 from evald.decode import duplicate_key
-from evald.mapping.keys import maybe_repeated
+from evald.mapping.keys import encode, maybe_repeated
 
 #: a tree of pairs, so a key can be written twice in one object (a dict cannot hold that)
 keys = st.sampled_from(["a", "b", "id", 'q":', "a\\", "é"])
@@ -71,3 +71,21 @@ def test_ordinary_records_are_cleared_without_the_exact_check() -> None:
     for record in records:
         raw = json.dumps(record, separators=(",", ":")).encode()
         assert not maybe_repeated(raw, from_json(raw))
+
+
+@settings(max_examples=1500, derandomize=True)
+@given(st.lists(st.tuples(keys, trees), max_size=5))
+def test_bytes_equal_to_the_document_written_back_repeat_no_key(
+    pairs: list[tuple[str, Any]],
+) -> None:
+    """The fast path's first test: a compact record that msgspec writes back byte for byte."""
+    raw = write(("object", pairs), False, False).encode()
+    if encode(from_json(raw)) == raw:
+        assert duplicate_key(raw) is None
+
+
+def test_a_compact_record_is_its_document_written_back() -> None:
+    """The common case the first test exists for: compact, UTF-8 as is, arrays of objects."""
+    raw = '{"a":[{"doc":{"id":"é"}},{"doc":{"id":"x"}}],"at":1763683200.25,"n":-3}'.encode()
+    assert encode(from_json(raw)) == raw
+    assert encode(from_json(b'{"a":1,"a":1}')) != b'{"a":1,"a":1}'
