@@ -240,9 +240,16 @@ def tree_env(tree: str) -> dict[str, str]:
 
 
 def compare_trees(
-    bootstrap: str, topics: dict[str, str], expected: int, baseline_paths: list[str], rounds: int
+    bootstrap: str,
+    topics: dict[str, str],
+    expected: int,
+    baseline_paths: list[str],
+    rounds: int,
+    profile_dir: str | None = None,
 ) -> None:
-    """``evald run`` of each baseline tree and of this one, in turn, on the same records."""
+    """``evald run`` of each baseline tree and of this one, in turn, on the same records.
+    ``profile_dir``: afterwards, one more untimed run per tree under cProfile, its stats kept
+    there as ``<name>.prof`` (compare them with ``python -m pstats``)."""
     import statistics
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -278,6 +285,15 @@ def compare_trees(
             f"{name} evald run ({tree}), median of {rounds}",
             f"drain {c.fmt_s(drain)}  {c.fmt_rate(expected / drain)}  CPU {cpu:.1f} µs/record",
         )
+    for name, tree in trees.items() if profile_dir else ():
+        own = {
+            **topics,
+            "results": f"{topics['results']}.{name}.prof",
+            "dlq": f"{topics['dlq']}.{name}.prof",
+        }
+        path = os.path.join(os.path.abspath(profile_dir), f"{name}.prof")
+        run_evald(bootstrap, own, expected, f"bench-evald-{name}-prof", {}, 600.0, path, tree)
+        c.line(f"  {name} evald run under cProfile", path)
     cur = medians["current"]
     for name, base in medians.items():
         if name != "current":
@@ -345,7 +361,14 @@ def body(args: Any) -> None:
         c.line("baseline: drain to 99% of the records", c.fmt_s(base["drain99"]))
         c.require("evald.daemon.command", "run", "configure")
         if args.baseline_path:
-            compare_trees(bootstrap, topics, traffic.events, args.baseline_path, args.rounds)
+            compare_trees(
+                bootstrap,
+                topics,
+                traffic.events,
+                args.baseline_path,
+                args.rounds,
+                args.profile_out if args.profile else None,
+            )
             return
         # generous: 20x the bare consumer's time, at least 2 minutes
         budget = max(120.0, 20 * base["total"])
@@ -413,7 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         p.add_argument(
             "--profile-out",
-            help="with --profile: keep the daemon's cProfile stats in this file",
+            help="with --profile: keep the daemon's cProfile stats in this file (a folder"
+            " with --baseline-path: one <tree>.prof each)",
         )
         p.add_argument(
             "--baseline-path",
