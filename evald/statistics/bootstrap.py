@@ -9,6 +9,7 @@ same weight in replicate b wherever and whenever it is scored, and the state, B 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Sequence
@@ -165,6 +166,13 @@ def _poisson_weights_reference(
     return np.searchsorted(_CDF, uniform, side="right").astype(np.int64)
 
 
+@functools.lru_cache(maxsize=64)
+def normal_quantile(q: float) -> float:
+    """``norm.ppf(q)``, computed once per q: scipy's ppf costs tens of µs, and a scrape asks
+    for the same few levels once per segment, measure and window."""
+    return float(norm.ppf(q))
+
+
 @dataclass(frozen=True)
 class BootstrapState:
     """Per replicate Σ w·y and Σ w, plus the unweighted moments; ``a + b`` merges two streams."""
@@ -229,7 +237,7 @@ class BootstrapState:
         mean = self.moments.mean
         if self.moments.n < max(min_n, 2):
             return Interval(mean, math.nan, math.nan, self.moments.n)
-        half = float(norm.ppf(0.5 + level / 2.0)) * self.standard_error()
+        half = normal_quantile(0.5 + level / 2.0) * self.standard_error()
         return Interval(mean, mean - half, mean + half, self.moments.n)
 
     def to_json(self) -> dict[str, object]:

@@ -6,6 +6,7 @@ three numbers exported as monotonic counters let PromQL compute an interval over
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -76,6 +77,13 @@ class Interval:
         return (self.high - self.low) / 2.0
 
 
+@functools.lru_cache(maxsize=4096)
+def t_quantile(q: float, dof: int) -> float:
+    """``t.ppf(q, dof)``, computed once per (q, dof): scipy's ppf costs tens of µs, and a
+    scrape asks for it per segment, measure and window while n changes slowly."""
+    return float(student_t.ppf(q, dof))
+
+
 def t_interval(moments: Moments, level: float = 0.95, min_n: int = DEFAULT_MIN_N) -> Interval:
     """Mean ± t(1 − (1 − level)/2, n − 1)·s/√n; bounds NaN when n < max(min_n, 2)."""
     if not 0.0 < level < 1.0:
@@ -83,6 +91,6 @@ def t_interval(moments: Moments, level: float = 0.95, min_n: int = DEFAULT_MIN_N
     mean = moments.mean
     if moments.n < max(min_n, 2):
         return Interval(mean, math.nan, math.nan, moments.n)
-    quantile = float(student_t.ppf(0.5 + level / 2.0, moments.n - 1))
+    quantile = t_quantile(0.5 + level / 2.0, moments.n - 1)
     half = quantile * math.sqrt(moments.variance / moments.n)
     return Interval(mean, mean - half, mean + half, moments.n)

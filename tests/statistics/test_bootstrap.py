@@ -10,7 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-from evald.statistics.bootstrap import BootstrapState, cluster_key, list_cluster, poisson_weights
+from evald.statistics.bootstrap import (
+    BootstrapState,
+    cluster_key,
+    list_cluster,
+    normal_quantile,
+    poisson_weights,
+)
 from evald.statistics.intervals import t_interval
 
 
@@ -125,3 +131,15 @@ def test_the_fast_weights_equal_the_documented_definition():
     fast = poisson_weights(keys, 100, seed=7)
     assert fast.max() >= 7  # the rare branch is exercised
     np.testing.assert_array_equal(fast, _poisson_weights_reference(keys, 100, seed=7))
+
+
+def test_cached_normal_quantile_is_scipys_and_the_interval_uses_it() -> None:
+    from scipy.stats import norm
+
+    for q in (0.975, 0.95, 0.995):
+        assert normal_quantile(q) == float(norm.ppf(q))
+    rng = np.random.default_rng(3)
+    state = BootstrapState.of(np.arange(200), rng.random(200))
+    ci = state.interval(0.9)
+    half = float(norm.ppf(0.95)) * state.standard_error()
+    assert (ci.low, ci.high) == (ci.mean - half, ci.mean + half)

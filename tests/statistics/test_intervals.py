@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from evald.statistics.intervals import Moments, t_interval
+from evald.statistics.intervals import Moments, t_interval, t_quantile
 
 
 @pytest.mark.parametrize("level", [0.8, 0.95, 0.99])
@@ -58,3 +58,10 @@ def test_any_partitioning_gives_the_same_state(values: list[float], parts: list[
 def test_json_round_trip() -> None:
     state = Moments.of([0.1, 0.5, 0.25])
     assert Moments.from_json(json.loads(json.dumps(state.to_json()))) == state
+
+
+@pytest.mark.parametrize(("q", "dof"), [(0.975, 1), (0.975, 29), (0.95, 1000), (0.995, 123_456)])
+def test_cached_t_quantile_is_scipys(q: float, dof: int) -> None:
+    # computed once per (q, dof) for the scrape's sake; the value must stay scipy's exactly
+    assert t_quantile(q, dof) == float(stats.t.ppf(q, dof))
+    assert t_quantile(q, dof) == float(stats.t.ppf(q, dof))
