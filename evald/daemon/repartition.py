@@ -300,7 +300,7 @@ class Repartitioner:
     def _session(self) -> None:
         cfg = self.settings
         client = cfg.kafka.client_config()
-        self._admin = KafkaAdminClient(**client)
+        self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self._prepare_topics(self._admin)
         # the instance's own ids plus a suffix no instance id may end in (settings.py)
         stage_id = cfg.daemon.instance_id + REPARTITION_SUFFIX

@@ -228,7 +228,7 @@ class Daemon:
         cfg = self.settings
         client = cfg.kafka.client_config()
         self.stats.sessions += 1
-        self._admin = KafkaAdminClient(**client)
+        self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self.dead_letters.limit = self.topics.start(self._admin)
         engine = self.open_engine()
         if engine.shares is not None and self.comparisons is None:

@@ -118,6 +118,7 @@ def test_input_topic_recreated_under_the_daemon_exits_2(
     assert len(desc["partitions"]) == partitions
 
 
+@pytest.mark.chaos  # a broker fault: the chaos tier (make test-chaos)
 def test_broker_restarted_empty_is_not_consumed_as_new_topics(unique: str, tmp_path: Path) -> None:
     """A broker that lost its data: the daemon must not carry on with "ok" on empty inputs; it
     exits 2 saying what happened to them. (a broker that creates subscribed topics itself

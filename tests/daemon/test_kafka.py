@@ -153,6 +153,7 @@ def test_backpressure_pauses_impressions_and_bounds_pending(
     assert set(got) <= served
 
 
+@pytest.mark.chaos  # a broker fault: the chaos tier (make test-chaos)
 def test_broker_outage_longer_than_the_session_timeout(
     proxied_broker: tuple[Broker, TcpProxy], unique: str, tmp_path: Path
 ) -> None:
@@ -291,6 +292,7 @@ def test_kill_9_inside_an_open_transaction_its_results_never_become_visible(
     assert on_log > visible, "the kill did not leave an aborted transaction behind"
 
 
+@pytest.mark.chaos  # a broker fault: the chaos tier (make test-chaos)
 def test_kill_9_inside_an_open_transaction_leaked_results_are_not_counted(
     tansu: Tansu, unique: str, tmp_path: Path
 ) -> None:
