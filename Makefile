@@ -64,7 +64,9 @@ test: $(STAMP) tools java
 
 # The chaos tier: kill -9 at each step of the commit cycle (restart and takeover), twenty seeded
 # random kills, scale 1 -> 3 -> 1, the broker killed and restarted on its data, the broker paused
-# past the request timeout, the repartition stage and the main stage killed at random together.
+# past the request timeout or cut past the session timeout, a broker restarted empty, the
+# repartition stage and the main stage killed at random together, kills around the commits of
+# comparison shares.
 test-chaos: $(STAMP) java
 	$(BIN)/python -m pytest -q -m chaos
 
