@@ -14,6 +14,7 @@ Daemon hooks (exactly-once on Kafka): ``low_offsets``, ``checkpoint``, ``evicted
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from evald.statistics.live import LiveStatistics
 from evald.statistics.shares import PartitionShares
 from evald.stats import Stats
 
+_CLUSTER = re.compile("[0-9a-f]{16}")
+
 
 @dataclass(slots=True)
 class Result:
@@ -47,15 +50,38 @@ class Result:
     partition: int = 0
     reason: str = "window"  # what closed it: window / late / cap / drain
     abandoned: bool = False  # no positive feedback: every measure is 0
+    #: the user's bootstrap cluster key (``user_cluster``); 0: no user id, or not kept
+    #: (``bootstrap_replicates`` 0)
+    cluster: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """``{"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures"}``."""
-        return {
+        """``{"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures"}``, and
+        ``"cluster"`` (``format_cluster``) when the impression had a user id."""
+        doc: dict[str, Any] = {
             "request_id": self.request_id,
             "ts": format_timestamp(self.ts),
             "labels": self.labels,
             "measures": self.measures,
         }
+        if self.cluster:
+            doc["cluster"] = format_cluster(self.cluster)
+        return doc
+
+
+def format_cluster(key: int) -> str:
+    """A cluster key as the result's ``"cluster"`` field: 16 lowercase hex digits. A restart
+    reads it back (``Engine.absorb_result``) so the user's lists keep their bootstrap weights."""
+    return f"{key:016x}"
+
+
+def parse_cluster(field: object) -> int:
+    """The key of a result's ``"cluster"`` field (``format_cluster``); ValueError otherwise."""
+    if not isinstance(field, str) or _CLUSTER.fullmatch(field) is None:
+        raise ValueError(f"cluster must be 16 lowercase hex digits, got {field!r}")
+    key = int(field, 16)
+    if key == 0:
+        raise ValueError("cluster 0000000000000000 is not a user's key")
+    return key
 
 
 class Engine:
@@ -351,16 +377,17 @@ class Engine:
             zip(repeat(name), col)
             for name, col in zip(self.measure_names, values.T.tolist(), strict=True)
         ]
-        for request_id, ts, labels, measures, reason, empty in zip(
+        for request_id, ts, labels, measures, reason, empty, cluster in zip(
             joined.request_ids,
             joined.ts.tolist(),
             joined.labels,
             map(dict, zip(*columns, strict=True)),
             joined.reasons,
             abandoned.tolist(),
+            joined.clusters.tolist(),
             strict=True,
         ):
-            callback(Result(request_id, ts, labels, measures, partition, reason, empty))
+            callback(Result(request_id, ts, labels, measures, partition, reason, empty, cluster))
 
     def _prune(self, store: JoinStore) -> None:
         wm = store.watermark
@@ -472,8 +499,10 @@ class Engine:
         """Add an already-emitted result (read back from the results topic) to the window
         sums of ``partition``; histograms are untouched (they are process counters).
 
-        Returns False, changing nothing, for a record that is not a result (bad ``ts``,
-        labels or measures): read-back data must not crash the engine either.
+        The bootstrap cluster is the result's ``"cluster"`` (its user, as when it was scored);
+        without one (no user id, or a record written before the field existed) the result is
+        its own cluster. Returns False, changing nothing, for a record that is not a result
+        (bad ``ts``, labels, measures or cluster): read-back data must not crash the engine.
         """
         try:
             ts_ms = parse_timestamp(result["ts"])
@@ -482,6 +511,11 @@ class Engine:
             row = [float(measures.get(name, float("nan"))) for name in self.measure_names]
             if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
                 raise TypeError("labels must map strings to strings")
+            cluster = result.get("cluster")
+            if cluster is None:
+                clusters = request_clusters([str(result.get("request_id", ""))])
+            else:
+                clusters = np.asarray([parse_cluster(cluster)], dtype=np.uint64)
         except (KeyError, TypeError, ValueError, AttributeError):
             return False
         segment = self.segments.segment_of(labels)
@@ -491,6 +525,6 @@ class Engine:
             np.asarray([ts_ms]),
             np.asarray([row]),
             histogram=False,
-            clusters=request_clusters([str(result.get("request_id", ""))]),
+            clusters=clusters,
         )
         return True

@@ -48,6 +48,7 @@ impression: {"request_id": "r1", "ts": "2024-05-01T12:00:00Z", "items": ["a", "b
              "labels": {"model": "v2", "arm": "treatment"}}
 feedback:   {"request_id": "r1", "ts": 1714564800000, "item": "b", "action": "click"}
 results line: {"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures": {name: value}}
+              + "cluster" (16 hex digits) when the impression had a user_id
 """
 
 TICK_EVERY = 4096

@@ -520,6 +520,88 @@ def test_a_restore_keeps_the_user_id_of_the_impressions_it_re_feeds(crash_at):
     assert _hour_rr(second).ci95_clustered_halfwidth == pytest.approx(by_user, rel=1e-9)
 
 
+def test_a_result_carries_its_user_s_cluster_key_only_with_a_user_id():
+    """The result document's ``"cluster"`` is the user's key as 16 hex digits (what
+    ``absorb_result`` reads back); a list without a user id has no such field."""
+    from evald.statistics.bootstrap import user_cluster
+
+    engine, results = make()
+    engine.feed(b'{"request_id": "u", "ts": 0, "items": ["a"], "user_id": "alice"}')
+    engine.feed(imp("n", 0, ["a"]))
+    engine.drain()
+    docs = {r.request_id: r.to_json() for r in results}
+    assert docs["u"]["cluster"] == f"{user_cluster('alice'):016x}"
+    assert len(docs["u"]["cluster"]) == 16
+    assert "cluster" not in docs["n"]
+    off, off_results = make(statistics={"bootstrap_replicates": 0})
+    off.feed(b'{"request_id": "u", "ts": 0, "items": ["a"], "user_id": "alice"}')
+    off.drain()
+    assert "cluster" not in off_results[0].to_json()  # no clustered interval: no key kept
+
+
+def test_absorb_result_refuses_a_malformed_cluster():
+    engine, results = make()
+    engine.feed(b'{"request_id": "u", "ts": 0, "items": ["a"], "user_id": "alice"}')
+    engine.drain()
+    line = json.loads(json.dumps(results[0].to_json()))
+    other, _ = make()
+    for bad in ("", "0" * 16, "+" + "1" * 15, "1_" + "1" * 14, "A" * 16, "1" * 17, 12, None):
+        doc = {**line, "cluster": bad}
+        if bad is None:
+            doc["cluster"] = None  # null: as absent (own cluster), accepted
+            assert other.absorb_result(doc, 0)
+        else:
+            assert not other.absorb_result(doc, 0), bad
+    assert other.absorb_result(line, 0)
+
+
+@pytest.mark.parametrize("cut", [250, 300, 380])
+def test_a_restore_with_results_after_the_snapshot_keeps_the_users_clusters(cut):
+    """Issue 14: a kill -9 after the snapshot at ``cut`` re-adds the results written since
+    then from the results topic (``absorb_result`` of their JSON), then rebuilds the pending
+    impressions by re-feeding from the low offsets. With user ids the window rows (the
+    bootstrap sums behind the clustered half-width included) equal the uninterrupted run's
+    exactly: each read-back result keeps its user's cluster."""
+    stream = _user_stream(13)
+    reference, _ = make(windows=["1h"])
+    for kind, off, raw in stream:
+        reference.feed(raw, kind=kind, offset=off)
+        reference.tick()
+    reference.drain()
+
+    first, first_results = make(windows=["1h"])
+    consumed = {"impression": 0, "feedback": 0}
+    snap, emitted_before = b"", 0
+    crash_at = cut + 120
+    assert crash_at < len(stream)
+    for position, (kind, off, raw) in enumerate(stream[:crash_at]):
+        first.feed(raw, kind=kind, offset=off)
+        first.tick()
+        consumed[kind] = off + 1
+        if position == cut:
+            snap, emitted_before = first.snapshot(0), len(first_results)
+    low, watermark = first.low_offsets(0), first.checkpoint(0)
+    times, evicted = first.event_times(0), first.evicted(0, low["impression"])
+    after_snapshot = first_results[emitted_before:]
+    users = {json.loads(raw)["request_id"] for _, _, raw in stream if b"user_id" in raw}
+    assert any(r.request_id in users for r in after_snapshot) and first.pending() > 0
+
+    second, _ = make(windows=["1h"])
+    second.load_snapshot(0, snap)
+    for result in after_snapshot:  # what the results topic holds after the snapshot
+        assert second.absorb_result(json.loads(json.dumps(result.to_json())), 0)
+    second.restore(0, watermark, consumed, times, evicted)
+    start = {k: consumed[k] if low[k] is None else low[k] for k in consumed}
+    for kind, off, raw in stream:
+        if off >= start[kind]:
+            second.feed(raw, kind=kind, offset=off)
+            second.tick()
+    second.drain()
+    want = [r.to_json() for r in reference.window_rows(last_only=False)]
+    assert want and [r.to_json() for r in second.window_rows(last_only=False)] == want
+    assert _hour_rr(second).ci95_clustered_halfwidth == _hour_rr(reference).ci95_clustered_halfwidth
+
+
 def test_a_mapping_s_user_id_reaches_the_clustered_interval():
     """UBI query records name their user in ``client_id``: the same clustering as native."""
     from evald.events import parse_timestamp

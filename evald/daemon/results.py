@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evald.engine import Result
+from evald.engine import Result, format_cluster
 from evald.events import format_timestamp
 
 __all__ = ["ResultEncoder", "TimestampFormatter"]
@@ -57,13 +57,17 @@ class ResultEncoder:
         self._encode = json.JSONEncoder(separators=(",", ":")).encode
 
     def document(self, result: Result) -> dict[str, Any]:
-        """The JSON document: ``{"request_id", "ts" (RFC 3339), "labels", "measures"}``."""
-        return {
+        """The JSON document: ``{"request_id", "ts" (RFC 3339), "labels", "measures"}`` and
+        ``"cluster"`` when the impression had a user id, as ``Result.to_json``."""
+        doc: dict[str, Any] = {
             "request_id": result.request_id,
             "ts": self.format_ts(result.ts),
             "labels": result.labels,
             "measures": result.measures,
         }
+        if result.cluster:
+            doc["cluster"] = format_cluster(result.cluster)
+        return doc
 
     def encode(self, result: Result) -> tuple[bytes, bytes]:
         """Key (the request_id, UTF-8) and value (compact JSON, ASCII-escaped) of the record."""

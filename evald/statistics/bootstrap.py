@@ -90,8 +90,8 @@ def list_clusters(user_keys: ArrayLike, request_ids: Sequence[str]) -> NDArray[n
 
 def request_clusters(request_ids: Sequence[str]) -> NDArray[np.uint64]:
     """The cluster keys of lists known by their request id only (``list_cluster(None, rid)``):
-    each list is its own cluster. A result read back from the results topic carries no user
-    id, so a restart re-adds those results this way (docs/statistics.md "Clusters")."""
+    each list is its own cluster. A restart re-adds a result read back from the results topic
+    without a ``"cluster"`` field this way (docs/statistics.md "Clusters")."""
     blake = hashlib.blake2b
     # the digests joined and read as little-endian words: no int object per key
     raw = b"".join([blake(b"r:" + rid.encode(), digest_size=8).digest() for rid in request_ids])

@@ -130,6 +130,11 @@ def assert_windows_equal(rows: list[dict[str, Any]], reference: Engine) -> None:
         assert math.isclose(
             have[k]["sum_squares"], row["sum_squares"], rel_tol=1e-9, abs_tol=1e-9
         ), k
+        # the bootstrap sums behind it are keyed by each list's cluster (its user): a result
+        # re-added after a restart must keep its user's weights (docs/statistics.md)
+        got, ref = (r["ci95_clustered_halfwidth"] for r in (have[k], row))
+        assert (got is None) == (ref is None), k  # None: below its minimum n (NaN)
+        assert got is None or math.isclose(got, ref, rel_tol=1e-9), k
 
 
 def read_windows(path: Path) -> list[dict[str, Any]]:

@@ -89,3 +89,16 @@ def test_request_ids_and_labels_that_need_escaping_round_trip() -> None:
     key, value = encoder.encode(result)
     assert key == 'id "quoted" \\ ünï'.encode()
     assert json.loads(value) == result.to_json()
+
+
+def test_a_result_with_a_user_carries_its_cluster_key_as_the_shared_document() -> None:
+    """The topic record has ``"cluster"`` (16 hex digits, leading zeros kept) exactly when
+    the result has a user's key, as ``Result.to_json``: a restart reads it back."""
+    encoder = ResultEncoder()
+    for key in (1, 0x00FF_0000_0000_00AB, (1 << 64) - 1):
+        result = _result(cluster=key)
+        _, value = encoder.encode(result)
+        doc = json.loads(value)
+        assert doc == result.to_json() == encoder.document(result)
+        assert int(doc["cluster"], 16) == key and len(doc["cluster"]) == 16
+    assert "cluster" not in json.loads(encoder.encode(_result())[1])

@@ -28,6 +28,7 @@ NESTED_MAPPING: dict[str, Any] = {
     "impression": {
         "request_id": "/ctx/request",
         "time": {"path": "/at", "format": "epoch_s"},
+        "user_id": "/ctx/user",
         "items": {"path": "/results", "id": "/doc/id"},
         "labels": [{"path": "/experiment"}, {"path": "/ctx/model", "name": "model"}],
     },
@@ -57,7 +58,10 @@ def native_stream(seed: int) -> list[dict[str, Any]]:
             "bucket": str(rng.randint(0, 3)),
         }
         rid = f"r{n}"
-        events.append((t, {"request_id": rid, "ts": t, "items": items, "labels": labels}))
+        impression = {"request_id": rid, "ts": t, "items": items, "labels": labels}
+        if n % 5:  # every fifth list has no user: its own cluster, no "cluster" in its result
+            impression["user_id"] = f"u{rng.randint(0, 20)}"
+        events.append((t, impression))
         for _ in range(rng.randint(0, 3)):
             position = rng.randrange(len(items))
             item = items[position] if rng.random() < 0.9 else "never-served"
@@ -72,16 +76,16 @@ def native_stream(seed: int) -> list[dict[str, Any]]:
 def ubi(event: dict[str, Any], rng: random.Random) -> list[dict[str, Any]]:
     when = format_timestamp(event["ts"])
     if "items" in event:
-        return [
-            {
-                "application": "shop",
-                "query_id": event["request_id"],
-                "client_id": "c1",
-                "timestamp": when,
-                "query_response_hit_ids": event["items"],
-                "query_attributes": event["labels"],
-            }
-        ]
+        query = {
+            "application": "shop",
+            "query_id": event["request_id"],
+            "timestamp": when,
+            "query_response_hit_ids": event["items"],
+            "query_attributes": event["labels"],
+        }
+        if "user_id" in event:
+            query["client_id"] = event["user_id"]
+        return [query]
     noise = {"query_id": event["request_id"], "timestamp": when, "client_id": "c1"}
     feedback = {
         "action_name": event["action"],
@@ -104,7 +108,11 @@ def nested(event: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "type": "serve",
                 "at": at,
-                "ctx": {"request": event["request_id"], "model": labels["model"]},
+                "ctx": {
+                    "request": event["request_id"],
+                    "model": labels["model"],
+                    **({"user": event["user_id"]} if "user_id" in event else {}),
+                },
                 "results": [{"doc": {"id": item}, "score": 1.0} for item in event["items"]],
                 "experiment": {"exp": {"arm": labels["exp_arm"]}, "bucket": int(labels["bucket"])},
             }
@@ -148,6 +156,7 @@ def test_native_ubi_and_nested_rewrites_give_identical_results(
     rng = random.Random(seed)
     native = replay(tmp_path, "native", stream)
     assert len(native["results"]) == 200
+    assert 0 < sum('"cluster"' in line for line in native["results"]) < 200
     via_ubi = replay(tmp_path, "ubi", [r for e in stream for r in ubi(e, rng)], "--mapping", "ubi")
     mapping = tmp_path / "nested.yaml"
     mapping.write_text(yaml.safe_dump(NESTED_MAPPING))
