@@ -156,12 +156,16 @@ def read_ranges(
     partition: int,
     ranges: tuple[ResultRange, ...],
     progress: Progress,
-) -> Iterator[dict[str, Any]]:
-    """The committed results of one partition, decoded, range by range in offset order."""
+) -> Iterator[Any]:
+    """The committed results of one partition, decoded, range by range in offset order; a
+    record that is not JSON comes as None (the caller counts it, the restore goes on)."""
     tp = TopicPartition(topic, partition)
     for result_range in ranges:
         for record in _records(reader, tp, result_range.start, result_range.end, progress):
-            yield json.loads(record.value)
+            try:
+                yield json.loads(record.value)
+            except (ValueError, TypeError):  # not JSON, not UTF-8, or a tombstone
+                yield None
 
 
 def restore_partition(
@@ -280,8 +284,19 @@ def _rebuild_windows(
             engine.load_snapshot(p, raw)
         except ValueError as exc:
             raise RestoreError(f"snapshot of partition {p}: {exc}") from None
-    absorbed = 0
+    absorbed = unreadable = 0
     for doc in read_ranges(reader, topics.results, p, checkpoint.results, progress):
-        engine.absorb_result(doc, p)
-        absorbed += 1
+        if engine.absorb_result(doc, p):
+            absorbed += 1
+        else:
+            unreadable += 1
+    if unreadable:
+        # only evald writes these ranges: a record that is not a result means another writer
+        log.warning(
+            "partition %d: %d records in the committed result ranges of %s are not results; "
+            "left out of the window aggregates (does another producer write to that topic?)",
+            p,
+            unreadable,
+            topics.results,
+        )
     return absorbed

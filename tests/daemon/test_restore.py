@@ -12,6 +12,7 @@ import pytest
 from kafka import TopicPartition
 from settable_clock import SettableClock
 
+from evald.config import EngineConfig
 from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef
 from evald.daemon.restore import (
     Progress,
@@ -20,6 +21,7 @@ from evald.daemon.restore import (
     read_ranges,
     read_snapshot,
 )
+from evald.engine import Engine
 
 Rec = namedtuple("Rec", "offset key value")
 
@@ -138,3 +140,17 @@ def test_a_moving_read_beats_the_liveness_heartbeat() -> None:
     progress = Progress(stall_s=30, clock=clock, heartbeat=lambda: beats.append(clock.now))
     assert len(list(read_ranges(reader, "res", 0, (ResultRange(0, 50),), progress))) == 50  # type: ignore[arg-type]
     assert len(beats) >= 50 and beats[-1] - 1_000 >= 10
+
+
+def test_a_record_in_the_result_ranges_that_is_not_json_does_not_stop_the_restore() -> None:
+    """Another producer's garbage in the results topic: the read goes on, the engine refuses
+    what is not a result, and the real results around it are absorbed."""
+    clock = SettableClock()
+    result = json.dumps({"request_id": "r1", "ts": 1_000, "labels": {}, "measures": {"RR": 1.0}})
+    records = {0: result.encode(), 1: b"\xff not json", 2: b"[1, 2]", 3: result.encode()}
+    reader = FakeReader(records, 4, clock)
+    progress = Progress(stall_s=60, clock=clock)
+    docs = list(read_ranges(reader, "res", 0, (ResultRange(0, 4),), progress))  # type: ignore[arg-type]
+    assert docs[1] is None and docs[2] == [1, 2]
+    engine = Engine(EngineConfig(measures=["RR"]))
+    assert [engine.absorb_result(doc, 0) for doc in docs] == [True, False, False, True]
