@@ -362,10 +362,8 @@ def _sniff(w: _Writer, spec: MappingSpec) -> None:
         w("return None")  # kinds told by topic only: the exact path says so
 
 
-def _generate(
-    spec: MappingSpec, limits: Limits, min_ts: int, max_lead: int | None
-) -> tuple[str, dict[str, Any]]:
-    w = _Writer(limits, min_ts, max_lead)
+def _bind_names(w: _Writer, limits: Limits) -> None:
+    """What the generated function reads as globals."""
     w.names.update(
         _from_json=from_json,
         _decode=msgspec.json.Decoder().decode,
@@ -392,12 +390,10 @@ def _generate(
         _floor=math.floor,
         _max_bytes=limits.max_event_bytes,
     )
-    w("def fast(raw, kind, reference, record_time):")
-    w.depth = 1
-    w("if len(raw) > _max_bytes:")
-    w("    return None")
-    w("try:")
-    w.depth = 2
+
+
+def _parse(w: _Writer) -> None:
+    """The generated lines that parse ``raw`` into ``d``, or return None for the exact path."""
     w("# msgspec's parser, where the bytes are the document written back: then the exact")
     w("# path's parser reads the same document, provided it is not nested past that parser's")
     w("# limit (bounded by the brackets), and no object repeats a key (evald.mapping.keys)")
@@ -417,6 +413,20 @@ def _generate(
     w("        return None")
     w("if type(d) is not dict:")
     w("    return None")
+
+
+def _generate(
+    spec: MappingSpec, limits: Limits, min_ts: int, max_lead: int | None
+) -> tuple[str, dict[str, Any]]:
+    w = _Writer(limits, min_ts, max_lead)
+    _bind_names(w, limits)
+    w("def fast(raw, kind, reference, record_time):")
+    w.depth = 1
+    w("if len(raw) > _max_bytes:")
+    w("    return None")
+    w("try:")
+    w.depth = 2
+    _parse(w)
     w("if kind is None:")
     w.depth = 3
     _sniff(w, spec)
