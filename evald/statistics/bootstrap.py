@@ -73,9 +73,7 @@ def list_cluster(user_id: str | None, request_id: str) -> int:
 
 def user_cluster(user_id: str) -> int:
     """``list_cluster`` of a list that has the user id ``user_id`` (not empty)."""
-    return int.from_bytes(
-        hashlib.blake2b(b"u:" + user_id.encode(), digest_size=8).digest(), "little"
-    )
+    return cluster_key(f"u:{user_id}")
 
 
 def list_clusters(user_keys: ArrayLike, request_ids: Sequence[str]) -> NDArray[np.uint64]:
