@@ -8,10 +8,26 @@ source partition; written in fetch order (a batch of source partition 0, then on
 feedback is late would depend on fetch sizes. So the stage releases what it fetched in
 timestamp order across all its source partitions, with the rule of merge.py generalised to
 *n* queues: the smallest buffered head goes once every source partition with nothing buffered
-has either delivered a later timestamp already, or is caught up and the head waited
-``hold_s``; ``max_hold_s`` bounds every wait (liveness over exactness when a source stalls).
-Ties go to impressions first, then by partition and offset, so the order is a function of the
-data alone.
+has either delivered a later timestamp already, or the head waited ``hold_s`` and that source
+was caught up *as of a time after the head arrived*; ``max_hold_s`` bounds every wait
+(liveness over exactness when a source stalls). Ties go to impressions first, then by
+partition and offset, so the order is a function of the data alone.
+
+Why "as of a time after the head arrived" (issue #12): "caught up" once meant "position ≥
+``consumer.highwater``", the watermark of whichever fetch answered last. While a source
+partition's leader moves its fetches fail, that watermark goes stale, and the source looked
+caught up while records written before the head were still on the broker. The head then went
+after ``hold_s`` and those records were copied after it, in a later cycle and transaction. The
+copies stay exactly once, but their order changes: an internal partition gets a timestamp
+that goes back (two sources of one topic), and feedback can be committed before the impression
+it follows (an impressions source stalled, a feedback head released). The main stage trusts
+both orders: it merges an internal partition's two topics by timestamp, assuming each is in
+order, and the internal impressions partition is genuinely caught up while the impression is
+not yet copied, so it feeds the click first and its watermark moves ahead; which feedback is
+late then differs from an uninterrupted run. Now a source's "caught up" carries the time of
+the fetch request that confirmed it (``FetchWatch``), and a failing source holds the heads at
+or after its latest timestamp until a fetch built after they arrived succeeds, or
+``max_hold_s`` passes.
 """
 
 from __future__ import annotations
@@ -77,10 +93,12 @@ class Interleaver(Generic[S]):
         self._queues.pop(source, None)
         self._seen.pop(source, None)
 
-    def release(self, sources: Sequence[S], caught_up: Callable[[S], bool]) -> list[Any]:
-        """Pop every record that may go now, in order. ``sources``: every source assigned
-        (one with nothing buffered can still hold the others back); ``caught_up(source)``:
-        fetched to its high watermark."""
+    def release(self, sources: Sequence[S], caught_up: Callable[[S], float]) -> list[Any]:
+        """Pop every record that may go now, in order. ``sources``: every source assigned (one
+        with nothing buffered can still hold the others back); ``caught_up(source)``: the time,
+        on this clock, as of which ``source`` is known to be fetched to its end (``-inf``:
+        unknown). A head that arrived at or after that time may be waiting for records the
+        source held then, so only a later time lets it go before ``max_hold_s``."""
         now = self._clock()
         heap = [
             (queue[0][0], self._rank(source), queue[0][2].offset, source)
@@ -88,31 +106,39 @@ class Interleaver(Generic[S]):
             if queue
         ]
         heapq.heapify(heap)
-        # the lowest "latest timestamp" among empty sources, split by whether they are caught
-        # up: a head at or past it waits (hold_s for a caught-up source, max_hold_s otherwise)
-        waiting = [math.inf, math.inf]  # [caught up, behind]
-        for source in sources:
-            if not self._queues.get(source):
-                self._note_empty(source, caught_up, waiting)
+        # per empty source: (latest timestamp, caught up as of); a head before every latest
+        # timestamp (``floor``) goes at once: whatever they send next comes later still
+        empty = [
+            self._empty(source, caught_up) for source in sources if not self._queues.get(source)
+        ]
+        floor = min((seen for seen, _ in empty), default=math.inf)
         out: list[Any] = []
         while heap:
             timestamp, _, _, source = heap[0]
             queue = self._queues[source]
-            waited = now - queue[0][1]
-            if (timestamp >= waiting[0] and waited < self.hold_s) or (
-                timestamp >= waiting[1] and waited < self.max_hold_s
-            ):
+            if timestamp >= floor and self._held(timestamp, queue[0][1], now, empty):
                 break
             out.append(queue.popleft()[2])
             if queue:
                 heapq.heapreplace(heap, (queue[0][0], heap[0][1], queue[0][2].offset, source))
             else:
                 heapq.heappop(heap)
-                self._note_empty(source, caught_up, waiting)
+                empty.append(self._empty(source, caught_up))
+                floor = min(floor, empty[-1][0])
         return out
 
-    def _note_empty(self, source: S, caught_up: Callable[[S], bool], waiting: list[float]) -> None:
-        # a head before its latest timestamp goes: whatever it sends next comes later still
-        seen = self._seen.get(source, -math.inf)
-        slot = 0 if caught_up(source) else 1
-        waiting[slot] = min(waiting[slot], seen)
+    def _empty(self, source: S, caught_up: Callable[[S], float]) -> tuple[float, float]:
+        return self._seen.get(source, -math.inf), caught_up(source)
+
+    def _held(
+        self, timestamp: float, arrived: float, now: float, empty: list[tuple[float, float]]
+    ) -> bool:
+        """Whether a head at ``timestamp`` that arrived at ``arrived`` waits for an empty
+        source not yet past its timestamp: ``hold_s`` at least, then until that source was
+        caught up as of a time after the head arrived, ``max_hold_s`` at most."""
+        waited = now - arrived
+        if waited >= self.max_hold_s:
+            return False
+        if waited < self.hold_s:
+            return True
+        return any(seen <= timestamp and since <= arrived for seen, since in empty)

@@ -13,7 +13,12 @@ and this cycle, repeated while running:
 
 1. Poll the source topics (``read_committed``: an aborted input transaction is never copied) and
    buffer the records per source partition (:class:`~evald.daemon.interleave.Interleaver`).
-2. Release what may go, in record-timestamp order across the source partitions.
+2. Release what may go, in record-timestamp order across the source partitions. A head waits
+   for a source partition with nothing buffered that is not past its timestamp until a fetch
+   request built after the head arrived found that source at its end (:class:`SourceWatch`),
+   ``max_hold_s`` at most: a stale high watermark (a source's leader moving) would let it go
+   ahead of records written before it, and the internal topics would get another order than
+   an uninterrupted run's (interleave.py says what that breaks in the main stage).
 3. Begin a transaction. For each released record read only its request id (the mapping's
    pointer for the topic's kind) and send the original bytes to the internal topic's
    partition ``murmur2(id) % n``; a record without a readable request id is sent to the DLQ
@@ -45,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -66,6 +72,7 @@ from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, build_letter, m
 from evald.daemon.fatal import unrecoverable
 from evald.daemon.interleave import Interleaver
 from evald.daemon.kafka_compat import (
+    FetchWatch,
     RecordAppender,
     close_quietly,
     commit_within,
@@ -79,6 +86,7 @@ __all__ = [
     "RepartitionCollector",
     "RepartitionStats",
     "Repartitioner",
+    "SourceWatch",
     "main_stage_settings",
 ]
 
@@ -110,6 +118,33 @@ def main_stage_settings(settings: Settings) -> Settings:
         }
     )
     return settings.model_copy(update={"topics": topics})
+
+
+class SourceWatch:
+    """When each source partition was last known to be fetched to its end: the interleave's
+    ``caught_up`` (interleave.py).
+
+    Not "position ≥ ``consumer.highwater``": that is the watermark of whichever fetch answered
+    last, however old, and while a partition's leader moves it is stale. :class:`FetchWatch`
+    keeps, per partition, when the latest fetch request answered without error was built and
+    the watermark it reported; the partition is caught up as of that time if the consumer's
+    position reaches that watermark (the position, not the last record's offset, passes the
+    commit marker a transactional producer leaves at the end).
+    """
+
+    def __init__(self, consumer: Any, clock: Callable[[], float]) -> None:
+        """Watch ``consumer``'s fetches (before its first poll), stamped with ``clock``."""
+        self._consumer = consumer
+        self._watch = FetchWatch(consumer, clock)
+
+    def caught_up(self, tp: TopicPartition) -> float:
+        """The time as of which ``tp`` is known to be fetched to its end (``-inf``: not now)."""
+        answered = self._watch.answered(tp)
+        if answered is None:
+            return -math.inf  # no fetch answered yet: nothing is known
+        sent_at, high = answered
+        position = self._consumer.position(tp, timeout_ms=1_000)
+        return sent_at if position is not None and position >= high else -math.inf
 
 
 class _Fatal(Exception):
@@ -228,6 +263,7 @@ class Repartitioner:
             settings.daemon.retry_backoff_max_ms / 1000,
         )
         self._consumer: KafkaConsumer | None = None
+        self._sources: SourceWatch | None = None
         self._producer: KafkaProducer | None = None
         self._admin: KafkaAdminClient | None = None
         impressions = topics.impressions
@@ -329,6 +365,7 @@ class Repartitioner:
             allow_auto_create_topics=False,
             **client,
         )
+        self._sources = SourceWatch(self._consumer, self.clock)
         # the group's first assignment is computed from the consumer's metadata: fetched now,
         # or kafka-python may join before it has the topics and assign nothing until its next
         # metadata refresh (minutes)
@@ -406,7 +443,9 @@ class Repartitioner:
             # a fresh partition is fetched again from its commit; a revoked one is not ours
             if tp in owned and tp not in fresh:
                 self._buffer.extend(tp, records)
-        released = self._buffer.release(assigned, self._caught_up)
+        sources = self._sources
+        assert sources is not None
+        released = self._buffer.release(assigned, sources.caught_up)
         if released:
             self._transaction(consumer, released)
         self._flow(consumer, assigned)
@@ -483,15 +522,6 @@ class Repartitioner:
             self.settings.topics.dlq, key=letter.key, value=letter.value, headers=letter.headers
         )
 
-    def _caught_up(self, tp: TopicPartition) -> bool:
-        consumer = self._consumer
-        assert consumer is not None
-        high = consumer.highwater(tp)
-        if high is None:
-            return False  # no fetch response yet: nothing is known
-        position = consumer.position(tp, timeout_ms=1_000)
-        return position is not None and position >= high
-
     def _flow(self, consumer: KafkaConsumer, assigned: list[TopicPartition]) -> None:
         """Pause a source partition whose buffer is full, resume it once half drained."""
         for tp in assigned:
@@ -557,6 +587,7 @@ class Repartitioner:
             if client is not None:
                 close_quietly(client)
                 setattr(self, name, None)
+        self._sources = None
         self._buffer.clear()
         self._paused.clear()
         self._notes.take()
