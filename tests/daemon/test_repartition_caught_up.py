@@ -1,18 +1,22 @@
 """The repartition stage's release with a stale high watermark (issue #12).
 
-The consumer is a stand-in with kafka-python 3.0.x's fetcher hooks (the two methods
-``FetchWatch`` wraps, same signatures) and its ``highwater``/``position``, driven by hand: the
-test plays the client's I/O thread (build a fetch request, answer it) and the stage's cycle
-(buffer what a poll returned, release) in a fixed order, on a settable clock.
+The consumer of the first tests is a stand-in with kafka-python 3.0.x's fetcher hooks (the two
+methods ``FetchWatch`` wraps, same signatures) and its ``highwater``/``position``, driven by
+hand: the test plays the client's I/O thread (build a fetch request, answer it) and the stage's
+cycle (buffer what a poll returned, release) in a fixed order, on a settable clock. The last
+one does the same with kafka-python's real consumer and a real broker whose connections are cut.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from kafka import TopicPartition
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka_harness import Broker, KafkaTools, TcpProxy, wait_until
 from settable_clock import SettableClock
 
 from evald.daemon.interleave import Interleaver
@@ -175,3 +179,73 @@ def test_a_source_behind_its_fresh_watermark_is_not_caught_up() -> None:
     assert stage.sources.caught_up(IMP1) == 50.0
     stage.poll(IMP0, 1, 2, 3)
     assert stage.sources.caught_up(IMP0) == 50.0
+
+
+@pytest.mark.kafka
+def test_a_real_fetch_failure_holds_the_click_until_a_later_fetch_answers(
+    proxied_broker: tuple[Broker, TcpProxy], unique: str
+) -> None:
+    """kafka-python's real fetcher, a real broker behind a proxy: the proxy is cut after the
+    consumer got a click and before the stage buffers it, so every fetch answered from then on
+    was requested earlier. The impressions partition's last watermark is reached (the old rule
+    read that as caught up and let the click go after ``hold_s``), but the click stays held
+    until the proxy is back and a fetch built after its arrival answers."""
+    broker, proxy = proxied_broker
+    imp, fb = TopicPartition(f"rimp-{unique}", 0), TopicPartition(f"rfb-{unique}", 0)
+    KafkaTools(broker.bootstrap).create({imp.topic: 1, fb.topic: 1})
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=f"r-{unique}")
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        isolation_level="read_committed",  # as the stage reads: commit markers pass
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+        reconnect_backoff_max_ms=500,
+    )
+    try:
+        producer.init_transactions()
+
+        def write(tp: TopicPartition, timestamp: int) -> None:
+            producer.begin_transaction()
+            producer.send(tp.topic, value=b"{}", partition=0, timestamp_ms=timestamp)
+            producer.commit_transaction()
+
+        write(imp, 1_000)
+        consumer.assign([imp, fb])
+        consumer.seek_to_beginning(imp, fb)
+        sources = SourceWatch(consumer, time.monotonic)
+        buffer: Interleaver[TopicPartition] = Interleaver(
+            HOLD_S, time.monotonic, rank=lambda tp: tp == fb, max_hold_s=120.0
+        )
+
+        def cycle() -> list[Any]:
+            for tp, records in consumer.poll(timeout_ms=100).items():
+                buffer.extend(tp, records)
+            return buffer.release([imp, fb], sources.caught_up)
+
+        started = time.monotonic()
+        first: list[Any] = []
+
+        def settled() -> bool:
+            """The first impression went, and both sources were caught up after the start."""
+            first.extend(cycle())
+            return bool(first) and min(sources.caught_up(imp), sources.caught_up(fb)) > started
+
+        wait_until(settled, 60, "the first impression, both sources read to their end")
+        assert [r.timestamp for r in first] == [1_000]
+        write(fb, 5_000)
+        click = wait_until(lambda: consumer.poll(timeout_ms=100).get(fb), 30, "the click")
+        proxy.cut()
+        buffer.extend(fb, click)
+        arrived = time.monotonic()
+        # the old rule's view: the impressions partition reached its last watermark
+        assert consumer.position(imp) >= consumer.highwater(imp)  # type: ignore[operator]
+        while time.monotonic() < arrived + 2 * HOLD_S:
+            assert cycle() == [], "released on a watermark from before the click arrived"
+        assert sources.caught_up(imp) < arrived
+        proxy.restore()
+        released = wait_until(cycle, 60, "the click after the proxy is back")
+        assert [(r.topic, r.timestamp) for r in released] == [(fb.topic, 5_000)]
+        assert sources.caught_up(imp) > arrived
+    finally:
+        consumer.close(autocommit=False)
+        producer.close(timeout=5)
