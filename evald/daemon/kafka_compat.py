@@ -12,8 +12,9 @@ backpressure, so it clears a drained slot before each poll. Remove once fixed up
 ``FetchWatch``: when did a fetch last confirm a partition's high watermark? kafka-python keeps
 only the latest watermark (``consumer.highwater``), not when it was learnt; the merge needs to
 know that the other topic was at its end *after* a record arrived (see merge.py and its
-docstring). It stamps each fetch request with the daemon's clock as it is built and, when the
-answer comes back, records per partition the request's stamp and the watermark it reported.
+docstring), and the repartition stage the same of its other source partitions (interleave.py).
+It stamps each fetch request with the daemon's clock as it is built and, when the answer comes
+back, records per partition the request's stamp and the watermark it reported.
 
 ``close_quietly``: closing a client of a session that just failed (broker gone, coordinator
 moved) can raise too; the session's teardown must go on, so every client is closed the same way.
@@ -107,7 +108,7 @@ class FetchWatch:
             and _takes(handle, ("node_id", "fetch_offsets", "send_time", "response"))
         )
         if not self.watching:
-            log.warning("cannot watch kafka-python's fetches; the merge trusts the last watermark")
+            log.warning("cannot watch kafka-python's fetches; caught up means the last watermark")
             return
 
         def create_stamped() -> dict[Any, Any]:
