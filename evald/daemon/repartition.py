@@ -256,8 +256,6 @@ class Repartitioner:
         self._ids = RequestIdReader(settings.input.mapping)
         topics = settings.topics
         self._kinds = {topics.impressions: "impression", topics.feedback: "feedback"}
-        group = settings.daemon.group_id
-        self._internal = {name: internal_topic(group, name) for name in self._kinds}
         self._backoff = Backoff(
             settings.daemon.retry_backoff_initial_ms / 1000,
             settings.daemon.retry_backoff_max_ms / 1000,
@@ -384,7 +382,7 @@ class Repartitioner:
         missing internal topics (and the DLQ, which this stage may write first)."""
         topics = self.settings.topics
         sources = (topics.impressions, topics.feedback)
-        internal = tuple(self._internal[name] for name in sources)
+        internal = tuple(self._internal()[name] for name in sources)
         counts = _partition_counts(admin, (*sources, *internal, topics.dlq))
         missing = [name for name in sources if counts[name] is None]
         if missing:
@@ -458,7 +456,7 @@ class Repartitioner:
         assert producer is not None
         producer.begin_transaction()
         appender = RecordAppender(producer)
-        internal, partitions = self._internal, self._layout.partitions
+        internal, partitions = self._internal(), self._layout.partitions
         futures: list[Any] = []
         copied: Counter[str] = Counter()
         rejected: Counter[tuple[str, str]] = Counter()
@@ -522,6 +520,11 @@ class Repartitioner:
             self.settings.topics.dlq, key=letter.key, value=letter.value, headers=letter.headers
         )
 
+    def _internal(self) -> dict[str, str]:
+        """Source topic -> its internal topic."""
+        group = self.settings.daemon.group_id
+        return {name: internal_topic(group, name) for name in self._kinds}
+
     def _flow(self, consumer: KafkaConsumer, assigned: list[TopicPartition]) -> None:
         """Pause a source partition whose buffer is full, resume it once half drained."""
         for tp in assigned:
@@ -549,7 +552,7 @@ class Repartitioner:
         admin = self._admin
         assert admin is not None
         group = self.settings.daemon.group_id
-        internal = set(self._internal.values())
+        internal = set(self._internal().values())
         try:
             offsets = admin.list_group_offsets({group: None}).get(group) or {}
             below = {
