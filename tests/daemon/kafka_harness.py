@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from child_processes import die_with_parent
@@ -161,7 +161,7 @@ class Broker:
             self._fail(exc)
 
     @staticmethod
-    def _fail(exc: LocalKafkaError) -> None:
+    def _fail(exc: LocalKafkaError) -> NoReturn:
         pytest.fail(f"the Apache Kafka test tier cannot run: {exc}", pytrace=False)
 
     @property
