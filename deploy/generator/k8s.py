@@ -46,6 +46,27 @@ def _meta(spec: Spec, name: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "namespace": spec.namespace, "labels": _labels(spec), **extra}
 
 
+#: the minimum effect the treatment-below-control alert waits for, on the first two measures
+#: (nDCG@10 and RR by default), as docker-compose.yml's comparison
+MIN_EFFECT = 0.01
+ALERTING_MEASURES = 2
+
+
+def comparison(spec: Spec) -> dict[str, Any]:
+    """The comparison `evald run` exports evald_comparison_* / evald_cusum_* for: the arms the
+    rules and dashboard were rendered for, from the first window (``start``: set it to the
+    experiment's start, docs/statistics.md)."""
+    return {
+        "name": "ab",
+        "label": spec.arm_label,
+        "control": spec.control,
+        "treatments": [spec.treatment],
+        "start": 0,
+        "arm_scoped_labels": list(spec.arm_scoped_labels),
+        "min_effect": dict.fromkeys(spec.measures[:ALERTING_MEASURES], MIN_EFFECT),
+    }
+
+
 def settings_text(spec: Spec) -> str:
     """The `evald run` settings file (see docs/daemon.md); secrets belong in a Secret/env."""
     settings = {
@@ -61,7 +82,14 @@ def settings_text(spec: Spec) -> str:
             "metrics_address": f"0.0.0.0:{spec.metrics_port}",
             "shutdown_timeout_s": SHUTDOWN_TIMEOUT_S,
         },
-        "engine": {"window": "30m", "lateness": "2m", "label_keys": list(spec.segment_labels)},
+        "engine": {
+            "window": "30m",
+            "lateness": "2m",
+            "label_keys": list(spec.segment_labels),
+            # the measures the rules and dashboard were rendered for
+            "measures": list(spec.measures),
+            "statistics": {"comparisons": [comparison(spec)]},
+        },
     }
     return yaml.safe_dump(settings, sort_keys=False)
 

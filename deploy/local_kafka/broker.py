@@ -49,6 +49,17 @@ SINGLE_NODE = {
 """Settings every single-node broker gets; callers add or override (e.g. auto-creation)."""
 
 
+#: Kafka's message when a listener's port is taken (the broker then exits)
+BIND_FAILED = re.compile(r"failed to bind to [^\s:]+:(\d+): Address already in use")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def new_cluster_id() -> str:
     """16 random bytes, URL-safe base64 without padding: what ``kafka-storage format`` takes."""
     return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
@@ -109,6 +120,8 @@ class LocalKafka:
         self.cluster_id = cluster_id or new_cluster_id()
         self._clock = clock
         self._proc: subprocess.Popen[bytes] | None = None
+        #: the size of each log file at the last launch: what this incarnation wrote follows
+        self._log_marks: dict[Path, int] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -150,6 +163,7 @@ class LocalKafka:
         config = self._write_config()
         if not (self.data_dir / "logs" / "meta.properties").exists():
             self._format(java, classpath, config)
+        self._log_marks = {path: _size(path) for path in self._logs()}
         jvm_log = (self.data_dir / "jvm.log").open("ab")
         try:
             self._proc = subprocess.Popen(
@@ -229,9 +243,37 @@ class LocalKafka:
                 out += [f"--- {path}", *tail]
         return "\n".join(out)
 
+    def bind_failure(self) -> int | None:
+        """The port this incarnation could not listen on ("Address already in use": another
+        process took it between the choice of the port and the broker's bind), from its log."""
+        for path in self._logs():
+            with contextlib.suppress(OSError), path.open("rb") as log:
+                log.seek(self._log_marks.get(path, 0))
+                found = BIND_FAILED.search(log.read().decode(errors="replace"))
+                if found:
+                    return int(found.group(1))
+        return None
+
+    def formatted_cluster_id(self) -> str:
+        """The cluster id the data directory was formatted with (``cluster_id`` before that)."""
+        with contextlib.suppress(OSError):
+            meta = (self.data_dir / "logs" / "meta.properties").read_text()
+            for line in meta.splitlines():
+                if line.startswith("cluster.id="):
+                    return line.removeprefix("cluster.id=").strip()
+        return self.cluster_id
+
+    def _logs(self) -> tuple[Path, Path]:
+        return (self.data_dir / "jvm.log", self.log_file)
+
     def _answers(self) -> bool:
-        """An admin ``describe_cluster`` on this node lists at least one broker."""
-        return bool(self.describe_cluster().get("brokers"))
+        """An admin ``describe_cluster`` on this node lists at least one broker, and the node
+        is this one: a process that took the port before this broker bound it may be another
+        Kafka (its cluster id differs)."""
+        cluster = self.describe_cluster()
+        return bool(cluster.get("brokers")) and cluster.get("cluster_id") == (
+            self.formatted_cluster_id()
+        )
 
     def describe_cluster(self) -> dict:
         """This node's answer to an admin ``describe_cluster``; empty when it does not answer."""

@@ -154,13 +154,16 @@ class _Stages:
         self.main_settings = main_stage_settings(settings) if self.repartitioner else settings
 
     def attach(self, daemon: Any) -> list[Any]:
-        """Stop ``daemon`` on a fatal error of the stage; the stage's collectors."""
+        """Stop ``daemon`` on a fatal error of the stage; the collectors of the threads beside
+        the main loop (the statistics topic reader, the stage)."""
+        from evald.daemon.comparisons import StatisticsReaderCollector
         from evald.daemon.repartition import RepartitionCollector
 
+        collectors: list[Any] = [StatisticsReaderCollector(lambda: daemon.comparisons)]
         if self.repartitioner is None:
-            return []
+            return collectors
         self.repartitioner.on_fatal = daemon.stop
-        return [RepartitionCollector(self.repartitioner.stats)]
+        return [*collectors, RepartitionCollector(self.repartitioner.stats)]
 
     def stop(self) -> None:
         if self.repartitioner is not None:

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from evald.config import EngineConfig
 from evald.daemon.backoff import Backoff
@@ -32,7 +34,7 @@ from evald.daemon.settings import Settings, TopicSettings
 from evald.statistics.live import LiveStatistics
 from evald.statistics.shares import decode_record
 
-__all__ = ["ComparisonReader", "statistics_topic"]
+__all__ = ["ComparisonReader", "StatisticsReaderCollector", "statistics_topic"]
 
 log = logging.getLogger("evald.daemon")
 
@@ -70,7 +72,7 @@ class ComparisonReader:
         self._thread = threading.Thread(target=self._run, name="evald-statistics", daemon=True)
         #: the next offset to read (kept across reconnects: the fold is never reset)
         self.position = 0
-        #: records that are not statistics records (logged and skipped)
+        #: records that are not statistics records, skipped (the first is logged with its reason)
         self.malformed = 0
         self._waiting: list[int] | None = None
 
@@ -140,6 +142,37 @@ class ComparisonReader:
             record = decode_record(value or b"")
         except ValueError as exc:
             self.malformed += 1
-            log.warning("statistics topic %s offset %d skipped: %s", self.topic, offset, exc)
+            # one line, not one per record: a foreign producer on the topic would flood the log
+            if self.malformed == 1:
+                log.warning(
+                    "statistics topic %s offset %d skipped: %s (further malformed records are "
+                    "counted in evald_statistics_records_malformed_total)",
+                    self.topic,
+                    offset,
+                    exc,
+                )
+            else:
+                log.debug("statistics topic %s offset %d skipped: %s", self.topic, offset, exc)
             return
         self.live.add(record)
+
+
+class StatisticsReaderCollector:
+    """Exposes the statistics topic reader's count of skipped records (docs/metrics-reference.md).
+
+    ``reader`` returns the process's reader, or None before the first session has started one
+    (or without comparisons): the counter is absent then."""
+
+    def __init__(self, reader: Callable[[], ComparisonReader | None]) -> None:
+        self.reader = reader
+
+    def collect(self) -> Iterable[Metric]:
+        reader = self.reader()
+        if reader is None:
+            return
+        yield CounterMetricFamily(
+            "evald_statistics_records_malformed",
+            "Records on the statistics topic that are not statistics records, skipped "
+            "(the first is logged with its reason)",
+            value=reader.malformed,
+        )

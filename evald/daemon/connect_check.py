@@ -4,22 +4,31 @@ Checks, each reported as ok / note / FAIL with what to do: the brokers answer; b
 exist and are co-partitioned (same partition count); existing output topics have at least that
 many partitions (missing ones are created by `evald run`); and, where the broker reports the
 operations the client is authorized for (KIP-430), that the principal may read the inputs and
-write the outputs. The decisions are pure functions of the described topics, so they are tested
-without a broker; :func:`connect_checks` only fetches the description.
+write the outputs; with comparisons configured, that the statistics topic is compacted (or
+missing: `evald run` creates it so). The decisions are pure functions of the described topics,
+so they are tested without a broker; :func:`connect_checks` only fetches the description.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from evald.daemon.comparisons import statistics_topic
 from evald.daemon.rekey import internal_topic
 from evald.daemon.settings import Settings
 from evald.daemon.topics import TopicLayoutError, check_layout
 
-__all__ = ["Check", "TopicInfo", "connect_checks", "layout_checks", "permission_checks"]
+__all__ = [
+    "Check",
+    "TopicInfo",
+    "connect_checks",
+    "layout_checks",
+    "permission_checks",
+    "statistics_check",
+]
 
 OK, NOTE, FAIL = "ok", "note", "FAIL"
 
@@ -43,6 +52,11 @@ class TopicInfo:
     partitions: int | None  # None: the topic does not exist
     authorized: frozenset[str] | None = None  # operation names; None: not reported
     error: str | None = None  # e.g. "not authorized to describe it"
+    configs: Mapping[str, str] | None = None  # topic configs asked for; None: not reported
+
+
+#: the setting that makes `evald run` write and fold the statistics topic
+STATISTICS = "statistics.comparisons"
 
 
 def _roles(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -59,6 +73,8 @@ def _roles(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:
         for name in (topics.impressions, topics.feedback):
             internal = internal_topic(settings.daemon.group_id, name)
             roles.append(("input.repartition", internal, ("DESCRIBE", "READ", "WRITE", "DELETE")))
+    if settings.engine_config().statistics.comparisons:
+        roles.append((STATISTICS, statistics_topic(topics), ("DESCRIBE", "READ", "WRITE")))
     return roles
 
 
@@ -82,9 +98,16 @@ def layout_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Che
                     )
                 )
             else:
+                created = " (1 partition, compacted)" if setting == STATISTICS else ""
                 out.append(
-                    Check(NOTE, f"{setting} {name}", "does not exist; `evald run` creates it")
+                    Check(
+                        NOTE,
+                        f"{setting} {name}",
+                        f"does not exist; `evald run` creates it{created}",
+                    )
                 )
+        elif setting == STATISTICS:
+            out.append(statistics_check(name, topic))
         else:
             out.append(Check(OK, f"{setting} {name}", f"{topic.partitions} partitions"))
     counts = {name: info.get(name, TopicInfo(None)).partitions for _, name, _ in roles}
@@ -103,6 +126,34 @@ def layout_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Che
                 Check(OK, "co-partitioning", f"inputs share {shared} partitions; outputs fit")
             )
     return out
+
+
+def statistics_check(name: str, topic: TopicInfo) -> Check:
+    """The existing statistics topic must keep every share and each partition's newest final
+    mark for the comparison's life: compacted, never deleted by time (docs/design.md,
+    "Statistics over all partitions")."""
+    subject = f"{STATISTICS} {name}"
+    configs = topic.configs
+    if configs is None or "cleanup.policy" not in configs:
+        return Check(
+            NOTE, subject, "the broker did not report its cleanup.policy; it must be compact"
+        )
+    policy = {part.strip() for part in configs["cleanup.policy"].split(",")}
+    retention = configs.get("retention.ms", "")
+    if "compact" not in policy or ("delete" in policy and retention != "-1"):
+        return Check(
+            FAIL,
+            subject,
+            f"cleanup.policy={configs['cleanup.policy']} (retention.ms={retention or '?'}): "
+            "evald needs compact, so that no share is deleted by time and only each "
+            "partition's newest final mark is kept (a restart refolds from the topic); run "
+            f"kafka-configs.sh --alter --entity-type topics --entity-name {name} --add-config "
+            "cleanup.policy=compact",
+        )
+    if topic.partitions != 1:
+        detail = f"compacted; {topic.partitions} partitions, of which evald uses partition 0 only"
+        return Check(NOTE, subject, detail)
+    return Check(OK, subject, "1 partition, compacted")
 
 
 def _repartition_checks(
@@ -191,6 +242,27 @@ def describe(admin: Any, names: Sequence[str]) -> dict[str, TopicInfo]:
     return info
 
 
+def topic_configs(admin: Any, name: str) -> dict[str, str] | None:
+    """The topic's configs as strings; None when the broker does not answer them (an old
+    broker, no DescribeConfigs permission)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import KafkaError
+
+    try:
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name)], config_filter="all"
+        )
+    except KafkaError:
+        return None
+    entries = (described or {}).get("topic", {}).get(name) or {}
+    out = {}
+    for key, entry in entries.items():
+        value = entry.get("value") if isinstance(entry, dict) else entry
+        if value is not None:
+            out[key] = str(value)
+    return out or None
+
+
 def connect_checks(settings: Settings, timeout_s: float) -> list[Check]:
     """Connect with the settings' client configuration and run every check."""
     from kafka import KafkaAdminClient
@@ -219,6 +291,9 @@ def connect_checks(settings: Settings, timeout_s: float) -> list[Check]:
             brokers = len(cluster.get("brokers") or [])
             names = list(dict.fromkeys(name for _, name, _ in _roles(settings)))
             info = describe(admin, names)
+            for setting, name, _ in _roles(settings):
+                if setting == STATISTICS and info.get(name, TopicInfo(None)).partitions:
+                    info[name] = replace(info[name], configs=topic_configs(admin, name))
         except KafkaError as exc:
             return [Check(FAIL, "brokers", f"{servers} answered but then failed: {exc}")]
         finally:

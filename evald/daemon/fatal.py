@@ -50,7 +50,7 @@ def _advice(exc: BaseException) -> str | None:
             f"the broker denied an operation ({name}: {exc}): grant evald's principal Read on "
             "both input topics, Write and Describe on the results, checkpoint and dead-letter "
             "topics, Read on its consumer group and Write on its transactional id "
-            "(evald-<group>-<instance>); see docs/daemon.md"
+            "(evald/<group>/<instance>); see docs/daemon.md"
         )
     if isinstance(exc, SaslAuthenticationFailedError):
         return f"the broker rejected evald's credentials ({exc}): check the kafka.sasl_* settings"

@@ -336,10 +336,10 @@ class Repartitioner:
         client = cfg.kafka.client_config()
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self._prepare_topics(self._admin)
-        # the instance's own ids plus a suffix no instance id may end in (settings.py)
+        # the static member id in the stage's own group (the transactional id: settings.py)
         stage_id = cfg.daemon.instance_id + REPARTITION_SUFFIX
         self._producer = KafkaProducer(
-            transactional_id=f"evald-{cfg.daemon.group_id}-{stage_id}",
+            transactional_id=cfg.daemon.transactional_id(repartition=True),
             transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
             max_block_ms=cfg.kafka.request_timeout_ms,
             linger_ms=PRODUCER_LINGER_MS,

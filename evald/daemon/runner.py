@@ -234,7 +234,7 @@ class Daemon:
         if engine.shares is not None and self.comparisons is None:
             self._read_comparisons(self._admin, engine)
         producer = KafkaProducer(
-            transactional_id=f"evald-{cfg.daemon.group_id}-{cfg.daemon.instance_id}",
+            transactional_id=cfg.daemon.transactional_id(),
             transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
             max_block_ms=cfg.kafka.request_timeout_ms,
             linger_ms=PRODUCER_LINGER_MS,

@@ -36,6 +36,7 @@ from pydantic import (
 )
 
 from evald.config import ConfigError, read_mapping_file
+from evald.daemon.transactional_id import transactional_id
 
 __all__ = [
     "DaemonSettings",
@@ -172,8 +173,8 @@ class TopicSettings(_Strict):
         return self
 
 
-#: the repartition stage's transactional id and static member id are the instance's plus this
-#: (docs/daemon.md); an instance id ending in it would share the stage's ids of another instance
+#: the repartition stage's static member id is the instance's plus this, in its own group
+#: ``<group_id>.repartition`` (docs/daemon.md); its transactional id: transactional_id.py
 REPARTITION_SUFFIX = "-repartition"
 
 
@@ -211,18 +212,10 @@ class DaemonSettings(_Strict):
         "web config format (docs/security.md)",
     )
 
-    @field_validator("instance_id")
-    @classmethod
-    def _not_a_stage_id(cls, value: str) -> str:
-        """Instance ``a``'s repartition stage is ``a-repartition``: an instance so named would
-        share its transactional id, and the two would fence each other's transactions."""
-        if value.endswith(REPARTITION_SUFFIX):
-            owner = value.removesuffix(REPARTITION_SUFFIX)
-            raise ValueError(
-                f"{value!r} must not end in {REPARTITION_SUFFIX!r}: that is the transactional id "
-                f"of instance {owner!r}'s repartition stage (pick another instance_id)"
-            )
-        return value
+    def transactional_id(self, *, repartition: bool = False) -> str:
+        """This instance's producer id, of the main or the repartition stage (one scheme for
+        both, unambiguous across groups: transactional_id.py)."""
+        return transactional_id(self.group_id, self.instance_id, repartition=repartition)
 
     @field_validator("windows_file")
     @classmethod

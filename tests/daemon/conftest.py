@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from kafka_harness import Broker, KafkaTools, Tansu, TcpProxy, free_port
+from kafka_harness import Broker, KafkaTools, Tansu, TcpProxy
 from kafka_instances import Instance
 
 
@@ -35,12 +35,14 @@ def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]
 
 @pytest.fixture
 def proxied_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Broker, TcpProxy]]:
-    """A private broker reachable only through a proxy, whose address it advertises."""
-    broker_port, proxy_port = free_port(), free_port()
-    proxy = TcpProxy(broker_port, port=proxy_port)
+    """A private broker reachable only through a proxy, whose address it advertises (the
+    proxy listens first; it forwards to whichever port the broker starts on)."""
+    proxy = TcpProxy(0)
     try:
         instance = Broker(
-            tmp_path_factory.mktemp("kafka-proxied"), port=broker_port, advertised_port=proxy_port
+            tmp_path_factory.mktemp("kafka-proxied"),
+            advertised_port=proxy.port,
+            on_port=proxy.forward_to,
         )
         try:
             yield instance, proxy

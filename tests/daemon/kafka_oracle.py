@@ -223,7 +223,7 @@ def assert_no_transaction_left_open(tools: KafkaTools, unique: str) -> None:
         listed = [
             listing
             for listings in admin.list_transactions(
-                transactional_id_pattern=f"evald-g-{unique}-.*"
+                transactional_id_pattern=f"evald/g-{unique}/.*"
             ).values()
             for listing in listings
         ]

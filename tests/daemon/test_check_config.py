@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,14 @@ import yaml
 from kafka_harness import Broker, KafkaTools, free_port
 
 from evald.daemon import check_config
-from evald.daemon.connect_check import FAIL, NOTE, OK, TopicInfo, layout_checks, permission_checks
+from evald.daemon.connect_check import (
+    FAIL,
+    NOTE,
+    OK,
+    TopicInfo,
+    layout_checks,
+    permission_checks,
+)
 from evald.daemon.settings import SettingsError, load_settings
 
 
@@ -195,3 +203,93 @@ def test_the_repartitioning_example_of_docs_mapping_is_what_check_config_reports
     assert len(shown) == 5
     for line in shown:
         assert line in lines
+
+
+STATISTICS = {
+    "comparisons": [
+        {"name": "ab", "label": "arm", "control": "control", "treatments": ["t"], "start": 0}
+    ]
+}
+
+
+def _statistics_lines(info: dict[str, TopicInfo]) -> dict[str, object]:
+    settings = load_settings(
+        environ={},
+        flags={
+            "topics": {"impressions": "imp", "feedback": "fb", "results": "res", "dlq": "dlq"},
+            "engine": {"statistics": STATISTICS},
+        },
+    )
+    inputs = {"imp": TopicInfo(6), "fb": TopicInfo(6)}
+    checks = layout_checks(settings, {**inputs, **info})
+    return {c.subject: c for c in checks if c.subject.startswith("statistics.comparisons")}
+
+
+def test_the_statistics_topic_is_checked_only_with_comparisons() -> None:
+    subject = "statistics.comparisons res.checkpoints.statistics"
+    assert not any("statistics" in c.subject for c in layout_checks(_settings(), {}))
+    missing = _statistics_lines({})[subject]
+    assert missing.status == NOTE  # type: ignore[attr-defined]
+    assert "creates it (1 partition, compacted)" in missing.detail  # type: ignore[attr-defined]
+
+    def status(partitions: int, configs: dict[str, str] | None) -> tuple[str, str]:
+        topic = TopicInfo(partitions, configs=configs)
+        check = _statistics_lines({"res.checkpoints.statistics": topic})[subject]
+        return check.status, check.detail  # type: ignore[attr-defined]
+
+    assert status(1, {"cleanup.policy": "compact"}) == (OK, "1 partition, compacted")
+    assert status(1, {"cleanup.policy": "compact,delete", "retention.ms": "-1"})[0] == OK
+    deleted, detail = status(1, {"cleanup.policy": "delete", "retention.ms": "604800000"})
+    assert deleted == FAIL and "cleanup.policy=delete (retention.ms=604800000)" in detail
+    assert "--add-config cleanup.policy=compact" in detail
+    both, detail = status(1, {"cleanup.policy": "compact,delete", "retention.ms": "86400000"})
+    assert both == FAIL and "(retention.ms=86400000)" in detail
+    assert status(3, {"cleanup.policy": "compact"})[0] == NOTE  # only partition 0 is used
+    assert status(1, None)[0] == NOTE  # the broker did not say
+
+
+@pytest.mark.kafka
+def test_connect_reports_the_statistics_topics_config(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A statistics topic created without compaction fails the check; a compacted one passes,
+    on a real broker's answer to DescribeConfigs."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    imp, fb = f"simp-{unique}", f"sfb-{unique}"
+    kafka_tools.create({imp: 2, fb: 2})
+    argv = ["--bootstrap-servers", broker.bootstrap, "--impressions-topic", imp]
+    argv += ["--feedback-topic", fb, "--set", f"engine.statistics={json.dumps(STATISTICS)}"]
+    for name, configs, want in (
+        (
+            f"sdel-{unique}",
+            {},
+            "# FAIL  statistics.comparisons sdel-{u}.checkpoints.statistics: "
+            "cleanup.policy=delete (retention.ms=",
+        ),
+        (
+            f"scmp-{unique}",
+            {"cleanup.policy": "compact"},
+            "# ok    statistics.comparisons scmp-{u}.checkpoints.statistics: "
+            "1 partition, compacted",
+        ),
+    ):
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            topic = NewTopic(f"{name}.checkpoints.statistics", 1, 1, topic_configs=configs)
+            admin.create_topics([topic])
+        finally:
+            admin.close()
+        checked = [*argv, "--results-topic", name, "--connect"]
+        code = check_config.run(_parse(checked))
+        out = capsys.readouterr().out
+        assert want.format(u=unique) in out, out
+        assert code == (1 if configs == {} else 0)
+    absent = [*argv, "--results-topic", f"snew-{unique}", "--connect"]
+    assert check_config.run(_parse(absent)) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"# note  statistics.comparisons snew-{unique}.checkpoints.statistics: does not exist; "
+        "`evald run` creates it (1 partition, compacted)" in out
+    )

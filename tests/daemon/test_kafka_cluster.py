@@ -79,7 +79,7 @@ def produced_now(inst: Instance) -> float:
 
 
 def transactional_id(unique: str) -> str:
-    return f"evald-g-{unique}-a"
+    return f"evald/g-{unique}/a"
 
 
 def chaos_run(

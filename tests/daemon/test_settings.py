@@ -86,17 +86,6 @@ def test_errors_name_the_field(env: dict[str, str], field: str) -> None:
     assert str(info.value).startswith(field) or f"\n{field}" in str(info.value), str(info.value)
 
 
-def test_an_instance_id_cannot_take_another_instances_repartition_ids() -> None:
-    """Instance ``a``'s repartition stage has transactional id ``evald-<group>-a-repartition``,
-    the main one of an instance named ``a-repartition``: the two would fence each other."""
-    with pytest.raises(SettingsError, match=r"daemon\.instance_id") as info:
-        load_settings(environ={"EVALD_DAEMON__INSTANCE_ID": "a-repartition"})
-    assert "instance 'a'" in str(info.value)
-    for fine in ("a", "repartition", "a-repartition-0", "a.repartition"):
-        env = {"EVALD_DAEMON__INSTANCE_ID": fine}
-        assert load_settings(environ=env, validate_engine=False).daemon.instance_id == fine
-
-
 def test_bad_yaml_file_is_reported(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="not valid YAML"):
         load_settings(file=write(tmp_path, "kafka: [unclosed"), environ={})

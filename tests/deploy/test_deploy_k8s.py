@@ -134,6 +134,32 @@ def test_settings_in_the_configmap_are_valid_evald_settings(tmp_path) -> None:
     settings.engine_config()
 
 
+def test_the_configmap_compares_the_arms_as_compose_and_the_rules_do(tmp_path) -> None:
+    """The comparison alerts read evald_comparison_* / evald_cusum_*, exported only for a
+    configured comparison: the pods compare the arms the rules were rendered for, with
+    compose's comparison (its statistics window apart: compose runs event time 60x faster)."""
+    from evald.cli import build_parser
+    from evald.daemon.options import settings_from_args
+    from evald.daemon.settings import load_settings
+
+    cm = load_yaml(K8S / "settings-configmap.yaml")
+    path = tmp_path / "evald.yaml"
+    path.write_text(cm["data"]["evald.yaml"])
+    config = load_settings(file=str(path), environ={}).engine_config()
+    (comparison,) = config.statistics.comparisons
+    spec = Spec()
+    assert (comparison.label, comparison.control) == (spec.arm_label, spec.control)
+    assert comparison.treatments == [spec.treatment]
+    assert comparison.arm_scoped_labels == list(spec.arm_scoped_labels)
+    assert config.measures == list(spec.measures)
+    compose = load_yaml(DEPLOY.parent / "docker-compose.yml")
+    argv = compose["services"]["evald"]["command"]
+    composed_config = settings_from_args(build_parser().parse_args(argv)).engine_config()
+    (composed,) = composed_config.statistics.comparisons
+    assert comparison.model_dump() == composed.model_dump()
+    assert comparison.min_effect and set(comparison.min_effect) <= set(config.measures)
+
+
 def test_deployment_environment_is_accepted_by_evald_settings(
     manifests: dict[str, dict[str, Any]], tmp_path
 ) -> None:
