@@ -8,7 +8,7 @@ partitioned by Kafka's default partitioner over the internal topics' shared part
 The main stage (evald/daemon/runner.py, unchanged) reads the internal topics instead of the
 inputs.
 
-Exactly once: one transactional producer per instance (``evald-<group>-<instance>-repartition``)
+Exactly once: one transactional producer per instance (``evald/<group>/<instance>/repartition``)
 and this cycle, repeated while running:
 
 1. Poll the source topics (``read_committed``: an aborted input transaction is never copied) and
