@@ -211,8 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for label, command, cwd in rows:
             wall, cpu, _ = timed(command, 10, cwd=cwd)
             print(f"  {label:<36}{wall:.3f} s, {cpu:.3f} s")
-        print(f"  {'python -c pass':<36}{bare[0]:.3f} s, {bare[1]:.3f} s")
-        print(f"  {'python -c import numpy (1 thread)':<36}{numpy_only[0]:.3f} s, {numpy_only[1]:.3f} s")
+        for label, (wall, cpu, _) in [
+            ("python -c pass", bare),
+            ("import numpy (1 thread)", numpy_only),
+        ]:
+            print(f"  {label:<36}{wall:.3f} s, {cpu:.3f} s")
         for topics, docs in sizes:
             run_path = os.path.join(tmp, f"run{topics}")
             qrels_path = os.path.join(tmp, f"qrels{topics}")
