@@ -12,14 +12,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from evald.metrics import Measure, evaluate, from_mean, mean_terms, required_depth, weights_of
 from evald.score.batching import Lists, build_batch, concat, cut_lists, lists_from, widths
-from evald.score.jsonl_chunks import Chunk
 from evald.score.output import MeanRow
 from evald.score.records import Qid, Query
+
+if TYPE_CHECKING:
+    from evald.score.records import Chunk
 
 #: Families that only make sense over many lists: left out of per-query rows, kept in the mean
 #: (trec_eval prints gm_map only in its ``all`` line too).
