@@ -285,6 +285,21 @@ def test_help_shows_examples_and_the_real_default_measures(
     assert DEFAULT_MEASURES in text.replace("\n", "").replace(" ", "")
 
 
+@pytest.mark.parametrize("argv", [["score", "--help"], ["score", "--no-such-option"]])
+def test_help_and_usage_errors_do_not_depend_on_the_parsers_built(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`evald score ...` builds only score's parser (the other commands' imports cost start-up
+    time); what it prints must be what the parser of every command prints."""
+    printed = []
+    for only in ("score", None):
+        with pytest.raises(SystemExit) as exc:
+            evald.cli.build_parser(only).parse_args(argv)
+        printed.append((exc.value.code, capsys.readouterr()))
+    assert printed[0] == printed[1]
+    assert printed[0][1].out or printed[0][1].err
+
+
 # --- TREC input against trec_eval (pytrec_eval) --------------------------------------------
 
 
