@@ -220,16 +220,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_path = os.path.join(tmp, f"run{topics}")
             qrels_path = os.path.join(tmp, f"qrels{topics}")
             write_trec(run_path, qrels_path, topics, docs, args.seed)
-            argv = [*evald, "--run", run_path, "--qrels", qrels_path, "-m", EVALD_MEASURES,
-                    "--mean", "--format", "trec"]  # fmt: skip
-            ours, ours_cpu, ours_out = timed(argv, args.repeat)
+            flags = ["--run", run_path, "--qrels", qrels_path, "-m", EVALD_MEASURES, "--mean",
+                     "--format", "trec"]  # fmt: skip
+            ours, ours_cpu, ours_out = timed([*evald, *flags], args.repeat)
             print(
                 f"{topics * docs:>9,} lines, {topics} topics, best of {args.repeat}, "
                 f"load average {_load()}:"
             )
             print(f"  evald        {ours:.3f} s wall, {ours_cpu:.3f} s CPU")
             if before is not None:
-                was, was_cpu, was_out = timed([*before, *argv[1:]], args.repeat)
+                was, was_cpu, was_out = timed([*before, *flags], args.repeat)
                 assert summary(was_out) == summary(ours_out), (was_out, ours_out)
                 print(
                     f"  evald before {was:.3f} s wall, {was_cpu:.3f} s CPU "
