@@ -701,6 +701,43 @@ def test_mean_intervals_are_t_intervals_over_queries_and_batch_free(
         assert out["ci95(nDCG@5)"] == pytest.approx(list(expected), abs=1e-12)
 
 
+def test_from_the_command_line_score_ends_without_finalization(tmp_path: Path) -> None:
+    """`evald score` ends the process once its output is flushed (the interpreter's
+    finalization cost 10-20 ms a run), so an exit handler never runs; called in process with
+    its arguments (as these tests do), main returns instead."""
+    path = write(tmp_path / "in.jsonl", [json.dumps(row("q", ["a"], {"a": 1}))])
+    probe = (
+        "import atexit, sys, evald.cli\n"
+        "atexit.register(lambda: print('finalized', file=sys.stderr))\n"
+        f"sys.argv = ['evald', 'score', {path!r}, '-m', 'RR', '--mean', '--format', 'json']\n"
+        "evald.cli.main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout) == {"n": 1, "RR": 1.0}
+
+
+def test_ending_at_once_loses_no_output_and_keeps_the_exit_status(tmp_path: Path) -> None:
+    """Rows to a file, the means to stdout and the rejections to stderr are all there, in
+    full, when the process ends at once, and a rejected line still makes the status 1."""
+    lines = [json.dumps(row(f"q{i}", [f"d{j}" for j in range(20)], {"d3": 1})) for i in range(3000)]
+    path = write(tmp_path / "in.jsonl", [*lines, "{not json"])
+    out = tmp_path / "rows.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "evald", "score", path, "-m", "RR,P@5", "-o", str(out), "--mean",
+         "--format", "json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    means = json.loads(done.stdout)
+    assert (means["n"], means["RR"], means["P@5"]) == (3000, 0.25, pytest.approx(0.2))
+    assert done.stderr.splitlines()[-1] == "evald score: 1 line(s) rejected; 3000 queries scored"
+    rows = out.read_text(encoding="utf-8").splitlines()
+    assert len(rows) == 3000 and json.loads(rows[-1]) == {"qid": "q2999", "RR": 0.25, "P@5": 0.2}
+
+
 def test_start_up_imports_only_what_scoring_needs(tmp_path: Path) -> None:
     """`evald score` builds only its own parser (the daemon's pydantic settings and YAML cost
     about 0.15 s to import) and reads ordinary lines without pydantic-core (about 30 ms);
