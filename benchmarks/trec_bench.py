@@ -15,12 +15,24 @@ and pass its path (``--trec-eval PATH``); without it, its column says "not given
     python -m benchmarks.trec_bench --trec-eval /path/to/trec_eval [--repeat 3] [--quick]
         [--before DIR]
 
+What is timed is ``evald`` as a user runs an installed copy: the tree's ``evald`` package is
+put into a throwaway venv's site-packages as its wheel installs it, byte-compiled (as pip does),
+and that venv's ``evald`` script is run. The venv takes evald's dependencies from the current
+environment through a ``.pth`` line naming its site-packages (a plain path entry: the current
+environment's own ``.pth`` files, such as a development checkout's editable-install finder, are
+not run).
+Timing the development checkout instead would time two things a user never pays for: the
+editable finder (about 14 ms at interpreter start) and, where ``PYTHONDONTWRITEBYTECODE`` is
+set, the compilation of every evald module from source on every run (about 30 ms). Start-up is
+also printed "from the source tree" (``python -m evald`` in the current environment) beside it.
+
 ``--before DIR`` also times ``evald score`` from another source tree (a checkout of an earlier
-commit, put first on PYTHONPATH) in the same run, for before/after figures. Beside each wall
+commit), installed the same way, in the same run, for before/after figures. Beside each wall
 time the CPU time (user + system, all threads) is printed: on a shared machine it moves less.
 
 Also measured: the start-up of ``evald score`` (a one-line JSONL file, and one-line TREC files),
-beside ``python -c pass`` and ``python -c "import numpy"`` in the same run (target: under
+beside ``python -c pass`` and ``python -c "import numpy"`` (with one BLAS thread, as evald
+score starts it) in the same run (target: under
 0.15 s), and the load average at the start and the end.
 """
 
@@ -28,11 +40,13 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,6 +54,7 @@ from benchmarks import _common as c
 
 TREC_EVAL_ARGS = ["-m", "map", "-m", "P.10", "-m", "ndcg_cut.10", "-m", "recip_rank"]
 EVALD_MEASURES = "map,P.10,ndcg_cut.10,recip_rank"
+NUMPY_ONE_THREAD = "import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; import numpy"
 
 
 def write_trec(run_path: str, qrels_path: str, topics: int, docs: int, seed: int) -> None:
@@ -82,16 +97,57 @@ for key in ("map", "P_10", "ndcg_cut_10", "recip_rank"):
 """
 
 
-def timed(
-    argv: Sequence[str], repeat: int, env: Mapping[str, str] | None = None, cwd: str | None = None
-) -> tuple[float, float, str]:
+#: The console script pip writes for ``[project.scripts] evald = "evald.cli:main"``.
+SCRIPT = """#!{python}
+import sys
+from evald.cli import main
+if __name__ == '__main__':
+    sys.exit(main())
+"""
+
+
+def install(tree: str, where: str) -> str:
+    """The ``evald`` script of a fresh venv in ``where`` holding ``tree``'s evald, compiled.
+
+    Laid out as installing the project's wheel does (the ``evald`` package with its data in
+    site-packages, a console script in bin) without building one: a wheel build needs a newer
+    setuptools than a test environment may hold. The venv has no packages of its own but
+    evald: a ``.pth`` line puts the current environment's site-packages after its own, so the
+    same numpy and pyarrow are timed.
+    """
+    venv = os.path.join(where, "venv")
+    quiet = {"capture_output": True, "text": True, "check": True}
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], **quiet)
+    python = os.path.join(venv, "bin", "python")
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], **quiet
+    ).stdout.strip()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(os.path.join(tree, "evald"), os.path.join(site, "evald"), ignore=ignore)
+    here = sysconfig.get_paths()
+    with open(os.path.join(site, "deps.pth"), "w") as fh:
+        fh.write("".join(f"{p}\n" for p in dict.fromkeys([here["purelib"], here["platlib"]])))
+    # as pip does at install time, whatever PYTHONDONTWRITEBYTECODE says
+    subprocess.run([python, "-m", "compileall", "-q", os.path.join(site, "evald")], **quiet)
+    script = os.path.join(venv, "bin", "evald")
+    with open(script, "w") as fh:
+        fh.write(SCRIPT.format(python=python))
+    os.chmod(script, 0o755)
+    found = subprocess.run(  # from where: `python -c` puts the working directory first
+        [python, "-c", "import evald, numpy; print(evald.__file__)"], cwd=where, **quiet
+    ).stdout.strip()
+    assert found.startswith(site), found
+    return script
+
+
+def timed(argv: Sequence[str], repeat: int, cwd: str | None = None) -> tuple[float, float, str]:
     """Best wall time and best CPU time (user + system) of ``repeat`` runs of a process, and
     its stdout."""
     best, best_cpu, out = float("inf"), float("inf"), ""
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env, cwd=cwd)
+        done = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=cwd)
         best = min(best, time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -111,15 +167,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("--trec-eval", metavar="PATH", help="the trec_eval binary")
         parser.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
         parser.add_argument(
-            "--before", metavar="DIR", help="also time evald from this source tree (PYTHONPATH)"
+            "--before", metavar="DIR", help="also time evald built from this source tree"
         )
 
     args = c.parse_args(__doc__.splitlines()[0], argv, extra)
     python = sys.executable
-    evald = [python, "-m", "evald", "score"]
     sizes = [(100, 1000), (20, 1000)] if args.quick else [(1000, 1000), (200, 1000)]
     print(f"# {__doc__.splitlines()[0]}")
     with tempfile.TemporaryDirectory() as tmp:
+        tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        evald = [install(tree, os.path.join(tmp, "now")), "score"]
+        before = None
+        if args.before:
+            before = [install(os.path.abspath(args.before), os.path.join(tmp, "before")), "score"]
         one = os.path.join(tmp, "one.jsonl")
         with open(one, "w") as fh:
             fh.write('{"qid": "q", "ranking": ["a"], "qrels": {"a": 1}}\n')
@@ -130,44 +190,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             fh.write("q 0 a 1\n")
         print(f"load average {_load()} at the start")
         bare = timed([python, "-c", "pass"], 10)
-        numpy_only = timed([python, "-c", "import numpy"], 10)
-        start_up = timed([*evald, one, "-m", "RR"], 10)
-        trec_argv = ["--run", one_run, "--qrels", one_qrels, "-m", "map", "--format", "trec"]
-        trec_start = timed([*evald, *trec_argv, "--mean"], 10)
+        # with one BLAS thread, as evald score sets it before importing numpy
+        numpy_only = timed([python, "-c", NUMPY_ONE_THREAD], 10)
+        jsonl_argv = [one, "-m", "RR"]
+        trec_argv = ["--run", one_run, "--qrels", one_qrels, "-m", "map", "--format", "trec",
+                     "--mean"]  # fmt: skip
+        from_tree = [python, "-m", "evald", "score"]
         print("start-up, best of 10 (wall, CPU; target: evald score under 0.15 s wall):")
-        print(f"  evald score, a one-line JSONL file  {start_up[0]:.3f} s, {start_up[1]:.3f} s")
-        print(f"  evald score, one-line TREC files    {trec_start[0]:.3f} s, {trec_start[1]:.3f} s")
-        print(f"  python -c pass                      {bare[0]:.3f} s, {bare[1]:.3f} s")
-        print(f"  python -c 'import numpy'            {numpy_only[0]:.3f} s, {numpy_only[1]:.3f} s")
-        before_env = None
-        if args.before:
-            path = os.pathsep.join([args.before, os.environ.get("PYTHONPATH", "")])
-            before_env = {**os.environ, "PYTHONPATH": path}
-            # run from that tree: `python -m` puts the working directory first on sys.path
-            where = subprocess.run(
-                [python, "-c", "import evald; print(evald.__file__)"],
-                capture_output=True, text=True, check=True, env=before_env, cwd=args.before,
-            ).stdout.strip()  # fmt: skip
-            assert where.startswith(os.path.abspath(args.before)), where
-            before_start = timed([*evald, one, "-m", "RR"], 10, before_env, args.before)
-            print(
-                f"  --before: evald score, JSONL        {before_start[0]:.3f} s, "
-                f"{before_start[1]:.3f} s"
-            )
+        rows = [
+            ("evald score, a one-line JSONL file", [*evald, *jsonl_argv], tmp),
+            ("evald score, one-line TREC files", [*evald, *trec_argv], tmp),
+            ("  from the source tree, JSONL", [*from_tree, *jsonl_argv], tree),
+            ("  from the source tree, TREC", [*from_tree, *trec_argv], tree),
+        ]
+        if before is not None:
+            rows += [
+                ("--before: evald score, JSONL", [*before, *jsonl_argv], tmp),
+                ("--before: evald score, TREC", [*before, *trec_argv], tmp),
+            ]
+        for label, command, cwd in rows:
+            wall, cpu, _ = timed(command, 10, cwd=cwd)
+            print(f"  {label:<36}{wall:.3f} s, {cpu:.3f} s")
+        for label, (wall, cpu, _) in [
+            ("python -c pass", bare),
+            ("import numpy (1 thread)", numpy_only),
+        ]:
+            print(f"  {label:<36}{wall:.3f} s, {cpu:.3f} s")
         for topics, docs in sizes:
             run_path = os.path.join(tmp, f"run{topics}")
             qrels_path = os.path.join(tmp, f"qrels{topics}")
             write_trec(run_path, qrels_path, topics, docs, args.seed)
-            argv = [*evald, "--run", run_path, "--qrels", qrels_path, "-m", EVALD_MEASURES,
-                    "--mean", "--format", "trec"]  # fmt: skip
-            ours, ours_cpu, ours_out = timed(argv, args.repeat)
+            flags = ["--run", run_path, "--qrels", qrels_path, "-m", EVALD_MEASURES, "--mean",
+                     "--format", "trec"]  # fmt: skip
+            ours, ours_cpu, ours_out = timed([*evald, *flags], args.repeat)
             print(
                 f"{topics * docs:>9,} lines, {topics} topics, best of {args.repeat}, "
                 f"load average {_load()}:"
             )
             print(f"  evald        {ours:.3f} s wall, {ours_cpu:.3f} s CPU")
-            if before_env is not None:
-                was, was_cpu, was_out = timed(argv, args.repeat, before_env, args.before)
+            if before is not None:
+                was, was_cpu, was_out = timed([*before, *flags], args.repeat)
                 assert summary(was_out) == summary(ours_out), (was_out, ours_out)
                 print(
                     f"  evald before {was:.3f} s wall, {was_cpu:.3f} s CPU "

@@ -13,9 +13,7 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
-from evald.score.jsonl import read_jsonl
-from evald.score.jsonl_chunks import Chunk, read_chunks
-from evald.score.records import Query, Rejection
+from evald.score.records import Chunk, Query, Rejection
 
 if TYPE_CHECKING:
     from evald.score.trec import JoinStats
@@ -31,16 +29,21 @@ class Input(Protocol):
 
 
 class JsonlInput:
-    """JSON Lines, streamed: memory does not grow with the input."""
+    """JSON Lines, streamed: memory does not grow with the input. The readers (and msgspec)
+    are imported here only, so TREC input does not pay for them at start-up."""
 
     def __init__(self, lines: Iterable[bytes], source: str) -> None:
         self._lines = lines
         self._source = source
 
     def items(self) -> Iterator[Query | Rejection]:
+        from evald.score.jsonl import read_jsonl
+
         return read_jsonl(self._lines, self._source)
 
     def chunks(self, size: int) -> Iterator[Chunk]:
+        from evald.score.jsonl_chunks import read_chunks
+
         return read_chunks(self._lines, self._source, size)
 
     def notes(self) -> list[str]:

@@ -16,7 +16,6 @@ that both give the same queries and rejections.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from itertools import chain, islice, repeat
 from operator import attrgetter
 from typing import Annotated
@@ -24,9 +23,8 @@ from typing import Annotated
 import msgspec
 import numpy as np
 
-from evald.score.batching import Lists
 from evald.score.jsonl import read_line
-from evald.score.records import Qid, Query, Rejection
+from evald.score.records import Chunk, Query, Rejection
 
 _Grade = Annotated[int, msgspec.Meta(ge=0)] | Annotated[float, msgspec.Meta(ge=0)]
 
@@ -47,35 +45,6 @@ _ranking = attrgetter("ranking")
 _qrels = attrgetter("qrels")
 _values = dict.values
 _colons = repeat(b":")
-
-
-@dataclass(slots=True)
-class Chunk:
-    """The queries of a run of input lines, as columns in input order, and its rejections."""
-
-    qids: list[Qid] = field(default_factory=list)
-    rankings: list[list[str]] = field(default_factory=list)
-    qrels: list[dict[str, float]] = field(default_factory=list)
-    rejections: list[Rejection] = field(default_factory=list)
-    fallbacks: int = 0  # lines of the chunk read by the per-line reader
-    #: more queries, already looked up into numbers (the columnar TREC reader), after the above
-    lists: Lists | None = None
-
-    def __len__(self) -> int:
-        return len(self.qids) + (len(self.lists) if self.lists is not None else 0)
-
-    def add(self, item: Query | Rejection) -> None:
-        """Append one query, or one rejection, read line by line."""
-        if isinstance(item, Rejection):
-            self.rejections.append(item)
-        else:
-            self.qids.append(item.qid)
-            self.rankings.append(item.ranking)
-            self.qrels.append(item.qrels)
-
-    def queries(self) -> list[Query]:
-        """The queries as :class:`Query` tuples (for tests and callers that want rows)."""
-        return list(map(Query, self.qids, self.rankings, self.qrels))
 
 
 #: After a chunk in which most lines needed the per-line reader (lines with unknown keys, such

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import gc
 import json
 import math
@@ -282,6 +283,21 @@ def test_help_shows_examples_and_the_real_default_measures(
     text = capsys.readouterr().out
     assert "examples:" in text and "--run run.txt --qrels qrels.txt" in text
     assert DEFAULT_MEASURES in text.replace("\n", "").replace(" ", "")
+
+
+@pytest.mark.parametrize("argv", [["score", "--help"], ["score", "--no-such-option"]])
+def test_help_and_usage_errors_do_not_depend_on_the_parsers_built(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`evald score ...` builds only score's parser (the other commands' imports cost start-up
+    time); what it prints must be what the parser of every command prints."""
+    printed = []
+    for only in ("score", None):
+        with pytest.raises(SystemExit) as exc:
+            evald.cli.build_parser(only).parse_args(argv)
+        printed.append((exc.value.code, capsys.readouterr()))
+    assert printed[0] == printed[1]
+    assert printed[0][1].out or printed[0][1].err
 
 
 # --- TREC input against trec_eval (pytrec_eval) --------------------------------------------
@@ -685,6 +701,43 @@ def test_mean_intervals_are_t_intervals_over_queries_and_batch_free(
         assert out["ci95(nDCG@5)"] == pytest.approx(list(expected), abs=1e-12)
 
 
+def test_from_the_command_line_score_ends_without_finalization(tmp_path: Path) -> None:
+    """`evald score` ends the process once its output is flushed (the interpreter's
+    finalization cost 10-20 ms a run), so an exit handler never runs; called in process with
+    its arguments (as these tests do), main returns instead."""
+    path = write(tmp_path / "in.jsonl", [json.dumps(row("q", ["a"], {"a": 1}))])
+    probe = (
+        "import atexit, sys, evald.cli\n"
+        "atexit.register(lambda: print('finalized', file=sys.stderr))\n"
+        f"sys.argv = ['evald', 'score', {path!r}, '-m', 'RR', '--mean', '--format', 'json']\n"
+        "evald.cli.main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout) == {"n": 1, "RR": 1.0}
+
+
+def test_ending_at_once_loses_no_output_and_keeps_the_exit_status(tmp_path: Path) -> None:
+    """Rows to a file, the means to stdout and the rejections to stderr are all there, in
+    full, when the process ends at once, and a rejected line still makes the status 1."""
+    lines = [json.dumps(row(f"q{i}", [f"d{j}" for j in range(20)], {"d3": 1})) for i in range(3000)]
+    path = write(tmp_path / "in.jsonl", [*lines, "{not json"])
+    out = tmp_path / "rows.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "evald", "score", path, "-m", "RR,P@5", "-o", str(out), "--mean",
+         "--format", "json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    means = json.loads(done.stdout)
+    assert (means["n"], means["RR"], means["P@5"]) == (3000, 0.25, pytest.approx(0.2))
+    assert done.stderr.splitlines()[-1] == "evald score: 1 line(s) rejected; 3000 queries scored"
+    rows = out.read_text(encoding="utf-8").splitlines()
+    assert len(rows) == 3000 and json.loads(rows[-1]) == {"qid": "q2999", "RR": 0.25, "P@5": 0.2}
+
+
 def test_start_up_imports_only_what_scoring_needs(tmp_path: Path) -> None:
     """`evald score` builds only its own parser (the daemon's pydantic settings and YAML cost
     about 0.15 s to import) and reads ordinary lines without pydantic-core (about 30 ms);
@@ -703,11 +756,11 @@ def test_start_up_imports_only_what_scoring_needs(tmp_path: Path) -> None:
     assert done.stdout.strip() == "0 []"
 
 
-#: Everything of evald that `evald score` imports to score a JSONL file: the command, its
-#: reader, scorer and writer, and the metric engine. A new import on this path is a start-up
-#: cost for every user (the target is 0.15 s in all, numpy included), so it is added here on
-#: purpose or not at all.
-JSONL_PATH_MODULES = {
+#: Everything of evald that `evald score` imports to score any input: the command, its scorer
+#: and writer, and the metric engine. A new import on this path is a start-up cost for every
+#: user (the target is 0.15 s in all, numpy included), so it is added here on purpose or not at
+#: all.
+SCORE_PATH_MODULES = {
     "evald",
     "evald.cli",
     "evald.metrics",
@@ -719,12 +772,12 @@ JSONL_PATH_MODULES = {
     "evald.score.batching",
     "evald.score.command",
     "evald.score.inputs",
-    "evald.score.jsonl",
-    "evald.score.jsonl_chunks",
     "evald.score.output",
     "evald.score.records",
     "evald.score.scoring",
 }
+#: ... and to read a JSONL file, its readers
+JSONL_PATH_MODULES = SCORE_PATH_MODULES | {"evald.score.jsonl", "evald.score.jsonl_chunks"}
 #: What a JSONL file or a small TREC file never needs: the daemon's clients and settings, the
 #: columnar reader's pyarrow, pandas, scipy (only for intervals and --compare)
 NEVER_ON_THE_SCORE_PATH = (
@@ -733,22 +786,30 @@ NEVER_ON_THE_SCORE_PATH = (
 )  # fmt: skip
 
 
-def imported_by(argv: list[str], cwd: Path) -> tuple[int, set[str], str]:
+#: What TREC input never needs besides: the JSONL readers' msgspec, and json (the trec format
+#: writes no JSON); about 8 ms of start-up together
+NEVER_ON_THE_TREC_PATH = ("msgspec", "json")
+
+
+def imported_by(
+    argv: list[str], cwd: Path, watched: tuple[str, ...] = NEVER_ON_THE_SCORE_PATH
+) -> tuple[int, set[str], str]:
     """The exit status of ``evald <argv>`` in a fresh interpreter, the modules it imported
-    (evald's and those listed above), and its OPENBLAS_NUM_THREADS."""
+    (evald's and those ``watched``), and its OPENBLAS_NUM_THREADS. The probe imports only
+    what the command does before it runs (its result goes out through ``print``)."""
     probe = (
-        "import json, os, sys, evald.cli\n"
+        "import os, sys, evald.cli\n"
         f"status = evald.cli.main({argv!r})\n"
-        f"watched = {NEVER_ON_THE_SCORE_PATH!r}\n"
+        f"watched = {watched!r}\n"
         "names = [m for m in sys.modules if m.startswith(('evald', *watched))]\n"
-        "print(json.dumps([status, names, os.environ.get('OPENBLAS_NUM_THREADS')]))\n"
+        "print(repr([status, names, os.environ.get('OPENBLAS_NUM_THREADS')]))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     done = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True, text=True, timeout=120, check=True, cwd=cwd, env=env,
     )  # fmt: skip
-    status, names, threads = json.loads(done.stdout.splitlines()[-1])
+    status, names, threads = ast.literal_eval(done.stdout.splitlines()[-1])
     return status, set(names), threads
 
 
@@ -764,12 +825,15 @@ def test_scoring_a_jsonl_file_imports_only_the_pinned_modules(tmp_path: Path) ->
 
 
 def test_scoring_small_trec_files_adds_only_the_exact_trec_reader(tmp_path: Path) -> None:
+    """TREC input imports the exact TREC reader and neither the JSONL readers nor msgspec nor
+    json (the trec format and the means write no JSON)."""
     run = write(tmp_path / "run", ["q Q0 a 1 1 t", "q Q0 b 2 0.5 t"])
     qrels = write(tmp_path / "qrels", ["q 0 b 1"])
     argv = ["score", "--run", run, "--qrels", qrels, "-m", "map", "--format", "trec", "--mean"]
-    status, names, _ = imported_by(argv, tmp_path)
+    watched = NEVER_ON_THE_SCORE_PATH + NEVER_ON_THE_TREC_PATH
+    status, names, _ = imported_by(argv, tmp_path, watched)
     assert status == 0
-    assert names == JSONL_PATH_MODULES | {"evald.score.trec"}
+    assert names == SCORE_PATH_MODULES | {"evald.score.trec"}
 
 
 @pytest.mark.parametrize(
