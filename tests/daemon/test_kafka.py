@@ -33,6 +33,7 @@ from kafka_oracle import (
 
 from evald.daemon import snapshots
 from evald.daemon.checkpoint import Checkpoint
+from evald.daemon.transactional_id import transactional_id
 
 pytestmark = pytest.mark.kafka
 
@@ -412,7 +413,9 @@ def test_authorization_denied_exits_2_saying_what_to_grant(acl_broker: Broker, u
             operation=ACLOperation.WRITE,
             permission_type=ACLPermissionType.DENY,
             resource_pattern=ResourcePattern(
-                ResourceType.TRANSACTIONAL_ID, f"evald-g-{unique}-", ACLResourcePatternType.PREFIXED
+                ResourceType.TRANSACTIONAL_ID,
+                transactional_id(f"g-{unique}", ""),  # every id of the group: evald/g-…/
+                ACLResourcePatternType.PREFIXED,
             ),
         )
         created = admin.create_acls([deny_txn])
