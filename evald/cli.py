@@ -14,6 +14,7 @@ finalization (tearing down numpy, pyarrow and every module: 10-20 ms, a tenth of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -102,16 +103,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 def exit_at_once(status: int) -> NoReturn:
     """Flush stdout and stderr and end the process with ``status``, skipping finalization.
 
-    A reader gone from stdout (``| head``) ends it with 0, as in :func:`main`; any other failure
-    to write is reported and ends it with 1 if it would have ended with 0 (finalization would
-    have reported it, with status 120)."""
+    A reader gone from stdout (``| head``) keeps the command's status (1 still says lines were
+    rejected); any other failure to write is reported and ends it with 1 if it would have ended
+    with 0 (finalization would have reported it, with status 120)."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        status = 0
+        pass
     except OSError as exc:
-        print(f"evald: error: cannot write to stdout: {exc}", file=sys.stderr)
         status = status or 1
+        with contextlib.suppress(OSError):
+            print(f"evald: error: cannot write to stdout: {exc}", file=sys.stderr)
     try:
         sys.stderr.flush()
     except OSError:

@@ -738,6 +738,23 @@ def test_ending_at_once_loses_no_output_and_keeps_the_exit_status(tmp_path: Path
     assert len(rows) == 3000 and json.loads(rows[-1]) == {"qid": "q2999", "RR": 0.25, "P@5": 0.2}
 
 
+def test_ending_at_once_with_the_reader_gone_keeps_the_exit_status() -> None:
+    """stdout's reader gone before the last flush (``| head``): the process still ends with
+    the command's status (1: lines rejected), and says nothing about the pipe."""
+    probe = (
+        "import os, sys, evald.cli\n"
+        "read, write = os.pipe()\n"
+        "os.close(read)\n"
+        "sys.stdout = os.fdopen(write, 'w')\n"
+        "sys.stdout.write('means')\n"
+        "evald.cli.exit_at_once(1)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stderr) == (1, "")
+
+
 def test_start_up_imports_only_what_scoring_needs(tmp_path: Path) -> None:
     """`evald score` builds only its own parser (the daemon's pydantic settings and YAML cost
     about 0.15 s to import) and reads ordinary lines without pydantic-core (about 30 ms);
