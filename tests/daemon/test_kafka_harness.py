@@ -37,6 +37,8 @@ def first_taken(taken: socket.socket, monkeypatch: pytest.MonkeyPatch) -> list[i
     return chosen
 
 
+# a second JVM start after the failed bind (~30 s): in the slow tier, beside the broker faults
+@pytest.mark.chaos
 def test_a_broker_whose_port_was_taken_starts_on_another(
     taken: socket.socket, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, unique: str
 ) -> None:
