@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaTimeoutError
 
 from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef, from_runs
 from evald.daemon.crash import crash_point
@@ -168,6 +169,25 @@ def read_ranges(
                 yield None
 
 
+def committed_offset(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
+    """The group's committed offset on ``tp``, or RestoreError after ``request_timeout_ms``.
+
+    Why bounded: kafka-python retries OffsetFetch without end while the group coordinator is
+    away or answers that a transaction still holds offsets of the group (``require_stable``: a
+    dead instance's transaction, aborted only at its timeout). The restore runs holding the
+    engine, so the loop would hang with it; failing lets the next session try again."""
+    timeout_ms = int(consumer.config["request_timeout_ms"])
+    try:
+        offset = consumer.committed(tp, timeout_ms=timeout_ms)
+    except KafkaTimeoutError as exc:
+        raise RestoreError(
+            f"the group's committed offset of {tp.topic}/{tp.partition} not answered within "
+            f"{timeout_ms / 1000:g}s (group coordinator away, or an open transaction of another "
+            "instance still holds the group's offsets)"
+        ) from exc
+    return None if offset is None else int(offset)
+
+
 def restore_partition(
     part: Part,
     *,
@@ -196,7 +216,7 @@ def restore_partition(
     p = part.partition
     started = clock()
     ckpt_tp = TopicPartition(topics.checkpoint_topic, p)
-    committed = consumer.committed(ckpt_tp)
+    committed = committed_offset(consumer, ckpt_tp)
     crash_point("restore")
     if committed:
         progress = Progress(stall_s, clock, heartbeat)
