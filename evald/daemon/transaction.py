@@ -218,15 +218,13 @@ class Transaction:
                     checkpoint.committed[kind], "", -1
                 )
         self._flush(producer)  # 5
-        with self._unlocked():
-            for future, _ in statistics_sent:
-                future.get(timeout=30)  # a refused share fails the commit, like a dead letter
-            written_at = [future.get(timeout=30).offset for _, _, future in planned]
+        for future, _ in statistics_sent:
+            future.get(timeout=30)  # a refused share fails the commit, like a dead letter
         holds_shares = any(share for _, share in statistics_sent)
         crash_point("statistics_sent", holds_shares)
-        for (_, checkpoint, _), offset in zip(planned, written_at, strict=True):
+        for _, checkpoint, future in planned:
             offsets[TopicPartition(checkpoint_topic, checkpoint.partition)] = OffsetAndMetadata(
-                offset + 1, "", -1
+                future.get(timeout=30).offset + 1, "", -1
             )
         answer_s = self._settings.kafka.transaction_timeout_ms / 1000
         group = consumer.group_metadata()
@@ -241,8 +239,9 @@ class Transaction:
         self._committed(planned)  # 7
 
     def _flush(self, producer: KafkaProducer) -> None:
-        """Wait, with the engine let go of, until the broker answered every record sent (the
-        futures of the records are resolved afterwards: reading them does not wait)."""
+        """Wait, with the engine let go of, until the broker answered every record sent: the
+        records' futures are resolved afterwards (or this raised), so reading them does not
+        wait and stays under the lock."""
         with self._unlocked():
             producer.flush(timeout=self._settings.kafka.request_timeout_ms / 1000)
 
