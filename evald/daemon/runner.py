@@ -337,9 +337,18 @@ class Daemon:
             inputs=self.inputs,
             clock=self.clock,
             heartbeat=self._beat,
+            offset_wait_s=self._offset_wait_s(),
         )
         with self.stats.lock:
             self.stats.restores += 1
+
+    def _offset_wait_s(self) -> float:
+        """How long a restore waits for the group's committed offset: a request, plus the
+        transaction timeout after which the broker aborts a dead instance's open transaction
+        that still holds the group's offsets (a takeover waits for that, docs/design.md,
+        "Fencing"); longer, the coordinator is not answering and a new session is tried."""
+        kafka = self.settings.kafka
+        return (kafka.request_timeout_ms + kafka.transaction_timeout_ms) / 1000
 
     def _dead_letter(self, rejection: Rejection, record: Any, kind: str) -> None:
         self.dead_letters.send(self.transaction.begin(), rejection, record, kind)

@@ -4,9 +4,10 @@ hanging the loop (Apache Kafka, in-process daemon).
 A restore reads the group's committed offset on the checkpoint topic with ``require_stable``:
 while another producer's open transaction holds offsets of the group, the broker answers
 UNSTABLE_OFFSET_COMMIT, and kafka-python retried that without end, with the loop holding the
-engine (no cycle, no heartbeat, scrapes without the engine) until the transaction timed out.
-The same wait follows a group-coordinator kill when the dead session's transaction had sent
-its offsets. Here the open transaction is a second producer's, left open by the test.
+engine (no cycle, no heartbeat, scrapes without the engine, a stop request not honoured) until
+the transaction timed out; it retries the same way while the group coordinator is away. Now the
+restore gives up after kafka.request_timeout_ms + kafka.transaction_timeout_ms and the session
+is retried. Here the open transaction is a second producer's, left open by the test.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from evald.daemon.settings import Settings, load_settings
 
 pytestmark = pytest.mark.kafka
 
-#: the bound on the offset fetch (kafka.request_timeout_ms), short for the test
+#: the bound on the offset fetch is kafka.request_timeout_ms + kafka.transaction_timeout_ms:
+#: 6 s + 10 s here
 REQUEST_TIMEOUT_MS = 6_000
 #: the open transaction outlives the test's wait by far: only the bound can end the fetch
 OPEN_TRANSACTION_MS = 300_000
