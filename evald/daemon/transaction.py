@@ -44,6 +44,7 @@ from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.inputs import Inputs, Part
 from evald.daemon.kafka_compat import (
     RecordAppender,
+    abort_within,
     close_quietly,
     commit_within,
     send_offsets_within,
@@ -411,11 +412,17 @@ class Transaction:
     def abort(self, *, poisoned: bool = False) -> None:
         """Abandon the open transaction; every owned partition must then be restored again.
         ``poisoned``: aborted during a rebalance, so the partitions kept lost their part of it
-        too and the session must resynchronise."""
+        too and the session must resynchronise.
+
+        The broker is asked to abort it at most for ``kafka.transaction_timeout_ms``, and not at
+        all once the session failed (``abandoned``, the consumer's close revokes): its broker
+        may be why it failed, and the teardown would wait on the consumer's I/O thread, holding
+        the engine, for as long as the broker is away. The next session's
+        ``init_transactions()`` aborts it, or the broker times it out."""
         producer = self._producer
-        if self.open and producer is not None:
+        if self.open and producer is not None and not self.abandoned:
             try:
-                producer.abort_transaction()
+                abort_within(producer, self._settings.kafka.transaction_timeout_ms / 1000)
             except KafkaError as exc:
                 log.warning("abort failed (%s); the broker will time the transaction out", exc)
         self.open = False

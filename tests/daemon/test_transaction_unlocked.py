@@ -1,25 +1,23 @@
 """A commit waiting on the broker lets go of the engine: a scrape meanwhile gets the engine's
 series, and the commit still finishes exactly once (Apache Kafka, in-process daemon).
 
-The commit is held inside its flush by a producer that waits for the test before flushing: a
-real broker outage leaves the loop in the same wait, but at a moment the test cannot choose.
+The commit is held inside its flush (flush_gate.py): a real broker outage leaves the loop in the
+same wait, but at a moment the test cannot choose.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kafka import KafkaProducer
+from flush_gate import FlushGate, gate_flushes
 from kafka_harness import Broker, KafkaTools, wait_until
 from kafka_instances import make_settings, names, running, settled
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 from test_kafka import assert_exactly_once, results_by_id
 
-import evald.daemon.runner as runner
 from evald.daemon.scrape import ScrapeLock
 from evald.exposition import build_registry
 
@@ -30,33 +28,9 @@ pytestmark = pytest.mark.kafka
 SCRAPE_WAIT_S = 20.0
 
 
-class FlushGate:
-    """Holds the next flush of a commit until the test lets it go."""
-
-    def __init__(self) -> None:
-        self.armed = threading.Event()
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def wait(self) -> None:
-        if not self.armed.is_set():
-            return
-        self.armed.clear()
-        self.entered.set()
-        self.release.wait(120)
-
-
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[FlushGate]:
-    """The daemon's transactional producer flushes through the gate."""
-    held = FlushGate()
-
-    class GatedProducer(KafkaProducer):  # type: ignore[misc]
-        def flush(self, timeout: float | None = None) -> None:
-            held.wait()
-            super().flush(timeout=timeout)
-
-    monkeypatch.setattr(runner, "KafkaProducer", GatedProducer)
+    held = gate_flushes(monkeypatch)
     yield held
     held.release.set()
 
