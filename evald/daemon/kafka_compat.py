@@ -19,14 +19,15 @@ back, records per partition the request's stamp and the watermark it reported.
 ``close_quietly``: closing a client of a session that just failed (broker gone, coordinator
 moved) can raise too; the session's teardown must go on, so every client is closed the same way.
 
-``commit_within`` / ``send_offsets_within``: ``commit_transaction()`` and
-``send_offsets_to_transaction()`` of kafka-python 3.0.x wait for the coordinator's answer with no
-time limit. After a broker restart the producer's sender was seen retrying "Node 1 not ready"
-for minutes while the consumer had long reconnected, and the commit never returned: evald
-stalled instead of starting a new session. These two give up after a deadline and raise
-``KafkaTimeoutError``; the session then ends like any transient error, and the next one's
-``init_transactions()`` settles the transaction (a commit the coordinator decided completes, an
-undecided one is aborted), which is the "commit in flight" case of the crash tests.
+``commit_within`` / ``send_offsets_within`` / ``abort_within``: ``commit_transaction()``,
+``send_offsets_to_transaction()`` and ``abort_transaction()`` of kafka-python 3.0.x wait for the
+coordinator's answer with no time limit. After a broker restart the producer's sender was seen
+retrying "Node 1 not ready" for minutes while the consumer had long reconnected, and the commit
+never returned: evald stalled instead of starting a new session. These give up after a
+deadline and raise ``KafkaTimeoutError``; the session then ends like any transient error, and
+the next one's ``init_transactions()`` settles the transaction (a commit the coordinator decided
+completes, an undecided one is aborted), which is the "commit in flight" case of the crash
+tests.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from kafka.errors import KafkaTimeoutError
 __all__ = [
     "FetchWatch",
     "RecordAppender",
+    "abort_within",
     "close_quietly",
     "commit_within",
     "send_offsets_within",
@@ -257,6 +259,14 @@ def commit_within(producer: Any, timeout_s: float) -> None:
         producer.commit_transaction()  # raises kafka-python's own error
         return
     _wait(producer, lambda manager: manager.begin_commit(), "the transaction commit", timeout_s)
+
+
+def abort_within(producer: Any, timeout_s: float) -> None:
+    """``producer.abort_transaction()``, giving up after ``timeout_s``."""
+    if getattr(producer, "_transaction_manager", None) is None:
+        producer.abort_transaction()
+        return
+    _wait(producer, lambda manager: manager.begin_abort(), "the transaction abort", timeout_s)
 
 
 def send_offsets_within(

@@ -1,20 +1,21 @@
 """Rebalance handling: what a revoked, lost or assigned partition means for the session.
 
-The callbacks run on kafka-python's I/O thread while the main thread is inside ``poll()`` or
-``close()``; they take the daemon's lock, record what happened and, on revocation, commit
-through the producer (which has its own I/O thread). Restoring an assigned partition happens
-later, on the main thread (``Inputs.take``).
+The callbacks run on kafka-python's I/O thread while the loop thread is blocked inside
+``poll()`` or ``close()``, which it calls without the daemon's engine lock; they take it (once:
+a revocation commit lets go of it while it waits on the broker), record what happened and, on
+revocation, commit through the producer (which has its own I/O thread). Restoring an assigned
+partition happens later, on the loop thread (``Inputs.take``).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 
 from kafka import TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
 from evald.daemon.crash import crash_point
+from evald.daemon.engine_lock import EngineLock
 from evald.daemon.health import Health
 from evald.daemon.inputs import Inputs
 from evald.daemon.stats import DaemonStats
@@ -31,7 +32,7 @@ class Rebalance(ConsumerRebalanceListener):
 
     def __init__(
         self,
-        lock: threading.RLock,
+        lock: EngineLock,
         inputs: Inputs,
         transaction: Transaction,
         engine: Engine,

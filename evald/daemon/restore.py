@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaTimeoutError
 
 from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef, from_runs
 from evald.daemon.crash import crash_point
@@ -168,6 +169,25 @@ def read_ranges(
                 yield None
 
 
+def committed_offset(consumer: KafkaConsumer, tp: TopicPartition, wait_s: float) -> int | None:
+    """The group's committed offset on ``tp``, or RestoreError after ``wait_s``.
+
+    Why bounded: kafka-python retries OffsetFetch without end while the group coordinator is
+    away or answers that a transaction still holds offsets of the group (``require_stable``: a
+    dead instance's transaction, aborted only at its timeout). The restore runs holding the
+    engine, so the loop would hang with it; failing lets the next session try again."""
+    timeout_ms = int(wait_s * 1000)
+    try:
+        offset = consumer.committed(tp, timeout_ms=timeout_ms)
+    except KafkaTimeoutError as exc:
+        raise RestoreError(
+            f"the group's committed offset of {tp.topic}/{tp.partition} not answered within "
+            f"{timeout_ms / 1000:g}s (group coordinator away, or an open transaction of another "
+            "instance still holds the group's offsets)"
+        ) from exc
+    return None if offset is None else int(offset)
+
+
 def restore_partition(
     part: Part,
     *,
@@ -180,11 +200,13 @@ def restore_partition(
     clock: Callable[[], float],
     heartbeat: Callable[[], None] = lambda: None,
     stall_s: float = RESTORE_STALL_S,
+    offset_wait_s: float = RESTORE_STALL_S,
 ) -> None:
     """Resume ``part`` from its committed checkpoint (or from the start of both inputs).
 
     1. Read the group's committed offset *c* on the checkpoint topic (crash point
-       ``restore``); without one, start both inputs from their beginning.
+       ``restore``), waiting at most ``offset_wait_s``; without one, start both inputs from
+       their beginning.
     2. Read the checkpoint at *c - 1*; refuse (exit 2) one written against other input topics.
     3. Restore the engine's watermark, consumed offsets and the impressions the cap evicted,
        and its comparison shares not final yet; load the checkpoint's snapshot of the window
@@ -196,7 +218,7 @@ def restore_partition(
     p = part.partition
     started = clock()
     ckpt_tp = TopicPartition(topics.checkpoint_topic, p)
-    committed = consumer.committed(ckpt_tp)
+    committed = committed_offset(consumer, ckpt_tp, offset_wait_s)
     crash_point("restore")
     if committed:
         progress = Progress(stall_s, clock, heartbeat)

@@ -11,10 +11,12 @@ Each concern of a cycle has its module: inputs.py (buffering, merge, feeding), b
 transaction.py (the commit cycle), rebalance.py, restore.py, health.py, dead_letters.py and
 topics.py; this class wires them to the clients of a session.
 
-Threading: kafka-python runs network I/O and rebalance callbacks on its own thread while the
-main thread is inside ``poll()``/``close()``; the callbacks only record what happened (plus,
-on revocation, commit through the producer, which has its own I/O thread), and all engine work
-stays on the main thread.
+Threading: kafka-python runs network I/O and rebalance callbacks on its own threads; a
+callback runs while the loop thread is blocked inside ``poll()``/``close()``, so one thread at
+a time changes the engine and the partitions' state: the loop thread, or a callback standing in
+for it (it records what happened and, on revocation, commits). Scrapes and the status line only
+read the engine, under ``self.lock`` (engine_lock.py), which a commit lets go of while it waits
+on the broker.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from evald.daemon.backoff import Backoff
 from evald.daemon.backpressure import Action, Backpressure
 from evald.daemon.comparisons import ComparisonReader
 from evald.daemon.dead_letters import DeadLetters
+from evald.daemon.engine_lock import EngineLock
 from evald.daemon.fatal import Fatal, unrecoverable
 from evald.daemon.health import Health
 from evald.daemon.inputs import Inputs
@@ -81,7 +84,7 @@ FENCING_ERRORS = (
 )
 
 
-#: a commit slower than this is logged (it holds the engine: scrapes go without it)
+#: a commit slower than this is logged (the broker was slow; scrapes are served meanwhile)
 SLOW_COMMIT_S = 5.0
 #: group states of a rebalance in progress (DescribeGroups)
 REBALANCING = ("PreparingRebalance", "CompletingRebalance")
@@ -110,8 +113,9 @@ class Daemon:
         self.on_engine = on_engine
         self._stop = threading.Event()
         #: held around every engine access; scrapes take it to copy a consistent state. Never
-        #: held across consumer.poll()/close(): rebalance callbacks take it on the I/O thread.
-        self.lock = threading.RLock()
+        #: held across consumer.poll()/close() (the rebalance callbacks take it there), and let
+        #: go of while a commit waits on the broker
+        self.lock = EngineLock()
         self._backoff = Backoff(
             settings.daemon.retry_backoff_initial_ms / 1000,
             settings.daemon.retry_backoff_max_ms / 1000,
@@ -128,6 +132,7 @@ class Daemon:
             self._backoff,
             clock,
             self.topics.topic_ids,
+            unlocked=self.lock.released,
         )
         self.backpressure = Backpressure(settings.daemon.pause_at, settings.daemon.resume_at)
         self.health = Health(self.stats, clock, settings.daemon.stall_timeout_s)
@@ -311,7 +316,7 @@ class Daemon:
                 transaction.commit()
                 transaction.last_commit = now
                 took = self.clock() - now
-                if took > SLOW_COMMIT_S:  # scrapes went without the engine meanwhile
+                if took > SLOW_COMMIT_S:
                     log.warning("a commit took %.1fs: the broker was slow to answer", took)
         return now
 
@@ -332,9 +337,18 @@ class Daemon:
             inputs=self.inputs,
             clock=self.clock,
             heartbeat=self._beat,
+            offset_wait_s=self._offset_wait_s(),
         )
         with self.stats.lock:
             self.stats.restores += 1
+
+    def _offset_wait_s(self) -> float:
+        """How long a restore waits for the group's committed offset: a request, plus the
+        transaction timeout after which the broker aborts a dead instance's open transaction
+        that still holds the group's offsets (a takeover waits for that, docs/design.md,
+        "Fencing"); longer, the coordinator is not answering and a new session is tried."""
+        kafka = self.settings.kafka
+        return (kafka.request_timeout_ms + kafka.transaction_timeout_ms) / 1000
 
     def _dead_letter(self, rejection: Rejection, record: Any, kind: str) -> None:
         self.dead_letters.send(self.transaction.begin(), rejection, record, kind)

@@ -6,6 +6,13 @@ transaction as the engine finalizes them (:meth:`Transaction.send_result`, ``Dea
 becomes visible to ``read_committed`` readers and the group's offsets move, or none of it does
 (docs/design.md, "Summary", items 1-4). The test-only crash points (crash.py) sit between the
 steps named below, so every step boundary is covered by the kill tests.
+
+The caller holds the daemon's engine lock; every wait on the broker inside a commit (flushes,
+the answers to the sends, the offsets, EndTxn) runs inside the ``unlocked`` context the runner
+hands in (``EngineLock.released``), so scrapes keep the engine's series while a broker is slow.
+Only the committing thread changes the engine and the partitions' state (the loop thread, or a
+revocation callback while the loop thread is blocked in ``poll()``), and it is the one waiting,
+so nothing a step reads before a wait has changed after it.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import json
 import logging
 import zlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -36,6 +44,7 @@ from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.inputs import Inputs, Part
 from evald.daemon.kafka_compat import (
     RecordAppender,
+    abort_within,
     close_quietly,
     commit_within,
     send_offsets_within,
@@ -63,8 +72,11 @@ class Transaction:
         backoff: Backoff,
         clock: Callable[[], float],
         topic_ids: Callable[[], dict[str, str]],
+        unlocked: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self._settings = settings
+        #: entered around every wait on the broker: the engine lock let go of meanwhile
+        self._unlocked = unlocked
         self._stats = stats
         self._inputs = inputs
         self._dead_letters = dead_letters
@@ -176,8 +188,7 @@ class Transaction:
         producer = self.begin()  # 1
         consumer = self._consumer
         assert consumer is not None
-        timeout = self._settings.kafka.request_timeout_ms / 1000
-        producer.flush(timeout=timeout)  # 2
+        self._flush(producer)  # 2
         self._dead_letters.check()
         holds_results = any(part.txn_count for part in parts)
         crash_point("results_sent", holds_results)
@@ -207,7 +218,7 @@ class Transaction:
                 offsets[self._inputs.tp(kind, p)] = OffsetAndMetadata(
                     checkpoint.committed[kind], "", -1
                 )
-        producer.flush(timeout=timeout)  # 5
+        self._flush(producer)  # 5
         for future, _ in statistics_sent:
             future.get(timeout=30)  # a refused share fails the commit, like a dead letter
         holds_shares = any(share for _, share in statistics_sent)
@@ -217,13 +228,23 @@ class Transaction:
                 future.get(timeout=30).offset + 1, "", -1
             )
         answer_s = self._settings.kafka.transaction_timeout_ms / 1000
-        send_offsets_within(producer, offsets, consumer.group_metadata(), answer_s)
+        group = consumer.group_metadata()
+        with self._unlocked():
+            send_offsets_within(producer, offsets, group, answer_s)
         crash_point("offsets_sent", holds_results)
         crash_point("commit_in_flight", holds_results)  # armed here, kills on the answer
-        commit_within(producer, answer_s)  # 6
+        with self._unlocked():
+            commit_within(producer, answer_s)  # 6
         crash_point("committed", holds_results)
         crash_point("statistics_committed", holds_shares)
         self._committed(planned)  # 7
+
+    def _flush(self, producer: KafkaProducer) -> None:
+        """Wait, with the engine let go of, until the broker answered every record sent: the
+        records' futures are resolved afterwards (or this raised), so reading them does not
+        wait and stays under the lock."""
+        with self._unlocked():
+            producer.flush(timeout=self._settings.kafka.request_timeout_ms / 1000)
 
     def _ranges_after(
         self, part: Part, horizon_ms: int | None
@@ -265,7 +286,7 @@ class Transaction:
             sent[p] = (raw, futures)
         if not sent:
             return {}
-        producer.flush(timeout=self._settings.kafka.request_timeout_ms / 1000)
+        self._flush(producer)
         return {
             p: SnapshotRef(
                 tuple(f.get(timeout=30).offset for f in futures),
@@ -322,7 +343,7 @@ class Transaction:
             producer.send(topic, key=key, value=chunk, partition=p)
             for chunk in snapshots.chunks(raw)
         ]
-        producer.flush(timeout=self._settings.kafka.request_timeout_ms / 1000)
+        self._flush(producer)
         offsets = tuple(f.get(timeout=30).offset for f in futures)
         ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
         return {"records": ref.to_json()}
@@ -391,11 +412,17 @@ class Transaction:
     def abort(self, *, poisoned: bool = False) -> None:
         """Abandon the open transaction; every owned partition must then be restored again.
         ``poisoned``: aborted during a rebalance, so the partitions kept lost their part of it
-        too and the session must resynchronise."""
+        too and the session must resynchronise.
+
+        The broker is asked to abort it at most for ``kafka.transaction_timeout_ms``, and not at
+        all once the session failed (``abandoned``, the consumer's close revokes): its broker
+        may be why it failed, and the teardown would wait on the consumer's I/O thread, holding
+        the engine, for as long as the broker is away. The next session's
+        ``init_transactions()`` aborts it, or the broker times it out."""
         producer = self._producer
-        if self.open and producer is not None:
+        if self.open and producer is not None and not self.abandoned:
             try:
-                producer.abort_transaction()
+                abort_within(producer, self._settings.kafka.transaction_timeout_ms / 1000)
             except KafkaError as exc:
                 log.warning("abort failed (%s); the broker will time the transaction out", exc)
         self.open = False

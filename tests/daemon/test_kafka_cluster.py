@@ -14,6 +14,9 @@ the chaos stands. Each case prints fault -> /readyz 200 and fault -> results flo
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -123,6 +126,8 @@ def chaos_run(
         except BaseException:
             print(f"/readyz said {sampler.not_ready_reasons(0.0)}; evald's log ends:")
             print(evald_log_tail(inst.log_path))
+            print(f"(the whole log: {inst.log_path})")
+            print(evald_stacks(inst.proc.pid))
             raise
         finally:
             sampler.stop()
@@ -152,6 +157,21 @@ def evald_log_tail(path: Path, lines: int = 150) -> str:
         and "evald.exposition.collector" not in line
     ]
     return "\n".join(own[-lines:])
+
+
+def evald_stacks(pid: int) -> str:
+    """Where every thread of evald is at the failure (py-spy, when installed): a loop stuck in
+    a broker wait names the wait."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        return "(py-spy not installed: no stacks)"
+    try:
+        dump = subprocess.run(
+            [spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(py-spy dump failed: {exc})"
+    return f"evald's threads:\n{dump.stdout}{dump.stderr}"
 
 
 def _secs(value: float | None, otherwise: str) -> str:
