@@ -19,6 +19,9 @@ import pytest
 from deploy.local_kafka import LocalKafka, LocalKafkaError
 from deploy.local_kafka.cluster import LocalCluster
 
+#: cluster starts tried when a chosen port was taken by another process
+START_ATTEMPTS = 3
+
 PRODUCED = "evald_results_produced_total"
 
 #: transaction states in which a transaction is still open (not decided and written out)
@@ -46,11 +49,24 @@ class Cluster:
     """Three Apache Kafka nodes for the module; a test fails (never skips) without Java."""
 
     def __init__(self, data_dir: Path) -> None:
-        self._cluster = LocalCluster(data_dir, settings={"auto.create.topics.enable": "false"})
-        try:
-            self._cluster.start()
-        except LocalKafkaError as exc:
-            pytest.fail(f"the three-broker tier cannot run: {exc}", pytrace=False)
+        self._cluster = self._started(data_dir)
+
+    @staticmethod
+    def _started(data_dir: Path) -> LocalCluster:
+        """Start three nodes on free ports; when another process took a chosen port before a
+        node bound it ("Address already in use"), start afresh on new ports."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            cluster = LocalCluster(
+                data_dir / f"attempt-{attempt}", settings={"auto.create.topics.enable": "false"}
+            )
+            try:
+                cluster.start()  # stops every node when it fails
+                return cluster
+            except LocalKafkaError as exc:
+                taken = [n.bind_failure() for n in cluster.nodes.values()]
+                if attempt == START_ATTEMPTS or not any(taken):
+                    pytest.fail(f"the three-broker tier cannot run: {exc}", pytrace=False)
+        raise AssertionError("unreachable")
 
     @property
     def bootstrap(self) -> str:
