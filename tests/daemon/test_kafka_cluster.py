@@ -1,6 +1,6 @@
 """`evald run` on three Apache Kafka brokers (RF 3, min ISR 2) while brokers die: the leader of
 a results partition, the transaction coordinator, the group coordinator, two brokers at once,
-and a rolling restart. `make test-cluster` runs this tier (10-11 minutes on two shared cores: one
+and a rolling restart. `make test-cluster` runs this tier (7-7½ minutes on two cores: one
 cluster per module, one topic set per case).
 
 The oracle of every case, on top of the single-broker one (tests/daemon/test_kafka.py): the
