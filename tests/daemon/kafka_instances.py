@@ -39,11 +39,17 @@ def names(unique: str) -> dict[str, str]:
     }
 
 
-def make_settings(bootstrap: str, unique: str, instance: str = "a", **daemon: Any) -> Settings:
+def make_settings(
+    bootstrap: str,
+    unique: str,
+    instance: str = "a",
+    kafka: dict[str, Any] | None = None,
+    **daemon: Any,
+) -> Settings:
     return load_settings(
         environ={},
         flags={
-            "kafka": {"bootstrap_servers": bootstrap, **KAFKA},
+            "kafka": {"bootstrap_servers": bootstrap, **KAFKA, **(kafka or {})},
             "topics": names(unique),
             "daemon": {
                 "group_id": f"g-{unique}",

@@ -17,11 +17,9 @@ import logging
 import pytest
 from kafka import KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
-from kafka_harness import ENGINE, Broker, KafkaTools, wait_until
-from kafka_instances import KAFKA, names, running, settled
+from kafka_harness import Broker, KafkaTools, wait_until
+from kafka_instances import make_settings, names, running, settled
 from test_kafka import assert_exactly_once, results_by_id
-
-from evald.daemon.settings import Settings, load_settings
 
 pytestmark = pytest.mark.kafka
 
@@ -30,29 +28,6 @@ pytestmark = pytest.mark.kafka
 REQUEST_TIMEOUT_MS = 6_000
 #: the open transaction outlives the test's wait by far: only the bound can end the fetch
 OPEN_TRANSACTION_MS = 300_000
-
-
-def settings_for(bootstrap: str, unique: str) -> Settings:
-    return load_settings(
-        environ={},
-        flags={
-            "kafka": {
-                "bootstrap_servers": bootstrap,
-                **KAFKA,
-                "request_timeout_ms": REQUEST_TIMEOUT_MS,
-            },
-            "topics": names(unique),
-            "daemon": {
-                "group_id": f"g-{unique}",
-                "instance_id": "a",
-                "commit_interval_ms": 300,
-                "metrics_address": "127.0.0.1:0",
-                "retry_backoff_initial_ms": 100,
-                "retry_backoff_max_ms": 1000,
-            },
-            "engine": ENGINE,
-        },
-    )
 
 
 def test_a_restore_waiting_on_an_open_transactions_offsets_gives_up_and_retries(
@@ -66,7 +41,9 @@ def test_a_restore_waiting_on_an_open_transactions_offsets_gives_up_and_retries(
         {topics["impressions"]: 1, topics["feedback"]: 1, checkpoints: 1, scratch: 1}
     )
     kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=800, seed=13)
-    settings = settings_for(broker.bootstrap, unique)
+    settings = make_settings(
+        broker.bootstrap, unique, kafka={"request_timeout_ms": REQUEST_TIMEOUT_MS}
+    )
     other = KafkaProducer(
         bootstrap_servers=broker.bootstrap,
         transactional_id=f"other-{unique}",

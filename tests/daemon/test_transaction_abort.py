@@ -18,40 +18,15 @@ import logging
 
 import pytest
 from flush_gate import gate_flushes
-from kafka_harness import ENGINE, Broker, KafkaTools, TcpProxy, wait_until
-from kafka_instances import KAFKA, names, running, settled
+from kafka_harness import Broker, KafkaTools, TcpProxy, wait_until
+from kafka_instances import make_settings, names, running, settled
 from test_kafka import assert_exactly_once, results_by_id
-
-from evald.daemon.settings import Settings, load_settings
 
 pytestmark = pytest.mark.kafka
 
 #: a flush cut off from the broker fails after this, and so does the next session's start
 REQUEST_TIMEOUT_MS = 6_000
 FAILED = "kafka session failed"
-
-
-def settings_for(bootstrap: str, unique: str) -> Settings:
-    return load_settings(
-        environ={},
-        flags={
-            "kafka": {
-                "bootstrap_servers": bootstrap,
-                **KAFKA,
-                "request_timeout_ms": REQUEST_TIMEOUT_MS,
-            },
-            "topics": names(unique),
-            "daemon": {
-                "group_id": f"g-{unique}",
-                "instance_id": "a",
-                "commit_interval_ms": 300,
-                "metrics_address": "127.0.0.1:0",
-                "retry_backoff_initial_ms": 100,
-                "retry_backoff_max_ms": 1000,
-            },
-            "engine": ENGINE,
-        },
-    )
 
 
 def failures(caplog: pytest.LogCaptureFixture) -> int:
@@ -71,7 +46,9 @@ def test_a_session_failing_with_its_transaction_open_and_the_broker_away_is_retr
     topics = names(unique)
     tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
     tools.produce_sim(topics["impressions"], topics["feedback"], events=1500, seed=14)
-    settings = settings_for(broker.bootstrap, unique)
+    settings = make_settings(
+        broker.bootstrap, unique, kafka={"request_timeout_ms": REQUEST_TIMEOUT_MS}
+    )
     with running(settings) as daemon:
         wait_until(lambda: settled(daemon, tools, unique), 90, "the daemon to settle")
         gate.armed.set()
