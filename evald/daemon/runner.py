@@ -48,7 +48,7 @@ from evald.daemon.engine_lock import EngineLock
 from evald.daemon.fatal import Fatal, unrecoverable
 from evald.daemon.health import Health
 from evald.daemon.inputs import Inputs
-from evald.daemon.kafka_compat import close_quietly, unpark_resumed
+from evald.daemon.kafka_compat import close_quietly, unpark_resumed, without_auto_create
 from evald.daemon.rebalance import Rebalance
 from evald.daemon.restore import RestoreError, restore_partition
 from evald.daemon.settings import Settings
@@ -246,17 +246,19 @@ class Daemon:
             batch_size=PRODUCER_BATCH_BYTES,
             # never refuse a dead letter the DLQ topic accepts (letters are fitted to its limit)
             max_request_size=max(self.dead_letters.limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
+            **without_auto_create(),
             **client,
         )
         # fences and aborts whatever a previous incarnation of this instance left open
         producer.init_transactions()
-        # neither consumer may create a topic: after a broker lost its data, an input topic
-        # created empty by a metadata request would be consumed as if nothing had happened
+        # no client may create a topic: after a broker lost its data, an input topic created
+        # empty by a metadata request would be consumed as if nothing had happened, and a
+        # deleted one would come back with the broker's default partition count
         self._reader = KafkaConsumer(
             group_id=None,
             enable_auto_commit=False,
             isolation_level="read_uncommitted",
-            allow_auto_create_topics=False,
+            **without_auto_create(),
             **client,
         )
         consumer = self._consumer = KafkaConsumer(
@@ -269,7 +271,7 @@ class Daemon:
             max_poll_interval_ms=cfg.kafka.max_poll_interval_ms,
             max_poll_records=cfg.daemon.max_poll_records,
             group_instance_id=cfg.daemon.instance_id if cfg.daemon.static_membership else None,
-            allow_auto_create_topics=False,
+            **without_auto_create(),
             **client,
         )
         self.transaction.connect(producer, consumer, engine)

@@ -16,7 +16,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -370,22 +370,6 @@ def test_a_missing_codec_exits_2_saying_what_to_install(
     assert proc.returncode == 2, proc.stderr
     assert "cannot decompress" in proc.stderr and "lz4" in proc.stderr
     assert "pip install" in proc.stderr
-
-
-@pytest.fixture
-def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """A private broker that checks ACLs (everything allowed unless an ACL says otherwise)."""
-    instance = Broker(
-        tmp_path_factory.mktemp("kafka-acl"),
-        settings={
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "allow.everyone.if.no.acl.found": "true",
-        },
-    )
-    try:
-        yield instance
-    finally:
-        instance.stop()
 
 
 def test_authorization_denied_exits_2_saying_what_to_grant(acl_broker: Broker, unique: str) -> None:

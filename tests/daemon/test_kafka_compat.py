@@ -20,6 +20,7 @@ from evald.daemon.kafka_compat import (
     commit_within,
     send_offsets_within,
     unpark_resumed,
+    without_auto_create,
 )
 
 pytestmark = pytest.mark.kafka
@@ -252,3 +253,42 @@ def test_fetch_watch_stamps_real_fetches_with_the_watermark_and_the_request_time
         assert watch.answered(tp)[1] == 50  # type: ignore[index]
     finally:
         consumer.close(autocommit=False)
+
+
+def test_a_client_asked_not_to_create_topics_does_not(acl_broker: Broker, unique: str) -> None:
+    """On a broker that creates topics a client asks metadata for (Kafka's default):
+    kafka-python 3.0.12's consumer, given ``allow_auto_create_topics=False``, still has the
+    topic created (its metadata client never gets the flag, kafka/net/manager.py); the
+    consumer and the producer built with ``without_auto_create()`` do not."""
+    from kafka import KafkaAdminClient
+
+    def fetched_with(options: dict[str, Any]) -> str:
+        """A consumer assigned to a topic nobody created, polled; the topic's name."""
+        topic = f"nocreate-{unique}-{len(options)}"
+        consumer = KafkaConsumer(bootstrap_servers=acl_broker.bootstrap, **options)
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            consumer.poll(timeout_ms=1_000)
+        finally:
+            consumer.close()
+        return topic
+
+    guarded = fetched_with(without_auto_create())
+    producer = KafkaProducer(
+        bootstrap_servers=acl_broker.bootstrap, max_block_ms=1_000, **without_auto_create()
+    )
+    try:
+        with pytest.raises(KafkaTimeoutError):  # the topic's metadata never comes
+            producer.send(f"nocreate-{unique}-producer", b"x")
+    finally:
+        producer.close(timeout=1)
+    plain = fetched_with({"allow_auto_create_topics": False})
+    admin = KafkaAdminClient(bootstrap_servers=acl_broker.bootstrap)
+    try:
+        existing = set(admin.list_topics())
+    finally:
+        admin.close()
+    assert guarded not in existing and f"nocreate-{unique}-producer" not in existing
+    assert plain in existing, (
+        "kafka-python honours allow_auto_create_topics now: remove without_auto_create"
+    )
