@@ -18,6 +18,16 @@ back, records per partition the request's stamp and the watermark it reported.
 
 ``close_quietly``: closing a client of a session that just failed (broker gone, coordinator
 moved) can raise too; the session's teardown must go on, so every client is closed the same way.
+A producer with records no broker takes (their topic deleted) is a case of its own:
+``KafkaProducer.close(timeout)`` flushes first and raises ``KafkaTimeoutError`` before it stops
+its sender, so the producer stayed open with its I/O thread running and closed again from
+``__del__`` at exit, printing a traceback; the pending records are aborted (as Java's
+``close(Duration.ZERO)`` does) and the close repeated.
+
+``flush_within``: ``producer.flush(timeout)`` of kafka-python 3.0.x applies the timeout to each
+incomplete batch in turn, so a flush of many batches the broker does not take (their topic
+deleted) waits that many times as long; and a caller that must notice why meanwhile has no
+moment to look. This one gives up after one deadline and calls back every second while it waits.
 
 ``commit_within`` / ``send_offsets_within`` / ``abort_within``: ``commit_transaction()``,
 ``send_offsets_to_transaction()`` and ``abort_transaction()`` of kafka-python 3.0.x wait for the
@@ -47,6 +57,7 @@ import inspect
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +71,7 @@ __all__ = [
     "abort_within",
     "close_quietly",
     "commit_within",
+    "flush_within",
     "send_offsets_within",
     "unpark_resumed",
     "without_auto_create",
@@ -259,7 +271,13 @@ class RecordAppender:
                 extra["timestamp_ms"] = timestamp_ms
             if headers:
                 extra["headers"] = headers
-            return self._send(tp.topic, key=key, value=value, partition=tp.partition, **extra)
+            future = self._send(tp.topic, key=key, value=value, partition=tp.partition, **extra)
+            if getattr(future, "is_done", False) and future.failed():
+                # kafka-python returns a send whose metadata wait the broker refused (e.g.
+                # TopicAuthorizationFailedError) as a failed future; the records appended after
+                # it would wait for metadata that never comes until a flush times out
+                raise future.exception
+            return future
         future, _full, new_batch, _ = self._append(tp, timestamp_ms, key, value, headers)
         if new_batch:
             self._wakeup()
@@ -282,6 +300,28 @@ def _wait(producer: Any, start: Callable[[Any], Any], what: str, timeout_s: floa
     producer._sender.wakeup()
     if not result.wait(timeout_ms=timeout_s * 1000):
         raise KafkaTimeoutError(f"{what} not answered within {timeout_s:g}s")
+
+
+def flush_within(
+    producer: Any,
+    timeout_s: float,
+    waiting: Callable[[], None] = lambda: None,
+    *,
+    step_s: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """``producer.flush()`` within ``timeout_s`` in all (KafkaTimeoutError after it), calling
+    ``waiting()`` about every ``step_s`` while records are still unanswered (see the module
+    doc); ``waiting`` may raise to give up at once."""
+    deadline = clock() + timeout_s
+    while True:
+        try:
+            producer.flush(timeout=max(0.0, min(step_s, deadline - clock())))
+            return
+        except KafkaTimeoutError:
+            if clock() >= deadline:
+                raise
+        waiting()
 
 
 def commit_within(producer: Any, timeout_s: float) -> None:
@@ -321,7 +361,14 @@ def close_quietly(client: Any) -> None:
         if isinstance(client, KafkaConsumer):
             client.close(autocommit=False, timeout_ms=1_000)
         elif isinstance(client, KafkaProducer):
-            client.close(timeout=1)
+            try:
+                client.close(timeout=1)
+            except KafkaTimeoutError:
+                sender = getattr(client, "_sender", None)
+                if sender is None:
+                    raise
+                sender.force_close()  # its thread aborts the batches still pending
+                client.close(timeout=1)
         else:
             client.close()
     except Exception:
