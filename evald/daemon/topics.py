@@ -21,6 +21,7 @@ from kafka.errors import (
     KafkaError,
     TopicAlreadyExistsError,
     TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
 )
 
 from evald.daemon.dead_letters import max_message_bytes
@@ -233,8 +234,10 @@ def describe(admin: KafkaAdminClient, names: tuple[str, ...]) -> dict[str, Topic
         if code == TopicAuthorizationFailedError.errno:
             denied.append(name)
             continue
-        if code:
-            continue  # unknown (deleted), or not ready yet: missing
+        if code == UnknownTopicOrPartitionError.errno:
+            continue  # missing
+        if code:  # e.g. still being created: nothing to conclude, ask again later
+            raise KafkaError(f"describing topic {name}: error code {code}")
         topic_id = desc.get("topic_id")
         ops = desc.get("authorized_operations")
         shapes[name] = TopicShape(
@@ -306,8 +309,9 @@ class TopicGuard:
             with contextlib.suppress(KafkaError):  # not visible yet: the next check has them
                 admin.wait_for_topics(create, timeout_ms=5_000)
             # their ids, for the checkpoints; and a topic evald may create but not write to
-            # is refused before it is ready
-            shapes.update(describe(admin, tuple(create)))
+            # is refused before it is ready (one not described yet: the next check has it)
+            with contextlib.suppress(KafkaError):
+                shapes.update(describe(admin, tuple(create)))
         self._check_permissions(shapes, "refusing to start")
         self._keep_outputs(shapes)
         return limit

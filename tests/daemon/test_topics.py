@@ -153,3 +153,22 @@ def test_a_dead_letter_topic_deleted_while_running_ends_the_session_to_create_it
     admin.created.clear()
     guard.start(admin)  # the next session
     assert admin.created == ["dlq"]
+
+
+def test_a_topic_the_broker_cannot_describe_yet_is_not_taken_for_deleted() -> None:
+    """Only UNKNOWN_TOPIC_OR_PARTITION means missing; another topic error (a topic being
+    created answers LEADER_NOT_AVAILABLE) skips the check instead of stopping evald."""
+    from kafka.errors import KafkaError
+
+    clock = SettableClock()
+    admin = Admin(inputs())
+    guard = TopicGuard(settings(), clock)
+    guard.start(admin)
+    described = admin.describe_topics
+    admin.describe_topics = lambda names: [  # type: ignore[method-assign]
+        {**d, "error_code": 5} if d["name"] == "res" else d for d in described(names)
+    ]
+    clock.now += TOPIC_CHECK_INTERVAL_S
+    guard.recheck(admin, clock())  # skipped (logged at debug), not a Fatal
+    with pytest.raises(KafkaError, match="describing topic res: error code 5"):
+        guard.start(admin)  # a session start retries later
