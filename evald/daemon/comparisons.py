@@ -29,7 +29,7 @@ from prometheus_client.metrics_core import Metric
 
 from evald.config import EngineConfig
 from evald.daemon.backoff import Backoff
-from evald.daemon.kafka_compat import close_quietly
+from evald.daemon.kafka_compat import close_quietly, without_auto_create
 from evald.daemon.settings import Settings, TopicSettings
 from evald.statistics.live import LiveStatistics
 from evald.statistics.shares import decode_record
@@ -94,7 +94,7 @@ class ComparisonReader:
                     # offset 0 may be compacted away: start at the oldest record kept
                     auto_offset_reset="earliest",
                     isolation_level="read_committed",
-                    allow_auto_create_topics=False,
+                    **without_auto_create(),
                     **self._client,
                 )
                 tp = TopicPartition(self.topic, PARTITION)

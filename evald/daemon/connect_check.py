@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from evald.daemon.comparisons import statistics_topic
+from evald.daemon.permissions import acl_command, topic_needs
 from evald.daemon.rekey import internal_topic
 from evald.daemon.settings import Settings
 from evald.daemon.topics import TopicLayoutError, check_layout
@@ -60,21 +60,16 @@ STATISTICS = "statistics.comparisons"
 
 
 def _roles(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(setting, topic, operations evald needs on it)."""
-    topics = settings.topics
-    roles = [
-        ("topics.impressions", topics.impressions, ("DESCRIBE", "READ")),
-        ("topics.feedback", topics.feedback, ("DESCRIBE", "READ")),
-        ("topics.results", topics.results, ("DESCRIBE", "READ", "WRITE")),
-        ("topics.checkpoints", topics.checkpoint_topic, ("DESCRIBE", "READ", "WRITE")),
-        ("topics.dlq", topics.dlq, ("DESCRIBE", "WRITE")),
-    ]
+    """(setting, topic, operations evald needs on it): the main stage's (permissions.py), and
+    the repartition stage's internal topics before the statistics topic."""
+    needs = topic_needs(settings)
+    roles = [(n.setting, n.topic, n.operations) for n in needs if n.setting != STATISTICS]
     if settings.input.repartition:
+        topics = settings.topics
         for name in (topics.impressions, topics.feedback):
             internal = internal_topic(settings.daemon.group_id, name)
             roles.append(("input.repartition", internal, ("DESCRIBE", "READ", "WRITE", "DELETE")))
-    if settings.engine_config().statistics.comparisons:
-        roles.append((STATISTICS, statistics_topic(topics), ("DESCRIBE", "READ", "WRITE")))
+    roles += [(n.setting, n.topic, n.operations) for n in needs if n.setting == STATISTICS]
     return roles
 
 
@@ -201,8 +196,8 @@ def permission_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list
                 Check(
                     FAIL,
                     f"permissions {name}",
-                    f"the principal lacks {', '.join(missing)} ({setting}); grant them with "
-                    "kafka-acls.sh",
+                    f"the principal lacks {', '.join(missing)} ({setting}); grant them: "
+                    f"{acl_command(settings, f'--topic {name}', missing)}",
                 )
             )
         else:

@@ -6,13 +6,15 @@ would fail the same way forever, so `evald run` exits 2 with the advice instead 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from kafka.errors import (
     AuthorizationError,
     SaslAuthenticationFailedError,
     UnsupportedCodecError,
 )
 
-__all__ = ["Fatal", "unrecoverable"]
+__all__ = ["Fatal", "causes", "unrecoverable"]
 
 
 class Fatal(Exception):
@@ -23,17 +25,37 @@ class Fatal(Exception):
         self.status = status
 
 
-def unrecoverable(exc: BaseException) -> str | None:
-    """What to do about ``exc`` (or the error it was raised from) if retrying cannot help,
-    else None (a transient error)."""
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, the errors it was raised from, and errors carried in its arguments: kafka-python
+    wraps the error of a failed transactional request in a plain ``KafkaError`` argument
+    ("Cannot perform send because at least one previous transactional or idempotent request
+    has failed with errors.", TopicAuthorizationFailedError(...))."""
     seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
+    todo: list[BaseException] = [exc]
+    while todo:
+        cause = todo.pop(0)
+        if id(cause) in seen:
+            continue
         seen.add(id(cause))
+        yield cause
+        todo.extend(arg for arg in cause.args if isinstance(arg, BaseException))
+        for linked in (cause.__cause__, cause.__context__):
+            if linked is not None:
+                todo.append(linked)
+
+
+def unrecoverable(
+    exc: BaseException, denied: Callable[[AuthorizationError], str] | None = None
+) -> str | None:
+    """What to do about ``exc`` (or an error in :func:`causes`) if retrying cannot help, else
+    None (a transient error). ``denied`` words an authorization failure (the resource, the
+    operation and the grant: permissions.py); without it the advice lists every grant."""
+    for cause in causes(exc):
+        if denied is not None and isinstance(cause, AuthorizationError):
+            return denied(cause)
         advice = _advice(cause)
         if advice is not None:
             return advice
-        cause = cause.__cause__ or cause.__context__
     return None
 
 
@@ -48,9 +70,10 @@ def _advice(exc: BaseException) -> str | None:
     if isinstance(exc, AuthorizationError):
         return (
             f"the broker denied an operation ({name}: {exc}): grant evald's principal Read on "
-            "both input topics, Write and Describe on the results, checkpoint and dead-letter "
-            "topics, Read on its consumer group and Write on its transactional id "
-            "(evald/<group>/<instance>); see docs/daemon.md"
+            "both input topics, Describe, Read and Write on the results and checkpoint "
+            "topics, Describe and Write on the dead-letter topic, Read on its consumer group "
+            "and Write and Describe on its transactional id (evald/<group>/<instance>); see "
+            "docs/daemon.md"
         )
     if isinstance(exc, SaslAuthenticationFailedError):
         return f"the broker rejected evald's credentials ({exc}): check the kafka.sasl_* settings"

@@ -1,7 +1,10 @@
 """How `evald run` writes its log: readable lines by default, one JSON object per line on request.
 
 Times are UTC ISO 8601 with milliseconds in both forms, never raw epoch numbers, so a log line
-can be read and correlated with the dashboard without conversion. Event times inside messages
+can be read and correlated with the dashboard without conversion. Warnings and errors that repeat
+are rate-limited (:class:`RepeatLimit`): kafka-python logs a refused metadata request or a
+missing partition on every retry, hundreds of lines a second, which buries the one line that
+says what is wrong. Event times inside messages
 (watermarks) go through :func:`event_time`. JSON lines carry the structured fields a message was
 logged with (``extra={"status": {...}}``), so log pipelines get numbers, not parsed text.
 """
@@ -11,10 +14,20 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-__all__ = ["FORMATS", "JsonFormatter", "TextFormatter", "event_time", "setup_logging"]
+__all__ = [
+    "FORMATS",
+    "JsonFormatter",
+    "RepeatLimit",
+    "TextFormatter",
+    "event_time",
+    "setup_logging",
+]
 
 FORMATS = ("text", "json")
 
@@ -60,6 +73,51 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str, ensure_ascii=False)
 
 
+class RepeatLimit(logging.Filter):
+    """Passes at most ``burst`` warnings or errors of one kind per ``window_s``; a kind is the
+    logger, the level and the message's format string, so "Topic %s is not authorized" is one
+    kind whatever the topic. The first line of a kind after a window that dropped some says
+    how many were left out (a flood that stops is counted when its kind next appears). INFO
+    and DEBUG lines (the status line) always pass."""
+
+    #: kinds remembered at most; past that all are forgotten (each starts a fresh burst)
+    MAX_KINDS = 1_024
+
+    def __init__(
+        self, burst: int = 5, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__()
+        self.burst = burst
+        self.window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()  # kafka-python logs from its I/O thread too
+        #: kind -> [window start, lines in the window, lines dropped in it]
+        self._kinds: dict[tuple[str, int, str], list[float]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        kind = (record.name, record.levelno, str(record.msg))
+        now = self._clock()
+        with self._lock:
+            window = self._kinds.get(kind)
+            if window is None or now - window[0] >= self.window_s:
+                dropped = 0 if window is None else int(window[2])
+                if len(self._kinds) >= self.MAX_KINDS:
+                    self._kinds.clear()
+                self._kinds[kind] = [now, 1, 0]
+            elif window[1] < self.burst:
+                window[1] += 1
+                return True
+            else:
+                window[2] += 1
+                return False
+        if dropped:
+            record.msg = f"{record.getMessage()} ({dropped} earlier lines like this not logged)"
+            record.args = None
+        return True
+
+
 def setup_logging(level: str, log_format: str = "text", stream: TextIO | None = None) -> None:
     """Route every logger to ``stream`` (stderr) in ``log_format``; kafka-python's chatter is
     kept at WARNING unless the level asks for DEBUG."""
@@ -67,6 +125,7 @@ def setup_logging(level: str, log_format: str = "text", stream: TextIO | None = 
         raise ValueError(f"log format must be one of {', '.join(FORMATS)}, got {log_format!r}")
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.addFilter(RepeatLimit())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

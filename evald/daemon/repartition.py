@@ -78,6 +78,7 @@ from evald.daemon.kafka_compat import (
     commit_within,
     send_offsets_within,
     unpark_resumed,
+    without_auto_create,
 )
 from evald.daemon.rekey import RequestIdReader, Unkeyable, internal_topic, partition_for
 from evald.daemon.settings import REPARTITION_SUFFIX, Settings
@@ -345,6 +346,7 @@ class Repartitioner:
             linger_ms=PRODUCER_LINGER_MS,
             batch_size=PRODUCER_BATCH_BYTES,
             max_request_size=max(self._layout.dlq_limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
+            **without_auto_create(),
             **client,
         )
         # fences and aborts whatever a previous incarnation of this instance left open
@@ -360,7 +362,7 @@ class Repartitioner:
             max_poll_interval_ms=cfg.kafka.max_poll_interval_ms,
             max_poll_records=cfg.daemon.max_poll_records,
             group_instance_id=stage_id if static else None,
-            allow_auto_create_topics=False,
+            **without_auto_create(),
             **client,
         )
         self._sources = SourceWatch(self._consumer, self.clock)

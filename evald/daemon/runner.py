@@ -31,6 +31,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import (
+    AuthorizationError,
     CommitFailedError,
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -48,7 +49,8 @@ from evald.daemon.engine_lock import EngineLock
 from evald.daemon.fatal import Fatal, unrecoverable
 from evald.daemon.health import Health
 from evald.daemon.inputs import Inputs
-from evald.daemon.kafka_compat import close_quietly, unpark_resumed
+from evald.daemon.kafka_compat import close_quietly, unpark_resumed, without_auto_create
+from evald.daemon.permissions import explain_denial
 from evald.daemon.rebalance import Rebalance
 from evald.daemon.restore import RestoreError, restore_partition
 from evald.daemon.settings import Settings
@@ -86,6 +88,8 @@ FENCING_ERRORS = (
 
 #: a commit slower than this is logged (the broker was slow; scrapes are served meanwhile)
 SLOW_COMMIT_S = 5.0
+#: while a flush waits, the topics are checked this often (TopicGuard.recheck)
+WAITING_CHECK_S = 1.0
 #: group states of a rebalance in progress (DescribeGroups)
 REBALANCING = ("PreparingRebalance", "CompletingRebalance")
 
@@ -122,7 +126,7 @@ class Daemon:
         )
         topics = settings.topics
         self.inputs = Inputs(topics.impressions, topics.feedback, clock, merge_hold_s)
-        self.topics = TopicGuard(topics, clock)
+        self.topics = TopicGuard(settings, clock)
         self.dead_letters = DeadLetters(topics.dlq)
         self.transaction = Transaction(
             settings,
@@ -133,6 +137,7 @@ class Daemon:
             clock,
             self.topics.topic_ids,
             unlocked=self.lock.released,
+            waiting=self._waiting,
         )
         self.backpressure = Backpressure(settings.daemon.pause_at, settings.daemon.resume_at)
         self.health = Health(self.stats, clock, settings.daemon.stall_timeout_s)
@@ -178,7 +183,7 @@ class Daemon:
                 log.error("%s", exc)
                 return exc.status
             except (KafkaError, OSError, RestoreError, TimeoutError) as exc:
-                advice = unrecoverable(exc)
+                advice = unrecoverable(exc, self._denied)
                 if advice is not None:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
@@ -195,6 +200,11 @@ class Daemon:
                     delay,
                 )
             except Exception:
+                # a topic deleted under the session shows up as surprises inside kafka-python
+                # first (a KeyError from ListOffsets, a seek on a partition no longer assigned)
+                status = self._topics_gone()
+                if status is not None:
+                    return status
                 # never die on a surprise: the state is in Kafka, a new session restores it
                 self.health.set_ready(False)
                 delay = self._backoff.next_delay()
@@ -204,6 +214,37 @@ class Daemon:
             self._beat()  # retrying a broker that is away is alive, only not ready
             self._stop.wait(delay)
         return 0
+
+    def _topics_gone(self) -> int | None:
+        """Check the topics at once after a surprise: the exit status when one is gone."""
+        if self._admin is None:
+            return None
+        try:
+            self.topics.recheck(self._admin, self.clock(), interval_s=0.0)
+        except Fatal as fatal:
+            log.error("%s", fatal)
+            return fatal.status
+        except Exception:
+            log.debug("topic check after a failed session failed too", exc_info=True)
+        return None
+
+    def _waiting(self) -> None:
+        """Called while a commit's flush waits: a results topic deleted under the session
+        leaves its records unanswered, so the topics are checked (at most every second) and
+        the session stops with what happened instead of waiting out the flush."""
+        if self._admin is not None:
+            self.topics.recheck(self._admin, self.clock(), interval_s=WAITING_CHECK_S)
+
+    def _denied(self, error: AuthorizationError) -> str:
+        """What to grant after ``error``: the broker asked which operations evald's principal
+        holds on its topics now, so the message names the ones missing."""
+        authorized = None
+        if self._admin is not None:
+            try:
+                authorized = self.topics.authorized(self._admin)
+            except Exception:
+                log.debug("could not ask the broker for the authorized operations", exc_info=True)
+        return explain_denial(self.settings, error, authorized)
 
     def open_engine(self) -> Engine:
         """Build the session's engine (every session starts from a fresh one)."""
@@ -246,17 +287,19 @@ class Daemon:
             batch_size=PRODUCER_BATCH_BYTES,
             # never refuse a dead letter the DLQ topic accepts (letters are fitted to its limit)
             max_request_size=max(self.dead_letters.limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
+            **without_auto_create(),
             **client,
         )
         # fences and aborts whatever a previous incarnation of this instance left open
         producer.init_transactions()
-        # neither consumer may create a topic: after a broker lost its data, an input topic
-        # created empty by a metadata request would be consumed as if nothing had happened
+        # no client may create a topic: after a broker lost its data, an input topic created
+        # empty by a metadata request would be consumed as if nothing had happened, and a
+        # deleted one would come back with the broker's default partition count
         self._reader = KafkaConsumer(
             group_id=None,
             enable_auto_commit=False,
             isolation_level="read_uncommitted",
-            allow_auto_create_topics=False,
+            **without_auto_create(),
             **client,
         )
         consumer = self._consumer = KafkaConsumer(
@@ -269,7 +312,7 @@ class Daemon:
             max_poll_interval_ms=cfg.kafka.max_poll_interval_ms,
             max_poll_records=cfg.daemon.max_poll_records,
             group_instance_id=cfg.daemon.instance_id if cfg.daemon.static_membership else None,
-            allow_auto_create_topics=False,
+            **without_auto_create(),
             **client,
         )
         self.transaction.connect(producer, consumer, engine)

@@ -10,24 +10,34 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import (
+    ClusterAuthorizationFailedError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
 
 from evald.daemon.dead_letters import max_message_bytes
 from evald.daemon.fatal import Fatal
-from evald.daemon.settings import TopicSettings
+from evald.daemon.permissions import acl_command, principal, topic_denied, topic_needs, unauthorized
+from evald.daemon.settings import Settings
 
 __all__ = [
     "TOPIC_CHECK_INTERVAL_S",
+    "TopicAccessDenied",
     "TopicGuard",
     "TopicLayoutError",
     "TopicShape",
     "check_checkpoint_ids",
     "check_layout",
+    "check_outputs_kept",
     "check_unchanged",
     "describe",
     "ensure_statistics_topic",
@@ -90,11 +100,21 @@ def missing_outputs(counts: Mapping[str, int | None], outputs: tuple[str, ...]) 
 
 @dataclass(frozen=True)
 class TopicShape:
-    """What identifies an input topic to a running daemon: its id (None when the broker does
-    not report one) and its partition count."""
+    """What identifies a topic to a running daemon: its id (None when the broker does not
+    report one) and its partition count; and the operations evald's principal may perform on
+    it (KIP-430; None when the broker does not report them)."""
 
     topic_id: str | None
     partitions: int
+    authorized: frozenset[str] | None = None
+
+
+class TopicAccessDenied(Exception):
+    """The broker refused to describe ``topics`` (no Describe permission)."""
+
+    def __init__(self, topics: list[str]) -> None:
+        super().__init__(", ".join(topics))
+        self.topics = topics
 
 
 def check_unchanged(before: Mapping[str, TopicShape], now: Mapping[str, TopicShape | None]) -> None:
@@ -132,38 +152,101 @@ def check_unchanged(before: Mapping[str, TopicShape], now: Mapping[str, TopicSha
             )
 
 
-def check_checkpoint_ids(
-    saved: Mapping[str, str], now: Mapping[str, TopicShape], partition: int
+def check_outputs_kept(
+    before: Mapping[str, TopicShape], now: Mapping[str, TopicShape | None], group: str
 ) -> None:
-    """Raise TopicLayoutError when an input topic's id differs from the one partition
-    ``partition``'s checkpoint was written against: the topic was recreated while no evald ran
-    (``check_unchanged`` sees only changes during this process's life)."""
+    """Raise TopicLayoutError when the results or checkpoint topic seen ``before`` is gone or
+    was recreated (another topic id) ``now``.
+
+    Why fatal rather than created again: a checkpoint locates the committed results of its
+    partition by their offsets in the results topic (a restore reads them back to rebuild the
+    window aggregates) and the group's committed offset on the checkpoint topic locates the
+    checkpoint; a new topic restarts at offset 0, so either would be read as something it is
+    not, and the results the deleted topic held are gone for its readers (docs/daemon.md,
+    "Topics deleted while evald runs").
+    """
+    for name, old in before.items():
+        new = now.get(name)
+        if new is not None and not (old.topic_id and new.topic_id != old.topic_id):
+            continue
+        what = (
+            "was deleted"
+            if new is None
+            else f"was deleted and recreated (topic id {old.topic_id} -> {new.topic_id})"
+        )
+        raise TopicLayoutError(
+            f"output topic {name} {what} while evald ran: whatever it held is gone, and the "
+            f"checkpoints of group {group} point at offsets in the old topic (the results a "
+            "restore reads back, the checkpoint a partition resumes from), so evald cannot go "
+            "on with a new one. To start over, start evald with a new daemon.group_id and new "
+            "results/checkpoint topics (evald creates missing ones): it reads the inputs again "
+            "from their earliest retained records and writes their results anew"
+        )
+
+
+#: what to do when an input topic is not the one the checkpoints were written against
+INPUT_ADVICE = (
+    "the committed offsets and checkpoints refer to the old topic. To consume the new one, "
+    "start evald with a new daemon.group_id and new results/checkpoint topics (or delete the "
+    "group and its checkpoint topic)"
+)
+#: ... and when the results topic is not
+RESULTS_ADVICE = (
+    "the checkpoint locates its committed results by their offsets in the old topic, and "
+    "those results are gone. To start over, start evald with a new daemon.group_id and a new "
+    "checkpoint topic: it reads the inputs again from their earliest retained records and "
+    "writes their results anew"
+)
+
+
+def check_checkpoint_ids(
+    saved: Mapping[str, str],
+    now: Mapping[str, TopicShape],
+    partition: int,
+    *,
+    role: str = "input topic",
+    advice: str = INPUT_ADVICE,
+) -> None:
+    """Raise TopicLayoutError when a topic's id differs from the one partition ``partition``'s
+    checkpoint was written against: the topic was recreated while no evald ran
+    (``check_unchanged`` and ``check_outputs_kept`` see only changes during this process's
+    life)."""
     for name, shape in now.items():
         old = saved.get(name)
         if old and shape.topic_id and old != shape.topic_id:
             raise TopicLayoutError(
-                f"input topic {name} was deleted and recreated since the checkpoint of "
-                f"partition {partition} was written (topic id {old} -> {shape.topic_id}); the "
-                "committed offsets and checkpoints refer to the old topic. To consume the new "
-                "one, start evald with a new daemon.group_id and new results/checkpoint topics "
-                "(or delete the group and its checkpoint topic)"
+                f"{role} {name} was deleted and recreated since the checkpoint of partition "
+                f"{partition} was written (topic id {old} -> {shape.topic_id}); {advice}"
             )
 
 
 def describe(admin: KafkaAdminClient, names: tuple[str, ...]) -> dict[str, TopicShape | None]:
-    """Each topic's id and partition count (None: it does not exist)."""
-    existing = set(admin.list_topics())
+    """Each topic's id, partition count and authorized operations (None: it does not exist),
+    in one metadata request. Raises :class:`TopicAccessDenied` naming the topics the broker
+    refuses to describe: a topic evald may not see is not a missing one."""
     shapes: dict[str, TopicShape | None] = dict.fromkeys(names)
-    present = [name for name in names if name in existing]
-    for desc in admin.describe_topics(present) if present else []:
+    denied = []
+    for desc in admin.describe_topics(list(shapes)) if shapes else []:
         name = desc.get("name") or desc.get("topic")
-        if desc.get("error_code") or name not in shapes:
-            continue  # deleted between the two requests: missing
+        if name not in shapes:
+            continue
+        code = desc.get("error_code") or 0
+        if code == TopicAuthorizationFailedError.errno:
+            denied.append(name)
+            continue
+        if code == UnknownTopicOrPartitionError.errno:
+            continue  # missing
+        if code:  # e.g. still being created: nothing to conclude, ask again later
+            raise KafkaError(f"describing topic {name}: error code {code}")
         topic_id = desc.get("topic_id")
+        ops = desc.get("authorized_operations")
         shapes[name] = TopicShape(
             None if not topic_id or topic_id == NO_TOPIC_ID else str(topic_id),
             len(desc["partitions"]),
+            frozenset(str(op).upper() for op in ops) if ops else None,
         )
+    if denied:
+        raise TopicAccessDenied(denied)
     return shapes
 
 
@@ -171,26 +254,37 @@ class TopicGuard:
     """The topic checks of one daemon: at the start of every session and every
     ``TOPIC_CHECK_INTERVAL_S`` while it runs. Each failure is a :class:`Fatal` (exit 2)."""
 
-    def __init__(self, topics: TopicSettings, clock: Callable[[], float]) -> None:
-        self._topics = topics
+    def __init__(self, settings: Settings, clock: Callable[[], float]) -> None:
+        self._settings = settings
+        self._topics = settings.topics
         self._clock = clock
         #: the input topics as first seen by this process; kept across sessions, so a topic
         #: recreated during an outage is noticed when the next session starts
         self.inputs: dict[str, TopicShape] = {}
+        #: the results and checkpoint topics as first seen by this process (kept the same way)
+        self.outputs: dict[str, TopicShape] = {}
+        #: the dead-letter topic was seen (it is created again, not fatal: daemon.md)
+        self._dlq_seen = False
         self._last_check = 0.0
+        #: the thread that started the session: the only one that uses its admin client
+        self._thread: threading.Thread | None = None
 
     def topic_ids(self) -> dict[str, str]:
-        """The input topics' ids (those the broker reports), as written into checkpoints."""
-        return {name: shape.topic_id for name, shape in self.inputs.items() if shape.topic_id}
+        """The ids of the input topics and of the results topic (those the broker reports), as
+        written into checkpoints: a restore refuses a checkpoint written against other ones."""
+        results = self.outputs.get(self._topics.results)
+        shapes = {**self.inputs, **({self._topics.results: results} if results else {})}
+        return {name: shape.topic_id for name, shape in shapes.items() if shape.topic_id}
 
     def start(self, admin: KafkaAdminClient) -> int:
         """Refuse input topics that are missing, not co-partitioned or not those this process
-        consumed before; create missing output topics. Returns the DLQ topic's
+        consumed before, output topics this process wrote that are gone, and topics evald's
+        principal may not use; create missing output topics. Returns the DLQ topic's
         ``max.message.bytes``."""
+        self._thread = threading.current_thread()
         topics = self._topics
-        inputs = (topics.impressions, topics.feedback)
         outputs = (topics.results, topics.checkpoint_topic, topics.dlq)
-        shapes = describe(admin, (*inputs, *outputs))
+        shapes = self._describe(admin, "refusing to start")
         counts = {
             name: None if shape is None else shape.partitions for name, shape in shapes.items()
         }
@@ -198,43 +292,129 @@ class TopicGuard:
             # first: a topic this process consumed before and that is gone now gets the message
             # that says what to do about the old offsets, not the one for a first start
             check_unchanged(self.inputs, shapes)
+            check_outputs_kept(self.outputs, shapes, self._settings.daemon.group_id)
             partitions = check_layout(
                 counts, impressions=topics.impressions, feedback=topics.feedback, outputs=outputs
             )
         except TopicLayoutError as exc:
             raise Fatal(2, f"evald run: refusing to start: {exc}") from None
         # check_layout passed: both inputs exist
+        inputs = (topics.impressions, topics.feedback)
         self.inputs = {name: shape for name in inputs if (shape := shapes[name]) is not None}
         self._last_check = self._clock()
         limit = max_message_bytes(admin, topics.dlq)
         create = missing_outputs(counts, outputs)
         if create:
-            log.info("creating output topics %s with %d partitions", create, partitions)
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics([NewTopic(name, partitions, -1) for name in create])
+            self._create(admin, create, partitions)
+            with contextlib.suppress(KafkaError):  # not visible yet: the next check has them
+                admin.wait_for_topics(create, timeout_ms=5_000)
+            # their ids, for the checkpoints; and a topic evald may create but not write to
+            # is refused before it is ready (one not described yet: the next check has it)
+            with contextlib.suppress(KafkaError):
+                shapes.update(describe(admin, tuple(create)))
+        self._check_permissions(shapes, "refusing to start")
+        self._keep_outputs(shapes)
         return limit
 
-    def recheck(self, admin: KafkaAdminClient, now: float) -> None:
-        """Every ``TOPIC_CHECK_INTERVAL_S``: stop (exit 2) when an input topic was deleted,
-        recreated or repartitioned."""
-        if now - self._last_check < TOPIC_CHECK_INTERVAL_S:
+    def recheck(
+        self, admin: KafkaAdminClient, now: float, interval_s: float = TOPIC_CHECK_INTERVAL_S
+    ) -> None:
+        """Every ``interval_s``: stop (exit 2) when an input topic was deleted, recreated or
+        repartitioned, the results or checkpoint topic was deleted or recreated, or the
+        principal lost an operation evald needs on one of its topics; end the session (a
+        transient KafkaError) when the dead-letter topic was deleted, so that the next one
+        creates it again. Only on the thread that started the session (a commit in a
+        rebalance callback waits on another one)."""
+        if now - self._last_check < interval_s or threading.current_thread() is not self._thread:
             return
         self._last_check = self._clock()
         try:
-            shapes = describe(admin, tuple(self.inputs))
+            shapes = self._describe(admin, "stopping")
         except KafkaError as exc:
             log.debug("topic check skipped: %s", exc)  # the lag probe reports the broker
             return
         try:
             check_unchanged(self.inputs, shapes)
+            check_outputs_kept(self.outputs, shapes, self._settings.daemon.group_id)
         except TopicLayoutError as exc:
             raise Fatal(2, f"evald run: stopping: {exc}") from None
+        self._check_permissions(shapes, "stopping")
+        self._keep_outputs(shapes)
+        if self._dlq_seen and shapes.get(self._topics.dlq) is None:
+            # evald never reads it back: a new session creates it again, and the letters of
+            # the transaction this ends are written again by the replay
+            raise KafkaError(f"the dead-letter topic {self._topics.dlq} was deleted; recreating it")
+
+    def authorized(self, admin: KafkaAdminClient) -> dict[str, frozenset[str] | None]:
+        """Per topic evald uses, the operations the broker says its principal may perform now
+        (an empty set: it may not even describe the topic); a topic that does not exist is
+        left out. For the message of a denied request (permissions.explain_denial)."""
+        names = tuple(dict.fromkeys(need.topic for need in topic_needs(self._settings)))
+        try:
+            shapes = describe(admin, names)
+        except TopicAccessDenied as exc:
+            denied = set(exc.topics)
+            allowed = describe(admin, tuple(name for name in names if name not in denied))
+            return {
+                **{name: s.authorized for name, s in allowed.items() if s is not None},
+                **dict.fromkeys(denied, frozenset()),
+            }
+        return {name: shape.authorized for name, shape in shapes.items() if shape is not None}
+
+    def _describe(self, admin: KafkaAdminClient, verb: str) -> dict[str, TopicShape | None]:
+        """Every topic evald uses, described; a topic it may not describe is fatal."""
+        names = tuple(dict.fromkeys(need.topic for need in topic_needs(self._settings)))
+        try:
+            return describe(admin, names)
+        except TopicAccessDenied as exc:
+            denied = [need for need in topic_needs(self._settings) if need.topic in exc.topics]
+            said = [topic_denied(self._settings, need, need.operations) for need in denied]
+            raise Fatal(2, f"evald run: {verb}: " + "; and ".join(said)) from None
+
+    def _check_permissions(self, shapes: Mapping[str, TopicShape | None], verb: str) -> None:
+        """Fatal when the broker reports an operation evald needs as not authorized."""
+        authorized = {name: shape.authorized for name, shape in shapes.items() if shape}
+        said = unauthorized(self._settings, authorized)
+        if said:
+            raise Fatal(2, f"evald run: {verb}: " + "; and ".join(said))
+
+    def _create(self, admin: KafkaAdminClient, names: list[str], partitions: int) -> None:
+        log.info("creating output topics %s with %d partitions", names, partitions)
+        try:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics([NewTopic(name, partitions, -1) for name in names])
+        except (TopicAuthorizationFailedError, ClusterAuthorizationFailedError) as exc:
+            grant = acl_command(self._settings, "--cluster", ["CREATE"])
+            raise Fatal(
+                2,
+                f"evald run: refusing to start: the broker denies evald's principal "
+                f"({principal(self._settings)}) Create for the missing output topics "
+                f"{', '.join(names)} ({type(exc).__name__}); create them yourself with "
+                f"{partitions} partitions, or grant Create: {grant}",
+            ) from None
+
+    def _keep_outputs(self, shapes: Mapping[str, TopicShape | None]) -> None:
+        """Remember the results and checkpoint topics the first time they are seen."""
+        for name in (self._topics.results, self._topics.checkpoint_topic):
+            shape = shapes.get(name)
+            if name not in self.outputs and shape is not None:
+                self.outputs[name] = shape
+        self._dlq_seen = self._dlq_seen or shapes.get(self._topics.dlq) is not None
 
     def check_checkpoint(self, saved: object, partition: int) -> None:
         """Refuse (exit 2) to restore ``partition`` from a checkpoint written against other
-        input topics (``saved``: the checkpoint's ``topic_ids``)."""
+        input topics or another results topic (``saved``: the checkpoint's ``topic_ids``)."""
+        ids = saved if isinstance(saved, dict) else {}
+        results = self._topics.results
         try:
-            check_checkpoint_ids(saved if isinstance(saved, dict) else {}, self.inputs, partition)
+            check_checkpoint_ids(ids, self.inputs, partition)
+            check_checkpoint_ids(
+                {results: ids[results]} if results in ids else {},
+                {results: self.outputs[results]} if results in self.outputs else {},
+                partition,
+                role="results topic",
+                advice=RESULTS_ADVICE,
+            )
         except TopicLayoutError as exc:
             raise Fatal(2, f"evald run: refusing to restore: {exc}") from None
 

@@ -47,6 +47,7 @@ from evald.daemon.kafka_compat import (
     abort_within,
     close_quietly,
     commit_within,
+    flush_within,
     send_offsets_within,
 )
 from evald.daemon.merge import KINDS
@@ -73,10 +74,14 @@ class Transaction:
         clock: Callable[[], float],
         topic_ids: Callable[[], dict[str, str]],
         unlocked: Callable[[], AbstractContextManager[None]] = nullcontext,
+        waiting: Callable[[], None] = lambda: None,
     ) -> None:
         self._settings = settings
         #: entered around every wait on the broker: the engine lock let go of meanwhile
         self._unlocked = unlocked
+        #: called about every second while a flush waits (the runner checks its topics: a
+        #: deleted results topic shows up as a flush that never completes); may raise
+        self._waiting = waiting
         self._stats = stats
         self._inputs = inputs
         self._dead_letters = dead_letters
@@ -244,7 +249,8 @@ class Transaction:
         records' futures are resolved afterwards (or this raised), so reading them does not
         wait and stays under the lock."""
         with self._unlocked():
-            producer.flush(timeout=self._settings.kafka.request_timeout_ms / 1000)
+            timeout_s = self._settings.kafka.request_timeout_ms / 1000
+            flush_within(producer, timeout_s, self._waiting)
 
     def _ranges_after(
         self, part: Part, horizon_ms: int | None

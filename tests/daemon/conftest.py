@@ -33,6 +33,26 @@ def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]
         instance.stop()
 
 
+@pytest.fixture(scope="session")
+def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A second Apache Kafka for the session, set up as a default install is: it checks ACLs
+    (everything allowed where no ACL names the resource) and creates a topic a client asks
+    metadata for (``auto.create.topics.enable=true``, one partition). Tests keep apart by their
+    own topics, groups and ACLs on those."""
+    instance = Broker(
+        tmp_path_factory.mktemp("kafka-acl"),
+        settings={
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "true",
+            "auto.create.topics.enable": "true",
+        },
+    )
+    try:
+        yield instance
+    finally:
+        instance.stop()
+
+
 @pytest.fixture
 def proxied_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Broker, TcpProxy]]:
     """A private broker reachable only through a proxy, whose address it advertises (the

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from child_processes import die_with_parent
 from kafka_harness import ENGINE, KafkaTools, free_port
 
@@ -88,6 +89,17 @@ def run_argv(bootstrap: str, unique: str, metrics_address: str) -> list[str]:
         "--metrics-address",
         metrics_address,
     ]
+
+
+def run_to_exit(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`evald run` as a child; a daemon that keeps retrying instead of exiting fails the test."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
+    try:
+        return subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"evald run kept retrying instead of exiting:\n{exc.stderr}")
 
 
 @contextlib.contextmanager

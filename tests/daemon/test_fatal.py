@@ -58,3 +58,22 @@ def test_the_cause_of_a_wrapping_error_counts() -> None:
             raise RuntimeError("fetch failed") from inner
     except RuntimeError as outer:
         assert unrecoverable(outer) is not None
+
+
+def test_an_error_carried_in_a_wrapping_errors_arguments_counts() -> None:
+    """kafka-python reports a failed transactional request on the next send as a plain
+    KafkaError whose second argument is the broker's error; it used to be retried forever."""
+    from kafka.errors import KafkaError
+
+    wrapped = KafkaError(
+        "Cannot perform send because at least one previous transactional or idempotent "
+        "request has failed with errors.",
+        TopicAuthorizationFailedError({"evald.results"}),
+    )
+    advice = unrecoverable(wrapped)
+    assert advice is not None and "TopicAuthorizationFailedError" in advice
+    # the daemon words a denial itself (permissions.py): it gets the broker's error
+    seen: list[Exception] = []
+    assert unrecoverable(wrapped, lambda error: seen.append(error) or "grant it") == "grant it"
+    assert [type(error) for error in seen] == [TopicAuthorizationFailedError]
+    assert unrecoverable(KafkaError("transient", KafkaTimeoutError("x"))) is None

@@ -11,17 +11,25 @@ aborted records, to keep the window aggregates' protection against such copies c
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from kafka_harness import ENGINE, Broker, CommittedReader, KafkaTools, Tansu, TcpProxy, wait_until
-from kafka_instances import KAFKA, Instance, make_settings, names, run_argv, running, settled
+from kafka_instances import (
+    KAFKA,
+    Instance,
+    make_settings,
+    names,
+    run_argv,
+    run_to_exit,
+    running,
+    settled,
+)
 from kafka_oracle import (
     assert_exactly_once,
     assert_matches_an_uninterrupted_run,
@@ -33,7 +41,6 @@ from kafka_oracle import (
 
 from evald.daemon import snapshots
 from evald.daemon.checkpoint import Checkpoint
-from evald.daemon.transactional_id import transactional_id
 
 pytestmark = pytest.mark.kafka
 
@@ -340,17 +347,6 @@ def test_compressed_input_topics_are_read_exactly(
     assert_windows_equal(read_windows(windows), reference)
 
 
-def run_to_exit(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`evald run` as a child; a daemon that keeps retrying instead of exiting fails the test."""
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
-    try:
-        return subprocess.run(
-            argv, env=env, capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"evald run kept retrying instead of exiting:\n{exc.stderr}")
-
-
 def test_a_missing_codec_exits_2_saying_what_to_install(
     broker: Broker, kafka_tools: KafkaTools, unique: str
 ) -> None:
@@ -370,62 +366,6 @@ def test_a_missing_codec_exits_2_saying_what_to_install(
     assert proc.returncode == 2, proc.stderr
     assert "cannot decompress" in proc.stderr and "lz4" in proc.stderr
     assert "pip install" in proc.stderr
-
-
-@pytest.fixture
-def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """A private broker that checks ACLs (everything allowed unless an ACL says otherwise)."""
-    instance = Broker(
-        tmp_path_factory.mktemp("kafka-acl"),
-        settings={
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "allow.everyone.if.no.acl.found": "true",
-        },
-    )
-    try:
-        yield instance
-    finally:
-        instance.stop()
-
-
-def test_authorization_denied_exits_2_saying_what_to_grant(acl_broker: Broker, unique: str) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import (
-        ACL,
-        ACLOperation,
-        ACLPermissionType,
-        ACLResourcePatternType,
-        ResourcePattern,
-        ResourceType,
-    )
-
-    tools = KafkaTools(acl_broker.bootstrap)
-    topics = names(unique)
-    tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
-    tools.produce_sim(topics["impressions"], topics["feedback"], events=300, seed=13)
-    admin = KafkaAdminClient(bootstrap_servers=acl_broker.bootstrap)
-    try:
-        # every client here is User:ANONYMOUS (plaintext): evald may read and create topics
-        # but not use its transactional id, as when an operator forgot that grant
-        deny_txn = ACL(
-            principal="User:ANONYMOUS",
-            host="*",
-            operation=ACLOperation.WRITE,
-            permission_type=ACLPermissionType.DENY,
-            resource_pattern=ResourcePattern(
-                ResourceType.TRANSACTIONAL_ID,
-                transactional_id(f"g-{unique}", ""),  # every id of the group: evald/g-…/
-                ACLResourcePatternType.PREFIXED,
-            ),
-        )
-        created = admin.create_acls([deny_txn])
-        assert not created["failed"], created
-    finally:
-        admin.close()
-    proc = run_to_exit(run_argv(acl_broker.bootstrap, unique, "127.0.0.1:0"))
-    assert proc.returncode == 2, proc.stderr
-    assert "denied" in proc.stderr and "TransactionalIdAuthorizationFailedError" in proc.stderr
-    assert "grant evald's principal Read" in proc.stderr
 
 
 # -- the matrix: negative controls, zombie ---------------------------------------------------

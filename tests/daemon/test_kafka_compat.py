@@ -1,4 +1,5 @@
-"""The kafka-python work-arounds (pause/resume, the results appender), against the real broker."""
+"""The kafka-python work-arounds (pause/resume, the results appender, no topic auto-creation,
+flushes and closes that end), against the real broker where it matters."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, ProducerFencedError
 from kafka.producer.transaction_manager import TransactionalRequestResult
 from kafka_harness import Broker, KafkaTools
+from settable_clock import SettableClock
 
 from evald.daemon.kafka_compat import (
     FetchWatch,
     RecordAppender,
+    close_quietly,
     commit_within,
+    flush_within,
     send_offsets_within,
     unpark_resumed,
+    without_auto_create,
 )
 
 pytestmark = pytest.mark.kafka
@@ -252,3 +257,119 @@ def test_fetch_watch_stamps_real_fetches_with_the_watermark_and_the_request_time
         assert watch.answered(tp)[1] == 50  # type: ignore[index]
     finally:
         consumer.close(autocommit=False)
+
+
+def test_a_client_asked_not_to_create_topics_does_not(acl_broker: Broker, unique: str) -> None:
+    """On a broker that creates topics a client asks metadata for (Kafka's default):
+    kafka-python 3.0.12's consumer, given ``allow_auto_create_topics=False``, still has the
+    topic created (its metadata client never gets the flag, kafka/net/manager.py); the
+    consumer and the producer built with ``without_auto_create()`` do not."""
+    from kafka import KafkaAdminClient
+
+    def fetched_with(options: dict[str, Any]) -> str:
+        """A consumer assigned to a topic nobody created, polled; the topic's name."""
+        topic = f"nocreate-{unique}-{len(options)}"
+        consumer = KafkaConsumer(bootstrap_servers=acl_broker.bootstrap, **options)
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            consumer.poll(timeout_ms=1_000)
+        finally:
+            consumer.close()
+        return topic
+
+    guarded = fetched_with(without_auto_create())
+    producer = KafkaProducer(
+        bootstrap_servers=acl_broker.bootstrap, max_block_ms=1_000, **without_auto_create()
+    )
+    try:
+        with pytest.raises(KafkaTimeoutError):  # the topic's metadata never comes
+            producer.send(f"nocreate-{unique}-producer", b"x")
+    finally:
+        producer.close(timeout=1)
+    plain = fetched_with({"allow_auto_create_topics": False})
+    admin = KafkaAdminClient(bootstrap_servers=acl_broker.bootstrap)
+    try:
+        existing = set(admin.list_topics())
+    finally:
+        admin.close()
+    assert guarded not in existing and f"nocreate-{unique}-producer" not in existing
+    assert plain in existing, (
+        "kafka-python honours allow_auto_create_topics now: remove without_auto_create"
+    )
+
+
+class _Flushing:
+    """A producer whose flush times out ``stuck`` times (its wait moving ``clock``) before it
+    completes."""
+
+    def __init__(self, stuck: int, clock: SettableClock) -> None:
+        self.stuck = stuck
+        self.clock = clock
+        self.timeouts: list[float] = []
+
+    def flush(self, timeout: float) -> None:
+        self.timeouts.append(timeout)
+        if len(self.timeouts) <= self.stuck:
+            self.clock.now += timeout
+            raise KafkaTimeoutError("Timeout waiting for future")
+
+
+def test_flush_within_calls_back_while_it_waits_and_keeps_one_deadline() -> None:
+    clock = SettableClock(0.0)
+    waited: list[float] = []
+    flush_within(_Flushing(2, clock), 30.0, lambda: waited.append(clock()), clock=clock)
+    assert waited == [1.0, 2.0]
+    producer = _Flushing(100, clock)
+    waited.clear()
+    with pytest.raises(KafkaTimeoutError):
+        flush_within(producer, 3.5, lambda: waited.append(clock()), clock=clock)
+    # one deadline in all (kafka-python's timeout holds for each batch in turn)
+    assert producer.timeouts == [1.0, 1.0, 1.0, 0.5] and len(waited) == 3
+
+    class Gone(Exception):
+        pass
+
+    def topic_gone() -> None:
+        raise Gone
+
+    with pytest.raises(Gone):  # the callback gives up at once
+        flush_within(_Flushing(100, clock), 30.0, topic_gone, clock=clock)
+
+
+def test_a_send_the_broker_refused_before_it_left_raises_at_once() -> None:
+    """kafka-python hands back a refused metadata wait (no Describe on the topic) as a failed
+    future; the appender raises it instead of queueing the partition's records behind it."""
+    from kafka.errors import TopicAuthorizationFailedError
+    from kafka.future import Future
+
+    refused = Future().failure(TopicAuthorizationFailedError({"res"}))
+    producer = SimpleNamespace(send=lambda *a, **k: refused, config={"max_request_size": 1 << 20})
+    appender = RecordAppender(producer)
+    with pytest.raises(TopicAuthorizationFailedError):
+        appender.send(TopicPartition("res", 0), b"k", b"v", first_in_transaction=True)
+
+
+def test_closing_a_producer_with_records_nobody_takes_stops_it() -> None:
+    """kafka-python's close flushes first and raises before it stops the sender; the records
+    are aborted and the close repeated, so the producer is closed (no second close at exit)."""
+
+    class Stuck(KafkaProducer):  # type: ignore[misc]
+        def __init__(self) -> None:  # no connection: only close() is exercised
+            self.closes: list[float] = []
+            self.forced = False
+            self._sender = SimpleNamespace(force_close=self._force)
+
+        def _force(self) -> None:
+            self.forced = True
+
+        def close(self, timeout: float | None = None, null_logger: bool = False) -> None:
+            self.closes.append(timeout or 0)
+            if not self.forced:
+                raise KafkaTimeoutError("Timeout waiting for future")
+
+        def __del__(self) -> None:
+            pass
+
+    producer = Stuck()
+    close_quietly(producer)
+    assert producer.forced and producer.closes == [1, 1]

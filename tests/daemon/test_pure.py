@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from evald.daemon.topics import (
     TopicShape,
     check_checkpoint_ids,
     check_layout,
+    check_outputs_kept,
     check_unchanged,
     missing_outputs,
 )
@@ -191,6 +193,32 @@ def test_a_checkpoint_written_against_another_topic_id_is_refused() -> None:
         TopicLayoutError, match="imp was deleted and recreated since the checkpoint"
     ):
         check_checkpoint_ids({"imp": "id-1"}, now, 4)
+
+
+@pytest.mark.parametrize(
+    ("now", "said"),
+    [
+        ({"res": None}, "output topic res was deleted while evald ran"),
+        ({"res": TopicShape("id-2", 3)}, "res was deleted and recreated (topic id id-1 -> id-2)"),
+    ],
+)
+def test_a_results_topic_gone_while_running_is_refused_with_what_to_do(
+    now: dict[str, TopicShape | None], said: str
+) -> None:
+    with pytest.raises(TopicLayoutError, match=re.escape(said)) as info:
+        check_outputs_kept({"res": TopicShape("id-1", 3)}, now, "g")
+    assert "checkpoints of group g point at offsets in the old topic" in str(info.value)
+    assert "new daemon.group_id and new results/checkpoint topics" in str(info.value)
+    check_outputs_kept({"res": TopicShape("id-1", 3)}, {"res": TopicShape("id-1", 6)}, "g")
+    check_outputs_kept({"res": TopicShape(None, 3)}, {"res": TopicShape("id-9", 3)}, "g")
+    check_outputs_kept({}, {"res": None}, "g")  # not seen yet: nothing to compare
+
+
+def test_a_checkpoint_written_against_another_results_topic_is_refused() -> None:
+    now = {"res": TopicShape("id-2", 3)}
+    check_checkpoint_ids({"res": "id-2"}, now, 0, role="results topic")
+    with pytest.raises(TopicLayoutError, match="results topic res was deleted and recreated since"):
+        check_checkpoint_ids({"res": "id-1"}, now, 0, role="results topic")
 
 
 def test_checkpoint_carries_the_confirmed_event_time_and_reads_older_checkpoints() -> None:
