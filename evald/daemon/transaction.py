@@ -178,7 +178,8 @@ class Transaction:
            Crash point ``offsets_sent``.
         6. Commit the transaction. Crash points ``committed``, ``statistics_committed``.
         7. Only now take the new ranges and snapshot as committed, count results, dead
-           letters and the commit, and reset the retry backoff.
+           letters and the commit, and reset the retry backoff. Crash point
+           ``replay_committed`` when a partition checkpointed was still replaying.
         """
         parts = self._inputs.restored()
         if not parts or not (
@@ -188,6 +189,8 @@ class Transaction:
         producer = self.begin()  # 1
         consumer = self._consumer
         assert consumer is not None
+        # a test-only crash point: this commit checkpoints a partition in mid-replay
+        replaying = any(s.fed_next[k] < s.replay_end.get(k, 0) for s in parts for k in KINDS)
         self._flush(producer)  # 2
         self._dead_letters.check()
         holds_results = any(part.txn_count for part in parts)
@@ -238,6 +241,7 @@ class Transaction:
         crash_point("committed", holds_results)
         crash_point("statistics_committed", holds_shares)
         self._committed(planned)  # 7
+        crash_point("replay_committed", replaying)
 
     def _flush(self, producer: KafkaProducer) -> None:
         """Wait, with the engine let go of, until the broker answered every record sent: the
