@@ -168,7 +168,8 @@ class Transaction:
         4. Per partition, send its checkpoint record (checkpoint topic, partition p): the new
            snapshot (ranges then start empty) or the last committed one with the ranges after
            it, the engine's watermark, low offsets, event times and evicted impressions, the
-           consumed offsets and the input topic ids. With comparisons, first send p's
+           consumed offsets (``Part.consumed``: never below those of the checkpoint a
+           replay is restoring) and the input topic ids. With comparisons, first send p's
            comparison shares that became final and its final mark to the statistics topic;
            the checkpoint keeps the shares not final yet.
         5. Flush the checkpoints (and the statistics records: crash point ``statistics_sent``
@@ -375,7 +376,7 @@ class Transaction:
             partition=p,
             watermark=engine.checkpoint(p),
             committed=committed,
-            consumed=dict(part.fed_next),
+            consumed=part.consumed(),
             results=ranges,
             epoch_start=epoch,
             instance=self._settings.daemon.instance_id,
