@@ -38,8 +38,9 @@ from test_kafka_chaos import Stream, covered
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = (0, 1)
-#: small polls and commits: a restore's replay spans several commits
-SLOW = ("--set", "daemon.max_poll_records=20", "--set", "daemon.commit_max_records=20")
+#: small polls, and a commit after every cycle that fed a record: the first cycle that feeds
+#: part of a restore's replay commits with the rest still to feed
+SLOW = ("--set", "daemon.max_poll_records=20", "--set", "daemon.commit_max_records=1")
 
 
 def test_sigterm_and_kill_9_right_after_a_commit_made_mid_replay_are_exact(
