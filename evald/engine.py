@@ -183,7 +183,8 @@ class Engine:
         timestamp: int | None = None,
     ) -> Impression | Feedback | Rejection | None:
         """Validate and join one raw event; never raises on bad data (returns a Rejection).
-        None: the decoder skipped the record (``stats.skipped``, by action).
+        None: the decoder skipped the record (``stats.skipped``, by action), or refused a
+        record a restore re-fed (refused, and dead-lettered, before the checkpoint).
 
         ``kind`` comes from the source when it knows it (a Kafka topic); ``offset`` is the
         source offset, remembered for ``low_offsets``; ``timestamp`` (epoch ms) is the source's
@@ -200,8 +201,7 @@ class Engine:
             self._count_skip(event, store.replay_until, kind, offset)
             return None
         if isinstance(event, Rejection):
-            self._count_rejection(event, store.replay_until, kind, offset)
-            return event
+            return event if self._count_rejection(event, store.replay_until, kind, offset) else None
         store.join_many(((0, event),), None if offset is None else (offset,), self._grades)
         self._drained = False
         return event
@@ -217,7 +217,8 @@ class Engine:
     ) -> list[tuple[int, Rejection]]:
         """``feed`` for a poll batch, in order: the same outcome and counters, several times
         less Python per event (docs/performance.md). Returns (position, rejection) for every
-        refused record; ``kinds`` is one kind for all records, one per record, or None;
+        refused record a restore did not re-feed (a re-fed one was refused, and dead-lettered,
+        before the checkpoint); ``kinds`` is one kind for all records, one per record, or None;
         ``timestamps`` one source time per record as ``feed``'s ``timestamp``, or None.
         """
         store = self._stores.get(partition) or self._store(partition)
@@ -231,17 +232,19 @@ class Engine:
         store.join_many(events, offsets, self._grades)
         until = store.replay_until
         single = kinds is None or isinstance(kinds, str)
+        fresh: list[tuple[int, Rejection]] = []
         for position, rejection in rejections:
             kind = kinds if single else kinds[position]  # type: ignore[index]
             offset = None if offsets is None else offsets[position]
-            self._count_rejection(rejection, until, kind, offset)  # type: ignore[arg-type]
+            if self._count_rejection(rejection, until, kind, offset):  # type: ignore[arg-type]
+                fresh.append((position, rejection))
         for position, skip in skips:
             kind = kinds if single else kinds[position]  # type: ignore[index]
             offset = None if offsets is None else offsets[position]
             self._count_skip(skip, until, kind, offset)  # type: ignore[arg-type]
         if len(rejections) < len(raws):
             self._drained = False
-        return rejections
+        return fresh
 
     def reject(self, rejection: Rejection) -> None:
         """Count a record its source refused before decoding (replay's over-long line, never
@@ -254,11 +257,14 @@ class Engine:
         until: Mapping[str, int] | None,
         kind: str | None,
         offset: int | None,
-    ) -> None:
-        """Count a refused record, unless a restore re-fed it (it was counted before)."""
+    ) -> bool:
+        """Count a refused record, unless a restore re-fed it (it was counted before);
+        returns whether it was counted."""
         if until is None or offset is None or offset >= until.get(kind or "", -1):
             self.stats.rejected[rejection.reason] += 1
             self._events[(rejection.kind, "rejected")] += 1
+            return True
+        return False
 
     def _count_skip(
         self,

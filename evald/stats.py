@@ -52,6 +52,21 @@ class Stats:
         self.lag_sum = 0.0
         self.lag_count = 0
 
+    def counted(self) -> dict[str, int]:
+        """Every counter that is not 0, flat (``events/impression/accepted``,
+        ``rejected/invalid_json``, ``unattributed/late``, ``finalized/window``,
+        ``skipped/<action>``, ``abandoned``): what a session logs when it ends."""
+        flat = {f"events/{kind}/{outcome}": n for (kind, outcome), n in self.events.items()}
+        for name, table in (
+            ("rejected", self.rejected),
+            ("unattributed", self.unattributed),
+            ("finalized", self.finalized),
+            ("skipped", self.skipped),
+        ):
+            flat.update({f"{name}/{key}": n for key, n in table.items()})
+        flat["abandoned"] = self.abandoned
+        return {key: n for key, n in flat.items() if n}
+
     def count_skipped(self, action: str, max_length: int) -> None:
         """One record skipped for ``action``: at most ``MAX_SKIPPED_ACTIONS`` actions are
         named (the rest count under ``OTHER``), each cut to ``max_length`` characters."""

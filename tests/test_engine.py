@@ -252,6 +252,36 @@ def test_restore_counts_only_events_not_seen_before():
     assert engine.stats.rejected["invalid_json"] == 1
 
 
+def test_a_record_a_restore_re_feeds_is_not_handed_back_for_a_second_dead_letter():
+    """It was refused, and dead-lettered, before the checkpoint: neither ``feed`` nor
+    ``feed_batch`` hands it back again; the first refused record past the replay is."""
+    engine, _ = make()
+    engine.restore(0, 15 * MIN, {"impression": 2, "feedback": 0})
+    assert engine.feed(b"junk", kind="impression", offset=0) is None
+    got = engine.feed_batch([b"junk", b"junk"], kinds="impression", offsets=[1, 2])
+    assert [position for position, _ in got] == [1]
+    assert engine.stats.rejected["invalid_json"] == 1
+
+
+def test_re_fed_feedback_on_an_unserved_item_counts_when_its_rebuilt_impression_closes():
+    """The impression was still open at the checkpoint, so its feedback was never graded: the
+    click on an item it did not serve is counted once, by the life that closes it."""
+    first, _ = make()
+    first.feed(imp("r", 0, ["a"]), kind="impression", offset=0)
+    first.feed(fb("r", 10, "ghost"), kind="feedback", offset=0)
+    first.tick()
+    assert first.stats.unattributed["unknown_item"] == 0 and first.pending() == 1
+    second, results = make()
+    consumed = {"impression": 1, "feedback": 1}
+    second.restore(0, first.checkpoint(0), consumed, first.event_times(0))
+    second.feed(imp("r", 0, ["a"]), kind="impression", offset=0)
+    second.feed(fb("r", 10, "ghost"), kind="feedback", offset=0)
+    second.feed(imp("later", WINDOW + LATENESS, ["a"]), kind="impression", offset=1)
+    second.tick()
+    assert [r.request_id for r in results] == ["r"]
+    assert second.stats.unattributed["unknown_item"] == 1
+
+
 def test_drop_partition_forgets_state_and_window_sums_but_not_histograms():
     engine, _ = make()
     engine.feed(imp("a", 0, ["x"], arm="A"), partition=0)

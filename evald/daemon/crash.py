@@ -13,6 +13,10 @@ copies; see repartition.py). Not an ``EVALD_*`` name: those are all settings.
 ``commit_in_flight`` is the one step with no line of evald's own: ``commit_transaction()`` only
 enqueues the EndTxn request, and kafka-python's sender thread sends it and reads the answer. So
 that crash point arms :func:`kill_when_the_commit_is_answered` instead of killing at once.
+
+``replay_committed`` is reached after a commit that wrote the checkpoint of a partition whose
+restore is still replaying (some of the replay not fed yet). ``<step>:term`` sends SIGTERM
+instead of SIGKILL, once: the clean stop (shutdown commit, leave the group) from that point.
 """
 
 from __future__ import annotations
@@ -30,15 +34,26 @@ CRASH_ENV = "TESTING_EVALD_CRASH_AT"
 
 
 def crash_point(step: str, armed: bool = True) -> None:
-    """SIGKILL this process when ``armed`` and ``TESTING_EVALD_CRASH_AT`` names ``step``."""
-    if armed and os.environ.get(CRASH_ENV) == step == "commit_in_flight":
+    """SIGKILL this process when ``armed`` and ``TESTING_EVALD_CRASH_AT`` names ``step``;
+    SIGTERM it (once) when that is ``<step>:term``."""
+    if not armed:
+        return
+    wanted = os.environ.get(CRASH_ENV)
+    if wanted == step == "commit_in_flight":
         kill_when_the_commit_is_answered()
-    elif armed and os.environ.get(CRASH_ENV) == step:
+    elif wanted == step:
         log.warning("%s=%s: killing this process", CRASH_ENV, step)
         os.kill(os.getpid(), 9)
+    elif wanted == f"{step}:term":
+        global _terminated
+        if not _terminated:
+            _terminated = True
+            log.warning("%s=%s: stopping this process (SIGTERM)", CRASH_ENV, wanted)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 _armed = False
+_terminated = False
 
 
 def kill_when_the_commit_is_answered() -> None:

@@ -51,6 +51,9 @@ class Part:
     #: per kind, the offset the restored checkpoint had consumed up to: records below it are
     #: read again only to rebuild pending joins
     replay_end: dict[str, int] = field(default_factory=dict)
+    #: restored and not every record below ``replay_end`` fed yet: later records wait
+    #: (``Merger.defer``), and a commit keeps the checkpoint's consumed offsets
+    replaying: bool = False
     ranges: tuple[ResultRange, ...] = ()
     epoch_start: int | None = None
     #: the committed snapshot of p's window aggregates; ``ranges`` are the results after it
@@ -63,6 +66,18 @@ class Part:
     txn_max_ts: int | None = None
     dirty: bool = False
     merge_paused: set[str] = field(default_factory=set)
+
+    def begin_replay(self) -> None:
+        """Just restored: replaying while ``fed_next`` is below ``replay_end``."""
+        self.replaying = any(self.fed_next[k] < self.replay_end.get(k, 0) for k in KINDS)
+
+    def consumed(self) -> dict[str, int]:
+        """Per kind, the next offset never fed before, for the checkpoint: ``fed_next``, but
+        never below the restored checkpoint's consumed offset. A commit made while the
+        replay is not all fed (a periodic one, a revocation, the shutdown) must not hand the
+        records above ``fed_next`` to the next restore as new: they were fed, and their
+        results and dead letters written, before the checkpoint being replayed."""
+        return {k: max(self.fed_next[k], self.replay_end.get(k, 0)) for k in KINDS}
 
 
 class Inputs:
@@ -152,6 +167,9 @@ class Inputs:
         restored = set(self._to_restore)
         for p in sorted(restored):
             restore(p)
+            part = self.parts.get(p)
+            if part is not None and part.restored:
+                part.begin_replay()
         self._to_restore.clear()
         for tp, records in batches.items():
             if tp.partition not in restored:
@@ -182,7 +200,11 @@ class Inputs:
             )
             records = records[len(replayed) :]
         if records:
-            part.merger.extend(kind, [record.timestamp for record in records], records)
+            timestamps = [record.timestamp for record in records]
+            if part.replaying:  # fed after the whole replay, as before the crash
+                part.merger.defer(kind, timestamps, records)
+            else:
+                part.merger.extend(kind, timestamps, records)
         part.fetched_next[kind] = last + 1
         consumer = self._consumer
         assert consumer is not None
@@ -196,7 +218,8 @@ class Inputs:
         if what is fetched reaches the high watermark that answer reported; ``inf`` while
         backpressure pauses its impressions; ``-inf`` otherwise, and always before the records
         to replay are all fetched (replayed records of the other kind skip the hold on the
-        strength of this).
+        strength of this). While the partition replays, ``inf`` once they are: only replayed
+        records are merged until the replay is all fed, and none of this kind is to come.
 
         Not simply "position ≥ ``consumer.highwater``": that watermark is the last one any
         fetch returned, and while the partition's leader moves it is stale (see FetchWatch)."""
@@ -208,6 +231,10 @@ class Inputs:
             tp = self.tp(kind, part.partition)
             if fetched < part.replay_end.get(kind, 0):
                 out[kind] = -math.inf
+                continue
+            if part.replaying:
+                # only replayed records are merged now, and this kind's are all fetched
+                out[kind] = math.inf
                 continue
             if tp in self.held:
                 out[kind] = math.inf
@@ -225,41 +252,61 @@ class Inputs:
         return out
 
     def feed(self, feed_batch: FeedBatch, on_rejected: OnRejected) -> int:
-        """Feed every record the merge releases, one engine call per partition; returns how
-        many were fed."""
+        """Feed every record the merge releases, one engine call per partition (two in the
+        cycle that ends a partition's replay); returns how many were fed."""
         consumer = self._consumer
         assert consumer is not None
         fed = 0
         for p, part in sorted(self.parts.items()):
             if not part.restored:
                 continue
-            fed_next = part.fed_next
-            runs = part.merger.release_runs(self.caught_up(part))
-            if runs:
-                # one engine call per partition and cycle: feed_batch pays its setup per call
-                records: list[Any] = []
-                kinds: list[str] = []
-                for kind, run in runs:
-                    records += run
-                    kinds += repeat(kind, len(run))
-                    fed_next[kind] = run[-1].offset + 1
-                rejections = feed_batch(
-                    [record.value or b"" for record in records],
-                    partition=p,
-                    kinds=kinds,
-                    offsets=[record.offset for record in records],
-                    timestamps=[record.timestamp for record in records],
-                )
-                for position, rejection in rejections:
-                    on_rejected(rejection, records[position], kinds[position])
-                part.dirty = True
-                fed += len(records)
+            fed += self._feed_part(part, feed_batch, on_rejected)
+            if part.replaying and self._replay_fed(part):
+                part.replaying = False
+                part.merger.end_replay()
+                log.info("partition %d: replay fed up to %s", p, part.replay_end)
+                fed += self._feed_part(part, feed_batch, on_rejected)
             for kind in list(part.merge_paused):
                 if part.merger.buffered(kind) <= MERGE_BUFFER_CAP // 2:
                     part.merge_paused.discard(kind)
                     if self.tp(kind, p) not in self.held:
                         consumer.resume(self.tp(kind, p))
         return fed
+
+    def _feed_part(self, part: Part, feed_batch: FeedBatch, on_rejected: OnRejected) -> int:
+        """One engine call with what the merge of ``part`` releases; returns how many."""
+        runs = part.merger.release_runs(self.caught_up(part))
+        if not runs:
+            return 0
+        # one engine call per partition and cycle: feed_batch pays its setup per call
+        fed_next = part.fed_next
+        records: list[Any] = []
+        kinds: list[str] = []
+        for kind, run in runs:
+            records += run
+            kinds += repeat(kind, len(run))
+            fed_next[kind] = run[-1].offset + 1
+        rejections = feed_batch(
+            [record.value or b"" for record in records],
+            partition=part.partition,
+            kinds=kinds,
+            offsets=[record.offset for record in records],
+            timestamps=[record.timestamp for record in records],
+        )
+        for position, rejection in rejections:
+            on_rejected(rejection, records[position], kinds[position])
+        part.dirty = True
+        return len(records)
+
+    @staticmethod
+    def _replay_fed(part: Part) -> bool:
+        """Every record below the replay end is fetched and none is left in the merge (while
+        replaying it holds only replayed records; an offset gap may skip the last ones)."""
+        return all(
+            part.fetched_next[kind] >= part.replay_end.get(kind, 0)
+            and not part.merger.merging(kind)
+            for kind in KINDS
+        )
 
     # -- backpressure ---------------------------------------------------------------------
 

@@ -30,6 +30,12 @@ broker since then, so once the other topic is fetched that far (the caller's ``c
 is nothing left to wait for; the records the other topic got later were fed after them before.
 Their ``max_hold_s`` fallback comes ``hold_s`` early (28 s of a 30 s bound), which is only
 liveness.
+
+Until every replayed record is fed, the records after the replay wait aside (:meth:`Merger.defer`,
+then :meth:`Merger.end_replay`): before the crash all of the replay was fed before any of
+them, whatever their timestamps, and one of them fed earlier (a producer more than ``hold_s``
+out of order, a fetch stalled past ``max_hold_s``) could move the watermark past a replayed
+impression that was pending at the checkpoint, which the replay would then skip as emitted.
 """
 
 from __future__ import annotations
@@ -71,6 +77,8 @@ class Merger(Generic[R]):
         #: clear): where that topic's stream is. The latest, not the largest, so one record
         #: with a wild timestamp moves it only until the next record of its kind.
         self._seen: dict[str, float] = dict.fromkeys(KINDS, -math.inf)
+        #: per kind, records fetched after a replay while it is not all fed (:meth:`defer`)
+        self._deferred: dict[str, deque[tuple[int, float, R]]] = {k: deque() for k in KINDS}
 
     def push(self, kind: str, timestamp: int, record: R) -> None:
         """Buffer a record; within a kind, records keep their offset order."""
@@ -94,11 +102,34 @@ class Merger(Generic[R]):
             self._queues[kind].extend(zip(timestamps, repeat(arrived), records))
             self._seen[kind] = timestamps[-1]
 
+    def defer(self, kind: str, timestamps: Sequence[int], records: Sequence[R]) -> None:
+        """Buffer a fetched batch of one kind that comes after a replay still being fed: it
+        enters the merge only at :meth:`end_replay` (keeping its arrival time for the hold)."""
+        if len(timestamps) != len(records):
+            raise ValueError("one timestamp per record")
+        self._deferred[kind].extend(zip(timestamps, repeat(self._clock()), records))
+
+    def deferred(self) -> int:
+        """Records waiting for the end of a replay (:meth:`defer`)."""
+        return sum(len(q) for q in self._deferred.values())
+
+    def end_replay(self) -> None:
+        """Every replayed record is fed: what waited (:meth:`defer`) enters the merge."""
+        for kind, waiting in self._deferred.items():
+            if waiting:
+                self._seen[kind] = waiting[-1][0]
+                self._queues[kind].extend(waiting)
+                waiting.clear()
+
     def buffered(self, kind: str | None = None) -> int:
-        """Records held (of one kind, or in total)."""
+        """Records held (of one kind, or in total), deferred ones included."""
         if kind is not None:
-            return len(self._queues[kind])
-        return sum(len(q) for q in self._queues.values())
+            return len(self._queues[kind]) + len(self._deferred[kind])
+        return sum(len(q) for q in self._queues.values()) + self.deferred()
+
+    def merging(self, kind: str) -> int:
+        """Records of ``kind`` in the merge itself (buffered but not deferred)."""
+        return len(self._queues[kind])
 
     def release_runs(self, caught_up: Mapping[str, float]) -> list[Run[R]]:
         """Pop every record that can be fed now, in feed order, grouped in runs of one kind.
@@ -162,7 +193,7 @@ class Merger(Generic[R]):
 
     def clear(self) -> None:
         """Forget everything held (the partition is being revoked or resynchronised)."""
-        for queue in self._queues.values():
+        for queue in (*self._queues.values(), *self._deferred.values()):
             queue.clear()
         # the partition is read again from its committed offsets: what was seen is ahead
         self._seen = dict.fromkeys(KINDS, -math.inf)

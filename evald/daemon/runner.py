@@ -464,7 +464,18 @@ class Daemon:
         os.replace(tmp, path)
 
     def _teardown(self) -> None:
-        """Close whatever the session opened; an open transaction is left for the broker."""
+        """Close whatever the session opened; an open transaction is left for the broker.
+        Logs what the session's engine counted (its series start again at 0 in the next
+        session), so that counts can be reconciled across sessions and restarts."""
+        if self._engine is not None:
+            counted = self._engine.stats.counted()
+            log.info(
+                "session %d ended; its engine counted %s",
+                self.stats.sessions,
+                json.dumps(counted, sort_keys=True),
+                extra={"counted": counted},
+            )
+            self._engine = None
         self.health.broker_ok = False
         self.transaction.abandoned = True
         for name in ("_consumer", "_reader", "_admin"):

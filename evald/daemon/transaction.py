@@ -173,7 +173,8 @@ class Transaction:
         4. Per partition, send its checkpoint record (checkpoint topic, partition p): the new
            snapshot (ranges then start empty) or the last committed one with the ranges after
            it, the engine's watermark, low offsets, event times and evicted impressions, the
-           consumed offsets and the input topic ids. With comparisons, first send p's
+           consumed offsets (``Part.consumed``: never below those of the checkpoint a
+           replay is restoring) and the input topic ids. With comparisons, first send p's
            comparison shares that became final and its final mark to the statistics topic;
            the checkpoint keeps the shares not final yet.
         5. Flush the checkpoints (and the statistics records: crash point ``statistics_sent``
@@ -183,7 +184,8 @@ class Transaction:
            Crash point ``offsets_sent``.
         6. Commit the transaction. Crash points ``committed``, ``statistics_committed``.
         7. Only now take the new ranges and snapshot as committed, count results, dead
-           letters and the commit, and reset the retry backoff.
+           letters and the commit, and reset the retry backoff. Crash point
+           ``replay_committed`` when a partition checkpointed was still replaying.
         """
         parts = self._inputs.restored()
         if not parts or not (
@@ -193,6 +195,8 @@ class Transaction:
         producer = self.begin()  # 1
         consumer = self._consumer
         assert consumer is not None
+        # a test-only crash point: this commit checkpoints a partition in mid-replay
+        replaying = any(s.fed_next[k] < s.replay_end.get(k, 0) for s in parts for k in KINDS)
         self._flush(producer)  # 2
         self._dead_letters.check()
         holds_results = any(part.txn_count for part in parts)
@@ -243,6 +247,7 @@ class Transaction:
         crash_point("committed", holds_results)
         crash_point("statistics_committed", holds_shares)
         self._committed(planned)  # 7
+        crash_point("replay_committed", replaying)
 
     def _flush(self, producer: KafkaProducer) -> None:
         """Wait, with the engine let go of, until the broker answered every record sent: the
@@ -377,7 +382,7 @@ class Transaction:
             partition=p,
             watermark=engine.checkpoint(p),
             committed=committed,
-            consumed=dict(part.fed_next),
+            consumed=part.consumed(),
             results=ranges,
             epoch_start=epoch,
             instance=self._settings.daemon.instance_id,

@@ -18,7 +18,6 @@ COLUMNS: dict[str, type] = {
     "next": np.int32,
     "evid": np.int64,
     "offset": np.int64,
-    "replayed": np.bool_,
 }
 
 
@@ -43,7 +42,7 @@ class AttachedFeedback:
         self._grade = cast("MutableSequence[float]", a["grade"].data)
         self._item = a["item"].data
         self._next, self._evid = a["next"].data, a["evid"].data
-        self._offset, self._replayed = a["offset"].data, a["replayed"].data
+        self._offset = a["offset"].data
 
     def has_event(self, head: int, evid: int) -> bool:
         """Whether the chain starting at ``head`` holds event id ``evid``."""
@@ -55,7 +54,7 @@ class AttachedFeedback:
             link = nexts[link - 1]
         return False
 
-    def add(self, head: int, item: int, grade: float, evid: int, off: int, replayed: bool) -> int:
+    def add(self, head: int, item: int, grade: float, evid: int, off: int) -> int:
         """Put an entry in front of the chain at ``head``; returns the new head."""
         if self._free:
             entry = self._free.pop()
@@ -71,8 +70,6 @@ class AttachedFeedback:
         if off:
             self._offset[entry] = off
             self._offsets.push(off - 1, entry)
-        if replayed:
-            self._replayed[entry] = True
         self._next[entry] = head
         return entry + 1
 
@@ -122,8 +119,9 @@ class AttachedFeedback:
         grades: np.ndarray,
     ) -> int:
         """Grade served items from the chains at ``heads`` (row r of ``items`` / ``mask`` /
-        ``grades`` is chain r) and free those entries; returns how many fresh (not re-fed)
-        entries named an item the impression did not serve."""
+        ``grades`` is chain r) and free those entries; returns how many entries named an item
+        the impression did not serve. Re-fed entries count too: an impression is graded once,
+        when it closes, and one a restore rebuilt was still open at the checkpoint."""
         r, e = self.chains(heads)
         if not len(e):
             return 0
@@ -131,11 +129,10 @@ class AttachedFeedback:
         hit = (items[r] == a["item"][e][:, None]) & mask[r]
         col = hit.argmax(axis=1)  # an item served twice is credited at its first rank
         matched = hit[np.arange(len(e)), col]
-        missing = int((~matched & ~a["replayed"][e]).sum())
+        missing = int((~matched).sum())
         np.maximum.at(grades, (r[matched], col[matched]), a["grade"][e][matched])
         a["evid"][e] = 0
         a["offset"][e] = 0
-        a["replayed"][e] = False
         self._free.extend(e.tolist())
         return missing
 

@@ -304,7 +304,7 @@ class JoinStore:
             if not replayed:
                 self.stats.unattributed["duplicate"] += 1
             return FEEDBACK_DUPLICATE
-        pending.head[slot] = self._attached.add(head, item, grade, evid, off, replayed)
+        pending.head[slot] = self._attached.add(head, item, grade, evid, off)
         return FEEDBACK_ACCEPTED
 
     def _hold(

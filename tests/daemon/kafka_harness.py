@@ -24,6 +24,7 @@ import socket
 import subprocess
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -407,9 +408,16 @@ class KafkaTools:
         rate: float = 200.0,
         clean: bool = False,
         compression: str | None = None,
+        speed: float = 60,
+        late: float = 0.0,
     ) -> int:
         """Write simulator events ``skip .. skip+events`` (keyed by request_id, timestamped),
-        in record batches compressed with ``compression`` (a kafka-python codec name)."""
+        in record batches compressed with ``compression`` (a kafka-python codec name). A
+        ``late`` share of the impressions (chosen by seed and position) carry an event time 5
+        minutes before their arrival: late impressions, closed as they arrive. The simulator
+        then repeats no impression (a repeat of a late one, closed already, would be a second
+        list with its request id)."""
+        from dataclasses import replace
         from itertools import islice
 
         from kafka import KafkaProducer
@@ -421,15 +429,37 @@ class KafkaTools:
         )
         written = 0
         try:
-            sim = Simulator(seed, rate=rate, speed=60, faults=Faults.none() if clean else None)
-            for event in islice(sim.events(), skip, skip + events):
+            faults = Faults.none() if clean else Faults()
+            if late:
+                faults = replace(faults, duplicate_impression=0.0)
+            sim = Simulator(seed, rate=rate, speed=speed, faults=faults)
+            for position, event in enumerate(islice(sim.events(), skip, skip + events), skip):
                 topic = impressions if event.kind == IMPRESSION else feedback
-                producer.send(topic, key=event.key, value=event.value, timestamp_ms=event.at_ms)
+                value = event.value
+                if event.kind == IMPRESSION and late and _chosen(seed, position, late):
+                    value = _five_minutes_late(value)
+                producer.send(topic, key=event.key, value=value, timestamp_ms=event.at_ms)
                 written += 1
             producer.flush(timeout=30)
         finally:
             producer.close(timeout=5)
         return written
+
+    def produce_rows(
+        self, impressions: str, feedback: str, records: dict[int, list[tuple[str, int, bytes]]]
+    ) -> None:
+        """Write each partition's ``(kind, record timestamp, value)`` rows in order."""
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=10)
+        try:
+            for p, rows in records.items():
+                for kind, at, value in rows:
+                    topic = impressions if kind == "impression" else feedback
+                    producer.send(topic, key=b"k", value=value, partition=p, timestamp_ms=at)
+            producer.flush(timeout=30)
+        finally:
+            producer.close(timeout=5)
 
     def produce_raw(
         self,
@@ -538,6 +568,19 @@ class KafkaTools:
             engine.feed(record.value, partition=record.partition, kind=kind, offset=record.offset)
         engine.tick()
         return {r.request_id: r.to_json() for r in results}, engine
+
+
+def _chosen(seed: int, position: int, share: float) -> bool:
+    """Whether event ``position`` of seed ``seed``'s stream is in a ``share`` of them, the
+    same whichever chunks the stream is written in."""
+    return zlib.crc32(f"{seed}:{position}".encode()) < share * 2**32
+
+
+def _five_minutes_late(value: bytes) -> bytes:
+    """A simulator impression with its event time moved 5 minutes back."""
+    head, _, rest = value.partition(b'"ts":')
+    digits = len(rest) - len(rest.lstrip(b"0123456789"))
+    return b'%s"ts":%d%s' % (head, int(rest[:digits]) - 300_000, rest[digits:])
 
 
 class CommittedReader:

@@ -172,6 +172,36 @@ def assert_matches_an_uninterrupted_run(
     return copies
 
 
+def assert_dead_letters_once(tools: KafkaTools, unique: str) -> int:
+    """The DLQ read ``read_committed`` holds one letter per input record the engine refuses
+    (found by decoding every record as the daemon does, with its record timestamp) and
+    nothing else; returns how many."""
+    from evald.decode import Rejection
+
+    topics = names(unique)
+    engine = Engine(make_settings(tools.bootstrap, unique).engine_config())
+    want = set()
+    for kind, topic in (("impression", topics["impressions"]), ("feedback", topics["feedback"])):
+        for r in tools.read(topic):
+            got = engine.feed(r.value, partition=r.partition, kind=kind, timestamp=r.timestamp)
+            if isinstance(got, Rejection):
+                want.add((topic, r.partition, r.offset))
+    letters: dict[tuple[str, int, int], int] = defaultdict(int)
+    for record in tools.read(topics["dlq"], committed=True):
+        headers = dict(record.headers)
+        source = (
+            headers["evald-source-topic"].decode(),
+            int(headers["evald-source-partition"]),
+            int(headers["evald-source-offset"]),
+        )
+        letters[source] += 1
+    assert want, "no record to dead-letter: the check is not effective"
+    twice = {source: n for source, n in letters.items() if n > 1}
+    assert not twice, f"{len(twice)} records dead-lettered more than once, e.g. {list(twice)[:3]}"
+    assert set(letters) == want
+    return len(want)
+
+
 def assert_consumed_to_the_end(tools: KafkaTools, unique: str) -> None:
     """The group's committed offsets on the checkpoint topic point, for every partition, at a
     checkpoint whose consumed positions are the ends of both inputs, and its committed offsets

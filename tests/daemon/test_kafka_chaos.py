@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka_harness import Broker, CommittedReader, KafkaTools, wait_until
@@ -273,20 +274,34 @@ class Stream:
     """Simulator traffic produced on a thread, a small chunk every ``pause`` seconds, until
     stopped: the kills then land while records are fed and results are in open transactions."""
 
-    def __init__(self, tools: KafkaTools, topics: dict[str, str], seed: int) -> None:
-        self.sent = 0
+    def __init__(
+        self,
+        tools: KafkaTools,
+        topics: dict[str, str],
+        seed: int,
+        chunk: int = 150,
+        start: int = 0,
+        **sim: Any,
+    ) -> None:
+        """From event ``start`` of the seed's stream; ``sim``: more arguments of
+        ``KafkaTools.produce_sim`` (rate, speed, late)."""
+        self.sent = start
         self._args = (tools, topics, seed)
+        self._chunk = chunk
+        self._sim = sim
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="stream", daemon=True)
         self._thread.start()
 
-    def _run(self, chunk: int = 150, pause: float = 0.3) -> None:
+    def _run(self, pause: float = 0.3) -> None:
         tools, topics, seed = self._args
         imp, fb = topics["impressions"], topics["feedback"]
         try:
             while not self._stop.is_set():
-                self.sent += tools.produce_sim(imp, fb, events=chunk, seed=seed, skip=self.sent)
+                self.sent += tools.produce_sim(
+                    imp, fb, events=self._chunk, seed=seed, skip=self.sent, **self._sim
+                )
                 self._stop.wait(pause)
         except BaseException as exc:  # reported by stop(), in the test's thread
             self._error = exc

@@ -265,3 +265,22 @@ def test_a_watermark_learnt_before_the_record_arrived_does_not_release_it() -> N
     merger.push("impression", 600, "i600")
     clock.now = 43.0
     assert released(merger, stale) == [("impression", "i600")]  # max_hold_s: liveness
+
+
+def test_records_deferred_behind_a_replay_enter_the_merge_at_its_end_with_their_arrival() -> None:
+    """Fed before the crash after every replayed record, they wait for all of them whatever
+    their timestamps; the hold still counts from when they arrived."""
+    clock = SettableClock()
+    merger: Merger[str] = Merger(2.0, clock)
+    merger.extend("impression", [50], ["i50"], replayed=True)
+    merger.defer("feedback", [40], ["f40"])
+    assert merger.buffered() == 2 and merger.buffered("feedback") == 1
+    assert merger.deferred() == 1 and merger.merging("feedback") == 0
+    assert released(merger, BOTH) == [("impression", "i50")]  # f40 sorts first, yet waits
+    clock.now += 2.5
+    merger.end_replay()
+    assert merger.deferred() == 0 and merger.merging("feedback") == 1
+    assert released(merger, BOTH) == [("feedback", "f40")]  # it has waited out the hold
+    merger.defer("impression", [60], ["i60"])
+    merger.clear()
+    assert merger.buffered() == 0 and merger.deferred() == 0

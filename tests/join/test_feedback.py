@@ -9,11 +9,11 @@ from evald.join.feedback import AttachedFeedback, HeldEntry, HeldFeedback
 
 def test_chains_credit_the_first_rank_of_each_item_and_recycle_entries() -> None:
     attached = AttachedFeedback(capacity=2)  # grows on the third entry
-    head_a = attached.add(0, hash("x"), 1.0, evid=7, off=11, replayed=False)
-    head_a = attached.add(head_a, hash("y"), 3.0, evid=0, off=0, replayed=False)
-    head_a = attached.add(head_a, hash("nope"), 1.0, evid=0, off=12, replayed=False)
-    head_b = attached.add(0, hash("x"), 2.0, evid=0, off=0, replayed=True)
-    head_b = attached.add(head_b, hash("ghost"), 1.0, evid=0, off=0, replayed=True)
+    head_a = attached.add(0, hash("x"), 1.0, evid=7, off=11)
+    head_a = attached.add(head_a, hash("y"), 3.0, evid=0, off=0)
+    head_a = attached.add(head_a, hash("nope"), 1.0, evid=0, off=12)
+    head_b = attached.add(0, hash("x"), 2.0, evid=0, off=0)
+    head_b = attached.add(head_b, hash("ghost"), 1.0, evid=0, off=0)
     assert attached.has_event(head_a, 7) and not attached.has_event(head_b, 7)
     assert sorted(attached.offsets(head_a)) == [10, 11]
     assert attached.low_offset() == 10
@@ -22,9 +22,10 @@ def test_chains_credit_the_first_rank_of_each_item_and_recycle_entries() -> None
     grades = np.zeros(items.shape)
     missing = attached.credit(np.array([head_a, head_b], np.int32), items, mask, grades)
     assert grades.tolist() == [[1.0, 3.0, 0.0], [0.0, 2.0, 0.0]]
-    assert missing == 1  # "nope"; "ghost" was re-fed, so it is not counted again
+    # "nope" and "ghost": graded once, when their impression closes, re-fed or not
+    assert missing == 2
     assert attached.low_offset() is None
-    assert attached.add(0, 1, 1.0, 0, 0, False) - 1 in range(5)  # a freed entry is reused
+    assert attached.add(0, 1, 1.0, 0, 0) - 1 in range(5)  # a freed entry is reused
 
 
 def _entry(rid: str, deadline: int, evid: int = 0, replayed: bool = False) -> HeldEntry:
