@@ -179,3 +179,43 @@ def test_measures_split_at_top_level_commas_only():
 def test_an_aggregate_only_measure_is_refused_naming_what_to_export():
     with pytest.raises(ConfigError, match=r"GMAP.*geometric mean of AP: export AP"):
         load_config(measures="nDCG@10,GMAP")
+
+
+COMPARISON = {"name": "ab", "label": "arm", "control": "c", "treatments": ["t"], "start": 0}
+
+
+@pytest.mark.parametrize(
+    ("settings", "line"),
+    [
+        (
+            {"comparisons": [COMPARISON]},
+            "comparisons: unknown setting (did you mean statistics.comparisons? it belongs there)",
+        ),
+        (
+            {"statistics": {"comparisons": [{**COMPARISON, "treatment": ["t"]}]}},
+            "statistics.comparisons.0.treatment: unknown setting "
+            "(did you mean statistics.comparisons.0.treatments?)",
+        ),
+        (
+            {"statistics": {"comparisons": [{**COMPARISON, "alpha": 0.1}]}},
+            "statistics.comparisons.0.alpha: unknown setting "
+            "(did you mean statistics.alpha? it belongs there)",
+        ),
+        (
+            {"statistics": {"control": "c"}},
+            "statistics.control: unknown setting "
+            "(did you mean statistics.comparisons[].control? it belongs there)",
+        ),
+        ({"statistcs": {}}, "statistcs: unknown setting (did you mean statistics?)"),
+        ({"colour": 1}, "colour: unknown setting"),
+    ],
+)
+def test_an_unknown_setting_gets_the_nearest_one_or_where_it_belongs(settings, line):
+    with pytest.raises(ConfigError) as err:
+        load_config(settings)
+    assert line in str(err.value).splitlines()
+
+
+def test_evald_run_settings_given_as_engine_settings_say_so():
+    with pytest.raises(ConfigError, match="the contents of an `evald run` settings file's engine"):
+        load_config({"engine": {"statistics": {}}})
