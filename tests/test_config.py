@@ -219,3 +219,23 @@ def test_an_unknown_setting_gets_the_nearest_one_or_where_it_belongs(settings, l
 def test_evald_run_settings_given_as_engine_settings_say_so():
     with pytest.raises(ConfigError, match="the contents of an `evald run` settings file's engine"):
         load_config({"engine": {"statistics": {}}})
+
+
+def test_the_statistics_block_of_the_settings_reference_is_valid():
+    """docs/semantics.md §7's example loads as engine settings, every field it lists exists."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from evald.config import ComparisonConfig, StatisticsConfig
+
+    text = (Path(__file__).resolve().parents[1] / "docs/semantics.md").read_text()
+    (block,) = re.findall(r"```yaml\n(label_keys:.*?)```", text, re.DOTALL)
+    (comparison,) = load_config(yaml.safe_load(block)).statistics.comparisons
+    assert comparison.treatments == ["treatment"] and comparison.arm_scoped_labels == ["model"]
+    section = text[text.index("### The `statistics` block") :]
+    listed = set(re.findall(r"^\| `(?:comparisons\[\]\.)?(\w+)`", section, re.MULTILINE))
+    listed |= {"treatments", "cusum_h", "comparisons"}  # beside control, cusum_k; the list
+    fields = set(StatisticsConfig.model_fields) | set(ComparisonConfig.model_fields)
+    assert fields == listed

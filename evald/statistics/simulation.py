@@ -8,7 +8,7 @@ ranking measure: 0 unless the user found something (probability p_u), then Beta(
 are assigned to an arm for good; ``shift`` lowers the treatment's measure by that share from
 window ``shift_at`` on.
 
-``streams`` returns the window sums the engine's shares hold (clustered.row_width: n, Σy, Σy²,
+``simulate`` returns the window sums the engine's shares hold (clustered.row_width: n, Σy, Σy²,
 lists with a user id, the bootstrap's B pairs keyed by user), per arm, surface and window; the
 array forms below fold them exactly as ``fold.fold_window`` does (tested), over all surfaces at
 once, so thousands of streams take seconds. ``list_level=True`` folds the first three columns
@@ -38,7 +38,7 @@ __all__ = [
     "iid_alarm_share",
     "intraclass_correlation",
     "sequence_flags",
-    "streams",
+    "simulate",
     "with_pooled",
 ]
 
@@ -70,14 +70,13 @@ def intraclass_correlation(strength: float) -> float:
     return 0.16 * strength * strength / (0.08 - (0.4 * _BASE) ** 2)
 
 
-def streams(traffic: Traffic, count: int, seed: int) -> NDArray[np.float64]:
+def simulate(traffic: Traffic, count: int, seed: int) -> NDArray[np.float64]:
     """``count`` independent streams' sums, shape (2 arms, count, segments, windows, columns);
     arm 0 is control. Each stream's users have bootstrap keys of their own (generated in
     chunks of streams, so the weights of a chunk fit in memory)."""
     rng = np.random.default_rng(seed)
     chunks = [
-        _chunk(traffic, min(_CHUNK, count - first), rng, first)
-        for first in range(0, count, _CHUNK)
+        _chunk(traffic, min(_CHUNK, count - first), rng, first) for first in range(0, count, _CHUNK)
     ]
     return np.concatenate(chunks, axis=1)
 

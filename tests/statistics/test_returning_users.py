@@ -23,7 +23,7 @@ from evald.statistics.simulation import (
     cusum_alarms,
     iid_alarm_share,
     sequence_flags,
-    streams,
+    simulate,
     with_pooled,
 )
 
@@ -74,7 +74,7 @@ def test_aa_with_returning_users_stays_within_alpha_and_the_run_length(
 ) -> None:
     strength = STRENGTHS[name]
     seed = 24_000 + list(STRENGTHS).index(name)
-    sums = with_pooled(streams(Traffic(strength=strength), STREAMS, seed))
+    sums = with_pooled(simulate(Traffic(strength=strength), STREAMS, seed))
     clustered = false_alarms(sums, list_level=False)
     old = false_alarms(sums, list_level=True)
     checked = set(clustered)
@@ -134,7 +134,7 @@ def _fold(sums: np.ndarray, pooled: bool) -> ComparisonState:
 def test_the_array_forms_are_the_engine_fold(pooled: bool) -> None:
     """The simulations above fold with array forms for speed; on these streams they flag and
     alarm exactly where ``fold_window`` (what the engine runs) does, sequence by sequence."""
-    sums = streams(Traffic(strength=0.35, users=1500), 8, seed=5)
+    sums = simulate(Traffic(strength=0.35, users=1500), 8, seed=5)
     whole = with_pooled(sums)[:, :, -1:] if pooled else sums
     alpha = ALPHA if pooled else ALPHA / 2
     flags = sequence_flags(whole, alpha, TUNING_N) > 0
