@@ -81,10 +81,6 @@ class ClusterSums:
     weighted: NDArray[np.float64] | None = None
     weights: NDArray[np.float64] | None = None
 
-    @classmethod
-    def of(cls, moments: Moments) -> ClusterSums:
-        return cls(moments)
-
     @property
     def n(self) -> int:
         return self.moments.n
