@@ -172,8 +172,8 @@ def test_help_shows_a_comparison_that_is_valid_as_written(
     with pytest.raises(SystemExit):
         main(["replay", "--help"])
     text = capsys.readouterr().out
-    start, end = text.index("  label_keys:"), text.index("  evald replay events.jsonl --config")
-    block = text[start:end]
+    start = text.index("  label_keys:")
+    block = text[start : text.index("  evald replay events.jsonl --config", start)]
     config = load_config(yaml.safe_load(block))
     (comparison,) = config.statistics.comparisons
     assert comparison.treatments == ["treatment"] and comparison.min_effect == {"nDCG@10": 0.01}
