@@ -299,22 +299,32 @@ def test_the_engine_fold_equals_the_fold_of_the_non_late_results_whatever_the_pa
         states_close(one.state, view.state)
 
 
-def test_a_share_of_many_segments_is_cut_into_records_that_add_up():
-    """Every record stays far below Kafka's default 1 MiB however many segments there are;
-    the fold of the chunks equals the fold of the whole window."""
+@pytest.mark.parametrize(("replicates", "surfaces"), [(0, 2250), (100, 100)])
+def test_a_share_of_many_segments_is_cut_into_records_that_add_up(replicates: int, surfaces: int):
+    """Every record stays far below Kafka's default 1 MiB however many segments there are,
+    with the replicate sums too; the fold of the chunks equals the fold of the whole window."""
     config = settings(min_n=2, cusum_min_n=2)
     segments = SegmentIndex(("arm", "surface"), 5000, 5000)
-    shares = PartitionShares(config.statistics.window, config.window, len(MEASURES), segments)
+    shares = PartitionShares(
+        config.statistics.window, config.window, len(MEASURES), segments, replicates
+    )
     rng = np.random.default_rng(11)
-    labels = [{"arm": a, "surface": f"s{i}"} for i in range(2250) for a in ("A", "B")]
+    labels = [{"arm": a, "surface": f"s{i}"} for i in range(surfaces) for a in ("A", "B")]
     seg = np.asarray([segments.segment_of(lab) for lab in labels] * 3)
     ts = np.full(len(seg), T0 + 5)
     values = rng.random((len(seg), len(MEASURES)))
-    shares.observe(0, seg, ts, values, ["window"] * len(seg))
+    weights = users = None
+    if replicates:
+        keys = rng.integers(1, 2**63, len(seg)).astype(np.uint64)
+        weights, users = poisson_weights(keys, replicates, DEFAULT_SEED), np.ones(len(seg), bool)
+    shares.observe(0, seg, ts, values, ["window"] * len(seg), weights, users)
     frozen = shares.freeze(0, None, final=True)
-    assert frozen is not None and len(frozen.shares) == 3
-    assert [s.chunk for s in frozen.shares] == [0, 1, 2]
-    assert len({s.key for s in frozen.shares}) == 3
+    per_record = 12_000 // ((3 if not replicates else 204) * len(MEASURES))
+    chunks = -(-2 * surfaces // per_record)
+    assert chunks >= 3
+    assert frozen is not None and len(frozen.shares) == chunks
+    assert [s.chunk for s in frozen.shares] == list(range(chunks))
+    assert len({s.key for s in frozen.shares}) == chunks
     assert max(len(s.encode()) for s in frozen.shares) < 300_000
     live = LiveStatistics(config, MEASURES)
     for share in frozen.shares:
@@ -326,7 +336,7 @@ def test_a_share_of_many_segments_is_cut_into_records_that_add_up():
     state = fold_window(ComparisonState(), comp, config.statistics, MEASURES, whole)
     (view,) = live.views()
     states_close(state, view.state)
-    assert len(view.state.rests) == 2250
+    assert len(view.state.rests) == surfaces
 
 
 # ------------------------------------------------------------------ records written before
