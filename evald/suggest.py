@@ -1,4 +1,4 @@
-""""Did you mean": the nearest setting for an unknown key of a settings tree (pydantic models).
+"""A "did you mean" for an unknown key of a settings tree (pydantic models): the nearest one.
 
 Two mistakes are common and both get an answer: a misspelt key (``statistics.comparisons.0.
 treatment`` -> ``treatments``) and a right key in the wrong place (``comparisons`` at the top

@@ -481,8 +481,7 @@ def render_lines(snap: Snapshot, elapsed_s: float, *, shown: Sequence[str] = SHO
         )
     for versus in snap.versus:
         values = " ".join(
-            f"{name}={_difference(versus.difference.get(name))}".replace(" ", "")
-            for name in shown
+            f"{name}={_difference(versus.difference.get(name))}".replace(" ", "") for name in shown
         )
         lines.append(f"{stamp} window={window} {versus.title} {values}")
     lines.extend(f"{stamp} {line.strip()}" for line in snap.comparison)
