@@ -77,8 +77,10 @@ def timeline(compose_path: Path = COMPOSE, hours_after: float = 6.0) -> list[Det
     wait = {"cusum": _minutes(th.cusum_for), "below": _minutes(th.sequence_for)}
     out = []
     for view in engine.statistics.views():
-        for (key, signal), end_ms in view.detected.items():
-            wall = (end_ms - start) / MINUTE_MS / speed
+        for (key, signal), found in view.detected.items():
+            if signal not in wait:  # the alerts read these two; replay reports the others
+                continue
+            wall = (found.end_ms - start) / MINUTE_MS / speed
             out.append(Detection(signal, key, wall, wall + wait[signal]))
     return sorted(out, key=lambda d: (d.fires_min, d.signal, d.key))
 

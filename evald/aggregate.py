@@ -145,13 +145,16 @@ class Aggregates:
         abandoned: np.ndarray | None = None,
         histogram: bool = True,
         clusters: np.ndarray | None = None,
+        weights: np.ndarray | None = None,
     ) -> None:
         """Add finalized impressions: ``values`` is (n, len(measures)) in measure order.
 
         ``histogram=False`` feeds only the window sums (results replayed after a restart were
         already counted in a histogram by the process that produced them). ``clusters``: one
         uint64 cluster key per impression (``evald.statistics.list_cluster``) for the
-        bootstrap sums; None leaves them out.
+        bootstrap sums; None leaves them out. ``weights``: their (n, B) ``poisson_weights``
+        when the caller has them already (the engine hashes each batch once for these sums
+        and the comparison shares).
         """
         n = len(segment_ids)
         if n == 0:
@@ -184,7 +187,7 @@ class Aggregates:
         self._add_windows(partition, seg, ts, clean, finite)
         if clusters is not None and self.replicates:
             keys = np.asarray(clusters, dtype=np.uint64)
-            self._add_bootstrap(partition, seg, ts, clean, finite, keys)
+            self._add_bootstrap(partition, seg, ts, clean, finite, keys, weights)
 
     def _add_windows(
         self, partition: int, seg: np.ndarray, ts: np.ndarray, clean: np.ndarray, finite: np.ndarray
@@ -211,6 +214,7 @@ class Aggregates:
         clean: np.ndarray,
         finite: np.ndarray,
         keys: np.ndarray,
+        weights: np.ndarray | None = None,
     ) -> None:
         """Replicate sums per (window, segment): one (2M, n) @ (n, B) product per run of results
         sharing a segment and every width's window, which BLAS does far faster than an add.at
@@ -218,7 +222,10 @@ class Aggregates:
         the window count."""
         order = np.lexsort((ts, seg))  # by segment, then time: every window is one run
         seg_s, ts_s = seg[order], ts[order]
-        w = poisson_weights(keys[order], self.replicates, self.seed).astype(np.float64)
+        if weights is None:
+            w = poisson_weights(keys[order], self.replicates, self.seed).astype(np.float64)
+        else:
+            w = weights[order].astype(np.float64)
         y = np.concatenate([clean[order], finite[order].astype(np.float64)], axis=1)  # (n, 2M)
         cut = seg_s[1:] != seg_s[:-1]
         for width in self.windows_ms:

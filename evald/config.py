@@ -360,13 +360,30 @@ def load_config(data: Mapping[str, Any] | None = None, **overrides: Any) -> Engi
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """``field.path: message`` per error, one per line."""
+    """``field.path: message`` per error, one per line; an unknown key gets a "did you mean"
+    (a misspelling, or a field that belongs elsewhere, e.g. ``statistics.comparisons``)."""
     lines = []
     for error in exc.errors(include_url=False):
-        loc = ".".join(str(part) for part in error["loc"])
+        parts = [str(part) for part in error["loc"]]
+        loc = ".".join(parts)
         message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown setting" + unknown_hint(parts)
         lines.append(f"{loc}: {message}" if loc else message)
     return "\n".join(lines)
+
+
+def unknown_hint(path: list[str]) -> str:
+    """The "did you mean" of an unknown engine setting at ``path`` (``""`` if none is near);
+    an ``engine`` section here is `evald run`'s settings file given where engine fields go."""
+    from evald.suggest import did_you_mean
+
+    if path == ["engine"]:
+        return (
+            " (this takes the engine fields themselves: the contents of an `evald run` "
+            "settings file's engine section)"
+        )
+    return did_you_mean(EngineConfig, path)
 
 
 def read_mapping_file(path: str | os.PathLike[str]) -> dict[str, Any]:

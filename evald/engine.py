@@ -31,7 +31,12 @@ from evald.join import Joined, JoinStore
 from evald.join.window import complete_before
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
 from evald.segments import LabelTable, SegmentIndex
-from evald.statistics.bootstrap import list_clusters, request_clusters, user_cluster
+from evald.statistics.bootstrap import (
+    list_clusters,
+    poisson_weights,
+    request_clusters,
+    user_cluster,
+)
 from evald.statistics.live import LiveStatistics
 from evald.statistics.shares import PartitionShares
 from evald.stats import Stats
@@ -131,7 +136,11 @@ class Engine:
         self._folds_shares = False
         if config.statistics.comparisons:
             self.shares = PartitionShares(
-                config.statistics.window, config.window, len(self.measure_names), self.segments
+                config.statistics.window,
+                config.window,
+                len(self.measure_names),
+                self.segments,
+                config.statistics.bootstrap_replicates,
             )
             if global_statistics:
                 self.statistics = LiveStatistics(config, self.measure_names)
@@ -361,18 +370,29 @@ class Engine:
         for reason in joined.reasons:
             stats.finalized[reason] += 1
         stats.abandoned += int(abandoned.sum())
-        if self.shares is not None:
-            self.shares.observe(partition, joined.segment_ids, joined.ts, values, joined.reasons)
-        clusters = None
-        if self.aggregates.replicates:
+        clusters = weights = None
+        aggregates = self.aggregates
+        if aggregates.replicates:  # one weight row per result, for the window and share sums
             clusters = list_clusters(joined.clusters, joined.request_ids)
-        self.aggregates.observe(
+            weights = poisson_weights(clusters, aggregates.replicates, aggregates.seed)
+        if self.shares is not None:
+            self.shares.observe(
+                partition,
+                joined.segment_ids,
+                joined.ts,
+                values,
+                joined.reasons,
+                weights,
+                None if weights is None else joined.clusters != 0,
+            )
+        aggregates.observe(
             partition,
             joined.segment_ids,
             joined.ts,
             values,
             abandoned=abandoned,
             clusters=clusters,
+            weights=weights,
         )
         callback = self.on_result
         if callback is None:

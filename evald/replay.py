@@ -49,6 +49,27 @@ impression: {"request_id": "r1", "ts": "2024-05-01T12:00:00Z", "items": ["a", "b
 feedback:   {"request_id": "r1", "ts": 1714564800000, "item": "b", "action": "click"}
 results line: {"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures": {name: value}}
               + "cluster" (16 hex digits) when the impression had a user_id
+
+comparing arms (A/B): add a `statistics` block at the top level of the --config file
+(docs/semantics.md §7, docs/statistics.md); the arms are the values of a segment label:
+
+  label_keys: [model, arm, surface]
+  windows: [5m, 1h]
+  statistics:
+    window: 1h                 # the window folded: one of `windows`
+    alpha: 0.05                # family-wise false-alarm rate of the bands
+    comparisons:
+      - name: ab
+        label: arm             # impressions carry labels {"arm": "control" | "treatment"}
+        control: control
+        treatments: [treatment]
+        start: 2026-01-01      # declared before looking
+        min_effect: {nDCG@10: 0.01}   # alert when treatment is this much worse
+
+  evald replay events.jsonl --config ab.yaml            the verdicts, and when each fired
+  evald replay events.jsonl --config ab.yaml --looks looks.jsonl   every look, one per line
+Impressions with a "user_id" make the variances clustered by user ("variance: user"); without
+one every list is its own cluster ("variance: request", the list-level sequence).
 """
 
 TICK_EVERY = 4096
@@ -86,6 +107,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--windows", metavar="OUT", help="one JSON line per (window, segment, measure)"
     )
     parser.add_argument("--rejected", metavar="OUT", help="rejected lines with their reasons")
+    parser.add_argument(
+        "--looks",
+        metavar="OUT",
+        help="one JSON line per comparison, treatment, segment and measure at every window "
+        "folded (the statistics config block): the replay of each look",
+    )
     parser.add_argument(
         "--tick-every",
         type=int,
@@ -398,6 +425,28 @@ def summary_json(engine: Engine, counts: dict[str, int], moments: SegmentMoments
     return json.dumps(doc, ensure_ascii=False, indent=2)
 
 
+def watch_looks(engine: Engine, out: IO[str] | None) -> None:
+    """``--looks``: every window a comparison folds writes its records as they are then (the
+    summary's ``comparisons`` records at that look), one JSON line each."""
+    if out is None:
+        return
+    live = engine.statistics
+    if live is None:
+        raise UsageError(
+            "--looks: no comparison is configured (a statistics block with comparisons in "
+            "--config; see evald replay --help)"
+        )
+    from evald.statistics.live import summary as comparison_summary
+
+    alpha = live.settings.alpha
+
+    def write(view: Any) -> None:
+        for record in comparison_summary(view, alpha):
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    live.on_look = write
+
+
 def comparison_records(engine: Engine) -> list[dict[str, object]]:
     """One record per (comparison, treatment, comparison segment, measure), in that order."""
     from evald.statistics.live import summary as comparison_summary
@@ -410,37 +459,74 @@ def comparison_records(engine: Engine) -> list[dict[str, object]]:
 
 
 def comparisons(engine: Engine) -> list[str]:
-    """The text summary's comparison lines: the sequence's bounds, the minimum-effect verdict,
-    the CUSUM and the sample-ratio guard per treatment, comparison segment and measure."""
+    """The text summary's comparison lines: per treatment, comparison segment and measure the
+    band since the start, the minimum-effect verdict, the CUSUMs and the sample-ratio guard,
+    then when each signal first fired (in event time, with its values at that look)."""
     records = comparison_records(engine)
     if not records:
         return []
+    settings = engine.config.statistics
     rows = [
-        f"comparisons (always-valid {1 - engine.config.statistics.alpha:.0%} confidence "
-        "sequence on treatment − control, family-wise):"
+        f"comparisons (always-valid {1 - settings.alpha:.0%} confidence sequence on treatment − "
+        f"control, family-wise; CUSUM threshold h {settings.cusum_h:g}):"
     ]
     for r in records:
-        segment = " ".join(f"{k}={v}" for k, v in r["segment"].items())  # type: ignore[attr-defined]
-        low, high = r["lower"], r["upper"]
-        band = "n too small" if low is None else f"[{low:+.6f}, {high:+.6f}]"
-        if r["intersection_empty"]:
-            band += " (the running intersection is empty: the difference changed)"
-        elif r["intersection_lower"] is not None:
-            low, high = r["intersection_lower"], r["intersection_upper"]
-            band += f", running intersection [{low:+.6f}, {high:+.6f}]"
-        verdict = ""
-        if r["min_effect"] is not None:
-            worse = "BELOW" if r["below_min_effect"] else "not below"
-            verdict = f"; {worse} −{r['min_effect']}"
-        alarm = r["cusum_alarm_window"]
-        rows.append(
-            f"  {r['comparison']} {r['treatment']} vs {r['control']} {segment} {r['measure']}: "
-            f"Δ {_signed(r['difference'])} {band}{verdict}, p {r['p_value']:.3g}, "
-            f"n {r['n_treatment']:,}/{r['n_control']:,}; CUSUM {r['cusum_vs_control']:.2f}"
-            + ("" if alarm is None else f" (alarm at window {alarm})")
-            + f"; SRM p {r['srm_p_value']:.3g}"
-        )
+        rows += _comparison_lines(r)
     return rows
+
+
+def _comparison_lines(r: dict[str, Any]) -> list[str]:
+    segment = " ".join(f"{k}={v}" for k, v in r["segment"].items())
+    low, high = r["lower"], r["upper"]
+    band = "n too small" if low is None else f"[{low:+.6f}, {high:+.6f}]"
+    if r["intersection_empty"]:
+        band += " (the running intersection is empty: the difference changed)"
+    elif r["intersection_lower"] is not None:
+        band += f", running intersection [{r['intersection_lower']:+.6f}, "
+        band += f"{r['intersection_upper']:+.6f}]"
+    verdict = ""
+    if r["min_effect"] is not None:
+        verdict = f"; {'BELOW' if r['below_min_effect'] else 'not below'} −{r['min_effect']}"
+    variance = "clustered by user" if r["variance"] == "user" else "list level (no user ids)"
+    first = r["first"]
+    baseline = r["cusum_vs_baseline"]
+    lines = [
+        f"  {r['comparison']} {r['treatment']} vs {r['control']} {segment} {r['measure']}: "
+        f"Δ {_signed(r['difference'])} {band}{verdict}, p {r['p_value']:.3g}, "
+        f"n {r['n_treatment']:,}/{r['n_control']:,}, variance {variance}; "
+        f"SRM p {r['srm_p_value']:.3g}",
+        "    band first excluded 0: " + _band_look(first["excluded"]),
+        f"    CUSUM vs control {r['cusum_vs_control']:.2f}: "
+        + _cusum_look(first["cusum_vs_control"]),
+    ]
+    if r["min_effect"] is not None:
+        lines.insert(2, f"    band first below −{r['min_effect']}: " + _band_look(first["below"]))
+    for arm, statistic in baseline.items():
+        now = "-" if statistic is None else f"{statistic:.2f}"
+        lines.append(
+            f"    CUSUM vs baseline, {arm} {now}: " + _cusum_look(first["cusum_vs_baseline"][arm])
+        )
+    return lines
+
+
+def _window(look: dict[str, Any]) -> str:
+    return f"window {look['window']} (to {look['end']})"
+
+
+def _band_look(look: dict[str, Any] | None) -> str:
+    if look is None:
+        return "never"
+    return (
+        f"{_window(look)}: Δ {_signed(look['difference'])} "
+        f"[{look['lower']:+.6f}, {look['upper']:+.6f}], p {look['p_value']:.3g}, "
+        f"n {look['n_treatment']:,}/{look['n_control']:,}"
+    )
+
+
+def _cusum_look(look: dict[str, Any] | None) -> str:
+    if look is None:
+        return "never crossed"
+    return f"crossed at {_window(look)} at {look['statistic']:.2f}"
 
 
 def _signed(value: object) -> str:
@@ -482,6 +568,7 @@ def run(args: argparse.Namespace) -> int:
             results = _open_out(args.results, stack)
             rejected = _open_out(args.rejected, stack)
             windows = _open_out(args.windows, stack)
+            watch_looks(engine, _open_out(args.looks, stack))
             counts = replay(
                 engine,
                 paths,
@@ -497,16 +584,24 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"evald replay: {exc}", file=sys.stderr)
         return 2
-    out = sys.stderr if "-" in (args.results, args.windows, args.rejected) else sys.stdout
-    if args.format == "json":
-        print(summary_json(engine, counts, moments), file=out)
-    else:
-        text = [
-            *summary(engine, counts),
-            "means (± 95% interval):",
-            *means(moments),
-            *comparisons(engine),
-        ]
-        print("\n".join(text), file=out)
+    print_summary(args, engine, counts, moments)
     rejected_n = sum(engine.stats.rejected.values())
     return 1 if args.strict and rejected_n else 0
+
+
+def print_summary(
+    args: argparse.Namespace, engine: Engine, counts: dict[str, int], moments: SegmentMoments
+) -> None:
+    """The summary (``--format``), on stderr when an output file is stdout (``-``)."""
+    outputs = (args.results, args.windows, args.rejected, args.looks)
+    out = sys.stderr if "-" in outputs else sys.stdout
+    if args.format == "json":
+        print(summary_json(engine, counts, moments), file=out)
+        return
+    text = [
+        *summary(engine, counts),
+        "means (± 95% interval):",
+        *means(moments),
+        *comparisons(engine),
+    ]
+    print("\n".join(text), file=out)

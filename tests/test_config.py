@@ -179,3 +179,63 @@ def test_measures_split_at_top_level_commas_only():
 def test_an_aggregate_only_measure_is_refused_naming_what_to_export():
     with pytest.raises(ConfigError, match=r"GMAP.*geometric mean of AP: export AP"):
         load_config(measures="nDCG@10,GMAP")
+
+
+COMPARISON = {"name": "ab", "label": "arm", "control": "c", "treatments": ["t"], "start": 0}
+
+
+@pytest.mark.parametrize(
+    ("settings", "line"),
+    [
+        (
+            {"comparisons": [COMPARISON]},
+            "comparisons: unknown setting (did you mean statistics.comparisons? it belongs there)",
+        ),
+        (
+            {"statistics": {"comparisons": [{**COMPARISON, "treatment": ["t"]}]}},
+            "statistics.comparisons.0.treatment: unknown setting "
+            "(did you mean statistics.comparisons.0.treatments?)",
+        ),
+        (
+            {"statistics": {"comparisons": [{**COMPARISON, "alpha": 0.1}]}},
+            "statistics.comparisons.0.alpha: unknown setting "
+            "(did you mean statistics.alpha? it belongs there)",
+        ),
+        (
+            {"statistics": {"control": "c"}},
+            "statistics.control: unknown setting "
+            "(did you mean statistics.comparisons[].control? it belongs there)",
+        ),
+        ({"statistcs": {}}, "statistcs: unknown setting (did you mean statistics?)"),
+        ({"colour": 1}, "colour: unknown setting"),
+    ],
+)
+def test_an_unknown_setting_gets_the_nearest_one_or_where_it_belongs(settings, line):
+    with pytest.raises(ConfigError) as err:
+        load_config(settings)
+    assert line in str(err.value).splitlines()
+
+
+def test_evald_run_settings_given_as_engine_settings_say_so():
+    with pytest.raises(ConfigError, match="the contents of an `evald run` settings file's engine"):
+        load_config({"engine": {"statistics": {}}})
+
+
+def test_the_statistics_block_of_the_settings_reference_is_valid():
+    """docs/semantics.md §7's example loads as engine settings, every field it lists exists."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from evald.config import ComparisonConfig, StatisticsConfig
+
+    text = (Path(__file__).resolve().parents[1] / "docs/semantics.md").read_text()
+    (block,) = re.findall(r"```yaml\n(label_keys:.*?)```", text, re.DOTALL)
+    (comparison,) = load_config(yaml.safe_load(block)).statistics.comparisons
+    assert comparison.treatments == ["treatment"] and comparison.arm_scoped_labels == ["model"]
+    section = text[text.index("### The `statistics` block") :]
+    listed = set(re.findall(r"^\| `(?:comparisons\[\]\.)?(\w+)`", section, re.MULTILINE))
+    listed |= {"treatments", "cusum_h", "comparisons"}  # beside control, cusum_k; the list
+    fields = set(StatisticsConfig.model_fields) | set(ComparisonConfig.model_fields)
+    assert fields == listed

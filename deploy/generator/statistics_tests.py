@@ -160,7 +160,7 @@ def _inputs(
         series(
             "evald_comparison_srm_p_value",
             {**comp, **dict(rest)},
-            [s.ratio[rest].p_value for s in states],
+            [s.srm_p_values()[rest] for s in states],
         ),
     ]
 
@@ -179,7 +179,7 @@ def _fired(spec: Spec, states: list[ComparisonState]) -> dict[str, set[str]]:
     rest = tuple((k, "search") for k in spec.comparison_labels)
     last = states[-1]
     h = _settings(spec).statistics.cusum_h
-    srm = last.ratio[rest].p_value < spec.thresholds.srm_alpha
+    srm = last.srm_p_values()[rest] < spec.thresholds.srm_alpha
     out: dict[str, set[str]] = {name: set() for name in NAMES}
     if srm:
         out[SRM].add("")

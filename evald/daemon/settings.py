@@ -459,21 +459,13 @@ def _describe(
 
 
 def _did_you_mean(model: type[BaseModel], path: list[str], prefix: str) -> str:
-    """`` (did you mean topics.feedback?)`` for a misspelt key, else ``""``."""
-    import difflib
+    """`` (did you mean topics.feedback?)`` for a misspelt key, a key of the settings that
+    belongs in another section (``statistics`` -> ``engine.statistics``), else ``""``."""
+    from evald.config import EngineConfig
+    from evald.suggest import did_you_mean
 
-    for part in path[:-1]:
-        field = model.model_fields.get(part)
-        annotation = field.annotation if field is not None else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return ""
-        model = annotation
-    if not path:
-        return ""
-    close = difflib.get_close_matches(path[-1], list(model.model_fields), n=1, cutoff=0.6)
-    if not close:
-        return ""
-    return f" (did you mean {prefix}{'.'.join([*path[:-1], close[0]])}?)"
+    also = () if model is EngineConfig else ((EngineConfig, "engine."),)
+    return did_you_mean(model, path, prefix, also)
 
 
 def load_settings(

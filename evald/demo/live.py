@@ -127,10 +127,11 @@ class Snapshot:
 def comparison_lines(
     views: Sequence[ComparisonView], regress_at_ms: int | None, measure: str = SHOWN[0]
 ) -> list[str]:
-    """Per comparison segment: the difference since the start with its always-valid band, the
-    CUSUM against control and, once the bands of the looks no longer overlap (an empty running
-    intersection: the difference changed), ``bands disjoint``; then when a drop was first
-    detected and how long after the change (event time)."""
+    """Per comparison segment: the difference since the start with its always-valid band (▲/▼
+    once it excludes 0: the verdict marks of the screen), the CUSUM against control and, once
+    the bands of the looks no longer overlap (an empty running intersection: the difference
+    changed), ``bands disjoint``; then when a drop was first detected and how long after the
+    change (event time)."""
     lines: list[str] = []
     for view in views:
         state = view.state
@@ -147,6 +148,7 @@ def comparison_lines(
                 if math.isnan(bound.low)
                 else f"[{bound.low:+.3f}, {bound.high:+.3f}]"
             )
+            band += " ▲" if bound.low > 0 else " ▼" if bound.high < 0 else "  "
             cusum = state.vs_control[key].statistic
             # the running intersection of the bands is empty: the difference changed
             changed = "  bands disjoint" if seq.empty else ""
@@ -154,9 +156,11 @@ def comparison_lines(
                 f"  {treatment} {where:<6} {bound.difference:+.4f} {band}  CUSUM {cusum:5.1f}"
                 + changed
             )
-        for (key, signal), end in sorted(view.detected.items(), key=lambda item: item[1]):
-            if key[2] != measure:
+        found = sorted(view.detected.items(), key=lambda item: item[1].end_ms)
+        for (key, signal), detection in found:
+            if key[2] != measure or signal not in ("cusum", "below"):
                 continue
+            end = detection.end_ms
             what = "the CUSUM" if signal == "cusum" else "the band"
             where = " ".join(v for _, v in key[1]) or "all"
             after = ""
@@ -373,15 +377,14 @@ _GAP = 2
 _COUNTS = "impressions"  # the row of impressions per segment in the window
 
 
-def _difference(estimate: Estimate | None, unicode: bool) -> str:
-    """``-0.300±0.028 ▼``: marked when the difference is beyond its 95% bound."""
+def _difference(estimate: Estimate | None) -> str:
+    """``-0.300±0.028 *``: the window's difference, marked ``*`` when outside its own 95%
+    interval — descriptive: the verdicts (▲▼) are the band since the start's."""
     if estimate is None or math.isnan(estimate.mean):
         return "-"
     text = _value(estimate)
     if not math.isnan(estimate.half) and abs(estimate.mean) > estimate.half:
-        text += " ▲" if estimate.mean > 0 else " ▼"
-        if not unicode:
-            text = text[:-1] + ("^" if estimate.mean > 0 else "v")
+        text += " *"
     return text
 
 
@@ -429,13 +432,8 @@ def render_table(
             text = _value(seg.current.get(name))
             row += " " * (cell - len(text) - 2) + f"{text} {mark}"
         for versus in snap.versus:
-            text = _difference(versus.difference.get(name), unicode)
-            painted = text
-            if text.endswith(("▼", "v")) and " " in text:
-                painted = paint(text, _RED)
-            elif text.endswith(("▲", "^")) and " " in text:
-                painted = paint(text, _GREEN)
-            row += " " * (versus_w - len(text) - 1) + painted + " "
+            text = _difference(versus.difference.get(name))
+            row += " " * (versus_w - len(text) - 1) + text + " "
         lines.append(row.rstrip())
     if snap.segments:
         counts = "".join(f"{s.count:>{cell - 2},}  " for s in snap.segments)
@@ -443,15 +441,30 @@ def render_table(
     if not snap.segments:
         lines.append(paint("(no impression scored yet: windows close in event time)", _DIM))
     elif shown:
-        legend = f"arrow: {shown[0]} against the window before"
+        legend = [f"arrow: {shown[0]} against the window before"]
         if snap.versus:
-            legend += f" · {'▲▼' if unicode else '^v'}: beyond the difference's 95% bound"
-        lines.append(paint(_fit(legend), _DIM))
-    lines.extend(_fit(line) for line in snap.comparison)
+            legend.append("*: the window's difference outside its 95% interval (descriptive)")
+        if snap.comparison:
+            legend.append(
+                f"{'▲▼' if unicode else '^v'}: the always-valid band since the start excludes 0"
+                " (a verdict)"
+            )
+        lines.extend(paint(line, _DIM) for line in wrap(legend))
+    lines.extend(_verdict_line(line, paint) for line in snap.comparison)
     lines.append("")
     lines.extend(wrap(health_items(snap.health)))
     lines.extend(_fit(note) for note in snap.notes)
     return "\n".join(lines) + "\n"
+
+
+def _verdict_line(line: str, paint: Callable[[str, str], str]) -> str:
+    """A comparison line, its verdict mark coloured (red ▼, green ▲)."""
+    line = _fit(line)
+    for mark, code in (("▼", _RED), ("▲", _GREEN)):
+        if f"] {mark}" in line:
+            head, tail = line.split(f"] {mark}", 1)
+            return f"{head}] {paint(mark, code)}{tail}"
+    return line
 
 
 def render_lines(snap: Snapshot, elapsed_s: float, *, shown: Sequence[str] = SHOWN) -> str:
@@ -468,8 +481,7 @@ def render_lines(snap: Snapshot, elapsed_s: float, *, shown: Sequence[str] = SHO
         )
     for versus in snap.versus:
         values = " ".join(
-            f"{name}={_difference(versus.difference.get(name), True)}".replace(" ", "")
-            for name in shown
+            f"{name}={_difference(versus.difference.get(name))}".replace(" ", "") for name in shown
         )
         lines.append(f"{stamp} window={window} {versus.title} {values}")
     lines.extend(f"{stamp} {line.strip()}" for line in snap.comparison)

@@ -404,6 +404,7 @@ def _sequence_part(part: str) -> Callable[[_Comparisons], Iterable[Row]]:
                     "intersection_empty": float(seq.empty),
                     "p_value": seq.p_value,
                     "alpha": folded.alpha(state.settings),
+                    "clustered": float(bound.clustered),
                     "cusum_vs_control": folded.vs_control[(treatment, rest, measure)].statistic,
                 }[part]
                 if math.isfinite(value):
@@ -436,8 +437,8 @@ def _baseline_rows(state: _Comparisons) -> Iterable[Row]:
 def _srm_rows(state: _Comparisons) -> Iterable[Row]:
     for view in state.views:
         comp = view.config
-        for rest, ratio in view.state.ratio.items():
-            yield (comp.name, *state.labels(comp, "", rest)), ratio.p_value
+        for rest, p_value in view.state.srm_p_values().items():
+            yield (comp.name, *state.labels(comp, "", rest)), p_value
 
 
 def _min_effect_rows(state: _Comparisons) -> Iterable[Row]:
@@ -489,6 +490,8 @@ _SEQUENCE_HELP = {
     "contradict every constant difference: the difference changed), else 0.",
     "p_value": "Always-valid p-value of no difference (running minimum of 1/e-value).",
     "alpha": "Level each sequence of the comparison runs at: statistics.alpha / family size.",
+    "clustered": "1 when the sequence's variance is clustered by user (some list had a user id), "
+    "0 when it is the list-level one (no user ids: every list its own cluster).",
     "cusum_vs_control": "Lower CUSUM statistic of treatment minus control standardized window "
     "means; a drop alarm when above evald_cusum_threshold.",
 }
@@ -501,6 +504,7 @@ _SEQUENCE_NAME = {
     "intersection_empty": "evald_comparison_intersection_empty",
     "p_value": "evald_comparison_p_value",
     "alpha": "evald_comparison_alpha",
+    "clustered": "evald_comparison_clustered",
     "cusum_vs_control": "evald_cusum_vs_control",
 }
 
@@ -540,8 +544,9 @@ COMPARISON_SERIES: tuple[Series, ...] = (
     Series(
         "evald_comparison_srm_p_value",
         "gauge",
-        "Always-valid p-value of the sample-ratio guard on the arm counts (configured split); "
-        "a comparison is not trusted while it is below statistics.srm_alpha.",
+        "Always-valid p-value of the sample-ratio guards on the arm counts (configured split) "
+        "of a comparison segment: its own and the one pooled over every segment, family-wise "
+        "(Bonferroni); a comparison is not trusted while it is below statistics.srm_alpha.",
         ("comparison", SEGMENT),
         _Comparisons,
         _srm_rows,

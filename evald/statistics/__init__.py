@@ -7,6 +7,7 @@ The methods, formulas, guarantees and references are in docs/statistics.md.
 """
 
 from evald.statistics.bootstrap import BootstrapState, cluster_key, list_cluster, poisson_weights
+from evald.statistics.clustered import ClusterSums, Contrast, contrast
 from evald.statistics.cusum import Cusum, difference_z, siegmund_arl, standardized_z
 from evald.statistics.intervals import Interval, Moments, t_interval
 from evald.statistics.multiplicity import bonferroni_alpha, holm_reject
@@ -20,7 +21,9 @@ from evald.statistics.srm import SampleRatio, srm_log_evalue, srm_log_evalues
 
 __all__ = [
     "BootstrapState",
+    "ClusterSums",
     "Comparison",
+    "Contrast",
     "Cusum",
     "Interval",
     "Moments",
@@ -29,6 +32,7 @@ __all__ = [
     "bonferroni_alpha",
     "cluster_key",
     "confidence_sequence",
+    "contrast",
     "difference_z",
     "holm_reject",
     "list_cluster",

@@ -5,12 +5,21 @@ approximation (Siegmund, "Sequential Analysis", 1985, ch. X). Each window's mean
 by its own n, z = (x̄ − μ0)/(σ0/√n), so z ~ N(0, 1) whatever the traffic: a traffic change with
 an unchanged mean does not move the statistic. Windows below the minimum n are skipped (neither
 counted nor a reset).
+
+When users come back, consecutive windows share users and their z's correlate: a run of m
+windows carries less evidence than m independent ones. Given each window's replicate deviations
+of z (clustered.py: the same user weights in every window), ``Cusum.step`` standardizes the sum
+of the current run (the windows since the statistic was last 0) by the run's own clustered
+variance, never below m: C_t = max(0, −Z·√(m/v) − k·m) with Z the run's Σz and
+v = max(m, (1/B) Σ_b (Σ_run ζ_b)²). With v = m that is Page's recursion exactly, which is what a
+step without replicates (the request-level fallback) runs (docs/statistics.md §4).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -24,6 +33,7 @@ __all__ = [
     "Cusum",
     "cusum_update",
     "difference_z",
+    "run_statistic",
     "siegmund_arl",
     "standardized_z",
 ]
@@ -59,6 +69,19 @@ def cusum_update(statistic: ArrayLike, z: ArrayLike, k: float = DEFAULT_K) -> ND
     return np.maximum(0.0, np.asarray(statistic, dtype=np.float64) - np.asarray(z) - k)
 
 
+def run_statistic(
+    run_sum: ArrayLike, windows: ArrayLike, run_replicates: ArrayLike, k: float = DEFAULT_K
+) -> NDArray[np.float64]:
+    """max(0, −Z·√(m/v) − k·m), v = max(m, mean_b R_b²): the statistic of a run of m windows
+    with Σz = Z and summed replicate deviations R (replicates on the last axis)."""
+    m = np.asarray(windows, dtype=np.float64)
+    spread = np.mean(np.square(np.asarray(run_replicates, dtype=np.float64)), axis=-1)
+    v = np.fmax(m, spread)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(m > 0, np.sqrt(m / v), 0.0)
+    return np.maximum(0.0, -np.asarray(run_sum, dtype=np.float64) * scale - k * m)
+
+
 def siegmund_arl(k: float = DEFAULT_K, h: float = DEFAULT_H, drop: float = 0.0) -> float:
     """Average run length (windows) of the lower CUSUM for a drop of ``drop`` standard errors.
 
@@ -73,11 +96,18 @@ def siegmund_arl(k: float = DEFAULT_K, h: float = DEFAULT_H, drop: float = 0.0) 
 
 @dataclass(frozen=True)
 class Cusum:
-    """The statistic folded over windows in window order; ``alarm_window`` is the first alarm."""
+    """The statistic folded over windows in window order; ``alarm_window`` is the first alarm.
+
+    ``run_sum``, ``run_windows`` and ``run_replicates`` describe the current run (the windows
+    since the statistic was last 0) of a CUSUM fed replicate deviations; a CUSUM never fed any
+    keeps ``run_replicates`` None and follows Page's recursion."""
 
     statistic: float = 0.0
     windows: int = 0
     alarm_window: int | None = None
+    run_sum: float = 0.0
+    run_windows: int = 0
+    run_replicates: tuple[float, ...] | None = field(default=None, repr=False)
 
     @property
     def alarmed(self) -> bool:
@@ -90,29 +120,58 @@ class Cusum:
         k: float = DEFAULT_K,
         h: float = DEFAULT_H,
         min_n: int = DEFAULT_MIN_N,
+        replicates: NDArray[np.float64] | None = None,
     ) -> Cusum:
-        """Fold one window of ``n`` lists with standardized mean ``z``."""
+        """Fold one window of ``n`` lists with standardized mean ``z`` and, when clustered,
+        the replicate deviations of z (``replicates``, one per bootstrap replicate)."""
         if n < min_n or not math.isfinite(z):
             return self
-        statistic = float(cusum_update(self.statistic, z, k))
+        fresh = self.statistic <= 0.0
+        run_sum = z + (0.0 if fresh else self.run_sum)
+        run_windows = 1 + (0 if fresh else self.run_windows)
+        before = None if fresh else self.run_replicates
+        parts = [np.asarray(x, dtype=np.float64) for x in (before, replicates) if x is not None]
+        summed = parts[0] + parts[1] if len(parts) == 2 else parts[0] if parts else None
+        if summed is None:  # Page's recursion, exactly
+            statistic = float(cusum_update(self.statistic, z, k))
+        else:
+            statistic = float(run_statistic(run_sum, run_windows, summed, k))
         windows = self.windows + 1
         alarm = self.alarm_window
         if alarm is None and statistic > h:
             alarm = windows
-        return replace(self, statistic=statistic, windows=windows, alarm_window=alarm)
+        return replace(
+            self,
+            statistic=statistic,
+            windows=windows,
+            alarm_window=alarm,
+            run_sum=run_sum,
+            run_windows=run_windows,
+            run_replicates=None if summed is None else tuple(summed.tolist()),
+        )
 
     def to_json(self) -> dict[str, object]:
-        return {
+        doc: dict[str, object] = {
             "statistic": self.statistic,
             "windows": self.windows,
             "alarm_window": self.alarm_window,
+            "run_sum": self.run_sum,
+            "run_windows": self.run_windows,
         }
+        if self.run_replicates is not None:
+            doc["run_replicates"] = list(self.run_replicates)
+        return doc
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> Cusum:
+    def from_json(cls, data: dict[str, Any]) -> Cusum:
+        """The ``to_json`` form (the run fields default for a state written without them)."""
         alarm = data["alarm_window"]
+        replicates = data.get("run_replicates")
         return cls(
-            float(data["statistic"]),  # type: ignore[arg-type]
-            int(data["windows"]),  # type: ignore[call-overload]
-            None if alarm is None else int(alarm),  # type: ignore[call-overload]
+            float(data["statistic"]),
+            int(data["windows"]),
+            None if alarm is None else int(alarm),
+            float(data.get("run_sum", 0.0)),
+            int(data.get("run_windows", 0)),
+            None if replicates is None else tuple(float(x) for x in replicates),
         )

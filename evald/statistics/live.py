@@ -15,32 +15,46 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from evald.config import ComparisonConfig, EngineConfig
 from evald.statistics.fold import ComparisonState, Key, Rest, alerting_measures, fold_window
-from evald.statistics.shares import Frozen, Labels, Share
+from evald.statistics.shares import Frozen, Labels, Share, add_sums
 
-__all__ = ["ComparisonView", "LiveStatistics"]
+__all__ = ["SIGNALS", "ComparisonView", "Detection", "LiveStatistics"]
+
+#: the signals whose first look is kept: the band first excluding 0 (``excluded``) and first
+#: wholly below minus the minimum effect (``below``), keyed by (treatment, segment, measure);
+#: the CUSUM against control (``cusum``) keyed alike; an arm's CUSUM against its trailing
+#: baseline (``baseline``), keyed by (arm, segment, measure)
+SIGNALS = ("excluded", "below", "cusum", "baseline")
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The first look at which a signal fired: the end of that window (event time, ms), its
+    number since the start (1 = the first window folded) and the values at that look."""
+
+    end_ms: int
+    window: int
+    values: dict[str, float | int | None]
 
 
 @dataclass(frozen=True)
 class ComparisonView:
     """One comparison's settings and its folded state, as the exposition and replay read it.
 
-    ``detected``: per (treatment, comparison segment, measure) and signal (``cusum``: the
-    CUSUM against control first above h; ``below``: the sequence first wholly below minus the
-    minimum effect), the end of the window where it first happened.
+    ``detected``: per key and signal (``SIGNALS``), the first look where it fired.
     """
 
     config: ComparisonConfig
     state: ComparisonState
     first_end_ms: int | None  # end of the first window folded
     last_end_ms: int | None  # end of the last window folded
-    detected: dict[tuple[Key, str], int] = field(default_factory=dict)
+    detected: dict[tuple[Key, str], Detection] = field(default_factory=dict)
 
 
 class LiveStatistics:
@@ -57,7 +71,10 @@ class LiveStatistics:
         self._states = {c.name: ComparisonState() for c in self.settings.comparisons}
         self._first: dict[str, int | None] = dict.fromkeys(self._states)
         self._last_end: int | None = None  # end of the last window folded
-        self._detected: dict[str, dict[tuple[Key, str], int]] = {n: {} for n in self._states}
+        self._detected: dict[str, dict[tuple[Key, str], Detection]] = {n: {} for n in self._states}
+        #: called after each window a comparison folds, with its view at that look (replay's
+        #: ``--looks``); under the lock, so it must not call back into this object
+        self.on_look: Callable[[ComparisonView], None] | None = None
         #: window start -> (partition, chunk) -> the share, until the window is folded
         self._shares: dict[int, dict[tuple[int, int], Share]] = {}
         #: partition -> every window ending at or before it is final there
@@ -131,7 +148,7 @@ class LiveStatistics:
         for share in shares:  # in (partition, chunk) order: the same sums wherever folded
             for labels, sums in share.segments:
                 before = total.get(labels)
-                total[labels] = sums if before is None else before + sums
+                total[labels] = sums if before is None else add_sums(before, sums)
         segments = [(dict(labels), total[labels]) for labels in sorted(total)]
         if not segments:
             return
@@ -140,28 +157,49 @@ class LiveStatistics:
                 continue
             prior = self._states[comp.name]
             state = fold_window(prior, comp, self.settings, self.measures, segments)
-            if state is not prior and self._first[comp.name] is None:
+            if state is prior:
+                continue
+            if self._first[comp.name] is None:
                 self._first[comp.name] = end
             self._states[comp.name] = state
             self._note_detections(comp, state, end)
+            if self.on_look is not None:
+                self._last_end = end
+                self.on_look(self._views([comp.name])[0])
         self._last_end = end
 
     def _note_detections(self, comp: ComparisonConfig, state: ComparisonState, end: int) -> None:
         seen = self._detected[comp.name]
-        for key, cusum in state.vs_control.items():
-            if cusum.alarmed and (key, "cusum") not in seen:
-                seen[(key, "cusum")] = end
+
+        def note(key: Key, signal: str, values: dict[str, float | int | None]) -> None:
+            if (key, signal) not in seen:
+                seen[(key, signal)] = Detection(end, state.windows, values)
+
         for key, bound in state.bounds.items():
+            band: dict[str, float | int | None] = {
+                "difference": bound.difference,
+                "lower": bound.low,
+                "upper": bound.high,
+                "p_value": bound.p_value,
+                "n_control": bound.n_control,
+                "n_treatment": bound.n_treatment,
+            }
+            if not bound.low <= 0.0 <= bound.high and math.isfinite(bound.low):
+                note(key, "excluded", band)
             effect = comp.min_effect.get(key[2])
-            if effect is not None and bound.high < -effect and (key, "below") not in seen:
-                seen[(key, "below")] = end
+            if effect is not None and bound.high < -effect:
+                note(key, "below", band)
+        for signal, table in (("cusum", state.vs_control), ("baseline", state.vs_baseline)):
+            for key, cusum in table.items():
+                if cusum.alarmed:
+                    note(key, signal, {"statistic": cusum.statistic, "windows": cusum.windows})
 
     def views(self) -> list[ComparisonView]:
         """Every comparison with its state (those with nothing folded yet too)."""
         with self._lock:
             return self._views()
 
-    def _views(self) -> list[ComparisonView]:
+    def _views(self, names: Sequence[str] | None = None) -> list[ComparisonView]:
         return [
             ComparisonView(
                 c,
@@ -171,6 +209,7 @@ class LiveStatistics:
                 dict(self._detected[c.name]),
             )
             for c in self.settings.comparisons
+            if names is None or c.name in names
         ]
 
     def alerting_measures(self, comparison: ComparisonConfig) -> list[str]:
@@ -187,19 +226,38 @@ def rest_text(rest: Rest) -> str:
     return ",".join(f"{k}={v}" for k, v in rest) or "-"
 
 
+def _detection(view: ComparisonView, key: Key, signal: str) -> dict[str, object] | None:
+    """A first look as JSON: the window's end (RFC 3339 and ms), its number and the values."""
+    found = view.detected.get((key, signal))
+    if found is None:
+        return None
+    values = {k: finite(v) if isinstance(v, float) else v for k, v in found.values.items()}
+    return {"end": _rfc3339(found.end_ms), "end_ms": found.end_ms, "window": found.window, **values}
+
+
 def summary(view: ComparisonView, settings_alpha: float) -> Iterator[dict[str, object]]:
-    """One JSON-ready record per (treatment, comparison segment, measure) of a comparison."""
+    """One JSON-ready record per (treatment, comparison segment, measure) of a comparison: the
+    state after the last look, and the first look of each signal (null: never fired)."""
     config, state = view.config, view.state
+    srm = state.srm_p_values()
     for (treatment, rest, measure), seq in sorted(state.sequences.items()):
-        bound = state.bounds[(treatment, rest, measure)]
+        key = (treatment, rest, measure)
+        bound = state.bounds[key]
         effect = config.min_effect.get(measure)
-        vs_control = state.vs_control[(treatment, rest, measure)]
+        vs_control = state.vs_control[key]
+        baseline = {
+            arm: state.vs_baseline.get((arm, rest, measure)) for arm in (config.control, treatment)
+        }
         yield {
             "comparison": config.name,
             "control": config.control,
             "treatment": treatment,
             "segment": dict(rest),
             "measure": measure,
+            "window": state.windows,
+            "end": None if view.last_end_ms is None else _rfc3339(view.last_end_ms),
+            "variance": "user" if bound.clustered else "request",
+            "lists_with_user": seq.control.users + seq.treatment.users,
             "difference": finite(bound.difference),
             "lower": finite(bound.low),
             "upper": finite(bound.high),
@@ -214,5 +272,22 @@ def summary(view: ComparisonView, settings_alpha: float) -> Iterator[dict[str, o
             "below_min_effect": effect is not None and bound.high < -effect,
             "cusum_vs_control": vs_control.statistic,
             "cusum_alarm_window": vs_control.alarm_window,
-            "srm_p_value": state.ratio[rest].p_value,
+            "cusum_vs_baseline": {
+                arm: None if c is None else c.statistic for arm, c in baseline.items()
+            },
+            "srm_p_value": srm[rest],
+            "first": {
+                "excluded": _detection(view, key, "excluded"),
+                "below": _detection(view, key, "below"),
+                "cusum_vs_control": _detection(view, key, "cusum"),
+                "cusum_vs_baseline": {
+                    arm: _detection(view, (arm, rest, measure), "baseline") for arm in baseline
+                },
+            },
         }
+
+
+def _rfc3339(ms: int) -> str:
+    from evald.events import format_timestamp
+
+    return format_timestamp(ms)

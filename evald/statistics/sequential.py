@@ -6,6 +6,10 @@ eq. 155 for the e-value, eq. 161 for the tuning), with the conventions of Growth
 ``SequentialTwoSidedTTest`` (gbstats), which the tests check against. The chance that the
 sequence *ever* excludes the true difference is at most α however often it is looked at; the
 running intersection keeps that guarantee and makes the bounds never widen.
+
+The sequence is a function of (n, SE²): with the list-level SE² (lists independent, or no user
+ids: the request-level fallback) it is gbstats' to the digit; with the SE² clustered by user
+(clustered.py) the same function holds when users come back (docs/statistics.md §3).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from evald.statistics.clustered import ClusterSums, as_sums, contrast
 from evald.statistics.intervals import Moments
 
 __all__ = [
@@ -27,6 +32,7 @@ __all__ = [
     "half_width",
     "log_evalue",
     "rho_squared",
+    "sequence_bound",
 ]
 
 #: N*, the total n at which the sequence is tightest (gbstats' default).
@@ -71,7 +77,8 @@ def log_evalue(
 
 @dataclass(frozen=True)
 class SequenceBound:
-    """The sequence at one look: Δ̂, its bounds (NaN below the minimum n) and the e-value."""
+    """The sequence at one look: Δ̂, its bounds (NaN below the minimum n) and the e-value;
+    ``clustered``: SE² from the user clusters (False: list level, the request-level fallback)."""
 
     difference: float
     low: float
@@ -79,6 +86,7 @@ class SequenceBound:
     evalue: float
     n_control: int
     n_treatment: int
+    clustered: bool = False
 
     @property
     def p_value(self) -> float:
@@ -86,31 +94,59 @@ class SequenceBound:
         return min(1.0, 1.0 / self.evalue) if self.evalue > 0 else 1.0
 
 
+def sequence_bound(
+    difference: float,
+    se2: float,
+    n_control: int,
+    n_treatment: int,
+    alpha: float = 0.05,
+    tuning_n: float = DEFAULT_TUNING_N,
+    null_difference: float = 0.0,
+    min_n: int = DEFAULT_MIN_N,
+    clustered: bool = False,
+) -> SequenceBound:
+    """The (1 − α) asymptotic confidence sequence on Δ at one look, from Δ̂ and its SE².
+
+    n = n_T + n_C, s² = n·SE², half-width = s · √(2(nρ² + 1)/(n²ρ²) · ln(√(nρ² + 1)/α)),
+    e-value at Δ0: exp(ρ²·S²/(2(nρ² + 1)))/√(nρ² + 1) with S² = n(Δ̂ − Δ0)²/SE².
+    The sequence excludes Δ0 exactly when e ≥ 1/α. No bound below ``min_n`` lists an arm.
+    """
+    if min(n_control, n_treatment) < max(min_n, 2) or not math.isfinite(se2):
+        return SequenceBound(difference, math.nan, math.nan, 1.0, n_control, n_treatment, clustered)
+    n = n_control + n_treatment
+    half = float(half_width(n, se2, alpha, tuning_n))
+    with np.errstate(over="ignore"):
+        evalue = float(np.exp(log_evalue(n, se2, difference - null_difference, alpha, tuning_n)))
+    return SequenceBound(
+        difference, difference - half, difference + half, evalue, n_control, n_treatment, clustered
+    )
+
+
 def confidence_sequence(
-    control: Moments,
-    treatment: Moments,
+    control: Moments | ClusterSums,
+    treatment: Moments | ClusterSums,
     alpha: float = 0.05,
     tuning_n: float = DEFAULT_TUNING_N,
     null_difference: float = 0.0,
     min_n: int = DEFAULT_MIN_N,
 ) -> SequenceBound:
-    """The (1 − α) asymptotic confidence sequence on Δ = mean(treatment) − mean(control).
+    """The sequence on Δ = mean(treatment) − mean(control) since the start (``sequence_bound``).
 
-    n = n_T + n_C, SE² = s_T²/n_T + s_C²/n_C, s² = n·SE²,
-    half-width = s · √(2(nρ² + 1)/(n²ρ²) · ln(√(nρ² + 1)/α)),
-    e-value at Δ0: exp(ρ²·S²/(2(nρ² + 1)))/√(nρ² + 1) with S² = n(Δ̂ − Δ0)²/SE².
-    The sequence excludes Δ0 exactly when e ≥ 1/α.
+    SE² = s_T²/n_T + s_C²/n_C from ``Moments`` (gbstats' sequence); from ``ClusterSums`` with
+    a user id on some list, the variance clustered by user (``clustered.contrast``).
     """
-    n_c, n_t = control.n, treatment.n
-    difference = treatment.mean - control.mean
-    if min(n_c, n_t) < max(min_n, 2):
-        return SequenceBound(difference, math.nan, math.nan, 1.0, n_c, n_t)
-    se2 = treatment.variance / n_t + control.variance / n_c
-    n = n_c + n_t
-    half = float(half_width(n, se2, alpha, tuning_n))
-    with np.errstate(over="ignore"):
-        evalue = float(np.exp(log_evalue(n, se2, difference - null_difference, alpha, tuning_n)))
-    return SequenceBound(difference, difference - half, difference + half, evalue, n_c, n_t)
+    c = contrast(control, treatment)
+    return sequence_bound(
+        c.difference,
+        c.variance,
+        control.n,
+        treatment.n,
+        alpha,
+        tuning_n,
+        null_difference,
+        min_n,
+        c.clustered,
+    )
 
 
 @dataclass(frozen=True)
@@ -122,8 +158,8 @@ class Comparison:
     intersection is empty, which only happens when the data contradict every Δ: an alarm.
     """
 
-    control: Moments = field(default_factory=Moments)
-    treatment: Moments = field(default_factory=Moments)
+    control: ClusterSums = field(default_factory=ClusterSums)
+    treatment: ClusterSums = field(default_factory=ClusterSums)
     low: float = -math.inf
     high: float = math.inf
     p_value: float = 1.0
@@ -135,15 +171,15 @@ class Comparison:
 
     def look(
         self,
-        control_window: Moments,
-        treatment_window: Moments,
+        control_window: Moments | ClusterSums,
+        treatment_window: Moments | ClusterSums,
         alpha: float = 0.05,
         tuning_n: float = DEFAULT_TUNING_N,
         min_n: int = DEFAULT_MIN_N,
     ) -> tuple[Comparison, SequenceBound]:
         """Add one window of each arm, look once; the new state and the look's own bound."""
-        control = self.control + control_window
-        treatment = self.treatment + treatment_window
+        control = self.control + as_sums(control_window)
+        treatment = self.treatment + as_sums(treatment_window)
         bound = confidence_sequence(control, treatment, alpha, tuning_n, min_n=min_n)
         low, high = self.low, self.high
         if math.isfinite(bound.low):
@@ -181,8 +217,8 @@ class Comparison:
         control, treatment = data["control"], data["treatment"]
         assert isinstance(control, dict) and isinstance(treatment, dict)
         return cls(
-            Moments.from_json(control),
-            Moments.from_json(treatment),
+            ClusterSums.from_json(control),
+            ClusterSums.from_json(treatment),
             float(data["low"]),  # type: ignore[arg-type]
             float(data["high"]),  # type: ignore[arg-type]
             float(data["p_value"]),  # type: ignore[arg-type]

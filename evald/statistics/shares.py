@@ -1,7 +1,10 @@
 """One partition's share of a comparison window, and when it is final.
 
-A comparison window ``[start, start + width)`` is folded from the sums (n, Σy, Σy² per segment
-and measure) of the lists scored in it. Each input partition contributes a *share*: the sums of
+A comparison window ``[start, start + width)`` is folded from the sums of the lists scored in
+it, per segment and measure: n, Σy, Σy² and, with ``bootstrap_replicates`` B > 0, the lists
+that had a user id and the hashed bootstrap's B pairs (Σ w·y, Σ w) whose weights are keyed by
+the list's user (clustered.row_width): the sums the variance clustered by user is read from.
+Each input partition contributes a *share*: the sums of
 its results whose impression arrived in time (finalize reason other than ``late``) and whose
 ``ts`` falls in the window. The share is **final** once the partition's watermark passes the
 window's end by the attribution window (``complete_before(watermark, window) >= end``): every
@@ -18,6 +21,7 @@ of the statistics topic.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ import numpy as np
 
 from evald.join.window import complete_before
 from evald.segments import SegmentIndex
+from evald.statistics.clustered import LIST_COLUMNS, row_width
 
 __all__ = [
     "FINAL",
@@ -35,13 +40,17 @@ __all__ = [
     "Labels",
     "PartitionShares",
     "Share",
+    "add_sums",
     "decode_record",
 ]
 
 #: "every window is final" (a drain: all data is in)
 FINAL = 1 << 62
 #: version of the share and mark records and of the checkpoint's ``statistics`` field
-VERSION = 1
+VERSION = 2
+#: versions still read: 1 wrote (M, 3) sums (list level), which fold as the request-level
+#: fallback (their replicate sums are unknown)
+READABLE = frozenset({1, VERSION})
 #: the finalize reason whose results are left out of every share
 LATE = "late"
 #: sums per share record (segments x measures x 3): about 250 KiB of JSON with the labels
@@ -54,7 +63,8 @@ Labels = tuple[tuple[str, str], ...]
 @dataclass(frozen=True)
 class Share:
     """Partition ``partition``'s final sums of window ``[start, start + width)``: per segment
-    (labels), an (M, 3) array of n, Σy, Σy² over the finite values of each measure. A share
+    (labels), an (M, columns) array over the finite values of each measure: n, Σy, Σy², then,
+    with replicates, the lists with a user id and the B pairs (clustered.row_width). A share
     of many segments is cut into several (``chunk`` 0, 1, ...) so that every record stays far
     below Kafka's default ``max.message.bytes``; the chunks add up."""
 
@@ -115,7 +125,7 @@ def decode_record(raw: bytes) -> Share | Frozen:
     anything else."""
     try:
         doc = json.loads(raw)
-        if doc.get("v") != VERSION:
+        if doc.get("v") not in READABLE:
             raise ValueError(f"unsupported statistics record version {doc.get('v')!r}")
         if doc["kind"] == "final":
             return Frozen(int(doc["partition"]), int(doc["final"]))
@@ -139,22 +149,42 @@ def _labels(data: Any) -> Labels:
 
 def _sums(data: Any) -> np.ndarray:
     arr = np.asarray(data, dtype=np.float64)
-    if arr.ndim != 2 or arr.shape[1] != 3:
-        raise ValueError(f"sums must be (measures, 3), not {arr.shape}")
+    width = arr.shape[1] if arr.ndim == 2 else 0
+    if width != LIST_COLUMNS and (width < LIST_COLUMNS + 3 or (width - LIST_COLUMNS) % 2 != 1):
+        raise ValueError(f"sums must be (measures, 3) or (measures, 4 + 2B), not {arr.shape}")
     return arr
+
+
+def add_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Two sums of one segment; of different widths (one written without replicates, or with
+    another B) only the list-level columns add up: the replicates of the sum are unknown."""
+    if a.shape == b.shape:
+        return a + b
+    return a[:, :LIST_COLUMNS] + b[:, :LIST_COLUMNS]
 
 
 class PartitionShares:
     """Open shares per partition and window, freed once final (``freeze``)."""
 
-    def __init__(self, width: int, window: int, measures: int, segments: SegmentIndex) -> None:
+    def __init__(
+        self,
+        width: int,
+        window: int,
+        measures: int,
+        segments: SegmentIndex,
+        replicates: int = 0,
+    ) -> None:
         """``width``: the comparison window; ``window``: the attribution window (when an
-        impression closes); ``measures``: M; ``segments``: the engine's segment index."""
+        impression closes); ``measures``: M; ``segments``: the engine's segment index;
+        ``replicates``: B of the bootstrap weights ``observe`` is given (0: list level)."""
         self.width = width
         self.window = window
         self.measures = measures
         self.segments = segments
-        #: partition -> window start -> (segments, M, 3) sums by the engine's segment ids
+        self.replicates = replicates
+        #: columns per (segment, measure): clustered.row_width
+        self.columns = row_width(replicates)
+        #: partition -> window start -> (segments, M, columns) sums by the engine's segment ids
         self._open: dict[int, dict[int, np.ndarray]] = {}
         #: partition -> open shares loaded from a checkpoint (by labels: ids are per engine)
         self._loaded: dict[int, dict[int, dict[Labels, np.ndarray]]] = {}
@@ -168,8 +198,14 @@ class PartitionShares:
         ts: np.ndarray,
         values: np.ndarray,
         reasons: Sequence[str],
+        weights: np.ndarray | None = None,
+        users: np.ndarray | None = None,
     ) -> None:
-        """Add one batch of scored results (``values``: (n, M)); late ones are left out."""
+        """Add one batch of scored results (``values``: (n, M)); late ones are left out.
+
+        ``weights``: the (n, B) bootstrap weights of each result's cluster and ``users``: which
+        results had a user id, when the shares keep replicates (``replicates`` > 0).
+        """
         if LATE in reasons:
             keep = np.fromiter((r != LATE for r in reasons), dtype=bool, count=len(reasons))
         else:  # the usual batch: a membership test is several times cheaper
@@ -185,26 +221,60 @@ class PartitionShares:
         vals = np.asarray(values, dtype=np.float64)[keep]
         finite = np.isfinite(vals)
         clean = np.where(finite, vals, 0.0)
-        rows = np.stack([finite.astype(np.float64), clean, clean * clean], axis=-1)
+        parts = [finite.astype(np.float64), clean, clean * clean]
+        if self.replicates:
+            if weights is None or users is None:
+                raise ValueError("shares with replicates need each result's weights and user")
+            parts.append(finite & np.asarray(users, dtype=bool)[keep, None])
+        rows = np.stack(parts, axis=-1)
         windows = self._open.setdefault(partition, {})
-        size, cells = len(self.segments), self.measures * 3
-        # one bincount over (segment, measure, moment) cells per window: several times
-        # cheaper than np.add.at on the (segments, M, 3) array
-        flat = (seg[:, None] * cells + np.arange(cells)).ravel()
-        weights = rows.reshape(-1)
-        per_row = np.repeat(starts, cells)
         for start in np.unique(starts).tolist():
-            sel = per_row == start
-            sums = np.bincount(flat[sel], weights[sel], size * cells).reshape(size, -1, 3)
+            sel = starts == start
             arr = windows.get(start)
-            if arr is None:
-                windows[start] = sums
-                continue
-            if arr.shape[0] < size:
-                sums[: arr.shape[0]] += arr
-                windows[start] = sums
-            else:
-                arr += sums
+            if arr is None or arr.shape[0] < len(self.segments):
+                grown = np.zeros((len(self.segments), self.measures, self.columns))
+                if arr is not None:
+                    grown[: arr.shape[0]] = arr
+                arr = windows[start] = grown
+            self._add_moments(arr, seg[sel], rows[sel])
+        if self.replicates:
+            assert weights is not None
+            self._add_replicates(windows, seg, starts, clean, finite, weights[keep])
+
+    def _add_moments(self, arr: np.ndarray, seg: np.ndarray, rows: np.ndarray) -> None:
+        """One bincount over (segment, measure, moment) cells: several times cheaper than
+        np.add.at on the (segments, M, k) array."""
+        size, k = arr.shape[0], rows.shape[-1]
+        cells = self.measures * k
+        flat = (seg[:, None] * cells + np.arange(cells)).ravel()
+        sums = np.bincount(flat, rows.reshape(-1), size * cells).reshape(size, self.measures, k)
+        arr[:, :, :k] += sums
+
+    def _add_replicates(
+        self,
+        windows: dict[int, np.ndarray],
+        seg: np.ndarray,
+        starts: np.ndarray,
+        clean: np.ndarray,
+        finite: np.ndarray,
+        weights: np.ndarray,
+    ) -> None:
+        """Replicate sums per (window, segment): one (2M, n) @ (n, B) product per run of
+        results sharing both (as the aggregates' bootstrap sums); Σw counts, per measure, the
+        lists with a finite value."""
+        order = np.lexsort((starts, seg))
+        seg_s, starts_s = seg[order], starts[order]
+        w = weights[order].astype(np.float64)
+        y = np.concatenate([clean[order], finite[order].astype(np.float64)], axis=1)
+        cut = (seg_s[1:] != seg_s[:-1]) | (starts_s[1:] != starts_s[:-1])
+        cuts = [0, *(np.flatnonzero(cut) + 1).tolist(), len(seg_s)]
+        m, lo_col = self.measures, LIST_COLUMNS + 1
+        for lo, hi in itertools.pairwise(cuts):
+            sums = y[lo:hi].T @ w[lo:hi]  # (2M, B): Σ w·y per measure, then Σ w
+            arr = windows[int(starts_s[lo])]
+            cell = arr[int(seg_s[lo])]
+            cell[:, lo_col : lo_col + self.replicates] += sums[:m]
+            cell[:, lo_col + self.replicates :] += sums[m:]
 
     def final_until(self, partition: int, watermark: int | None) -> int | None:
         """The end of the last window final in ``partition`` at ``watermark``: the mark moves
@@ -234,7 +304,7 @@ class PartitionShares:
                 break
             segments = self._take(partition, start)
             if segments:
-                step = max(1, CELLS_PER_RECORD // (3 * self.measures))
+                step = max(1, CELLS_PER_RECORD // (self.columns * self.measures))
                 for chunk, first in enumerate(range(0, len(segments), step)):
                     piece = segments[first : first + step]
                     shares.append(Share(start, self.width, partition, piece, chunk))
@@ -258,7 +328,7 @@ class PartitionShares:
             for i in np.flatnonzero(arr[:, :, 0].any(axis=1)).tolist():
                 labels = tuple(self.segments.labels_of(i).items())
                 before = merged.get(labels)
-                merged[labels] = arr[i].copy() if before is None else before + arr[i]
+                merged[labels] = arr[i].copy() if before is None else add_sums(before, arr[i])
         return tuple(sorted(merged.items(), key=lambda item: item[0]))
 
     def state(self, partition: int) -> dict[str, Any]:
@@ -273,6 +343,7 @@ class PartitionShares:
         return {
             "v": VERSION,
             "width": self.width,
+            "replicates": self.replicates,
             "final": self._final.get(partition),
             "open": windows,
         }
@@ -280,19 +351,25 @@ class PartitionShares:
     def load(self, partition: int, doc: Any, watermark: int | None) -> None:
         """Take the state a checkpoint stored (``state``); without one (a checkpoint written
         before statistics were, or with another window width) the windows final at the
-        checkpoint's ``watermark`` count as handed out and the open ones start empty."""
+        checkpoint's ``watermark`` count as handed out and the open ones start empty. Sums
+        stored without replicates (version 1) or with another B keep their list-level columns
+        only: those windows fold at list level."""
         self.drop(partition)
-        if isinstance(doc, dict) and doc.get("v") == VERSION and doc.get("width") == self.width:
+        if isinstance(doc, dict) and doc.get("v") in READABLE and doc.get("width") == self.width:
             if doc.get("final") is not None:
                 self._final[partition] = int(doc["final"])
             self._loaded[partition] = {
-                int(start): {_labels(lab): _sums(s) for lab, s in segments}
+                int(start): {_labels(lab): self._fit(_sums(s)) for lab, s in segments}
                 for start, segments in doc["open"]
             }
             return
         until = self.final_until(partition, watermark)
         if until is not None:
             self._final[partition] = until
+
+    def _fit(self, sums: np.ndarray) -> np.ndarray:
+        """Stored sums as this configuration keeps them: of another width, list level only."""
+        return sums if sums.shape[1] == self.columns else sums[:, :LIST_COLUMNS].copy()
 
     def drop(self, partition: int) -> None:
         """Forget the partition (revoked, or about to be restored)."""

@@ -5,19 +5,34 @@ Dirichlet-multinomial mixture over the split, divided by the likelihood of the c
 is a test martingale under that split, so the chance it *ever* reaches 1/α is at most α. A broken
 split (a bucketing bug, one arm's feedback lost) biases every comparison of those arms, so a
 comparison is not trusted while its guard has fired.
+
+A comparison split by segment (surfaces, locales) runs one guard per comparison segment and one
+pooled over all of them: the pooled one finds a loss spread over every segment sooner, a
+segment's own finds a loss confined to it, which the pooled counts dilute (docs/statistics.md,
+"Power"). ``family_p_values`` keeps the family-wise rate at α (Bonferroni: α/2 to the pooled
+guard, α/(2S) to each of S segments; one guard when there is one segment).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import gammaln
 
-__all__ = ["DEFAULT_CONCENTRATION", "SampleRatio", "srm_log_evalue", "srm_log_evalues"]
+__all__ = [
+    "DEFAULT_CONCENTRATION",
+    "SampleRatio",
+    "family_p_values",
+    "srm_log_evalue",
+    "srm_log_evalues",
+]
+
+K = TypeVar("K")
 
 #: Σ of the Dirichlet prior's parameters (centred on the configured split): larger finds small
 #: imbalances sooner at large counts, smaller finds gross ones sooner at small counts.
@@ -87,3 +102,16 @@ class SampleRatio:
         counts = data["counts"]
         assert isinstance(counts, list)
         return cls(tuple(int(c) for c in counts), float(data["max_log_evalue"]))  # type: ignore[arg-type]
+
+
+def family_p_values(pooled: float, segments: Mapping[K, float]) -> dict[K, float]:
+    """Per comparison segment, the family-wise p-value of the guards that hold it:
+    min(1, 2S·p_segment, 2·p_pooled) for S > 1 segments (a segment is not trusted when its own
+    guard or the pooled one fires), p_segment alone when there is one (it is the pooled one).
+    Valid uniformly over time: each always-valid p-value is ever below its share of α with
+    chance at most that share."""
+    size = len(segments)
+    if size <= 1:
+        return dict(segments)
+    pooled_adjusted = min(1.0, 2.0 * pooled)
+    return {key: min(1.0, 2.0 * size * p, pooled_adjusted) for key, p in segments.items()}

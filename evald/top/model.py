@@ -7,6 +7,13 @@ samples `evald top` reads, keyed by name and labels), :func:`build_view` turns t
 Intervals come from the exported window sums (``evald_window_count``, ``_sum``,
 ``_sum_squares``), merged per display group by addition, exactly as
 docs/metrics-reference.md does it in PromQL; per-segment means or half-widths are never averaged.
+
+Two kinds of marks, never mixed up: the **verdicts** (▲/▼) come from the comparison evald folds
+since the declared start (``evald_comparison_*``: the always-valid band, which holds however
+often it is watched), one per comparison segment and measure; the treatment − control
+difference of the shown window against its own 95% interval is **descriptive** (``*``): read
+every few seconds, such a mark shows up on identical arms in about one window in twenty per
+measure.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ __all__ = [
     "Estimate",
     "GroupRow",
     "Scrape",
+    "Verdict",
     "View",
     "build_view",
     "compare",
@@ -49,8 +57,16 @@ READ = frozenset(
         "evald_watermark_timestamp_seconds",
         "evald_consumer_lag",
         "evald_ready",
+        "evald_comparison_difference",
+        "evald_comparison_lower",
+        "evald_comparison_upper",
+        "evald_comparison_lists",
+        "evald_comparison_alpha",
+        "evald_comparison_clustered",
     }
 )
+#: labels of the comparison series that are not segment labels
+_COMPARISON_LABELS = frozenset({"comparison", "measure"})
 
 
 @dataclass(frozen=True)
@@ -98,14 +114,40 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Treatment minus control with the 95% bound of the difference (independent samples)."""
+    """Treatment minus control in one window with the 95% bound of the difference
+    (independent samples): descriptive, since a fixed interval watched window after window
+    flags identical arms again and again."""
 
     delta: float
     bound: float
 
     @property
-    def significant(self) -> bool:
+    def outside(self) -> bool:
+        """The difference is outside its own 95% interval (a descriptive mark)."""
         return math.isfinite(self.bound) and abs(self.delta) > self.bound
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The comparison since its declared start for one comparison segment and measure: the
+    always-valid band on treatment − control (the latest look's, the one the alerts read)."""
+
+    comparison: str
+    segment: str  # ``surface=web`` (``all`` when the comparison has no other label)
+    measure: str
+    difference: float
+    lower: float  # NaN until each arm has statistics.min_n lists
+    upper: float
+    clustered: bool | None  # variance clustered by user; None: not exported
+
+    @property
+    def mark(self) -> str:
+        """``up`` / ``down`` once the band excludes 0 (a verdict), else ``""``."""
+        if self.lower > 0:
+            return "up"
+        if self.upper < 0:
+            return "down"
+        return ""
 
 
 @dataclass(frozen=True)
@@ -143,6 +185,45 @@ class View:
     consumer_lag: float | None  # daemon only: records behind, all partitions
     rejects: list[tuple[str, float]]  # reason, total since start; non-zero only, largest first
     unattributed: list[tuple[str, float]] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)  # since the start, always-valid
+
+
+def verdicts(scrape: Scrape, arms: tuple[str, str]) -> list[Verdict]:
+    """The always-valid comparisons of ``arms`` (control, treatment) evald exports: the
+    sequences whose arm label holds the treatment in a comparison whose control is ``arms[0]``
+    (its ``evald_comparison_lists`` carry the control's name), per segment and measure."""
+    control, treatment = arms
+    controls = {
+        (labels.get("comparison"), key)
+        for labels in map(dict, scrape.series("evald_comparison_lists"))
+        for key, value in labels.items()
+        if value == control and key not in _COMPARISON_LABELS
+    }
+    out = []
+    for key, difference in scrape.series("evald_comparison_difference").items():
+        labels = dict(key)
+        name = labels.get("comparison", "")
+        arm = next((k for k, v in labels.items() if v == treatment and (name, k) in controls), None)
+        if arm is None:
+            continue
+        segment = ",".join(
+            f"{k}={v}"
+            for k, v in sorted(labels.items())
+            if v and k not in {*_COMPARISON_LABELS, arm}
+        )
+        clustered = scrape.series("evald_comparison_clustered").get(key)
+        out.append(
+            Verdict(
+                name,
+                segment or "all",
+                labels.get("measure", ""),
+                difference,
+                scrape.series("evald_comparison_lower").get(key, math.nan),
+                scrape.series("evald_comparison_upper").get(key, math.nan),
+                None if clustered is None else clustered >= 1,
+            )
+        )
+    return sorted(out, key=lambda v: (v.comparison, v.segment))
 
 
 def compare(treatment: Estimate, control: Estimate) -> Comparison:
@@ -252,4 +333,5 @@ def build_view(
         consumer_lag=cur.total("evald_consumer_lag"),
         rejects=_nonzero(cur.series("evald_rejected_total"), "reason"),
         unattributed=_nonzero(cur.series("evald_feedback_unattributed_total"), "reason"),
+        verdicts=[v for v in verdicts(cur, arms) if v.measure in shown],
     )

@@ -2,8 +2,11 @@
 
 Pure: the same view and width give the same text, so a golden-screen test pins the layout.
 One row per measure, one column per display group (e.g. arm) with ``mean±half-width`` of the
-95% interval, then treatment − control when both arms exist; groups that do not fit the width
-continue in a second table below. Health lines wrap at the width instead of overflowing it.
+95% interval, then treatment − control in the window when both arms exist, marked ``*`` when it
+is outside its own interval (descriptive); groups that do not fit the width continue in a second
+table below. Below the tables, the comparison since its start: the always-valid band per
+comparison segment and measure, marked ▲/▼ when it excludes 0 (the verdict), then a legend that
+says which mark is which. Health lines wrap at the width instead of overflowing it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from evald.durations import readable
-from evald.top.model import Comparison, Estimate, View
+from evald.top.model import Comparison, Estimate, Verdict, View
 
 __all__ = ["ascii_only", "render"]
 
@@ -46,12 +49,44 @@ def _estimate(est: Estimate | None) -> str:
 
 
 def _comparison(cmp: Comparison | None) -> str:
+    """The window's difference; ``*`` (descriptive) when outside its own 95% interval."""
     if cmp is None:
         return "-"
     if not math.isfinite(cmp.bound):
         return f"{cmp.delta:+.3f}"
-    mark = (" ▲" if cmp.delta > 0 else " ▼") if cmp.significant else "  "
-    return f"{cmp.delta:+.3f}±{cmp.bound:.3f}{mark}"
+    return f"{cmp.delta:+.3f}±{cmp.bound:.3f}{' *' if cmp.outside else '  '}"
+
+
+_MARKS = {"up": " ▲", "down": " ▼", "": ""}
+
+
+def _verdict(v: Verdict) -> str:
+    """``nDCG@10 -0.012±0.004 ▼``: the band since the start, marked when it excludes 0."""
+    if not math.isfinite(v.lower):
+        return f"{v.measure} {v.difference:+.3f} (band after statistics.min_n lists)"
+    half = (v.upper - v.lower) / 2
+    return f"{v.measure} {v.difference:+.3f}±{half:.3f}{_MARKS[v.mark]}"
+
+
+def _verdicts(view: View, width: int) -> list[str]:
+    """The comparison since the start, one wrapped line per (comparison, segment), and the
+    legend of both marks."""
+    legend = "*: the window's difference is outside its own 95% interval (descriptive)"
+    if not view.verdicts:
+        return [] if view.comparison is None else [_fit(legend, width)]
+    lines = []
+    for name, segment in dict.fromkeys((v.comparison, v.segment) for v in view.verdicts):
+        shown = [v for v in view.verdicts if (v.comparison, v.segment) == (name, segment)]
+        level = ""
+        if all(v.clustered is False for v in shown):
+            level = " (list-level variance: no user ids)"
+        head, items = f"since start, {name} {segment}{level}:", [_verdict(v) for v in shown]
+        if len(head) + 1 + len(items[0]) <= width:
+            lines += _wrap([f"{head} {items[0]}", *items[1:]], width)
+        else:
+            lines += [_fit(head, width), *_wrap(["  " + items[0], *items[1:]], width)]
+    verdict = "▲▼: the always-valid band since the start excludes 0 (a verdict)"
+    return [*lines, _fit(verdict, width), _fit(legend, width)]
 
 
 def _fit(text: str, width: int) -> str:
@@ -164,7 +199,8 @@ def render(view: View, width: int = 80, *, unicode: bool = True) -> str:
     """
     plain = (lambda text: text) if unicode else ascii_only
     tables = _tables(view, width, plain)
-    lines = [*_header(view, width), "", *tables, "", *_health(view, width)]
+    marks = [plain(line) for line in _verdicts(view, width)]
+    lines = [*_header(view, width), "", *tables, *marks, "", *_health(view, width)]
     if not unicode:
         lines = [ascii_only(_fit(ascii_only(line), width)) for line in lines]
     return "\n".join(lines) + "\n"

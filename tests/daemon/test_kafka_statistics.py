@@ -73,6 +73,13 @@ def equal(got: dict[str, float], want: dict[str, float]) -> bool:
     )
 
 
+def show_differences(got: dict[str, float], want: dict[str, float]) -> None:
+    """Print the series that differ (pytest shows them when the wait fails)."""
+    for key in sorted(want.keys() | got.keys()):
+        if not math.isclose(got.get(key, math.nan), want.get(key, math.nan), rel_tol=1e-9):
+            print(f"{key}: got {got.get(key)} want {want.get(key)}")
+
+
 def reference(tools: KafkaTools, unique: str) -> dict[str, float]:
     """The uninterrupted engine's comparison series (what `evald replay` folds)."""
     topics = names(unique)
@@ -107,6 +114,10 @@ def test_two_instances_one_killed_fold_the_same_comparison_as_one_engine(
     wait_until(lambda: b.lag_zero(4), 150, "the survivor to take over and catch up")
     want = reference(kafka_tools, unique)
     assert any(k.startswith("evald_comparison_lower{") for k in want), "no bound: too little data"
+    # the simulator's impressions have user ids: every variance is clustered by user, so the
+    # replicate sums went through the shares, the topic and the checkpoints
+    clustered = [v for k, v in want.items() if k.startswith("evald_comparison_clustered{")]
+    assert clustered and all(v == 1.0 for v in clustered)
     assert want['evald_comparison_end_timestamp_seconds{comparison="ab"}'] > 0
 
     def survivor() -> dict[str, float]:
@@ -115,10 +126,7 @@ def test_two_instances_one_killed_fold_the_same_comparison_as_one_engine(
     try:
         wait_until(lambda: equal(survivor(), want), 60, "the survivor's comparison to settle")
     finally:
-        got = survivor()
-        for key in sorted(want.keys() | got.keys()):
-            if not math.isclose(got.get(key, math.nan), want.get(key, math.nan), rel_tol=1e-9):
-                print(f"{key}: got {got.get(key)} want {want.get(key)}")
+        show_differences(survivor(), want)
     # every (window, partition) share was written once, by a committed transaction
     topic = statistics_topic(TopicSettings(**topics))
     records = [decode_record(r.value) for r in kafka_tools.read(topic, committed=True)]
@@ -128,7 +136,14 @@ def test_two_instances_one_killed_fold_the_same_comparison_as_one_engine(
     # a fresh instance folds the same comparison from the topic alone
     c = instances("c", extra=extra)
     started = time.monotonic()
-    wait_until(lambda: equal(comparison_samples(c.get("/metrics")[1]), want), 60, "a new reader")
+
+    def reader() -> dict[str, float]:
+        return comparison_samples(c.get("/metrics")[1])
+
+    try:
+        wait_until(lambda: equal(reader(), want), 60, "a new reader")
+    finally:
+        show_differences(reader(), want)
     took = time.monotonic() - started
     print(f"a third instance folded the comparison from the topic in {took:.1f}s")
     assert b.terminate() == 0 and c.terminate() == 0
@@ -184,6 +199,11 @@ def replay_matches(records: list[dict], got: dict[tuple, float]) -> bool:
             if r[key] is not None:
                 want[(f"evald_comparison_{name}", treat)] = r[key]
         want[("evald_cusum_vs_control", treat)] = r["cusum_vs_control"]
+        want[("evald_comparison_clustered", treat)] = float(r["variance"] == "user")
+        for arm, statistic in r["cusum_vs_baseline"].items():
+            if statistic is not None:
+                arm_key = tuple(sorted((*pair, ("arm", arm))))
+                want[("evald_cusum_vs_baseline", arm_key)] = statistic
         want[("evald_comparison_lists", treat)] = r["n_treatment"]
         want[("evald_comparison_lists", control)] = r["n_control"]
         srm = tuple(sorted((("comparison", r["comparison"]), *rest)))
@@ -223,6 +243,7 @@ def test_one_partition_killed_and_restarted_equals_the_evald_replay_command(
     wait_until(lambda: second.lag_zero(1), 120, "the restarted daemon to catch up")
     records = replay_command(kafka_tools, unique, tmp_path)
     assert records and any(r["lower"] is not None for r in records)
+    assert all(r["variance"] == "user" for r in records)
 
     def got() -> dict[tuple, float]:
         return by_labels(comparison_samples(second.get("/metrics")[1]))

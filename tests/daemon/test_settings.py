@@ -146,3 +146,17 @@ def test_check_config_exit_codes(
     assert check_config.run(parse(["--bootstrap-servers", "nohost"])) == 2
     err = capsys.readouterr().err
     assert "kafka.bootstrap_servers" in err and "HOST:PORT" in err
+
+
+def test_engine_fields_outside_the_engine_section_are_pointed_there() -> None:
+    """`statistics` belongs under `engine`: check-config names where, with every other error."""
+    with pytest.raises(SettingsError) as err:
+        load_settings(
+            flags={"statistics": {"alpha": 0.1}, "engine": {"comparisons": []}}, environ={}
+        )
+    lines = str(err.value).splitlines()
+    assert "statistics: unknown setting (did you mean engine.statistics? it belongs there)" in lines
+    assert (
+        "engine.comparisons: unknown setting "
+        "(did you mean engine.statistics.comparisons? it belongs there)"
+    ) in lines

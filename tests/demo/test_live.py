@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 
@@ -206,12 +207,13 @@ def _wide_snapshot() -> Snapshot:
 GOLDEN_TABLE = """\
 evald demo · event time 00:05:00 · window 00:00:00-00:05:00
 measure         control · ranker-v1  treatment · ranker-v2  treatment−control
-nDCG@10               0.712±0.012 →          0.712±0.012 ↓    -0.306±0.017 ▼
-RR                    0.712±0.012            0.712±0.012      -0.306±0.017 ▼
-Success@10            0.712±0.012            0.712±0.012      -0.306±0.017 ▼
-RBP(p=0.8)            0.712±0.012            0.712±0.012      -0.306±0.017 ▼
+nDCG@10               0.712±0.012 →          0.712±0.012 ↓    -0.306±0.017 *
+RR                    0.712±0.012            0.712±0.012      -0.306±0.017 *
+Success@10            0.712±0.012            0.712±0.012      -0.306±0.017 *
+RBP(p=0.8)            0.712±0.012            0.712±0.012      -0.306±0.017 *
 impressions               123,456                123,457
-arrow: nDCG@10 against the window before · ▲▼: beyond the difference's 95% bound
+arrow: nDCG@10 against the window before
+  *: the window's difference outside its 95% interval (descriptive)
 """
 
 
@@ -265,8 +267,26 @@ def test_a_difference_inside_its_bound_is_not_marked_and_plain_lines_carry_the_c
     inside = Versus("treatment", "control", {"nDCG@10": Estimate(0.01, 0.02)})
     snap = Snapshot(0, None, [], Health(0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None), [], [], [inside])
     row = render_table(snap, color=False).splitlines()[2]
-    assert row.endswith("0.010±0.020") and "▲" not in row
+    assert row.endswith("0.010±0.020") and "*" not in row
     text = render_lines(_wide_snapshot(), 5.0)
-    assert "treatment−control nDCG@10=-0.306±0.017▼ RR=-0.306±0.017▼" in text
+    assert "treatment−control nDCG@10=-0.306±0.017* RR=-0.306±0.017*" in text
     ascii_table = render_table(_wide_snapshot(), color=False, unicode=False)
-    assert "-0.306±0.017 v" in ascii_table and "▼" not in ascii_table and "↓" not in ascii_table
+    assert "-0.306±0.017 *" in ascii_table and "▼" not in ascii_table and "↓" not in ascii_table
+
+
+def test_verdict_marks_come_from_the_band_since_the_start_and_the_legend_says_so() -> None:
+    """The window's difference is marked ``*`` (descriptive); ▲▼ only on the always-valid band
+    since the start, and the legend tells the two apart, in colour red/green on a terminal."""
+    snap = _wide_snapshot()
+    lines = [
+        "nDCG@10: treatment − control since the start (always-valid band):",
+        "  treatment web    -0.0123 [-0.020, -0.004] ▼  CUSUM  12.3",
+        "  treatment app    +0.0010 [-0.006, +0.008]    CUSUM   0.0",
+    ]
+    marked = dataclasses.replace(snap, comparison=lines)
+    text = render_table(marked, color=False)
+    assert "*: the window's difference outside its 95% interval (descriptive)" in text
+    assert "▲▼: the always-valid band since the start excludes 0 (a verdict)" in text
+    assert text.count("▼") == 2  # the verdict and its legend; none in the window column
+    coloured = render_table(marked, color=True)
+    assert "] \x1b[31m▼\x1b[0m  CUSUM" in coloured

@@ -56,8 +56,8 @@ def alerts(view: ComparisonView) -> set[str]:
     held back while the sample-ratio guard fires, and EvaldSampleRatioMismatch."""
     settings = load_config(statistics=command.STATISTICS).statistics
     state, fired = view.state, set()
-    for rest, ratio in state.ratio.items():
-        if ratio.p_value < settings.srm_alpha:
+    for rest, p_value in state.srm_p_values().items():
+        if p_value < settings.srm_alpha:
             fired.add(f"srm {rest}")
     for key, bound in state.bounds.items():
         effect = view.config.min_effect.get(key[2])
@@ -79,7 +79,7 @@ def test_the_injected_regression_is_detected_soon_after_the_change() -> None:
         assert f"cusum vs control {key}" in fired
         assert f"below {key}" in fired
         detected = view.detected[(key, "cusum")]
-        delay = detected - (DEFAULT_START_MS + HALF)
+        delay = detected.end_ms - (DEFAULT_START_MS + HALF)
         assert 0 <= delay <= 15 * MIN  # within three 5-minute windows of the change
     assert not any(name.startswith("srm") for name in fired)
     text = "\n".join(comparison_lines([view], DEFAULT_START_MS + HALF))

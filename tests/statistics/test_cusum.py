@@ -106,3 +106,40 @@ def test_standardized_z_against_a_known_baseline() -> None:
     assert standardized_z(window, 0.4, 0.2) == pytest.approx((0.5 - 0.4) / (0.2 / 2))
     assert math.isnan(standardized_z(Moments(), 0.4, 0.2))
     assert math.isnan(difference_z(Moments.of([0.5]), window))
+
+
+def test_the_run_statistic_is_pages_recursion_when_the_run_is_no_more_varied_than_m() -> None:
+    """Replicates whose run variance stays at most m (here: none): the same statistic,
+    alarm and reset points as Page's recursion; without replicates, the recursion itself."""
+    rng = np.random.default_rng(4)
+    page, run, plain = Cusum(), Cusum(), Cusum()
+    replicates = np.zeros(100)
+    for z in rng.normal(-0.3, 1.0, 300):
+        page = page.step(float(z), 100)
+        run = run.step(float(z), 100, replicates=replicates)
+        plain = plain.step(float(z), 100, replicates=None)
+        assert run.statistic == pytest.approx(page.statistic, abs=1e-9)
+        assert plain.statistic == page.statistic
+    assert run.alarm_window == page.alarm_window is not None
+    assert plain.run_replicates is None and run.run_replicates is not None
+
+
+def test_a_run_of_windows_that_move_together_counts_as_one() -> None:
+    """Every window's replicate deviations equal (the same users drive them all): the run's
+    variance is m², so m windows of z = −1 weigh √m, not m."""
+    zeta = np.random.default_rng(5).choice([-1.0, 1.0], 100)  # mean square 1
+    state = Cusum()
+    for m in range(1, 9):
+        state = state.step(-1.0, 100, k=0.0, replicates=zeta)
+        assert state.statistic == pytest.approx(m / math.sqrt(m), rel=1e-12)
+    independent = Cusum()
+    for _ in range(8):
+        independent = independent.step(-1.0, 100, k=0.0)
+    assert independent.statistic == pytest.approx(8.0)
+
+
+def test_the_run_state_round_trips_and_an_old_state_reads_without_it() -> None:
+    state = Cusum().step(-2.0, 100, replicates=np.linspace(-1, 1, 100))
+    assert Cusum.from_json(json.loads(json.dumps(state.to_json()))) == state
+    old = Cusum.from_json({"statistic": 1.5, "windows": 3, "alarm_window": None})
+    assert old == Cusum(1.5, 3, None) and old.run_replicates is None

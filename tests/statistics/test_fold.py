@@ -10,6 +10,7 @@ import pytest
 
 from evald.config import EngineConfig, load_config
 from evald.segments import SegmentIndex
+from evald.statistics.bootstrap import DEFAULT_SEED, list_clusters, poisson_weights, user_cluster
 from evald.statistics.fold import ComparisonState, fold_window
 from evald.statistics.live import LiveStatistics
 from evald.statistics.shares import PartitionShares
@@ -53,12 +54,22 @@ def lists(rng: np.random.Generator, n: int, hours: int, drop_from: int | None = 
     return labels, ts, values, [f"r{i}" for i in range(n)]
 
 
-def fold_partitioned(config: EngineConfig, data, partitions: int, seed: int) -> LiveStatistics:
+def fold_partitioned(
+    config: EngineConfig, data, partitions: int, seed: int, users: np.ndarray | None = None
+) -> LiveStatistics:
     """Observe the lists split at random over ``partitions`` partitions, in a random order,
-    then fold every partition's final shares."""
-    labels, ts, values, _rids = data
+    then fold every partition's final shares. ``users``: each list's user (-1: none), whose
+    bootstrap weights the shares then keep (a user's lists land in several partitions)."""
+    labels, ts, values, rids = data
     segments = SegmentIndex(config.label_keys, config.label_value_cap, config.max_segments)
-    shares = PartitionShares(config.statistics.window, config.window, len(MEASURES), segments)
+    replicates = 0 if users is None else config.statistics.bootstrap_replicates
+    shares = PartitionShares(
+        config.statistics.window, config.window, len(MEASURES), segments, replicates
+    )
+    weights = has_user = None
+    if users is not None:
+        keys = list_clusters([user_cluster(f"u{u}") if u >= 0 else 0 for u in users.tolist()], rids)
+        weights, has_user = poisson_weights(keys, replicates, DEFAULT_SEED), users >= 0
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(ts))
     part = rng.integers(0, partitions, len(ts))
@@ -66,7 +77,9 @@ def fold_partitioned(config: EngineConfig, data, partitions: int, seed: int) -> 
     for chunk in np.array_split(order, 13):
         for p in range(partitions):
             sel = chunk[part[chunk] == p]
-            shares.observe(p, seg[sel], ts[sel], values[sel], ["window"] * len(sel))
+            w = None if weights is None else weights[sel]
+            u = None if has_user is None else has_user[sel]
+            shares.observe(p, seg[sel], ts[sel], values[sel], ["window"] * len(sel), w, u)
     live = LiveStatistics(config, MEASURES)
     for p in rng.permutation(partitions).tolist():
         frozen = shares.freeze(p, None, final=True)
@@ -90,9 +103,13 @@ def states_close(a: ComparisonState, b: ComparisonState) -> None:
             (a.vs_control[key].statistic, b.vs_control[key].statistic),
         ]:
             assert x == pytest.approx(y, rel=1e-9, abs=1e-12)
+        assert a.bounds[key].clustered == b.bounds[key].clustered
+        assert seq.treatment.users == other.treatment.users
     for key, cusum in a.vs_baseline.items():
         assert cusum.statistic == pytest.approx(b.vs_baseline[key].statistic, rel=1e-9, abs=1e-12)
     assert {k: r.counts for k, r in a.ratio.items()} == {k: r.counts for k, r in b.ratio.items()}
+    pooled = [None if s.pooled_ratio is None else s.pooled_ratio.counts for s in (a, b)]
+    assert pooled[0] == pooled[1]
 
 
 def test_any_partitioning_of_the_windows_sums_gives_the_same_state():
@@ -103,6 +120,37 @@ def test_any_partitioning_of_the_windows_sums_gives_the_same_state():
     for partitions, seed in [(2, 1), (7, 2), (31, 3)]:
         (view,) = fold_partitioned(config, data, partitions, seed).views()
         states_close(whole.state, view.state)
+
+
+def test_any_partitioning_gives_the_same_state_clustered_by_user():
+    """Lists of 300 users (a user's lists in several partitions and windows) and some without
+    a user id: the sequences, bounds and CUSUMs clustered by user come out the same whatever
+    the partitioning, and differ from the list-level fold of the same lists."""
+    config = settings(min_n=30, cusum_min_n=30)
+    rng = np.random.default_rng(4)
+    data = lists(rng, 6000, 12, drop_from=6)
+    users = rng.integers(-1, 300, 6000)
+    (whole,) = fold_partitioned(config, data, 1, seed=0, users=users).views()
+    assert whole.state.windows == 12
+    assert all(bound.clustered for bound in whole.state.bounds.values())
+    for partitions, seed in [(2, 1), (7, 2), (31, 3)]:
+        (view,) = fold_partitioned(config, data, partitions, seed, users=users).views()
+        states_close(whole.state, view.state)
+    (plain,) = fold_partitioned(config, data, 1, seed=0).views()
+    assert not any(bound.clustered for bound in plain.state.bounds.values())
+    with pytest.raises(AssertionError):
+        states_close(whole.state, plain.state)
+
+
+def test_the_pooled_sample_ratio_guard_counts_every_comparison_segment():
+    config = settings(min_n=30, cusum_min_n=30)
+    (view,) = fold_partitioned(config, lists(np.random.default_rng(6), 3000, 6), 3, 1).views()
+    state = view.state
+    assert state.pooled_ratio is not None and len(state.ratio) == 2
+    assert state.pooled_ratio.counts == tuple(
+        sum(r.counts[i] for r in state.ratio.values()) for i in range(2)
+    )
+    assert set(state.srm_p_values()) == set(state.ratio)
 
 
 def window_sums(rng: np.random.Generator, n: int, shift: float) -> list:

@@ -16,6 +16,7 @@ from evald.config import EngineConfig, load_config
 from evald.demo.simulator import DEFAULT_START_MS, Faults, Simulator
 from evald.engine import Engine, Result
 from evald.segments import SegmentIndex
+from evald.statistics.bootstrap import DEFAULT_SEED, list_clusters, poisson_weights, user_cluster
 from evald.statistics.fold import ComparisonState, fold_window
 from evald.statistics.live import LiveStatistics
 from evald.statistics.shares import Frozen, PartitionShares, Share, decode_record
@@ -248,16 +249,33 @@ def run_engine(events: list, partitions: int, tick_every: int, order_seed: int |
     return view, results, config
 
 
+def result_rows(results: list[Result], names: list[str], replicates: int) -> np.ndarray:
+    """Each result's (M, columns) sums, from its own fields: n, y, y², then (with replicates)
+    whether it had a user id and its weights times y and times 1, keyed by its cluster (its
+    user, else its request id)."""
+    y = np.asarray([[r.measures[m] for m in names] for r in results]).reshape(-1, len(names))
+    finite, clean = np.isfinite(y), np.nan_to_num(y)
+    columns = [finite, clean, clean**2]
+    if not replicates:
+        return np.stack(columns, axis=-1)
+    users = np.asarray([r.cluster for r in results], dtype=np.uint64)
+    keys = list_clusters(users, [r.request_id for r in results])
+    w = poisson_weights(keys, replicates, DEFAULT_SEED).astype(np.float64)[:, None, :]
+    user = finite & (users != 0)[:, None]
+    return np.concatenate(
+        [np.stack([*columns, user], axis=-1), clean[..., None] * w, finite[..., None] * w],
+        axis=2,
+    )
+
+
 def fold_of_results(results: list[Result], config: EngineConfig) -> ComparisonState:
     """The oracle: every non-late result summed per window and labels, folded in order."""
     width = config.statistics.window
     names = list(config.measures)
+    kept = [r for r in results if r.reason != "late"]
+    rows = result_rows(kept, names, config.statistics.bootstrap_replicates)
     windows: dict[int, dict[tuple, np.ndarray]] = defaultdict(dict)
-    for r in results:
-        if r.reason == "late":
-            continue
-        y = np.asarray([r.measures[m] for m in names])
-        row = np.stack([np.isfinite(y), np.nan_to_num(y), np.nan_to_num(y) ** 2], axis=-1)
+    for r, row in zip(kept, rows, strict=True):
         labels = tuple(sorted(r.labels.items()))
         table = windows[r.ts // width * width]
         table[labels] = table.get(labels, 0) + row
@@ -281,22 +299,32 @@ def test_the_engine_fold_equals_the_fold_of_the_non_late_results_whatever_the_pa
         states_close(one.state, view.state)
 
 
-def test_a_share_of_many_segments_is_cut_into_records_that_add_up():
-    """Every record stays far below Kafka's default 1 MiB however many segments there are;
-    the fold of the chunks equals the fold of the whole window."""
+@pytest.mark.parametrize(("replicates", "surfaces"), [(0, 2250), (100, 100)])
+def test_a_share_of_many_segments_is_cut_into_records_that_add_up(replicates: int, surfaces: int):
+    """Every record stays far below Kafka's default 1 MiB however many segments there are,
+    with the replicate sums too; the fold of the chunks equals the fold of the whole window."""
     config = settings(min_n=2, cusum_min_n=2)
     segments = SegmentIndex(("arm", "surface"), 5000, 5000)
-    shares = PartitionShares(config.statistics.window, config.window, len(MEASURES), segments)
+    shares = PartitionShares(
+        config.statistics.window, config.window, len(MEASURES), segments, replicates
+    )
     rng = np.random.default_rng(11)
-    labels = [{"arm": a, "surface": f"s{i}"} for i in range(2250) for a in ("A", "B")]
+    labels = [{"arm": a, "surface": f"s{i}"} for i in range(surfaces) for a in ("A", "B")]
     seg = np.asarray([segments.segment_of(lab) for lab in labels] * 3)
     ts = np.full(len(seg), T0 + 5)
     values = rng.random((len(seg), len(MEASURES)))
-    shares.observe(0, seg, ts, values, ["window"] * len(seg))
+    weights = users = None
+    if replicates:
+        keys = rng.integers(1, 2**63, len(seg)).astype(np.uint64)
+        weights, users = poisson_weights(keys, replicates, DEFAULT_SEED), np.ones(len(seg), bool)
+    shares.observe(0, seg, ts, values, ["window"] * len(seg), weights, users)
     frozen = shares.freeze(0, None, final=True)
-    assert frozen is not None and len(frozen.shares) == 3
-    assert [s.chunk for s in frozen.shares] == [0, 1, 2]
-    assert len({s.key for s in frozen.shares}) == 3
+    per_record = 12_000 // ((3 if not replicates else 204) * len(MEASURES))
+    chunks = -(-2 * surfaces // per_record)
+    assert chunks >= 3
+    assert frozen is not None and len(frozen.shares) == chunks
+    assert [s.chunk for s in frozen.shares] == list(range(chunks))
+    assert len({s.key for s in frozen.shares}) == chunks
     assert max(len(s.encode()) for s in frozen.shares) < 300_000
     live = LiveStatistics(config, MEASURES)
     for share in frozen.shares:
@@ -308,4 +336,95 @@ def test_a_share_of_many_segments_is_cut_into_records_that_add_up():
     state = fold_window(ComparisonState(), comp, config.statistics, MEASURES, whole)
     (view,) = live.views()
     states_close(state, view.state)
-    assert len(view.state.rests) == 2250
+    assert len(view.state.rests) == surfaces
+
+
+# ------------------------------------------------------------------ records written before
+
+#: a share and a final mark exactly as the release before the user-clustered variance wrote
+#: them (version 1: n, Σy, Σy² per measure, no replicate sums)
+V1_SHARE = (
+    b'{"v":1,"kind":"share","start":1767225600000,"width":3600000,"partition":0,"chunk":0,'
+    b'"segments":[[[["model","ranker-1"],["arm","A"],["surface","web"]],'
+    b"[[40.0,20.0,12.0],[40.0,16.0,8.0]]],"
+    b'[[["model","ranker-2"],["arm","B"],["surface","web"]],'
+    b"[[40.0,18.0,10.0],[40.0,14.0,6.0]]]]}"
+)
+V1_MARK = b'{"v":1,"kind":"final","partition":0,"final":1767229200000}'
+#: a partition checkpoint's ``statistics`` field as that release wrote it
+V1_STATE = {
+    "v": 1,
+    "width": HOUR,
+    "final": T0,
+    "open": [[T0, [[[["model", "m"], ["arm", "A"], ["surface", "web"]], [[3.0, 1.5, 0.75]] * 2]]]],
+}
+
+
+def clustered_shares(config: EngineConfig) -> PartitionShares:
+    segments = SegmentIndex(config.label_keys, config.label_value_cap, config.max_segments)
+    return PartitionShares(
+        config.statistics.window, config.window, len(MEASURES), segments, replicates=100
+    )
+
+
+def observe_users(shares: PartitionShares, p: int, ts: list[int], arm: str = "A") -> None:
+    """Results of users u0, u1, ... with their bootstrap weights."""
+    seg = shares.segments.segment_of({"arm": arm, "model": "m", "surface": "web"})
+    keys = np.asarray([user_cluster(f"u{i % 7}") for i in range(len(ts))], dtype=np.uint64)
+    values = np.random.default_rng(len(ts)).random((len(ts), len(MEASURES)))
+    weights = poisson_weights(keys, 100, DEFAULT_SEED)
+    users = np.ones(len(ts), dtype=bool)
+    shares.observe(
+        p, np.full(len(ts), seg), np.asarray(ts), values, ["window"] * len(ts), weights, users
+    )
+
+
+def test_records_of_the_release_before_still_decode_and_fold_at_list_level():
+    """A statistics topic written by the release before (a restart reads it from the start):
+    its shares fold with the list-level variance (their replicates are unknown); in a window
+    where another partition's share has replicates, that window folds at list level too."""
+    share = decode_record(V1_SHARE)
+    assert isinstance(share, Share) and share.segments[0][1].shape == (2, 3)
+    mark = decode_record(V1_MARK)
+    assert mark == Frozen(0, T0 + HOUR)
+    config = settings(min_n=2, cusum_min_n=2)
+    new = clustered_shares(config)
+    observe_users(new, 1, [T0 + i for i in range(40)], "A")
+    observe_users(new, 1, [T0 + i for i in range(40)], "B")
+    frozen = new.freeze(1, None, final=True)
+    assert frozen is not None
+    assert frozen.shares[0].segments[0][1].shape == (2, 4 + 200)  # n, Σy, Σy², users, 2B
+    assert decode_record(frozen.shares[0].encode()).segments[0][1].tolist() == (
+        frozen.shares[0].segments[0][1].tolist()
+    )
+    live = LiveStatistics(config, MEASURES)
+    live.add(share)
+    live.add(mark)
+    live.add(frozen)
+    assert live.fold([0, 1]) == 1
+    (view,) = live.views()
+    key = ("B", (("surface", "web"),), "nDCG@10")
+    seq = view.state.sequences[key]
+    assert (seq.control.n, seq.treatment.n) == (80, 80)  # both partitions' lists
+    assert not view.state.bounds[key].clustered and seq.treatment.weighted is None
+    # the new partition alone folds clustered
+    alone = LiveStatistics(config, MEASURES)
+    alone.add(frozen)
+    alone.fold([1])
+    assert alone.views()[0].state.bounds[key].clustered
+
+
+def test_a_checkpoint_of_the_release_before_loads_its_open_shares_at_list_level():
+    config = settings()
+    shares = clustered_shares(config)
+    shares.load(0, json.loads(json.dumps(V1_STATE)), watermark=None)
+    observe_users(shares, 0, [T0 + 5, T0 + 6], "A")  # the same window, now with replicates
+    observe_users(shares, 0, [T0 + HOUR + 5], "A")  # the next window: new records only
+    frozen = shares.freeze(0, None, final=True)
+    assert frozen is not None
+    first, second = frozen.shares
+    ((_, sums),) = first.segments
+    assert sums.shape == (2, 3) and sums[:, 0].tolist() == [5.0, 5.0]  # 3 loaded + 2 observed
+    ((_, sums),) = second.segments
+    assert sums.shape == (2, 204)
+    assert shares.state(0)["v"] == 2

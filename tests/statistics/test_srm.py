@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from evald.statistics.srm import SampleRatio, srm_log_evalue, srm_log_evalues
+from evald.statistics.srm import SampleRatio, family_p_values, srm_log_evalue, srm_log_evalues
 
 
 @pytest.mark.parametrize(
@@ -64,3 +64,57 @@ def test_p_value_and_json() -> None:
     assert state.p_value == pytest.approx(math.exp(-state.max_log_evalue))
     assert state.mismatch(alpha=0.05)
     assert SampleRatio.from_json(json.loads(json.dumps(state.to_json()))) == state
+
+
+def _family_flagged(loss: tuple[float, float], runs: int, seed: int, alpha: float) -> float:
+    """Share of runs of two equal surfaces (40 windows of 1000 assignments each per surface)
+    where some guard of the family (each surface's and the pooled one, ``family_p_values``)
+    ever reaches ``alpha``; ``loss[s]``: the share of surface s's treatment traffic lost."""
+    rng = np.random.default_rng(seed)
+    shares = [(1 - lost) / (2 - lost) for lost in loss]
+    treated = np.stack([rng.binomial(1000, p, (runs, 40)) for p in shares], axis=1)
+    counts = np.stack([1000 - treated, treated], axis=-1).cumsum(axis=2)  # runs, surface, t, 2
+    per_surface = srm_log_evalues(counts, (1, 1))
+    pooled = srm_log_evalues(counts.sum(axis=1), (1, 1))
+    flagged = np.zeros(runs, dtype=bool)
+    for r in range(runs):
+        surface = np.exp(-np.maximum.accumulate(per_surface[r], axis=1)).clip(max=1)[:, -1]
+        whole = min(1.0, math.exp(-max(0.0, pooled[r].max())))
+        p = family_p_values(whole, {"web": surface[0], "app": surface[1]})
+        flagged[r] = min(p.values()) < alpha
+    return float(flagged.mean())
+
+
+def test_the_family_of_per_surface_and_pooled_guards_stays_within_alpha() -> None:
+    runs = 1500
+    share = _family_flagged((0.0, 0.0), runs, seed=24, alpha=0.05)
+    assert share <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / runs), share
+
+
+def test_a_loss_on_one_surface_is_caught_and_one_spread_thin_by_the_pooled_guard() -> None:
+    """A 3% loss of treatment traffic on one of two equal surfaces: its surface's guard finds
+    it where the pooled counts dilute it; a 2% loss on both: the pooled guard finds it where
+    each surface alone is short of evidence (expected counts, 300,000 assignments in all)."""
+    half = 75_000  # control assignments per surface
+
+    def log_e(loss: float, surfaces: int = 1) -> float:
+        treated = round(half * surfaces * (1 - loss))
+        return srm_log_evalue([half * surfaces, treated], (1, 1))
+
+    alpha = 0.001
+    # one surface loses 3%: its guard fires at α/4 (two surfaces and the pooled guard)
+    p = family_p_values(
+        math.exp(-srm_log_evalue([2 * half, half + round(half * 0.97)], (1, 1))),
+        {"web": math.exp(-log_e(0.03)), "app": 1.0},
+    )
+    assert p["web"] < alpha and p["app"] >= alpha
+    assert srm_log_evalue([2 * half, half + round(half * 0.97)], (1, 1)) < -math.log(alpha)
+    # both lose 2%: neither surface alone fires, the pooled guard does, for both
+    p = family_p_values(
+        math.exp(-log_e(0.02, surfaces=2)),
+        {"web": math.exp(-log_e(0.02)), "app": math.exp(-log_e(0.02))},
+    )
+    assert log_e(0.02) < -math.log(alpha / 4)
+    assert max(p.values()) < alpha
+    # one surface: the pooled guard is that surface's, no split of α
+    assert family_p_values(0.2, {"all": 0.2}) == {"all": 0.2}

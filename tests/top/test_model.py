@@ -120,10 +120,53 @@ def test_a_window_that_is_not_exported_shows_nothing() -> None:
     assert view.groups == [] and view.window_end is None and view.measures == []
 
 
-def test_compare_flags_only_differences_beyond_the_bound() -> None:
-    assert compare(Estimate(0.6, 0.02, 100), Estimate(0.5, 0.02, 100)).significant
-    assert not compare(Estimate(0.52, 0.02, 100), Estimate(0.5, 0.02, 100)).significant
-    assert not compare(Estimate(0.9, math.nan, 1), Estimate(0.5, 0.02, 100)).significant
+def test_compare_marks_only_differences_beyond_the_bound() -> None:
+    assert compare(Estimate(0.6, 0.02, 100), Estimate(0.5, 0.02, 100)).outside
+    assert not compare(Estimate(0.52, 0.02, 100), Estimate(0.5, 0.02, 100)).outside
+    assert not compare(Estimate(0.9, math.nan, 1), Estimate(0.5, 0.02, 100)).outside
+
+
+def _comparison_series(control: str = "control", treatment: str = "treatment") -> str:
+    """The comparison series as evald exports them: the arm label holds the treatment, the
+    arm-scoped ``model`` is empty, ``surface`` is the comparison segment."""
+    lines = []
+    rows = [("web", "nDCG@10", -0.012, 0.004, 1), ("web", "RR", 0.001, 0.004, 1)]
+    rows += [("app", "nDCG@10", 0.02, 0.005, 0), ("app", "RR", 0.0, float("nan"), 0)]
+    for surface, measure, difference, half, clustered in rows:
+        labels = (
+            f'arm="{treatment}",comparison="ab",measure="{measure}",model="",surface="{surface}"'
+        )
+        lines.append(f"evald_comparison_difference{{{labels}}} {difference}")
+        if half == half:
+            lines.append(f"evald_comparison_lower{{{labels}}} {difference - half}")
+            lines.append(f"evald_comparison_upper{{{labels}}} {difference + half}")
+        lines.append(f"evald_comparison_clustered{{{labels}}} {clustered}")
+        for arm in (control, treatment):
+            arm_labels = labels.replace(f'arm="{treatment}"', f'arm="{arm}"')
+            lines.append(f"evald_comparison_lists{{{arm_labels}}} 1000")
+    return "\n".join(lines) + "\n"
+
+
+def test_verdicts_come_from_the_exported_comparison_since_the_start() -> None:
+    """One verdict per comparison segment and measure, marked only when the always-valid band
+    excludes 0; the window's own difference stays descriptive."""
+    text = _exposition(_values(), events=1, at_end=9) + _comparison_series()
+    view = build_view("h:1", parse(text, 0.0))
+    got = {(v.segment, v.measure): v for v in view.verdicts}
+    assert sorted(got) == [
+        ("surface=app", "RR"),
+        ("surface=app", "nDCG@10"),
+        ("surface=web", "RR"),
+        ("surface=web", "nDCG@10"),
+    ]
+    assert got[("surface=web", "nDCG@10")].mark == "down"
+    assert got[("surface=app", "nDCG@10")].mark == "up"
+    assert got[("surface=web", "RR")].mark == "" == got[("surface=app", "RR")].mark
+    assert math.isnan(got[("surface=app", "RR")].lower)  # no band yet: no verdict
+    assert got[("surface=web", "RR")].clustered and not got[("surface=app", "RR")].clustered
+    # a comparison of other arms is not these arms' verdict
+    other = build_view("h:1", parse(text, 0.0), arms=("treatment", "control"))
+    assert other.verdicts == []
 
 
 def test_text_that_is_not_an_exposition_is_refused() -> None:

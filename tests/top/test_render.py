@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from evald.durations import readable as duration
-from evald.top.model import Comparison, Estimate, GroupRow, View
+from evald.top.model import Comparison, Estimate, GroupRow, Verdict, View
 from evald.top.render import render
 
 ALL = ["nDCG@10", "RR", "Success@10", "RBP(p=0.8)"]
@@ -67,10 +67,11 @@ evald top · 127.0.0.1:9464 · ready · 00:07:40 UTC
 
 measure              control       treatment  treatment−control
 n                     12,345          12,400
-nDCG@10          0.612±0.004     0.598±0.004     -0.014±0.006 ▼
+nDCG@10          0.612±0.004     0.598±0.004     -0.014±0.006 *
 RR               0.500±0.005     0.503±0.005     +0.003±0.007
-Success@10       0.810±0.007     0.800±0.007     -0.010±0.010 ▼
+Success@10       0.810±0.007     0.800±0.007     -0.010±0.010 *
 RBP(p=0.8)       0.402±0.003           0.410                  -
+*: the window's difference is outside its own 95% interval (descriptive)
 
 events 3,012/s (rejected 1.2/s) · scored 1,433/s
 pending 40,211 impressions, 23 feedback · watermark delay 3m07s
@@ -94,6 +95,42 @@ unattributed feedback: orphaned 88 | late 4
 
 def test_golden_screen_treatment_against_control() -> None:
     assert render(_view()) == GOLDEN_AB
+
+
+GOLDEN_VERDICTS = """\
+evald top · 127.0.0.1:9464 · ready · 00:07:40 UTC
+5m window 00:00:00-00:05:00 UTC (event time) · mean±95% interval
+
+measure              control       treatment  treatment−control
+n                     12,345          12,400
+nDCG@10          0.612±0.004     0.598±0.004     -0.014±0.006 *
+RR               0.500±0.005     0.503±0.005     +0.003±0.007
+Success@10       0.810±0.007     0.800±0.007     -0.010±0.010 *
+RBP(p=0.8)       0.402±0.003           0.410                  -
+since start, ab surface=web: nDCG@10 -0.012±0.004 ▼ · RR +0.001±0.004
+  Success@10 +0.020±0.004 ▲
+since start, ab surface=app (list-level variance: no user ids):
+  nDCG@10 -0.002±0.004 · RR +0.001 (band after statistics.min_n lists)
+▲▼: the always-valid band since the start excludes 0 (a verdict)
+*: the window's difference is outside its own 95% interval (descriptive)
+
+events 3,012/s (rejected 1.2/s) · scored 1,433/s
+pending 40,211 impressions, 23 feedback · watermark delay 3m07s
+rejects since start: invalid_json 12 · bad_timestamp 3
+unattributed feedback: orphaned 88 · late 4
+"""
+
+
+def test_golden_screen_with_the_verdicts_since_the_start() -> None:
+    """The verdict marks (▲▼) come from the always-valid comparison and say so; the window's
+    difference keeps its descriptive ``*``; the legend says which is which."""
+    web = [("nDCG@10", -0.012), ("RR", 0.001), ("Success@10", 0.02)]
+    verdicts = [Verdict("ab", "surface=web", m, d, d - 0.004, d + 0.004, True) for m, d in web]
+    verdicts += [
+        Verdict("ab", "surface=app", "nDCG@10", -0.002, -0.006, 0.002, False),
+        Verdict("ab", "surface=app", "RR", 0.001, math.nan, math.nan, False),
+    ]
+    assert render(_view(verdicts=verdicts)) == GOLDEN_VERDICTS
 
 
 def test_golden_screen_of_a_starting_daemon_in_ascii() -> None:
