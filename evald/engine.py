@@ -424,6 +424,11 @@ class Engine:
         """Feedback held because its impression has not arrived (yet)."""
         return sum(s.held for s in self._stores.values())
 
+    def behind_watermark(self) -> int:
+        """Events whose time was behind their partition's watermark when they came (more
+        than the lateness behind a newer one): out of order past what the lateness allows."""
+        return sum(s.behind for s in self._stores.values())
+
     def watermarks(self) -> dict[int, int | None]:
         """Event-time watermark (ms) per partition; None before its first event."""
         return {p: s.watermark for p, s in sorted(self._stores.items())}

@@ -146,6 +146,11 @@ class JoinStore:
         return self._wm.watermark
 
     @property
+    def behind(self) -> int:
+        """Events that came behind the watermark (``PartitionClock.behind``)."""
+        return self._wm.behind
+
+    @property
     def held(self) -> int:
         """Feedback held because its impression has not arrived (yet)."""
         return len(self._held)
