@@ -64,7 +64,10 @@ OUT_OF_ORDER_SHARE = 0.01
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Declare the options; engine defaults live in EngineConfig (docs/semantics.md)."""
+    """Declare the options; engine defaults live in EngineConfig (docs/semantics.md).
+
+    Long because: a flat list of option declarations.
+    """
     parser.add_argument(
         "files",
         nargs="*",
@@ -447,27 +450,34 @@ def out_of_order(engine: Engine, counts: dict[str, int], *, sorted_first: bool) 
     ]
 
 
+def _engine(mapping: str, config: EngineConfig) -> Engine:
+    """The replay's engine with the decoder of ``mapping`` (UsageError when it cannot read
+    files); its clock never moves."""
+    from evald.engine import Engine
+    from evald.mapping import MappingError, decoder_for
+
+    try:
+        decoder = decoder_for(mapping, config)
+    except MappingError as exc:
+        raise UsageError(f"--mapping: {exc}") from None
+    if decoder is not None and decoder.reads_record_time:
+        raise UsageError(
+            f"--mapping: {mapping} takes the event time from the Kafka record timestamp"
+            " (time: {source: record}); lines of a file have none: use a mapping that reads"
+            " the time from a field of the record"
+        )
+    return Engine(config, clock=lambda: 0.0, decoder=decoder, global_statistics=True)
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``evald replay``."""
     try:
         config = build_config(args)
         if args.tick_every < 1:
             raise UsageError("--tick-every must be >= 1")
-        from evald.engine import Engine
-        from evald.mapping import MappingError, decoder_for
         from evald.moments import SegmentMoments
 
-        try:
-            decoder = decoder_for(args.mapping, config)
-        except MappingError as exc:
-            raise UsageError(f"--mapping: {exc}") from None
-        if decoder is not None and decoder.reads_record_time:
-            raise UsageError(
-                f"--mapping: {args.mapping} takes the event time from the Kafka record timestamp"
-                " (time: {source: record}); lines of a file have none: use a mapping that reads"
-                " the time from a field of the record"
-            )
-        engine = Engine(config, clock=lambda: 0.0, decoder=decoder, global_statistics=True)
+        engine = _engine(args.mapping, config)
         moments = SegmentMoments(engine.measure_names, engine.aggregates.segments)
         engine.on_result = moments.add
         paths = list(args.files)

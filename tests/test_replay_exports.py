@@ -156,5 +156,8 @@ def test_the_native_schema_reads_a_bulk_file_too(
     ]
     lines = [x for d in docs for x in (json.dumps({"index": {"_index": "events"}}), json.dumps(d))]
     out = tmp_path / "results.jsonl"
-    assert replay(str(write(tmp_path / "n.ndjson", lines)), "--results", str(out)) == 0
+    argv = [str(write(tmp_path / "n.ndjson", lines)), "--results", str(out), "--format", "json"]
+    assert replay(*argv) == 0
     assert results(out)["r"]["measures"]["RR"] == 0.5
+    counts = summary(capsys)
+    assert counts["rejected"] == {} and counts["lines"] == 4  # the action lines are no records
