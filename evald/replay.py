@@ -1,11 +1,13 @@
 """`evald replay`: run the streaming engine over JSON Lines event files, deterministically.
 
-Files are read in the order given (``-`` or none = stdin), every line is fed to one Engine
-(partition 0, kind inferred per line), ``tick()`` runs every ``--tick-every`` lines and
-everything pending is finalized at the end. The engine's clock never moves (the idle fallback
-is a live-only concern), so the same input always gives the same output files; only the
-plausibility bound on event times reads the wall clock (an event may lead it by at most
-``max_event_lead``).
+Files are read in the order given (``-`` or none = stdin), plain or gzip-compressed, export
+wrappers (``_bulk`` action lines, search hits) taken off (``evald.files``); every record is fed
+to one Engine (partition 0, kind from the export's index when the mapping lists it, else
+inferred per record), ``tick()`` runs every ``--tick-every`` records and everything pending is
+finalized at the end. ``--sort`` feeds the records of all files in event-time order instead,
+in bounded memory. The engine's clock never moves (the idle fallback is a live-only concern),
+so the same input always gives the same output files; only the plausibility bound on event
+times reads the wall clock (an event may lead it by at most ``max_event_lead``).
 
 Lines are read with a bounded reader: a line longer than ``limits.max_event_bytes`` is never
 held whole; it is rejected ``too_large`` with its first ``max_event_bytes`` kept.
@@ -76,25 +78,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "_bulk files and search-hit dumps as they are; read one after the other (see --sort); "
         "'-' or none: stdin",
     )
-    parser.add_argument(
-        "--sort",
-        action="store_true",
-        help="read every file first and feed the records in event-time order (equal times in "
-        "input order), for exports and files out of order; memory stays within --sort-memory, "
-        "the rest goes to temporary files",
-    )
-    parser.add_argument(
-        "--sort-memory",
-        metavar="SIZE",
-        default=SORT_MEMORY,
-        help=f"records --sort holds in memory before it spills to disk (default {SORT_MEMORY}; "
-        "K, M, G: binary units)",
-    )
-    parser.add_argument(
-        "--sort-dir",
-        metavar="DIR",
-        help="where --sort writes its temporary files (default: the system's temporary directory)",
-    )
     parser.add_argument("--window", metavar="DUR", help="attribution window (default 30m)")
     parser.add_argument("--lateness", metavar="DUR", help="allowed lateness (default 2m)")
     parser.add_argument(
@@ -116,6 +99,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="evald",
         help="how records are read: evald (native, default), ubi (OpenSearch User Behavior "
         "Insights), or a YAML/JSON mapping file (docs/mapping.md)",
+    )
+    parser.add_argument(
+        "--sort",
+        action="store_true",
+        help="read every file first and feed the records in event-time order (equal times in "
+        "input order), for exports and files out of order; memory stays within --sort-memory, "
+        "the rest goes to temporary files",
+    )
+    parser.add_argument(
+        "--sort-memory",
+        metavar="SIZE",
+        default=SORT_MEMORY,
+        help=f"records --sort holds in memory before it spills to disk (default {SORT_MEMORY}; "
+        "K, M, G: binary units)",
+    )
+    parser.add_argument(
+        "--sort-dir",
+        metavar="DIR",
+        help="where --sort writes its temporary files (default: the system's temporary directory)",
     )
     parser.add_argument("--results", metavar="OUT", help="one JSON line per finalized impression")
     parser.add_argument(

@@ -131,7 +131,10 @@ def test_the_ubi_preset_reads_ubi_as_its_writers_write_it() -> None:
             {"extends": "ubi", "impression": {"repeats": "duplicate"}},
             "feedback.shown_actions: needs impression.repeats: merge",
         ),
-        ({"extends": "ubi", "impression": {"repeats": "last"}}, "impression.repeats"),
+        (
+            {"extends": "ubi", "impression": {"repeats": "last"}},
+            "impression.repeats: Input should be 'duplicate' or 'merge'",
+        ),
         ({"extends": "ubi", "indices": {"x": "query"}}, "indices.x"),
         (
             {"extends": "ubi", "impression": None, "feedback": {"shown_actions": None}},
