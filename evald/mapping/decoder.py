@@ -319,9 +319,9 @@ class MappingDecoder:
                 value = path.top(document)
                 _add_labels(labels, value, path.text, name)
             fields["labels"] = labels
-        for path in spec.user_id:
+        for path in spec.user_id:  # an empty id (ubi.js writes user_id "") is none
             value = path.top(document)
-            if value is not MISSING and value is not None:
+            if value is not MISSING and value is not None and value != "":
                 fields["user_id"] = value
                 break
         if spec.query is not None:

@@ -208,13 +208,15 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
         fields["labels"] = "labels"
     optional = {}
     if spec.user_id:
-        for index, path in enumerate(spec.user_id):  # the first present and not null
+        for index, path in enumerate(spec.user_id):  # the first present, not null or ""
             if index:
-                w("if uid is _MISSING or uid is None:")
+                w("if uid is _MISSING or uid is None or uid == '':")
                 w.depth += 1
             _optional(w, "uid", path)
             if index:
                 w.depth -= 1
+        w("if uid == '':")
+        w("    uid = None")
         optional["user_id"] = "uid"
     if spec.query is not None:
         _optional(w, "query", spec.query)

@@ -92,7 +92,7 @@ class ImpressionSpec(_Strict):
     time: TimeSpec
     items: Pointer | ItemsSpec
     labels: list[LabelSpec] = Field(default_factory=list)
-    #: first of these present (and not null) is the user id
+    #: first of these present (not null, not "") is the user id
     user_id: list[Pointer] = Field(default_factory=list)
     query: Pointer | None = None
     #: several records of one request id: ``duplicate`` (the native rule: the first is the

@@ -386,3 +386,14 @@ def test_a_declared_format_still_restricts_and_a_wrong_unit_is_caught() -> None:
     listed = ubi.decode(raw({"query_id": "q", "timestamp": [NOW]}), None, NOW)
     assert isinstance(listed, Rejection) and listed.reason == "bad_timestamp"
     assert "expected RFC 3339 text or a number of epoch milliseconds, got a list" in listed.detail
+
+
+def test_an_empty_user_id_is_none_and_the_next_source_is_read() -> None:
+    """ubi.js writes ``user_id: ""`` beside the ``client_id``: the client is the user."""
+    ubi = decoder_for("ubi", load_config({}))
+    doc = {"query_id": "q", "timestamp": UBI_NOW, "user_id": "", "client_id": "c-7"}
+    got = ubi.decode(raw(doc), None, NOW)
+    assert isinstance(got, Impression) and got.user_id == "c-7"
+    alone = ubi.decode(raw({**doc, "client_id": ""}), None, NOW)
+    assert isinstance(alone, Impression) and alone.user_id is None
+    assert ubi.decode_fast(raw(doc), None, NOW) == got
