@@ -256,7 +256,7 @@ class JoinStore:
             elif lists is not None and (
                 event.__class__ is Shown or table_get(hash(event.request_id)) != NONE
             ):
-                # a record of a list of several records, other than one opening it with items
+                # a shown item, or a query record whose request id has an open list
                 kind = "feedback" if event.__class__ is Shown else "impression"
                 replayed = until is not None and offset is not None and offset < until.get(kind, -1)
                 if not self._assembled(event, position, offset, replayed, refused):
