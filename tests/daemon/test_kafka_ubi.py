@@ -86,13 +86,14 @@ def assert_exact_and_meaningful(
     assert_windows_equal(read_windows(last.windows), reference)
     assert_consumed_to_the_end(tools, unique)
     assert_no_transaction_left_open(tools, unique)
+    assembled = [s for s in found if s.shape in ("shown", "events") and s.query_id in expected]
+    assert len(assembled) > 50, "too few lists of impression events scored: not effective"
     want = oracle(found, parse_duration(ENGINE["window"]))
     by_id = {s.query_id: s for s in found}
     for query_id, doc in expected.items():
         for name, value in want[query_id].items():
             assert doc["measures"][name] == pytest.approx(value, abs=1e-9), (query_id, name)
         assert doc["labels"] == by_id[query_id].labels()
-    assert sum(1 for s in found if s.shape in ("shown", "events") and s.query_id in expected) > 50
     return len(expected)
 
 
