@@ -67,9 +67,8 @@ test: $(STAMP) tools java
 # past the request timeout or cut past the session timeout, a broker restarted empty, the
 # repartition stage and the main stage killed at random together, kills around the commits of
 # comparison shares, the repartition stage through an outage, a test broker whose port was taken,
-# rolling SIGTERM and kill -9 restarts of two instances during replays (29 tests: the 27 others
-# took 13.8 minutes on a two-core machine with a benchmark running beside it; the two rolling
-# restarts 5.4 and 3.7 minutes on a two-core machine at load average 25).
+# rolling SIGTERM and kill -9 restarts of two instances during replays, six seeded kills of
+# `evald run --mapping ubi` while lists assemble (30 tests; measured figures in docs/performance.md).
 test-chaos: $(STAMP) java
 	$(BIN)/python -m pytest -q -m chaos
 

@@ -22,7 +22,11 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from evald.events import Feedback, Impression, Limits, format_timestamp, limited_models
+from evald.events import Feedback, Impression, Limits, Shown, format_timestamp, limited_models
+
+#: Reasons the join, not a decoder, refuses a record for: a second, different served list for
+#: a request id (a mapping's lists of several records, docs/mapping.md).
+JOIN_REASONS: tuple[str, ...] = ("conflicting_list",)
 
 #: Every rejection reason, in the order docs/semantics.md explains them.
 REASONS: tuple[str, ...] = (
@@ -42,6 +46,7 @@ REASONS: tuple[str, ...] = (
     "too_many_items",
     "too_many_labels",
     "string_too_long",
+    *JOIN_REASONS,
 )
 
 JUDGMENT = "judgment"
@@ -161,7 +166,7 @@ class EventDecoder(Protocol):
         kind: str | None = None,
         reference: int | None = None,
         record_time: int | None = None,
-    ) -> Impression | Feedback | Rejection | Skipped:
+    ) -> Impression | Feedback | Shown | Rejection | Skipped:
         """One record; ``kind`` when the source knows it, ``reference`` (epoch ms) the time
         the event may lead by at most the engine's ``max_event_lead``, ``record_time`` (epoch
         ms) the source record's own timestamp (a Kafka record's; None: it has none, as a
@@ -176,7 +181,7 @@ class EventDecoder(Protocol):
         references: Sequence[int | None] | int | None = None,
         record_times: Sequence[int | None] | None = None,
         skips: list[tuple[int, Skipped]] | None = None,
-    ) -> Iterator[tuple[int, Impression | Feedback]]:
+    ) -> Iterator[tuple[int, Impression | Feedback | Shown]]:
         """``decode`` over a batch: yields (position, event), appends (position, rejection)
         to ``rejections`` and (position, skip) to ``skips`` (None: skips are dropped);
         ``record_times`` one per record, as ``decode``'s ``record_time``, or None."""

@@ -26,7 +26,7 @@ import numpy as np
 from evald.aggregate import Aggregates, WindowRow
 from evald.config import EngineConfig
 from evald.decode import Decoder, EventDecoder, Rejection, Skipped
-from evald.events import Feedback, Impression, format_timestamp, parse_timestamp
+from evald.events import Feedback, Impression, Shown, format_timestamp, parse_timestamp
 from evald.join import Joined, JoinStore
 from evald.join.window import complete_before
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
@@ -42,6 +42,10 @@ from evald.statistics.shares import PartitionShares
 from evald.stats import Stats
 
 _CLUSTER = re.compile("[0-9a-f]{16}")
+
+
+def _first(pair: tuple[int, Rejection]) -> int:
+    return pair[0]
 
 
 @dataclass(slots=True)
@@ -151,6 +155,8 @@ class Engine:
         self._decode = self.decoder.decode
         self._grades = self.decoder.action_grades
         self._events = self.stats.events
+        #: the decoder's records of one request id make one list (docs/mapping.md)
+        self._merges = bool(getattr(self.decoder, "merges_repeats", False))
 
     # ------------------------------------------------------------------ input
 
@@ -172,6 +178,8 @@ class Engine:
                 stats=self.stats,
                 clock=self.clock,
                 user_cluster=user_cluster if self.aggregates.replicates else None,
+                merge=self._merges,
+                max_items=cfg.limits.max_items,
             )
         return store
 
@@ -190,7 +198,7 @@ class Engine:
         kind: str | None = None,
         offset: int | None = None,
         timestamp: int | None = None,
-    ) -> Impression | Feedback | Rejection | None:
+    ) -> Impression | Feedback | Shown | Rejection | None:
         """Validate and join one raw event; never raises on bad data (returns a Rejection).
         None: the decoder skipped the record (``stats.skipped``, by action), or refused a
         record a restore re-fed (refused, and dead-lettered, before the checkpoint).
@@ -211,8 +219,15 @@ class Engine:
             return None
         if isinstance(event, Rejection):
             return event if self._count_rejection(event, store.replay_until, kind, offset) else None
-        store.join_many(((0, event),), None if offset is None else (offset,), self._grades)
+        refused: list[tuple[int, str, str, str]] = []
+        offsets = None if offset is None else (offset,)
+        store.join_many(((0, event),), offsets, self._grades, refused)
         self._drained = False
+        if refused:  # a second, different list for a request id (never a re-fed record)
+            _, reason, detail, known = refused[0]
+            rejection = Rejection(reason, detail, raw, known)
+            self._count_rejection(rejection, None, kind, offset)
+            return rejection
         return event
 
     def feed_batch(
@@ -238,7 +253,12 @@ class Engine:
         if timestamps is not None:
             references = [wall if t is None or t < 0 else t for t in timestamps]
         events = self.decoder.decode_many(raws, kinds, rejections, references, timestamps, skips)
-        store.join_many(events, offsets, self._grades)
+        refused: list[tuple[int, str, str, str]] = []
+        store.join_many(events, offsets, self._grades, refused)
+        for position, reason, detail, known in refused:  # never re-fed records
+            rejections.append((position, Rejection(reason, detail, raws[position], known)))
+        if refused:
+            rejections.sort(key=_first)
         until = store.replay_until
         single = kinds is None or isinstance(kinds, str)
         fresh: list[tuple[int, Rejection]] = []
@@ -430,6 +450,11 @@ class Engine:
         """Feedback held because its impression has not arrived (yet)."""
         return sum(s.held for s in self._stores.values())
 
+    def behind_watermark(self) -> int:
+        """Events whose time was behind their partition's watermark when they came (more
+        than the lateness behind a newer one): out of order past what the lateness allows."""
+        return sum(s.behind for s in self._stores.values())
+
     def watermarks(self) -> dict[int, int | None]:
         """Event-time watermark (ms) per partition; None before its first event."""
         return {p: s.watermark for p, s in sorted(self._stores.items())}
@@ -480,6 +505,7 @@ class Engine:
         consumed: Mapping[str, int],
         event_times: tuple[int | None, int | None] | None = None,
         evicted: Sequence[int] = (),
+        evicted_feedback: Sequence[int] = (),
     ) -> None:
         """Rebuild ``partition`` after a restart by re-feeding from its low offsets.
 
@@ -491,16 +517,20 @@ class Engine:
         ``event_times`` is what ``event_times`` returned at the checkpoint (None: unknown, as
         in a checkpoint written before it existed; re-fed events then count again).
         ``evicted`` is what ``evicted`` returned at the checkpoint: impressions the cap
-        closed (and emitted) before their window, skipped when re-fed.
+        closed (and emitted) before their window, skipped when re-fed; ``evicted_feedback``
+        what ``evicted(kind="feedback")`` returned (lists of several records).
         """
-        self._store(partition).restore(watermark_ms, dict(consumed), event_times, evicted)
+        self._store(partition).restore(
+            watermark_ms, dict(consumed), event_times, evicted, evicted_feedback
+        )
 
-    def evicted(self, partition: int, since: int | None) -> list[int]:
-        """Impression offsets >= ``since`` (the checkpoint's committed impression offset)
-        that ``max_pending`` closed early and that were emitted: a restore replaying from
-        ``since`` must not open them again. Forgets older ones."""
+    def evicted(self, partition: int, since: int | None, kind: str = "impression") -> list[int]:
+        """Offsets of ``kind`` >= ``since`` (the checkpoint's committed offset of that kind)
+        of records a restore replaying from ``since`` must not let open a list: impressions
+        ``max_pending`` closed early and that were emitted, and with lists of several records
+        the later records of lists already emitted (docs/design.md). Forgets older ones."""
         store = self._stores.get(partition)
-        return [] if store is None else store.evicted(since)
+        return [] if store is None else store.evicted(since, kind)
 
     def snapshot(self, partition: int) -> bytes:
         """The partition's window aggregates, exact (``Aggregates.snapshot``), so a restart

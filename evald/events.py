@@ -12,6 +12,7 @@ an integer (epoch ms) or an RFC 3339 string with an explicit offset.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
@@ -121,6 +122,19 @@ class Feedback(BaseModel):
     grade: NonNegativeGrade | None = None
     position: Annotated[int, Field(ge=0, strict=True)] | None = None
     event_id: StrictStr | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """One item of a request's served list shown at ``position`` (0 first): a per-item
+    impression event, read by a mapping's ``shown_actions``. A list that no record gives its
+    items is built from these, in position order (docs/mapping.md, "Lists of several records").
+    A plain class, not a model: the mapping decoder checks every field before it builds one."""
+
+    request_id: str
+    ts: int
+    item: str
+    position: int
 
 
 @functools.lru_cache(maxsize=16)

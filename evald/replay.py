@@ -1,11 +1,13 @@
 """`evald replay`: run the streaming engine over JSON Lines event files, deterministically.
 
-Files are read in the order given (``-`` or none = stdin), every line is fed to one Engine
-(partition 0, kind inferred per line), ``tick()`` runs every ``--tick-every`` lines and
-everything pending is finalized at the end. The engine's clock never moves (the idle fallback
-is a live-only concern), so the same input always gives the same output files; only the
-plausibility bound on event times reads the wall clock (an event may lead it by at most
-``max_event_lead``).
+Files are read in the order given (``-`` or none = stdin), plain or gzip-compressed, export
+wrappers (``_bulk`` action lines, search hits) taken off (``evald.files``); every record is fed
+to one Engine (partition 0, kind from the export's index when the mapping lists it, else
+inferred per record), ``tick()`` runs every ``--tick-every`` records and everything pending is
+finalized at the end. ``--sort`` feeds the records of all files in event-time order instead,
+in bounded memory. The engine's clock never moves (the idle fallback is a live-only concern),
+so the same input always gives the same output files; only the plausibility bound on event
+times reads the wall clock (an event may lead it by at most ``max_event_lead``).
 
 Lines are read with a bounded reader: a line longer than ``limits.max_event_bytes`` is never
 held whole; it is rejected ``too_large`` with its first ``max_event_bytes`` kept.
@@ -24,13 +26,17 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
+
+from evald.durations import format_duration
+from evald.files.lines import InputError
+from evald.files.lines import bounded_lines as _bounded_lines
 
 if TYPE_CHECKING:
     from evald.config import EngineConfig
-    from evald.decode import Rejection
     from evald.engine import Engine, Result
+    from evald.files.feed import SortOptions
     from evald.moments import Interval, SegmentMoments
 
 SUMMARY = "replay JSON Lines impression/feedback events through the streaming engine"
@@ -43,6 +49,7 @@ EXAMPLES = """\
   evald replay events.jsonl --config engine.yaml             every engine knob from a file
   evald replay ubi.jsonl --mapping ubi                       OpenSearch UBI queries and events
   evald replay sample.jsonl --mapping mine.yaml --rejected -  check a mapping on a sample
+  evald replay ubi_export.ndjson.gz --mapping ubi --sort     an OpenSearch _bulk export, any order
 
 impression: {"request_id": "r1", "ts": "2024-05-01T12:00:00Z", "items": ["a", "b"],
              "labels": {"model": "v2", "arm": "treatment"}}
@@ -73,12 +80,24 @@ one every list is its own cluster ("variance: request", the list-level sequence)
 """
 
 TICK_EVERY = 4096
+#: the records ``--sort`` holds in memory before it writes a sorted run to disk
+SORT_MEMORY = "256M"
+#: the share of records behind the watermark past which replay suggests ``--sort``
+OUT_OF_ORDER_SHARE = 0.01
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Declare the options; engine defaults live in EngineConfig (docs/semantics.md)."""
+    """Declare the options; engine defaults live in EngineConfig (docs/semantics.md).
+
+    Long because: a flat list of option declarations.
+    """
     parser.add_argument(
-        "files", nargs="*", metavar="FILE", help="JSON Lines event files; '-' or none: stdin"
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="JSON Lines event files, plain or gzip-compressed, also OpenSearch/Elasticsearch "
+        "_bulk files and search-hit dumps as they are; read one after the other (see --sort); "
+        "'-' or none: stdin",
     )
     parser.add_argument("--window", metavar="DUR", help="attribution window (default 30m)")
     parser.add_argument("--lateness", metavar="DUR", help="allowed lateness (default 2m)")
@@ -101,6 +120,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="evald",
         help="how records are read: evald (native, default), ubi (OpenSearch User Behavior "
         "Insights), or a YAML/JSON mapping file (docs/mapping.md)",
+    )
+    parser.add_argument(
+        "--sort",
+        action="store_true",
+        help="read every file first and feed the records in event-time order (equal times in "
+        "input order), for exports and files out of order; memory stays within --sort-memory, "
+        "the rest goes to temporary files",
+    )
+    parser.add_argument(
+        "--sort-memory",
+        metavar="SIZE",
+        default=SORT_MEMORY,
+        help=f"records --sort holds in memory before it spills to disk (default {SORT_MEMORY}; "
+        "K, M, G: binary units)",
+    )
+    parser.add_argument(
+        "--sort-dir",
+        metavar="DIR",
+        help="where --sort writes its temporary files (default: the system's temporary directory)",
     )
     parser.add_argument("--results", metavar="OUT", help="one JSON line per finalized impression")
     parser.add_argument(
@@ -212,59 +250,8 @@ class Progress:
             sys.stderr.flush()
 
 
-#: bytes read at a time while skipping the rest of an over-long line
-SKIP_CHUNK = 1 << 16
-
-
-def bounded_lines(stream: IO[bytes], limit: int) -> Iterator[tuple[bytes, int, int]]:
-    """(line without its newline, bytes consumed, line length) per line of ``stream``.
-
-    A line longer than ``limit`` bytes comes back cut to its first ``limit`` bytes, with its
-    full length: memory stays within ``limit`` plus one read buffer whatever the input.
-    """
-    cap = limit + 2  # room for the body and a CRLF
-    readline = stream.readline
-    while True:
-        raw = readline(cap)
-        if not raw:
-            return
-        consumed = len(raw)
-        if len(raw) == cap and not raw.endswith(b"\n"):  # over-long: skip to its end
-            head = raw[:limit]
-            tail = b""
-            while True:
-                more = readline(SKIP_CHUNK)
-                if not more:
-                    break
-                consumed += len(more)
-                tail = (tail + more)[-2:]
-                if more.endswith(b"\n"):
-                    break
-            ending = 2 if tail.endswith(b"\r\n") else 1 if tail.endswith(b"\n") else 0
-            yield head, consumed, consumed - ending
-            continue
-        line = raw.rstrip(b"\r\n")
-        yield line, consumed, len(line)
-
-
-def _lines(paths: list[str], limit: int) -> Iterator[tuple[str, int, bytes, int, int]]:
-    """(source name, line number, raw line without its newline (at most ``limit`` bytes),
-    bytes consumed, full line length) per line."""
-    for path in paths or ["-"]:
-        if path == "-":
-            name, stream = "<stdin>", sys.stdin.buffer
-            ctx: contextlib.AbstractContextManager[Any] = contextlib.nullcontext(stream)
-        else:
-            name = path
-            try:
-                ctx = open(path, "rb")  # noqa: SIM115 (closed by the with below)
-            except OSError as exc:
-                raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-        with ctx as fh:
-            for number, (line, size, length) in enumerate(bounded_lines(fh, limit), start=1):
-                if length <= limit and not line.strip():
-                    line = b""
-                yield name, number, line, size, length
+#: re-exported: the bounded line reader lives with the other file readers
+bounded_lines = _bounded_lines
 
 
 def _open_out(path: str | None, stack: contextlib.ExitStack) -> IO[str] | None:
@@ -287,13 +274,15 @@ def replay(
     tick_every: int = TICK_EVERY,
     progress: Progress | None = None,
     wall_clock: Callable[[], float] = time.time,
+    sort: SortOptions | None = None,
 ) -> dict[str, int]:
-    """Feed every line of ``paths`` (in order) to ``engine``, then drain; returns counts.
+    """Feed every record of ``paths`` to ``engine`` (in order, or with ``sort`` in event-time
+    order), then drain; returns counts (``evald.files.feed``).
 
-    Lines are fed ``tick_every`` at a time (``Engine.feed_batch``), then scored. Event times
+    Records are fed ``tick_every`` at a time (``Engine.feed_batch``), then scored. Event times
     may lead ``wall_clock`` (read once per batch) by at most the configured lead.
     """
-    from evald.decode import Rejection
+    from evald.files.feed import feed
 
     if results is not None:
         write_result = results.write
@@ -305,51 +294,19 @@ def replay(
                 also(result)
 
         engine.on_result = on_result
-    feed_batch, tick = engine.feed_batch, engine.tick
-    lines = blank = 0
-    done_bytes = 0
-    where: list[tuple[str, int]] = []  # (file, line) of each record in the batch
-    raws: list[bytes] = []
-
-    def write_rejected(name: str, number: int, rejection: Rejection) -> None:
-        if rejected is not None:
-            line = {"file": name, "line": number, **rejection.to_json()}
-            rejected.write(json.dumps(line, ensure_ascii=False) + "\n")
-
-    def feed() -> None:
-        if raws:
-            now = [int(wall_clock() * 1000)] * len(raws)
-            for position, got in feed_batch(raws, timestamps=now):
-                write_rejected(*where[position], got)
-        where.clear()
-        raws.clear()
-
-    limit = engine.config.limits.max_event_bytes
-    for name, number, raw, size, length in _lines(paths, limit):
-        done_bytes += size
-        if not raw:
-            blank += 1
-            continue
-        lines += 1
-        if length > limit:  # cut by the reader: rejected here, in input order
-            feed()
-            rejection = Rejection("too_large", f"{length} bytes > limit {limit}", raw)
-            engine.reject(rejection)
-            write_rejected(name, number, rejection)
-            continue
-        raws.append(raw)
-        where.append((name, number))
-        if lines % tick_every == 0:
-            feed()
-            tick()
-            if progress is not None:
-                progress.update(done_bytes, lines)
-    feed()
-    tick()
-    engine.drain()
+    update = None if progress is None else progress.update
+    counts = feed(
+        engine,
+        paths,
+        rejected=rejected,
+        tick_every=tick_every,
+        progress=update,
+        wall_clock=wall_clock,
+        sort=sort,
+    )
     if progress is not None:
-        progress.update(done_bytes, lines, force=True)
-    return {"lines": lines, "blank": blank}
+        progress.update(counts["bytes"], counts["lines"], force=True)
+    return counts
 
 
 def summary(engine: Engine, counts: dict[str, int]) -> list[str]:
@@ -370,6 +327,14 @@ def summary(engine: Engine, counts: dict[str, int]) -> list[str]:
         f"feedback not counted   {sum(stats.unattributed.values()):,}"
         + _breakdown(stats.unattributed),
     ]
+    if counts.get("actions"):
+        bodies = counts.get("bodies", 0)
+        rows.insert(
+            1,
+            f"export lines           {counts['actions']:,} _bulk action lines"
+            + (f", {bodies:,} update bodies" if bodies else "")
+            + " (not records)",
+        )
     if stats.skipped:
         rows.append(
             f"feedback skipped       {sum(stats.skipped.values()):,}"
@@ -417,6 +382,7 @@ def summary_json(engine: Engine, counts: dict[str, int], moments: SegmentMoments
         "abandoned": stats.abandoned,
         "unattributed": dict(stats.unattributed),
         "skipped": dict(stats.skipped),
+        "behind_watermark": counts.get("behind", 0),
         "means": {name: est.to_json() for name, est in moments.overall().items()},
         "segments": [row.to_json() for row in moments.rows()],
     }
@@ -533,34 +499,81 @@ def _signed(value: object) -> str:
     return "n/a" if value is None else f"{value:+.6f}"
 
 
+def _sort_options(args: argparse.Namespace) -> SortOptions | None:
+    """``--sort`` and its memory and directory, checked (UsageError naming the option)."""
+    from evald.files.feed import SortOptions
+    from evald.files.sort import parse_size
+
+    try:
+        budget = parse_size(args.sort_memory)
+    except ValueError as exc:
+        raise UsageError(f"--sort-memory: {exc}") from None
+    if args.sort_dir is not None and not os.path.isdir(args.sort_dir):
+        raise UsageError(f"--sort-dir: {args.sort_dir} is not a directory")
+    return SortOptions(budget, args.sort_dir) if args.sort else None
+
+
+def _plain(path: str) -> bool:
+    """A readable file that is not gzip-compressed (its size is the progress bar's total)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) != b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def out_of_order(engine: Engine, counts: dict[str, int], *, sorted_first: bool) -> list[str]:
+    """A note when more than ``OUT_OF_ORDER_SHARE`` of the records came behind the watermark
+    (later than the lateness allows): replayed as they are, their lists and feedback were
+    closed or orphaned early; ``--sort`` orders them first."""
+    behind = counts.get("behind", 0)
+    records = counts.get("lines", 0) - counts.get("actions", 0) - counts.get("bodies", 0)
+    if sorted_first or not records or behind <= OUT_OF_ORDER_SHARE * records:
+        return []
+    lateness = format_duration(engine.config.lateness)
+    return [
+        f"note: {behind:,} of {records:,} records ({behind / records:.1%}) came more than the "
+        f"lateness ({lateness}) behind newer ones: the input is not in event-time order; "
+        "`evald replay --sort` orders it first"
+    ]
+
+
+def _engine(mapping: str, config: EngineConfig) -> Engine:
+    """The replay's engine with the decoder of ``mapping`` (UsageError when it cannot read
+    files); its clock never moves."""
+    from evald.engine import Engine
+    from evald.mapping import MappingError, decoder_for
+
+    try:
+        decoder = decoder_for(mapping, config)
+    except MappingError as exc:
+        raise UsageError(f"--mapping: {exc}") from None
+    if decoder is not None and decoder.reads_record_time:
+        raise UsageError(
+            f"--mapping: {mapping} takes the event time from the Kafka record timestamp"
+            " (time: {source: record}); lines of a file have none: use a mapping that reads"
+            " the time from a field of the record"
+        )
+    return Engine(config, clock=lambda: 0.0, decoder=decoder, global_statistics=True)
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``evald replay``."""
     try:
         config = build_config(args)
         if args.tick_every < 1:
             raise UsageError("--tick-every must be >= 1")
-        from evald.engine import Engine
-        from evald.mapping import MappingError, decoder_for
         from evald.moments import SegmentMoments
 
-        try:
-            decoder = decoder_for(args.mapping, config)
-        except MappingError as exc:
-            raise UsageError(f"--mapping: {exc}") from None
-        if decoder is not None and decoder.reads_record_time:
-            raise UsageError(
-                f"--mapping: {args.mapping} takes the event time from the Kafka record timestamp"
-                " (time: {source: record}); lines of a file have none: use a mapping that reads"
-                " the time from a field of the record"
-            )
-        engine = Engine(config, clock=lambda: 0.0, decoder=decoder, global_statistics=True)
+        engine = _engine(args.mapping, config)
         moments = SegmentMoments(engine.measure_names, engine.aggregates.segments)
         engine.on_result = moments.add
         paths = list(args.files)
         for path in paths:
             if path != "-" and not os.access(path, os.R_OK):
                 raise UsageError(f"cannot read {path}")
-        sizes = [os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p)]
+        sort = _sort_options(args)
+        sizes = [os.path.getsize(p) for p in paths if p != "-" and _plain(p)]
         total = sum(sizes) if paths and len(sizes) == len(paths) else None
         show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
         progress = Progress(total, show)
@@ -576,14 +589,16 @@ def run(args: argparse.Namespace) -> int:
                 rejected=rejected,
                 tick_every=args.tick_every,
                 progress=progress,
+                sort=sort,
             )
             progress.close()
             if windows is not None:
                 for row in engine.window_rows(last_only=False):
                     windows.write(json.dumps(row.to_json(), ensure_ascii=False) + "\n")
-    except UsageError as exc:
+    except (UsageError, InputError) as exc:
         print(f"evald replay: {exc}", file=sys.stderr)
         return 2
+    counts["behind"] = engine.behind_watermark()
     print_summary(args, engine, counts, moments)
     rejected_n = sum(engine.stats.rejected.values())
     return 1 if args.strict and rejected_n else 0
@@ -603,5 +618,6 @@ def print_summary(
         "means (± 95% interval):",
         *means(moments),
         *comparisons(engine),
+        *out_of_order(engine, counts, sorted_first=args.sort),
     ]
     print("\n".join(text), file=out)

@@ -15,7 +15,9 @@ aborted records stay visible. Since version 2 it can point at a snapshot of p's 
 aggregates (records of the checkpoint topic written by a committed transaction); the ranges
 then hold only the results written after that snapshot, so a restore reads an amount bounded
 by the state, not by the uptime (docs/design.md, "Restart cost"). Version 2 also lists the
-impression offsets the pending cap closed early (``evicted``), which a replay must skip, and,
+impression offsets the pending cap closed early (``evicted``), which a replay must skip (and,
+optional, ``evicted_feedback``: the event offsets a replay must skip with lists of several
+records, docs/design.md; an older reader ignores it), and,
 with comparisons configured, the partition's comparison shares not final yet (``statistics``,
 an optional field: older readers ignore it; docs/design.md, "Statistics over all partitions").
 """
@@ -110,6 +112,8 @@ class Checkpoint:
     extra: dict[str, Any] = field(default_factory=dict)
     snapshot: SnapshotRef | None = None
     evicted: tuple[tuple[int, int], ...] = ()
+    #: as ``evicted``, on the feedback topic: shown items of lists already emitted
+    evicted_feedback: tuple[tuple[int, int], ...] = ()
     #: the partition's open comparison shares and final mark (``PartitionShares.state``), or
     #: ``{"records": <SnapshotRef JSON>}`` naming the checkpoint-topic records holding them when
     #: they are large; None without comparisons, or in a checkpoint written before them
@@ -135,6 +139,8 @@ class Checkpoint:
             doc["snapshot"] = self.snapshot.to_json()
         if self.evicted:
             doc["evicted"] = [list(run) for run in self.evicted]
+        if self.evicted_feedback:
+            doc["evicted_feedback"] = [list(run) for run in self.evicted_feedback]
         if self.statistics is not None:
             doc["statistics"] = self.statistics
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
@@ -161,6 +167,9 @@ class Checkpoint:
                 extra=dict(doc.get("extra") or {}),
                 snapshot=SnapshotRef.from_json(doc.get("snapshot")),
                 evicted=tuple((int(a), int(b)) for a, b in doc.get("evicted") or ()),
+                evicted_feedback=tuple(
+                    (int(a), int(b)) for a, b in doc.get("evicted_feedback") or ()
+                ),
                 statistics=doc.get("statistics"),
             )
         except (KeyError, TypeError, AttributeError) as exc:

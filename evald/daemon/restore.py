@@ -230,6 +230,7 @@ def restore_partition(
             dict(checkpoint.consumed),
             checkpoint.event_times,
             from_runs(checkpoint.evicted),
+            from_runs(checkpoint.evicted_feedback),
         )
         if engine.shares is not None:  # the comparison shares not final at the checkpoint
             statistics = _open_shares(reader, topics, checkpoint, progress)

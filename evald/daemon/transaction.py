@@ -390,6 +390,7 @@ class Transaction:
             event_times=engine.event_times(p),
             snapshot=snapshot,
             evicted=to_runs(engine.evicted(p, committed["impression"])),
+            evicted_feedback=to_runs(engine.evicted(p, committed["feedback"], "feedback")),
             statistics=statistics,
         )
 

@@ -33,6 +33,9 @@ class PartitionClock:
         self._last_event_wall = clock()  # wall time of the tick that first saw the last event
         self._wm_at_last_event: int | None = None
         self.fresh = False  # events arrived since the last tick
+        #: events whose time was behind the watermark when they came (more than the lateness
+        #: behind the newest confirmed time): the input is out of order past what it allows
+        self.behind = 0
 
     def see(self, ts: int, replayed: bool) -> int | None:
         """An event at ``ts`` was joined; returns the new watermark, or None if it did not move.
@@ -43,6 +46,9 @@ class PartitionClock:
         self.fresh = True
         confirmed = self.confirmed
         if ts <= confirmed or (replayed and self.restored):
+            wm = self.watermark
+            if wm is not None and ts < wm and not replayed:
+                self.behind += 1
             return None
         if confirmed != NO_TS and ts <= confirmed + self.jump and self.candidate == NO_TS:
             self.confirmed = ts  # observe()'s common case, inlined: this runs on every event

@@ -113,6 +113,35 @@ class PendingImpressions:
                 self._bind()
             self._cluster[slot] = cluster  # type: ignore[index]
 
+    def set_items(self, slot: int, item_ids: Sequence[str]) -> None:
+        """Give ``slot``, filled without items, its items (a later record of its list)."""
+        items = self._items
+        self._start[slot] = len(items)
+        self._length[slot] = len(item_ids)
+        items.fromlist(list(map(hash, item_ids)))
+
+    def item_hashes(self, slot: int) -> list[int]:
+        """The item hashes of ``slot``, in served order."""
+        start = self._start[slot]
+        return self._items[start : start + self._length[slot]].tolist()
+
+    def length(self, slot: int) -> int:
+        return int(self._length[slot])
+
+    def label_of(self, slot: int) -> int:
+        """The label id of ``slot`` (as ``fill`` was given it)."""
+        return int(self._label[slot]) - 1
+
+    def relabel(self, slot: int, label: int, cluster: int) -> None:
+        """Give ``slot`` another label id and user cluster (a later record of its list)."""
+        self._label[slot] = label + 1
+        if cluster or self._cluster is not None:
+            if self._cluster is None:
+                name, dtype = CLUSTER
+                self._arrays[name] = np.zeros(len(self._arrays["ts"]), dtype)
+                self._bind()
+            self._cluster[slot] = cluster  # type: ignore[index]
+
     def live_slots(self) -> np.ndarray:
         """Every slot holding an impression (open, or closed and not yet taken)."""
         return np.flatnonzero(self._arrays["label"][: self._top])

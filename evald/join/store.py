@@ -21,9 +21,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from evald.events import Feedback, Impression
+from evald.events import Feedback, Impression, Shown
 from evald.join.clock import PartitionClock
 from evald.join.feedback import AttachedFeedback, HeldEntry, HeldFeedback
+from evald.join.lists import Lists, OpenList, widen
 from evald.join.offset_log import OffsetLog
 from evald.join.pending import PendingImpressions
 from evald.join.queues import DeadlineQueue, IntFifo
@@ -33,6 +34,7 @@ from evald.segments import LabelTable
 from evald.stats import Stats
 
 _BIG = 1 << 62  # "no deadline"
+_MAX_PENDING = 1  # where the kernel (``JoinStore._bind_kernel``) holds max_pending
 
 #: the ``Stats.events`` keys the join counts its outcomes under
 IMPRESSION_ACCEPTED = ("impression", "accepted")
@@ -68,10 +70,16 @@ class Joined:
 class Replay:
     """What a restore re-feeds. ``until``: kind -> first offset not seen before the crash
     (None: not restoring). ``evicted``: source offsets of impressions the cap closed (emitted
-    before their window closed), which a replay from below them must not open again."""
+    before their window closed), which a replay from below them must not open again;
+    ``evicted_feedback``: the same for shown items (the records of lists of several records,
+    docs/design.md)."""
 
     until: dict[str, int] | None = None
     evicted: set[int] = field(default_factory=set)
+    evicted_feedback: set[int] = field(default_factory=set)
+
+    def skipped(self, kind: str) -> set[int]:
+        return self.evicted if kind == "impression" else self.evicted_feedback
 
 
 class JoinStore:
@@ -93,12 +101,15 @@ class JoinStore:
         stats: Stats,
         clock: Callable[[], float],
         user_cluster: Callable[[str], int] | None = None,
+        merge: bool = False,
+        max_items: int = 1000,
     ) -> None:
         """``user_cluster``: the cluster key of a user id, kept per pending impression for the
-        clustered interval; None: not needed (no bootstrap), nothing is kept."""
+        clustered interval; None: not needed (no bootstrap), nothing is kept. ``merge``: the
+        records of one request id make one list (a mapping's ``repeats: merge`` or
+        ``shown_actions``; docs/mapping.md), a list then has at most ``max_items`` shown items."""
         self.partition = partition
         self.window = window
-        self.max_pending = max_pending
         #: open impressions over every partition of the engine (shared, one element)
         self._open_total = open_total
         self._evict = evict
@@ -116,7 +127,9 @@ class JoinStore:
         self._held = HeldFeedback(max_held)
         self._imp_offsets = OffsetLog()  # source offsets of pending impressions
         self._replay = Replay()
-        self._kernel = self._bind_kernel(user_cluster)
+        #: the open lists of several records; None: every record is a list of its own
+        self._lists = Lists(window, max_items, user_cluster) if merge else None
+        self._kernel = self._bind_kernel(user_cluster, max_pending)
 
     @property
     def replay_until(self) -> dict[str, int] | None:
@@ -131,6 +144,11 @@ class JoinStore:
     @property
     def watermark(self) -> int | None:
         return self._wm.watermark
+
+    @property
+    def behind(self) -> int:
+        """Events that came behind the watermark (``PartitionClock.behind``)."""
+        return self._wm.behind
 
     @property
     def held(self) -> int:
@@ -150,13 +168,15 @@ class JoinStore:
 
     # ------------------------------------------------------------------ events
 
-    def _bind_kernel(self, user_cluster: Callable[[str], int] | None) -> tuple[Any, ...]:
+    def _bind_kernel(
+        self, user_cluster: Callable[[str], int] | None, max_pending: int
+    ) -> tuple[Any, ...]:
         """What ``join_many`` reads on every event, bound once: the parts are never replaced
         (they grow inside), so their bound methods stay valid for the store's life."""
         pending, table = self._pending, self._table
         return (
             self.window,
-            self.max_pending,
+            max_pending,
             self._open_total,
             self._wm,
             table.get,
@@ -170,19 +190,23 @@ class JoinStore:
             self._held,
             self.stats.events,
             user_cluster,
+            self._lists,
         )
 
     def join_many(
         self,
-        events: Iterable[tuple[int, Impression | Feedback]],
+        events: Iterable[tuple[int, Impression | Feedback | Shown]],
         offsets: Sequence[int] | None,
         grades: dict[str, float],
+        refused: list[tuple[int, str, str, str]] | None = None,
     ) -> None:
         """Join decoded (position, event) pairs in order: the one implementation of the join
         (``Engine.feed`` passes a batch of one). Counts each event's outcome in
         ``stats.events`` unless a restore re-fed it. ``offsets[position]`` is an event's
         source offset; ``grades`` maps actions to default grades (feedback without its own
-        ``grade``).
+        ``grade``). With lists of several records (``merge``), a record the join refuses (a
+        second, different list for a request id) is appended to ``refused`` as (position,
+        reason, detail, kind) for the caller to count and keep, unless a restore re-fed it.
 
         Long because: this loop is most of the engine's cost, so the parts' methods are bound
         once per store (``_bind_kernel``) and the per-event steps run inline instead of through
@@ -206,6 +230,7 @@ class JoinStore:
             held,
             counts,
             user_cluster,
+            lists,
         ) = self._kernel
         see = clock.see
         for position, event in events:
@@ -228,6 +253,14 @@ class JoinStore:
                     outcome = attach(slot, imp_ts, ts, hash(event.item), grade, evid, off, replayed)
                 if not replayed:
                     counts[outcome] += 1
+            elif lists is not None and (
+                event.__class__ is Shown or table_get(hash(event.request_id)) != NONE
+            ):
+                # a shown item, or a query record whose request id has an open list
+                kind = "feedback" if event.__class__ is Shown else "impression"
+                replayed = until is not None and offset is not None and offset < until.get(kind, -1)
+                if not self._assembled(event, position, offset, replayed, refused):
+                    continue
             else:
                 replayed = (
                     until is not None
@@ -251,9 +284,11 @@ class JoinStore:
                     if not replayed:
                         counts[IMPRESSION_DUPLICATE] += 1
                     continue
-                user = event.user_id
+                # (a Shown took the branch above: ``__class__ is`` is cheap, mypy cannot see it)
+                user = event.user_id  # type: ignore[union-attr]
                 cluster = user_cluster(user) if user and user_cluster is not None else 0
-                fill(slot, ts, key, acquire(event.labels), event.items, rid, cluster)
+                labels = acquire(event.labels)  # type: ignore[union-attr]
+                fill(slot, ts, key, labels, event.items, rid, cluster)  # type: ignore[union-attr]
                 if offset is not None:
                     pending.offset[slot] = offset + 1
                     self._imp_offsets.push(offset, slot)
@@ -280,6 +315,137 @@ class JoinStore:
             mark = see(ts, replayed)  # joined first, then the watermark moves
             if mark is not None and is_closed(self._due, mark):
                 self._close_due(mark)
+
+    # ------------------------------------------------------------------ lists of several records
+
+    def _assembled(
+        self,
+        event: Impression | Shown,
+        position: int,
+        offset: int | None,
+        replayed: bool,
+        refused: list[tuple[int, str, str, str]] | None,
+    ) -> bool:
+        """A record of a list of several records (docs/mapping.md): a shown item, or a query
+        record whose request id has an open list. Returns whether it was accepted (then its
+        time counts for the watermark)."""
+        if isinstance(event, Shown):
+            return self._show(event, position, offset, replayed, refused)
+        slot = self._table.get(hash(event.request_id))
+        return self._merge(slot, event, position, offset, replayed, refused)
+
+    def _show(
+        self,
+        event: Shown,
+        position: int,
+        offset: int | None,
+        replayed: bool,
+        refused: list[tuple[int, str, str, str]] | None,
+    ) -> bool:
+        """A shown item joins its request's open list, or opens one if none is open and it is
+        not late; a late one with no list is orphaned, like held feedback no list can claim."""
+        lists = self._lists
+        assert lists is not None
+        counts = self.stats.events
+        slot = self._table.get(hash(event.request_id))
+        if slot == NONE:
+            due = open_deadline(event.ts, self.window, self._wm.watermark)
+            if replayed and (due is None or offset in self._replay.evicted_feedback):
+                return False  # re-fed, and its list was emitted before the crash
+            if due is None:
+                self.stats.unattributed["orphaned"] += 1
+                counts[FEEDBACK_ACCEPTED] += 1
+                return True
+            slot = self._open_shown(event, offset, due)
+        entry = lists.of(slot, self._pending.offset[slot])
+        if entry.count >= lists.max_items:
+            if refused is not None and not replayed:
+                detail = f"{event.request_id!r}: more than {lists.max_items} shown items"
+                refused.append((position, "too_many_items", detail, "feedback"))
+            return False
+        off = 0 if offset is None else offset + 1
+        entry.head = lists.shown.add(entry.head, hash(event.item), event.position, event.ts, off)
+        entry.count += 1
+        if not replayed:
+            counts[FEEDBACK_ACCEPTED] += 1
+        return True
+
+    def _open_shown(self, event: Shown, offset: int | None, due: int) -> int:
+        """A list opened by a shown item: no items, labels or user until a query record
+        gives them; claims the feedback held for its request id."""
+        lists = self._lists
+        assert lists is not None
+        if self._open_total[0] >= self._kernel[_MAX_PENDING]:
+            self._evict(self)
+        rid, ts = event.request_id, event.ts
+        key = hash(rid)
+        slot = self._pending.new_slot()
+        self._table.insert(key, slot)
+        self._pending.fill(slot, ts, key, self.labels.acquire({}), [], rid)
+        self._open_total[0] += 1
+        opener = None if offset is None else ("feedback", offset)
+        lists.open[slot] = OpenList(opener, queried=False)
+        for held in self._held.claim(rid) if self._held.count else ():
+            self._attach(
+                slot, ts, held.ts, held.item, held.grade, held.evid, held.offset, held.replayed
+            )
+        self._queue.push(due, slot)
+        if due < self._due:
+            self._due = due
+        return slot
+
+    def _merge(
+        self,
+        slot: int,
+        event: Impression,
+        position: int,
+        offset: int | None,
+        replayed: bool,
+        refused: list[tuple[int, str, str, str]] | None,
+    ) -> bool:
+        """A query record whose request id has an open list: without items it adds nothing
+        (but the labels, user and query of a list that has none from a query record yet);
+        the first with items gives them; the same items again are a duplicate, other items
+        a conflict (refused)."""
+        lists, pending = self._lists, self._pending
+        assert lists is not None
+        entry = lists.of(slot, pending.offset[slot])
+        if offset is not None:
+            entry.joiners.append((offset, event.ts))
+        counts = self.stats.events
+        if event.items:
+            if not pending.length(slot):
+                pending.set_items(slot, event.items)
+                self._describe(slot, entry, event, offset)
+            elif [hash(item) for item in event.items] == pending.item_hashes(slot):
+                if not replayed:
+                    counts[IMPRESSION_DUPLICATE] += 1
+                return False
+            else:
+                if refused is not None and not replayed:
+                    n = pending.length(slot)
+                    detail = f"{event.request_id!r} already has a served list of {n} other items"
+                    refused.append((position, "conflicting_list", detail, "impression"))
+                return False
+        elif not entry.queried:
+            self._describe(slot, entry, event, offset)
+        if not replayed:
+            counts[IMPRESSION_ACCEPTED] += 1
+        return True
+
+    def _describe(self, slot: int, entry: OpenList, event: Impression, offset: int | None) -> None:
+        """The list takes ``event``'s labels and user; its offset is then one to replay."""
+        lists, pending, labels = self._lists, self._pending, self.labels
+        assert lists is not None
+        old = pending.label_of(slot)
+        user = event.user_id
+        cluster = lists.user_cluster(user) if user and lists.user_cluster is not None else 0
+        pending.relabel(slot, labels.acquire(event.labels), cluster)
+        labels.release(old)
+        entry.queried = True
+        if offset is not None and not pending.offset[slot]:
+            pending.offset[slot] = offset + 1
+            self._imp_offsets.push(offset, slot)
 
     def _attach(
         self,
@@ -370,12 +536,15 @@ class JoinStore:
         consumed: dict[str, int],
         event_times: tuple[int | None, int | None] | None = None,
         evicted: Iterable[int] = (),
+        evicted_feedback: Iterable[int] = (),
     ) -> None:
         """Start again after a crash: watermark as checkpointed, events before ``consumed`` are
         re-fed silently (see Engine.restore). With ``event_times`` (``event_times()`` at the
         checkpoint) re-fed events are not counted again: they are in it. Impressions at the
-        ``evicted`` offsets were emitted by the cap and are skipped when re-fed."""
+        ``evicted`` offsets (and shown items at ``evicted_feedback``) open no list when re-fed:
+        their list was emitted before (``evicted``)."""
         self._replay.evicted.update(evicted)
+        self._replay.evicted_feedback.update(evicted_feedback)
         if event_times is not None:
             self._wm.restore_times(event_times)
         if watermark is not None:
@@ -436,6 +605,13 @@ class JoinStore:
         pending = self._pending
         idx = np.asarray(slots, dtype=np.intp)
         items, mask, lengths = pending.items(idx)
+        lists = self._lists
+        if lists is not None and lists.open:
+            times = pending.column("ts")[idx].tolist()
+            rows = lists.taken(slots, reasons, lengths.tolist(), times)
+            lists.marks.prune(self._wm.watermark)
+            if rows:  # lists no record gave items to: their shown items, in position order
+                items, mask, lengths = widen(items, mask, lengths, rows)
         grades = np.zeros(items.shape, np.float64)
         heads = pending.column("head")[idx]
         self.stats.unattributed["unknown_item"] += self._attached.credit(heads, items, mask, grades)
@@ -462,21 +638,30 @@ class JoinStore:
         attached = self._attached.low_offset()
         if attached is not None:
             held.append(attached)
+        shown = None if self._lists is None else self._lists.shown.low_offset()
+        if shown is not None:
+            held.append(shown)
         return {
             "impression": self._imp_offsets.low(self._pending.column("offset")),
             "feedback": min(held, default=None),
         }
 
-    def evicted(self, since: int | None) -> list[int]:
-        """Offsets (sorted) of impressions closed by the cap at or after ``since``, the
-        impression offset a checkpoint replays from; older ones are forgotten (no replay
-        reaches them). None: nothing will be replayed."""
+    def evicted(self, since: int | None, kind: str = "impression") -> list[int]:
+        """Offsets (sorted) of records of ``kind`` at or after ``since``, the offset a
+        checkpoint replays that kind from, that a replay must not let open a list: impressions
+        closed by the cap, and with lists of several records their other records once the
+        list closed (``ReplayMarks``); older ones are forgotten (no replay reaches them).
+        None: nothing will be replayed."""
         replay = self._replay
+        skipped = replay.skipped(kind)
         if since is None:
-            replay.evicted.clear()
-        elif replay.evicted:
-            replay.evicted = {o for o in replay.evicted if o >= since}
-        return sorted(replay.evicted)
+            skipped.clear()
+            return []
+        if skipped:
+            skipped.intersection_update([o for o in skipped if o >= since])
+        lists = self._lists
+        marked = [] if lists is None else lists.marks.offsets(kind, since, self._wm.watermark)
+        return sorted(skipped.union(marked))
 
     def scanned_offsets(self) -> dict[str, list[int]]:
         """Every source offset the pending state still holds, by kind, found by a full scan:
@@ -489,4 +674,7 @@ class JoinStore:
             for head in pending.column("head")[live].tolist()
             for o in self._attached.offsets(head)
         ]
+        if self._lists is not None:
+            shown = self._lists.shown
+            fbs += [o for entry in self._lists.open.values() for o in shown.offsets(entry.head)]
         return {"impression": imp, "feedback": fbs + self._held.offsets()}

@@ -26,13 +26,20 @@ from evald.decode import (
     implausibility,
     reason_of,
 )
-from evald.events import Feedback, Impression, Limits, limited_models
+from evald.events import Feedback, Impression, Limits, Shown, limited_models
 from evald.mapping.fast import compile_fast
 from evald.mapping.keys import maybe_repeated
 from evald.mapping.labels import flatten, label_text, not_a_label
 from evald.mapping.pointer import MISSING, format_pointer, getter, parse_pointer
 from evald.mapping.spec import FeedbackSpec, ImpressionSpec, MappingSpec, TimeSpec
-from evald.mapping.times import UNIT_WORDS, TimeValueError, canonical_ms, to_millis
+from evald.mapping.times import (
+    UNIT_WORDS,
+    Formats,
+    TimeValueError,
+    canonical_ms,
+    chosen,
+    read_time,
+)
 
 
 class _Unreadable(Exception):
@@ -71,12 +78,12 @@ def _opt(text: str | None) -> _Path | None:
 RECORD_TIME = "the record timestamp"
 
 
-def _time_of(spec: TimeSpec) -> tuple[_Path | None, str, str]:
-    """(pointer or None for the record timestamp, format, what a message calls the time)."""
+def _time_of(spec: TimeSpec) -> tuple[_Path | None, Formats, str]:
+    """(pointer or None for the record timestamp, formats, what a message calls the time)."""
     if spec.source == "record":
-        return None, "epoch_ms", RECORD_TIME
-    assert spec.path is not None and spec.format is not None  # TimeSpec checked both
-    return _Path.of(spec.path), spec.format, spec.path
+        return None, ("epoch_ms",), RECORD_TIME
+    assert spec.path is not None  # TimeSpec checked it
+    return _Path.of(spec.path), spec.formats, spec.path
 
 
 class _ImpressionReader:
@@ -89,6 +96,8 @@ class _ImpressionReader:
         self.labels = [(_Path.of(label.path), label.name) for label in spec.labels]
         self.user_id = [_Path.of(path) for path in spec.user_id]
         self.query = _opt(spec.query)
+        #: records of one request id make one list: a record may come without items
+        self.merge = spec.repeats == "merge"
         self.where = {
             "request_id": self.request_id.text,
             "ts": time_text,
@@ -108,6 +117,7 @@ class _FeedbackReader:
         self.grade = _opt(spec.grade)
         self.position = _opt(spec.position)
         self.event_id = _opt(spec.event_id)
+        self.shown = frozenset(spec.shown_actions)
         self.where = {
             "request_id": self.request_id.text,
             "ts": time_text,
@@ -135,6 +145,10 @@ class MappingDecoder:
         self.action_grades: dict[str, float] = dict(spec.feedback.actions) if spec.feedback else {}
         #: the mapping takes an event time from the Kafka record: files cannot be read with it
         self.reads_record_time = spec.reads_record_time()
+        #: the records of one request id make one list (the join merges them, docs/mapping.md)
+        self.merges_repeats = spec.merges_repeats()
+        #: index name -> kind, for records an export names the index of (evald replay)
+        self.indices: dict[str, str] = dict(spec.indices)
         self._max_bytes = limits.max_event_bytes
         impression, feedback = limited_models(limits)
         self._validate_impression = impression.__pydantic_validator__.validate_python
@@ -158,7 +172,7 @@ class MappingDecoder:
         kind: str | None = None,
         reference: int | None = None,
         record_time: int | None = None,
-    ) -> Impression | Feedback | Rejection | Skipped:
+    ) -> Impression | Feedback | Shown | Rejection | Skipped:
         """One record (see :class:`evald.decode.EventDecoder`): the fast path, and where it
         is not sure, the exact one."""
         event = self._fast(raw, kind, reference, record_time)
@@ -172,7 +186,7 @@ class MappingDecoder:
         kind: str | None = None,
         reference: int | None = None,
         record_time: int | None = None,
-    ) -> Impression | Feedback | Skipped | None:
+    ) -> Impression | Feedback | Shown | Skipped | None:
         """The fast path alone (evald.mapping.fast): what ``decode_exact`` returns, or None."""
         return self._fast(raw, kind, reference, record_time)
 
@@ -182,7 +196,7 @@ class MappingDecoder:
         kind: str | None = None,
         reference: int | None = None,
         record_time: int | None = None,
-    ) -> Impression | Feedback | Rejection | Skipped:
+    ) -> Impression | Feedback | Shown | Rejection | Skipped:
         """The exact path: every check in order, each failure with its reason and the pointer
         it is about."""
         if len(raw) > self._max_bytes:
@@ -234,7 +248,7 @@ class MappingDecoder:
         references: Sequence[int | None] | int | None = None,
         record_times: Sequence[int | None] | None = None,
         skips: list[tuple[int, Skipped]] | None = None,
-    ) -> Iterator[tuple[int, Impression | Feedback]]:
+    ) -> Iterator[tuple[int, Impression | Feedback | Shown]]:
         """``decode`` over a batch: yields (position, event), appends (position, rejection)
         and (position, skip)."""
         fast, exact = self._fast, self.decode_exact
@@ -305,9 +319,9 @@ class MappingDecoder:
                 value = path.top(document)
                 _add_labels(labels, value, path.text, name)
             fields["labels"] = labels
-        for path in spec.user_id:
+        for path in spec.user_id:  # an empty id (ubi.js writes user_id "") is none
             value = path.top(document)
-            if value is not MISSING and value is not None:
+            if value is not MISSING and value is not None and value != "":
                 fields["user_id"] = value
                 break
         if spec.query is not None:
@@ -319,12 +333,14 @@ class MappingDecoder:
 
     def _read_feedback(
         self, document: dict[str, Any], raw: bytes, reference: int | None, record_time: int | None
-    ) -> Feedback | Rejection | Skipped:
+    ) -> Feedback | Shown | Rejection | Skipped:
         spec = self._feedback
         assert spec is not None
         action = spec.action.top(document)
         if action is MISSING or action is None:
             raise _Unreadable("missing_field", f"{spec.action.text}: missing")
+        if spec.shown and type(action) is str and action in spec.shown:
+            return self._read_shown(document, raw, reference, record_time, action)
         grade: Any = None
         if spec.grade is not None:
             grade = spec.grade.top(document)
@@ -359,8 +375,35 @@ class MappingDecoder:
         except ValidationError as exc:
             return _rejection(exc, spec.where, raw, "feedback")
 
+    def _read_shown(
+        self,
+        document: dict[str, Any],
+        raw: bytes,
+        reference: int | None,
+        record_time: int | None,
+        action: str,
+    ) -> Shown | Rejection:
+        """An item shown at its position (a ``shown_actions`` record): the feedback fields
+        and limits, the position required."""
+        spec = self._feedback
+        assert spec is not None and spec.position is not None  # the spec requires it
+        fields: dict[str, Any] = {
+            "request_id": _required(document, spec.request_id),
+            "item": _required(document, spec.item),
+            "action": action,
+            "position": _required(document, spec.position),
+        }
+        fields["ts"] = self._time(document, spec.time, spec.time_format, reference, record_time)
+        try:
+            event = self._validate_feedback(fields)
+        except ValidationError as exc:
+            return _rejection(exc, spec.where, raw, "feedback")
+        return Shown(event.request_id, event.ts, event.item, event.position)
+
     def _items(self, document: dict[str, Any], spec: _ImpressionReader) -> Any:
         items = spec.items.top(document)
+        if (items is MISSING or items is None) and spec.merge:
+            return []  # a record without items: its list gets them from another record
         if items is MISSING or items is None:
             raise _Unreadable("missing_field", f"{spec.items.text}: missing")
         id_path = spec.item_id
@@ -381,7 +424,7 @@ class MappingDecoder:
         self,
         document: dict[str, Any],
         path: _Path | None,
-        fmt: str,
+        formats: Formats,
         reference: int | None,
         record_time: int | None,
     ) -> int:
@@ -396,12 +439,13 @@ class MappingDecoder:
                 raise _Unreadable("implausible_timestamp", f"{RECORD_TIME}: {problem}")
             return record_time
         value = path.top(document)
+        fmt = chosen(value, formats)
         ms = canonical_ms(value) if fmt == "rfc3339" and type(value) is str else None
         if ms is None:
             if value is MISSING or value is None:
                 raise _Unreadable("missing_field", f"{path.text}: missing")
             try:
-                ms = to_millis(value, fmt)
+                ms = read_time(value, formats)
             except TimeValueError as exc:
                 reason = "implausible_timestamp" if exc.implausible else "bad_timestamp"
                 raise _Unreadable(reason, f"{path.text}: {exc}") from None

@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from pydantic_core import from_json
 
 from evald.decode import Skipped
-from evald.events import MAX_TS_MS, Feedback, Impression, Limits, limited_models
+from evald.events import MAX_TS_MS, Feedback, Impression, Limits, Shown, limited_models
 from evald.mapping.keys import encode, maybe_repeated
 from evald.mapping.labels import flatten, label_text
 from evald.mapping.pointer import MISSING, parse_pointer, resolve
@@ -132,28 +132,20 @@ def _time(w: _Writer, spec: TimeSpec) -> None:
         w("if ts is None or ts < 0:")
         w("    return None")
     else:
-        assert spec.path is not None and spec.format is not None  # TimeSpec checked both
+        assert spec.path is not None  # TimeSpec checked it
         _optional(w, "t", spec.path)
-        if spec.format == "rfc3339":  # canonical_ms's common case inline, then the reader
-            w("ts = None")
-            w("if type(t) is str and len(t) == 24 and t[19] == '.' and t[23] in 'Zz':")
-            w("    second, millis = _SECONDS.get(t[:19]), _MILLIS.get(t[20:23])")
-            w("    if second is not None and millis is not None:")
-            w("        ts = second + millis")
-            w("if ts is None:")
-            w(f"    ts = {w.bind('millis', millis_reader(spec.format))}(t)")
-            w("if ts is None:")
-            w("    return None")
-        else:  # to_millis inline, the same arithmetic (a range the model refuses: see _build)
-            multiplier, divisor = SCALE[spec.format]
-            times = f" * {multiplier}" if multiplier > 1 else ""  # (x * 1 and x / 1 are x)
-            w("if type(t) is float:")
-            over = f" / {divisor}" if divisor > 1 else ""
-            w(f"    ts = _floor(t{times}{over})  # past the float range: OverflowError")
-            w("elif type(t) is int:")
-            w(f"    ts = t{times}{f' // {divisor}' if divisor > 1 else ''}")
+        formats = spec.formats
+        if len(formats) == 1:
+            _time_as(w, formats[0])
+        else:  # RFC 3339 and one epoch unit: the value's JSON type chooses (times.chosen)
+            w("if type(t) is str:")
+            w.depth += 1
+            _time_as(w, "rfc3339")
+            w.depth -= 1
             w("else:")
-            w("    return None")
+            w.depth += 1
+            _time_as(w, next(f for f in formats if f != "rfc3339"))
+            w.depth -= 1
     # the plausibility bounds are constants of the function
     if w.max_lead is None:
         w(f"if ts < {w.min_ts!r}:")
@@ -162,11 +154,40 @@ def _time(w: _Writer, spec: TimeSpec) -> None:
     w("    return None")
 
 
+def _time_as(w: _Writer, fmt: str) -> None:
+    """``ts`` = the value ``t`` read as ``fmt``, or return None (the exact path words why)."""
+    if fmt == "rfc3339":  # canonical_ms's common case inline, then the reader
+        w("ts = None")
+        w("if type(t) is str and len(t) == 24 and t[19] == '.' and t[23] in 'Zz':")
+        w("    second, millis = _SECONDS.get(t[:19]), _MILLIS.get(t[20:23])")
+        w("    if second is not None and millis is not None:")
+        w("        ts = second + millis")
+        w("if ts is None:")
+        w(f"    ts = {w.bind('millis', millis_reader(fmt))}(t)")
+        w("if ts is None:")
+        w("    return None")
+    else:  # to_millis inline, the same arithmetic (a range the model refuses: see _build)
+        multiplier, divisor = SCALE[fmt]
+        times = f" * {multiplier}" if multiplier > 1 else ""  # (x * 1 and x / 1 are x)
+        w("if type(t) is float:")
+        over = f" / {divisor}" if divisor > 1 else ""
+        w(f"    ts = _floor(t{times}{over})  # past the float range: OverflowError")
+        w("elif type(t) is int:")
+        w(f"    ts = t{times}{f' // {divisor}' if divisor > 1 else ''}")
+        w("else:")
+        w("    return None")
+
+
 def _impression(w: _Writer, spec: ImpressionSpec) -> None:
     _required(w, "rid", spec.request_id)
     _time(w, spec.time)
     items = spec.items
-    _required(w, "items", items if isinstance(items, str) else items.path)
+    if spec.repeats == "merge":  # a record without items: its list gets them elsewhere
+        _optional(w, "items", items if isinstance(items, str) else items.path)
+        w("if items is _MISSING or items is None:")
+        w("    items = []")
+    else:
+        _required(w, "items", items if isinstance(items, str) else items.path)
     if not isinstance(items, str) and items.id is not None:
         tokens = parse_pointer(items.id)
         w("if type(items) is not list:")
@@ -187,13 +208,15 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
         fields["labels"] = "labels"
     optional = {}
     if spec.user_id:
-        for index, path in enumerate(spec.user_id):  # the first present and not null
+        for index, path in enumerate(spec.user_id):  # the first present, not null or ""
             if index:
-                w("if uid is _MISSING or uid is None:")
+                w("if uid is _MISSING or uid is None or uid == '':")
                 w.depth += 1
             _optional(w, "uid", path)
             if index:
                 w.depth -= 1
+        w("if uid == '':")
+        w("    uid = None")
         optional["user_id"] = "uid"
     if spec.query is not None:
         _optional(w, "query", spec.query)
@@ -306,6 +329,11 @@ def _labels(w: _Writer, labels: list[LabelSpec]) -> None:
 
 def _feedback(w: _Writer, spec: FeedbackSpec) -> None:
     _required(w, "action", spec.action)
+    if spec.shown_actions:
+        w(f"if type(action) is str and action in {w.bind('shown', frozenset(spec.shown_actions))}:")
+        w.depth += 1
+        _shown(w, spec)
+        w.depth -= 1
     # the grades as the model holds them (floats), so an event built directly is the same
     grades = w.bind("grades", {action: float(grade) for action, grade in spec.actions.items()})
     if spec.grade is not None:
@@ -343,6 +371,24 @@ def _feedback(w: _Writer, spec: FeedbackSpec) -> None:
     _build(w, "feedback", spec.time.source == "record", sure, fields, optional)
 
 
+def _shown(w: _Writer, spec: FeedbackSpec) -> None:
+    """Returns the :class:`Shown` a ``shown_actions`` record is, as ``_read_shown`` builds it,
+    where every field is surely what the feedback model takes; otherwise None."""
+    assert spec.position is not None  # the spec requires it with shown_actions
+    _required(w, "rid", spec.request_id)
+    _required(w, "item", spec.item)
+    _required(w, "position", spec.position)
+    _time(w, spec.time)
+    sure = [
+        *_texts(("rid", "item", "action"), w.limits.max_string_length),
+        "type(position) is int and position >= 0",
+        f"0 <= ts <= {MAX_TS_MS!r}",
+    ]
+    w("if " + " and ".join(f"({condition})" for condition in sure) + ":")
+    w("    return _Shown(rid, ts, item, position)")
+    w("return None")
+
+
 def _sniff(w: _Writer, spec: MappingSpec) -> None:
     """Sets ``kind`` for a record of unknown kind, as the exact path's sniff does."""
     rule = spec.kind
@@ -377,6 +423,7 @@ def _bind_names(w: _Writer, limits: Limits) -> None:
         _flatten=flatten,
         _label_text=label_text,
         _Skipped=Skipped,
+        _Shown=Shown,
         _validate_impression=w.models["impression"].__pydantic_validator__.validate_python,
         _validate_feedback=w.models["feedback"].__pydantic_validator__.validate_python,
         _new=object.__new__,

@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from evald.mapping.pointer import parse_pointer
 from evald.mapping.presets import BUILTIN, NATIVE
-from evald.mapping.times import TimeFormat
+from evald.mapping.times import Formats, TimeFormat, check_formats
 
 
 class MappingError(ValueError):
@@ -41,11 +41,12 @@ class _Strict(BaseModel):
 class TimeSpec(_Strict):
     """Where the event time is and how it is written (the unit is declared, never guessed):
     a field of the record (``path`` and ``format``), or, with ``source: record``, the Kafka
-    record's own timestamp (epoch ms; nothing else to declare)."""
+    record's own timestamp (epoch ms; nothing else to declare). ``format`` is one format or a
+    list of RFC 3339 and one epoch unit, each value read as its JSON type chooses."""
 
     source: Literal["field", "record"] = "field"
     path: Pointer | None = None
-    format: TimeFormat | None = None
+    format: TimeFormat | list[TimeFormat] | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> TimeSpec:
@@ -53,7 +54,16 @@ class TimeSpec(_Strict):
             raise ValueError("source: record takes the Kafka record timestamp: no path or format")
         if self.source == "field" and (self.path is None or self.format is None):
             raise ValueError("give path and format (or source: record for the Kafka timestamp)")
+        if isinstance(self.format, list):
+            check_formats(tuple(self.format))
         return self
+
+    @property
+    def formats(self) -> Formats:
+        """The declared formats as a tuple (one, or RFC 3339 and one epoch unit)."""
+        fmt = self.format
+        assert fmt is not None  # a field time (the record's has no format)
+        return (fmt,) if isinstance(fmt, str) else tuple(fmt)
 
 
 class ItemsSpec(_Strict):
@@ -82,9 +92,13 @@ class ImpressionSpec(_Strict):
     time: TimeSpec
     items: Pointer | ItemsSpec
     labels: list[LabelSpec] = Field(default_factory=list)
-    #: first of these present (and not null) is the user id
+    #: first of these present (not null, not "") is the user id
     user_id: list[Pointer] = Field(default_factory=list)
     query: Pointer | None = None
+    #: several records of one request id: ``duplicate`` (the native rule: the first is the
+    #: list, a repeat is a duplicate) or ``merge`` (one list: records without items add
+    #: nothing, the first with items gives them, other items are a conflict; docs/mapping.md)
+    repeats: Literal["duplicate", "merge"] = "duplicate"
 
     @model_validator(mode="before")
     @classmethod
@@ -105,6 +119,18 @@ class FeedbackSpec(_Strict):
     grade: Pointer | None = None
     position: Pointer | None = None
     event_id: Pointer | None = None
+    #: actions that record an item shown at ``position`` of its request's list (per-item
+    #: impression events): a list no record gives items to is built from them
+    shown_actions: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _shown_apart(self) -> FeedbackSpec:
+        graded = sorted(set(self.shown_actions) & set(self.actions))
+        if graded:
+            raise ValueError(f"shown_actions: {graded[0]!r} is a graded action too")
+        if self.shown_actions and self.position is None:
+            raise ValueError("shown_actions: needs position (where the item was shown)")
+        return self
 
 
 class KindSpec(_Strict):
@@ -136,6 +162,9 @@ class KindSpec(_Strict):
 class MappingSpec(_Strict):
     description: str | None = None
     kind: KindSpec | None = None
+    #: index name -> kind, for records that come with one (`evald replay` of an OpenSearch or
+    #: Elasticsearch ``_bulk`` file or search-hit dump); it decides before ``kind``
+    indices: dict[str, Literal["impression", "feedback"]] = Field(default_factory=dict)
     impression: ImpressionSpec | None = None
     feedback: FeedbackSpec | None = None
 
@@ -143,7 +172,26 @@ class MappingSpec(_Strict):
     def _something(self) -> MappingSpec:
         if self.impression is None and self.feedback is None:
             raise ValueError("a mapping needs an impression or a feedback section")
+        if (
+            self.feedback is not None
+            and self.feedback.shown_actions
+            and self.impression is not None
+            and self.impression.repeats != "merge"
+        ):
+            raise ValueError(
+                "feedback.shown_actions: needs impression.repeats: merge (a list is then "
+                "made of its query records and shown items)"
+            )
+        for name, kind in self.indices.items():
+            if getattr(self, kind) is None:
+                raise ValueError(f"indices.{name}: the mapping has no {kind} section")
         return self
+
+    def merges_repeats(self) -> bool:
+        """Whether the records of one request id make one list (docs/mapping.md)."""
+        return (self.impression is not None and self.impression.repeats == "merge") or bool(
+            self.feedback is not None and self.feedback.shown_actions
+        )
 
     def reads_record_time(self) -> bool:
         """Whether a section takes its time from the Kafka record (so files cannot be read)."""

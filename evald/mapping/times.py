@@ -3,6 +3,10 @@
 The unit is declared, never guessed: a value in another unit converts to a time far from now,
 and the decoder's plausibility bound (``min_event_time`` / ``max_event_lead``) rejects it with a
 message naming the declared unit. Messages say what is wrong in words.
+
+A field may declare two formats, RFC 3339 and one epoch unit (UBI writers mix them in one
+file): the JSON type of each value chooses (text: RFC 3339, a number: the epoch unit), so
+nothing is guessed from a value's size either (:func:`chosen`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from typing import Any, Literal
 from evald.events import MAX_TS_MS, parse_timestamp
 
 TimeFormat = Literal["rfc3339", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns"]
+#: the formats a time field declares: one, or RFC 3339 and one epoch unit
+Formats = tuple[str, ...]
 
 #: how a declared format reads in a message
 UNIT_WORDS: dict[str, str] = {
@@ -94,6 +100,47 @@ def _second_of(prefix: str) -> int | None:
     return second
 
 
+def check_formats(formats: Formats) -> Formats:
+    """``formats`` if a field can declare them (one, or RFC 3339 plus one epoch unit: a value's
+    JSON type then chooses); ValueError saying why not."""
+    if not formats:
+        raise ValueError("declare at least one format")
+    if len(set(formats)) != len(formats):
+        raise ValueError("a format is listed twice")
+    epochs = [f for f in formats if f != "rfc3339"]
+    if len(epochs) > 1:
+        raise ValueError(
+            f"{' and '.join(epochs)}: a number cannot tell its unit, declare one epoch unit "
+            "(with rfc3339 for text)"
+        )
+    return formats
+
+
+def chosen(value: Any, formats: Formats) -> str:
+    """The format of ``formats`` that reads ``value``: the only one, else by its JSON type
+    (text: ``rfc3339``, anything else: the epoch unit, whose reader words what is wrong)."""
+    if len(formats) == 1:
+        return formats[0]
+    epoch = formats[0] if formats[1] == "rfc3339" else formats[1]
+    return "rfc3339" if type(value) is str else epoch
+
+
+def formats_in_words(formats: Formats) -> str:
+    """``rfc3339 or epoch_ms`` spelt for a message: RFC 3339 text or epoch milliseconds."""
+    return " or ".join(UNIT_WORDS[f] for f in formats)
+
+
+def read_time(value: Any, formats: Formats) -> int:
+    """Epoch milliseconds of ``value`` read as the format of ``formats`` its JSON type chooses;
+    raises :class:`TimeValueError`."""
+    fmt = chosen(value, formats)
+    if len(formats) > 1 and fmt != "rfc3339" and type(value) not in (int, float):
+        raise TimeValueError(
+            f"expected RFC 3339 text or a number of {UNIT_WORDS[fmt]}, got {_kind(value)}"
+        )
+    return to_millis(value, fmt)
+
+
 def to_millis(value: Any, fmt: str) -> int:
     """Epoch milliseconds of ``value`` read as ``fmt``; raises :class:`TimeValueError`."""
     if fmt == "rfc3339":
@@ -104,7 +151,7 @@ def to_millis(value: Any, fmt: str) -> int:
         else:
             raise TimeValueError(
                 f"expected RFC 3339 text, got {_kind(value)} (if the field holds epoch numbers, "
-                "declare format epoch_s, epoch_ms, epoch_us or epoch_ns)"
+                "declare format epoch_s, epoch_ms, epoch_us or epoch_ns; both: [rfc3339, epoch_ms])"
             )
         try:
             return parse_timestamp(value)

@@ -283,7 +283,7 @@ class Session:
         self.consumer = GroupConsumer(cluster, settings.daemon.group_id)
         self._reader = Reader(cluster)
         self._producer = Producer(cluster, settings.daemon.transactional_id())
-        self._guard = TopicGuard(topics, clock)
+        self._guard = TopicGuard(settings, clock)
         self._clock = clock
         self.transaction.connect(self._producer, self.consumer, self.engine)  # type: ignore[arg-type]
         self.inputs.connect(self.consumer)  # type: ignore[arg-type]

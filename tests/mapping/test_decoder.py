@@ -11,7 +11,7 @@ import pytest
 from evald.config import load_config
 from evald.decode import Rejection, Skipped
 from evald.engine import Engine, Result
-from evald.events import Feedback, Impression, Limits
+from evald.events import Feedback, Impression, Limits, Shown
 from evald.mapping import MappingDecoder, MappingSpec, decoder_for
 from evald.stats import MAX_SKIPPED_ACTIONS, OTHER, Stats
 
@@ -307,3 +307,93 @@ def test_the_engine_hands_the_record_timestamp_to_the_decoder() -> None:
         ("r1", NOW, 1.0),
         ("r2", NOW + 1, 0.0),
     ]
+
+
+# -- UBI as its writers write it ----------------------------------------------------------
+
+UBI_NOW = "2024-05-01T12:00:00.000Z"
+
+
+def ubi_event(action: str, ordinal: int | None = 0, **extra: Any) -> bytes:
+    attributes: dict[str, Any] = {"object": {"object_id": "sku-1", "object_id_field": "sku"}}
+    if ordinal is not None:
+        attributes["position"] = {"ordinal": ordinal}
+    doc = {"action_name": action, "query_id": "q1", "timestamp": UBI_NOW}
+    return raw({**doc, "event_attributes": attributes, **extra})
+
+
+def test_a_ubi_impression_event_is_an_item_shown_at_its_position() -> None:
+    ubi = decoder_for("ubi", load_config({}))
+    assert ubi.decode(ubi_event("impression", 4), None, NOW) == Shown("q1", NOW, "sku-1", 4)
+    missing = ubi.decode(ubi_event("impression", None), None, NOW)
+    assert isinstance(missing, Rejection) and missing.reason == "missing_field"
+    assert missing.detail == "/event_attributes/position/ordinal: missing"
+    negative = ubi.decode(ubi_event("impression", -1), None, NOW)
+    assert isinstance(negative, Rejection) and negative.reason == "wrong_type"
+    assert negative.detail.startswith("/event_attributes/position/ordinal")
+
+
+def test_a_ubi_query_record_without_hits_is_a_list_with_no_items_yet() -> None:
+    ubi = decoder_for("ubi", load_config({}))
+    for hits in ({}, {"query_response_hit_ids": None}, {"query_response_hit_ids": []}):
+        doc = {"query_id": "q1", "timestamp": UBI_NOW, "application": "shop", **hits}
+        got = ubi.decode(raw(doc), None, NOW)
+        assert isinstance(got, Impression) and got.items == []
+        assert got.labels == {"application": "shop"}
+    # without repeats: merge a record without its items is refused, as before
+    plain = decoder({**NESTED, "impression": {**NESTED["impression"], "repeats": "duplicate"}})
+    refused = plain.decode(raw(serve(hits=None)), None, NOW)
+    assert isinstance(refused, Rejection) and refused.reason == "missing_field"
+
+
+@pytest.mark.parametrize(
+    "spelt",
+    [
+        UBI_NOW,
+        "2024-05-01T12:00:00+00:00",
+        "2024-05-01T14:00:00+0200",
+        "2024-05-01T07:00:00-0500",
+        NOW,
+    ],
+)
+def test_ubi_times_are_read_in_every_form_its_writers_use(spelt: object) -> None:
+    ubi = decoder_for("ubi", load_config({}))
+    for doc in (
+        {"query_id": "q1", "timestamp": spelt, "query_response_hit_ids": ["a"]},
+        {"query_id": "q1", "timestamp": spelt, "action_name": "click",
+         "event_attributes": {"object": {"object_id": "a"}}},
+    ):  # fmt: skip
+        got = ubi.decode(raw(doc), None, NOW)
+        assert not isinstance(got, Rejection), got
+        assert got.ts == NOW  # type: ignore[union-attr]
+
+
+def test_a_declared_format_still_restricts_and_a_wrong_unit_is_caught() -> None:
+    ms_only = decoder(
+        {
+            **NESTED,
+            "impression": {**NESTED["impression"], "time": {"path": "/at", "format": "epoch_ms"}},
+        }
+    )
+    text = ms_only.decode(raw(serve(at=UBI_NOW)), None, NOW)
+    assert isinstance(text, Rejection) and text.reason == "bad_timestamp"
+    ubi = decoder_for("ubi", load_config({}))
+    seconds = ubi.decode(
+        raw({"query_id": "q", "timestamp": NOW // 1000, "query_response_hit_ids": []}), None, NOW
+    )
+    assert isinstance(seconds, Rejection) and seconds.reason == "implausible_timestamp"
+    assert "read as epoch milliseconds: is that its unit?" in seconds.detail
+    listed = ubi.decode(raw({"query_id": "q", "timestamp": [NOW]}), None, NOW)
+    assert isinstance(listed, Rejection) and listed.reason == "bad_timestamp"
+    assert "expected RFC 3339 text or a number of epoch milliseconds, got a list" in listed.detail
+
+
+def test_an_empty_user_id_is_none_and_the_next_source_is_read() -> None:
+    """ubi.js writes ``user_id: ""`` beside the ``client_id``: the client is the user."""
+    ubi = decoder_for("ubi", load_config({}))
+    doc = {"query_id": "q", "timestamp": UBI_NOW, "user_id": "", "client_id": "c-7"}
+    got = ubi.decode(raw(doc), None, NOW)
+    assert isinstance(got, Impression) and got.user_id == "c-7"
+    alone = ubi.decode(raw({**doc, "client_id": ""}), None, NOW)
+    assert isinstance(alone, Impression) and alone.user_id is None
+    assert ubi.decode_fast(raw(doc), None, NOW) == got

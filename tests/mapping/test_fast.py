@@ -95,8 +95,9 @@ seconds = st.sampled_from(
 )
 rfc3339 = st.sampled_from(
     ["2024-05-01T12:00:00.250Z", "2024-05-01T12:00:00Z", "2024-05-01t11:00:00z",
-     "2024-05-01T14:00:00+02:00", "2024-05-01T12:00:00", "2024-05-03T12:00:00Z", "soon", 5]
-)  # fmt: skip
+     "2024-05-01T14:00:00+02:00", "2024-05-01T12:00:00", "2024-05-03T12:00:00Z", "soon", 5,
+     "2024-05-01T14:00:00.250+0200", NOW, NOW // 1000, NOW + 0.5, True, [NOW]]
+)  # UBI's time field takes RFC 3339 text or epoch ms, the value's type chooses  # fmt: skip
 
 
 def maybe(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -178,7 +179,8 @@ def ubi_records(draw: st.DrawFn) -> dict[str, Any]:
             "user_id": maybe(ids), "user_query": maybe(ids),
         })  # fmt: skip
     return record(draw, {
-        **common, "action_name": st.sampled_from(["click", "purchase", "on_search"]),
+        **common,
+        "action_name": st.sampled_from(["click", "purchase", "on_search", "impression"]),
         "event_attributes.object.object_id": maybe(ids),
         "event_attributes.position.ordinal": maybe(st.integers(-1, 9)),
     })  # fmt: skip
@@ -267,6 +269,9 @@ def test_well_formed_compact_records_take_the_fast_path() -> None:
              "query_response_hit_ids": ["a"], "query_attributes": {"m": "1"}},
             {"query_id": "q", "timestamp": "2024-05-01T12:00:00Z", "action_name": "click",
              "event_attributes": {"object": {"object_id": "a"}, "position": {"ordinal": 0}}},
+            {"query_id": "q", "timestamp": NOW, "query_attributes": {}},  # no hits
+            {"query_id": "q", "timestamp": NOW, "action_name": "impression",
+             "event_attributes": {"object": {"object_id": "a"}, "position": {"ordinal": 3}}},
         ],
     }  # fmt: skip
     for name, batch in records.items():
@@ -334,7 +339,8 @@ def typed_full_records(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def typed_ubi_records(draw: st.DrawFn) -> dict[str, Any]:
-    common = {"query_id": texts, "timestamp": st.sampled_from(["2024-05-01T12:00:00.250Z"])}
+    at = st.sampled_from(["2024-05-01T12:00:00.250Z", "2024-05-01T14:00:00.250+0200", NOW])
+    common = {"query_id": texts, "timestamp": at}
     if draw(st.booleans()):
         return typed_record(draw, {
             **common, "query_response_hit_ids": st.lists(typed_in(texts), max_size=7),
@@ -342,7 +348,7 @@ def typed_ubi_records(draw: st.DrawFn) -> dict[str, Any]:
             "user_id": texts, "client_id": texts, "user_query": texts,
         })  # fmt: skip
     return typed_record(draw, {
-        **common, "action_name": st.sampled_from(["click", "purchase"]),
+        **common, "action_name": st.sampled_from(["click", "purchase", "impression"]),
         "event_attributes.object.object_id": texts,
         "event_attributes.position.ordinal": st.integers(0, 9),
     })  # fmt: skip

@@ -30,7 +30,11 @@ NESTED_MAPPING: dict[str, Any] = {
         "time": {"path": "/at", "format": "epoch_s"},
         "user_id": "/ctx/user",
         "items": {"path": "/results", "id": "/doc/id"},
-        "labels": [{"path": "/experiment"}, {"path": "/ctx/model", "name": "model"}],
+        "labels": [
+            {"path": "/experiment"},
+            {"path": "/ctx/model", "name": "model"},
+            {"path": "/app", "name": "application"},
+        ],
     },
     "feedback": {
         "request_id": "/ctx/request",
@@ -56,6 +60,7 @@ def native_stream(seed: int) -> list[dict[str, Any]]:
             "model": rng.choice(["v1", "v2"]),
             "exp_arm": rng.choice(["A", "B"]),
             "bucket": str(rng.randint(0, 3)),
+            "application": "shop",  # UBI's application field (the preset's label)
         }
         rid = f"r{n}"
         impression = {"request_id": rid, "ts": t, "items": items, "labels": labels}
@@ -76,12 +81,13 @@ def native_stream(seed: int) -> list[dict[str, Any]]:
 def ubi(event: dict[str, Any], rng: random.Random) -> list[dict[str, Any]]:
     when = format_timestamp(event["ts"])
     if "items" in event:
+        attributes = {k: v for k, v in event["labels"].items() if k != "application"}
         query = {
-            "application": "shop",
+            "application": event["labels"]["application"],
             "query_id": event["request_id"],
             "timestamp": when,
             "query_response_hit_ids": event["items"],
-            "query_attributes": event["labels"],
+            "query_attributes": attributes,
         }
         if "user_id" in event:
             query["client_id"] = event["user_id"]
@@ -108,13 +114,17 @@ def nested(event: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "type": "serve",
                 "at": at,
+                "app": labels["application"],
                 "ctx": {
                     "request": event["request_id"],
                     "model": labels["model"],
                     **({"user": event["user_id"]} if "user_id" in event else {}),
                 },
                 "results": [{"doc": {"id": item}, "score": 1.0} for item in event["items"]],
-                "experiment": {"exp": {"arm": labels["exp_arm"]}, "bucket": int(labels["bucket"])},
+                "experiment": {
+                    "exp": {"arm": labels["exp_arm"]},
+                    "bucket": int(labels["bucket"]),
+                },
             }
         ]
     return [

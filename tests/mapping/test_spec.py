@@ -100,3 +100,60 @@ def test_the_time_from_the_kafka_record(tmp_path: Path) -> None:
     assert spec.impression is not None and spec.impression.time.path == "/timestamp"
     ubi = load_spec("ubi")
     assert ubi is not None and not ubi.reads_record_time()
+
+
+def test_the_ubi_preset_reads_ubi_as_its_writers_write_it() -> None:
+    spec = load_spec("ubi")
+    assert spec is not None and spec.impression is not None and spec.feedback is not None
+    assert spec.impression.repeats == "merge" and spec.feedback.shown_actions == ["impression"]
+    assert spec.impression.time.formats == ("rfc3339", "epoch_ms")
+    assert spec.indices == {"ubi_queries": "impression", "ubi_events": "feedback"}
+    assert spec.merges_repeats()
+
+
+@pytest.mark.parametrize(
+    ("tree", "named"),
+    [
+        (
+            {"extends": "ubi", "feedback": {"time": {"format": ["epoch_s", "epoch_ms"]}}},
+            "feedback.time: epoch_s and epoch_ms: a number cannot tell its unit",
+        ),
+        ({"extends": "ubi", "feedback": {"time": {"format": []}}}, "declare at least one"),
+        (
+            {"extends": "ubi", "feedback": {"shown_actions": ["click"]}},
+            "feedback: shown_actions: 'click' is a graded action too",
+        ),
+        (
+            {"extends": "ubi", "feedback": {"position": None}},
+            "feedback: shown_actions: needs position",
+        ),
+        (
+            {"extends": "ubi", "impression": {"repeats": "duplicate"}},
+            "feedback.shown_actions: needs impression.repeats: merge",
+        ),
+        (
+            {"extends": "ubi", "impression": {"repeats": "last"}},
+            "impression.repeats: Input should be 'duplicate' or 'merge'",
+        ),
+        ({"extends": "ubi", "indices": {"x": "query"}}, "indices.x"),
+        (
+            {"extends": "ubi", "impression": None, "feedback": {"shown_actions": None}},
+            "indices.ubi_queries: the mapping has no impression section",
+        ),
+    ],
+)
+def test_the_ubi_features_are_checked_naming_the_key(
+    tmp_path: Path, tree: object, named: str
+) -> None:
+    path = write(tmp_path, tree)
+    with pytest.raises(MappingError) as caught:
+        load_spec(path)
+    assert named in str(caught.value)
+
+
+def test_one_declared_format_over_the_preset_restricts_it(tmp_path: Path) -> None:
+    spec = load_spec(
+        write(tmp_path, {"extends": "ubi", "impression": {"time": {"format": "epoch_ms"}}})
+    )
+    assert spec is not None and spec.impression is not None
+    assert spec.impression.time.formats == ("epoch_ms",)

@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evald.events import format_timestamp, parse_timestamp
-from evald.mapping.times import TimeValueError, millis_reader, to_millis
+from evald.mapping.times import (
+    TimeValueError,
+    check_formats,
+    chosen,
+    millis_reader,
+    read_time,
+    to_millis,
+)
 
 MS = 1_714_564_800_250  # 2024-05-01T12:00:00.250Z
 
@@ -118,3 +125,33 @@ def test_the_fast_path_reader_agrees_with_to_millis(value: object, fmt: str) -> 
     except TimeValueError:
         expected = None
     assert millis_reader(fmt)(value) == expected
+
+
+def test_two_declared_formats_read_each_value_as_its_json_type_says() -> None:
+    both = ("rfc3339", "epoch_ms")
+    assert read_time("2024-05-01T12:00:00.250Z", both) == MS
+    assert read_time("2024-05-01T14:00:00.250+0200", both) == MS  # +HHMM, no colon
+    assert read_time(MS, both) == MS
+    assert chosen("x", both) == "rfc3339" and chosen(1, both) == chosen(True, both) == "epoch_ms"
+    with pytest.raises(TimeValueError, match="RFC 3339 text or a number of epoch milliseconds"):
+        read_time(True, both)
+    with pytest.raises(TimeValueError, match="got text"):
+        read_time("2024-05-01T12:00:00Z", ("epoch_ms",))  # one declared format restricts
+
+
+@pytest.mark.parametrize(
+    ("formats", "ok"),
+    [
+        (("rfc3339",), True),
+        (("epoch_ms", "rfc3339"), True),
+        (("rfc3339", "rfc3339"), False),
+        (("epoch_s", "epoch_ms"), False),
+        ((), False),
+    ],
+)
+def test_which_formats_a_field_can_declare(formats: tuple[str, ...], ok: bool) -> None:
+    if ok:
+        assert check_formats(formats) == formats
+    else:
+        with pytest.raises(ValueError):
+            check_formats(formats)
