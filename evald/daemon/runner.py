@@ -42,7 +42,7 @@ from kafka.errors import (
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.backpressure import Action, Backpressure
-from evald.daemon.comparisons import ComparisonReader
+from evald.daemon.comparisons import ComparisonReader, statistics_topic
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.engine_lock import EngineLock
 from evald.daemon.fatal import Fatal, unrecoverable
@@ -53,7 +53,7 @@ from evald.daemon.rebalance import Rebalance
 from evald.daemon.restore import RestoreError, restore_partition
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
-from evald.daemon.topics import TopicGuard, ensure_statistics_topic
+from evald.daemon.topics import TopicGuard
 from evald.daemon.transaction import Transaction
 from evald.decode import Rejection
 from evald.engine import Engine, Result
@@ -122,7 +122,8 @@ class Daemon:
         )
         topics = settings.topics
         self.inputs = Inputs(topics.impressions, topics.feedback, clock, merge_hold_s)
-        self.topics = TopicGuard(topics, clock)
+        compares = bool(settings.engine_config().statistics.comparisons)
+        self.topics = TopicGuard(topics, clock, statistics_topic(topics) if compares else None)
         self.dead_letters = DeadLetters(topics.dlq)
         self.transaction = Transaction(
             settings,
@@ -290,10 +291,10 @@ class Daemon:
         self._shutdown()
 
     def _read_comparisons(self, admin: KafkaAdminClient, engine: Engine) -> None:
-        """Create the statistics topic if needed and start folding it (once per process)."""
+        """Start folding the statistics topic (once per process; every session's
+        ``TopicGuard.start`` created it if it was missing)."""
         partitions = max(shape.partitions for shape in self.topics.inputs.values())
         reader = ComparisonReader(self.settings, engine.config, engine.measure_names, partitions)
-        ensure_statistics_topic(admin, reader.topic)
         self.comparisons = reader
         reader.start()
         engine.attach_statistics(reader.live)

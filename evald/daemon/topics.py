@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -32,12 +33,16 @@ __all__ = [
     "describe",
     "ensure_statistics_topic",
     "missing_outputs",
+    "statistics_policy_problem",
+    "topic_configs",
 ]
 
 log = logging.getLogger("evald.daemon")
 
 #: how often the input topics' ids and partition counts are compared with those seen at start
 TOPIC_CHECK_INTERVAL_S = 10.0
+#: describes of a just-created statistics topic before going on without its id
+STATISTICS_ID_TRIES = 30
 #: the id a broker reports for a topic when it has none (Kafka's Uuid.ZERO)
 NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
 
@@ -171,17 +176,27 @@ class TopicGuard:
     """The topic checks of one daemon: at the start of every session and every
     ``TOPIC_CHECK_INTERVAL_S`` while it runs. Each failure is a :class:`Fatal` (exit 2)."""
 
-    def __init__(self, topics: TopicSettings, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, topics: TopicSettings, clock: Callable[[], float], statistics: str | None = None
+    ) -> None:
+        """``statistics``: the statistics topic, when comparisons are configured."""
         self._topics = topics
         self._clock = clock
         #: the input topics as first seen by this process; kept across sessions, so a topic
         #: recreated during an outage is noticed when the next session starts
         self.inputs: dict[str, TopicShape] = {}
         self._last_check = 0.0
+        self.statistics_name = statistics
+        #: the statistics topic's id as this session found (or created) it
+        self.statistics_id: str | None = None
 
     def topic_ids(self) -> dict[str, str]:
-        """The input topics' ids (those the broker reports), as written into checkpoints."""
-        return {name: shape.topic_id for name, shape in self.inputs.items() if shape.topic_id}
+        """The input topics' ids (those the broker reports), and the statistics topic's, as
+        written into checkpoints: a restore compares them with today's."""
+        ids = {name: shape.topic_id for name, shape in self.inputs.items() if shape.topic_id}
+        if self.statistics_name and self.statistics_id:
+            ids[self.statistics_name] = self.statistics_id
+        return ids
 
     def start(self, admin: KafkaAdminClient) -> int:
         """Refuse input topics that are missing, not co-partitioned or not those this process
@@ -212,7 +227,24 @@ class TopicGuard:
             log.info("creating output topics %s with %d partitions", create, partitions)
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics([NewTopic(name, partitions, -1) for name in create])
+        if self.statistics_name is not None:
+            self.statistics_id = self._statistics(admin, self.statistics_name)
         return limit
+
+    def _statistics(self, admin: KafkaAdminClient, name: str) -> str | None:
+        """Create the statistics topic when it is missing; refuse one that is not compacted
+        (a client's metadata request re-creates a deleted topic with the broker's defaults
+        where the broker allows it). Returns its id."""
+        ensure_statistics_topic(admin, name)
+        problem = statistics_policy_problem(name, topic_configs(admin, name))
+        if problem is not None:
+            raise Fatal(2, f"evald run: refusing to start: statistics topic {name}: {problem}")
+        for _ in range(STATISTICS_ID_TRIES):  # a topic just created may not be described yet
+            shape = describe(admin, (name,)).get(name)
+            if shape is not None:
+                return shape.topic_id
+            time.sleep(0.1)
+        return None
 
     def recheck(self, admin: KafkaAdminClient, now: float) -> None:
         """Every ``TOPIC_CHECK_INTERVAL_S``: stop (exit 2) when an input topic was deleted,
@@ -220,13 +252,16 @@ class TopicGuard:
         if now - self._last_check < TOPIC_CHECK_INTERVAL_S:
             return
         self._last_check = self._clock()
+        stats = () if self.statistics_name is None else (self.statistics_name,)
         try:
-            shapes = describe(admin, tuple(self.inputs))
+            shapes = describe(admin, (*self.inputs, *stats))
         except KafkaError as exc:
             log.debug("topic check skipped: %s", exc)  # the lag probe reports the broker
             return
         try:
             check_unchanged(self.inputs, shapes)
+            for name in stats:
+                check_statistics_unchanged(name, self.statistics_id, shapes.get(name))
         except TopicLayoutError as exc:
             raise Fatal(2, f"evald run: stopping: {exc}") from None
 
@@ -237,6 +272,63 @@ class TopicGuard:
             check_checkpoint_ids(saved if isinstance(saved, dict) else {}, self.inputs, partition)
         except TopicLayoutError as exc:
             raise Fatal(2, f"evald run: refusing to restore: {exc}") from None
+
+
+def check_statistics_unchanged(name: str, seen: str | None, now: TopicShape | None) -> None:
+    """Raise TopicLayoutError when the statistics topic is gone or was recreated while evald
+    ran: the shares every partition published before are lost with it."""
+    if now is not None and (not seen or not now.topic_id or seen == now.topic_id):
+        return
+    what = (
+        "no longer exists" if now is None else f"was recreated (topic id {seen} -> {now.topic_id})"
+    )
+    raise TopicLayoutError(
+        f"statistics topic {name} {what} while evald ran: the comparison shares every "
+        "partition published before are lost with it. Delete it if a client created it again "
+        "(a broker with auto.create.topics.enable=true creates a topic with its defaults "
+        "when a client asks for it), then start evald again: it creates the topic compacted "
+        "and, partition by partition, tells whether a comparison lost windows and what to do"
+    )
+
+
+def topic_configs(admin: KafkaAdminClient, name: str) -> dict[str, str] | None:
+    """The topic's configs as strings; None when the broker does not answer them (an old
+    broker, no DescribeConfigs permission)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    try:
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name)], config_filter="all"
+        )
+    except KafkaError:
+        return None
+    entries = (described or {}).get("topic", {}).get(name) or {}
+    out = {}
+    for key, entry in entries.items():
+        value = entry.get("value") if isinstance(entry, dict) else entry
+        if value is not None:
+            out[key] = str(value)
+    return out or None
+
+
+def statistics_policy_problem(name: str, configs: Mapping[str, str] | None) -> str | None:
+    """What is wrong with the statistics topic's cleanup policy, with the command that fixes
+    it; None when it is compacted (or the broker does not say). It must keep every share and
+    each partition's newest final mark for the comparison's life: compacted, never deleted by
+    time (docs/design.md, "Statistics over all partitions")."""
+    if configs is None or "cleanup.policy" not in configs:
+        return None
+    policy = {part.strip() for part in configs["cleanup.policy"].split(",")}
+    retention = configs.get("retention.ms", "")
+    if "compact" in policy and ("delete" not in policy or retention == "-1"):
+        return None
+    return (
+        f"cleanup.policy={configs['cleanup.policy']} (retention.ms={retention or '?'}): "
+        "evald needs compact, so that no share is deleted by time and only each "
+        "partition's newest final mark is kept (a restart refolds from the topic); run "
+        f"kafka-configs.sh --alter --entity-type topics --entity-name {name} --add-config "
+        "cleanup.policy=compact"
+    )
 
 
 def ensure_statistics_topic(admin: KafkaAdminClient, name: str) -> None:
