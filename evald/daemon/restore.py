@@ -59,12 +59,14 @@ class Restorer:
         inputs: Inputs,
         clock: Callable[[], float],
         heartbeat: Callable[[], None] = lambda: None,
+        verify_topics: Callable[[], None] = lambda: None,
         stall_s: float = RESTORE_STALL_S,
         offset_wait_s: float = RESTORE_STALL_S,
     ) -> None:
         """``committed_reader`` opens a group-less ``read_committed`` consumer (closed after
         use): only a group with no offset at all for a partition whose checkpoint partition
-        holds records needs one."""
+        holds records needs one. ``verify_topics`` (``TopicGuard.verify``) runs before a
+        refusal: an input topic recreated under the session is the better explanation."""
         self._topics = settings.topics
         self._where = checks.Where(
             settings.daemon.group_id,
@@ -73,7 +75,7 @@ class Restorer:
         )
         self._consumer, self._reader, self._committed_reader = consumer, reader, committed_reader
         self._engine, self._guard, self._inputs = engine, guard, inputs
-        self._clock, self._heartbeat = clock, heartbeat
+        self._clock, self._heartbeat, self._verify_topics = clock, heartbeat, verify_topics
         self._stall_s, self._offset_wait_s = stall_s, offset_wait_s
 
     def close(self) -> None:
@@ -155,10 +157,12 @@ class Restorer:
             )
 
     def _refuse(self, step: Callable[..., Any], *args: Any) -> Any:
-        """Run one step; a Refusal ends evald with exit 2 and its message."""
+        """Run one step; a Refusal ends evald with exit 2 and its message, unless a topic
+        changed under the session (then that is what ends it, with its own message)."""
         try:
             return step(*args)
         except checks.Refusal as exc:
+            self._verify_topics()
             raise Fatal(2, f"evald run: refusing to restore: {exc}") from None
 
     # -- step 1: offsets and log bounds ---------------------------------------------------

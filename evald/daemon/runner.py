@@ -289,6 +289,8 @@ class Daemon:
         self, consumer: KafkaConsumer, engine: Engine, client: dict[str, Any]
     ) -> Restorer:
         """The session's restore (restore.py), with its own group-less readers."""
+        admin = self._admin
+        assert admin is not None
 
         def reader(isolation: str) -> KafkaConsumer:
             return KafkaConsumer(
@@ -309,6 +311,7 @@ class Daemon:
             inputs=self.inputs,
             clock=self.clock,
             heartbeat=self._beat,
+            verify_topics=lambda: self.topics.verify(admin),
             offset_wait_s=self._offset_wait_s(),
         )
 

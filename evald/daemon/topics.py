@@ -248,16 +248,22 @@ class TopicGuard:
 
     def recheck(self, admin: KafkaAdminClient, now: float) -> None:
         """Every ``TOPIC_CHECK_INTERVAL_S``: stop (exit 2) when an input topic was deleted,
-        recreated or repartitioned."""
+        recreated or repartitioned, or the statistics topic deleted or recreated."""
         if now - self._last_check < TOPIC_CHECK_INTERVAL_S:
             return
         self._last_check = self._clock()
-        stats = () if self.statistics_name is None else (self.statistics_name,)
         try:
-            shapes = describe(admin, (*self.inputs, *stats))
+            self.verify(admin)
         except KafkaError as exc:
             log.debug("topic check skipped: %s", exc)  # the lag probe reports the broker
-            return
+
+    def verify(self, admin: KafkaAdminClient) -> None:
+        """Stop (exit 2) when a topic changed since this session started (``recheck``'s
+        check, now): a restore runs it before refusing state, since a topic recreated under
+        the session explains offsets that no longer fit better than a damaged checkpoint
+        does. KafkaError when the broker does not answer."""
+        stats = () if self.statistics_name is None else (self.statistics_name,)
+        shapes = describe(admin, (*self.inputs, *stats))
         try:
             check_unchanged(self.inputs, shapes)
             for name in stats:

@@ -84,7 +84,10 @@ class Cluster:
         return offset
 
     def restore(
-        self, partitions: list[int] | None = None, statistics_id: str | None = None
+        self,
+        partitions: list[int] | None = None,
+        statistics_id: str | None = None,
+        verify_topics: Any = lambda: None,
     ) -> tuple[Engine, Inputs]:
         settings = load_settings(
             environ={},
@@ -109,6 +112,7 @@ class Cluster:
             guard=guard,
             inputs=inputs,
             clock=self.clock,
+            verify_topics=verify_topics,
         )
         restorer.restore([inputs.parts[p] for p in ps])
         self.seeks = consumer.seeks
@@ -226,6 +230,20 @@ def test_values_that_cannot_be_right_are_refused(fields: dict[str, Any], says: s
     cluster = Cluster()
     cluster.save(checkpoint(**fields), p=0)
     cluster.refused(says)
+
+
+def test_an_input_topic_recreated_under_the_session_is_said_before_a_refusal() -> None:
+    """Offsets that no longer fit are what a recreated input looks like from a restore; the
+    topic check (TopicGuard.verify) says so, with what to do about the topic."""
+    cluster = Cluster()
+    cluster.save(checkpoint(consumed={"impression": 40, "feedback": 3}))
+
+    def recreated() -> None:
+        raise Fatal(2, "evald run: stopping: input topic imp was deleted and recreated")
+
+    with pytest.raises(Fatal, match="input topic imp was deleted and recreated"):
+        cluster.restore(verify_topics=recreated)
+    cluster.refused("up to offset 40, but that partition ends at 5")  # topics as they were
 
 
 def test_a_watermark_far_ahead_is_accepted_when_the_engine_bounds_no_lead() -> None:

@@ -86,7 +86,7 @@ class Harness:
         self.daemon.inputs.connect(self.consumer)  # type: ignore[arg-type]
 
     def restored(self, start: dict[str, int], consumed: dict[str, int]) -> Part:
-        """Partition 1 as ``restore_partition`` leaves it after reading a checkpoint."""
+        """Partition 1 as ``Restorer.restore`` leaves it after reading a checkpoint."""
         self.engine.restore(1, None, dict(consumed))
         part = Part(1, Merger(2.0, self.clock))
         part.restored = True
