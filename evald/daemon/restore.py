@@ -428,7 +428,11 @@ class Restorer:
     def _open_shares(self, p: int, raw: bytes) -> Any:
         """The open comparison shares a checkpoint put in records of their own (JSON)."""
         try:
-            return json.loads(raw)
+            shares = json.loads(raw)
+            log.info(
+                "partition %d: open comparison shares read from records (%d bytes)", p, len(raw)
+            )
+            return shares
         except ValueError as exc:
             raise checks.Refusal(
                 f"the open comparison shares of partition {p}'s committed checkpoint are not "
