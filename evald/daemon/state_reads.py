@@ -62,6 +62,10 @@ class Progress:
         self._moved_at = self._clock()
         self._beat()
 
+    def now(self) -> float:
+        """The clock the stall deadline is counted on."""
+        return self._clock()
+
     def check(self, what: str) -> None:
         """Raise RestoreError when the read has been stuck for ``stall_s``."""
         if self._clock() - self._moved_at > self.stall_s:
@@ -77,10 +81,12 @@ def read_spans(
     """Hand every record in ``spans`` to ``on_record(tp, record)``, in offset order within a
     partition, all partitions read together. ``on_record`` returning True ends that span early.
 
-    Returns the partitions whose log ended before a span's end: partition -> the high
-    watermark the broker reported (from a fetch answered after this call's seeks, so never a
-    stale one). A span can also end with fewer records than offsets: transaction markers take
-    offsets and are never returned, and compaction leaves gaps.
+    Returns the partitions whose log ends before a span's end: partition -> the high
+    watermark the broker reported (from fetches answered after this call's seeks, so never a
+    stale one), once it stayed short of the span for half the stall time: a broker just
+    restarted after a crash, or a new leader, can report a high watermark below what it had
+    committed for a moment. A span can also end with fewer records than offsets: transaction
+    markers take offsets and are never returned, and compaction leaves gaps.
     """
     todo = {tp: deque(sorted(s for s in wanted if s[0] < s[1])) for tp, wanted in spans.items()}
     todo = {tp: queue for tp, queue in todo.items() if queue}
@@ -94,16 +100,19 @@ def read_spans(
         next_at[tp] = queue[0][0]
         reader.seek(tp, queue[0][0])
     seen_at = dict(next_at)
+    #: when each partition was first seen with nothing more to fetch short of its span
+    ending: dict[TopicPartition, float] = {}
     progress.moved()  # the deadline counts from the start of this read
     while todo:
         progress.check(_describe(todo))
         batches = reader.poll(timeout_ms=POLL_MS, max_records=POLL_RECORDS)
         for tp, records in batches.items():
             if tp in todo:
+                ending.pop(tp, None)
                 _take(reader, todo, next_at, tp, records, progress, on_record)
         for tp in list(todo):
             if not batches.get(tp):
-                _check_position(reader, todo, next_at, seen_at, short, tp, progress)
+                _check_position(reader, todo, next_at, seen_at, ending, short, tp, progress)
     return short
 
 
@@ -138,25 +147,31 @@ def _check_position(
     todo: dict[TopicPartition, deque[Span]],
     next_at: dict[TopicPartition, int],
     seen_at: dict[TopicPartition, int],
+    ending: dict[TopicPartition, float],
     short: dict[TopicPartition, int],
     tp: TopicPartition,
     progress: Progress,
 ) -> None:
     """A poll returned nothing for ``tp``: transaction markers may have moved its position to
-    the span's end, or the log may end before it."""
+    the span's end, or the log may end before it (taken so once that held for half the stall
+    time)."""
     end = todo[tp][0][1]
     position = reader.position(tp)
     if position is None:
         return
     if position >= end:
+        ending.pop(tp, None)
         _next_span(reader, todo, next_at, tp)
         return
     high = reader.highwater(tp)
     if high is not None and position >= high:
-        short[tp] = high  # nothing more to fetch: the log ends before the span does
-        while tp in todo:
-            _next_span(reader, todo, next_at, tp)
+        since = ending.setdefault(tp, progress.now())
+        if progress.now() - since >= progress.stall_s / 2:
+            short[tp] = high  # nothing more to fetch: the log ends before the span does
+            while tp in todo:
+                _next_span(reader, todo, next_at, tp)
         return
+    ending.pop(tp, None)
     if position > seen_at[tp]:
         seen_at[tp] = position
         progress.moved()
