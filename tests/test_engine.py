@@ -322,6 +322,38 @@ def test_absorb_result_feeds_window_sums_only():
     assert other.aggregates.partitions() == [4]
 
 
+def test_absorb_results_in_one_call_equal_one_at_a_time():
+    """What a restore absorbs in one call (a partition's result ranges) gives the window sums
+    of absorbing each result alone, to the digit; the clustered interval's replicate sums to
+    the last digits (one matrix product per run instead of one per result)."""
+    from evald import snapshot as codec
+
+    rng = np.random.default_rng(7)
+    docs: list[object] = []
+    for k in range(300):
+        doc = {
+            "request_id": f"r{k}",
+            "ts": int(k * 7_000 + rng.integers(0, 5_000)),
+            "labels": {"arm": "AB"[k % 2], "model": "m"},
+            "measures": {"RR": float(rng.random()), "P@2": float(rng.random())},
+        }
+        if k % 3 == 0:
+            doc["cluster"] = f"{k + 1:016x}"
+        docs.append(doc)
+    docs[17:17] = [{"ts": "never"}, None, [1, 2]]  # not results: left out
+    alone, _ = make()
+    taken = sum(alone.absorb_result(doc, 2) for doc in docs)  # type: ignore[arg-type]
+    together, _ = make()
+    assert together.absorb_results(docs, 2) == taken == 300
+    meta_a, arrays_a = codec.decode(alone.snapshot(2))
+    meta_b, arrays_b = codec.decode(together.snapshot(2))
+    assert meta_a == meta_b
+    for name in ("windows.buckets", "windows.values", "boot.buckets"):
+        assert np.array_equal(arrays_a[name], arrays_b[name]), name
+    np.testing.assert_allclose(arrays_b["boot.values"], arrays_a["boot.values"], rtol=1e-12)
+    assert together.absorb_results([], 2) == 0
+
+
 def test_on_result_gets_every_result_in_finalization_order():
     engine, results = make()
     for k in range(5):

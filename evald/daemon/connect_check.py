@@ -19,7 +19,12 @@ from typing import Any
 from evald.daemon.permissions import acl_command, topic_needs
 from evald.daemon.rekey import internal_topic
 from evald.daemon.settings import Settings
-from evald.daemon.topics import TopicLayoutError, check_layout
+from evald.daemon.topics import (
+    TopicLayoutError,
+    check_layout,
+    statistics_policy_problem,
+    topic_configs,
+)
 
 __all__ = [
     "Check",
@@ -133,18 +138,9 @@ def statistics_check(name: str, topic: TopicInfo) -> Check:
         return Check(
             NOTE, subject, "the broker did not report its cleanup.policy; it must be compact"
         )
-    policy = {part.strip() for part in configs["cleanup.policy"].split(",")}
-    retention = configs.get("retention.ms", "")
-    if "compact" not in policy or ("delete" in policy and retention != "-1"):
-        return Check(
-            FAIL,
-            subject,
-            f"cleanup.policy={configs['cleanup.policy']} (retention.ms={retention or '?'}): "
-            "evald needs compact, so that no share is deleted by time and only each "
-            "partition's newest final mark is kept (a restart refolds from the topic); run "
-            f"kafka-configs.sh --alter --entity-type topics --entity-name {name} --add-config "
-            "cleanup.policy=compact",
-        )
+    problem = statistics_policy_problem(name, configs)
+    if problem is not None:
+        return Check(FAIL, subject, problem)
     if topic.partitions != 1:
         detail = f"compacted; {topic.partitions} partitions, of which evald uses partition 0 only"
         return Check(NOTE, subject, detail)
@@ -235,27 +231,6 @@ def describe(admin: Any, names: Sequence[str]) -> dict[str, TopicInfo]:
         name = desc.get("name") or desc.get("topic")
         info[name] = _topic_info(desc)
     return info
-
-
-def topic_configs(admin: Any, name: str) -> dict[str, str] | None:
-    """The topic's configs as strings; None when the broker does not answer them (an old
-    broker, no DescribeConfigs permission)."""
-    from kafka.admin import ConfigResource, ConfigResourceType
-    from kafka.errors import KafkaError
-
-    try:
-        described = admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, name)], config_filter="all"
-        )
-    except KafkaError:
-        return None
-    entries = (described or {}).get("topic", {}).get(name) or {}
-    out = {}
-    for key, entry in entries.items():
-        value = entry.get("value") if isinstance(entry, dict) else entry
-        if value is not None:
-            out[key] = str(value)
-    return out or None
 
 
 def connect_checks(settings: Settings, timeout_s: float) -> list[Check]:

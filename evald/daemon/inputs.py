@@ -157,16 +157,18 @@ class Inputs:
     # -- the poll cycle -------------------------------------------------------------------
 
     def take(
-        self, batches: dict[TopicPartition, list[Any]], restore: Callable[[int], None]
+        self, batches: dict[TopicPartition, list[Any]], restore: Callable[[list[int]], None]
     ) -> None:
-        """Restore the partitions assigned since the last cycle, then buffer what the poll
-        returned. A partition restored now drops this poll's records: they may come from the
-        position it had before (kafka-python can keep a reassigned partition's position and
-        fetched batches), and the restore's seek has them fetched again from the checkpoint.
+        """Restore the partitions assigned since the last cycle (in one call: restore.py reads
+        their state together), then buffer what the poll returned. A partition restored now
+        drops this poll's records: they may come from the position it had before
+        (kafka-python can keep a reassigned partition's position and fetched batches), and the
+        restore's seek has them fetched again from the checkpoint.
         Taken as an offset gap instead, they would make the re-fetch look like a duplicate."""
         restored = set(self._to_restore)
+        if restored:
+            restore(sorted(restored))
         for p in sorted(restored):
-            restore(p)
             part = self.parts.get(p)
             if part is not None and part.restored:
                 part.begin_replay()

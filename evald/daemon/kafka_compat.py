@@ -16,6 +16,10 @@ docstring), and the repartition stage the same of its other source partitions (i
 It stamps each fetch request with the daemon's clock as it is built and, when the answer comes
 back, records per partition the request's stamp and the watermark it reported.
 
+``committed_offsets``: kafka-python 3.0.x's ``KafkaConsumer.committed()`` takes one partition, so
+restoring 64 partitions asked the coordinator 64 times in a row; this asks once for all of them
+(as Java's ``committed(Set)`` does), through the consumer's coordinator.
+
 ``close_quietly``: closing a client of a session that just failed (broker gone, coordinator
 moved) can raise too; the session's teardown must go on, so every client is closed the same way.
 A producer with records no broker takes (their topic deleted) is a case of its own:
@@ -71,6 +75,7 @@ __all__ = [
     "abort_within",
     "close_quietly",
     "commit_within",
+    "committed_offsets",
     "flush_within",
     "send_offsets_within",
     "unpark_resumed",
@@ -373,3 +378,18 @@ def close_quietly(client: Any) -> None:
             client.close()
     except Exception:
         log.debug("closing %s failed", type(client).__name__, exc_info=True)
+
+
+def committed_offsets(consumer: Any, tps: list[TopicPartition], timeout_ms: int) -> dict[Any, Any]:
+    """The group's committed offsets of ``tps`` in one OffsetFetch (with ``require_stable`` on a
+    ``read_committed`` consumer, as ``committed()`` asks): partition -> ``OffsetAndMetadata``,
+    partitions without an offset left out; ``KafkaTimeoutError`` after ``timeout_ms``."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None:  # not kafka-python's consumer: one partition at a time
+        out = {}
+        for tp in tps:
+            offset = consumer.committed(tp, metadata=True, timeout_ms=timeout_ms)
+            if offset is not None:
+                out[tp] = offset
+        return out
+    return dict(coordinator.fetch_committed_offsets(list(tps), timeout_ms=timeout_ms))

@@ -1,325 +1,575 @@
-"""Reading state back from Kafka when a partition is assigned: its checkpoint, the snapshot of
-its window aggregates and the results written after that snapshot.
+"""Reading state back from Kafka when partitions are assigned: their checkpoints, the snapshots
+of their window aggregates and the results written after those snapshots.
 
-Every read uses a group-less consumer with ``read_uncommitted`` on purpose: what is committed
-is decided by the group offsets and the checkpoint's references (see checkpoint.py), and a
-``read_committed`` read would stall behind the open transaction of a crashed instance until
-the broker times it out.
-
-There is no overall deadline: a large but valid state may take long to read. A read fails
-(a transient error: the session retries) only when it makes no progress for ``stall_s``.
+Every partition assigned by one rebalance is restored in one go: one OffsetFetch for all of
+them, one ListOffsets per end, then one concurrent read per kind of record (state_reads.py), so
+the cost is a few round trips whatever the partition count (docs/performance.md §11). State
+that cannot be used (a checkpoint topic deleted or expired, a record that is not a checkpoint, a
+watermark no event could give) is refused with exit 2 and what to do (restore_checks.py); a
+read that stops moving is a transient error the session retries.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
-from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef, from_runs
+from evald.daemon import restore_checks as checks
+from evald.daemon.checkpoint import Checkpoint, SnapshotRef, from_runs
 from evald.daemon.crash import crash_point
+from evald.daemon.fatal import Fatal
 from evald.daemon.inputs import Inputs, Part
+from evald.daemon.kafka_compat import close_quietly, committed_offsets
 from evald.daemon.logs import event_time
 from evald.daemon.merge import KINDS
-from evald.daemon.settings import TopicSettings
+from evald.daemon.settings import Settings
 from evald.daemon.snapshots import whole
+from evald.daemon.state_reads import Progress, RestoreError, Span, read_spans
 from evald.daemon.topics import TopicGuard
 from evald.engine import Engine
 
-__all__ = [
-    "RESTORE_STALL_S",
-    "Progress",
-    "RestoreError",
-    "read_checkpoint",
-    "read_ranges",
-    "read_snapshot",
-    "restore_partition",
-]
+__all__ = ["RESTORE_STALL_S", "Progress", "RestoreError", "Restorer"]
 
 log = logging.getLogger("evald.daemon")
 
 #: a restore read that makes no progress for this long fails (transient); no overall deadline
 RESTORE_STALL_S = 60.0
+#: results absorbed in one engine call (``Engine.absorb_results``): one call per result cost
+#: a millisecond each, and the batch bounds what is held decoded
+ABSORB_BATCH = 10_000
 
 
-class RestoreError(RuntimeError):
-    """State could not be read back (no progress, missing record; a transient error)."""
-
-
-class Progress:
-    """What one restore read (records, bytes), and its stall deadline: ``check`` fails only
-    when nothing moved for ``stall_s`` seconds of ``clock``. ``heartbeat`` is called on every
-    move: a long restore that keeps moving is alive (the liveness check must not kill it)."""
+class Restorer:
+    """Restores the partitions a session is assigned, with that session's clients."""
 
     def __init__(
         self,
-        stall_s: float,
-        clock: Callable[[], float] = time.monotonic,
+        settings: Settings,
+        *,
+        consumer: KafkaConsumer,
+        reader: KafkaConsumer,
+        committed_reader: Callable[[], KafkaConsumer],
+        engine: Engine,
+        guard: TopicGuard,
+        inputs: Inputs,
+        clock: Callable[[], float],
         heartbeat: Callable[[], None] = lambda: None,
+        verify_topics: Callable[[], None] = lambda: None,
+        stall_s: float = RESTORE_STALL_S,
+        offset_wait_s: float = RESTORE_STALL_S,
     ) -> None:
-        self.stall_s = stall_s
-        self.records = 0
-        self.bytes = 0
-        self._clock = clock
-        self._beat = heartbeat
-        self._moved_at = clock()
-
-    def moved(self, records: int = 0, nbytes: int = 0) -> None:
-        """Something arrived (records, or the position advanced past markers)."""
-        self.records += records
-        self.bytes += nbytes
-        self._moved_at = self._clock()
-        self._beat()
-
-    def check(self, what: str) -> None:
-        """Raise RestoreError when the read has been stuck for ``stall_s``."""
-        if self._clock() - self._moved_at > self.stall_s:
-            raise RestoreError(f"reading {what}: no progress for {self.stall_s:g}s")
-
-
-def _records(
-    reader: KafkaConsumer, tp: TopicPartition, start: int, end: int, progress: Progress
-) -> Iterator[Any]:
-    """Yield the records of ``tp`` with offsets in ``[start, end)``, in order."""
-    if start >= end:
-        return
-    reader.assign([tp])
-    reader.seek(tp, start)
-    next_offset = start
-    position = start
-    progress.moved()  # the deadline counts from the start of this read
-    while next_offset < end:
-        progress.check(f"{tp.topic}[{tp.partition}] {next_offset}..{end}")
-        batch = reader.poll(timeout_ms=200, max_records=5_000).get(tp, [])
-        for record in batch:
-            if record.offset < next_offset:
-                continue
-            if record.offset >= end:
-                return
-            next_offset = record.offset + 1
-            progress.moved(1, len(record.value or b"") + len(record.key or b""))
-            yield record
-        if not batch:
-            # transaction markers occupy offsets but are never returned: stop at the end
-            now = reader.position(tp)
-            if now is not None and now >= end:
-                return
-            if now is not None and now > position:
-                position = now
-                progress.moved()
-
-
-def read_checkpoint(
-    reader: KafkaConsumer, topic: str, partition: int, committed: int, progress: Progress
-) -> Checkpoint:
-    """The checkpoint record at ``committed - 1`` of the checkpoint topic partition."""
-    tp = TopicPartition(topic, partition)
-    for record in _records(reader, tp, committed - 1, committed, progress):
-        checkpoint = Checkpoint.decode(record.value)
-        if checkpoint.partition != partition:
-            raise RestoreError(
-                f"checkpoint at {topic}[{partition}]@{record.offset} is for "
-                f"partition {checkpoint.partition}"
-            )
-        return checkpoint
-    raise RestoreError(f"no checkpoint record at {topic}[{partition}]@{committed - 1}")
-
-
-def read_snapshot(
-    reader: KafkaConsumer, topic: str, partition: int, ref: SnapshotRef, progress: Progress
-) -> bytes:
-    """The snapshot the checkpoint names: its chunk records of the checkpoint topic partition,
-    joined and checked against the size and CRC-32 the checkpoint recorded."""
-    tp = TopicPartition(topic, partition)
-    wanted = set(ref.offsets)
-    parts = {
-        record.offset: record.value
-        for record in _records(reader, tp, ref.offsets[0], ref.offsets[-1] + 1, progress)
-        if record.offset in wanted
-    }
-    missing = sorted(wanted - set(parts))
-    if missing:
-        raise RestoreError(f"snapshot records missing at {topic}[{partition}]@{missing}")
-    try:
-        return whole([parts[offset] for offset in ref.offsets], ref)
-    except ValueError as exc:
-        raise RestoreError(str(exc)) from None
-
-
-def read_ranges(
-    reader: KafkaConsumer,
-    topic: str,
-    partition: int,
-    ranges: tuple[ResultRange, ...],
-    progress: Progress,
-) -> Iterator[Any]:
-    """The committed results of one partition, decoded, range by range in offset order; a
-    record that is not JSON comes as None (the caller counts it, the restore goes on)."""
-    tp = TopicPartition(topic, partition)
-    for result_range in ranges:
-        for record in _records(reader, tp, result_range.start, result_range.end, progress):
-            try:
-                yield json.loads(record.value)
-            except (ValueError, TypeError):  # not JSON, not UTF-8, or a tombstone
-                yield None
-
-
-def committed_offset(consumer: KafkaConsumer, tp: TopicPartition, wait_s: float) -> int | None:
-    """The group's committed offset on ``tp``, or RestoreError after ``wait_s``.
-
-    Why bounded: kafka-python retries OffsetFetch without end while the group coordinator is
-    away or answers that a transaction still holds offsets of the group (``require_stable``: a
-    dead instance's transaction, aborted only at its timeout). The restore runs holding the
-    engine, so the loop would hang with it; failing lets the next session try again."""
-    timeout_ms = int(wait_s * 1000)
-    try:
-        offset = consumer.committed(tp, timeout_ms=timeout_ms)
-    except KafkaTimeoutError as exc:
-        raise RestoreError(
-            f"the group's committed offset of {tp.topic}/{tp.partition} not answered within "
-            f"{timeout_ms / 1000:g}s (group coordinator away, or an open transaction of another "
-            "instance still holds the group's offsets)"
-        ) from exc
-    return None if offset is None else int(offset)
-
-
-def restore_partition(
-    part: Part,
-    *,
-    consumer: KafkaConsumer,
-    reader: KafkaConsumer,
-    engine: Engine,
-    topics: TopicSettings,
-    guard: TopicGuard,
-    inputs: Inputs,
-    clock: Callable[[], float],
-    heartbeat: Callable[[], None] = lambda: None,
-    stall_s: float = RESTORE_STALL_S,
-    offset_wait_s: float = RESTORE_STALL_S,
-) -> None:
-    """Resume ``part`` from its committed checkpoint (or from the start of both inputs).
-
-    1. Read the group's committed offset *c* on the checkpoint topic (crash point
-       ``restore``), waiting at most ``offset_wait_s``; without one, start both inputs from
-       their beginning.
-    2. Read the checkpoint at *c - 1*; refuse (exit 2) one written against other input topics.
-    3. Restore the engine's watermark, consumed offsets and the impressions the cap evicted,
-       and its comparison shares not final yet; load the checkpoint's snapshot of the window
-       aggregates (if any) and absorb the committed results of its ranges, written after that
-       snapshot.
-    4. Seek both inputs to the committed offsets; records up to the consumed ones are replayed
-       to rebuild pending joins.
-    """
-    p = part.partition
-    started = clock()
-    ckpt_tp = TopicPartition(topics.checkpoint_topic, p)
-    committed = committed_offset(consumer, ckpt_tp, offset_wait_s)
-    crash_point("restore")
-    if committed:
-        progress = Progress(stall_s, clock, heartbeat)
-        checkpoint = read_checkpoint(reader, topics.checkpoint_topic, p, committed, progress)
-        guard.check_checkpoint(checkpoint.extra.get("topic_ids"), p)
-        engine.restore(
-            p,
-            checkpoint.watermark,
-            dict(checkpoint.consumed),
-            checkpoint.event_times,
-            from_runs(checkpoint.evicted),
-            from_runs(checkpoint.evicted_feedback),
+        """``committed_reader`` opens a group-less ``read_committed`` consumer (closed after
+        use): only a group with no offset at all for a partition whose checkpoint partition
+        holds records needs one. ``verify_topics`` (``TopicGuard.verify``) runs before a
+        refusal: an input topic recreated under the session is the better explanation."""
+        self._topics = settings.topics
+        self._where = checks.Where(
+            settings.daemon.group_id,
+            settings.topics.checkpoint_topic,
+            {kind: inputs.tp(kind, 0).topic for kind in KINDS},
         )
-        if engine.shares is not None:  # the comparison shares not final at the checkpoint
-            statistics = _open_shares(reader, topics, checkpoint, progress)
-            engine.shares.load(p, statistics, checkpoint.watermark)
-        absorbed = _rebuild_windows(reader, engine, topics, checkpoint, progress)
-        start = dict(checkpoint.committed)
-        part.replay_end = dict(checkpoint.consumed)
-        part.ranges, part.snapshot = checkpoint.results, checkpoint.snapshot
+        self._consumer, self._reader, self._committed_reader = consumer, reader, committed_reader
+        self._engine, self._guard, self._inputs = engine, guard, inputs
+        self._clock, self._heartbeat, self._verify_topics = clock, heartbeat, verify_topics
+        self._stall_s, self._offset_wait_s = stall_s, offset_wait_s
+
+    def close(self) -> None:
+        """The session ended: close the reader."""
+        close_quietly(self._reader)
+
+    # -- naming ---------------------------------------------------------------------------
+
+    def _ckpt(self, p: int) -> TopicPartition:
+        return TopicPartition(self._topics.checkpoint_topic, p)
+
+    def _results(self, p: int) -> TopicPartition:
+        return TopicPartition(self._topics.results, p)
+
+    # -- the protocol ---------------------------------------------------------------------
+
+    def restore(self, parts: Sequence[Part]) -> None:
+        """Resume ``parts`` from their committed checkpoints (or from the start of both inputs),
+        all together.
+
+        1. One OffsetFetch: the group's committed offsets on the checkpoint topic and both
+           inputs of every partition, waiting at most ``offset_wait_s`` (crash point
+           ``restore``); one ListOffsets per end for the log bounds of those partitions.
+        2. Per partition, where its checkpoint is: refuse (exit 2) a group with input offsets
+           but none on the checkpoint topic (the topic was deleted), a checkpoint below the
+           log start (expired), and a group with no offset at all whose checkpoint partition
+           holds a committed checkpoint (the group's offsets expired). No offset and no
+           committed checkpoint: a fresh start from both inputs' beginning.
+        3. Read every checkpoint record at once; refuse one that is not the partition's
+           checkpoint, was written against other input topics or holds values that cannot be
+           right (restore_checks.check_checkpoint).
+        4. Restore each engine partition's watermark, consumed offsets, event times and
+           evicted impressions, and its comparison shares not final yet (records of large
+           ones read at once); refuse when the statistics topic lost shares a comparison
+           needs. Read every snapshot at once and load it, then every committed result range
+           at once, absorbed as it arrives.
+        5. Seek both inputs of every partition to the committed offsets; records up to the
+           consumed ones are replayed to rebuild pending joins.
+        """
+        if not parts:
+            return
+        started = self._clock()
+        progress = Progress(self._stall_s, self._clock, self._heartbeat)
+        ps = [part.partition for part in parts]
+        saved = self._saved(ps)  # 1
+        crash_point("restore")
+        starts, ends = self._bounds(ps)
+        at = self._refuse(self._locate, ps, saved, starts, ends, progress)  # 2
+        found = self._refuse(self._checkpoints, at, starts, ends, progress)  # 3
+        read = {p: [0, 0] for p in found}  # records, bytes read per partition
+        for p, checkpoint in found.items():  # 4
+            self._engine.restore(
+                p,
+                checkpoint.watermark,
+                dict(checkpoint.consumed),
+                checkpoint.event_times,
+                from_runs(checkpoint.evicted),
+                from_runs(checkpoint.evicted_feedback),
+            )
+            read[p] = [1, len(checkpoint.encode())]
+        absorbed = self._refuse(self._rebuild, found, starts, read, progress)
+        elapsed = self._clock() - started
+        for part in parts:  # 5
+            p = part.partition
+            checkpoint = found.get(p)
+            if checkpoint is None:
+                self._resume(part, {k: starts[self._inputs.tp(k, p)] for k in KINDS}, None)
+                log.info("partition %d: no checkpoint, both inputs from their beginning", p)
+                continue
+            self._resume(part, dict(checkpoint.committed), checkpoint)
+            self._log_restored(checkpoint, absorbed.get(p, 0), read[p], elapsed)
+            self._note_expired(checkpoint, starts)
+        if len(parts) > 1:
+            log.info(
+                "%d partitions restored in %.2fs (%d records, %d bytes read)",
+                len(parts),
+                elapsed,
+                progress.records,
+                progress.bytes,
+            )
+
+    def _refuse(self, step: Callable[..., Any], *args: Any) -> Any:
+        """Run one step; a Refusal ends evald with exit 2 and its message, unless a topic
+        changed under the session (then that is what ends it, with its own message)."""
+        try:
+            return step(*args)
+        except checks.Refusal as exc:
+            self._verify_topics()
+            raise Fatal(2, f"evald run: refusing to restore: {exc}") from None
+
+    # -- step 1: offsets and log bounds ---------------------------------------------------
+
+    def _saved(self, ps: list[int]) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets on the checkpoint and input partitions of ``ps``.
+
+        Why bounded: kafka-python retries OffsetFetch without end while the group coordinator
+        is away or answers that a transaction still holds offsets of the group
+        (``require_stable``: a dead instance's transaction, aborted only at its timeout). The
+        restore runs holding the engine, so the loop would hang with it; failing lets the next
+        session try again."""
+        tps = [self._ckpt(p) for p in ps]
+        tps += [self._inputs.tp(kind, p) for p in ps for kind in KINDS]
+        timeout_ms = int(self._offset_wait_s * 1000)
+        try:
+            offsets = committed_offsets(self._consumer, tps, timeout_ms)
+        except KafkaTimeoutError as exc:
+            raise RestoreError(
+                f"the group's committed offsets of {len(tps)} partitions not answered within "
+                f"{timeout_ms / 1000:g}s (group coordinator away, or an open transaction of "
+                "another instance still holds the group's offsets)"
+            ) from exc
+        return {tp: offsets[tp].offset if tp in offsets else None for tp in tps}
+
+    def _bounds(self, ps: list[int]) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """Log start of the checkpoint, input and results partitions of ``ps``, log end of the
+        checkpoint and input ones (ListOffsets: one request per leader for all)."""
+        ckpt = [self._ckpt(p) for p in ps]
+        inputs = [self._inputs.tp(kind, p) for p in ps for kind in KINDS]
+        results = [self._results(p) for p in ps]
+        starts = self._reader.beginning_offsets(ckpt + inputs + results)
+        ends = self._reader.end_offsets(ckpt + inputs)
+        return dict(starts), dict(ends)
+
+    # -- step 2: where each checkpoint is -------------------------------------------------
+
+    def _locate(
+        self,
+        ps: list[int],
+        saved: Mapping[TopicPartition, int | None],
+        starts: Mapping[TopicPartition, int],
+        ends: Mapping[TopicPartition, int],
+        progress: Progress,
+    ) -> dict[int, int]:
+        """Partition -> the offset of its committed checkpoint record (fresh ones left out)."""
+        at: dict[int, int] = {}
+        unsaved = []
+        for p in ps:
+            inputs = {kind: saved[self._inputs.tp(kind, p)] for kind in KINDS}
+            tp = self._ckpt(p)
+            offset = checks.checkpoint_offset(p, saved[tp], inputs, starts[tp], self._where)
+            if offset is not None:
+                at[p] = offset
+            elif ends[tp] > starts[tp]:
+                unsaved.append(p)
+        if unsaved:
+            found = self._committed_checkpoints(unsaved, starts, ends, progress)
+            for p, offset in sorted(found.items()):
+                raise checks.offsets_lost(p, offset, self._where)
+        return at
+
+    def _committed_checkpoints(
+        self,
+        ps: list[int],
+        starts: Mapping[TopicPartition, int],
+        ends: Mapping[TopicPartition, int],
+        progress: Progress,
+    ) -> dict[int, int]:
+        """Partition -> offset of the first committed checkpoint of it in its checkpoint
+        partition, for those of ``ps`` that have one. A fresh group's checkpoint partition can
+        hold records of a first transaction that never committed (killed before its commit):
+        those are not state, and a read_committed read does not see them."""
+        found: dict[int, int] = {}
+        by_tp = {self._ckpt(p): p for p in ps}
+
+        def look(tp: TopicPartition, record: Any) -> bool:
+            p = by_tp[tp]
+            if record.key != str(p).encode():
+                return False
+            try:
+                if Checkpoint.decode(record.value).partition != p:
+                    return False
+            except ValueError:
+                return False
+            found[p] = record.offset
+            return True
+
+        reader = self._committed_reader()
+        try:
+            read_spans(reader, {tp: [(starts[tp], ends[tp])] for tp in by_tp}, progress, look)
+        finally:
+            close_quietly(reader)
+        return found
+
+    # -- step 3: the checkpoint records ---------------------------------------------------
+
+    def _checkpoints(
+        self,
+        at: Mapping[int, int],
+        starts: Mapping[TopicPartition, int],
+        ends: Mapping[TopicPartition, int],
+        progress: Progress,
+    ) -> dict[int, Checkpoint]:
+        """Read, decode and check the checkpoint record of every partition in ``at``."""
+        values: dict[int, bytes | None] = {}
+        spans = {self._ckpt(p): [(offset, offset + 1)] for p, offset in at.items()}
+
+        def keep(tp: TopicPartition, record: Any) -> None:
+            values[tp.partition] = record.value
+
+        short = read_spans(self._reader, spans, progress, keep)
+        found: dict[int, Checkpoint] = {}
+        for p, offset in sorted(at.items()):
+            where = f"{self._topics.checkpoint_topic}:{p}@{offset}"
+            if p not in values:
+                raise checks.Refusal(self._missing(p, where, short.get(self._ckpt(p))))
+            try:
+                checkpoint = Checkpoint.decode(values[p] or b"")
+            except ValueError as exc:
+                raise checks.Refusal(
+                    f"the committed checkpoint of partition {p} at {where} is not a checkpoint "
+                    f"({exc}). Find what else writes to that topic, then "
+                    f"{checks.ways_out(self._where, p)}"
+                ) from None
+            self._guard.check_checkpoint(checkpoint.extra.get("topic_ids"), p)
+            bounds = checks.Bounds(
+                self._latest_ms(),
+                int(self._engine.config.min_event_time),
+                int(self._engine.config.lateness),
+                self._inputs_end(p, checkpoint, ends, progress),
+                starts[self._ckpt(p)],
+                offset,
+            )
+            checks.check_checkpoint(p, checkpoint, bounds, self._where)
+            found[p] = checkpoint
+        return found
+
+    def _missing(self, p: int, where: str, high: int | None) -> str:
+        """Why the record at ``where`` was not read: the log ends first, or no record is there."""
+        if high is not None:
+            return (
+                f"the committed checkpoint of partition {p} at {where} is not there: the "
+                f"partition ends at offset {high} (the topic was truncated or recreated, or "
+                f"the broker lost data); {checks.start_over(self._where)}"
+            )
+        return (
+            f"the group's offset on {self._topics.checkpoint_topic}:{p} points after offset "
+            f"{where.rsplit('@', 1)[1]}, which holds no record (a transaction marker): evald "
+            "never commits such an offset, so it was reset by hand. "
+            f"{checks.ways_out(self._where, p)}"
+        )
+
+    def _latest_ms(self) -> int | None:
+        """No event time the engine accepts is later than this (restore_checks.Bounds)."""
+        lead = self._engine.config.max_event_lead
+        if lead is None:
+            return None
+        return int(self._engine.clock() * 1000) + int(lead) + checks.RECORD_LEAD_MS
+
+    def _inputs_end(
+        self,
+        p: int,
+        checkpoint: Checkpoint,
+        ends: Mapping[TopicPartition, int],
+        progress: Progress,
+    ) -> dict[str, int]:
+        """Per kind, the end of p's input partition where the checkpoint says it consumed
+        past what ListOffsets answered: confirmed by a fetch (a broker whose ListOffsets lags
+        behind its last batch, as tansu's does, must not make a good checkpoint look bad)."""
+        beyond = {
+            self._inputs.tp(kind, p): checkpoint.consumed[kind]
+            for kind in KINDS
+            if checkpoint.consumed.get(kind, 0) > ends[self._inputs.tp(kind, p)]
+        }
+        if not beyond:
+            return {}
+        spans = {tp: [(offset - 1, offset)] for tp, offset in beyond.items()}
+        short = read_spans(self._reader, spans, progress, lambda tp, record: None)
+        return {self._inputs.kind(tp.topic): high for tp, high in short.items()}
+
+    # -- step 4: the engine's state -------------------------------------------------------
+
+    def _rebuild(
+        self,
+        found: Mapping[int, Checkpoint],
+        starts: Mapping[TopicPartition, int],
+        read: dict[int, list[int]],
+        progress: Progress,
+    ) -> dict[int, int]:
+        """Open shares, snapshots, then the committed results; returns the results absorbed
+        per partition."""
+        chunks = self._chunks(found, read, progress)
+        engine = self._engine
+        lost: dict[int, int] = {}
+        for p, checkpoint in found.items():
+            if engine.shares is not None:  # the comparison shares not final at the checkpoint
+                statistics = checkpoint.statistics
+                if p in chunks.get("statistics", {}):
+                    statistics = self._open_shares(p, chunks["statistics"][p])
+                engine.shares.load(p, statistics, checkpoint.watermark)
+                final = self._statistics_lost(p, checkpoint, statistics)
+                if final is not None:
+                    lost[p] = final
+            if p in chunks.get("snapshot", {}):
+                try:
+                    engine.load_snapshot(p, chunks["snapshot"][p])
+                except ValueError as exc:
+                    raise checks.Refusal(
+                        f"the snapshot of partition {p}'s window aggregates does not fit this "
+                        f"evald ({exc}): were engine.measures, engine.bucket or the label keys "
+                        "changed? That needs a new daemon.group_id and new results and "
+                        "checkpoint topics"
+                    ) from None
+        if lost:
+            config = engine.config.statistics
+            topic = self._guard.statistics_name or ""
+            warning = checks.statistics_lost(topic, lost, config.comparisons, config.window)
+            log.warning("%s", warning)
+        return self._absorb(found, starts, read, progress)
+
+    def _chunks(
+        self, found: Mapping[int, Checkpoint], read: dict[int, list[int]], progress: Progress
+    ) -> dict[str, dict[int, bytes]]:
+        """The snapshot and the open-shares records every checkpoint names, all read at once,
+        joined and checked against the size and CRC-32 the checkpoint recorded."""
+        refs: dict[tuple[str, int], SnapshotRef] = {}
+        for p, checkpoint in found.items():
+            if checkpoint.snapshot is not None:
+                refs[("snapshot", p)] = checkpoint.snapshot
+            statistics = checkpoint.statistics
+            if isinstance(statistics, dict) and "records" in statistics:
+                ref = SnapshotRef.from_json(statistics["records"])  # checked in step 3
+                if ref is not None:
+                    refs[("statistics", p)] = ref
+        spans: dict[TopicPartition, list[Span]] = {}
+        for (_, p), ref in refs.items():
+            spans.setdefault(self._ckpt(p), []).append((ref.offsets[0], ref.offsets[-1] + 1))
+        parts: dict[tuple[int, int], bytes] = {}
+
+        def keep(tp: TopicPartition, record: Any) -> None:
+            read[tp.partition][0] += 1
+            read[tp.partition][1] += len(record.value or b"") + len(record.key or b"")
+            parts[(tp.partition, record.offset)] = record.value or b""
+
+        read_spans(self._reader, spans, progress, keep)
+        out: dict[str, dict[int, bytes]] = {}
+        for (name, p), ref in refs.items():
+            at = f"{self._topics.checkpoint_topic}:{p}"
+            missing = [o for o in ref.offsets if (p, o) not in parts]
+            try:
+                if missing:
+                    raise ValueError(f"no record at offsets {missing}")
+                out.setdefault(name, {})[p] = whole([parts[(p, o)] for o in ref.offsets], ref)
+            except ValueError as exc:
+                raise checks.Refusal(
+                    f"the {name} records {at}@{list(ref.offsets)} named by the committed "
+                    f"checkpoint of partition {p} are damaged: {exc}. Find what else writes "
+                    f"to that topic, then {checks.ways_out(self._where, p)}"
+                ) from None
+        return out
+
+    def _open_shares(self, p: int, raw: bytes) -> Any:
+        """The open comparison shares a checkpoint put in records of their own (JSON)."""
+        try:
+            shares = json.loads(raw)
+            log.info(
+                "partition %d: open comparison shares read from records (%d bytes)", p, len(raw)
+            )
+            return shares
+        except ValueError as exc:
+            raise checks.Refusal(
+                f"the open comparison shares of partition {p}'s committed checkpoint are not "
+                f"JSON ({exc}). Find what else writes to {self._topics.checkpoint_topic}, then "
+                f"{checks.ways_out(self._where, p)}"
+            ) from None
+
+    def _statistics_lost(self, p: int, checkpoint: Checkpoint, statistics: Any) -> int | None:
+        """p's final mark when the statistics topic is not the one its checkpoint was written
+        against (its id changed): the shares p published up to the mark are gone."""
+        final = statistics.get("final") if isinstance(statistics, dict) else None
+        saved = (checkpoint.extra.get("topic_ids") or {}).get(self._guard.statistics_name)
+        current = self._guard.statistics_id
+        if final is None or not saved or not current or saved == current:
+            return None
+        return int(final)
+
+    def _absorb(
+        self,
+        found: Mapping[int, Checkpoint],
+        starts: Mapping[TopicPartition, int],
+        read: dict[int, list[int]],
+        progress: Progress,
+    ) -> dict[int, int]:
+        """Absorb the committed results of every checkpoint's ranges, read at once."""
+        spans: dict[TopicPartition, list[Span]] = {}
+        for p, checkpoint in found.items():
+            tp, start = self._results(p), starts[self._results(p)]
+            ranges = [(max(r.start, start), r.end) for r in checkpoint.results]
+            gone = sum(min(r.end, start) - r.start for r in checkpoint.results if r.start < start)
+            if gone > 0:
+                log.warning(
+                    "partition %d: %d committed results are no longer on %s (its log starts "
+                    "at %d): the window aggregates lack them (results retention shorter than "
+                    "engine.retention + window + lateness?)",
+                    p,
+                    gone,
+                    tp.topic,
+                    start,
+                )
+            spans[tp] = ranges
+        absorbed = dict.fromkeys(found, 0)
+        unreadable = dict.fromkeys(found, 0)
+        pending: dict[int, list[Any]] = {p: [] for p in found}
+
+        def flush(p: int) -> None:
+            docs, pending[p] = pending[p], []
+            took = self._engine.absorb_results(docs, p)
+            absorbed[p] += took
+            unreadable[p] += len(docs) - took
+
+        def absorb(tp: TopicPartition, record: Any) -> None:
+            p = tp.partition
+            read[p][0] += 1
+            read[p][1] += len(record.value or b"") + len(record.key or b"")
+            try:
+                pending[p].append(json.loads(record.value))
+            except (ValueError, TypeError):  # not JSON, not UTF-8, or a tombstone
+                unreadable[p] += 1
+            if len(pending[p]) >= ABSORB_BATCH:
+                flush(p)
+
+        short = read_spans(self._reader, spans, progress, absorb)
+        for p in found:
+            flush(p)
+        for tp, high in short.items():
+            raise checks.Refusal(
+                f"the committed checkpoint of partition {tp.partition} names results up to "
+                f"offset {spans[tp][-1][1]} of {tp.topic}:{tp.partition}, but that partition "
+                f"ends at {high} (truncated or recreated, or the broker lost data); "
+                f"{checks.start_over(self._where)}"
+            )
+        for p, count in unreadable.items():
+            if count:
+                # only evald writes these ranges: a record that is not a result means another
+                # writer
+                log.warning(
+                    "partition %d: %d records in the committed result ranges of %s are not "
+                    "results; left out of the window aggregates (does another producer write "
+                    "to that topic?)",
+                    p,
+                    count,
+                    self._topics.results,
+                )
+        return absorbed
+
+    # -- step 5: the inputs ---------------------------------------------------------------
+
+    def _resume(self, part: Part, start: dict[str, int], checkpoint: Checkpoint | None) -> None:
+        """Seek both inputs of ``part`` to ``start``; with a checkpoint, records up to its
+        consumed offsets are replayed to rebuild pending joins."""
+        p = part.partition
+        if checkpoint is not None:
+            part.replay_end = dict(checkpoint.consumed)
+            part.ranges, part.snapshot = checkpoint.results, checkpoint.snapshot
+        else:
+            part.replay_end = dict(start)
+        part.epoch_start = None
+        for kind in KINDS:
+            consumer_tp = self._inputs.tp(kind, p)
+            self._consumer.seek(consumer_tp, start[kind])
+        part.fed_next = dict(start)
+        part.fetched_next = dict(start)
+        part.merger.clear()
+        part.restored = True
+
+    def _note_expired(self, checkpoint: Checkpoint, starts: Mapping[TopicPartition, int]) -> None:
+        """Warn when records to replay were deleted by the inputs' retention: the impressions
+        pending among them are lost (their results never come)."""
+        for kind in KINDS:
+            tp = self._inputs.tp(kind, checkpoint.partition)
+            if checkpoint.committed[kind] < starts[tp]:
+                log.warning(
+                    "partition %d: %s records %d..%d to replay are gone (the log starts at "
+                    "%d): impressions pending among them are lost; keep the inputs' retention "
+                    "above engine.window + lateness plus the longest time evald may be stopped",
+                    checkpoint.partition,
+                    tp.topic,
+                    checkpoint.committed[kind],
+                    starts[tp] - 1,
+                    starts[tp],
+                )
+
+    def _log_restored(
+        self, checkpoint: Checkpoint, absorbed: int, read: list[int], elapsed: float
+    ) -> None:
         log.info(
             "partition %d restored: watermark %s, replay from %s to %s, snapshot of %s "
             "bytes, %d results absorbed, %d records (%d bytes) read in %.2fs",
-            p,
+            checkpoint.partition,
             event_time(checkpoint.watermark),
-            start,
+            checkpoint.committed,
             checkpoint.consumed,
             "no" if checkpoint.snapshot is None else checkpoint.snapshot.size,
             absorbed,
-            progress.records,
-            progress.bytes,
-            clock() - started,
+            read[0],
+            read[1],
+            elapsed,
         )
-    else:
-        start = {}
-        for kind in KINDS:
-            tp = inputs.tp(kind, p)
-            start[kind] = consumer.beginning_offsets([tp])[tp]
-        part.replay_end = dict(start)
-    part.epoch_start = None
-    for kind in KINDS:
-        consumer.seek(inputs.tp(kind, p), start[kind])
-    part.fed_next = dict(start)
-    part.fetched_next = dict(start)
-    part.merger.clear()
-    part.restored = True
-
-
-def _open_shares(
-    reader: KafkaConsumer, topics: TopicSettings, checkpoint: Checkpoint, progress: Progress
-) -> Any:
-    """The checkpoint's open comparison shares: inline, or in the records it names."""
-    statistics = checkpoint.statistics
-    if isinstance(statistics, dict) and "records" in statistics:
-        p = checkpoint.partition
-        try:
-            ref = SnapshotRef.from_json(statistics["records"])
-            if ref is None:
-                raise ValueError("no records named")
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RestoreError(f"checkpoint of partition {p}: bad statistics: {exc}") from None
-        raw = read_snapshot(reader, topics.checkpoint_topic, p, ref, progress)
-        log.info(
-            "partition %d: open comparison shares read from %d records (%d bytes)",
-            p,
-            len(ref.offsets),
-            ref.size,
-        )
-        return json.loads(raw)
-    return statistics
-
-
-def _rebuild_windows(
-    reader: KafkaConsumer,
-    engine: Engine,
-    topics: TopicSettings,
-    checkpoint: Checkpoint,
-    progress: Progress,
-) -> int:
-    """The partition's window aggregates as committed: the checkpoint's snapshot (if any),
-    then the results written after it; returns how many results were absorbed."""
-    p = checkpoint.partition
-    if checkpoint.snapshot is not None:
-        raw = read_snapshot(reader, topics.checkpoint_topic, p, checkpoint.snapshot, progress)
-        try:
-            engine.load_snapshot(p, raw)
-        except ValueError as exc:
-            raise RestoreError(f"snapshot of partition {p}: {exc}") from None
-    absorbed = unreadable = 0
-    for doc in read_ranges(reader, topics.results, p, checkpoint.results, progress):
-        if engine.absorb_result(doc, p):
-            absorbed += 1
-        else:
-            unreadable += 1
-    if unreadable:
-        # only evald writes these ranges: a record that is not a result means another writer
-        log.warning(
-            "partition %d: %d records in the committed result ranges of %s are not results; "
-            "left out of the window aggregates (does another producer write to that topic?)",
-            p,
-            unreadable,
-            topics.results,
-        )
-    return absorbed

@@ -43,7 +43,7 @@ from kafka.errors import (
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.backpressure import Action, Backpressure
-from evald.daemon.comparisons import ComparisonReader
+from evald.daemon.comparisons import ComparisonReader, statistics_topic
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.engine_lock import EngineLock
 from evald.daemon.fatal import Fatal, unrecoverable
@@ -52,10 +52,10 @@ from evald.daemon.inputs import Inputs
 from evald.daemon.kafka_compat import close_quietly, unpark_resumed, without_auto_create
 from evald.daemon.permissions import explain_denial
 from evald.daemon.rebalance import Rebalance
-from evald.daemon.restore import RestoreError, restore_partition
+from evald.daemon.restore import RestoreError, Restorer
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
-from evald.daemon.topics import TopicGuard, ensure_statistics_topic
+from evald.daemon.topics import TopicGuard
 from evald.daemon.transaction import Transaction
 from evald.decode import Rejection
 from evald.engine import Engine, Result
@@ -126,7 +126,8 @@ class Daemon:
         )
         topics = settings.topics
         self.inputs = Inputs(topics.impressions, topics.feedback, clock, merge_hold_s)
-        self.topics = TopicGuard(settings, clock)
+        compares = bool(settings.engine_config().statistics.comparisons)
+        self.topics = TopicGuard(settings, clock, statistics_topic(topics) if compares else None)
         self.dead_letters = DeadLetters(topics.dlq)
         self.transaction = Transaction(
             settings,
@@ -145,8 +146,9 @@ class Daemon:
         #: the comparisons folded from the statistics topic (started by the first session)
         self.comparisons: ComparisonReader | None = None
         self._consumer: KafkaConsumer | None = None
-        self._reader: KafkaConsumer | None = None
         self._admin: KafkaAdminClient | None = None
+        #: restores the session's assigned partitions (and holds its group-less reader)
+        self._restorer: Restorer | None = None
 
     # -- public ---------------------------------------------------------------------------
 
@@ -295,13 +297,6 @@ class Daemon:
         # no client may create a topic: after a broker lost its data, an input topic created
         # empty by a metadata request would be consumed as if nothing had happened, and a
         # deleted one would come back with the broker's default partition count
-        self._reader = KafkaConsumer(
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_uncommitted",
-            **without_auto_create(),
-            **client,
-        )
         consumer = self._consumer = KafkaConsumer(
             group_id=cfg.daemon.group_id,
             enable_auto_commit=False,
@@ -317,6 +312,7 @@ class Daemon:
         )
         self.transaction.connect(producer, consumer, engine)
         self.inputs.connect(consumer)
+        self._restorer = self._open_restorer(consumer, engine, client)
         listener = Rebalance(
             self.lock, self.inputs, self.transaction, engine, self.health, self.stats
         )
@@ -332,11 +328,41 @@ class Daemon:
             self.topics.recheck(self._admin, now)
         self._shutdown()
 
+    def _open_restorer(
+        self, consumer: KafkaConsumer, engine: Engine, client: dict[str, Any]
+    ) -> Restorer:
+        """The session's restore (restore.py), with its own group-less readers."""
+        admin = self._admin
+        assert admin is not None
+
+        def reader(isolation: str) -> KafkaConsumer:
+            return KafkaConsumer(
+                group_id=None,
+                enable_auto_commit=False,
+                isolation_level=isolation,
+                **without_auto_create(),
+                **client,
+            )
+
+        return Restorer(
+            self.settings,
+            consumer=consumer,
+            reader=reader("read_uncommitted"),
+            committed_reader=lambda: reader("read_committed"),
+            engine=engine,
+            guard=self.topics,
+            inputs=self.inputs,
+            clock=self.clock,
+            heartbeat=self._beat,
+            verify_topics=lambda: self.topics.verify(admin),
+            offset_wait_s=self._offset_wait_s(),
+        )
+
     def _read_comparisons(self, admin: KafkaAdminClient, engine: Engine) -> None:
-        """Create the statistics topic if needed and start folding it (once per process)."""
+        """Start folding the statistics topic (once per process; every session's
+        ``TopicGuard.start`` created it if it was missing)."""
         partitions = max(shape.partitions for shape in self.topics.inputs.values())
         reader = ComparisonReader(self.settings, engine.config, engine.measure_names, partitions)
-        ensure_statistics_topic(admin, reader.topic)
         self.comparisons = reader
         reader.start()
         engine.attach_statistics(reader.live)
@@ -363,27 +389,16 @@ class Daemon:
                     log.warning("a commit took %.1fs: the broker was slow to answer", took)
         return now
 
-    def _restore(self, p: int) -> None:
-        """Resume partition p from its committed checkpoint (or from the start)."""
-        part = self.inputs.parts.get(p)
-        consumer, reader, engine = self._consumer, self._reader, self._engine
-        if part is None or consumer is None or reader is None:
+    def _restore(self, partitions: list[int]) -> None:
+        """Resume the partitions just assigned from their committed checkpoints (or from the
+        start), all together (restore.py)."""
+        parts = [self.inputs.parts[p] for p in partitions if p in self.inputs.parts]
+        restorer = self._restorer
+        if not parts or restorer is None or self._consumer is None:
             return
-        assert engine is not None
-        restore_partition(
-            part,
-            consumer=consumer,
-            reader=reader,
-            engine=engine,
-            topics=self.settings.topics,
-            guard=self.topics,
-            inputs=self.inputs,
-            clock=self.clock,
-            heartbeat=self._beat,
-            offset_wait_s=self._offset_wait_s(),
-        )
+        restorer.restore(parts)
         with self.stats.lock:
-            self.stats.restores += 1
+            self.stats.restores += len(parts)
 
     def _offset_wait_s(self) -> float:
         """How long a restore waits for the group's committed offset: a request, plus the
@@ -478,11 +493,14 @@ class Daemon:
             self._engine = None
         self.health.broker_ok = False
         self.transaction.abandoned = True
-        for name in ("_consumer", "_reader", "_admin"):
+        for name in ("_consumer", "_admin"):
             client = getattr(self, name)
             if client is not None:
                 close_quietly(client)
                 setattr(self, name, None)
+        if self._restorer is not None:
+            self._restorer.close()
+            self._restorer = None
         self.transaction.close()
         self.inputs.clear()
         self.inputs.connect(None)

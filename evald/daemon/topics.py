@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -42,12 +43,16 @@ __all__ = [
     "describe",
     "ensure_statistics_topic",
     "missing_outputs",
+    "statistics_policy_problem",
+    "topic_configs",
 ]
 
 log = logging.getLogger("evald.daemon")
 
 #: how often the input topics' ids and partition counts are compared with those seen at start
 TOPIC_CHECK_INTERVAL_S = 10.0
+#: describes of a just-created statistics topic before going on without its id
+STATISTICS_ID_TRIES = 30
 #: the id a broker reports for a topic when it has none (Kafka's Uuid.ZERO)
 NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
 
@@ -254,7 +259,10 @@ class TopicGuard:
     """The topic checks of one daemon: at the start of every session and every
     ``TOPIC_CHECK_INTERVAL_S`` while it runs. Each failure is a :class:`Fatal` (exit 2)."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, settings: Settings, clock: Callable[[], float], statistics: str | None = None
+    ) -> None:
+        """``statistics``: the statistics topic, when comparisons are configured."""
         self._settings = settings
         self._topics = settings.topics
         self._clock = clock
@@ -268,13 +276,21 @@ class TopicGuard:
         self._last_check = 0.0
         #: the thread that started the session: the only one that uses its admin client
         self._thread: threading.Thread | None = None
+        self.statistics_name = statistics
+        #: the statistics topic's id as this session found (or created) it
+        self.statistics_id: str | None = None
 
     def topic_ids(self) -> dict[str, str]:
-        """The ids of the input topics and of the results topic (those the broker reports), as
-        written into checkpoints: a restore refuses a checkpoint written against other ones."""
+        """The ids of the input topics, of the results topic and of the statistics topic
+        (those the broker reports), as written into checkpoints: a restore refuses a
+        checkpoint written against other inputs or results, and compares the statistics
+        topic's with today's."""
         results = self.outputs.get(self._topics.results)
         shapes = {**self.inputs, **({self._topics.results: results} if results else {})}
-        return {name: shape.topic_id for name, shape in shapes.items() if shape.topic_id}
+        ids = {name: shape.topic_id for name, shape in shapes.items() if shape.topic_id}
+        if self.statistics_name and self.statistics_id:
+            ids[self.statistics_name] = self.statistics_id
+        return ids
 
     def start(self, admin: KafkaAdminClient) -> int:
         """Refuse input topics that are missing, not co-partitioned or not those this process
@@ -312,30 +328,68 @@ class TopicGuard:
             # is refused before it is ready (one not described yet: the next check has it)
             with contextlib.suppress(KafkaError):
                 shapes.update(describe(admin, tuple(create)))
+        if self.statistics_name is not None:
+            self.statistics_id = self._statistics(admin, self.statistics_name)
         self._check_permissions(shapes, "refusing to start")
         self._keep_outputs(shapes)
         return limit
 
+    def _statistics(self, admin: KafkaAdminClient, name: str) -> str | None:
+        """Create the statistics topic when it is missing; refuse one that is not compacted
+        (a client's metadata request re-creates a deleted topic with the broker's defaults
+        where the broker allows it). Returns its id."""
+        ensure_statistics_topic(admin, name)
+        problem = statistics_policy_problem(name, topic_configs(admin, name))
+        if problem is not None:
+            raise Fatal(2, f"evald run: refusing to start: statistics topic {name}: {problem}")
+        for _ in range(STATISTICS_ID_TRIES):  # a topic just created may not be described yet
+            shape = describe(admin, (name,)).get(name)
+            if shape is not None:
+                return shape.topic_id
+            time.sleep(0.1)
+        return None
+
     def recheck(
         self, admin: KafkaAdminClient, now: float, interval_s: float = TOPIC_CHECK_INTERVAL_S
     ) -> None:
-        """Every ``interval_s``: stop (exit 2) when an input topic was deleted, recreated or
-        repartitioned, the results or checkpoint topic was deleted or recreated, or the
-        principal lost an operation evald needs on one of its topics; end the session (a
-        transient KafkaError) when the dead-letter topic was deleted, so that the next one
-        creates it again. Only on the thread that started the session (a commit in a
-        rebalance callback waits on another one)."""
+        """Every ``interval_s``: :meth:`verify`. Only on the thread that started the session (a
+        commit in a rebalance callback waits on another one)."""
         if now - self._last_check < interval_s or threading.current_thread() is not self._thread:
             return
         self._last_check = self._clock()
         try:
-            shapes = self._describe(admin, "stopping")
+            shapes = self._shapes(admin)
         except KafkaError as exc:
             log.debug("topic check skipped: %s", exc)  # the lag probe reports the broker
             return
+        self._verify(shapes)
+
+    def verify(self, admin: KafkaAdminClient) -> None:
+        """Stop (exit 2) when an input topic was deleted, recreated or repartitioned, the
+        results or checkpoint topic was deleted or recreated, the statistics topic deleted or
+        recreated, or the principal lost an operation evald needs on one of its topics; end
+        the session (a transient KafkaError) when the dead-letter topic was deleted, so that
+        the next one creates it again. A restore runs it before refusing state, since a topic
+        recreated under the session explains offsets that no longer fit better than a damaged
+        checkpoint does. KafkaError when the broker does not answer."""
+        self._verify(self._shapes(admin))
+
+    def _shapes(self, admin: KafkaAdminClient) -> dict[str, TopicShape | None]:
+        """Every topic evald uses, the statistics topic included, described."""
+        shapes = self._describe(admin, "stopping")
+        name = self.statistics_name
+        if name is not None and name not in shapes:
+            shapes.update(describe(admin, (name,)))
+        return shapes
+
+    def _verify(self, shapes: dict[str, TopicShape | None]) -> None:
+        """:meth:`verify` on topics described."""
+        stats = () if self.statistics_name is None else (self.statistics_name,)
         try:
             check_unchanged(self.inputs, shapes)
             check_outputs_kept(self.outputs, shapes, self._settings.daemon.group_id)
+            for name in stats:
+                check_statistics_unchanged(name, self.statistics_id, shapes.get(name))
         except TopicLayoutError as exc:
             raise Fatal(2, f"evald run: stopping: {exc}") from None
         self._check_permissions(shapes, "stopping")
@@ -417,6 +471,63 @@ class TopicGuard:
             )
         except TopicLayoutError as exc:
             raise Fatal(2, f"evald run: refusing to restore: {exc}") from None
+
+
+def check_statistics_unchanged(name: str, seen: str | None, now: TopicShape | None) -> None:
+    """Raise TopicLayoutError when the statistics topic is gone or was recreated while evald
+    ran: the shares every partition published before are lost with it."""
+    if now is not None and (not seen or not now.topic_id or seen == now.topic_id):
+        return
+    what = (
+        "no longer exists" if now is None else f"was recreated (topic id {seen} -> {now.topic_id})"
+    )
+    raise TopicLayoutError(
+        f"statistics topic {name} {what} while evald ran: the comparison shares every "
+        "partition published before are lost with it. Delete it if a client created it again "
+        "(a broker with auto.create.topics.enable=true creates a topic with its defaults "
+        "when a client asks for it), then start evald again: it creates the topic compacted "
+        "and, partition by partition, tells whether a comparison lost windows and what to do"
+    )
+
+
+def topic_configs(admin: KafkaAdminClient, name: str) -> dict[str, str] | None:
+    """The topic's configs as strings; None when the broker does not answer them (an old
+    broker, no DescribeConfigs permission)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    try:
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name)], config_filter="all"
+        )
+    except KafkaError:
+        return None
+    entries = (described or {}).get("topic", {}).get(name) or {}
+    out = {}
+    for key, entry in entries.items():
+        value = entry.get("value") if isinstance(entry, dict) else entry
+        if value is not None:
+            out[key] = str(value)
+    return out or None
+
+
+def statistics_policy_problem(name: str, configs: Mapping[str, str] | None) -> str | None:
+    """What is wrong with the statistics topic's cleanup policy, with the command that fixes
+    it; None when it is compacted (or the broker does not say). It must keep every share and
+    each partition's newest final mark for the comparison's life: compacted, never deleted by
+    time (docs/design.md, "Statistics over all partitions")."""
+    if configs is None or "cleanup.policy" not in configs:
+        return None
+    policy = {part.strip() for part in configs["cleanup.policy"].split(",")}
+    retention = configs.get("retention.ms", "")
+    if "compact" in policy and ("delete" not in policy or retention == "-1"):
+        return None
+    return (
+        f"cleanup.policy={configs['cleanup.policy']} (retention.ms={retention or '?'}): "
+        "evald needs compact, so that no share is deleted by time and only each "
+        "partition's newest final mark is kept (a restart refolds from the topic); run "
+        f"kafka-configs.sh --alter --entity-type topics --entity-name {name} --add-config "
+        "cleanup.policy=compact"
+    )
 
 
 def ensure_statistics_topic(admin: KafkaAdminClient, name: str) -> None:

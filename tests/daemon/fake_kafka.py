@@ -1,5 +1,5 @@
 """An in-memory Kafka for the daemon's commit and restore cycle, fast and deterministic: the
-real ``Transaction``, ``Inputs``, ``restore_partition`` and ``Engine`` over partition logs
+real ``Transaction``, ``Inputs``, ``Restorer`` and ``Engine`` over partition logs
 with transactions, so a test can stop a session at any cycle (a restart, a rebalance) and
 compare what the committed logs hold with an uninterrupted session.
 
@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka import TopicPartition
+from kafka.structs import OffsetAndMetadata
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import Checkpoint
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.inputs import Inputs
-from evald.daemon.restore import restore_partition
+from evald.daemon.restore import Restorer
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
 from evald.daemon.topics import TopicGuard
@@ -189,8 +190,13 @@ class GroupConsumer:
         self._positions: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()
 
-    def committed(self, tp: TopicPartition, timeout_ms: int | None = None) -> int | None:
-        return self._cluster.groups[self._group].get(tp)
+    def committed(
+        self, tp: TopicPartition, metadata: bool = False, timeout_ms: int | None = None
+    ) -> Any:
+        offset = self._cluster.groups[self._group].get(tp)
+        if offset is None or not metadata:
+            return offset
+        return OffsetAndMetadata(offset, "", -1)
 
     def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return dict.fromkeys(tps, 0)
@@ -233,28 +239,63 @@ class GroupConsumer:
 
 
 class Reader:
-    """The group-less ``read_uncommitted`` reader a restore reads state with."""
+    """A group-less reader a restore reads state with (``read_uncommitted`` by default):
+    several partitions at once, each from its own position; ``committed`` skips records of
+    aborted and open transactions, as ``read_committed`` does."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, *, committed: bool = False) -> None:
         self._cluster = cluster
-        self._tp: TopicPartition | None = None
-        self._at = 0
+        self._committed = committed
+        self._at: dict[TopicPartition, int] = {}
+        self._paused: set[TopicPartition] = set()
 
     def assign(self, tps: list[TopicPartition]) -> None:
-        self._tp = tps[0]
+        self._at = {tp: self._at.get(tp, 0) for tp in tps}
+        self._paused &= set(tps)
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        self._at = offset
+        self._at[tp] = offset
+        self._paused.discard(tp)
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self._paused.update(tps)
 
     def position(self, tp: TopicPartition) -> int:
-        return self._at
+        return self._at[tp]
+
+    def highwater(self, tp: TopicPartition) -> int:
+        return len(self._cluster.logs[tp])
+
+    def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict.fromkeys(tps, 0)
+
+    def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: len(self._cluster.logs[tp]) for tp in tps}
+
+    def close(self, timeout_ms: int | None = None) -> None:
+        pass
 
     def poll(self, timeout_ms: int = 0, max_records: int = 500) -> dict[TopicPartition, list[Any]]:
-        assert self._tp is not None
-        log = self._cluster.logs[self._tp]
-        records = [r for r in log[self._at : self._at + max_records] if r is not None]
-        self._at = min(len(log), self._at + max_records)
-        return {self._tp: records} if records else {}
+        pending = {entry for txn in self._cluster.open.values() for entry in txn}
+        out = {}
+        for tp, at in self._at.items():
+            if tp in self._paused:
+                continue
+            log = self._cluster.logs[tp]
+            end = min(len(log), at + max_records)
+            records = [
+                r
+                for r in log[at:end]
+                if r is not None
+                and not (
+                    self._committed
+                    and ((tp, r.offset) in self._cluster.aborted or (tp, r.offset) in pending)
+                )
+            ]
+            self._at[tp] = end
+            if records:
+                out[tp] = records
+        return out
 
 
 class Session:
@@ -281,25 +322,25 @@ class Session:
             settings.engine_config(), clock=lambda: 0.0, on_result=self.transaction.send_result
         )
         self.consumer = GroupConsumer(cluster, settings.daemon.group_id)
-        self._reader = Reader(cluster)
         self._producer = Producer(cluster, settings.daemon.transactional_id())
         self._guard = TopicGuard(settings, clock)
+        self._restorer = Restorer(
+            settings,
+            consumer=self.consumer,  # type: ignore[arg-type]
+            reader=Reader(cluster),  # type: ignore[arg-type]
+            committed_reader=lambda: Reader(cluster, committed=True),  # type: ignore[arg-type,return-value]
+            engine=self.engine,
+            guard=self._guard,
+            inputs=self.inputs,
+            clock=clock,
+        )
         self._clock = clock
         self.transaction.connect(self._producer, self.consumer, self.engine)  # type: ignore[arg-type]
         self.inputs.connect(self.consumer)  # type: ignore[arg-type]
         self.inputs.assign(set(partitions))
 
-    def _restore(self, p: int) -> None:
-        restore_partition(
-            self.inputs.parts[p],
-            consumer=self.consumer,  # type: ignore[arg-type]
-            reader=self._reader,  # type: ignore[arg-type]
-            engine=self.engine,
-            topics=self.settings.topics,
-            guard=self._guard,
-            inputs=self.inputs,
-            clock=self._clock,
-        )
+    def _restore(self, ps: list[int]) -> None:
+        self._restorer.restore([self.inputs.parts[p] for p in ps])
 
     def _dead_letter(self, rejection: Rejection, record: Any, kind: str) -> None:
         self.dead_letters.send(self.transaction.begin(), rejection, record, kind)  # type: ignore[arg-type]

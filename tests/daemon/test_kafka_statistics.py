@@ -384,3 +384,90 @@ def test_open_shares_too_large_for_a_checkpoint_record_restore_exactly(
         interval=2.0,
     )
     assert second.terminate() == 0
+
+
+def test_a_deleted_statistics_topic_is_refused_until_the_comparison_starts_after_the_loss(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """Partition 0's checkpoint says its shares were published up to an hour ago, on the
+    statistics topic as it was then. The topic deleted while evald runs stops it (it used to
+    keep running; on a broker that creates topics on demand a client re-created it without
+    compaction); the restart creates it compacted and refuses, since the comparison would miss
+    the lost windows' lists (1,827 of 9,327 in one run); with the comparison started after the
+    loss, evald runs."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import NewTopic
+    from kafka.structs import OffsetAndMetadata
+
+    from evald.daemon.checkpoint import Checkpoint
+    from evald.daemon.connect_check import topic_configs
+    from evald.decode import time_in_words
+
+    topics = names(unique)
+    stats = statistics_topic(TopicSettings(**topics))
+    checkpoints = f"{topics['results']}.checkpoints"
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1, checkpoints: 1})
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(stats, 1, 1, topic_configs={"cleanup.policy": "compact"})])
+        first_id = wait_until(
+            lambda: admin.describe_topics([stats])[0].get("topic_id"), 30, "the topic's id"
+        )
+        width = 300_000
+        final = (int(time.time() * 1000) // width - 12) * width
+        checkpoint = Checkpoint(
+            partition=0,
+            watermark=final,
+            committed={"impression": 0, "feedback": 0},
+            consumed={"impression": 0, "feedback": 0},
+            extra={"topic_ids": {stats: str(first_id)}},
+            statistics={"v": 1, "width": width, "final": final, "open": []},
+        )
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        at = producer.send(checkpoints, key=b"0", value=checkpoint.encode(), partition=0)
+        offset = at.get(timeout=30).offset
+        producer.close(timeout=5)
+        group = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=f"g-{unique}")
+        tps = [
+            TopicPartition(t, 0) for t in (checkpoints, topics["impressions"], topics["feedback"])
+        ]
+        group.assign(tps)
+        group.commit(
+            {
+                tp: OffsetAndMetadata(offset + 1 if tp.topic == checkpoints else 0, "", -1)
+                for tp in tps
+            }
+        )
+        group.close()
+
+        def comparing(start: int) -> tuple[str, ...]:
+            config = {
+                **STATISTICS,
+                "comparisons": [{**STATISTICS["comparisons"][0], "start": start}],
+            }  # type: ignore[index]
+            return ("--set", f"engine.statistics={json.dumps(config)}")
+
+        running = instances("a", extra=comparing(0))
+        wait_until(lambda: running.get("/readyz")[0] == 200, 90, "readiness")
+        admin.delete_topics([stats])
+        wait_until(lambda: running.proc.poll() is not None, 60, "evald to stop")
+        assert running.proc.returncode == 2
+        text = running.log_path.read_text(errors="replace")
+        assert f"statistics topic {stats} no longer exists while evald ran" in text
+
+        restarted = instances("a", extra=comparing(0))
+        wait_until(lambda: restarted.proc.poll() is not None, 60, "the restart to be refused")
+        assert restarted.proc.returncode == 2
+        text = restarted.log_path.read_text(errors="replace")
+        assert f"the statistics topic {stats} was deleted and created again" in text
+        assert "the comparisons ['ab'] would silently miss" in text
+        assert f"set their start to {time_in_words(final)} or later" in text
+        # evald created it again, compacted, one partition
+        assert topic_configs(admin, stats)["cleanup.policy"] == "compact"  # type: ignore[index]
+        assert len(admin.describe_topics([stats])[0]["partitions"]) == 1
+
+        after = instances("a", extra=comparing(final))
+        wait_until(lambda: after.get("/readyz")[0] == 200, 90, "readiness with the new start")
+        assert after.terminate() == 0
+    finally:
+        admin.close()

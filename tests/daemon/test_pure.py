@@ -24,8 +24,10 @@ from evald.daemon.topics import (
     check_checkpoint_ids,
     check_layout,
     check_outputs_kept,
+    check_statistics_unchanged,
     check_unchanged,
     missing_outputs,
+    statistics_policy_problem,
 )
 
 
@@ -219,6 +221,36 @@ def test_a_checkpoint_written_against_another_results_topic_is_refused() -> None
     check_checkpoint_ids({"res": "id-2"}, now, 0, role="results topic")
     with pytest.raises(TopicLayoutError, match="results topic res was deleted and recreated since"):
         check_checkpoint_ids({"res": "id-1"}, now, 0, role="results topic")
+
+
+def test_the_statistics_topic_gone_or_recreated_while_running_is_refused() -> None:
+    check_statistics_unchanged("s", "id-1", TopicShape("id-1", 1))
+    check_statistics_unchanged("s", None, TopicShape("id-1", 1))  # no id seen: nothing to compare
+    with pytest.raises(TopicLayoutError, match="statistics topic s no longer exists while"):
+        check_statistics_unchanged("s", "id-1", None)
+    with pytest.raises(TopicLayoutError, match=r"s was recreated \(topic id id-1 -> id-2\)"):
+        check_statistics_unchanged("s", "id-1", TopicShape("id-2", 1))
+
+
+@pytest.mark.parametrize(
+    ("configs", "problem"),
+    [
+        ({"cleanup.policy": "compact"}, None),
+        ({"cleanup.policy": "compact,delete", "retention.ms": "-1"}, None),
+        (None, None),  # the broker does not say (no DescribeConfigs): not refused
+        ({"cleanup.policy": "delete", "retention.ms": "604800000"}, "cleanup.policy=delete"),
+        ({"cleanup.policy": "compact,delete", "retention.ms": "1000"}, "compact,delete"),
+    ],
+)
+def test_a_statistics_topic_that_is_not_compacted_is_refused_with_the_fix(
+    configs: dict[str, str] | None, problem: str | None
+) -> None:
+    said = statistics_policy_problem("s", configs)
+    if problem is None:
+        assert said is None
+    else:
+        assert said is not None and problem in said
+        assert "--entity-name s --add-config cleanup.policy=compact" in said
 
 
 def test_checkpoint_carries_the_confirmed_event_time_and_reads_older_checkpoints() -> None:

@@ -86,7 +86,7 @@ class Harness:
         self.daemon.inputs.connect(self.consumer)  # type: ignore[arg-type]
 
     def restored(self, start: dict[str, int], consumed: dict[str, int]) -> Part:
-        """Partition 1 as ``restore_partition`` leaves it after reading a checkpoint."""
+        """Partition 1 as ``Restorer.restore`` leaves it after reading a checkpoint."""
         self.engine.restore(1, None, dict(consumed))
         part = Part(1, Merger(2.0, self.clock))
         part.restored = True
@@ -287,10 +287,10 @@ def test_records_polled_in_the_cycle_that_restores_their_partition_are_dropped()
     """They may come from the position before the restore's seek; the seek fetches them
     again, and taking them as an offset gap would skip the re-fetch."""
     h = Harness()
-    calls: list[int] = []
+    calls: list[list[int]] = []
 
-    def restore(p: int) -> None:
-        calls.append(p)
+    def restore(partitions: list[int]) -> None:
+        calls.append(partitions)
         h.restored(
             start={"impression": 0, "feedback": 0}, consumed={"impression": 0, "feedback": 0}
         )
@@ -299,7 +299,7 @@ def test_records_polled_in_the_cycle_that_restores_their_partition_are_dropped()
     stale = [record("imp", 7, 7_000, impression("r7", 7_000))]
     h.daemon.inputs.take({h.tp("impression"): stale}, restore)
     part = h.daemon.inputs.parts[1]
-    assert calls == [1] and part.merger.buffered() == 0
+    assert calls == [[1]] and part.merger.buffered() == 0
     assert part.fetched_next["impression"] == 0
     fresh = [record("imp", i, i * 1_000, impression(f"r{i}", i * 1_000)) for i in range(8)]
     h.daemon.inputs.take({h.tp("impression"): fresh}, restore)
