@@ -292,13 +292,17 @@ def _discard(qids: Sequence[Qid], columns: Sequence[object]) -> None:
 
 def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack) -> int:
     """Score every run, pair the queries by qid, and print the comparison table or JSON."""
+    from evald.metrics import DEFAULT_MEASURES, labelled_measures
     from evald.score import compare
     from evald.score.inputs import JsonlInput, TrecInput
+    from evald.score.scoring import per_query
 
-    names = compare.per_query_names(measures)
-    if not names:
+    row_measures = per_query(measures)
+    if not row_measures:
         raise UsageError("--compare needs a per-query measure (GAUC and GMAP are aggregates)")
-    row_measures = [m for m in measures if str(m) in names]
+    # rows are shown by the names the user gave (`-m map,ndcg_cut.10` prints map, ndcg_cut.10)
+    labels = labelled_measures(DEFAULT_MEASURES if args.measures is None else args.measures)
+    names = [labels[m] for m in row_measures]
     runs = []
     for path in args.compare:
         source: Input

@@ -680,6 +680,24 @@ def test_compare_trec_runs_pairs_queries_in_every_run(evald_main: Evald, tmp_pat
     assert "1 queries are not scored in every run" in result.err
 
 
+def test_compare_rows_carry_the_measure_names_the_user_gave(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    """`-m map,ndcg_cut.10` prints map and ndcg_cut.10, not AP and nDCG@10; a trec_eval part
+    naming several measures (P.5,10) prints trec_eval's names for them."""
+    qrels = write(tmp_path / "qrels", ["q1 0 a 1", "q2 0 b 1"])
+    a = write(tmp_path / "a", ["q1 Q0 a 1 1 t", "q2 Q0 x 1 1 t"])
+    b = write(tmp_path / "b", ["q1 Q0 a 1 1 t", "q2 Q0 b 1 1 t"])
+    given = "map,ndcg_cut.10,MRR,P.5,10,nDCG@3,map"
+    result = evald_main("score", "--compare", a, b, "--qrels", qrels, "-m", given)
+    assert result.status == 0, result.err
+    shown = [r["measure"] for r in json.loads(result.out)["results"]]
+    assert shown == ["map", "ndcg_cut.10", "MRR", "P_5", "P_10", "nDCG@3"]
+    table = evald_main("score", "--compare", a, b, "--qrels", qrels, "-m", "map,ndcg_cut.10",
+                       tty=True)  # fmt: skip
+    assert [line.split()[0] for line in table.out.splitlines()[1:]] == ["map", "ndcg_cut.10"]
+
+
 def test_mean_intervals_are_t_intervals_over_queries_and_batch_free(
     evald_main: Evald, tmp_path: Path
 ) -> None:
