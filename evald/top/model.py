@@ -49,6 +49,8 @@ READ = frozenset(
         "evald_watermark_timestamp_seconds",
         "evald_consumer_lag",
         "evald_ready",
+        "evald_attribution_window_seconds",
+        "evald_oldest_open_impression_timestamp_seconds",
     }
 )
 
@@ -143,6 +145,13 @@ class View:
     consumer_lag: float | None  # daemon only: records behind, all partitions
     rejects: list[tuple[str, float]]  # reason, total since start; non-zero only, largest first
     unattributed: list[tuple[str, float]] = field(default_factory=list)
+    #: why no window is complete yet, and when one will be: the attribution window (s), the
+    #: oldest impression waiting for it and the slowest partition's watermark (s since the
+    #: epoch, event time), and how fast that watermark moved (event s per wall s)
+    attribution_s: float | None = None
+    oldest_open: float | None = None
+    watermark: float | None = None
+    watermark_pace: float | None = None
 
 
 def compare(treatment: Estimate, control: Estimate) -> Comparison:
@@ -252,4 +261,19 @@ def build_view(
         consumer_lag=cur.total("evald_consumer_lag"),
         rejects=_nonzero(cur.series("evald_rejected_total"), "reason"),
         unattributed=_nonzero(cur.series("evald_feedback_unattributed_total"), "reason"),
+        attribution_s=cur.total("evald_attribution_window_seconds"),
+        oldest_open=cur.total("evald_oldest_open_impression_timestamp_seconds"),
+        watermark=min(marks) if marks else None,
+        watermark_pace=_pace(cur, prev),
     )
+
+
+def _pace(cur: Scrape, prev: Scrape | None) -> float | None:
+    """Event seconds the slowest partition's watermark moved per wall second between scrapes."""
+    if prev is None or cur.at <= prev.at:
+        return None
+    now = list(cur.series("evald_watermark_timestamp_seconds").values())
+    then = list(prev.series("evald_watermark_timestamp_seconds").values())
+    if not now or not then:
+        return None
+    return max(0.0, (min(now) - min(then)) / (cur.at - prev.at))
