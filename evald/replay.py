@@ -59,7 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "files", nargs="*", metavar="FILE", help="JSON Lines event files; '-' or none: stdin"
     )
-    parser.add_argument("--window", metavar="DUR", help="attribution window (default 30m)")
+    parser.add_argument("--window", metavar="DUR", help="attribution window (default 5m)")
     parser.add_argument("--lateness", metavar="DUR", help="allowed lateness (default 2m)")
     parser.add_argument(
         "-m", "--measures", metavar="LIST", help="comma-separated measures (default set: see docs)"
