@@ -123,6 +123,18 @@ class GroupRow:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """How far event time has come towards the next complete window: the attribution window
+    (s), the oldest impression waiting for it and the slowest partition's watermark (s since
+    the epoch, event time), and how fast that watermark moved (event s per wall s)."""
+
+    attribution_s: float | None = None
+    oldest_open: float | None = None
+    watermark: float | None = None
+    watermark_pace: float | None = None
+
+
+@dataclass(frozen=True)
 class View:
     """Everything one frame of `evald top` shows."""
 
@@ -145,13 +157,8 @@ class View:
     consumer_lag: float | None  # daemon only: records behind, all partitions
     rejects: list[tuple[str, float]]  # reason, total since start; non-zero only, largest first
     unattributed: list[tuple[str, float]] = field(default_factory=list)
-    #: why no window is complete yet, and when one will be: the attribution window (s), the
-    #: oldest impression waiting for it and the slowest partition's watermark (s since the
-    #: epoch, event time), and how fast that watermark moved (event s per wall s)
-    attribution_s: float | None = None
-    oldest_open: float | None = None
-    watermark: float | None = None
-    watermark_pace: float | None = None
+    #: what says when the first window will be complete, while none is
+    progress: Progress = field(default_factory=lambda: Progress())
 
 
 def compare(treatment: Estimate, control: Estimate) -> Comparison:
@@ -261,10 +268,12 @@ def build_view(
         consumer_lag=cur.total("evald_consumer_lag"),
         rejects=_nonzero(cur.series("evald_rejected_total"), "reason"),
         unattributed=_nonzero(cur.series("evald_feedback_unattributed_total"), "reason"),
-        attribution_s=cur.total("evald_attribution_window_seconds"),
-        oldest_open=cur.total("evald_oldest_open_impression_timestamp_seconds"),
-        watermark=min(marks) if marks else None,
-        watermark_pace=_pace(cur, prev),
+        progress=Progress(
+            attribution_s=cur.total("evald_attribution_window_seconds"),
+            oldest_open=cur.total("evald_oldest_open_impression_timestamp_seconds"),
+            watermark=min(marks) if marks else None,
+            watermark_pace=_pace(cur, prev),
+        ),
     )
 
 

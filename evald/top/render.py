@@ -91,24 +91,25 @@ def _waiting(view: View) -> list[str]:
     """Why no window is shown yet, and when the first one will be: it is complete when the
     watermark passes its end plus the attribution window (every impression in it scored)."""
     head = f"no complete {view.window} window yet"
-    if view.watermark is None:
+    p = view.progress
+    if p.watermark is None:
         return [f"{head}: no event read yet"]
-    if view.attribution_s is None or view.oldest_open is None:
+    if p.attribution_s is None or p.oldest_open is None:
         return [f"{head} (windows close in event time)"]
     width = _window_seconds(view.window)
-    end = view.oldest_open // width * width + width
-    due = end + view.attribution_s
-    now = f"watermark now {_clock(view.watermark)}"
-    if view.watermark_pace is not None:
-        left = max(0.0, due - view.watermark)
-        if view.watermark_pace > 0:
-            now += f", about {readable(left / view.watermark_pace)} away at its pace"
+    end = p.oldest_open // width * width + width
+    due = end + p.attribution_s
+    now = f"watermark now {_clock(p.watermark)}"
+    if p.watermark_pace is not None:
+        left = max(0.0, due - p.watermark)
+        if p.watermark_pace > 0:
+            now += f", about {readable(left / p.watermark_pace)} away at its pace"
         elif left > 0:
             now += ", standing still: no newer events"
     return [
         f"{head}: the first ends {_clock(end)} UTC (event time) and is",
         f"complete at watermark {_clock(due)} (its end + the "
-        f"{format_duration(round(view.attribution_s * 1000))} attribution window);",
+        f"{format_duration(round(p.attribution_s * 1000))} attribution window);",
         now,
     ]
 

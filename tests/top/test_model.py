@@ -184,15 +184,17 @@ def test_before_the_first_window_the_view_says_when_it_will_be_complete() -> Non
         prev = cur
         if view.window_end is not None:
             break
-        assert view.attribution_s == 300.0 and view.oldest_open is not None
-        assert view.watermark is not None
-        end = view.oldest_open // 300 * 300 + 300
+        progress = view.progress
+        assert progress.attribution_s == 300.0 and progress.oldest_open is not None
+        assert progress.watermark is not None
+        end = progress.oldest_open // 300 * 300 + 300
         announced = announced or end + 300
         assert announced == end + 300  # the same first window all along
-        assert view.watermark < announced
+        assert progress.watermark < announced
         text = render(view)
         assert f"complete at watermark {_utc_clock(announced)} (its end + the 5m" in text
         assert all(len(line) <= 80 for line in text.splitlines())
     assert announced is not None and view.window_end is not None
     assert view.window_end + 300 == announced
-    assert view.watermark is not None and view.watermark >= announced - 0.001
+    watermark = view.progress.watermark
+    assert watermark is not None and watermark >= announced - 0.001
