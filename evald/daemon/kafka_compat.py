@@ -16,6 +16,9 @@ docstring), and the repartition stage the same of its other source partitions (i
 It stamps each fetch request with the daemon's clock as it is built and, when the answer comes
 back, records per partition the request's stamp and the watermark it reported.
 
+``net_client``: kafka-python's network client with a slow-step warning that means something
+in evald (see ``SLOW_TASK_S``), the ``kafka_client`` of every client evald builds.
+
 ``close_quietly``: closing a client of a session that just failed (broker gone, coordinator
 moved) can raise too; the session's teardown must go on, so every client is closed the same way.
 
@@ -48,11 +51,31 @@ __all__ = [
     "abort_within",
     "close_quietly",
     "commit_within",
+    "net_client",
     "send_offsets_within",
     "unpark_resumed",
 ]
 
 log = logging.getLogger("evald.daemon")
+
+
+#: kafka-python's I/O thread times each step of its tasks in wall time and logs a WARNING past
+#: 0.1 s ("Task ... ran for 0.248s ... It is blocking the event loop -- likely a tight sync
+#: loop"). Its steps read and decode whole fetch responses, on the GIL and the two cores that
+#: evald's main thread scores and restores on: on a busy machine they took 0.12-0.39 s, several
+#: times a run, each one in KafkaTCPTransport._read_from_sock, nothing looping. Nothing waits
+#: on them but the next network step (the session timeout is 10 s); past a second a step is a
+#: stall worth a warning.
+SLOW_TASK_S = 1.0
+
+
+def net_client(**configs: Any) -> Any:
+    """kafka-python's ``KafkaNetClient`` with ``SLOW_TASK_S`` as its slow-step threshold: a
+    setting only the client reads, which KafkaConsumer, KafkaProducer and KafkaAdminClient
+    refuse as their own, so it is given as their ``kafka_client``."""
+    from kafka.net.compat import KafkaNetClient
+
+    return KafkaNetClient(**{**configs, "slow_task_threshold_secs": SLOW_TASK_S})
 
 
 def unpark_resumed(consumer: Any) -> bool:

@@ -60,6 +60,24 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str, ensure_ascii=False)
 
 
+class AlreadyLeft(logging.Filter):
+    """kafka-python logs an ERROR when its LeaveGroup names a member the coordinator no longer
+    knows (``UnknownMemberIdError``). evald leaves the group on every stop and when it gives a
+    session up; when the broker had removed the member already (its session expired, or the
+    group rebalanced without it, the case evald gives the session up for), being unknown is
+    what leaving asks for. That one record is logged at INFO; every other ERROR stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            record.levelno == logging.ERROR
+            and str(record.msg).startswith("LeaveGroup request")
+            and isinstance(record.args, tuple)
+            and any(type(arg).__name__ == "UnknownMemberIdError" for arg in record.args)
+        ):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def setup_logging(level: str, log_format: str = "text", stream: TextIO | None = None) -> None:
     """Route every logger to ``stream`` (stderr) in ``log_format``; kafka-python's chatter is
     kept at WARNING unless the level asks for DEBUG."""
@@ -73,3 +91,6 @@ def setup_logging(level: str, log_format: str = "text", stream: TextIO | None = 
     root.addHandler(handler)
     root.setLevel(level)
     logging.getLogger("kafka").setLevel(max(logging.WARNING, root.level))
+    coordinator = logging.getLogger("kafka.coordinator")
+    if not any(isinstance(f, AlreadyLeft) for f in coordinator.filters):
+        coordinator.addFilter(AlreadyLeft())

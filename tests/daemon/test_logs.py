@@ -1,0 +1,58 @@
+"""What `evald run` logs from kafka-python: no ERROR for a member that has left already, no
+WARNING for a step of its I/O thread that only waited for the CPU."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import logging
+import sys
+from collections.abc import Iterator
+
+import pytest
+from kafka.coordinator.base import BaseCoordinator
+from kafka.errors import CoordinatorNotAvailableError, UnknownMemberIdError
+
+from evald.daemon.kafka_compat import SLOW_TASK_S, net_client
+from evald.daemon.logs import setup_logging
+from evald.daemon.settings import load_settings
+
+
+@pytest.fixture
+def log() -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    setup_logging("INFO", "text", out)
+    try:
+        yield out
+    finally:
+        setup_logging("WARNING", "text", sys.stderr)
+
+
+def test_leaving_as_a_member_the_coordinator_no_longer_knows_is_not_an_error(
+    log: io.StringIO,
+) -> None:
+    # kafka-python's own call, as its coordinator makes it (checked below against its source)
+    coordinator = logging.getLogger("kafka.coordinator")
+    coordinator.error(
+        "LeaveGroup request for member %s / group instance %s failed with error: %s",
+        "evald-1",
+        None,
+        UnknownMemberIdError(),
+    )
+    coordinator.error("LeaveGroup request failed: %s", CoordinatorNotAvailableError())
+    lines = log.getvalue().splitlines()
+    assert " INFO kafka.coordinator: LeaveGroup request for member evald-1" in lines[0]
+    assert "UnknownMemberIdError" in lines[0]
+    assert " ERROR kafka.coordinator: LeaveGroup request failed" in lines[1]  # others stay
+    source = inspect.getsource(BaseCoordinator._handle_leave_group_response)
+    assert 'log.error("LeaveGroup request for member %s / group instance %s failed' in source
+
+
+def test_every_kafka_client_gets_a_one_second_slow_step_warning() -> None:
+    config = load_settings(environ={}, validate_engine=False).kafka.client_config()
+    assert config["kafka_client"] is net_client
+    client = net_client(bootstrap_servers=["127.0.0.1:1"])
+    try:
+        assert client._net.config["slow_task_threshold_secs"] == SLOW_TASK_S == 1.0
+    finally:
+        client.close()
