@@ -6,11 +6,12 @@ bytecodes. When that thread is inside ``Event.wait()`` at a moment it holds the 
 own thread holds: a deadlock that only kill -9 ends (seen on `make kafka`, once in 15 Ctrl-C).
 
 Here the handler only stores the signal's name, and the C-level wakeup file descriptor
-(``signal.set_wakeup_fd``) writes a byte to a pipe that :meth:`StopSignals.wait` selects on, so
-a wait ends at once. Installed only in the main thread (the only one Python delivers signals
-to); elsewhere nothing is installed and ``wait`` just sleeps. On leaving, the previous handlers
-come back, unless a stop signal arrived: then these signals are ignored from there on, since
-the process is stopping and a repeat would only interrupt its clean-up.
+(``signal.set_wakeup_fd``) writes the signal's number to a pipe that :meth:`StopSignals.wait`
+selects on, so a wait ends at once, on whichever thread the kernel delivered the signal to.
+Installed only in the main thread (the only one Python delivers signals to); elsewhere nothing
+is installed and ``wait`` just sleeps. On leaving, the previous handlers come back, unless a
+stop signal arrived: then these signals are ignored from there on, since the process is
+stopping and a repeat would only interrupt its clean-up.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -33,11 +34,14 @@ class StopSignals:
 
     def __init__(self, signals: Iterable[signal.Signals] = STOP_SIGNALS) -> None:
         self.signals = tuple(signals)
+        self._numbers = frozenset(int(sig) for sig in self.signals)
         #: the name of the first signal received ("" before one arrives)
         self.reason = ""
         self._previous: dict[signal.Signals, Any] = {}
         self._previous_fd: int | None = None
         self._pipe: tuple[int, int] | None = None
+        self._closing = False
+        self._watcher: threading.Thread | None = None
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is not threading.main_thread():
@@ -62,6 +66,10 @@ class StopSignals:
             # what follows (flushing, stopping children) with a KeyboardInterrupt
             signal.signal(sig, signal.SIG_IGN if self.reason else handler)
         self._previous.clear()
+        self._closing = True
+        if self._watcher is not None:
+            self._wake()
+            self._watcher.join(timeout=5)
         if self._pipe is not None:
             signal.set_wakeup_fd(-1 if self._previous_fd is None else self._previous_fd)
             for fd in self._pipe:
@@ -76,6 +84,24 @@ class StopSignals:
     def is_set(self) -> bool:
         return bool(self.reason)
 
+    def watch(self, act: Callable[[str], None]) -> None:
+        """Call ``act`` with the first stop signal's name, on a thread of its own: the handler
+        may take no lock, ``act`` may (set an Event the main thread waits on, start a timer)."""
+
+        def run() -> None:
+            while not self._closing:
+                if self.wait(0.5):
+                    act(self.reason)
+                    return
+
+        self._watcher = threading.Thread(target=run, name="stop-signals", daemon=True)
+        self._watcher.start()
+
+    def _wake(self) -> None:
+        if self._pipe is not None:
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._pipe[1], b"\0")
+
     def wait(self, timeout: float) -> bool:
         """Block until a stop signal or ``timeout`` seconds; True when one was received."""
         if self.reason or timeout <= 0:
@@ -84,12 +110,24 @@ class StopSignals:
             time.sleep(timeout)
             return bool(self.reason)
         deadline = time.monotonic() + timeout
-        while not self.reason:
+        while not self.reason and not self._closing:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             ready, _, _ = select.select([self._pipe[0]], [], [], left)
             if ready:
                 with contextlib.suppress(BlockingIOError):
-                    os.read(self._pipe[0], 512)  # other signals' bytes too: drained, ignored
+                    self._note(os.read(self._pipe[0], 512))
         return bool(self.reason)
+
+    def _note(self, numbers: bytes) -> None:
+        """The wakeup fd's bytes are the numbers of the signals received: the first stop
+        signal among them is the reason (other signals' bytes are drained and ignored). Read
+        here rather than left to the Python-level handler: Python runs that in the main thread
+        only, and (3.11) a signal the kernel hands to another thread may reach it late, or
+        while the main thread blocks in a lock, not at all."""
+        if not self.reason:
+            for number in numbers:
+                if number in self._numbers:
+                    self.reason = signal.Signals(number).name
+                    return

@@ -77,3 +77,28 @@ def test_outside_the_main_thread_nothing_is_installed() -> None:
     thread.start()
     thread.join()
     assert seen == [before, False]
+
+
+ELSEWHERE = """
+import signal, threading, time
+from evald.signals import StopSignals
+
+began = time.monotonic()
+with StopSignals() as stop:
+    stop.watch(lambda reason: print("stopping", reason, time.monotonic() - began < 2, flush=True))
+    watcher = next(t for t in threading.enumerate() if t.name == "stop-signals")
+    signal.pthread_kill(watcher.ident, signal.SIGINT)  # the kernel's choice of thread, forced
+    time.sleep(3)  # the main thread in C: its Python-level handler runs only after this
+"""
+
+
+def test_a_signal_delivered_to_another_thread_reaches_the_watcher_at_once() -> None:
+    """The kernel may hand a process's signal to any of its threads; Python runs the handler
+    in the main thread only, once that thread is back in bytecode. The watcher reads the
+    signal's number from the wakeup fd instead, so it acts while the main thread still sleeps
+    (before it learnt the reason only from that handler: 3 s late here, never when the main
+    thread stayed blocked)."""
+    done = subprocess.run(
+        [sys.executable, "-c", ELSEWHERE], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert done.stdout == "stopping SIGINT True\n", done.stdout + done.stderr
