@@ -277,13 +277,7 @@ class Daemon:
         listener = Rebalance(
             self.lock, self.inputs, self.transaction, engine, self.health, self.stats
         )
-        inputs = [cfg.topics.impressions, cfg.topics.feedback]
-        for topic in inputs:
-            # their partitions known before the group forms: else the leader may assign before
-            # the metadata arrives (kafka-python warns "No partition metadata for topic ...",
-            # assigns nothing and a second rebalance follows)
-            consumer.partitions_for_topic(topic)
-        consumer.subscribe(inputs, listener=listener)
+        consumer.subscribe([cfg.topics.impressions, cfg.topics.feedback], listener=listener)
         self.health.broker_ok = True
         # an outage is not a stall
         self.transaction.last_commit = self.health.progress_at = self.clock()

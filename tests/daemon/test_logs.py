@@ -48,6 +48,23 @@ def test_leaving_as_a_member_the_coordinator_no_longer_knows_is_not_an_error(
     assert 'log.error("LeaveGroup request for member %s / group instance %s failed' in source
 
 
+def test_a_first_assignment_before_the_topics_metadata_is_not_a_warning(
+    log: io.StringIO,
+) -> None:
+    from kafka.coordinator.assignors import range as range_assignor
+
+    logging.getLogger("kafka.coordinator.assignors.range").warning(
+        "No partition metadata for topic %s", "evald.impressions"
+    )
+    logging.getLogger("kafka.coordinator.assignors.range").warning("something else")
+    lines = log.getvalue().splitlines()
+    assert " INFO kafka.coordinator.assignors.range: No partition metadata" in lines[0]
+    assert " WARNING kafka.coordinator.assignors.range: something else" in lines[1]
+    source = inspect.getsource(range_assignor)
+    assert "log.warning('No partition metadata for topic %s', topic)" in source
+    assert range_assignor.log.name == "kafka.coordinator.assignors.range"
+
+
 def test_every_kafka_client_gets_a_one_second_slow_step_warning() -> None:
     config = load_settings(environ={}, validate_engine=False).kafka.client_config()
     assert config["kafka_client"] is net_client
