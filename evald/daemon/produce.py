@@ -543,7 +543,7 @@ class Horizon:
             advice = (
                 "--speed 1 keeps event time at the wall clock"
                 if self.realtime
-                else "fewer --events or --realtime keep a burst within it"
+                else "fewer --events, an earlier --start or --realtime keep a burst within it"
             )
             self.stream.write(
                 f"evald produce: event time {_utc(at_ms)} is {ahead} ahead of the wall clock, "
