@@ -140,7 +140,12 @@ def test_the_kafka_walk_through_gives_numbers_in_evald_top(
         elif argv[:2] == [".venv/bin/evald", "top"]:
             assert argv[2:] == [], "the walk-through's evald top reads the default address"
             terminals.append(Terminal([*argv, metrics, "--interval", "1"], out))
-            numbers = r"^nDCG@10\s+\d\.\d{3}±\d\.\d{3}\s+\d\.\d{3}±\d\.\d{3}"
+            # a whole 5-minute window of both arms (a window holding only the burst's first
+            # seconds can be complete with any attribution window)
+            numbers = (
+                r"^n\s+\d{1,3}(?:,\d{3})+\s+\d{1,3}(?:,\d{3})+\s*$"  # 1,000 or more each
+                r"\n^nDCG@10\s+\d\.\d{3}±\d\.\d{3}\s+\d\.\d{3}±\d\.\d{3}"
+            )
             terminals[-1].wait_for(numbers, 180)
             shown = terminals[-1].text()
         else:
