@@ -18,17 +18,18 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # promtool and the Prometheus server come from Debian's `prometheus` package; tmux drives the
-# terminal test of `evald top`.
+# terminal test of `evald top`. apt-get reads </dev/null: run in the background of a terminal
+# (e.g. under `timeout`), it would otherwise get SIGTTOU restoring the terminal and stop for good.
 tools:
 	@command -v promtool >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's prometheus package (promtool + server)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	    apt-get update -qq </dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus </dev/null >/dev/null; \
 	  else echo "promtool not found: install Debian's 'prometheus' package" >&2; exit 1; fi; }
 	@command -v tmux >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's tmux (the evald top terminal test)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux >/dev/null; \
+	    apt-get update -qq </dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux </dev/null >/dev/null; \
 	  else echo "tmux not found: install Debian's 'tmux' package" >&2; exit 1; fi; }
 
 # The Kafka integration tests and `make kafka` run Apache Kafka from Maven Central on a JVM
@@ -37,7 +38,7 @@ java:
 	@{ command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; } || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's openjdk-17-jdk-headless and maven"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jdk-headless maven >/dev/null; \
+	    apt-get update -qq </dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jdk-headless maven </dev/null >/dev/null; \
 	  else echo "java or mvn not found: install Debian's 'openjdk-17-jdk-headless' and 'maven' (Java >= 17)" >&2; exit 1; fi; }
 
 # A local Apache Kafka on 127.0.0.1:9092 in the foreground (Ctrl-C stops it); ARGS=--fresh wipes its data.
@@ -54,8 +55,9 @@ $(DEMO_STAMP): pyproject.toml
 	$(DEMO_VENV)/bin/python -m pip install --quiet -e .
 	touch $(DEMO_STAMP)
 
+# ARGS passes flags through, e.g. `make demo ARGS="--metrics-address 127.0.0.1:0"`.
 demo: $(DEMO_STAMP)
-	$(DEMO_VENV)/bin/evald demo
+	$(strip $(DEMO_VENV)/bin/evald demo $(ARGS))
 
 test: $(STAMP) tools java
 	$(BIN)/ruff check evald tests benchmarks deploy

@@ -283,7 +283,7 @@ def results_case(bootstrap: str, n: int, seed: int, ranges_max: int) -> dict[str
     topics = topics_for(tag)
     ckpt = {"ranges": f"rb-{tag}.ckpt-ranges", "snapshot": f"rb-{tag}.ckpt-snapshot"}
     c.create_topics(bootstrap, [*topics.values(), *ckpt.values()], 1)
-    config = load_config({})
+    config = load_config({"window": "30m"})  # the daemon's, as evald_cmd sets it
     engine = Engine(config)
     t0 = time.perf_counter()
     newest = write_results(bootstrap, topics["results"], engine, n, seed)

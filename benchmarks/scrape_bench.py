@@ -86,7 +86,7 @@ def build(n_segments: int, n_imp: int, seed: int) -> Live:
     expo = c.require("evald.exposition", "EngineCollector")
     gap = max(1, SPAN_MS // n_imp)  # always ~2.5 h of event time: complete 5m and 1h windows
     traffic = c.generate_traffic(n_imp, seed=seed, gap_ms=gap, segments=segments(n_segments))
-    engine = engine_mod.Engine(config_mod.EngineConfig(), clock=lambda: 1_763_769_600.0)  # type: ignore[attr-defined]
+    engine = engine_mod.Engine(config_mod.EngineConfig(window="30m"), clock=lambda: 1_763_769_600.0)  # type: ignore[attr-defined]
     keep = min(RESERVE, len(traffic.lines) // 4)
     for raw in traffic.lines[:-keep]:
         engine.feed(raw)
@@ -224,7 +224,7 @@ def child(combinations: int, seed: int, repeat: int) -> dict[str, Any]:
     n = COMBINATIONS * PER_COMBINATION  # the same traffic volume for every case
     gap = SPAN_MS // n
     start = 1_763_683_200_000
-    engine = engine_mod.Engine(config_mod.EngineConfig(), clock=lambda: 1_763_683_200.0)  # type: ignore[attr-defined]
+    engine = engine_mod.Engine(config_mod.EngineConfig(window="30m"), clock=lambda: 1_763_683_200.0)  # type: ignore[attr-defined]
     rss_start = c.rss_bytes()
     t0 = time.perf_counter()
     for i in range(n):
@@ -330,7 +330,7 @@ def combinations_body(seed: int, repeat: int) -> None:
     )
     config_mod = c.require("evald.config", "EngineConfig")
     expo = c.require("evald.exposition", "SeriesShape")
-    config = config_mod.EngineConfig()  # type: ignore[attr-defined]
+    config = config_mod.EngineConfig(window="30m")  # type: ignore[attr-defined]
     bound = expo.SeriesShape.of(config).worst_case(config.max_segments) + 1  # type: ignore[attr-defined]
     c.target(
         f"series at {COMBINATIONS:,} combinations",

@@ -30,6 +30,9 @@ also printed "from the source tree" (``python -m evald`` in the current environm
 commit), installed the same way, in the same run, for before/after figures. Beside each wall
 time the CPU time (user + system, all threads) is printed: on a shared machine it moves less.
 
+Each size also gets one more run of each tool for its peak resident set size (its own
+``ru_maxrss``) and the bytes per run line; ``--big`` adds a 5M-line run (5 000 topics) for it.
+
 Also measured: the start-up of ``evald score`` (a one-line JSONL file, and one-line TREC files),
 beside ``python -c pass`` and ``python -c "import numpy"`` (with one BLAS thread, as evald
 score starts it) in the same run (target: under
@@ -156,6 +159,16 @@ def timed(argv: Sequence[str], repeat: int, cwd: str | None = None) -> tuple[flo
     return best, best_cpu, out
 
 
+def peak_rss(argv: Sequence[str]) -> int:
+    """The peak resident set size (bytes) of one run of a process, from its own rusage."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, argv)
+    return int(usage.ru_maxrss) * 1024  # kilobytes on Linux
+
+
 def summary(text: str) -> dict[str, str]:
     """{measure: value} from trec_eval-style 'measure all value' lines."""
     rows = [line.split() for line in text.splitlines() if line.strip()]
@@ -169,10 +182,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument(
             "--before", metavar="DIR", help="also time evald built from this source tree"
         )
+        parser.add_argument(
+            "--big",
+            action="store_true",
+            help="also a 5M-line run (5 000 topics), for the peak memory as the run grows",
+        )
 
     args = c.parse_args(__doc__.splitlines()[0], argv, extra)
     python = sys.executable
     sizes = [(100, 1000), (20, 1000)] if args.quick else [(1000, 1000), (200, 1000)]
+    if args.big:
+        sizes.append((5000, 1000))
     print(f"# {__doc__.splitlines()[0]}")
     with tempfile.TemporaryDirectory() as tmp:
         tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -246,6 +266,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             else:
                 print("  trec_eval not given")
+            lines = topics * docs
+            rss = [("evald", peak_rss([*evald, *flags]))]
+            if before is not None:
+                rss.append(("evald before", peak_rss([*before, *flags])))
+            if args.trec_eval:
+                rss.append(("trec_eval", peak_rss([args.trec_eval, *TREC_EVAL_ARGS, qrels_path,
+                                                   run_path])))  # fmt: skip
+            shown = [f"{name} {b / 1e6:,.0f} MB ({b / lines:,.0f} B/line)" for name, b in rss]
+            print("  peak RSS: " + ", ".join(shown))
             script = pytrec_eval_script(run_path, qrels_path)
             pytrec, pytrec_cpu, pytrec_out = timed([python, "-c", script], args.repeat)
             assert summary(ours_out) == summary(pytrec_out), (ours_out, pytrec_out)

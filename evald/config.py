@@ -180,9 +180,10 @@ class EngineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    window: Duration = Field(
-        30 * 60_000, gt=0, description="attribution window after an impression"
-    )
+    # 5 minutes: the demo's, compose's and the walk-through's window, so a first window of
+    # results is complete 12 event minutes after the traffic starts (window + lateness + 5m
+    # of data); feedback later than this counts as unattributed "late", visible per reason
+    window: Duration = Field(5 * 60_000, gt=0, description="attribution window after an impression")
     lateness: Duration = Field(2 * 60_000, ge=0, description="watermark = max event ts - lateness")
     min_event_time: Instant = Field(
         DEFAULT_MIN_EVENT_TIME,

@@ -455,6 +455,13 @@ class Engine:
         than the lateness behind a newer one): out of order past what the lateness allows."""
         return sum(s.behind for s in self._stores.values())
 
+    def oldest_open(self) -> int | None:
+        """Event time (ms) of the oldest impression still waiting for its attribution window,
+        over all partitions; None when none waits. With the watermark and the window it says
+        when the next aggregate window completes (`evald top`)."""
+        times = [t for s in self._stores.values() if (t := s.oldest_open()) is not None]
+        return min(times) if times else None
+
     def watermarks(self) -> dict[int, int | None]:
         """Event-time watermark (ms) per partition; None before its first event."""
         return {p: s.watermark for p, s in sorted(self._stores.items())}

@@ -99,7 +99,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "_bulk files and search-hit dumps as they are; read one after the other (see --sort); "
         "'-' or none: stdin",
     )
-    parser.add_argument("--window", metavar="DUR", help="attribution window (default 30m)")
+    parser.add_argument("--window", metavar="DUR", help="attribution window (default 5m)")
     parser.add_argument("--lateness", metavar="DUR", help="allowed lateness (default 2m)")
     parser.add_argument(
         "-m", "--measures", metavar="LIST", help="comma-separated measures (default set: see docs)"

@@ -30,7 +30,7 @@ def test_the_statistics_window_only_matters_with_a_comparison():
 
 def test_defaults():
     c = EngineConfig()
-    assert c.window == 30 * 60_000 and c.lateness == 2 * 60_000
+    assert c.window == 5 * 60_000 and c.lateness == 2 * 60_000
     assert c.label_keys == ["model", "arm", "surface"] and c.label_value_cap == 50
     assert c.limits.max_items == 1000
     assert c.action_grades == {"click": 1.0, "add_to_cart": 2.0, "purchase": 3.0}

@@ -231,8 +231,9 @@ def test_replay_equals_offline_scoring_of_the_joined_qrels(tmp_path_factory, str
     path = write_jsonl(tmp / "events.jsonl", events)
     out = tmp / "results.jsonl"
     rc = main(
-        ["replay", str(path), "--measures", MEASURES, "--results", str(out), "--tick-every", "3"]
-    )
+        ["replay", str(path), "--measures", MEASURES, "--results", str(out), "--tick-every", "3",
+         "--window", "30m"]
+    )  # fmt: skip
     assert rc == 0
     got = {r["request_id"]: r["measures"] for r in read_jsonl(out)}
     assert set(got) == set(truth)

@@ -10,15 +10,27 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import sys
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from deploy.local_kafka.broker import LocalKafka
 from deploy.local_kafka.cluster import LocalCluster
 from deploy.local_kafka.fetch import KAFKA_VERSION, LocalKafkaError, cache_root, ensure_libs
+from evald.signals import StopSignals
+
+
+class Node(Protocol):
+    """What :func:`supervise` needs of a node (:class:`LocalKafka`)."""
+
+    node_id: int
+
+    def running(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+    def log_tail(self) -> str: ...
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,27 +87,33 @@ def run_foreground(args: argparse.Namespace) -> int:
         # the three voters share a cluster id chosen at format time, kept in each node's data
         cluster = LocalCluster(data, ports=ports, controller_ports=controllers, settings=settings)
         nodes, start = list(cluster.nodes.values()), cluster.start
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     print(f"starting Apache Kafka {KAFKA_VERSION} (data in {data}) ...", flush=True)
-    start()
+    start()  # Ctrl-C meanwhile: KeyboardInterrupt, and start() kills the half-started nodes
     bootstrap = ",".join(node.bootstrap for node in nodes)
     pids = ", ".join(str(node.pid) for node in nodes)
-    print(
+    ready = (
         f"Apache Kafka {KAFKA_VERSION} ready on {bootstrap} (pid {pids}, "
-        f"log {' '.join(str(node.log_file) for node in nodes)}); Ctrl-C stops it",
-        flush=True,
+        f"log {' '.join(str(node.log_file) for node in nodes)}); Ctrl-C stops it"
     )
-    try:
-        while not stop.wait(1.0):
+    return supervise(nodes, ready=ready)
+
+
+def supervise(nodes: Sequence[Node], poll: float = 1.0, ready: str = "") -> int:
+    """Print ``ready`` and run until SIGINT/SIGTERM (0) or a node exits (1), then stop every
+    node. The handlers only note the signal (evald.signals says why: an ``Event.set`` there
+    deadlocked), so Ctrl-C pressed again while the nodes stop changes nothing."""
+    with StopSignals() as stop:
+        if ready:
+            print(ready, flush=True)  # the handlers are in place: Ctrl-C stops it from now on
+        try:
+            while not stop.wait(poll):
+                for node in nodes:
+                    if not node.running():
+                        print(f"node {node.node_id} exited:\n{node.log_tail()}", file=sys.stderr)
+                        return 1
+        finally:
             for node in nodes:
-                if not node.running():
-                    print(f"node {node.node_id} exited:\n{node.log_tail()}", file=sys.stderr)
-                    return 1
-    finally:
-        for node in nodes:
-            node.stop()
+                node.stop()
     print("stopped", flush=True)
     return 0
 

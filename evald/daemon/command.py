@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from evald.cli import log_level
 from evald.daemon.options import add_settings_flags, settings_from_args
 from evald.daemon.settings import Settings, SettingsError
+from evald.signals import StopSignals
 
 if TYPE_CHECKING:
     from evald.engine import Engine
@@ -104,19 +105,7 @@ def run(args: argparse.Namespace) -> int:
     server.start()
     timeout = settings.daemon.shutdown_timeout_s
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("received %s: finishing (at most %.0fs)", signal.Signals(signum).name, timeout)
-        daemon.stop()
-        stages.stop()
-        # a broker that is gone must not keep us past the deadline: state is safe in Kafka
-        watchdog = threading.Timer(timeout, _hard_exit, args=(timeout,))
-        watchdog.daemon = True
-        watchdog.start()
-
-    # SIGHUP (a closed terminal, a supervisor's "reload") would otherwise kill the process
-    # without a commit: there is nothing to reload, so it stops cleanly like SIGTERM
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, on_signal)
+    signals = _stop_on_signals(daemon, stages, timeout)
     log.info(
         "evald run: group %s, instance %s, metrics on %s",
         settings.daemon.group_id,
@@ -139,6 +128,27 @@ def run(args: argparse.Namespace) -> int:
             reporter.stop()
         heartbeat.stop()
         server.stop()
+        signals.__exit__(None, None, None)
+
+
+def _stop_on_signals(daemon: Any, stages: _Stages, timeout: float) -> StopSignals:
+    """SIGTERM, SIGINT and SIGHUP stop the daemon cleanly. The handlers only note the signal
+    (evald.signals: an Event.set in a handler can deadlock on the lock its own thread holds);
+    the stop itself runs on the watcher's thread. SIGHUP (a closed terminal, a supervisor's
+    "reload") would otherwise kill the process without a commit: there is nothing to reload."""
+
+    def on_stop(reason: str) -> None:
+        log.info("received %s: finishing (at most %.0fs)", reason, timeout)
+        daemon.stop()
+        stages.stop()
+        # a broker that is gone must not keep us past the deadline: state is safe in Kafka
+        watchdog = threading.Timer(timeout, _hard_exit, args=(timeout,))
+        watchdog.daemon = True
+        watchdog.start()
+
+    signals = StopSignals(STOP_SIGNALS).__enter__()
+    signals.watch(on_stop)
+    return signals
 
 
 class _Stages:

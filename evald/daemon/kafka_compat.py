@@ -20,6 +20,10 @@ back, records per partition the request's stamp and the watermark it reported.
 restoring 64 partitions asked the coordinator 64 times in a row; this asks once for all of them
 (as Java's ``committed(Set)`` does), through the consumer's coordinator.
 
+``net_client``: kafka-python's network client with a slow-step warning that means something
+in evald (see ``SLOW_TASK_S``) and that honours ``allow_auto_create_topics`` (see
+``without_auto_create``), the ``kafka_client`` of every client evald builds.
+
 ``close_quietly``: closing a client of a session that just failed (broker gone, coordinator
 moved) can raise too; the session's teardown must go on, so every client is closed the same way.
 A producer with records no broker takes (their topic deleted) is a case of its own:
@@ -77,6 +81,7 @@ __all__ = [
     "commit_within",
     "committed_offsets",
     "flush_within",
+    "net_client",
     "send_offsets_within",
     "unpark_resumed",
     "without_auto_create",
@@ -85,22 +90,35 @@ __all__ = [
 log = logging.getLogger("evald.daemon")
 
 
-def without_auto_create() -> dict[str, Any]:
-    """Keyword arguments that keep a ``KafkaConsumer`` or ``KafkaProducer`` from creating a topic
-    by asking for its metadata, whatever the broker's ``auto.create.topics.enable``."""
-    return {"allow_auto_create_topics": False, "kafka_client": _client_honouring_auto_create}
+#: kafka-python's I/O thread times each step of its tasks in wall time and logs a WARNING past
+#: 0.1 s ("Task ... ran for 0.248s ... It is blocking the event loop -- likely a tight sync
+#: loop"). Its steps read and decode whole fetch responses, on the GIL and the two cores that
+#: evald's main thread scores and restores on: on a busy machine they took 0.12-0.39 s, several
+#: times a run, each one in KafkaTCPTransport._read_from_sock, nothing looping. Nothing waits
+#: on them but the next network step (the session timeout is 10 s); past a second a step is a
+#: stall worth a warning.
+SLOW_TASK_S = 1.0
 
 
-def _client_honouring_auto_create(**configs: Any) -> KafkaNetClient:
-    """``KafkaNetClient(**configs)`` whose metadata requests carry the caller's
-    ``allow_auto_create_topics`` (see the module doc)."""
-    client = KafkaNetClient(**configs)
+def net_client(**configs: Any) -> KafkaNetClient:
+    """kafka-python's ``KafkaNetClient`` with ``SLOW_TASK_S`` as its slow-step threshold (a
+    setting only the client reads, which KafkaConsumer, KafkaProducer and KafkaAdminClient
+    refuse as their own, so it is given as their ``kafka_client``) whose metadata requests
+    carry the caller's ``allow_auto_create_topics`` (see the module doc)."""
+    client = KafkaNetClient(**{**configs, "slow_task_threshold_secs": SLOW_TASK_S})
     config = getattr(client.cluster, "config", None)
     if isinstance(config, dict) and "allow_auto_create_topics" in config:
         config["allow_auto_create_topics"] = bool(configs.get("allow_auto_create_topics", True))
     else:
         log.warning("cannot turn off topic auto-creation in this kafka-python's metadata client")
     return client
+
+
+def without_auto_create() -> dict[str, Any]:
+    """Keyword arguments that keep a ``KafkaConsumer`` or ``KafkaProducer`` built with
+    ``net_client`` (every evald client: ``client_config()``) from creating a topic by asking
+    for its metadata, whatever the broker's ``auto.create.topics.enable``."""
+    return {"allow_auto_create_topics": False}
 
 
 def unpark_resumed(consumer: Any) -> bool:

@@ -118,6 +118,35 @@ class RepeatLimit(logging.Filter):
         return True
 
 
+class Benign(logging.Filter):
+    """kafka-python records that say nothing is wrong, logged at INFO instead of ERROR or
+    WARNING (a user reads those as a fault); every other record passes as it is:
+
+    * a LeaveGroup naming a member the coordinator no longer knows (``UnknownMemberIdError``).
+      evald leaves the group on every stop and when it gives a session up; when the broker had
+      removed the member already (its session expired, or the group rebalanced without it, the
+      case evald gives the session up for), being unknown is what leaving asks for.
+    * "No partition metadata for topic ...": the group's first assignment, computed before the
+      consumer's metadata names the topics just subscribed to; kafka-python assigns nothing
+      for them and rejoins once the metadata is in (evald logs the empty assignment first).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO and _benign(record):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def _benign(record: logging.LogRecord) -> bool:
+    message = str(record.msg)
+    args = record.args if isinstance(record.args, tuple) else ()
+    if record.name == "kafka.coordinator" and message.startswith("LeaveGroup request"):
+        return any(type(arg).__name__ == "UnknownMemberIdError" for arg in args)
+    return record.name.startswith("kafka.coordinator.assignors") and message.startswith(
+        "No partition metadata for topic"
+    )
+
+
 def setup_logging(level: str, log_format: str = "text", stream: TextIO | None = None) -> None:
     """Route every logger to ``stream`` (stderr) in ``log_format``; kafka-python's chatter is
     kept at WARNING unless the level asks for DEBUG."""
@@ -132,3 +161,8 @@ def setup_logging(level: str, log_format: str = "text", stream: TextIO | None = 
     root.addHandler(handler)
     root.setLevel(level)
     logging.getLogger("kafka").setLevel(max(logging.WARNING, root.level))
+    for name in ("kafka.coordinator", "kafka.coordinator.assignors.range",
+                 "kafka.coordinator.assignors.roundrobin"):  # fmt: skip
+        source = logging.getLogger(name)  # a logger's filters see only its own records
+        if not any(isinstance(f, Benign) for f in source.filters):
+            source.addFilter(Benign())

@@ -5,11 +5,19 @@ carry the simulated arrival time as their Kafka timestamp, which is the order `e
 the two topics in.
 
 Every run is fresh by default: event time starts now (dashboards and the watermark panel show
-the present, not a fixed date) and request ids carry a new run id, so a second run never
-collides with the first (same ids with different results, orphaned feedback). ``--start`` and
-``--run-id`` reproduce a stream exactly. ``--output FILE`` writes the same records as JSON Lines
-for `evald replay` instead of Kafka. SIGTERM stops like Ctrl-C: what was sent is flushed and
-counted, exit 0 (as PID 1 in a container, `docker compose stop` returns at once).
+the present, not a fixed date), or right after the newest record on the topics when an earlier
+run left them ahead of the wall clock (else `evald run` would take this run's records for late
+ones), and request ids carry a new run id, so a second run never collides with the first (same
+ids with different results, orphaned feedback). ``--start`` and ``--run-id`` reproduce a stream
+exactly. ``--output FILE`` writes the same records as JSON Lines for `evald replay` instead of
+Kafka. SIGTERM stops like Ctrl-C: what was sent is flushed and counted, exit 0 (as PID 1 in a
+container, `docker compose stop` returns at once).
+
+Nothing is lost silently: every send's answer is counted (the summary says how many records
+the broker acknowledged), and the first record the broker refuses stops the run with what the
+broker said and what to do. Event time never runs further ahead of the wall clock than the
+topics' ``message.timestamp.after.max.ms`` allows (Kafka refuses such records): past it, records
+wait for the wall clock (evald.daemon.topic_time).
 """
 
 from __future__ import annotations
@@ -17,15 +25,17 @@ from __future__ import annotations
 import argparse
 import re
 import secrets
-import signal
 import sys
-import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TextIO
 
 from evald.daemon.settings import Settings, SettingsError
+from evald.daemon.topic_time import TimestampLimit
+from evald.durations import readable
+from evald.signals import StopSignals
 
 if TYPE_CHECKING:
     from evald.demo.simulator import SimEvent
@@ -223,18 +233,6 @@ class Progress:
         )
 
 
-class _Stop:
-    """Set by SIGTERM/SIGINT; the produce loop checks it between records."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.reason = ""
-
-    def __call__(self, signum: int, _frame: object) -> None:
-        self.reason = signal.Signals(signum).name
-        self.event.set()
-
-
 def simulate(args: argparse.Namespace, run_id: str, start_ms: int) -> Iterable[SimEvent]:
     """The records this run writes, in arrival order (endless without a limit)."""
     from itertools import islice
@@ -261,22 +259,27 @@ def write(
     events: Iterable[SimEvent],
     send: Callable[[SimEvent], None],
     progress: Progress,
-    stop: threading.Event,
+    stop: StopSignals,
     *,
     pace: float | None,
     start_ms: int,
+    hold: Callable[[int], float] | None = None,
 ) -> None:
     """Send each event (paced at ``pace`` event-time seconds per wall second if given) until
-    the events end or ``stop`` is set."""
+    the events end or ``stop`` is set. ``hold(at_ms)``: seconds to wait before a record
+    stamped ``at_ms`` may be sent (the broker's timestamp limit), 0 when it may go now."""
     from evald.demo.simulator import IMPRESSION
 
     started = time.monotonic()
     for event in events:
+        delay = 0.0
         if pace is not None:
             due = (event.at_ms - start_ms) / 1000.0 / pace
             delay = due - (time.monotonic() - started)
-            if delay > 0 and stop.wait(delay):
-                break
+        if hold is not None:
+            delay = max(delay, hold(event.at_ms))
+        if delay > 0 and stop.wait(delay):
+            break
         if stop.is_set():
             break
         send(event)
@@ -293,16 +296,11 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     run_id = args.run_id or secrets.token_hex(3)
-    start_ms = args.start if args.start is not None else int(time.time() * 1000)
-    stop = _Stop()
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with StopSignals() as stop:
         if args.output is not None:
+            start_ms = args.start if args.start is not None else int(time.time() * 1000)
             return _to_file(args, run_id, start_ms, stop)
-        return _to_kafka(args, run_id, start_ms, stop)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        return _to_kafka(args, run_id, stop)
 
 
 def _describe(run_id: str, start_ms: int) -> str:
@@ -310,7 +308,7 @@ def _describe(run_id: str, start_ms: int) -> str:
     return f"run id {run_id}, event time from {moment.strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
-def _finish(progress: Progress, stop: _Stop, where: str) -> int:
+def _finish(progress: Progress, stop: StopSignals, where: str) -> int:
     why = f" (stopped by {stop.reason})" if stop.reason else ""
     print(f"{progress.line()}{why}; written to {where}", file=sys.stderr)
     return 0
@@ -320,19 +318,19 @@ def _stream(
     args: argparse.Namespace,
     run_id: str,
     start_ms: int,
-    stop: _Stop,
+    stop: StopSignals,
     send: Callable[[SimEvent], None],
     progress: Progress,
+    hold: Callable[[int], float] | None = None,
 ) -> None:
     """The run's simulated traffic into ``send``, paced with ``--realtime``, until done or
-    stopped; the file and the Kafka output differ only in ``send``."""
+    stopped; the file and the Kafka output differ only in ``send`` (and Kafka's ``hold``)."""
     pace = args.speed if args.realtime else None
-    write(
-        simulate(args, run_id, start_ms), send, progress, stop.event, pace=pace, start_ms=start_ms
-    )
+    events = simulate(args, run_id, start_ms)
+    write(events, send, progress, stop, pace=pace, start_ms=start_ms, hold=hold)
 
 
-def _to_file(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop) -> int:
+def _to_file(args: argparse.Namespace, run_id: str, start_ms: int, stop: StopSignals) -> int:
     try:
         out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
@@ -354,7 +352,7 @@ def _to_file(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop) 
     return _finish(progress, stop, args.output)
 
 
-def _to_kafka(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop) -> int:
+def _to_kafka(args: argparse.Namespace, run_id: str, stop: StopSignals) -> int:
     from evald.daemon.options import flag_overrides
     from evald.daemon.settings import load_settings
 
@@ -366,47 +364,208 @@ def _to_kafka(args: argparse.Namespace, run_id: str, start_ms: int, stop: _Stop)
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    if not _input_topics(settings, args.partitions):
-        return 1
-    client = settings.kafka.client_config()
     topics = settings.topics
+    found = _input_topics(settings, args.partitions)
+    if found is None:
+        return 1
+    limit, last_ms = found
+    start_ms = _start_time(args.start, last_ms, limit)
+    if start_ms is None:
+        return 2
     print(f"evald produce: {_describe(run_id, start_ms)}", file=sys.stderr)
     try:
-        producer = KafkaProducer(linger_ms=20, **client)
+        producer = KafkaProducer(linger_ms=20, **settings.kafka.client_config())
     except KafkaError as exc:
         print(f"evald produce: cannot start a Kafka producer: {exc}", file=sys.stderr)
         return 1
     progress = Progress(sys.stderr, args.progress_interval)
+    acks = Acks()
+    horizon = Horizon(limit, args)
     from evald.demo.simulator import IMPRESSION
 
     def send(event: SimEvent) -> None:
+        if acks.refusal is not None:
+            raise acks.refusal
         topic = topics.impressions if event.kind == IMPRESSION else topics.feedback
-        producer.send(topic, key=event.key, value=event.value, timestamp_ms=event.at_ms)
+        future = producer.send(topic, key=event.key, value=event.value, timestamp_ms=event.at_ms)
+        acks.watch(future, topic, event.at_ms)
 
+    where = f"{topics.impressions} / {topics.feedback}"
     try:
-        _stream(args, run_id, start_ms, stop, send, progress)
-        producer.flush()
+        try:
+            _stream(args, run_id, start_ms, stop, send, progress, horizon.hold)
+        finally:
+            producer.flush()  # every answer is in before the summary counts them
+            acks.settle()
+        if acks.refusal is not None:
+            raise acks.refusal
+    except Refused as refused:
+        print(f"{progress.line()}; {acks.acknowledged:,} acknowledged", file=sys.stderr)
+        print(f"evald produce: {refused.explain(limit)}", file=sys.stderr)
+        return 1
     except KafkaError as exc:
         print(
-            f"{progress.line()}; then Kafka failed: {exc}. Check the broker and run again "
-            "(a new run gets new request ids, so the records already written do not collide)",
+            f"{progress.line()}; {acks.acknowledged:,} acknowledged; then Kafka failed: {exc}. "
+            "Check the broker and run again (a new run gets new request ids, so the records "
+            "already written do not collide)",
             file=sys.stderr,
         )
         return 1
     finally:
         producer.close(timeout=5)
-    return _finish(progress, stop, f"{topics.impressions} / {topics.feedback}")
+    return _finish(progress, stop, f"{where}, {acks.acknowledged:,} acknowledged by the broker")
 
 
-def _input_topics(settings: Settings, partitions: int) -> bool:
+def _start_time(
+    start: int | None, last_ms: int | None, limit: TimestampLimit, now_ms: int | None = None
+) -> int | None:
+    """The event time of the run's first record: ``--start``, or now, or (when the topics
+    already hold records stamped later than now) right after them; None (after saying why)
+    when ``--start`` is further ahead than the broker accepts."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    latest = limit.latest_ms(now)
+    if start is None:
+        if last_ms is None or last_ms < now:
+            return now
+        print(
+            f"evald produce: the topics hold records up to {_utc(last_ms)}, "
+            f"{readable((last_ms - now) / 1000)} ahead of the wall clock (an earlier run's "
+            "event time): going on from there, so that evald run does not take this run's "
+            "records for late ones (--start now starts at the wall clock)",
+            file=sys.stderr,
+        )
+        return last_ms + 1 if latest is None else min(last_ms + 1, latest)
+    if latest is not None and start > latest:
+        print(
+            f"evald produce: --start {_utc(start)} is {readable((start - now) / 1000)} ahead of "
+            f"the wall clock; the broker refuses timestamps that far ahead "
+            f"({limit.describe()}). Give an earlier --start",
+            file=sys.stderr,
+        )
+        return None
+    if last_ms is not None and start <= last_ms:
+        print(
+            f"evald produce: --start {_utc(start)} is before the newest record on the topics "
+            f"({_utc(last_ms)}): evald run's watermark may already be past this run's first "
+            "records, which then count as late (scored at once, without their feedback)",
+            file=sys.stderr,
+        )
+    return start
+
+
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Refused(Exception):
+    """The broker refused a record: no retry of the same record can succeed."""
+
+    def __init__(self, topic: str, at_ms: int, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.topic = topic
+        self.at_ms = at_ms
+        self.error = error
+
+    def explain(self, limit: TimestampLimit) -> str:
+        """What the broker said and what to do."""
+        said = (
+            f"the broker refused a record for {self.topic} stamped {_utc(self.at_ms)} "
+            f"({type(self.error).__name__}: {self.error}); stopped, since it would refuse "
+            "the records after it too."
+        )
+        from kafka.errors import InvalidRecordError, InvalidTimestampError
+
+        # Kafka 4 answers INVALID_RECORD, with "Timestamp ... is out of range" in its message
+        if isinstance(self.error, InvalidTimestampError) or (
+            isinstance(self.error, InvalidRecordError) and "timestamp" in str(self.error).lower()
+        ):
+            return (
+                f"{said} Kafka accepts a timestamp only within the topic's limits of its own "
+                f"clock ({limit.describe()}): check the broker's clock, give a --start within "
+                "them, or keep event time at the wall clock's pace with --realtime --speed 1"
+            )
+        return f"{said} Check the topic's settings and evald's permissions on it, then run again"
+
+
+class Acks:
+    """The broker's answer to every send: the futures are kept in send order and counted as
+    they complete (cheaper per record than a callback and an errback on each)."""
+
+    def __init__(self) -> None:
+        self.acknowledged = 0
+        #: the first refused record; every send after it stops the run
+        self.refusal: Refused | None = None
+        self._waiting: deque[tuple[Any, str, int]] = deque()
+
+    def watch(self, future: Any, topic: str, at_ms: int) -> None:
+        self._waiting.append((future, topic, at_ms))
+        self.settle()
+
+    def settle(self) -> None:
+        """Count the answers in so far (the futures complete about in send order)."""
+        waiting = self._waiting
+        while waiting and waiting[0][0].is_done:
+            future, topic, at_ms = waiting.popleft()
+            if future.exception is None:
+                self.acknowledged += 1
+            elif self.refusal is None:
+                self.refusal = Refused(topic, at_ms, future.exception)
+
+
+class Horizon:
+    """Keeps event time within what the broker accepts: a record stamped further ahead of the
+    wall clock than the topics' ``message.timestamp.after.max.ms`` (less a margin) waits until
+    the wall clock catches up, so event time then advances at the wall clock's pace. Says so
+    once, with why and what else to do."""
+
+    def __init__(
+        self,
+        limit: TimestampLimit,
+        args: argparse.Namespace,
+        *,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        stream: TextIO = sys.stderr,
+    ) -> None:
+        self.limit = limit
+        self.realtime = bool(args.realtime)
+        self.wall_ms = wall_ms
+        self.stream = stream
+        self.reached = False
+
+    def hold(self, at_ms: int) -> float:
+        """Seconds until a record stamped ``at_ms`` is within the limit (0: send it now)."""
+        latest = self.limit.latest_ms(self.wall_ms())
+        if latest is None or at_ms <= latest:
+            return 0.0
+        if not self.reached:
+            self.reached = True
+            ahead = readable((at_ms - self.wall_ms()) / 1000)
+            advice = (
+                "--speed 1 keeps event time at the wall clock"
+                if self.realtime
+                else "fewer --events, an earlier --start or --realtime keep a burst within it"
+            )
+            self.stream.write(
+                f"evald produce: event time {_utc(at_ms)} is {ahead} ahead of the wall clock, "
+                f"as far as the broker accepts ({self.limit.describe()}); from here on it "
+                f"advances with the wall clock ({advice})\n"
+            )
+            self.stream.flush()
+        return (at_ms - latest) / 1000.0
+
+
+def _input_topics(settings: Settings, partitions: int) -> tuple[TimestampLimit, int | None] | None:
     """Create the input topics that do not exist (``partitions`` each) and say which exist;
-    False (after saying why) when Kafka cannot be reached."""
+    return their timestamp limit and newest record time. None (after saying why) when Kafka
+    cannot be reached."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
+    from evald.daemon.topic_time import last_event_time, timestamp_limit
+
     client = settings.kafka.client_config()
-    wanted = (settings.topics.impressions, settings.topics.feedback)
+    wanted = [settings.topics.impressions, settings.topics.feedback]
     try:
         admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
     except KafkaError as exc:
@@ -416,7 +575,7 @@ def _input_topics(settings: Settings, partitions: int) -> bool:
             "check --bootstrap-servers and that the broker is up",
             file=sys.stderr,
         )
-        return False
+        return None
     try:
         existing = set(admin.list_topics())
         create = [t for t in wanted if t not in existing]
@@ -435,6 +594,7 @@ def _input_topics(settings: Settings, partitions: int) -> bool:
         kept = [t for t in wanted if t in existing]
         if kept:
             print(f"evald produce: writing to existing topics {', '.join(kept)}", file=sys.stderr)
+        limit = timestamp_limit(admin, wanted)
     finally:
         admin.close()
-    return True
+    return limit, (last_event_time(client, kept) if kept else None)

@@ -118,7 +118,10 @@ class KafkaSettings(_Strict):
 
     def client_config(self) -> dict[str, Any]:
         """Keyword arguments shared by kafka-python's consumer, producer and admin client."""
+        from evald.daemon.kafka_compat import net_client
+
         config: dict[str, Any] = {
+            "kafka_client": net_client,
             "bootstrap_servers": list(self.bootstrap_servers),
             "client_id": self.client_id,
             "security_protocol": self.security_protocol,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import errno
 import math
+import os
 import sys
 import threading
 import time
@@ -189,11 +190,19 @@ def run(args: argparse.Namespace) -> int:
         if exc.errno == errno.EADDRINUSE:
             hint = (
                 f"; is another evald already serving {args.metrics_address}? "
-                "--metrics-address 127.0.0.1:0 picks any free port (the URL is printed)"
+                f"{_free_port_command()} picks any free port (the URL is printed)"
             )
         print(f"evald demo: {exc}{hint}", file=sys.stderr)
         return 1
     return _run_with_signals(demo, args.duration)
+
+
+def _free_port_command() -> str:
+    """The command that runs the demo again on a free port, as the user can type it: make
+    passes flags only through ARGS (make sets MAKELEVEL in the environment of its recipes)."""
+    if os.environ.get("MAKELEVEL"):
+        return 'make demo ARGS="--metrics-address 127.0.0.1:0"'
+    return "evald demo --metrics-address 127.0.0.1:0"
 
 
 def _run_with_signals(demo: DemoLoop, duration: float | None) -> int:

@@ -292,6 +292,8 @@ def health(
 ) -> Health:
     """Fold the engine's counters into the health line."""
     accepted = sum(n for (_, outcome), n in stats.events.items() if outcome == "accepted")
+    # every duplicate, impression or feedback, once: a duplicate feedback is also counted as
+    # unattributed (reason duplicate), which must not be added again
     duplicates = sum(n for (_, outcome), n in stats.events.items() if outcome == "duplicate")
     lag = None
     if newest_ms is not None and watermark_ms is not None:
@@ -303,7 +305,7 @@ def health(
         rejected=sum(stats.rejected.values()),
         late=stats.unattributed.get("late", 0),
         orphaned=stats.unattributed.get("orphaned", 0),
-        duplicates=duplicates + stats.unattributed.get("duplicate", 0),
+        duplicates=duplicates,
         unknown_items=stats.unattributed.get("unknown_item", 0),
         abandoned=stats.abandoned,
         finalized=sum(stats.finalized.values()),

@@ -111,6 +111,11 @@ def _windows(engine: Engine) -> list[tuple[tuple[str, ...], Any]]:
     return [((*row.labels.values(), row.measure, row.window), row) for row in engine.window_rows()]
 
 
+def _attribution_window(engine: Engine) -> float:
+    config: EngineConfig = engine.config
+    return config.window / 1000
+
+
 def _lag(engine: Engine) -> tuple[list[float], list[int], float]:
     stats = engine.stats
     return list(stats.lag_bounds), list(stats.lag_counts), float(stats.lag_sum)
@@ -338,6 +343,26 @@ SERIES: tuple[Series, ...] = (
         (),
         lambda engine: engine.pending_feedback(),
         _one,
+        fixed=lambda c: 1,
+    ),
+    Series(
+        "evald_attribution_window_seconds",
+        "gauge",
+        "The attribution window (engine.window): an impression is scored once the watermark "
+        "passes its event time plus this.",
+        (),
+        _attribution_window,
+        _one,
+        fixed=lambda c: 1,
+    ),
+    Series(
+        "evald_oldest_open_impression_timestamp_seconds",
+        "gauge",
+        "Event time of the oldest impression still waiting for its attribution window to "
+        "close; absent when none waits.",
+        (),
+        lambda engine: engine.oldest_open(),
+        lambda ms: [] if ms is None else _one(ms / 1000),
         fixed=lambda c: 1,
     ),
     Series(

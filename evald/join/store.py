@@ -166,6 +166,11 @@ class JoinStore:
     def open(self) -> int:
         return len(self._table)
 
+    def oldest_open(self) -> int | None:
+        """Event time of the oldest impression still waiting for its window; None: none."""
+        due = self._queue.min_deadline()
+        return None if due is None else due - self.window
+
     # ------------------------------------------------------------------ events
 
     def _bind_kernel(

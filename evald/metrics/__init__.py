@@ -7,6 +7,7 @@ and dashboards show (a weighted mean for aggregates such as GAUC).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -18,6 +19,7 @@ from evald.metrics.names import (
     FAMILIES,
     Measure,
     MeasureError,
+    labelled_measures,
     make_measure,
     parse_measure,
     parse_measures,
@@ -33,6 +35,7 @@ __all__ = [
     "MeasureError",
     "evaluate",
     "from_mean",
+    "labelled_measures",
     "make_measure",
     "mean_of",
     "mean_terms",
@@ -40,6 +43,7 @@ __all__ = [
     "parse_measures",
     "required_depth",
     "valid_forms",
+    "value_range",
     "weights_of",
 ]
 
@@ -121,6 +125,24 @@ GEOMETRIC = frozenset({"GMAP"})
 def mean_terms(measure: Measure, values: np.ndarray) -> np.ndarray:
     """What is averaged for the measure: the values, or (GMAP) log(max(AP, 0.00001))."""
     return kernels.geometric_terms(values) if measure.family in GEOMETRIC else values
+
+
+#: families whose values have no upper bound: gains summed (DCG, CG) and counts
+UNBOUNDED = frozenset({"DCG", "CG", "NumRet", "NumRel", "NumRelRet"})
+
+
+def value_range(measure: Measure) -> tuple[float, float] | None:
+    """The range of :func:`mean_terms`' values: [0, 1] for most measures, [-1, 1] for
+    KendallTau, [log 0.00001, 0] for GMAP's log terms; None when unbounded (sums of gains,
+    counts, negative gains)."""
+    gains = dict(measure.params).get("gains") or ()
+    if measure.family in UNBOUNDED or any(gain < 0 for _, gain in gains):
+        return None  # a negative gain (trec_eval ndcg.0=-1) can take nDCG out of [0, 1]
+    if measure.family == "KendallTau":
+        return -1.0, 1.0
+    if measure.family in GEOMETRIC:
+        return math.log(kernels.MIN_GEO_MEAN), 0.0
+    return 0.0, 1.0
 
 
 def from_mean(measure: Measure, mean: float) -> float:

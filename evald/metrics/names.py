@@ -354,6 +354,25 @@ def parse_measures(text: str | Sequence[str]) -> list[Measure]:
     return list(dict.fromkeys(parse_measure(name) for name in names))
 
 
+def labelled_measures(text: str | Sequence[str]) -> dict[Measure, str]:
+    """``parse_measures``, each measure with the name to show it by: the user's spelling where
+    one part names it alone (``map``, ``ndcg_cut.10``, ``MRR``), else trec_eval's output name
+    (``P.5,10`` gives ``P_5`` and ``P_10``) or the canonical one. A measure named twice keeps
+    its first spelling."""
+    from evald.metrics.trec_names import expand_labelled, trec_name
+
+    items: Iterable[str] = [text] if isinstance(text, str) else text
+    parts = [part for item in items for part in _split_top_level(item) if part.strip()]
+    pairs = expand_labelled(parts)
+    if not pairs:
+        raise MeasureError(f"no measure given; valid forms: {valid_forms()}")
+    out: dict[Measure, str] = {}
+    for label, name in pairs:
+        measure = parse_measure(name)
+        out.setdefault(measure, label or trec_name(measure) or str(measure))
+    return out
+
+
 #: families whose value depends on every served rank when no cutoff is given
 _FULL_LIST = {"AUC", "GAUC", "KendallTau"}
 #: families that read no rank at all (the served length, the judgments)

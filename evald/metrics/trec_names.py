@@ -56,30 +56,45 @@ def expand(parts: Iterable[str]) -> list[str]:
     trec_eval writes parameters after a dot, comma-separated (``P.5,10``, ``ndcg.1=3,2=9``), so
     the numbers that follow such a part belong to it.
     """
-    out: list[str] = []
+    return [name for _, name in expand_labelled(parts)]
+
+
+def expand_labelled(parts: Iterable[str]) -> list[tuple[str | None, str]]:
+    """``expand``, each evald name with the user's own spelling of it: the part itself when it
+    names one measure (``map``, ``ndcg_cut.10``, ``MRR``), None when one trec_eval part names
+    several (``P.5,10``, ``recall``: no single spelling is the user's)."""
+    out: list[tuple[str | None, str]] = []
     params: list[str] | None = None  # the open trec_eval part's parameters
-    family = ""
+    family, spelled = "", ""
+
+    def close() -> None:
+        assert params is not None
+        names = _names(family, params)
+        label = spelled + "," + ",".join(params[1:]) if params[1:] else spelled
+        out.extend((label if len(names) == 1 else None, name) for name in names)
+
     for raw in parts:
         part = raw.strip()
         if params is not None and (_NUMBER.fullmatch(part) or _GAIN.fullmatch(part)):
             params.append(part)
             continue
         if params is not None:
-            out += _names(family, params)
+            close()
             params = None
         match = _WITH_PARAMS.fullmatch(part)
         if match and (match[1] in _CUTOFF_FAMILIES or match[1] in _PLAIN):
-            family, params = match[1], [match[2]]
+            family, params, spelled = match[1], [match[2]], part
             continue
         key = _OUTPUT_KEY.fullmatch(part)
         if key:
-            out += _names(key[1], [key[2]])
+            found = _names(key[1], [key[2]])
         elif (part in _CUTOFF_FAMILIES or part in _PLAIN) and part not in _OURS:
-            out += _names(part, [])
+            found = _names(part, [])
         else:
-            out.append(raw)
+            found = [raw]
+        out.extend((part if len(found) == 1 else None, name) for name in found)
     if params is not None:
-        out += _names(family, params)
+        close()
     return out
 
 

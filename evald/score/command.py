@@ -295,10 +295,7 @@ def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextli
     from evald.score import compare
     from evald.score.inputs import JsonlInput, TrecInput
 
-    names = compare.per_query_names(measures)
-    if not names:
-        raise UsageError("--compare needs a per-query measure (GAUC and GMAP are aggregates)")
-    row_measures = [m for m in measures if str(m) in names]
+    row_measures, names = _compared(args, measures)
     runs = []
     for path in args.compare:
         source: Input
@@ -353,6 +350,19 @@ def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextli
         )
     sys.stdout.flush()
     return 1 if any(r.rejected for r in runs) else 0
+
+
+def _compared(args: argparse.Namespace, measures: list[Measure]) -> tuple[list[Measure], list[str]]:
+    """The measures --compare tests (those with a per-query value), each with the name the
+    user gave it: `-m map,ndcg_cut.10` shows map and ndcg_cut.10, not AP and nDCG@10."""
+    from evald.metrics import DEFAULT_MEASURES, labelled_measures
+    from evald.score.scoring import per_query
+
+    row_measures = per_query(measures)
+    if not row_measures:
+        raise UsageError("--compare needs a per-query measure (GAUC and GMAP are aggregates)")
+    labels = labelled_measures(DEFAULT_MEASURES if args.measures is None else args.measures)
+    return row_measures, [labels[m] for m in row_measures]
 
 
 def _check_sources(args: argparse.Namespace) -> None:

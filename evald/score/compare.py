@@ -20,7 +20,7 @@ import numpy as np
 from evald.metrics import Measure
 from evald.score.inputs import Input
 from evald.score.records import Qid
-from evald.score.scoring import BatchScorer, per_query
+from evald.score.scoring import BatchScorer
 from evald.score.significance import CORRECTIONS, paired_t, randomization
 
 
@@ -258,7 +258,3 @@ def _p(value: float, digits: int) -> str:
 def report_notes(run: RunValues) -> None:
     for note in run.notes:
         print(f"evald score: {run.name}: {note}", file=sys.stderr)
-
-
-def per_query_names(measures: Sequence[Measure]) -> list[str]:
-    return [str(m) for m in per_query(measures)]

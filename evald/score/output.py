@@ -149,7 +149,7 @@ class MeanRow(NamedTuple):
     name: str
     mean: float | None
     n: int
-    interval: tuple[float, float] | None = None  # 95% t interval over queries
+    interval: tuple[float, float] | None = None  # 95% over queries (evald.score.intervals)
 
 
 def format_table(rows: Sequence[MeanRow], *, digits: int = 4) -> str:

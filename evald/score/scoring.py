@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from evald.metrics import Measure, evaluate, from_mean, mean_terms, required_depth, weights_of
+from evald.metrics import (
+    Measure,
+    evaluate,
+    from_mean,
+    mean_terms,
+    required_depth,
+    value_range,
+    weights_of,
+)
 from evald.score.batching import Lists, build_batch, concat, cut_lists, lists_from, widths
 from evald.score.output import MeanRow
 from evald.score.records import Qid, Query
@@ -38,7 +46,11 @@ class MeanAccumulator:
 
     A plain class, not a dataclass: building one costs about 0.3 ms of start-up."""
 
-    def __init__(self) -> None:
+    def __init__(self, span: tuple[float, float] | None = (0.0, 1.0)) -> None:
+        #: the values' range (None: unbounded), for an interval that stays inside it
+        self.span = span
+        #: values strictly inside ``span``: none means every value sits at a bound (binary)
+        self.interior = 0
         self.weighted: list[float] = []
         self.weights: list[float] = []
         self.n = 0
@@ -56,6 +68,9 @@ class MeanAccumulator:
         if not bool((weights == 1).all()):
             self._unweighted = False
         if values.shape[0]:
+            if self.span is not None:
+                low, high = self.span
+                self.interior += int(np.count_nonzero((values != low) & (values != high)))
             count, mean = values.shape[0], float(values.mean())
             m2 = float(np.square(values - mean).sum())
             total = self._count + count
@@ -65,18 +80,19 @@ class MeanAccumulator:
             self._count = total
 
     def interval(self, measure: Measure, level: float = 0.95) -> tuple[float, float] | None:
-        """The t interval of the mean over lists (GMAP: of the mean log, then exponentiated);
-        None for fewer than 2 lists or a weighted aggregate (GAUC)."""
+        """The 95% interval of the mean over lists, inside the measure's range
+        (evald.score.intervals; GMAP: of the mean log, then exponentiated); None for fewer
+        than 2 lists or a weighted aggregate (GAUC)."""
         if not self._unweighted or self._count < 2:
             return None
-        from scipy.special import stdtrit  # Student t quantile; scipy.stats costs ~1 s to import
+        from evald.score.intervals import mean_interval
 
-        mean = self.mean()
-        assert mean is not None
-        half = float(stdtrit(self._count - 1, 0.5 + level / 2)) * math.sqrt(
-            self._m2 / (self._count - 1) / self._count
+        found = mean_interval(
+            self._count, self._mean, self._m2, span=self.span, interior=self.interior, level=level
         )
-        return from_mean(measure, mean - half), from_mean(measure, mean + half)
+        if found is None:
+            return None
+        return from_mean(measure, found[0]), from_mean(measure, found[1])
 
     def mean(self) -> float | None:
         """None when nothing was added with a positive weight."""
@@ -134,7 +150,7 @@ class BatchScorer:
         self._depth = required_depth(self.measures)
         self._pending: list[Lists] = []
         self._pending_n = 0
-        self._means = {m: MeanAccumulator() for m in self.measures}
+        self._means = {m: MeanAccumulator(value_range(m)) for m in self.measures}
         self.scored = 0
 
     def add(self, query: Query) -> None:

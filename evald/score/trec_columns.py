@@ -143,8 +143,9 @@ def read_columnar(run: bytes, qrels: bytes, *, complete: bool) -> Columnar | Non
         return None  # a comment line with the right number of fields
     q_codes = _codes(qids)
     n_docs = max(1, len(docs.chunk(0).dictionary) if docs.num_chunks else 1)
+    doc_codes = _codes(docs)
     keys = q_codes * n_docs
-    keys += _codes(docs)  # one int64 per (qid, docid): both codes are below 2^31
+    keys += doc_codes  # one int64 per (qid, docid): both codes are below 2^31
     run_keys, qrels_keys = keys[:n_run], keys[n_run:]
     space = (len(names) if names is not None else 0) * n_docs  # every key is below it
     if _repeats(run_keys, space) or _repeats(qrels_keys, space):
@@ -157,7 +158,11 @@ def read_columnar(run: bytes, qrels: bytes, *, complete: bool) -> Columnar | Non
     judged_grades = np.where(grades >= 0, grades, np.nan)  # negative: unjudged (trec_eval)
     served = np.where(found, judged_grades[at_np] if grades.shape[0] else np.nan, np.nan)
     run_q = q_codes[:n_run]
-    columns = [_arrow(run_q), _arrow(scores), run_t["doc"].combine_chunks()]
+    # each docid by its place among the sorted distinct docids (bytewise, as strcmp): an int32
+    # a line to sort by, in the strings' own order, where a copy of every docid string was
+    doc_rank = _dictionary_ranks(docs)[doc_codes[:n_run]]
+    del keys, doc_codes
+    columns = [_arrow(run_q), _arrow(scores), _arrow(doc_rank)]
     order = _call(
         "sort_indices",
         pa.Table.from_arrays(columns, names=["q", "s", "d"]),
@@ -213,12 +218,25 @@ def _valid(array: pa.Array) -> np.ndarray:
 
 
 def _arrow(values: np.ndarray) -> pa.Array:
-    """A numpy int64 or float64 array as an Arrow array sharing its memory."""
+    """A numpy int64, int32 or float64 array as an Arrow array sharing its memory."""
     import pyarrow as pa
 
-    kind = pa.int64() if values.dtype == np.int64 else pa.float64()
+    kind = {np.dtype(np.int64): pa.int64(), np.dtype(np.int32): pa.int32()}.get(
+        values.dtype, pa.float64()
+    )
     values = np.ascontiguousarray(values)
     return pa.Array.from_buffers(kind, values.shape[0], [None, pa.py_buffer(values)])
+
+
+def _dictionary_ranks(encoded: pa.ChunkedArray) -> np.ndarray:
+    """Each code's place among the dictionary's strings in Arrow's (bytewise) order, int32."""
+    if not encoded.num_chunks:
+        return np.zeros(0, dtype=np.int32)
+    dictionary = encoded.chunk(0).dictionary
+    order = _numpy([_call("sort_indices", dictionary)], np.uint64)
+    ranks = np.empty(order.shape[0], dtype=np.int32)
+    ranks[order] = np.arange(order.shape[0], dtype=np.int32)
+    return ranks
 
 
 def _codes(encoded: pa.ChunkedArray) -> np.ndarray:
@@ -229,17 +247,21 @@ def _codes(encoded: pa.ChunkedArray) -> np.ndarray:
 #: Bytes per key the table of seen keys may take (in :func:`_repeats`) before a sort is used
 #: instead: a 1M-line run with 50 000 distinct docids over 1 000 queries takes 50.
 SEEN_TABLE_BYTES_PER_KEY = 64
+#: ... and bytes in all: past that a sort (8 bytes a key) takes less memory, where the table
+#: would be the largest single allocation (250 MB for 5M lines over 5 000 queries)
+SEEN_TABLE_MAX_BYTES = 64 << 20
 
 
 def _repeats(keys: np.ndarray, space: int) -> bool:
     """Whether a key (each in ``range(space)``) occurs twice.
 
     A table of one byte per possible key, when that is at most
-    :data:`SEEN_TABLE_BYTES_PER_KEY` bytes a key: one scattered write per key (at 1M lines
-    0.015-0.10 s of CPU, most of it faulting the table's pages in, against 0.06-0.08 s for a
-    sort); otherwise a sort (measured twice as fast as Arrow's hash count).
+    :data:`SEEN_TABLE_BYTES_PER_KEY` bytes a key and :data:`SEEN_TABLE_MAX_BYTES` in all: one
+    scattered write per key (at 1M lines 0.015-0.10 s of CPU, most of it faulting the table's
+    pages in, against 0.06-0.08 s for a sort); otherwise a sort (measured twice as fast as
+    Arrow's hash count).
     """
-    if space <= SEEN_TABLE_BYTES_PER_KEY * keys.shape[0]:
+    if space <= min(SEEN_TABLE_BYTES_PER_KEY * keys.shape[0], SEEN_TABLE_MAX_BYTES):
         seen = np.zeros(space, dtype=bool)
         seen[keys] = True
         return int(np.count_nonzero(seen)) != keys.shape[0]

@@ -63,6 +63,8 @@ READ = frozenset(
         "evald_comparison_lists",
         "evald_comparison_alpha",
         "evald_comparison_clustered",
+        "evald_attribution_window_seconds",
+        "evald_oldest_open_impression_timestamp_seconds",
     }
 )
 #: labels of the comparison series that are not segment labels
@@ -163,8 +165,24 @@ class GroupRow:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """How far event time has come towards the next complete window: the attribution window
+    (s), the oldest impression waiting for it and the slowest partition's watermark (s since
+    the epoch, event time), and how fast that watermark moved (event s per wall s)."""
+
+    attribution_s: float | None = None
+    oldest_open: float | None = None
+    watermark: float | None = None
+    watermark_pace: float | None = None
+
+
+@dataclass(frozen=True)
 class View:
-    """Everything one frame of `evald top` shows."""
+    """Everything one frame of `evald top` shows.
+
+    Long because: a flat record of the frame's values, one per thing shown; the renderer reads
+    each once and groups them its own way.
+    """
 
     source: str
     at: float
@@ -186,6 +204,8 @@ class View:
     rejects: list[tuple[str, float]]  # reason, total since start; non-zero only, largest first
     unattributed: list[tuple[str, float]] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)  # since the start, always-valid
+    #: what says when the first window will be complete, while none is
+    progress: Progress = field(default_factory=lambda: Progress())
 
 
 def verdicts(scrape: Scrape, arms: tuple[str, str]) -> list[Verdict]:
@@ -334,4 +354,21 @@ def build_view(
         rejects=_nonzero(cur.series("evald_rejected_total"), "reason"),
         unattributed=_nonzero(cur.series("evald_feedback_unattributed_total"), "reason"),
         verdicts=[v for v in verdicts(cur, arms) if v.measure in shown],
+        progress=Progress(
+            attribution_s=cur.total("evald_attribution_window_seconds"),
+            oldest_open=cur.total("evald_oldest_open_impression_timestamp_seconds"),
+            watermark=min(marks) if marks else None,
+            watermark_pace=_pace(cur, prev),
+        ),
     )
+
+
+def _pace(cur: Scrape, prev: Scrape | None) -> float | None:
+    """Event seconds the slowest partition's watermark moved per wall second between scrapes."""
+    if prev is None or cur.at <= prev.at:
+        return None
+    now = list(cur.series("evald_watermark_timestamp_seconds").values())
+    then = list(prev.series("evald_watermark_timestamp_seconds").values())
+    if not now or not then:
+        return None
+    return max(0.0, (min(now) - min(then)) / (cur.at - prev.at))

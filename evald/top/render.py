@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
-from evald.durations import readable
+from evald.durations import format_duration, readable
 from evald.top.model import Comparison, Estimate, Verdict, View
 
 __all__ = ["ascii_only", "render"]
@@ -113,14 +113,40 @@ def _header(view: View, width: int) -> list[str]:
     state = {None: "", True: "ready", False: "NOT READY"}[view.ready]
     title = [f"evald top · {view.source}", *([state] if state else []), f"{_clock(view.at)} UTC"]
     if view.window_end is None:
-        where = f"no complete {view.window} window yet (windows close in event time)"
-    else:
-        start = view.window_end - _window_seconds(view.window)
-        where = (
-            f"{view.window} window {_clock(start)}-{_clock(view.window_end)} UTC (event time)"
-            " · mean±95% interval"
-        )
+        return [*_wrap(title, width), *(_fit(line, width) for line in _waiting(view))]
+    start = view.window_end - _window_seconds(view.window)
+    where = (
+        f"{view.window} window {_clock(start)}-{_clock(view.window_end)} UTC (event time)"
+        " · mean±95% interval"
+    )
     return [*_wrap(title, width), *_wrap([where], width)]
+
+
+def _waiting(view: View) -> list[str]:
+    """Why no window is shown yet, and when the first one will be: it is complete when the
+    watermark passes its end plus the attribution window (every impression in it scored)."""
+    head = f"no complete {view.window} window yet"
+    p = view.progress
+    if p.watermark is None:
+        return [f"{head}: no event read yet"]
+    if p.attribution_s is None or p.oldest_open is None:
+        return [f"{head} (windows close in event time)"]
+    width = _window_seconds(view.window)
+    end = p.oldest_open // width * width + width
+    due = end + p.attribution_s
+    now = f"watermark now {_clock(p.watermark)}"
+    if p.watermark_pace is not None:
+        left = max(0.0, due - p.watermark)
+        if p.watermark_pace > 0:
+            now += f", about {readable(left / p.watermark_pace)} away at its pace"
+        elif left > 0:
+            now += ", standing still: no newer events"
+    return [
+        f"{head}: the first ends {_clock(end)} UTC (event time) and is",
+        f"complete at watermark {_clock(due)} (its end + the "
+        f"{format_duration(round(p.attribution_s * 1000))} attribution window);",
+        now,
+    ]
 
 
 def _window_seconds(window: str) -> float:

@@ -22,6 +22,7 @@ from evald.daemon.kafka_compat import (
     close_quietly,
     commit_within,
     flush_within,
+    net_client,
     send_offsets_within,
     unpark_resumed,
     without_auto_create,
@@ -263,7 +264,7 @@ def test_a_client_asked_not_to_create_topics_does_not(acl_broker: Broker, unique
     """On a broker that creates topics a client asks metadata for (Kafka's default):
     kafka-python 3.0.12's consumer, given ``allow_auto_create_topics=False``, still has the
     topic created (its metadata client never gets the flag, kafka/net/manager.py); the
-    consumer and the producer built with ``without_auto_create()`` do not."""
+    consumer and the producer built with ``net_client`` and ``without_auto_create()`` do not."""
     from kafka import KafkaAdminClient
 
     def fetched_with(options: dict[str, Any]) -> str:
@@ -277,9 +278,12 @@ def test_a_client_asked_not_to_create_topics_does_not(acl_broker: Broker, unique
             consumer.close()
         return topic
 
-    guarded = fetched_with(without_auto_create())
+    guarded = fetched_with({**without_auto_create(), "kafka_client": net_client})
     producer = KafkaProducer(
-        bootstrap_servers=acl_broker.bootstrap, max_block_ms=1_000, **without_auto_create()
+        bootstrap_servers=acl_broker.bootstrap,
+        max_block_ms=1_000,
+        kafka_client=net_client,
+        **without_auto_create(),
     )
     try:
         with pytest.raises(KafkaTimeoutError):  # the topic's metadata never comes

@@ -186,6 +186,9 @@ def test_a_running_daemon_logs_its_progress_and_evald_top_reads_it(
     imp, fb = f"simp-{unique}", f"sfb-{unique}"
     kafka_tools.create({imp: 2, fb: 2})
     traffic = ["--feedback-topic", fb, "--events", "20000", "--speed", "600", "--clean"]
+    # 66 event minutes at 600x: started two hours back, so that the broker takes them all at
+    # once (it refuses timestamps more than an hour ahead of its clock; produce would wait)
+    traffic += ["--start", str(int(time.time() * 1000) - 2 * 3_600_000)]
     produced = subprocess.run(
         [*PRODUCE, "--bootstrap-servers", broker.bootstrap, "--impressions-topic", imp, *traffic],
         cwd=ROOT,

@@ -196,7 +196,38 @@ def test_taken_port_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
         args = _parse(["--metrics-address", f"127.0.0.1:{port}", "--duration", "1"])
         assert command.run(args) == 1
     err = capsys.readouterr().err
-    assert "cannot listen" in err and "--metrics-address 127.0.0.1:0 picks any free port" in err
+    assert "cannot listen" in err
+    assert "evald demo --metrics-address 127.0.0.1:0 picks any free port" in err
+
+
+def test_taken_port_under_make_suggests_a_make_command_that_passes_the_flag(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `make demo` the hint is a make command, and make hands its flag to evald demo."""
+    import shlex
+    import socket
+    import subprocess
+    from pathlib import Path
+
+    monkeypatch.setenv("MAKELEVEL", "1")  # what make sets in its recipes' environment
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert command.run(_parse(["--metrics-address", f"127.0.0.1:{port}"])) == 1
+    err = capsys.readouterr().err
+    hint = err.split("? ", 1)[1].split(" picks any free port")[0]
+    argv = shlex.split(hint)
+    assert argv[:2] == ["make", "demo"], err
+    monkeypatch.delenv("MAKELEVEL")
+    plan = subprocess.run(
+        [*argv[:1], "--no-print-directory", "-n", *argv[1:]],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert plan[-1] == ".venv-demo/bin/evald demo --metrics-address 127.0.0.1:0"
 
 
 ARMS = ("control", "treatment")

@@ -11,6 +11,7 @@ import pytest
 from settable_clock import SettableClock
 
 from evald.aggregate import Aggregates
+from evald.config import EngineConfig
 from evald.demo.live import (
     DOWN,
     FLAT,
@@ -30,6 +31,8 @@ from evald.demo.live import (
     trend,
     versus_control,
 )
+from evald.demo.simulator import DEFAULT_START_MS, Simulator
+from evald.engine import Engine
 from evald.segments import SegmentIndex
 from evald.stats import Z95, Stats
 
@@ -113,7 +116,8 @@ def test_health_folds_engine_counters() -> None:
     stats.events[("impression", "accepted")] = 10
     stats.events[("feedback", "accepted")] = 5
     stats.events[("impression", "duplicate")] = 2
-    stats.unattributed["duplicate"] = 3
+    stats.events[("feedback", "duplicate")] = 3
+    stats.unattributed["duplicate"] = 3  # the same 3 duplicate feedback, counted once
     stats.unattributed["late"] = 4
     stats.unattributed["orphaned"] = 1
     reason = next(iter(stats.rejected))
@@ -141,6 +145,21 @@ def _snapshot() -> Snapshot:
     ]
     h = Health(3000.0, 100, 5, 1, 2, 3, 4, 0, 6, 90, 120.0)
     return Snapshot(1_767_225_900_000, (1_767_225_600_000, 1_767_225_900_000), rows, h, ["note"])
+
+
+def test_duplicates_are_what_metrics_count_each_once() -> None:
+    """The simulator's duplicated records through the real engine: the view's duplicates equal
+    evald_events_total{outcome="duplicate"} (impressions and feedback), each counted once."""
+    engine = Engine(EngineConfig(window="5m", lateness="2m"))
+    sim = Simulator(3, rate=3000, speed=60, stop_ms=DEFAULT_START_MS + 20 * MIN)
+    for event in sim:
+        engine.feed(event.value, kind=event.kind)
+    engine.drain()
+    by_kind = {k: engine.stats.events[(k, "duplicate")] for k in ("impression", "feedback")}
+    assert by_kind["impression"] > 10 and by_kind["feedback"] > 10
+    assert engine.stats.unattributed["duplicate"] == by_kind["feedback"]
+    h = health(engine.stats, pending=0, newest_ms=None, watermark_ms=None, events_per_s=0)
+    assert h.duplicates == by_kind["impression"] + by_kind["feedback"]
 
 
 def test_render_table_colour_and_plain() -> None:

@@ -112,3 +112,56 @@ def test_the_command_refuses_a_two_node_cluster(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "--nodes" in proc.stderr
+
+
+#: a child that supervises one node that never exits, polling as fast as it can, so that a
+#: signal has every chance to land while the loop is inside its wait
+SUPERVISOR = """
+import sys
+from deploy.local_kafka.__main__ import supervise
+
+class Node:
+    node_id = 1
+    def running(self): return True
+    def stop(self): print("node stopped", flush=True)
+    def log_tail(self): return ""
+
+print("supervising", flush=True)
+sys.exit(supervise([Node()], poll=0.0))
+"""
+
+
+def test_the_launcher_stops_on_every_burst_of_ctrl_c() -> None:
+    """Bursts of SIGINT (Ctrl-C pressed again while it stops) end the launcher's loop each
+    time: a handler that takes the lock of what the main thread waits on deadlocks there."""
+    import signal
+    import time
+
+    from child_processes import die_with_parent
+
+    root = Path(__file__).resolve().parents[2]
+    for attempt in range(12):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SUPERVISOR],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=die_with_parent,
+        )
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "supervising\n"
+            time.sleep(0.3)  # the handlers are installed right after that line
+            for _ in range(20):
+                os.kill(proc.pid, signal.SIGINT)
+                time.sleep(0.0005)
+            try:
+                out, _ = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"attempt {attempt}: the launcher hung in its signal handler")
+            assert proc.returncode == 0, out
+            assert out == "node stopped\nstopped\n"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

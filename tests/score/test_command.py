@@ -130,8 +130,11 @@ def test_gauc_is_only_in_the_mean(evald_main: Evald, jsonl_file: WriteJsonl) -> 
     rows = evald_main("score", path, "-m", "AUC,GAUC").rows()
     assert rows == [{"qid": "a", "AUC": 1.0}, {"qid": "b", "AUC": 0.0}]
     mean = json.loads(evald_main("score", path, "-m", "AUC,GAUC", "--mean").out)
-    half = 12.706204736174707 * 0.5  # t(0.975, 1 df) · the standard error of [1, 0]
-    assert mean == {"n": 2, "AUC": 0.5, "ci95(AUC)": pytest.approx([0.5 - half, 0.5 + half]),
+    from scipy import stats
+
+    # AUC 1 and 0: a binary measure, so the Wilson interval of 1 in 2 (docs/score.md)
+    wilson = stats.binomtest(1, 2).proportion_ci(confidence_level=0.95, method="wilson")
+    assert mean == {"n": 2, "AUC": 0.5, "ci95(AUC)": pytest.approx([wilson.low, wilson.high]),
                     "GAUC": pytest.approx(0.4)}  # fmt: skip
 
 
@@ -146,9 +149,9 @@ def test_mean_is_json_when_not_a_terminal_and_a_table_on_one(
     assert means(as_json.out) == {"n": 2, "RR": 0.75, "P@1": 0.5}
     table = evald_main("score", path, "-m", "RR,P@1", "--mean", tty=True)
     assert table.out.splitlines() == [
-        "measure    mean             95% CI  n",
-        "RR       0.7500  [-2.4266, 3.9266]  2",
-        "P@1      0.5000  [-5.8531, 6.8531]  2",
+        "measure    mean            95% CI  n",
+        "RR       0.7500  [0.0103, 0.9988]  2",  # tests/score/test_intervals.py checks these
+        "P@1      0.5000  [0.0945, 0.9055]  2",
     ]
     forced = evald_main("score", path, "-m", "RR", "--mean", "--format", "table")
     assert forced.out.splitlines()[0].split() == ["measure", "mean", "95%", "CI", "n"]
@@ -680,10 +683,28 @@ def test_compare_trec_runs_pairs_queries_in_every_run(evald_main: Evald, tmp_pat
     assert "1 queries are not scored in every run" in result.err
 
 
-def test_mean_intervals_are_t_intervals_over_queries_and_batch_free(
+def test_compare_rows_carry_the_measure_names_the_user_gave(
     evald_main: Evald, tmp_path: Path
 ) -> None:
-    from scipy import stats
+    """`-m map,ndcg_cut.10` prints map and ndcg_cut.10, not AP and nDCG@10; a trec_eval part
+    naming several measures (P.5,10) prints trec_eval's names for them."""
+    qrels = write(tmp_path / "qrels", ["q1 0 a 1", "q2 0 b 1"])
+    a = write(tmp_path / "a", ["q1 Q0 a 1 1 t", "q2 Q0 x 1 1 t"])
+    b = write(tmp_path / "b", ["q1 Q0 a 1 1 t", "q2 Q0 b 1 1 t"])
+    given = "map,ndcg_cut.10,MRR,P.5,10,nDCG@3,map"
+    result = evald_main("score", "--compare", a, b, "--qrels", qrels, "-m", given)
+    assert result.status == 0, result.err
+    shown = [r["measure"] for r in json.loads(result.out)["results"]]
+    assert shown == ["map", "ndcg_cut.10", "MRR", "P_5", "P_10", "nDCG@3"]
+    table = evald_main("score", "--compare", a, b, "--qrels", qrels, "-m", "map,ndcg_cut.10",
+                       tty=True)  # fmt: skip
+    assert [line.split()[0] for line in table.out.splitlines()[1:]] == ["map", "ndcg_cut.10"]
+
+
+def test_mean_intervals_stay_in_range_and_are_batch_free(evald_main: Evald, tmp_path: Path) -> None:
+    """nDCG@5 over 57 queries: the score interval of the effective sample size (docs/score.md,
+    "Intervals"), recomputed here with scipy's quantiles and root finder, whatever the batch."""
+    from scipy import optimize, stats
 
     rng = random.Random(11)
     lines = []
@@ -693,12 +714,38 @@ def test_mean_intervals_are_t_intervals_over_queries_and_batch_free(
         lines.append(json.dumps(row(f"q{q}", docs, {d: rng.randint(0, 2) for d in docs[:3]})))
     path = write(tmp_path / "in.jsonl", lines)
     values = [r["nDCG@5"] for r in evald_main("score", path, "-m", "nDCG@5").rows()]
-    expected = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
+    p, z, t = np.mean(values), stats.norm.ppf(0.975), stats.t.ppf(0.975, len(values) - 1)
+    effective = p * (1 - p) / stats.sem(values) ** 2 * (z / t) ** 2
+
+    def gap(mu: float) -> float:
+        return (p - mu) ** 2 - z * z * mu * (1 - mu) / effective
+
+    expected = [optimize.brentq(gap, 0, p), optimize.brentq(gap, p, 1)]
     for batch in ("1", "7", "10000"):
         out = json.loads(
             evald_main("score", path, "-m", "nDCG@5", "--mean", "--batch-size", batch).out
         )
-        assert out["ci95(nDCG@5)"] == pytest.approx(list(expected), abs=1e-12)
+        assert out["ci95(nDCG@5)"] == pytest.approx(expected, abs=1e-10)
+
+
+def test_mean_intervals_of_bounded_measures_never_leave_0_1(
+    evald_main: Evald, tmp_path: Path
+) -> None:
+    """RR over three queries and Success@10 on the bundled example: both printed t intervals
+    past 1 ([0.12, 1.55], [0.84, 1.03])."""
+    three = [row("a", ["x", "y"], {"x": 1}), row("b", ["x", "y"], {"x": 1}),
+             row("c", ["x", "y", "z", "w", "v"], {"v": 1})]  # fmt: skip
+    path = write(tmp_path / "three.jsonl", [json.dumps(r) for r in three])
+    out = json.loads(evald_main("score", path, "-m", "RR", "--mean").out)
+    assert 0 <= out["ci95(RR)"][0] < out["RR"] < out["ci95(RR)"][1] <= 1
+    measures = "nDCG@10,RR,Success@10,RBP(p=0.8),P@10,R@10,AP@10,GMAP,KendallTau"
+    example = json.loads(
+        evald_main("score", "--example", "--mean", "--format", "json", "-m", measures).out
+    )
+    assert {"ci95(GMAP)", "ci95(KendallTau)", "ci95(Success@10)"} <= set(example)
+    for key, (low, high) in ((k, v) for k, v in example.items() if k.startswith("ci95(")):
+        floor = -1 if key == "ci95(KendallTau)" else 0
+        assert floor <= low <= example[key[5:-1]] <= high <= 1, key
 
 
 def test_from_the_command_line_score_ends_without_finalization(tmp_path: Path) -> None:

@@ -279,12 +279,17 @@ def test_files_of_many_csv_blocks_are_read_exactly() -> None:
 @given(
     keys=st.lists(st.integers(0, 63), max_size=40),
     per_key=st.sampled_from([0, 1, 64]),
+    most=st.sampled_from([0, 1 << 20]),
 )
 def test_a_repeated_key_is_found_by_the_table_and_by_the_sort(
-    keys: list[int], per_key: int
+    keys: list[int], per_key: int, most: int
 ) -> None:
-    """Small files take the table of seen keys; 0 bytes a key forces the sort big ones take."""
-    with mock.patch.object(trec_columns, "SEEN_TABLE_BYTES_PER_KEY", per_key):
+    """Small files take the table of seen keys; 0 bytes a key, or 0 in all, forces the sort
+    big ones take."""
+    with (
+        mock.patch.object(trec_columns, "SEEN_TABLE_BYTES_PER_KEY", per_key),
+        mock.patch.object(trec_columns, "SEEN_TABLE_MAX_BYTES", most),
+    ):
         found = trec_columns._repeats(np.array(keys, dtype=np.int64), 64)
     assert found == (len(set(keys)) != len(keys))
 

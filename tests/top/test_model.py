@@ -184,3 +184,60 @@ def test_the_compared_arms_can_have_other_names() -> None:
         "h:1", parse(_exposition(values, events=1, at_end=9), 0.0), arms=("baseline", "candidate")
     )
     assert named.comparison is not None and named.arms == ("baseline", "candidate")
+
+
+def _utc_clock(seconds: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%H:%M:%S")
+
+
+def _scrape_of(engine: object, at: float) -> object:
+    from prometheus_client import generate_latest
+
+    from evald.exposition.registry import build_registry
+
+    registry, _ = build_registry(engine, process=False)  # type: ignore[arg-type]
+    return parse(generate_latest(registry).decode(), at)
+
+
+def test_before_the_first_window_the_view_says_when_it_will_be_complete() -> None:
+    """A real engine fed simulated traffic a minute at a time: while no 5m window is complete
+    the view carries the attribution window, the oldest waiting impression and the watermark,
+    and the first window is exported exactly once the watermark passes the end it announced
+    plus the attribution window."""
+    from evald.config import EngineConfig
+    from evald.demo.simulator import DEFAULT_START_MS, Faults, Simulator
+    from evald.engine import Engine
+    from evald.top.render import render
+
+    engine = Engine(EngineConfig(window="5m", lateness="1m"))
+    events = iter(Simulator(2, faults=Faults.none()).events())
+    minute, fed_to, prev = 60_000, DEFAULT_START_MS, None
+    announced = None
+    for step in range(1, 30):
+        fed_to = DEFAULT_START_MS + step * minute
+        for event in events:
+            engine.feed(event.value, kind=event.kind, timestamp=event.at_ms)
+            if event.at_ms >= fed_to:
+                break
+        engine.tick()
+        cur = _scrape_of(engine, float(step))
+        view = build_view("demo", cur, prev)  # type: ignore[arg-type]
+        prev = cur
+        if view.window_end is not None:
+            break
+        progress = view.progress
+        assert progress.attribution_s == 300.0 and progress.oldest_open is not None
+        assert progress.watermark is not None
+        end = progress.oldest_open // 300 * 300 + 300
+        announced = announced or end + 300
+        assert announced == end + 300  # the same first window all along
+        assert progress.watermark < announced
+        text = render(view)
+        assert f"complete at watermark {_utc_clock(announced)} (its end + the 5m" in text
+        assert all(len(line) <= 80 for line in text.splitlines())
+    assert announced is not None and view.window_end is not None
+    assert view.window_end + 300 == announced
+    watermark = view.progress.watermark
+    assert watermark is not None and watermark >= announced - 0.001

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from evald.durations import readable as duration
-from evald.top.model import Comparison, Estimate, GroupRow, Verdict, View
+from evald.top.model import Comparison, Estimate, GroupRow, Progress, Verdict, View
 from evald.top.render import render
 
 ALL = ["nDCG@10", "RR", "Success@10", "RBP(p=0.8)"]
@@ -139,6 +139,7 @@ def test_golden_screen_of_a_starting_daemon_in_ascii() -> None:
         results_per_s=1400.0,
         consumer_lag=123456.0,
         watermark_delay_s=-300.0,
+        progress=Progress(watermark=1_767_226_360.0),  # 5 minutes ahead of its wall time
         groups=[],
         comparison=None,
         window_end=None,
@@ -190,3 +191,25 @@ def test_other_arm_names_title_the_difference() -> None:
     )
     head = render(view).splitlines()[3]
     assert head.endswith("candidate−baseline") and len(head) <= 80
+
+
+def test_an_empty_view_says_why_and_when_the_first_window_is_complete() -> None:
+    """Data from 00:02:10 (event time), a 30m attribution window, the watermark at 00:10:00
+    moving 60 event seconds per wall second: the first 5m window ends 00:05:00 and is complete
+    at watermark 00:35:00, 25 event minutes = 25 wall seconds away."""
+    base = {"groups": [], "comparison": None, "window_end": None}
+
+    def progress(**fields: float | None) -> Progress:
+        return Progress(**{"attribution_s": 1800.0, "oldest_open": 130.0, **fields})
+
+    view = _view(**base, progress=progress(watermark=600.0, watermark_pace=60.0))
+    lines = render(view).splitlines()
+    assert lines[1:4] == [
+        "no complete 5m window yet: the first ends 00:05:00 UTC (event time) and is",
+        "complete at watermark 00:35:00 (its end + the 30m attribution window);",
+        "watermark now 00:10:00, about 25s away at its pace",
+    ]
+    still = render(_view(**base, progress=progress(watermark=600.0, watermark_pace=0.0)))
+    assert "watermark now 00:10:00, standing still: no newer events" in still
+    nothing = render(_view(**base, progress=progress(oldest_open=None, watermark=None)))
+    assert "no complete 5m window yet: no event read yet" in nothing
