@@ -205,6 +205,7 @@ class Top:
         arms: tuple[str, str] = ("control", "treatment"),
         sleep: Callable[[float], None] = time.sleep,
         width: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).columns,
+        height: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).lines,
     ) -> None:
         self.scraper = scraper
         self.window = window
@@ -214,6 +215,7 @@ class Top:
         self.stream = stream
         self.sleep = sleep
         self.width = width
+        self.height = height
         self.unicode = can_encode(stream, "±·▲▼−…")
         self._prev: Scrape | None = None
 
@@ -232,17 +234,18 @@ class Top:
         self._prev = scrape
         return view
 
-    def frame(self) -> str:
-        """Scrape once and render; an unreachable evald becomes a one-line frame."""
+    def frame(self, *, fit: bool = True) -> str:
+        """Scrape once and render, to the terminal's size when ``fit`` (its width always); an
+        unreachable evald becomes a one-line frame."""
         from evald.top.render import render
 
-        width = max(40, self.width())
+        width, height = max(40, self.width()), (max(10, self.height()) if fit else None)
         try:
             scrape = self.scraper.scrape()
         except (OSError, ValueError) as exc:
             self._prev = None
             return f"evald top: {exc} (retrying)\n"
-        return render(self.view(scrape), width, unicode=self.unicode)
+        return render(self.view(scrape), width, unicode=self.unicode, height=height)
 
     def once(self, interval: float) -> int:
         """Two scrapes ``interval`` apart (for rates), one plain frame; 1 if unreachable."""
@@ -269,13 +272,14 @@ class Top:
             self.stream.write(_HIDE_CURSOR)
         try:
             while True:
-                text = self.frame()
-                self.stream.write((_HOME_CLEAR + text) if tty else text + "\n")
+                text = self.frame(fit=tty)
+                # (on a terminal without the last newline: after the last row it scrolls)
+                self.stream.write((_HOME_CLEAR + text.rstrip("\n")) if tty else text + "\n")
                 self.stream.flush()
                 self.sleep(interval)
         except KeyboardInterrupt:
             return 0
         finally:
             if tty:
-                self.stream.write(_SHOW_CURSOR)
+                self.stream.write("\n" + _SHOW_CURSOR)
                 self.stream.flush()

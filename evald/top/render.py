@@ -68,12 +68,12 @@ def _verdict(v: Verdict) -> str:
     return f"{v.measure} {v.difference:+.3f}±{half:.3f}{_MARKS[v.mark]}"
 
 
-def _verdicts(view: View, width: int) -> list[str]:
-    """The comparison since the start, one wrapped line per (comparison, segment), and the
-    legend of both marks."""
+def _verdicts(view: View, width: int) -> tuple[list[str], list[str]]:
+    """The comparison since the start, one wrapped line per (comparison, segment), and apart
+    the legend of both marks."""
     legend = "*: the window's difference is outside its own 95% interval (descriptive)"
     if not view.verdicts:
-        return [] if view.comparison is None else [_fit(legend, width)]
+        return [], ([] if view.comparison is None else [_fit(legend, width)])
     lines = []
     for name, segment in dict.fromkeys((v.comparison, v.segment) for v in view.verdicts):
         shown = [v for v in view.verdicts if (v.comparison, v.segment) == (name, segment)]
@@ -86,7 +86,17 @@ def _verdicts(view: View, width: int) -> list[str]:
         else:
             lines += [_fit(head, width), *_wrap(["  " + items[0], *items[1:]], width)]
     verdict = "▲▼: the always-valid band since the start excludes 0 (a verdict)"
-    return [*lines, _fit(verdict, width), _fit(legend, width)]
+    return lines, [_fit(verdict, width), _fit(legend, width)]
+
+
+def _shorten(lines: list[str], over: int, width: int) -> list[str]:
+    """``lines`` less ``over`` of them, the last ones, said in one line of their own."""
+    if over <= 0 or not lines:
+        return lines
+    keep = max(0, len(lines) - over - 1)
+    hidden = len(lines) - keep
+    note = f"… {hidden} lines of verdicts: a taller terminal or `evald top --once` shows them"
+    return [*lines[:keep], _fit(note, width)]
 
 
 def _fit(text: str, width: int) -> str:
@@ -217,16 +227,31 @@ def _health(view: View, width: int) -> list[str]:
     ]
 
 
-def render(view: View, width: int = 80, *, unicode: bool = True) -> str:
+def render(view: View, width: int = 80, *, unicode: bool = True, height: int | None = None) -> str:
     """The whole frame, every line at most ``width`` characters, ending in a newline.
 
     ``unicode=False`` spells ``±``, ``·``, arrows and ellipses in ASCII, for a terminal or pipe
-    that cannot encode them.
+    that cannot encode them. ``height`` (a terminal's rows) bounds the frame: a taller one
+    scrolls its header away on every redraw. The verdicts since the start give way first
+    (the window's table and the health lines say what is happening now), then the last lines,
+    each cut said in a line of its own.
     """
     plain = (lambda text: text) if unicode else ascii_only
+    head = [*_header(view, width), ""]
     tables = _tables(view, width, plain)
-    marks = [plain(line) for line in _verdicts(view, width)]
-    lines = [*_header(view, width), "", *tables, *marks, "", *_health(view, width)]
+    verdict_lines, legends = _verdicts(view, width)
+    tail = ["", *_health(view, width)]
+    if height is not None:
+        rows = len(head) + len(tables) + len(verdict_lines) + len(legends) + len(tail)
+        verdict_lines = _shorten(verdict_lines, rows - height, width)
+    marks = [plain(line) for line in [*verdict_lines, *legends]]
+    lines = [*head, *tables, *marks, *tail]
+    if height is not None and len(lines) > height:
+        cut = len(lines) - height + 1
+        lines = [
+            *lines[: height - 1],
+            _fit(f"… {cut} more lines: a taller terminal shows them", width),
+        ]
     if not unicode:
         lines = [ascii_only(_fit(ascii_only(line), width)) for line in lines]
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shlex
 import shutil
@@ -175,3 +176,45 @@ def test_urls_are_normalised_to_the_metrics_path() -> None:
     assert metrics_url("127.0.0.1:9464") == "http://127.0.0.1:9464/metrics"
     assert metrics_url("http://evald:9464/") == "http://evald:9464/metrics"
     assert metrics_url("https://h/custom/metrics") == "https://h/custom/metrics"
+
+
+def test_live_frames_fit_the_terminal_rows_and_a_pipe_gets_them_whole() -> None:
+    """The terminal's rows bound each redrawn frame, with no newline after its last row (which
+    would scroll it); frames written to a pipe are whole."""
+    from evald.top.command import Top
+    from evald.top.model import Scrape, parse
+    from top.test_model import _exposition, _values
+
+    page = _exposition(_values(), events=100, at_end=900.0)
+
+    class Page:
+        url = "http://127.0.0.1:9/metrics"
+
+        def scrape(self) -> Scrape:
+            return parse(page, 1000.0)
+
+    whole = render_lines = 0
+    for tty in (True, False):
+        out = io.StringIO()
+        calls = iter([False, True])
+
+        def sleep(_seconds: float, calls: Iterator[bool] = calls) -> None:
+            if next(calls):
+                raise KeyboardInterrupt
+
+        top = Top(Page(), window="5m", group_by=["arm", "surface"], measures=None,  # type: ignore[arg-type]
+                  stream=out, sleep=sleep, width=lambda: 80, height=lambda: 10)  # fmt: skip
+        assert top.live(0.1, tty=tty) == 0
+        text = out.getvalue()
+        if tty:
+            frames = text.split("\x1b[H\x1b[J")[1:]
+            assert len(frames) == 2
+            first = frames[0]
+            assert not first.endswith("\n") and len(first.split("\n")) == 10
+            assert first.startswith("evald top · 127.0.0.1:9 · ready")
+            assert first.split("\n")[-1].endswith("more lines: a taller terminal shows them")
+            render_lines = len(first.split("\n"))
+        else:
+            whole = len(text.split("\n\n\n")[0].splitlines())
+            assert "\x1b" not in text and "more lines" not in text
+    assert whole > render_lines == 10

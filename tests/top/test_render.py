@@ -213,3 +213,38 @@ def test_an_empty_view_says_why_and_when_the_first_window_is_complete() -> None:
     assert "watermark now 00:10:00, standing still: no newer events" in still
     nothing = render(_view(**base, progress=progress(oldest_open=None, watermark=None)))
     assert "no complete 5m window yet: no event read yet" in nothing
+
+
+def _many_verdicts(segments: int) -> list[Verdict]:
+    return [
+        Verdict("ab", f"surface=s{i}", m, 0.01, 0.005, 0.015, True)
+        for i in range(segments)
+        for m in ALL
+    ]
+
+
+def test_a_frame_taller_than_the_terminal_gives_up_verdict_lines_first() -> None:
+    """On a terminal a frame taller than its rows scrolls the header away on every redraw
+    (30 rows, a demo with four segments did): the verdicts since the start give way, said so."""
+    view = _view(verdicts=_many_verdicts(8))
+    full = render(view).splitlines()
+    assert len(full) > 30
+    lines = render(view, height=30).splitlines()
+    assert len(lines) == 30
+    assert lines[0] == full[0] and lines[-5:] == full[-5:]  # header and health kept
+    hidden = [line for line in lines if line.startswith("… ") and "lines of verdicts" in line]
+    assert len(hidden) == 1
+    shown = sum(line.startswith("since start") or line.startswith("  ") for line in lines)
+    assert int(hidden[0].split()[1]) == len(full) - 30 + 1
+    assert "▲▼: the always-valid band" in "\n".join(lines) and shown > 0
+    assert render(view, height=len(full)) == render(view)  # a frame that fits is untouched
+
+
+def test_a_terminal_too_short_for_the_rest_cuts_the_last_lines_and_says_so() -> None:
+    view = _view(verdicts=_many_verdicts(2))
+    lines = render(view, height=12).splitlines()
+    assert len(lines) == 12 and lines[0].startswith("evald top · 127.0.0.1:9464")
+    assert lines[-1].startswith("… ") and lines[-1].endswith(
+        "more lines: a taller terminal shows them"
+    )
+    assert max(len(line) for line in lines) <= 80
