@@ -206,9 +206,19 @@ def _overlay(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, 
 
 
 def _describe(exc: ValidationError) -> str:
+    """``key.path: message`` per error. For ``items`` (a pointer or an object) only the
+    branch the value took is reported, without the branch names pydantic puts in the location:
+    "not a dictionary" about a pointer says nothing to the user."""
     lines = []
     for error in exc.errors(include_url=False):
-        where = ".".join(str(part) for part in error["loc"])
+        parts = [str(part) for part in error["loc"]]
+        branch = parts[-1] if parts else ""
+        given = error["input"]
+        if (branch == "ItemsSpec" and isinstance(given, str)) or (
+            branch.startswith("function-") and isinstance(given, dict)
+        ):
+            continue  # the other branch of the union says what is wrong
+        where = ".".join(part for part in parts if part != "ItemsSpec" and "[" not in part)
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown key"
