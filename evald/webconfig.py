@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evald.settings_file import SettingsFileError, read_settings_file
+
 __all__ = ["BasicAuth", "WebConfig", "WebConfigError", "load_web_config", "peer_allowed"]
 
 
@@ -203,20 +205,11 @@ class WebConfig:
 
 def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     """Read and check the file, loading certificates and keys now so a bad one fails at start."""
-    import yaml
-
     where = os.fspath(path)
     try:
-        with open(where, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise WebConfigError(f"{where}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise WebConfigError(
-            f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-        ) from None
-    except yaml.YAMLError as exc:
-        raise WebConfigError(f"{where}: not valid YAML: {exc}") from None
+        data = read_settings_file(where)
+    except SettingsFileError as exc:
+        raise WebConfigError(str(exc)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -8,18 +8,17 @@ keys (a key set to null is removed, so ``actions: {add_to_cart: null}`` drops on
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evald.mapping.pointer import parse_pointer
 from evald.mapping.presets import BUILTIN, NATIVE
 from evald.mapping.times import TimeFormat
+from evald.settings_file import SettingsFileError, read_settings_file
 
 
 class MappingError(ValueError):
@@ -158,7 +157,7 @@ def load_spec(source: str) -> MappingSpec | None:
         return None
     if source in BUILTIN:
         tree: Any = dict(BUILTIN[source])
-    elif os.path.isfile(source):
+    elif os.path.exists(source):  # a directory or an unreadable file: _read says which
         tree = _read(source)
     else:
         names = ", ".join([NATIVE, *BUILTIN])
@@ -180,16 +179,9 @@ def load_spec(source: str) -> MappingSpec | None:
 
 def _read(path: str) -> Any:
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise MappingError(f"mapping {path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        if path.endswith(".json"):
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise MappingError(f"mapping {path}: not valid YAML/JSON: {exc}") from None
+        return read_settings_file(path, json_text=path.endswith(".json"))
+    except SettingsFileError as exc:
+        raise MappingError(f"mapping {exc}") from None
 
 
 def _overlay(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
