@@ -37,7 +37,7 @@ from prometheus_client.exposition import gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
 from evald.exposition import Encoder
-from evald.webconfig import WebConfig, peer_allowed
+from evald.webconfig import CertificateCollector, WebConfig, peer_allowed
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -316,7 +316,8 @@ class MetricsServer:
     by a small pool of worker threads. ``web`` adds TLS and basic auth (:mod:`evald.webconfig`).
     ``start()`` binds (so a taken port fails loudly, in the caller's thread) and serves from a
     daemon thread; ``stop()`` closes every connection and joins it. Port 0 picks a free port,
-    readable afterwards as :attr:`port`. Usable as a context manager.
+    readable afterwards as :attr:`port`. Usable as a context manager. With TLS, the server adds
+    ``evald_tls_certificate_expiry_timestamp_seconds`` to the registry.
     """
 
     # made by the loop thread when it starts, used only by it (and by workers for the executor)
@@ -341,6 +342,8 @@ class MetricsServer:
         self.healthy = healthy
         self.encoder = encoder if encoder is not None else Encoder()
         self.web = web if web is not None else WebConfig()
+        if self.web.certificate_expiry is not None:  # what only the endpoint knows
+            self.registry.register(CertificateCollector(self.web))
         self.limits = limits if limits is not None else Limits()
         self._clock = clock
         self._port: int | None = None

@@ -3,25 +3,38 @@ Prometheus exporter toolkit (``--web.config.file`` of node_exporter and friends)
 
 The file is read once at start; any problem raises :class:`WebConfigError` whose message names
 the field (``tls_server_config.cert_file: ...``) so ``evald run``/``check-config`` exit 2 with it.
+A certificate outside its validity dates is not refused (the daemon's work does not depend on
+it) but warned about, and its expiry is exported (:class:`CertificateCollector`).
 What Python's ``ssl`` cannot do (client certificates requested but not verified, curve lists)
 is refused by name rather than silently weakened. See docs/security.md.
 """
 
 from __future__ import annotations
 
+import datetime
 import hmac
 import os
 import ssl
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evald.certificate_dates import CertificateDateError, read_validity
 from evald.settings_file import SettingsFileError, read_settings_file
 
-__all__ = ["BasicAuth", "WebConfig", "WebConfigError", "load_web_config", "peer_allowed"]
+__all__ = [
+    "BasicAuth",
+    "CertificateCollector",
+    "WebConfig",
+    "WebConfigError",
+    "load_web_config",
+    "peer_allowed",
+]
 
 
 class WebConfigError(ValueError):
@@ -195,16 +208,46 @@ class BasicAuth:
 @dataclass(frozen=True)
 class WebConfig:
     """What the server needs: a TLS context (or None), the basic-auth checker (or None), and
-    extra response headers."""
+    extra response headers; and what the file's certificate says about itself."""
 
     ssl_context: ssl.SSLContext | None = None
     auth: BasicAuth | None = None
     headers: tuple[tuple[str, str], ...] = ()
     allowed_sans: frozenset[str] = field(default_factory=frozenset)
+    certificate_expiry: float | None = None
+    """The earliest notAfter of ``cert_file``'s chain, epoch seconds (None without TLS)."""
+    warnings: tuple[str, ...] = ()
+    """Problems that do not stop the start (an expired certificate), each naming the file."""
 
 
-def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
-    """Read and check the file, loading certificates and keys now so a bad one fails at start."""
+class CertificateCollector:
+    """``evald_tls_certificate_expiry_timestamp_seconds``, so an alert fires before scrapers
+    start refusing the certificate (it is read once, at start: evald must be restarted)."""
+
+    def __init__(self, web: WebConfig) -> None:
+        self.expiry = web.certificate_expiry
+
+    def describe(self) -> list[Metric]:
+        return [Metric(_EXPIRY, _EXPIRY, "gauge")]
+
+    def collect(self) -> Iterator[Metric]:
+        if self.expiry is not None:
+            yield GaugeMetricFamily(
+                _EXPIRY,
+                "When the metrics endpoint's TLS certificate (the earliest of its chain) expires, "
+                "in seconds since the epoch.",
+                value=self.expiry,
+            )
+
+
+_EXPIRY = "evald_tls_certificate_expiry_timestamp_seconds"
+
+
+def load_web_config(
+    path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time
+) -> WebConfig:
+    """Read and check the file, loading certificates and keys now so a bad one fails at start;
+    a certificate not valid at ``clock()`` is a warning (docs/security.md says why)."""
     where = os.fspath(path)
     try:
         data = read_settings_file(where)
@@ -223,11 +266,51 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
         _ssl_context(parsed.tls_server_config, base, where) if parsed.tls_server_config else None
     )
     tls = parsed.tls_server_config
+    expiry: float | None = None
+    warnings: tuple[str, ...] = ()
+    if tls is not None:
+        cert_file = (
+            tls.cert_file if os.path.isabs(tls.cert_file) else os.path.join(base, tls.cert_file)
+        )
+        expiry, warnings = _certificate_dates(cert_file, where, clock())
     return WebConfig(
         ssl_context=context,
         auth=BasicAuth(parsed.basic_auth_users) if parsed.basic_auth_users else None,
         headers=tuple(parsed.http_server_config.headers.items()),
         allowed_sans=frozenset(tls.client_allowed_sans or ()) if tls else frozenset(),
+        certificate_expiry=expiry,
+        warnings=warnings,
+    )
+
+
+def _certificate_dates(
+    cert_file: str, where: str, now: float
+) -> tuple[float | None, tuple[str, ...]]:
+    """The earliest expiry of the chain, and a warning if a certificate of it is not valid now."""
+    field_name = f"{where}: tls_server_config.cert_file: {cert_file}"
+    try:
+        with open(cert_file, "rb") as handle:
+            chain = read_validity(handle.read())
+    except (OSError, CertificateDateError) as exc:  # OpenSSL loaded it: only our reading failed
+        return None, (f"{field_name}: its validity dates cannot be read ({exc}); not exported",)
+    expiry = min(cert.not_after for cert in chain)
+    start = max(cert.not_before for cert in chain)
+    if now > expiry:
+        return expiry, (
+            f"{field_name}: expired on {_utc(expiry)}: scrapers that verify it (Prometheus does) "
+            "fail; renew it and restart evald",
+        )
+    if now < start:
+        return expiry, (
+            f"{field_name}: not valid before {_utc(start)} (is this clock right?): scrapers "
+            "that verify it fail until then",
+        )
+    return expiry, ()
+
+
+def _utc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
     )
 
 
