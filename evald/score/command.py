@@ -326,16 +326,20 @@ def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextli
             raise UsageError(str(exc)) from None
     for run_values in runs:
         compare.report_notes(run_values)
-    qids, _ = compare.paired(runs)
-    unpaired = len({q for r in runs for q in r.qids}) - len(qids)
-    if unpaired:
+    pairing = compare.paired(runs)
+    if pairing.unpaired:
         print(
-            f"evald score: {unpaired} queries are not scored in every run and are left out "
-            f"of the comparison; {len(qids)} are compared",
+            f"evald score: {pairing.unpaired} queries are not scored in every run and are left "
+            f"out of the comparison; {pairing.queries} are compared",
             file=sys.stderr,
         )
     results = compare.compare(
-        runs, names, permutations=args.permutations, seed=args.seed, correction=args.correction
+        runs,
+        names,
+        permutations=args.permutations,
+        seed=args.seed,
+        correction=args.correction,
+        pairing=pairing,
     )
     table = args.format == "table" or (args.format == "auto" and sys.stdout.isatty())
     if table:
@@ -345,7 +349,7 @@ def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextli
             compare.format_json(
                 results,
                 args.compare[0],
-                len(qids),
+                pairing.queries,
                 permutations=args.permutations,
                 seed=args.seed,
                 correction=args.correction,
