@@ -2,9 +2,11 @@
 
 One selector loop in its own thread holds every connection, with a cap and timeouts
 (:class:`Limits`), so thousands of slow clients cost neither threads nor CPU (nor garbage for
-the collector to pause the process over); a small worker pool renders responses. Scrapes never
-wait on the processing loop, and it never waits on a slow scraper. TLS and basic auth come from
-a web config file (:mod:`evald.webconfig`).
+the collector to pause the process over). Three kinds of work leave that thread, each to its own
+threads, so none waits behind another: probes (one thread), renderings of ``/metrics`` (a small
+pool) and bcrypt password checks (a pool with a bounded backlog; past it, 503 at once). Scrapes
+never wait on the processing loop, and it never waits on a slow scraper. TLS and basic auth come
+from a web config file (:mod:`evald.webconfig`).
 
 Health and readiness are plain callables supplied by the command that owns the processing loop
 (``evald demo``, ``evald run``), so this module knows nothing about Kafka or the engine.
@@ -174,7 +176,11 @@ class Limits:
     max_head_bytes: int = 16_384
     """Request line plus headers; longer is answered 431 and closed."""
     workers: int = 2
-    """Threads that render responses (and check passwords); the event loop never does."""
+    """Threads that render ``/metrics``; probes and password checks have their own."""
+    password_workers: int = 1
+    """Threads that check new basic-auth credentials with bcrypt (~0.1 s of a core each)."""
+    password_backlog: int = 16
+    """New credentials checked or waiting at most; past it a request is answered 503 at once."""
 
 
 _BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
@@ -322,7 +328,9 @@ class MetricsServer:
 
     # made by the loop thread when it starts, used only by it (and by workers for the executor)
     _selector: selectors.BaseSelector
-    _executor: ThreadPoolExecutor
+    _executor: ThreadPoolExecutor  # renders /metrics (and what else is not a probe)
+    _probes: ThreadPoolExecutor  # answers /healthz and /readyz
+    _passwords: ThreadPoolExecutor  # checks new credentials with bcrypt
 
     def __init__(
         self,
@@ -353,6 +361,9 @@ class MetricsServer:
         self._done: queue.SimpleQueue[tuple[_Conn, bytes, bool]] = queue.SimpleQueue()
         self._connections = _Connections(self.limits.max_connections)
         self._lock = threading.Lock()
+        # password checks running or waiting: counted up by the loop, down by the checker
+        self._checking = 0
+        self._checking_lock = threading.Lock()
 
     @property
     def port(self) -> int:
@@ -373,6 +384,11 @@ class MetricsServer:
             host = f"[{host}]"
         scheme = "https" if self.web.ssl_context is not None else "http"
         return f"{scheme}://{host}:{self.port}"
+
+    @property
+    def password_checks(self) -> int:
+        """New credentials being checked with bcrypt or waiting for a check."""
+        return self._checking
 
     @property
     def dropped(self) -> int:
@@ -458,6 +474,10 @@ class MetricsServer:
         self._executor = ThreadPoolExecutor(
             self.limits.workers, thread_name_prefix="evald-http-worker"
         )
+        self._probes = ThreadPoolExecutor(1, thread_name_prefix="evald-http-probe")
+        self._passwords = ThreadPoolExecutor(
+            self.limits.password_workers, thread_name_prefix="evald-http-password"
+        )
         next_sweep = self._clock() + _SWEEP_S
         try:
             while not self._stopping.is_set():
@@ -484,7 +504,8 @@ class MetricsServer:
             wake_r.close()
             if wake_w is not None:
                 wake_w.close()
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            for pool in (self._executor, self._probes, self._passwords):
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def _accept(self, listener: socket.socket) -> None:
         tls = self.web.ssl_context
@@ -580,17 +601,76 @@ class MetricsServer:
                 conn, _Response(HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), close=True)
             )
             return
-        self._executor.submit(self._render, conn, request)
+        self._dispatch(conn, request)
+
+    def _dispatch(self, conn: _Conn, request: _Request) -> None:
+        """Where a request is answered; the loop thread decides in microseconds, never waiting:
+
+        1. ``/healthz``, ``/readyz``: the probe thread, behind nothing but other probes;
+        2. no auth configured, or credentials that passed before: a rendering worker;
+        3. no credentials, malformed ones, or ones that failed before: 401 now;
+        4. new credentials: a password-check thread, unless ``password_backlog`` checks are
+           already running or waiting: then 503 now (docs/security.md).
+        """
+        if _path(request.target) in _PUBLIC_PATHS:
+            self._probes.submit(self._render, conn, request)
+            return
+        auth = self.web.auth
+        credentials = None if auth is None else _credentials(request)
+        known = None if auth is None or credentials is None else auth.lookup(*credentials)
+        if auth is None or known:
+            self._executor.submit(self._render, conn, request)
+        elif credentials is None or known is False:
+            self._finish(conn, request, _unauthorized())
+        elif self._count_check(+1):
+            self._passwords.submit(self._check_password, conn, request, credentials)
+        else:
+            busy = b"too many new credentials being checked; retry\n"
+            headers = [("Retry-After", "1")]
+            self._finish(conn, request, _Response(_UNAVAILABLE, busy, headers=headers, close=True))
+
+    def _check_password(self, conn: _Conn, request: _Request, credentials: tuple[str, str]) -> None:
+        """Password thread: bcrypt, then the rendering worker or a 401."""
+        assert self.web.auth is not None  # dispatched here only with auth
+        try:
+            ok = self.web.auth.verify(*credentials)
+        except Exception:  # a broken check is a refusal, never a dead thread
+            log.exception("checking a password failed")
+            ok = False
+        finally:
+            self._count_check(-1)
+        if not ok:
+            self._finish(conn, request, _unauthorized())
+            return
+        with contextlib.suppress(RuntimeError):  # the server stopped meanwhile
+            self._executor.submit(self._render, conn, request)
+
+    def _count_check(self, step: int) -> bool:
+        """One more password check (False, and none counted, past the backlog), or one less."""
+        with self._checking_lock:
+            if step > 0 and self._checking >= self.limits.password_backlog:
+                return False
+            self._checking += step
+            return True
 
     def _render(self, conn: _Conn, request: _Request) -> None:
-        """Worker thread: build the response bytes and hand them back to the loop."""
+        """Worker thread: build the response and hand it back to the loop."""
         try:
-            response = self._respond(request)
-            if not _keep_alive(request):
-                response.close = True
+            response = self._route(request)
         except Exception:  # never leave a connection without an answer
             log.exception("answering %s %s failed", request.method, request.target[:80])
             response = _Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", close=True)
+        self._finish(conn, request, response)
+
+    def _finish(self, conn: _Conn, request: _Request, response: _Response) -> None:
+        """Any thread: the response's bytes to the loop, which sends them."""
+        # A request body is never read: close after answering so it is not taken for the next
+        # request on a kept-alive connection.
+        has_body = "transfer-encoding" in request.headers or (
+            request.headers.get("content-length", "0").strip() not in ("", "0")
+        )
+        if has_body or not _keep_alive(request):
+            response.close = True
         data = response.encode(head=request.method == "HEAD", extra=self.web.headers)
         self._done.put((conn, data, response.close))
         self._wake()
@@ -656,26 +736,10 @@ class MetricsServer:
 
     # -- the worker threads -------------------------------------------------------------------
 
-    def _respond(self, request: _Request) -> _Response:
-        """Route one request; runs in a worker thread (rendering and bcrypt are slow)."""
-        response = self._route(request)
-        # A request body is never read: close after answering so it is not taken for the next
-        # request on a kept-alive connection.
-        has_body = "transfer-encoding" in request.headers or (
-            request.headers.get("content-length", "0").strip() not in ("", "0")
-        )
-        response.close = response.close or has_body
-        return response
-
     def _route(self, request: _Request) -> _Response:
+        """Answer one authorized request (:meth:`_dispatch`); a worker or the probe thread."""
         url = urlsplit(request.target)
         path = url.path.rstrip("/") or "/"
-        if path not in _PUBLIC_PATHS and not self._authorized(request):
-            return _Response(
-                HTTPStatus.UNAUTHORIZED,
-                b"unauthorized\n",
-                headers=[("WWW-Authenticate", 'Basic realm="evald", charset="UTF-8"')],
-            )
         if request.method not in ("GET", "HEAD"):
             return _Response(
                 HTTPStatus.METHOD_NOT_ALLOWED,
@@ -694,21 +758,6 @@ class MetricsServer:
             return _Response(HTTPStatus.OK, b"evald: /metrics /healthz /readyz\n")
         return _Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz\n")
 
-    def _authorized(self, request: _Request) -> bool:
-        auth = self.web.auth
-        if auth is None:
-            return True
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "basic":
-            return False
-        try:
-            user, sep, password = (
-                base64.b64decode(token.strip(), validate=True).decode().partition(":")
-            )
-        except (ValueError, UnicodeDecodeError):
-            return False
-        return bool(sep) and auth.check(user, password)
-
     def _metrics(self, request: _Request, query: str) -> _Response:
         names = parse_qs(query).get("name[]")
         try:
@@ -723,6 +772,33 @@ class MetricsServer:
             body = gzip.compress(body, compresslevel=1)
             headers.append(("Content-Encoding", "gzip"))
         return _Response(HTTPStatus.OK, body, content_type=content_type, headers=headers)
+
+
+_UNAVAILABLE = HTTPStatus.SERVICE_UNAVAILABLE
+
+
+def _path(target: str) -> str:
+    return urlsplit(target).path.rstrip("/") or "/"
+
+
+def _credentials(request: _Request) -> tuple[str, str] | None:
+    """``(user, password)`` of a Basic ``Authorization`` header, or None if there is none."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, sep, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return (user, password) if sep else None
+
+
+def _unauthorized() -> _Response:
+    return _Response(
+        HTTPStatus.UNAUTHORIZED,
+        b"unauthorized\n",
+        headers=[("WWW-Authenticate", 'Basic realm="evald", charset="UTF-8"')],
+    )
 
 
 def raise_fd_limit() -> int:

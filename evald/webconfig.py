@@ -17,6 +17,7 @@ import os
 import ssl
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -162,47 +163,65 @@ class _File(_Strict):
 
 
 class BasicAuth:
-    """Check ``user:password`` pairs against bcrypt hashes, remembering the ones that passed.
+    """Check ``user:password`` pairs against bcrypt hashes, remembering every outcome.
 
-    bcrypt costs ~0.1-0.3 s by design; a scraper sends the same credentials every scrape, so a
-    successful check is cached (keyed by a salted digest, never the password). Failures are not
-    cached, and an unknown user costs one bcrypt check too, so timing does not reveal users.
+    bcrypt costs ~0.1-0.3 s by design; a scraper sends the same credentials every scrape, so
+    an outcome is remembered (keyed by a salted digest, never the password): :meth:`lookup`
+    answers from memory in microseconds, :meth:`verify` pays for bcrypt. Passes and failures
+    are kept apart, so a flood of wrong passwords can evict only failures, never a scraper's
+    pass. An unknown user costs one bcrypt check too, so timing does not reveal users.
+    ``verify`` replaces ``bcrypt.checkpw`` (tests hold it to see what waits on it).
     """
 
-    _CACHE_SIZE = 256
+    _PASSED = 256
+    _FAILED = 4096
 
-    def __init__(self, users: Mapping[str, str]) -> None:
+    def __init__(
+        self, users: Mapping[str, str], *, verify: Callable[[bytes, bytes], bool] | None = None
+    ) -> None:
         import bcrypt
 
-        self._bcrypt = bcrypt
+        self._checkpw = verify if verify is not None else bcrypt.checkpw
         self._users = {user: hashed.encode() for user, hashed in users.items()}
         self._dummy = bcrypt.hashpw(b"evald", bcrypt.gensalt(10))
         self._salt = os.urandom(16)
-        self._passed: set[bytes] = set()
+        self._passed: OrderedDict[bytes, None] = OrderedDict()
+        self._failed: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
 
-    def check(self, user: str, password: str) -> bool:
-        """True if ``password`` matches ``user``'s hash."""
-        hashed = self._users.get(user)
-        key = hmac.digest(
-            self._salt,
-            user.encode() + b"\0" + password.encode() + b"\0" + (hashed or b""),
-            "sha256",
-        )
+    def _key(self, user: str, password: str) -> bytes:
+        hashed = self._users.get(user, b"")
+        text = user.encode() + b"\0" + password.encode() + b"\0" + hashed
+        return hmac.digest(self._salt, text, "sha256")
+
+    def lookup(self, user: str, password: str) -> bool | None:
+        """The remembered outcome for these credentials, or None if they were never checked."""
+        key = self._key(user, password)
         with self._lock:
-            if key in self._passed:
-                return True
+            for seen, outcome in ((self._passed, True), (self._failed, False)):
+                if key in seen:
+                    seen.move_to_end(key)
+                    return outcome
+        return None
+
+    def verify(self, user: str, password: str) -> bool:
+        """Check with bcrypt (slow by design) and remember the outcome."""
+        hashed = self._users.get(user)
         try:
-            ok = self._bcrypt.checkpw(password.encode(), hashed or self._dummy)
+            ok = self._checkpw(password.encode(), hashed or self._dummy) and hashed is not None
         except ValueError:  # over bcrypt's 72 bytes: no stored hash can match it
-            return False
-        ok = ok and hashed is not None
-        if ok:
-            with self._lock:
-                if len(self._passed) >= self._CACHE_SIZE:
-                    self._passed.clear()
-                self._passed.add(key)
+            ok = False
+        seen, size = (self._passed, self._PASSED) if ok else (self._failed, self._FAILED)
+        with self._lock:
+            seen[self._key(user, password)] = None
+            while len(seen) > size:
+                seen.popitem(last=False)
         return ok
+
+    def check(self, user: str, password: str) -> bool:
+        """True if ``password`` matches ``user``'s hash (remembered, or checked now)."""
+        known = self.lookup(user, password)
+        return self.verify(user, password) if known is None else known
 
 
 @dataclass(frozen=True)
