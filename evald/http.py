@@ -361,8 +361,9 @@ class MetricsServer:
         self._done: queue.SimpleQueue[tuple[_Conn, bytes, bool]] = queue.SimpleQueue()
         self._connections = _Connections(self.limits.max_connections)
         self._lock = threading.Lock()
-        # password checks running or waiting: counted up by the loop, down by the checker
-        self._checking = 0
+        # requests waiting for (or in) a password check, per credentials: counted up by the
+        # loop, down by the checker
+        self._checking: dict[tuple[str, str], int] = {}
         self._checking_lock = threading.Lock()
 
     @property
@@ -387,8 +388,15 @@ class MetricsServer:
 
     @property
     def password_checks(self) -> int:
-        """New credentials being checked with bcrypt or waiting for a check."""
-        return self._checking
+        """New credentials (distinct ones) being checked with bcrypt or waiting for a check."""
+        with self._checking_lock:
+            return len(self._checking)
+
+    @property
+    def waiting_for_passwords(self) -> int:
+        """Requests waiting for a password check, the same credentials counted each time."""
+        with self._checking_lock:
+            return sum(self._checking.values())
 
     @property
     def dropped(self) -> int:
@@ -609,8 +617,10 @@ class MetricsServer:
         1. ``/healthz``, ``/readyz``: the probe thread, behind nothing but other probes;
         2. no auth configured, or credentials that passed before: a rendering worker;
         3. no credentials, malformed ones, or ones that failed before: 401 now;
-        4. new credentials: a password-check thread, unless ``password_backlog`` checks are
-           already running or waiting: then 503 now (docs/security.md).
+        4. new credentials: a password-check thread, unless ``password_backlog`` other new
+           credentials are already checked or waiting: then 503 now (docs/security.md). The
+           same credentials again (200 scrapers starting at once) join the queue without
+           counting: the first check answers them all.
         """
         if _path(request.target) in _PUBLIC_PATHS:
             self._probes.submit(self._render, conn, request)
@@ -622,7 +632,7 @@ class MetricsServer:
             self._executor.submit(self._render, conn, request)
         elif credentials is None or known is False:
             self._finish(conn, request, _unauthorized())
-        elif self._count_check(+1):
+        elif self._count_check(credentials, +1):
             self._passwords.submit(self._check_password, conn, request, credentials)
         else:
             busy = b"too many new credentials being checked; retry\n"
@@ -630,27 +640,35 @@ class MetricsServer:
             self._finish(conn, request, _Response(_UNAVAILABLE, busy, headers=headers, close=True))
 
     def _check_password(self, conn: _Conn, request: _Request, credentials: tuple[str, str]) -> None:
-        """Password thread: bcrypt, then the rendering worker or a 401."""
-        assert self.web.auth is not None  # dispatched here only with auth
+        """Password thread: bcrypt (unless the same credentials were checked meanwhile), then
+        the rendering worker or a 401."""
+        auth = self.web.auth
+        assert auth is not None  # dispatched here only with auth
         try:
-            ok = self.web.auth.verify(*credentials)
+            known = auth.lookup(*credentials)
+            ok = auth.verify(*credentials) if known is None else known
         except Exception:  # a broken check is a refusal, never a dead thread
             log.exception("checking a password failed")
             ok = False
         finally:
-            self._count_check(-1)
+            self._count_check(credentials, -1)
         if not ok:
             self._finish(conn, request, _unauthorized())
             return
         with contextlib.suppress(RuntimeError):  # the server stopped meanwhile
             self._executor.submit(self._render, conn, request)
 
-    def _count_check(self, step: int) -> bool:
-        """One more password check (False, and none counted, past the backlog), or one less."""
+    def _count_check(self, credentials: tuple[str, str], step: int) -> bool:
+        """One more request for a password check (False, and none counted, when it would be
+        past the backlog), or one less."""
         with self._checking_lock:
-            if step > 0 and self._checking >= self.limits.password_backlog:
+            count = self._checking.get(credentials, 0) + step
+            if step > 0 and count == 1 and len(self._checking) >= self.limits.password_backlog:
                 return False
-            self._checking += step
+            if count:
+                self._checking[credentials] = count
+            else:
+                del self._checking[credentials]
             return True
 
     def _render(self, conn: _Conn, request: _Request) -> None:

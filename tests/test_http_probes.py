@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import socket
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import bcrypt
 import pytest
@@ -159,11 +159,7 @@ def test_password_checks_are_bounded_and_known_credentials_skip_them() -> None:
             held.append(send(server.port, "/metrics", f"wrong-{i}"))
             if i <= limits.password_workers:
                 verifier.wait_entered(1)
-        for _ in range(int(BOUND_S * 100)):  # the last two wait behind the two held
-            if server.password_checks == limits.password_backlog:
-                break
-            threading.Event().wait(0.01)
-        assert server.password_checks == limits.password_backlog
+        wait_for(lambda: server.password_checks == limits.password_backlog)  # 2 held, 2 queued
         status, text = get(server.port, "/metrics", "wrong-5")
         assert status == 503 and "Retry-After: 1" in text
         # while four checks are stuck: the known scraper, the known wrong password, probes
@@ -176,3 +172,29 @@ def test_password_checks_are_bounded_and_known_credentials_skip_them() -> None:
         assert [answer(sock)[0] for sock in held] == [401] * 4
         assert server.password_checks == 0
         assert get(server.port, "/metrics", "wrong-5")[0] == 401  # room again: checked now
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    """Until ``condition()`` holds (the loop thread has read what the test sent)."""
+    for _ in range(int(BOUND_S * 100)):
+        if condition():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the server never got there")
+
+
+def test_the_same_new_credentials_at_once_cost_one_check_and_are_never_refused() -> None:
+    """200 scrapers starting together with the same password: each used to take a place in
+    the backlog, and those past it got 503 until the first check was remembered."""
+    verifier = HeldVerifier()
+    verifier.holding = True
+    web = WebConfig(auth=BasicAuth({USER: HASH}, verify=verifier))
+    with MetricsServer("127.0.0.1:0", web=web, limits=Limits(password_backlog=2)) as server:
+        scrapers = [send(server.port, "/metrics", PASSWORD) for _ in range(10)]
+        verifier.wait_entered(1)
+        wait_for(lambda: server.waiting_for_passwords == 10)
+        assert server.password_checks == 1
+        verifier.release()
+        assert [answer(sock)[0] for sock in scrapers] == [200] * 10
+        assert verifier.calls == 1
+        assert server.waiting_for_passwords == server.password_checks == 0
