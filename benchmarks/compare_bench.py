@@ -22,7 +22,6 @@ import os
 import resource
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Sequence
@@ -34,7 +33,6 @@ import numpy as np
 from benchmarks import _common as c
 
 MEASURES = "RR,nDCG@10"
-REPO = Path(__file__).resolve().parents[1]
 
 
 def write_runs(directory: Path, n: int, seed: int) -> tuple[Path, Path]:
@@ -82,7 +80,7 @@ def run_compare(
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            command, stdout=out, stderr=err, env=env, cwd=path or REPO, preexec_fn=bounded
+            command, stdout=out, stderr=err, env=env, cwd=path or c.REPO, preexec_fn=bounded
         )
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -97,19 +95,6 @@ def run_compare(
         "report": json.loads(stdout) if proc.returncode == 0 else None,
         "error": stderr.strip().splitlines()[-1] if stderr.strip() else "",
     }
-
-
-def extract(ref: str, directory: Path) -> str:
-    """``evald/`` of git commit ``ref``, unpacked under ``directory``; returns that path."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", ref, "evald"],
-        cwd=REPO, check=True, capture_output=True, timeout=120,
-    ).stdout  # fmt: skip
-    target = directory / f"evald-{ref}"
-    target.mkdir()
-    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
-        tar.extractall(target, filter="data")
-    return str(target)
 
 
 def report(label: str, result: dict[str, Any], queries: int) -> None:
@@ -145,7 +130,9 @@ def body(argv: Sequence[str] | None) -> None:
         report("this tree", current, queries)
         if args.baseline_ref:
             limit = int(args.baseline_limit_gb * 2**30)
-            old = run_compare(runs, args.permutations, extract(args.baseline_ref, Path(tmp)), limit)
+            old = run_compare(
+                runs, args.permutations, c.evald_at(args.baseline_ref, Path(tmp)), limit
+            )
             report(
                 f"{args.baseline_ref} (address space {args.baseline_limit_gb:g} GiB)", old, queries
             )
