@@ -308,6 +308,58 @@ class _Connections:
         return len(self._open)
 
 
+class _Pools:
+    """The threads work leaves the loop for, one pool per kind, so none waits behind another:
+    renderings of /metrics, probes, bcrypt checks of new credentials."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.render = ThreadPoolExecutor(limits.workers, thread_name_prefix="evald-http-worker")
+        self.probes = ThreadPoolExecutor(1, thread_name_prefix="evald-http-probe")
+        self.passwords = ThreadPoolExecutor(
+            limits.password_workers, thread_name_prefix="evald-http-password"
+        )
+
+    def shutdown(self) -> None:
+        for pool in (self.render, self.probes, self.passwords):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _PasswordChecks:
+    """Requests waiting for (or in) a bcrypt check, per credentials: at most ``backlog``
+    distinct credentials; the same ones again join without counting (one check answers them
+    all). Admitted by the loop thread, released by the checker."""
+
+    def __init__(self, backlog: int) -> None:
+        self._backlog = backlog
+        self._waiting: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, credentials: tuple[str, str]) -> bool:
+        """Count one more request; False (nothing counted) if it would pass the backlog."""
+        with self._lock:
+            count = self._waiting.get(credentials, 0)
+            if count == 0 and len(self._waiting) >= self._backlog:
+                return False
+            self._waiting[credentials] = count + 1
+            return True
+
+    def release(self, credentials: tuple[str, str]) -> None:
+        with self._lock:
+            count = self._waiting[credentials] - 1
+            if count:
+                self._waiting[credentials] = count
+            else:
+                del self._waiting[credentials]
+
+    def distinct(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
+    def requests(self) -> int:
+        with self._lock:
+            return sum(self._waiting.values())
+
+
 _ACCEPT_BURST = 256  # accepts per readiness event, so a flood cannot starve the rest
 _SWEEP_S = 0.25  # how often deadlines are checked
 _RECV = 65_536
@@ -326,11 +378,9 @@ class MetricsServer:
     ``evald_tls_certificate_expiry_timestamp_seconds`` to the registry.
     """
 
-    # made by the loop thread when it starts, used only by it (and by workers for the executor)
+    # made by the loop thread when it starts, used only by it (and by workers for the pools)
     _selector: selectors.BaseSelector
-    _executor: ThreadPoolExecutor  # renders /metrics (and what else is not a probe)
-    _probes: ThreadPoolExecutor  # answers /healthz and /readyz
-    _passwords: ThreadPoolExecutor  # checks new credentials with bcrypt
+    _pools: _Pools
 
     def __init__(
         self,
@@ -361,10 +411,7 @@ class MetricsServer:
         self._done: queue.SimpleQueue[tuple[_Conn, bytes, bool]] = queue.SimpleQueue()
         self._connections = _Connections(self.limits.max_connections)
         self._lock = threading.Lock()
-        # requests waiting for (or in) a password check, per credentials: counted up by the
-        # loop, down by the checker
-        self._checking: dict[tuple[str, str], int] = {}
-        self._checking_lock = threading.Lock()
+        self._checks = _PasswordChecks(self.limits.password_backlog)
 
     @property
     def port(self) -> int:
@@ -389,14 +436,12 @@ class MetricsServer:
     @property
     def password_checks(self) -> int:
         """New credentials (distinct ones) being checked with bcrypt or waiting for a check."""
-        with self._checking_lock:
-            return len(self._checking)
+        return self._checks.distinct()
 
     @property
     def waiting_for_passwords(self) -> int:
         """Requests waiting for a password check, the same credentials counted each time."""
-        with self._checking_lock:
-            return sum(self._checking.values())
+        return self._checks.requests()
 
     @property
     def dropped(self) -> int:
@@ -479,13 +524,7 @@ class MetricsServer:
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, "accept")
         self._selector.register(wake_r, selectors.EVENT_READ, "wake")
-        self._executor = ThreadPoolExecutor(
-            self.limits.workers, thread_name_prefix="evald-http-worker"
-        )
-        self._probes = ThreadPoolExecutor(1, thread_name_prefix="evald-http-probe")
-        self._passwords = ThreadPoolExecutor(
-            self.limits.password_workers, thread_name_prefix="evald-http-password"
-        )
+        self._pools = _Pools(self.limits)
         next_sweep = self._clock() + _SWEEP_S
         try:
             while not self._stopping.is_set():
@@ -512,8 +551,7 @@ class MetricsServer:
             wake_r.close()
             if wake_w is not None:
                 wake_w.close()
-            for pool in (self._executor, self._probes, self._passwords):
-                pool.shutdown(wait=False, cancel_futures=True)
+            self._pools.shutdown()
 
     def _accept(self, listener: socket.socket) -> None:
         tls = self.web.ssl_context
@@ -623,17 +661,17 @@ class MetricsServer:
            counting: the first check answers them all.
         """
         if _path(request.target) in _PUBLIC_PATHS:
-            self._probes.submit(self._render, conn, request)
+            self._pools.probes.submit(self._render, conn, request)
             return
         auth = self.web.auth
         credentials = None if auth is None else _credentials(request)
         known = None if auth is None or credentials is None else auth.lookup(*credentials)
         if auth is None or known:
-            self._executor.submit(self._render, conn, request)
+            self._pools.render.submit(self._render, conn, request)
         elif credentials is None or known is False:
             self._finish(conn, request, _unauthorized())
-        elif self._count_check(credentials, +1):
-            self._passwords.submit(self._check_password, conn, request, credentials)
+        elif self._checks.admit(credentials):
+            self._pools.passwords.submit(self._check_password, conn, request, credentials)
         else:
             busy = b"too many new credentials being checked; retry\n"
             headers = [("Retry-After", "1")]
@@ -651,25 +689,12 @@ class MetricsServer:
             log.exception("checking a password failed")
             ok = False
         finally:
-            self._count_check(credentials, -1)
+            self._checks.release(credentials)
         if not ok:
             self._finish(conn, request, _unauthorized())
             return
         with contextlib.suppress(RuntimeError):  # the server stopped meanwhile
-            self._executor.submit(self._render, conn, request)
-
-    def _count_check(self, credentials: tuple[str, str], step: int) -> bool:
-        """One more request for a password check (False, and none counted, when it would be
-        past the backlog), or one less."""
-        with self._checking_lock:
-            count = self._checking.get(credentials, 0) + step
-            if step > 0 and count == 1 and len(self._checking) >= self.limits.password_backlog:
-                return False
-            if count:
-                self._checking[credentials] = count
-            else:
-                del self._checking[credentials]
-            return True
+            self._pools.render.submit(self._render, conn, request)
 
     def _render(self, conn: _Conn, request: _Request) -> None:
         """Worker thread: build the response and hand it back to the loop."""
