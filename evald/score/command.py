@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from evald.metrics import Measure
+    from evald.score.compare import RunValues
     from evald.score.inputs import Input
     from evald.score.records import Qid
 
@@ -293,37 +294,11 @@ def _discard(qids: Sequence[Qid], columns: Sequence[object]) -> None:
 def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack) -> int:
     """Score every run, pair the queries by qid, and print the comparison table or JSON."""
     from evald.score import compare
-    from evald.score.inputs import JsonlInput, TrecInput
 
     names = compare.per_query_names(measures)
     if not names:
         raise UsageError("--compare needs a per-query measure (GAUC and GMAP are aggregates)")
-    row_measures = [m for m in measures if str(m) in names]
-    runs = []
-    for path in args.compare:
-        source: Input
-        if args.qrels is not None:
-            source = TrecInput(
-                (_lines(path, stack), path),
-                (_lines(args.qrels, stack), args.qrels),
-                complete=args.complete,
-            )
-        else:
-            source = JsonlInput(_lines(path, stack), path)
-        try:
-            runs.append(
-                compare.score_run(
-                    path,
-                    source,
-                    row_measures,
-                    batch_size=args.batch_size,
-                    max_docs=args.max_docs,
-                    judged_only=args.judged_only,
-                    report=lambda text: print(text, file=sys.stderr),
-                )
-            )
-        except compare.DuplicateQid as exc:
-            raise UsageError(str(exc)) from None
+    runs = _score_runs(args, [m for m in measures if str(m) in names], stack)
     for run_values in runs:
         compare.report_notes(run_values)
     pairing = compare.paired(runs)
@@ -357,6 +332,41 @@ def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextli
         )
     sys.stdout.flush()
     return 1 if any(r.rejected for r in runs) else 0
+
+
+def _score_runs(
+    args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack
+) -> list[RunValues]:
+    """Each run of ``--compare`` scored by ``measures`` (per-query ones), in order."""
+    from evald.score import compare
+    from evald.score.inputs import JsonlInput, TrecInput
+
+    runs = []
+    for path in args.compare:
+        source: Input
+        if args.qrels is not None:
+            source = TrecInput(
+                (_lines(path, stack), path),
+                (_lines(args.qrels, stack), args.qrels),
+                complete=args.complete,
+            )
+        else:
+            source = JsonlInput(_lines(path, stack), path)
+        try:
+            runs.append(
+                compare.score_run(
+                    path,
+                    source,
+                    measures,
+                    batch_size=args.batch_size,
+                    max_docs=args.max_docs,
+                    judged_only=args.judged_only,
+                    report=lambda text: print(text, file=sys.stderr),
+                )
+            )
+        except compare.DuplicateQid as exc:
+            raise UsageError(str(exc)) from None
+    return runs
 
 
 def _check_sources(args: argparse.Namespace) -> None:
