@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ class RunValues:
     """One run's per-query values: qid keys in input order, one row of measure values each."""
 
     name: str
-    keys: pa.ChunkedArray
+    keys: pa.LargeStringArray
     """Each query's qid as a pairing key (:func:`qid_key`), in input order."""
     values: np.ndarray  # (queries, measures)
     rejected: int
@@ -74,14 +75,8 @@ def score_run(
     report: Callable[[str], None] = print,
 ) -> RunValues:
     """Score one run; rejected lines are handed to ``report`` as they are read."""
-    keys: list[pa.Array] = []
-    columns: list[np.ndarray] = []
-
-    def sink(batch_qids: Sequence[Qid], batch_columns: Sequence[np.ndarray]) -> None:
-        keys.append(pa.array([qid_key(q) for q in batch_qids], pa.large_string()))
-        columns.append(np.column_stack([np.asarray(c, dtype=np.float64) for c in batch_columns]))
-
-    scorer = BatchScorer(measures, sink, batch_size=batch_size)
+    kept = _Kept()
+    scorer = BatchScorer(measures, kept.add, batch_size=batch_size)
     rejected = 0
     for chunk in source.chunks(256):
         for rejection in chunk.rejections:
@@ -89,10 +84,7 @@ def score_run(
         rejected += len(chunk.rejections)
         scorer.add_chunk(chunk, max_docs, judged_only)
     scorer.flush()
-    width = len(scorer.row_measures)
-    values = np.concatenate(columns, axis=0) if columns else np.zeros((0, width))
-    del columns[:]
-    run_keys = pa.chunked_array(keys, pa.large_string())
+    run_keys, values = kept.keys(), kept.values(len(scorer.row_measures))
     repeated = _first_repeated(run_keys)
     if repeated is not None:
         raise DuplicateQid(
@@ -101,14 +93,60 @@ def score_run(
     return RunValues(name, run_keys, values, rejected, source.notes())
 
 
-def _first_repeated(keys: pa.ChunkedArray) -> str | None:
+class _Kept:
+    """A run's qid keys and values, appended batch by batch to a few buffers that grow in place.
+
+    Why not an Arrow array per batch: each holds pages of Arrow's allocator beyond its data;
+    these buffers cost their data (about 17 bytes a key, 8 a value) and a little slack.
+    """
+
+    def __init__(self) -> None:
+        self._text = bytearray()  # the keys' UTF-8, one after the other
+        self._ends = array("q", [0])  # where each key starts, then where the last one ends
+        self._values = array("d")  # row after row
+
+    def add(self, qids: Sequence[Qid], columns: Sequence[np.ndarray]) -> None:
+        """The row sink of :class:`BatchScorer`."""
+        encoded = [qid_key(q).encode() for q in qids]
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        self._ends.frombytes((np.cumsum(lengths) + len(self._text)).tobytes())
+        self._text += b"".join(encoded)
+        rows = np.column_stack([np.asarray(c, dtype=np.float64) for c in columns])
+        self._values.frombytes(rows.tobytes())
+
+    def keys(self) -> pa.LargeStringArray:
+        offsets = pa.py_buffer(self._ends)
+        return pa.LargeStringArray.from_buffers(
+            len(self._ends) - 1, offsets, pa.py_buffer(self._text)
+        )
+
+    def values(self, width: int) -> np.ndarray:
+        return np.frombuffer(self._values, dtype=np.float64).reshape(-1, width)
+
+
+def _sorted(keys: pa.LargeStringArray) -> tuple[pa.Array, np.ndarray]:
+    """The positions of ``keys`` in sorted order (stable) and where a key equals the next one.
+
+    Sorting, not hashing: Arrow's hash kernels peaked at 50-100 bytes a key, a sort at 17."""
+    order = pc.sort_indices(keys)
+    ordered = keys.take(order)
+    same = pc.equal(ordered[1:], ordered[:-1]).to_numpy(zero_copy_only=False)
+    return order, same
+
+
+def _first_repeated(keys: pa.LargeStringArray) -> str | None:
     """The first key (in input order) that occurs more than once, or None."""
-    if len(keys) == 0 or pc.count_distinct(keys).as_py() == len(keys):
+    order, same = _sorted(keys)
+    if not same.any():
         return None
-    counts = pc.value_counts(keys)
-    twice = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
-    first = pc.index(pc.is_in(keys, value_set=twice), True).as_py()
+    # the sort is stable: the first of a run of equal keys is the earliest, and is followed
+    # by an equal one
+    first = int(order.to_numpy()[:-1][same].min())
     return str(keys[first].as_py())
+
+
+def _distinct(keys: pa.LargeStringArray) -> int:
+    return 0 if len(keys) == 0 else len(keys) - int(_sorted(keys)[1].sum())
 
 
 @dataclass(frozen=True)
@@ -145,7 +183,7 @@ class Pairing:
 
 def paired(runs: Sequence[RunValues]) -> Pairing:
     """Pair every run's queries with the baseline's by qid (each run's qids are distinct)."""
-    base = runs[0].keys.combine_chunks()
+    base = runs[0].keys
     n = len(base)
     common = np.ones(n, dtype=bool)
     where = []  # per later run, the row of each baseline query in it (-1: absent)
@@ -157,9 +195,9 @@ def paired(runs: Sequence[RunValues]) -> Pairing:
         rows[found[present]] = np.flatnonzero(present)
         common &= rows >= 0
         where.append(rows)
-        unknown.extend(run.keys.filter(pa.array(~present)).chunks)
+        unknown.append(run.keys.filter(pa.array(~present)))
     kept = np.flatnonzero(common)
-    others = pc.count_distinct(pa.chunked_array(unknown, pa.large_string())).as_py()
+    others = _distinct(pa.concat_arrays(unknown) if unknown else base[:0])
     aligned = [runs[0].values[kept]]
     aligned += [run.values[r[kept]] for run, r in zip(runs[1:], where, strict=True)]
     return Pairing(aligned, unpaired=n - kept.shape[0] + others)

@@ -16,7 +16,7 @@ from evald.score.scoring import per_query
 
 
 def run_of(name: str, qids: list[str | int], values: list[float]) -> RunValues:
-    keys = pa.chunked_array([pa.array([qid_key(q) for q in qids], pa.large_string())])
+    keys = pa.array([qid_key(q) for q in qids], pa.large_string())
     return RunValues(name, keys, np.array(values, dtype=np.float64)[:, None], 0, [])
 
 
