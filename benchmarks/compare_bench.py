@@ -36,11 +36,13 @@ MEASURES = "RR,nDCG@10"
 
 
 def write_runs(directory: Path, n: int, seed: int) -> tuple[Path, Path]:
-    """Two runs of n queries (generated in blocks, so the generator's memory stays small)."""
+    """Two runs of n queries (generated in blocks, so the generator's memory stays small),
+    written under temporary names and renamed once complete."""
     rng = np.random.default_rng(seed)
     paths = directory / "base.jsonl", directory / "new.jsonl"
+    partial = [path.with_suffix(".partial") for path in paths]
     offsets = rng.permutation(40)[:14]
-    with paths[0].open("w") as base, paths[1].open("w") as new:
+    with partial[0].open("w") as base, partial[1].open("w") as new:
         for low in range(0, n, 100_000):
             size = min(100_000, n - low)
             # 14 distinct documents per query: the first 10 served, 4 of the 14 judged
@@ -58,6 +60,8 @@ def write_runs(directory: Path, n: int, seed: int) -> tuple[Path, Path]:
                 a, b = swaps[i]
                 ranking[a], ranking[b] = ranking[b], ranking[a]
                 new.write(line % (low + i, ",".join(ranking), qrels))
+    for written, path in zip(partial, paths, strict=True):
+        written.rename(path)
     return paths
 
 
@@ -117,15 +121,24 @@ def body(argv: Sequence[str] | None) -> None:
         parser.add_argument("--permutations", type=int, default=10_000)
         parser.add_argument("--baseline-ref", help="git commit to measure as the baseline")
         parser.add_argument("--baseline-limit-gb", type=float, default=8.0)
+        parser.add_argument(
+            "--runs-dir", type=Path, help="keep the generated runs here and reuse them next time"
+        )
 
     args = c.parse_args(__doc__ or "", argv, extra)
     queries = 100_000 if args.quick else args.queries
     c.line("queries per run, permutations", f"{queries:,}, {args.permutations:,}")
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        runs = write_runs(Path(tmp), queries, args.seed)
+        where = Path(tmp)
+        if args.runs_dir is not None:
+            where = args.runs_dir / f"{queries}-{args.seed}"
+            where.mkdir(parents=True, exist_ok=True)
+        runs = where / "base.jsonl", where / "new.jsonl"
+        if not all(p.exists() for p in runs):
+            runs = write_runs(where, queries, args.seed)
         size = sum(p.stat().st_size for p in runs)
-        c.line("input written", f"{size / 2**20:,.0f} MiB in {c.fmt_s(time.perf_counter() - t0)}")
+        c.line("input ready", f"{size / 2**20:,.0f} MiB in {c.fmt_s(time.perf_counter() - t0)}")
         current = run_compare(runs, args.permutations, None, None)
         report("this tree", current, queries)
         if args.baseline_ref:
