@@ -310,6 +310,26 @@ def sum_samples(samples: dict[str, float], name: str, *must_contain: str) -> flo
     return total
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def evald_at(ref: str, directory: Path) -> str:
+    """``evald/`` of git commit ``ref`` unpacked under ``directory``: put the returned path
+    first on a child's PYTHONPATH (and run it there) to measure that version as a baseline."""
+    import io
+    import tarfile
+
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", ref, "evald"],
+        cwd=REPO, check=True, capture_output=True, timeout=120,
+    ).stdout  # fmt: skip
+    target = directory / f"evald-{ref}"
+    target.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+    return str(target)
+
+
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     """Terminate a child we started; kill it if it does not exit in time."""
     if proc.poll() is None:

@@ -13,7 +13,6 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
@@ -393,16 +392,12 @@ def read_mapping_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     Shared by `evald replay --config` and `evald run --config`, which wrap the ``ConfigError``
     (its message starts with the path) in their own error type.
     """
-    import yaml
+    from evald.settings_file import SettingsFileError, read_settings_file
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        data = read_settings_file(path)
+    except SettingsFileError as exc:
+        raise ConfigError(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

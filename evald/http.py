@@ -2,9 +2,11 @@
 
 One selector loop in its own thread holds every connection, with a cap and timeouts
 (:class:`Limits`), so thousands of slow clients cost neither threads nor CPU (nor garbage for
-the collector to pause the process over); a small worker pool renders responses. Scrapes never
-wait on the processing loop, and it never waits on a slow scraper. TLS and basic auth come from
-a web config file (:mod:`evald.webconfig`).
+the collector to pause the process over). Three kinds of work leave that thread, each to its own
+threads, so none waits behind another: probes (one thread), renderings of ``/metrics`` (a small
+pool) and bcrypt password checks (a pool with a bounded backlog; past it, 503 at once). Scrapes
+never wait on the processing loop, and it never waits on a slow scraper. TLS and basic auth come
+from a web config file (:mod:`evald.webconfig`).
 
 Health and readiness are plain callables supplied by the command that owns the processing loop
 (``evald demo``, ``evald run``), so this module knows nothing about Kafka or the engine.
@@ -37,7 +39,7 @@ from prometheus_client.exposition import gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
 from evald.exposition import Encoder
-from evald.webconfig import WebConfig, peer_allowed
+from evald.webconfig import CertificateCollector, WebConfig, peer_allowed
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -174,7 +176,11 @@ class Limits:
     max_head_bytes: int = 16_384
     """Request line plus headers; longer is answered 431 and closed."""
     workers: int = 2
-    """Threads that render responses (and check passwords); the event loop never does."""
+    """Threads that render ``/metrics``; probes and password checks have their own."""
+    password_workers: int = 1
+    """Threads that check new basic-auth credentials with bcrypt (~0.1 s of a core each)."""
+    password_backlog: int = 16
+    """New credentials checked or waiting at most; past it a request is answered 503 at once."""
 
 
 _BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
@@ -302,6 +308,58 @@ class _Connections:
         return len(self._open)
 
 
+class _Pools:
+    """The threads work leaves the loop for, one pool per kind, so none waits behind another:
+    renderings of /metrics, probes, bcrypt checks of new credentials."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.render = ThreadPoolExecutor(limits.workers, thread_name_prefix="evald-http-worker")
+        self.probes = ThreadPoolExecutor(1, thread_name_prefix="evald-http-probe")
+        self.passwords = ThreadPoolExecutor(
+            limits.password_workers, thread_name_prefix="evald-http-password"
+        )
+
+    def shutdown(self) -> None:
+        for pool in (self.render, self.probes, self.passwords):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _PasswordChecks:
+    """Requests waiting for (or in) a bcrypt check, per credentials: at most ``backlog``
+    distinct credentials; the same ones again join without counting (one check answers them
+    all). Admitted by the loop thread, released by the checker."""
+
+    def __init__(self, backlog: int) -> None:
+        self._backlog = backlog
+        self._waiting: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, credentials: tuple[str, str]) -> bool:
+        """Count one more request; False (nothing counted) if it would pass the backlog."""
+        with self._lock:
+            count = self._waiting.get(credentials, 0)
+            if count == 0 and len(self._waiting) >= self._backlog:
+                return False
+            self._waiting[credentials] = count + 1
+            return True
+
+    def release(self, credentials: tuple[str, str]) -> None:
+        with self._lock:
+            count = self._waiting[credentials] - 1
+            if count:
+                self._waiting[credentials] = count
+            else:
+                del self._waiting[credentials]
+
+    def distinct(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
+    def requests(self) -> int:
+        with self._lock:
+            return sum(self._waiting.values())
+
+
 _ACCEPT_BURST = 256  # accepts per readiness event, so a flood cannot starve the rest
 _SWEEP_S = 0.25  # how often deadlines are checked
 _RECV = 65_536
@@ -316,12 +374,13 @@ class MetricsServer:
     by a small pool of worker threads. ``web`` adds TLS and basic auth (:mod:`evald.webconfig`).
     ``start()`` binds (so a taken port fails loudly, in the caller's thread) and serves from a
     daemon thread; ``stop()`` closes every connection and joins it. Port 0 picks a free port,
-    readable afterwards as :attr:`port`. Usable as a context manager.
+    readable afterwards as :attr:`port`. Usable as a context manager. With TLS, the server adds
+    ``evald_tls_certificate_expiry_timestamp_seconds`` to the registry.
     """
 
-    # made by the loop thread when it starts, used only by it (and by workers for the executor)
+    # made by the loop thread when it starts, used only by it (and by workers for the pools)
     _selector: selectors.BaseSelector
-    _executor: ThreadPoolExecutor
+    _pools: _Pools
 
     def __init__(
         self,
@@ -341,6 +400,8 @@ class MetricsServer:
         self.healthy = healthy
         self.encoder = encoder if encoder is not None else Encoder()
         self.web = web if web is not None else WebConfig()
+        if self.web.certificate_expiry is not None:  # what only the endpoint knows
+            self.registry.register(CertificateCollector(self.web))
         self.limits = limits if limits is not None else Limits()
         self._clock = clock
         self._port: int | None = None
@@ -350,6 +411,7 @@ class MetricsServer:
         self._done: queue.SimpleQueue[tuple[_Conn, bytes, bool]] = queue.SimpleQueue()
         self._connections = _Connections(self.limits.max_connections)
         self._lock = threading.Lock()
+        self._checks = _PasswordChecks(self.limits.password_backlog)
 
     @property
     def port(self) -> int:
@@ -370,6 +432,16 @@ class MetricsServer:
             host = f"[{host}]"
         scheme = "https" if self.web.ssl_context is not None else "http"
         return f"{scheme}://{host}:{self.port}"
+
+    @property
+    def password_checks(self) -> int:
+        """New credentials (distinct ones) being checked with bcrypt or waiting for a check."""
+        return self._checks.distinct()
+
+    @property
+    def waiting_for_passwords(self) -> int:
+        """Requests waiting for a password check, the same credentials counted each time."""
+        return self._checks.requests()
 
     @property
     def dropped(self) -> int:
@@ -452,9 +524,7 @@ class MetricsServer:
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, "accept")
         self._selector.register(wake_r, selectors.EVENT_READ, "wake")
-        self._executor = ThreadPoolExecutor(
-            self.limits.workers, thread_name_prefix="evald-http-worker"
-        )
+        self._pools = _Pools(self.limits)
         next_sweep = self._clock() + _SWEEP_S
         try:
             while not self._stopping.is_set():
@@ -481,7 +551,7 @@ class MetricsServer:
             wake_r.close()
             if wake_w is not None:
                 wake_w.close()
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._pools.shutdown()
 
     def _accept(self, listener: socket.socket) -> None:
         tls = self.web.ssl_context
@@ -577,17 +647,73 @@ class MetricsServer:
                 conn, _Response(HTTPStatus.BAD_REQUEST, f"{exc}\n".encode(), close=True)
             )
             return
-        self._executor.submit(self._render, conn, request)
+        self._dispatch(conn, request)
+
+    def _dispatch(self, conn: _Conn, request: _Request) -> None:
+        """Where a request is answered; the loop thread decides in microseconds, never waiting:
+
+        1. ``/healthz``, ``/readyz``: the probe thread, behind nothing but other probes;
+        2. no auth configured, or credentials that passed before: a rendering worker;
+        3. no credentials, malformed ones, or ones that failed before: 401 now;
+        4. new credentials: a password-check thread, unless ``password_backlog`` other new
+           credentials are already checked or waiting: then 503 now (docs/security.md). The
+           same credentials again (200 scrapers starting at once) join the queue without
+           counting: the first check answers them all.
+        """
+        if _path(request.target) in _PUBLIC_PATHS:
+            self._pools.probes.submit(self._render, conn, request)
+            return
+        auth = self.web.auth
+        credentials = None if auth is None else _credentials(request)
+        known = None if auth is None or credentials is None else auth.lookup(*credentials)
+        if auth is None or known:
+            self._pools.render.submit(self._render, conn, request)
+        elif credentials is None or known is False:
+            self._finish(conn, request, _unauthorized())
+        elif self._checks.admit(credentials):
+            self._pools.passwords.submit(self._check_password, conn, request, credentials)
+        else:
+            busy = b"too many new credentials being checked; retry\n"
+            headers = [("Retry-After", "1")]
+            self._finish(conn, request, _Response(_UNAVAILABLE, busy, headers=headers, close=True))
+
+    def _check_password(self, conn: _Conn, request: _Request, credentials: tuple[str, str]) -> None:
+        """Password thread: bcrypt (unless the same credentials were checked meanwhile), then
+        the rendering worker or a 401."""
+        auth = self.web.auth
+        assert auth is not None  # dispatched here only with auth
+        try:
+            known = auth.lookup(*credentials)
+            ok = auth.verify(*credentials) if known is None else known
+        except Exception:  # a broken check is a refusal, never a dead thread
+            log.exception("checking a password failed")
+            ok = False
+        finally:
+            self._checks.release(credentials)
+        if not ok:
+            self._finish(conn, request, _unauthorized())
+            return
+        with contextlib.suppress(RuntimeError):  # the server stopped meanwhile
+            self._pools.render.submit(self._render, conn, request)
 
     def _render(self, conn: _Conn, request: _Request) -> None:
-        """Worker thread: build the response bytes and hand them back to the loop."""
+        """Worker thread: build the response and hand it back to the loop."""
         try:
-            response = self._respond(request)
-            if not _keep_alive(request):
-                response.close = True
+            response = self._route(request)
         except Exception:  # never leave a connection without an answer
             log.exception("answering %s %s failed", request.method, request.target[:80])
             response = _Response(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", close=True)
+        self._finish(conn, request, response)
+
+    def _finish(self, conn: _Conn, request: _Request, response: _Response) -> None:
+        """Any thread: the response's bytes to the loop, which sends them."""
+        # A request body is never read: close after answering so it is not taken for the next
+        # request on a kept-alive connection.
+        has_body = "transfer-encoding" in request.headers or (
+            request.headers.get("content-length", "0").strip() not in ("", "0")
+        )
+        if has_body or not _keep_alive(request):
+            response.close = True
         data = response.encode(head=request.method == "HEAD", extra=self.web.headers)
         self._done.put((conn, data, response.close))
         self._wake()
@@ -653,26 +779,10 @@ class MetricsServer:
 
     # -- the worker threads -------------------------------------------------------------------
 
-    def _respond(self, request: _Request) -> _Response:
-        """Route one request; runs in a worker thread (rendering and bcrypt are slow)."""
-        response = self._route(request)
-        # A request body is never read: close after answering so it is not taken for the next
-        # request on a kept-alive connection.
-        has_body = "transfer-encoding" in request.headers or (
-            request.headers.get("content-length", "0").strip() not in ("", "0")
-        )
-        response.close = response.close or has_body
-        return response
-
     def _route(self, request: _Request) -> _Response:
+        """Answer one authorized request (:meth:`_dispatch`); a worker or the probe thread."""
         url = urlsplit(request.target)
         path = url.path.rstrip("/") or "/"
-        if path not in _PUBLIC_PATHS and not self._authorized(request):
-            return _Response(
-                HTTPStatus.UNAUTHORIZED,
-                b"unauthorized\n",
-                headers=[("WWW-Authenticate", 'Basic realm="evald", charset="UTF-8"')],
-            )
         if request.method not in ("GET", "HEAD"):
             return _Response(
                 HTTPStatus.METHOD_NOT_ALLOWED,
@@ -691,21 +801,6 @@ class MetricsServer:
             return _Response(HTTPStatus.OK, b"evald: /metrics /healthz /readyz\n")
         return _Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz\n")
 
-    def _authorized(self, request: _Request) -> bool:
-        auth = self.web.auth
-        if auth is None:
-            return True
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "basic":
-            return False
-        try:
-            user, sep, password = (
-                base64.b64decode(token.strip(), validate=True).decode().partition(":")
-            )
-        except (ValueError, UnicodeDecodeError):
-            return False
-        return bool(sep) and auth.check(user, password)
-
     def _metrics(self, request: _Request, query: str) -> _Response:
         names = parse_qs(query).get("name[]")
         try:
@@ -720,6 +815,33 @@ class MetricsServer:
             body = gzip.compress(body, compresslevel=1)
             headers.append(("Content-Encoding", "gzip"))
         return _Response(HTTPStatus.OK, body, content_type=content_type, headers=headers)
+
+
+_UNAVAILABLE = HTTPStatus.SERVICE_UNAVAILABLE
+
+
+def _path(target: str) -> str:
+    return urlsplit(target).path.rstrip("/") or "/"
+
+
+def _credentials(request: _Request) -> tuple[str, str] | None:
+    """``(user, password)`` of a Basic ``Authorization`` header, or None if there is none."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, sep, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return (user, password) if sep else None
+
+
+def _unauthorized() -> _Response:
+    return _Response(
+        HTTPStatus.UNAUTHORIZED,
+        b"unauthorized\n",
+        headers=[("WWW-Authenticate", 'Basic realm="evald", charset="UTF-8"')],
+    )
 
 
 def raise_fd_limit() -> int:

@@ -3,23 +3,39 @@ Prometheus exporter toolkit (``--web.config.file`` of node_exporter and friends)
 
 The file is read once at start; any problem raises :class:`WebConfigError` whose message names
 the field (``tls_server_config.cert_file: ...``) so ``evald run``/``check-config`` exit 2 with it.
+A certificate outside its validity dates is not refused (the daemon's work does not depend on
+it) but warned about, and its expiry is exported (:class:`CertificateCollector`).
 What Python's ``ssl`` cannot do (client certificates requested but not verified, curve lists)
 is refused by name rather than silently weakened. See docs/security.md.
 """
 
 from __future__ import annotations
 
+import datetime
 import hmac
 import os
 import ssl
 import threading
-from collections.abc import Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-__all__ = ["BasicAuth", "WebConfig", "WebConfigError", "load_web_config", "peer_allowed"]
+from evald.certificate_dates import CertificateDateError, read_validity
+from evald.settings_file import SettingsFileError, read_settings_file
+
+__all__ = [
+    "BasicAuth",
+    "CertificateCollector",
+    "WebConfig",
+    "WebConfigError",
+    "load_web_config",
+    "peer_allowed",
+]
 
 
 class WebConfigError(ValueError):
@@ -147,76 +163,115 @@ class _File(_Strict):
 
 
 class BasicAuth:
-    """Check ``user:password`` pairs against bcrypt hashes, remembering the ones that passed.
+    """Check ``user:password`` pairs against bcrypt hashes, remembering every outcome.
 
-    bcrypt costs ~0.1-0.3 s by design; a scraper sends the same credentials every scrape, so a
-    successful check is cached (keyed by a salted digest, never the password). Failures are not
-    cached, and an unknown user costs one bcrypt check too, so timing does not reveal users.
+    bcrypt costs ~0.1-0.3 s by design; a scraper sends the same credentials every scrape, so
+    an outcome is remembered (keyed by a salted digest, never the password): :meth:`lookup`
+    answers from memory in microseconds, :meth:`verify` pays for bcrypt. Passes and failures
+    are kept apart, so a flood of wrong passwords can evict only failures, never a scraper's
+    pass. An unknown user costs one bcrypt check too, so timing does not reveal users.
+    ``verify`` replaces ``bcrypt.checkpw`` (tests hold it to see what waits on it).
     """
 
-    _CACHE_SIZE = 256
+    _PASSED = 256
+    _FAILED = 4096
 
-    def __init__(self, users: Mapping[str, str]) -> None:
+    def __init__(
+        self, users: Mapping[str, str], *, verify: Callable[[bytes, bytes], bool] | None = None
+    ) -> None:
         import bcrypt
 
-        self._bcrypt = bcrypt
+        self._checkpw = verify if verify is not None else bcrypt.checkpw
         self._users = {user: hashed.encode() for user, hashed in users.items()}
         self._dummy = bcrypt.hashpw(b"evald", bcrypt.gensalt(10))
         self._salt = os.urandom(16)
-        self._passed: set[bytes] = set()
+        self._passed: OrderedDict[bytes, None] = OrderedDict()
+        self._failed: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
 
-    def check(self, user: str, password: str) -> bool:
-        """True if ``password`` matches ``user``'s hash."""
-        hashed = self._users.get(user)
-        key = hmac.digest(
-            self._salt,
-            user.encode() + b"\0" + password.encode() + b"\0" + (hashed or b""),
-            "sha256",
-        )
+    def _key(self, user: str, password: str) -> bytes:
+        hashed = self._users.get(user, b"")
+        text = user.encode() + b"\0" + password.encode() + b"\0" + hashed
+        return hmac.digest(self._salt, text, "sha256")
+
+    def lookup(self, user: str, password: str) -> bool | None:
+        """The remembered outcome for these credentials, or None if they were never checked."""
+        key = self._key(user, password)
         with self._lock:
-            if key in self._passed:
-                return True
+            for seen, outcome in ((self._passed, True), (self._failed, False)):
+                if key in seen:
+                    seen.move_to_end(key)
+                    return outcome
+        return None
+
+    def verify(self, user: str, password: str) -> bool:
+        """Check with bcrypt (slow by design) and remember the outcome."""
+        hashed = self._users.get(user)
         try:
-            ok = self._bcrypt.checkpw(password.encode(), hashed or self._dummy)
+            ok = self._checkpw(password.encode(), hashed or self._dummy) and hashed is not None
         except ValueError:  # over bcrypt's 72 bytes: no stored hash can match it
-            return False
-        ok = ok and hashed is not None
-        if ok:
-            with self._lock:
-                if len(self._passed) >= self._CACHE_SIZE:
-                    self._passed.clear()
-                self._passed.add(key)
+            ok = False
+        seen, size = (self._passed, self._PASSED) if ok else (self._failed, self._FAILED)
+        with self._lock:
+            seen[self._key(user, password)] = None
+            while len(seen) > size:
+                seen.popitem(last=False)
         return ok
+
+    def check(self, user: str, password: str) -> bool:
+        """True if ``password`` matches ``user``'s hash (remembered, or checked now)."""
+        known = self.lookup(user, password)
+        return self.verify(user, password) if known is None else known
 
 
 @dataclass(frozen=True)
 class WebConfig:
     """What the server needs: a TLS context (or None), the basic-auth checker (or None), and
-    extra response headers."""
+    extra response headers; and what the file's certificate says about itself."""
 
     ssl_context: ssl.SSLContext | None = None
     auth: BasicAuth | None = None
     headers: tuple[tuple[str, str], ...] = ()
     allowed_sans: frozenset[str] = field(default_factory=frozenset)
+    certificate_expiry: float | None = None
+    """The earliest notAfter of ``cert_file``'s chain, epoch seconds (None without TLS)."""
+    warnings: tuple[str, ...] = ()
+    """Problems that do not stop the start (an expired certificate), each naming the file."""
 
 
-def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
-    """Read and check the file, loading certificates and keys now so a bad one fails at start."""
-    import yaml
+class CertificateCollector:
+    """``evald_tls_certificate_expiry_timestamp_seconds``, so an alert fires before scrapers
+    start refusing the certificate (it is read once, at start: evald must be restarted)."""
 
+    def __init__(self, web: WebConfig) -> None:
+        self.expiry = web.certificate_expiry
+
+    def describe(self) -> list[Metric]:
+        return [Metric(_EXPIRY, _EXPIRY, "gauge")]
+
+    def collect(self) -> Iterator[Metric]:
+        if self.expiry is not None:
+            yield GaugeMetricFamily(
+                _EXPIRY,
+                "When the metrics endpoint's TLS certificate (the earliest of its chain) expires, "
+                "in seconds since the epoch.",
+                value=self.expiry,
+            )
+
+
+_EXPIRY = "evald_tls_certificate_expiry_timestamp_seconds"
+
+
+def load_web_config(
+    path: str | os.PathLike[str], *, clock: Callable[[], float] = time.time
+) -> WebConfig:
+    """Read and check the file, loading certificates and keys now so a bad one fails at start;
+    a certificate not valid at ``clock()`` is a warning (docs/security.md says why)."""
     where = os.fspath(path)
     try:
-        with open(where, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise WebConfigError(f"{where}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise WebConfigError(
-            f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-        ) from None
-    except yaml.YAMLError as exc:
-        raise WebConfigError(f"{where}: not valid YAML: {exc}") from None
+        data = read_settings_file(where)
+    except SettingsFileError as exc:
+        raise WebConfigError(str(exc)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -230,11 +285,51 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
         _ssl_context(parsed.tls_server_config, base, where) if parsed.tls_server_config else None
     )
     tls = parsed.tls_server_config
+    expiry: float | None = None
+    warnings: tuple[str, ...] = ()
+    if tls is not None:
+        cert_file = (
+            tls.cert_file if os.path.isabs(tls.cert_file) else os.path.join(base, tls.cert_file)
+        )
+        expiry, warnings = _certificate_dates(cert_file, where, clock())
     return WebConfig(
         ssl_context=context,
         auth=BasicAuth(parsed.basic_auth_users) if parsed.basic_auth_users else None,
         headers=tuple(parsed.http_server_config.headers.items()),
         allowed_sans=frozenset(tls.client_allowed_sans or ()) if tls else frozenset(),
+        certificate_expiry=expiry,
+        warnings=warnings,
+    )
+
+
+def _certificate_dates(
+    cert_file: str, where: str, now: float
+) -> tuple[float | None, tuple[str, ...]]:
+    """The earliest expiry of the chain, and a warning if a certificate of it is not valid now."""
+    field_name = f"{where}: tls_server_config.cert_file: {cert_file}"
+    try:
+        with open(cert_file, "rb") as handle:
+            chain = read_validity(handle.read())
+    except (OSError, CertificateDateError) as exc:  # OpenSSL loaded it: only our reading failed
+        return None, (f"{field_name}: its validity dates cannot be read ({exc}); not exported",)
+    expiry = min(cert.not_after for cert in chain)
+    start = max(cert.not_before for cert in chain)
+    if now > expiry:
+        return expiry, (
+            f"{field_name}: expired on {_utc(expiry)}: scrapers that verify it (Prometheus does) "
+            "fail; renew it and restart evald",
+        )
+    if now < start:
+        return expiry, (
+            f"{field_name}: not valid before {_utc(start)} (is this clock right?): scrapers "
+            "that verify it fail until then",
+        )
+    return expiry, ()
+
+
+def _utc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
     )
 
 

@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 from child_processes import die_with_parent
-from tls_support import PASSWORD, USER, Authority, basic, make_ca, write_web_config
+from prometheus_client.parser import text_string_to_metric_families
+from tls_support import (
+    PASSWORD,
+    USER,
+    Authority,
+    basic,
+    expired_server_cert,
+    make_ca,
+    openssl_dates,
+    write_web_config,
+)
 
 from evald.http import MetricsServer
 from evald.webconfig import load_web_config
@@ -209,6 +219,63 @@ def test_evald_run_serves_tls_with_basic_auth(ca: Authority, tmp_path: Path) -> 
         assert get(port, "/metrics", client_context(ca), basic(USER, PASSWORD))[0] == 200
         assert get(port, "/metrics", client_context(ca), basic(USER, "nope"))[0] == 401
         assert get(port, "/healthz", client_context(ca))[0] == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_an_expired_certificate_is_warned_about_and_its_expiry_exported(
+    ca: Authority, tmp_path: Path
+) -> None:
+    """It was accepted silently. `evald run` warns and serves (the results do not depend on
+    the endpoint), exporting the expiry; `check-config` warns and exits 1."""
+    import re
+    import signal
+    import time
+
+    cert, key = expired_server_cert(ca)
+    web = write_web_config(tmp_path / "web.yml", ca, cert_file=str(cert), key_file=str(key))
+    expiry = ssl.cert_time_to_seconds(openssl_dates(cert)[1])
+    day = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expiry))
+    warning = f"{web}: tls_server_config.cert_file: {cert}: expired on {day}"
+    check = subprocess.run(
+        [sys.executable, "-m", "evald", "check-config", "--web-config-file", str(web)],
+        capture_output=True, text=True, timeout=60, preexec_fn=die_with_parent,
+    )  # fmt: skip
+    assert check.returncode == 1, check.stderr
+    assert f"evald check-config: warning: daemon.web_config_file: {warning}" in check.stderr
+    log = tmp_path / "run.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "evald", "run", "--bootstrap-servers", "127.0.0.1:1",
+             "--metrics-address", "127.0.0.1:0", "--web-config-file", str(web),
+             "--set", "daemon.shutdown_timeout_s=2"],
+            stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        match = None
+        while match is None and time.monotonic() < deadline and proc.poll() is None:
+            match = re.search(r"on https://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+            time.sleep(0.1)
+        assert match is not None, log.read_text(errors="replace")
+        assert f"daemon.web_config_file: {warning}" in log.read_text(errors="replace")
+        trusting = ssl.create_default_context(cafile=str(ca.ca_cert))
+        with pytest.raises(ssl.SSLCertVerificationError, match="expired"):
+            get(int(match[1]), "/healthz", trusting)
+        unverified = ssl._create_unverified_context()
+        status, _, body = get(int(match[1]), "/metrics", unverified, basic(USER, PASSWORD))
+        assert status == 200
+        samples = {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(body.decode())
+            for sample in family.samples
+        }
+        assert samples.get("evald_tls_certificate_expiry_timestamp_seconds") == expiry, samples
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -3,12 +3,15 @@ bcrypt checks for basic auth."""
 
 from __future__ import annotations
 
+import ssl
+import time
 from pathlib import Path
 
 import pytest
-from tls_support import Authority, make_ca, write_web_config
+from prometheus_client.registry import CollectorRegistry
+from tls_support import Authority, expired_server_cert, make_ca, openssl_dates, write_web_config
 
-from evald.webconfig import BasicAuth, WebConfigError, load_web_config
+from evald.webconfig import BasicAuth, CertificateCollector, WebConfigError, load_web_config
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +114,47 @@ def test_a_password_longer_than_bcrypt_takes_is_a_plain_mismatch() -> None:
 
     auth = BasicAuth({"a": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()})
     assert not auth.check("a", "x" * 100)
+
+
+def test_an_expired_certificate_is_a_warning_naming_the_file_and_the_date(
+    ca: Authority, tmp_path: Path
+) -> None:
+    cert, key = expired_server_cert(ca)
+    path = write_web_config(tmp_path / "web.yml", ca, cert_file=str(cert), key_file=str(key))
+    web = load_web_config(path)  # still loads: the daemon's work does not depend on it
+    assert web.ssl_context is not None
+    expiry = ssl.cert_time_to_seconds(openssl_dates(cert)[1])
+    assert web.certificate_expiry == expiry
+    (warning,) = web.warnings
+    day = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expiry))
+    assert warning.startswith(f"{path}: tls_server_config.cert_file: {cert}: expired on {day}")
+    assert "renew it and restart evald" in warning
+
+
+def test_validity_is_judged_by_the_injected_clock(ca: Authority, tmp_path: Path) -> None:
+    path = write_web_config(tmp_path / "web.yml", ca)
+    not_before, not_after = (ssl.cert_time_to_seconds(d) for d in openssl_dates(ca.server_cert))
+    assert load_web_config(path, clock=lambda: not_before + 1).warnings == ()
+    assert "expired on" in load_web_config(path, clock=lambda: not_after + 1).warnings[0]
+    early = load_web_config(path, clock=lambda: not_before - 1).warnings[0]
+    assert "not valid before" in early
+    # the chain's earliest expiry: the CA's, when it ends first
+    chain = tmp_path / "chain.crt"
+    chain.write_bytes(ca.server_cert.read_bytes() + ca.ca_cert.read_bytes())
+    with_chain = write_web_config(tmp_path / "chain.yml", ca, cert_file=str(chain))
+    ca_expiry = ssl.cert_time_to_seconds(openssl_dates(ca.ca_cert)[1])
+    assert load_web_config(with_chain).certificate_expiry == min(not_after, ca_expiry)
+
+
+def test_the_expiry_is_exported_only_with_tls(ca: Authority, tmp_path: Path) -> None:
+    web = load_web_config(write_web_config(tmp_path / "web.yml", ca))
+    registry = CollectorRegistry()
+    registry.register(CertificateCollector(web))
+    name = "evald_tls_certificate_expiry_timestamp_seconds"
+    assert web.certificate_expiry is not None
+    assert registry.get_sample_value(name) == web.certificate_expiry
+    plain = tmp_path / "plain.yml"
+    plain.write_text("http_server_config: {headers: {X-Frame-Options: deny}}\n")
+    registry = CollectorRegistry()
+    registry.register(CertificateCollector(load_web_config(plain)))
+    assert registry.get_sample_value(name) is None

@@ -34,7 +34,7 @@ def _openssl(*args: str | Path, cwd: Path) -> None:
     )
 
 
-def _leaf(directory: Path, name: str, subject: str, ext: str) -> tuple[Path, Path]:
+def _leaf(directory: Path, name: str, subject: str, ext: str, days: int = 2) -> tuple[Path, Path]:
     key, csr, cert = directory / f"{name}.key", directory / f"{name}.csr", directory / f"{name}.crt"
     extfile = directory / f"{name}.ext"
     extfile.write_text(ext + "\n")
@@ -42,7 +42,7 @@ def _leaf(directory: Path, name: str, subject: str, ext: str) -> tuple[Path, Pat
     _openssl("req", "-new", "-key", key, "-out", csr, "-subj", subject, cwd=directory)
     _openssl(
         "x509", "-req", "-in", csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-days", "2", "-out", cert, "-extfile", extfile, cwd=directory,
+        "-days", str(days), "-out", cert, "-extfile", extfile, cwd=directory,
     )  # fmt: skip
     return cert, key
 
@@ -73,6 +73,28 @@ def make_ca(directory: Path) -> Authority:
         "subjectAltName=DNS:scraper.example\nextendedKeyUsage=clientAuth",
     )
     return Authority(directory / "ca.crt", server_cert, server_key, client_cert, client_key)
+
+
+def expired_server_cert(ca: Authority) -> tuple[Path, Path]:
+    """A server certificate the CA signed that expired a day ago (OpenSSL 3.0 can only write
+    one whose notBefore is now, after its notAfter: -days -1)."""
+    return _leaf(
+        ca.ca_cert.parent,
+        "expired",
+        "/CN=localhost",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth",
+        days=-1,
+    )
+
+
+def openssl_dates(cert: Path) -> tuple[str, str]:
+    """notBefore and notAfter as the openssl command prints them ("Nov 26 15:49:46 2026 GMT")."""
+    done = subprocess.run(
+        ["openssl", "x509", "-in", str(cert), "-noout", "-dates"],
+        check=True, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    fields = dict(line.split("=", 1) for line in done.stdout.splitlines())
+    return fields["notBefore"], fields["notAfter"]
 
 
 def write_web_config(path: Path, ca: Authority, **tls: object) -> Path:

@@ -397,6 +397,33 @@ def _ready_tests(alerts: _Alerts) -> list[Case]:
     ]
 
 
+def _certificate_tests(alerts: _Alerts) -> list[Case]:
+    """Times are seconds from the start of the test (promtool's time() starts at 0)."""
+    name = "EvaldTLSCertificateExpiresSoon"
+    inst = _instance(0)
+    expiry = _selector("evald_tls_certificate_expiry_timestamp_seconds", inst)
+    day = 86_400
+    month = values(30 * day, [(20, 0)])
+    return [
+        {
+            "name": "fault: a certificate 10 days from expiry fires",
+            "interval": "1m",
+            "input_series": [{"series": expiry, "values": values(10 * day, [(60, 0)])}],
+            "alert_rule_test": [
+                {"eval_time": "10m", "alertname": name},
+                {"eval_time": "30m", "alertname": name, "exp_alerts": [alerts.expect(name, inst)]},
+            ],
+        },
+        {
+            "name": "noise: a certificate 30 days from expiry, scrapes missing over a restart, "
+            "stays silent",
+            "interval": "1m",
+            "input_series": [{"series": expiry, "values": f"{month} _x10 {month}"}],
+            "alert_rule_test": [{"eval_time": t, "alertname": name} for t in ("15m", "45m")],
+        },
+    ]
+
+
 RULE_FILES = ["../rules/evald-recording.rules.yml", "../rules/evald-alerts.rules.yml"]
 
 
@@ -412,6 +439,7 @@ def build(spec: Spec) -> dict[str, Any]:
             *_ratio_tests(alerts),
             *_lag_tests(alerts),
             *_ready_tests(alerts),
+            *_certificate_tests(alerts),
             *statistics_tests(spec, alerts.expect),
             *down_tests(spec, alerts.expect),
         ],

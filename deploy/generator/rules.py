@@ -378,6 +378,19 @@ def alert_groups(spec: Spec) -> list[Group]:
             },
         },
         {
+            "alert": "EvaldTLSCertificateExpiresSoon",
+            "expr": "evald_tls_certificate_expiry_timestamp_seconds - time() < "
+            f"{th.certificate_days} * 86400",
+            "for": th.certificate_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "evald's metrics TLS certificate expires soon",
+                "description": "The TLS certificate {{ $labels.instance }} serves /metrics with "
+                f"expires within {th.certificate_days} days (or has): renew it and restart "
+                "evald, which reads it at start; Prometheus refuses it once expired.",
+            },
+        },
+        {
             "alert": "EvaldNotReady",
             "expr": "evald_ready == 0",
             "for": th.not_ready_for,

@@ -49,6 +49,8 @@ class Thresholds:
     lag_records: int = 50_000
     lag_for: str = "15m"
     not_ready_for: str = "10m"
+    certificate_days: int = 14  # the metrics endpoint's TLS certificate expires within this
+    certificate_for: str = "15m"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ EXAMPLES = """\
   EVALD_KAFKA__BOOTSTRAP_SERVERS=k1:9092 evald check-config --group-id evald-prod
   evald check-config --config evald.yaml --set engine.window=30m
   evald check-config --config evald.yaml --connect   # brokers, topics, partitions, permissions
-exit status: 0 valid, 1 --connect found a problem, 2 invalid (every bad field named, with why)
+exit status: 0 valid, 1 valid but a problem found (an expired TLS certificate, or by --connect),
+2 invalid (every bad field named, with why)
 """
 
 
@@ -79,8 +80,8 @@ def _is_duration(metadata: Any) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the effective settings as YAML; exit 2 naming every bad field, 1 if --connect
-    found a problem."""
+    """Print the effective settings as YAML; exit 2 naming every bad field, 1 if a warning
+    (the web config's certificate expired) or --connect found a problem."""
     try:
         settings = settings_from_args(args)
     except SettingsError as exc:
@@ -89,8 +90,9 @@ def run(args: argparse.Namespace) -> int:
     data = masked(settings)
     data["engine"] = engine_as_written(settings.engine_config())
     sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    warned = _warnings(settings)
     if not args.connect:
-        return 0
+        return 1 if warned else 0
     from evald.daemon.connect_check import FAIL, connect_checks
 
     checks = connect_checks(settings, args.connect_timeout)
@@ -103,4 +105,20 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    return 0
+    return 1 if warned else 0
+
+
+def _warnings(settings: Any) -> bool:
+    """Say on stderr what would not stop `evald run` but should be fixed; True if anything."""
+    from evald.webconfig import WebConfigError, load_web_config
+
+    path = settings.daemon.web_config_file
+    if path is None:
+        return False
+    try:
+        warnings = load_web_config(path).warnings
+    except WebConfigError:  # checked with the settings a moment ago: changed since
+        return False
+    for warning in warnings:
+        print(f"evald check-config: warning: daemon.web_config_file: {warning}", file=sys.stderr)
+    return bool(warnings)

@@ -218,6 +218,8 @@ def _load(
     except WebConfigError as exc:  # changed since the settings were checked
         print(f"evald run: invalid settings\ndaemon.web_config_file: {exc}", file=sys.stderr)
         return 2
+    for warning in web.warnings if web is not None else ():
+        log.warning("daemon.web_config_file: %s", warning)
     config = settings.engine_config()
     try:
         decoder = decoder_factory(settings.input.mapping, config)

@@ -3,11 +3,10 @@
 Why: the loop holds the daemon's lock around every engine access. A commit lets go of it while
 it waits on the broker (engine_lock.py), but the loop still holds it across a whole poll's
 processing and across restoring a partition, which reads its checkpoint and results from the
-broker. A scrape that waited for the lock held one of the HTTP server's two worker threads; two
-scrapes held both, and /healthz and /readyz queued behind them (evald once answered nothing for
-60 s after a group-coordinator kill, just when its probes mattered). A scrape waits at most
-``wait_s`` and is then served without the engine's series (the daemon's own series,
-``evald_ready`` among them, do not need the lock).
+broker. A scrape that waits for the lock holds one of the HTTP server's two rendering threads
+(the probes have their own since, evald.http), so it waits at most ``wait_s``; the engine
+collector then serves the last complete page again, with ``evald_engine_series_age_seconds``
+saying how old (the daemon's own series, ``evald_ready`` among them, do not need the lock).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ class ScrapeLock:
         if not self._lock.acquire(timeout=self.wait_s):
             raise EngineBusy(
                 f"the poll loop held the engine for over {self.wait_s:g}s (a large poll, or a "
-                "restore reading from the broker?): this scrape leaves the engine's series out"
+                "restore reading from the broker?)"
             )
         return self
 

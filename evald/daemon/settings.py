@@ -434,11 +434,6 @@ def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         return read_mapping_file(path)
     except ConfigError as exc:
         raise SettingsError(f"config file {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise SettingsError(
-            f"config file {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
-            "save it as UTF-8"
-        ) from None
 
 
 def _describe(

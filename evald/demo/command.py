@@ -170,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     except WebConfigError as exc:
         print(f"evald demo: --web-config-file {exc}", file=sys.stderr)
         return 2
+    for warning in web.warnings if web is not None else ():
+        print(f"evald demo: warning: --web-config-file {warning}", file=sys.stderr)
     try:
         demo = build_demo(
             config,

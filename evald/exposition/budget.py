@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SeriesShape"]
 
+#: series the engine collector exposes beside the table (evald_engine_series_age_seconds)
+_COLLECTOR_OWN = 1
+
 
 @dataclass(frozen=True, slots=True)
 class SeriesShape:
@@ -27,7 +30,8 @@ class SeriesShape:
     ``per_segment``: each measure's histogram (one ``_bucket`` per bound plus ``+Inf``, ``_sum``,
     ``_count``), each window width's five ``evald_window_*`` series per measure, and
     ``evald_impressions_abandoned_total``. ``fixed``: the pipeline-health series, which do not
-    depend on the input, plus one ``evald_window_end_timestamp_seconds`` per width. Not counted:
+    depend on the input, plus one ``evald_window_end_timestamp_seconds`` per width, plus the
+    collector's own ``evald_engine_series_age_seconds``. Not counted:
     one ``evald_watermark_timestamp_seconds`` per input partition the process owns (bounded by
     the topics, not by the data).
     """
@@ -40,7 +44,7 @@ class SeriesShape:
         """The shape of ``series`` (default: the whole table) under ``config``."""
         return cls(
             sum(entry.per_segment(config) for entry in series),
-            sum(entry.fixed(config) for entry in series),
+            sum(entry.fixed(config) for entry in series) + _COLLECTOR_OWN,
         )
 
     def worst_case(self, max_segments: int) -> int:

@@ -9,6 +9,7 @@ families from them at scrape time costs nothing on the event hot path (no per-ev
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from evald.exposition.encoder import FrozenLabels
-from evald.exposition.series import SEGMENT, SERIES, Series
+from evald.exposition.series import SEGMENT, SERIES, SERIES_AGE, Series
 
 if TYPE_CHECKING:
     from evald.engine import Engine
@@ -59,6 +60,11 @@ class EngineCollector:
 
     ``engine`` may be replaced (``collector.engine = new``) when the owner rebuilds its engine,
     or be None (no engine series). ``series`` is the table it renders (default: all of them).
+
+    A lock that gives up (raises TimeoutError: `evald run`'s, while the loop holds the engine
+    through a large poll or a restore) does not leave a gap: the last complete snapshot is
+    rendered again, and ``evald_engine_series_age_seconds`` says how old it is, so dashboards
+    and ``rate()`` see the same counters again instead of series that vanish and come back.
     """
 
     def __init__(
@@ -69,14 +75,18 @@ class EngineCollector:
         retries: int = 5,
         max_cached: int = 100_000,
         series: Sequence[Series] = SERIES,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
         self.series = tuple(series)
         self.lock = lock
         self.retries = max(1, retries)
         self.max_cached = max_cached
-        #: scrapes whose engine state could not be read (logged; engine series left out)
+        #: scrapes whose engine state could not be read now (logged; the last snapshot, if
+        #: any, is served after a lock timeout; otherwise the engine series are left out)
         self.failures = 0
+        self._clock = clock
+        self._last: tuple[Snapshot, float] | None = None  # the last complete snapshot, when
         # Label dicts are built only when a series is new, then reused across scrapes (the
         # encoder caches their rendering by identity): per label names (and bucket bounds),
         # per label values.
@@ -84,7 +94,9 @@ class EngineCollector:
 
     def describe(self) -> Iterable[Metric]:
         """Family names without samples, so a registry can refuse duplicates at register()."""
-        return [Metric(s.name, s.name, s.kind) for s in self.series]
+        return [Metric(s.name, s.name, s.kind) for s in self.series] + [
+            Metric(SERIES_AGE, SERIES_AGE, "gauge")
+        ]
 
     def snapshot(self) -> Snapshot | None:
         engine = self.engine
@@ -102,12 +114,19 @@ class EngineCollector:
         return None  # unreachable
 
     def collect(self) -> Iterator[Metric]:
+        age = 0.0
         try:
             snap = self.snapshot()
-        except TimeoutError as exc:  # the lock's owner kept the engine (evald run: a commit)
+            if snap is not None:
+                self._last = (snap, self._clock())
+        except TimeoutError as exc:  # the loop kept the engine (evald run: a poll, a restore)
             self.failures += 1
-            log.warning("%s", exc)
-            return
+            last = self._last
+            if last is None:
+                log.warning("%s; no complete page yet to serve instead", exc)
+                return
+            snap, age = last[0], self._clock() - last[1]
+            log.warning("%s; serving the last complete page (%.1fs old)", exc, age)
         except Exception:
             # The registry's other collectors (evald_ready, daemon, process) must still be
             # served, above all while something is wrong: skip only the engine's families.
@@ -120,6 +139,15 @@ class EngineCollector:
             self._labels.clear()
         for series in self.series:
             yield self._family(series, snap)
+        family = Metric(
+            SERIES_AGE,
+            "Seconds since the engine's series in this scrape were read: 0 when read for it; "
+            "above 0 when the poll loop held the engine past the scrape's wait and the last "
+            "complete page was served again.",
+            "gauge",
+        )
+        family.samples.append(Sample(SERIES_AGE, {}, age))
+        yield family
 
     def _family(self, series: Series, snap: Snapshot) -> Metric:
         names: list[str] = []

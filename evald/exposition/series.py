@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from evald.config import EngineConfig
     from evald.engine import Engine
 
-__all__ = ["ENGINE_FAMILIES", "SEGMENT", "SERIES", "WINDOW_SERIES", "Series"]
+__all__ = ["ENGINE_FAMILIES", "SEGMENT", "SERIES", "SERIES_AGE", "WINDOW_SERIES", "Series"]
 
 #: Placeholder in :attr:`Series.labels` for the configured segment label keys.
 SEGMENT = "<segment>"
@@ -617,5 +617,12 @@ COMPARISON_SERIES: tuple[Series, ...] = (
 
 SERIES = SERIES + COMPARISON_SERIES
 
+#: the collector's own family beside the table: how old the engine series of a scrape are
+#: (the last complete page served again while the loop holds the engine: collector.py)
+SERIES_AGE = "evald_engine_series_age_seconds"
+
 #: (name, type) of every family the engine collector can yield, for ``describe()``.
-ENGINE_FAMILIES: tuple[tuple[str, str], ...] = tuple((s.name, s.kind) for s in SERIES)
+ENGINE_FAMILIES: tuple[tuple[str, str], ...] = (
+    *((s.name, s.kind) for s in SERIES),
+    (SERIES_AGE, "gauge"),
+)

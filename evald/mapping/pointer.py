@@ -2,7 +2,8 @@
 
 ``""`` is the whole record; ``/a/b`` is key ``b`` of key ``a``; ``/hits/0`` is the first element
 of array ``hits``. In a token ``~1`` stands for ``/`` and ``~0`` for ``~`` (so the key ``a/b`` is
-``/a~1b``). A pointer is parsed once, when the mapping is loaded, into a tuple of tokens.
+``/a~1b``). A pointer is parsed once, when the mapping is loaded, into a tuple of tokens, at most
+:data:`MAX_TOKENS` of them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from typing import Any
 
 #: what :func:`resolve` returns when the pointer leads nowhere (JSON ``null`` is ``None``)
 MISSING: Any = object()
+
+#: tokens a pointer may have. Records nested deeper than about 200 containers are refused by
+#: the parser (docs/mapping.md), so a longer pointer could never lead to a value; and the fast
+#: path spells a pointer as chained subscripts, which Python cannot compile past ~1,000.
+MAX_TOKENS = 200
 
 
 class PointerError(ValueError):
@@ -28,7 +34,12 @@ def parse_pointer(text: str) -> tuple[str, ...]:
         return ()
     if not text.startswith("/"):
         raise PointerError(f"a JSON Pointer starts with '/': {text!r} (did you mean '/{text}'?)")
-    tokens = text[1:].split("/")
+    tokens = text[1:].split("/", MAX_TOKENS)
+    if len(tokens) > MAX_TOKENS:
+        raise PointerError(
+            f"a JSON Pointer has at most {MAX_TOKENS} tokens (records nested deeper are refused, "
+            f"so it could never lead to a value); this one has {text.count('/')}"
+        )
     for token in tokens:
         rest = token.replace("~0", "").replace("~1", "")
         if "~" in rest:

@@ -8,18 +8,17 @@ keys (a key set to null is removed, so ``actions: {add_to_cart: null}`` drops on
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evald.mapping.pointer import parse_pointer
 from evald.mapping.presets import BUILTIN, NATIVE
 from evald.mapping.times import Formats, TimeFormat, check_formats
+from evald.settings_file import SettingsFileError, read_settings_file
 
 
 class MappingError(ValueError):
@@ -206,7 +205,7 @@ def load_spec(source: str) -> MappingSpec | None:
         return None
     if source in BUILTIN:
         tree: Any = dict(BUILTIN[source])
-    elif os.path.isfile(source):
+    elif os.path.exists(source):  # a directory or an unreadable file: _read says which
         tree = _read(source)
     else:
         names = ", ".join([NATIVE, *BUILTIN])
@@ -228,16 +227,9 @@ def load_spec(source: str) -> MappingSpec | None:
 
 def _read(path: str) -> Any:
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise MappingError(f"mapping {path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        if path.endswith(".json"):
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise MappingError(f"mapping {path}: not valid YAML/JSON: {exc}") from None
+        return read_settings_file(path, json_text=path.endswith(".json"))
+    except SettingsFileError as exc:
+        raise MappingError(f"mapping {exc}") from None
 
 
 def _overlay(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -254,9 +246,19 @@ def _overlay(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, 
 
 
 def _describe(exc: ValidationError) -> str:
+    """``key.path: message`` per error. For ``items`` (a pointer or an object) only the
+    branch the value took is reported, without the branch names pydantic puts in the location:
+    "not a dictionary" about a pointer says nothing to the user."""
     lines = []
     for error in exc.errors(include_url=False):
-        where = ".".join(str(part) for part in error["loc"])
+        parts = [str(part) for part in error["loc"]]
+        branch = parts[-1] if parts else ""
+        given = error["input"]
+        if (branch == "ItemsSpec" and isinstance(given, str)) or (
+            branch.startswith("function-") and isinstance(given, dict)
+        ):
+            continue  # the other branch of the union says what is wrong
+        where = ".".join(part for part in parts if part != "ItemsSpec" and "[" not in part)
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown key"

@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from evald.metrics import Measure
+    from evald.score.compare import RunValues
     from evald.score.inputs import Input
     from evald.score.records import Qid
 
@@ -293,9 +294,51 @@ def _discard(qids: Sequence[Qid], columns: Sequence[object]) -> None:
 def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack) -> int:
     """Score every run, pair the queries by qid, and print the comparison table or JSON."""
     from evald.score import compare
-    from evald.score.inputs import JsonlInput, TrecInput
 
     row_measures, names = _compared(args, measures)
+    runs = _score_runs(args, row_measures, stack)
+    for run_values in runs:
+        compare.report_notes(run_values)
+    pairing = compare.paired(runs)
+    if pairing.unpaired:
+        print(
+            f"evald score: {pairing.unpaired} queries are not scored in every run and are left "
+            f"out of the comparison; {pairing.queries} are compared",
+            file=sys.stderr,
+        )
+    results = compare.compare(
+        runs,
+        names,
+        permutations=args.permutations,
+        seed=args.seed,
+        correction=args.correction,
+        pairing=pairing,
+    )
+    table = args.format == "table" or (args.format == "auto" and sys.stdout.isatty())
+    if table:
+        sys.stdout.write(compare.format_table(results, args.correction, digits=args.digits))
+    else:
+        sys.stdout.write(
+            compare.format_json(
+                results,
+                args.compare[0],
+                pairing.queries,
+                permutations=args.permutations,
+                seed=args.seed,
+                correction=args.correction,
+            )
+        )
+    sys.stdout.flush()
+    return 1 if any(r.rejected for r in runs) else 0
+
+
+def _score_runs(
+    args: argparse.Namespace, measures: list[Measure], stack: contextlib.ExitStack
+) -> list[RunValues]:
+    """Each run of ``--compare`` scored by ``measures`` (per-query ones), in order."""
+    from evald.score import compare
+    from evald.score.inputs import JsonlInput, TrecInput
+
     runs = []
     for path in args.compare:
         source: Input
@@ -312,7 +355,7 @@ def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextli
                 compare.score_run(
                     path,
                     source,
-                    row_measures,
+                    measures,
                     batch_size=args.batch_size,
                     max_docs=args.max_docs,
                     judged_only=args.judged_only,
@@ -321,35 +364,7 @@ def _compare(args: argparse.Namespace, measures: list[Measure], stack: contextli
             )
         except compare.DuplicateQid as exc:
             raise UsageError(str(exc)) from None
-    for run_values in runs:
-        compare.report_notes(run_values)
-    qids, _ = compare.paired(runs)
-    unpaired = len({q for r in runs for q in r.qids}) - len(qids)
-    if unpaired:
-        print(
-            f"evald score: {unpaired} queries are not scored in every run and are left out "
-            f"of the comparison; {len(qids)} are compared",
-            file=sys.stderr,
-        )
-    results = compare.compare(
-        runs, names, permutations=args.permutations, seed=args.seed, correction=args.correction
-    )
-    table = args.format == "table" or (args.format == "auto" and sys.stdout.isatty())
-    if table:
-        sys.stdout.write(compare.format_table(results, args.correction, digits=args.digits))
-    else:
-        sys.stdout.write(
-            compare.format_json(
-                results,
-                args.compare[0],
-                len(qids),
-                permutations=args.permutations,
-                seed=args.seed,
-                correction=args.correction,
-            )
-        )
-    sys.stdout.flush()
-    return 1 if any(r.rejected for r in runs) else 0
+    return runs
 
 
 def _compared(args: argparse.Namespace, measures: list[Measure]) -> tuple[list[Measure], list[str]]:

@@ -5,6 +5,11 @@ run), and for each measure and each run after the first this reports the two mea
 difference, a paired t-test and a randomization test (:mod:`evald.score.significance`), with
 the p-values of each test corrected for the number of runs compared against the baseline
 (Holm by default). See docs/score.md.
+
+Memory: a run is kept as its values (8 bytes per query and measure) and its qids as one Arrow
+string column, never as Python objects per query; queries are paired by Arrow's hash lookup,
+and the randomization test draws its signs in bounded blocks (:mod:`evald.score.significance`).
+So 10 million queries per run fit in a few hundred MB (docs/score.md has the figures).
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ from __future__ import annotations
 import json
 import math
 import sys
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from evald.metrics import Measure
 from evald.score.inputs import Input
@@ -30,13 +38,30 @@ class DuplicateQid(Exception):
 
 @dataclass
 class RunValues:
-    """One run's per-query values: qids in input order, one row of measure values each."""
+    """One run's per-query values: qid keys in input order, one row of measure values each."""
 
     name: str
-    qids: list[Qid]
+    keys: pa.LargeStringArray
+    """Each query's qid as a pairing key (:func:`qid_key`), in input order."""
     values: np.ndarray  # (queries, measures)
     rejected: int
     notes: list[str]
+
+    @property
+    def qids(self) -> list[Qid]:
+        """The qids in input order (a list: for small runs and tests)."""
+        return [qid_of(key) for key in self.keys.to_pylist()]
+
+
+def qid_key(qid: Qid) -> str:
+    """The text a qid is paired by: its type, then its text, so 7 and "7" stay different
+    queries, as when rows are echoed (docs/score.md)."""
+    return f"s{qid}" if isinstance(qid, str) else f"i{qid}"
+
+
+def qid_of(key: str) -> Qid:
+    """The qid :func:`qid_key` was given."""
+    return key[1:] if key[0] == "s" else int(key[1:])
 
 
 def score_run(
@@ -50,14 +75,8 @@ def score_run(
     report: Callable[[str], None] = print,
 ) -> RunValues:
     """Score one run; rejected lines are handed to ``report`` as they are read."""
-    qids: list[Qid] = []
-    columns: list[list[np.ndarray]] = []
-
-    def sink(batch_qids: Sequence[Qid], batch_columns: Sequence[np.ndarray]) -> None:
-        qids.extend(batch_qids)
-        columns.append([np.asarray(c) for c in batch_columns])
-
-    scorer = BatchScorer(measures, sink, batch_size=batch_size)
+    kept = _Kept()
+    scorer = BatchScorer(measures, kept.add, batch_size=batch_size)
     rejected = 0
     for chunk in source.chunks(256):
         for rejection in chunk.rejections:
@@ -65,19 +84,69 @@ def score_run(
         rejected += len(chunk.rejections)
         scorer.add_chunk(chunk, max_docs, judged_only)
     scorer.flush()
-    width = len(scorer.row_measures)
-    if columns:
-        values = np.concatenate([np.column_stack(c) for c in columns], axis=0)
-    else:
-        values = np.zeros((0, width))
-    seen: set[Qid] = set()
-    for qid in qids:
-        if qid in seen:
-            raise DuplicateQid(
-                f"{name}: qid {qid!r} is scored twice; --compare pairs queries by qid"
-            )
-        seen.add(qid)
-    return RunValues(name, qids, values, rejected, source.notes())
+    run_keys, values = kept.keys(), kept.values(len(scorer.row_measures))
+    repeated = _first_repeated(run_keys)
+    if repeated is not None:
+        raise DuplicateQid(
+            f"{name}: qid {qid_of(repeated)!r} is scored twice; --compare pairs queries by qid"
+        )
+    return RunValues(name, run_keys, values, rejected, source.notes())
+
+
+class _Kept:
+    """A run's qid keys and values, appended batch by batch to a few buffers that grow in place.
+
+    Why not an Arrow array per batch: each holds pages of Arrow's allocator beyond its data;
+    these buffers cost their data (about 17 bytes a key, 8 a value) and a little slack.
+    """
+
+    def __init__(self) -> None:
+        self._text = bytearray()  # the keys' UTF-8, one after the other
+        self._ends = array("q", [0])  # where each key starts, then where the last one ends
+        self._values = array("d")  # row after row
+
+    def add(self, qids: Sequence[Qid], columns: Sequence[np.ndarray]) -> None:
+        """The row sink of :class:`BatchScorer`."""
+        encoded = [qid_key(q).encode() for q in qids]
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        self._ends.frombytes((np.cumsum(lengths) + len(self._text)).tobytes())
+        self._text += b"".join(encoded)
+        rows = np.column_stack([np.asarray(c, dtype=np.float64) for c in columns])
+        self._values.frombytes(rows.tobytes())
+
+    def keys(self) -> pa.LargeStringArray:
+        offsets = pa.py_buffer(self._ends)
+        return pa.LargeStringArray.from_buffers(
+            len(self._ends) - 1, offsets, pa.py_buffer(self._text)
+        )
+
+    def values(self, width: int) -> np.ndarray:
+        return np.frombuffer(self._values, dtype=np.float64).reshape(-1, width)
+
+
+def _sorted(keys: pa.LargeStringArray) -> tuple[pa.Array, np.ndarray]:
+    """The positions of ``keys`` in sorted order (stable) and where a key equals the next one.
+
+    Sorting, not hashing: Arrow's hash kernels peaked at 50-100 bytes a key, a sort at 17."""
+    order = pc.sort_indices(keys)
+    ordered = keys.take(order)
+    same = pc.equal(ordered[1:], ordered[:-1]).to_numpy(zero_copy_only=False)
+    return order, same
+
+
+def _first_repeated(keys: pa.LargeStringArray) -> str | None:
+    """The first key (in input order) that occurs more than once, or None."""
+    order, same = _sorted(keys)
+    if not same.any():
+        return None
+    # the sort is stable: the first of a run of equal keys is the earliest, and is followed
+    # by an equal one
+    first = int(order.to_numpy()[:-1][same].min())
+    return str(keys[first].as_py())
+
+
+def _distinct(keys: pa.LargeStringArray) -> int:
+    return 0 if len(keys) == 0 else len(keys) - int(_sorted(keys)[1].sum())
 
 
 @dataclass(frozen=True)
@@ -99,17 +168,39 @@ class Comparison:
     p_randomization_corrected: float = math.nan
 
 
-def paired(runs: Sequence[RunValues]) -> tuple[list[Qid], list[np.ndarray]]:
-    """The qids in every run (in the baseline's order) and each run's rows for them."""
-    common = set(runs[0].qids)
+@dataclass
+class Pairing:
+    """The queries in every run, in the baseline's order: each run's rows for them."""
+
+    rows: list[np.ndarray]
+    unpaired: int
+    """Distinct qids scored in some run but not in every one (left out)."""
+
+    @property
+    def queries(self) -> int:
+        return self.rows[0].shape[0]
+
+
+def paired(runs: Sequence[RunValues]) -> Pairing:
+    """Pair every run's queries with the baseline's by qid (each run's qids are distinct)."""
+    base = runs[0].keys
+    n = len(base)
+    common = np.ones(n, dtype=bool)
+    where = []  # per later run, the row of each baseline query in it (-1: absent)
+    unknown = []  # qids of later runs the baseline does not have
     for run in runs[1:]:
-        common &= set(run.qids)
-    qids = [q for q in runs[0].qids if q in common]
-    rows = []
-    for run in runs:
-        index = {q: i for i, q in enumerate(run.qids)}
-        rows.append(run.values[[index[q] for q in qids]] if qids else run.values[:0])
-    return qids, rows
+        found = pc.fill_null(pc.index_in(run.keys, value_set=base), -1).to_numpy()
+        present = found >= 0
+        rows = np.full(n, -1, dtype=np.int64)
+        rows[found[present]] = np.flatnonzero(present)
+        common &= rows >= 0
+        where.append(rows)
+        unknown.append(run.keys.filter(pa.array(~present)))
+    kept = np.flatnonzero(common)
+    others = _distinct(pa.concat_arrays(unknown) if unknown else base[:0])
+    aligned = [runs[0].values[kept]]
+    aligned += [run.values[r[kept]] for run, r in zip(runs[1:], where, strict=True)]
+    return Pairing(aligned, unpaired=n - kept.shape[0] + others)
 
 
 def compare(
@@ -119,9 +210,11 @@ def compare(
     permutations: int,
     seed: int,
     correction: str,
+    pairing: Pairing | None = None,
 ) -> list[Comparison]:
-    """Every measure, every run after the first against the first, corrected per measure."""
-    _, rows = paired(runs)
+    """Every measure, every run after the first against the first (``pairing``, if given, is
+    ``paired(runs)``), corrected per measure."""
+    rows = (pairing or paired(runs)).rows
     base = rows[0]
     out: list[Comparison] = []
     adjust = CORRECTIONS[correction]

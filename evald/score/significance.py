@@ -9,18 +9,28 @@ values are exchangeable, so each difference's sign is a coin flip). With at most
 p-value is exact, equal to scipy's; otherwise ``permutations`` patterns are drawn with numpy's
 PCG64 generator from ``seed`` and the p-value is (hits + 1) / (permutations + 1) per tail, as
 scipy computes it (it never reports 0). Two-sided p = 2 · min(tail p-values), at most 1.
+
+Drawing costs O(queries × permutations) and memory at most :data:`_BLOCK` signs at a time,
+whatever the number of queries: one random bit per sign, or, when the differences take few
+distinct values (RR, P@k, binary measures), one binomial draw per distinct value: k equal
+differences of which Binomial(k, ½) flip have the same null distribution as k coin flips.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-#: sign patterns evaluated per matrix product: bounds memory at about 8 MB for 1 000 queries
+#: sign patterns enumerated per matrix product (exact test: at most 62 queries)
 _CHUNK = 1_000
+#: random signs drawn at once (patterns × queries): ~10 bytes each while they are summed, so
+#: about 40 MB for 10 million queries as for 1 000
+_BLOCK = 1 << 22
+#: distinct differences per query below which they are drawn per value (binomially)
+_GROUPED = 1 / 32
 
 
 @dataclass(frozen=True)
@@ -72,15 +82,7 @@ def randomization(
     exact = n < 63 and 2**n <= permutations
     less = greater = 0
     count = 2**n if exact else permutations
-    rng = np.random.default_rng(seed)
-    for start in range(0, count, _CHUNK):
-        rows = min(_CHUNK, count - start)
-        if exact:
-            codes = np.arange(start, start + rows, dtype=np.int64)[:, None]
-            signs = np.where((codes >> np.arange(n)) & 1, -1.0, 1.0)
-        else:
-            signs = rng.choice(np.array([-1.0, 1.0]), size=(rows, n))
-        null = (signs * d).mean(axis=1)
+    for null in _exact_nulls(d) if exact else _sampled_nulls(d, count, seed):
         less += int(np.count_nonzero(null <= observed + gamma))
         greater += int(np.count_nonzero(null >= observed - gamma))
     if exact:
@@ -88,6 +90,40 @@ def randomization(
     else:
         p_less, p_greater = (less + 1) / (count + 1), (greater + 1) / (count + 1)
     return Randomization(min(1.0, 2.0 * min(p_less, p_greater)), count, exact)
+
+
+def _exact_nulls(d: np.ndarray) -> Iterator[np.ndarray]:
+    """The mean of every sign pattern of ``d``, in blocks (pattern i flips the bits of i)."""
+    n = d.shape[0]
+    for start in range(0, 2**n, _CHUNK):
+        rows = min(_CHUNK, 2**n - start)
+        codes = np.arange(start, start + rows, dtype=np.int64)[:, None]
+        signs = np.where((codes >> np.arange(n)) & 1, -1.0, 1.0)
+        yield (signs * d).mean(axis=1)
+
+
+def _sampled_nulls(d: np.ndarray, count: int, seed: int) -> Iterator[np.ndarray]:
+    """The means of ``count`` random sign patterns of ``d``, in blocks: the sum of the
+    differences less twice the sum of those flipped."""
+    n = d.shape[0]
+    total = float(d.sum())
+    rng = np.random.default_rng(seed)
+    values, sizes = np.unique(d[d != 0.0], return_counts=True)  # a 0 flipped stays 0
+    if values.shape[0] <= n * _GROUPED:  # X_j ~ Binomial(k_j, 1/2) of the k_j equal d flip
+        rows = max(1, _BLOCK // max(1, values.shape[0]))
+        for start in range(0, count, rows):
+            flipped = rng.binomial(sizes, 0.5, size=(min(rows, count - start), values.shape[0]))
+            yield (total - 2.0 * (flipped @ values)) / n
+        return
+    rows, cols = max(1, _BLOCK // n), min(n, _BLOCK)
+    for start in range(0, count, rows):
+        flipped = np.zeros(min(rows, count - start))
+        for low in range(0, n, cols):  # more queries than a block: columns in parts
+            part = d[low : low + cols]
+            size = flipped.shape[0] * ((part.shape[0] + 7) // 8)
+            bits = np.frombuffer(rng.bytes(size), dtype=np.uint8).reshape(flipped.shape[0], -1)
+            flipped += np.unpackbits(bits, axis=1, count=part.shape[0]) @ part
+        yield (total - 2.0 * flipped) / n
 
 
 def bonferroni(pvalues: list[float]) -> list[float]:

@@ -47,7 +47,7 @@ def test_promtool_rule_unit_tests_pass(promtool: str, test_file: Path) -> None:
 #: alerts whose input does not depend on traffic (the scrape's ``up``, ``evald_ready``): a
 #: real fault fires and a short blip ("noise") stays silent; low traffic and a traffic change
 #: give them no different input
-TRAFFIC_FREE = {"EvaldDown", "EvaldAbsent", "EvaldNotReady"}
+TRAFFIC_FREE = {"EvaldDown", "EvaldAbsent", "EvaldNotReady", "EvaldTLSCertificateExpiresSoon"}
 #: a scenario's name starts with what it shows: the alert fires on a real fault, or stays
 #: silent on noise, at low traffic, and when the traffic changes with nothing wrong
 KINDS = ("fault", "noise", "low traffic", "traffic change")

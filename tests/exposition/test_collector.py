@@ -446,3 +446,49 @@ def test_scrapes_while_the_loop_feeds_are_consistent(locked: bool) -> None:
     assert scrapes >= 3
     final = scrape(registry)
     assert sum(named(final, "evald_impressions_finalized_total").values()) == len(served)
+
+
+class GivingUpLock:
+    """A lock that gives up while ``busy`` (as `evald run`'s does after its wait)."""
+
+    def __init__(self) -> None:
+        self.busy = False
+
+    def __enter__(self) -> GivingUpLock:
+        if self.busy:
+            raise TimeoutError("the poll loop held the engine for over 1s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def test_a_lock_that_gives_up_serves_the_last_complete_page_with_its_age(caplog) -> None:
+    """A scrape during a long poll came back without the engine's series: dashboards showed
+    gaps and rate() lost points. Now the last complete page comes back, saying how old."""
+    served, events = traffic(7, 300, 20 * MINUTE)
+    engine = make_engine()
+    lock, now = GivingUpLock(), [100.0]
+    collector = EngineCollector(engine, lock=lock, clock=lambda: now[0])
+    registry = CollectorRegistry()
+    registry.register(collector)
+    lock.busy = True  # before any complete page: the engine's series are left out
+    assert scrape(registry) == {}
+    lock.busy = False
+    feed_all(engine, events[:150])
+    first = scrape(registry)
+    assert series(first, "evald_engine_series_age_seconds") == 0
+    feed_all(engine, events[150:])
+    engine.drain()
+    lock.busy, now[0] = True, 107.5
+    stale = scrape(registry)
+    assert series(stale, "evald_engine_series_age_seconds") == 7.5
+    assert {k: v for k, v in stale.items() if k[0] != "evald_engine_series_age_seconds"} == {
+        k: v for k, v in first.items() if k[0] != "evald_engine_series_age_seconds"
+    }
+    assert "serving the last complete page (7.5s old)" in caplog.text
+    lock.busy = False
+    fresh = scrape(registry)
+    assert series(fresh, "evald_engine_series_age_seconds") == 0
+    assert series(fresh, "evald_events_total", kind="impression", outcome="accepted") == len(served)
+    assert collector.failures == 2

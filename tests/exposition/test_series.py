@@ -23,7 +23,7 @@ from evald.exposition import (
     SeriesShape,
     build_registry,
 )
-from evald.exposition.series import SEGMENT
+from evald.exposition.series import SEGMENT, SERIES_AGE
 
 from .support import MINUTE, feed_all, make_engine, scrape, series, traffic
 
@@ -96,7 +96,7 @@ def test_every_series_in_the_table_is_rendered_with_its_type_help_and_labels(dra
     registry, _ = build_registry(engine, process=False)
     body, _ = Encoder().encode(registry)
     families = {family.name: family for family in parse_text(body.decode())}
-    assert [name for name, _ in ENGINE_FAMILIES] == [entry.name for entry in SERIES]
+    assert [name for name, _ in ENGINE_FAMILIES] == [entry.name for entry in SERIES] + [SERIES_AGE]
     for entry in SERIES:
         family = families.get(entry.name)
         assert family is not None, f"{entry.name} is not rendered"

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from evald.mapping.pointer import MISSING, PointerError, format_pointer, parse_pointer, resolve
+from evald.mapping.pointer import (
+    MAX_TOKENS,
+    MISSING,
+    PointerError,
+    format_pointer,
+    parse_pointer,
+    resolve,
+)
 
 RFC_DOCUMENT = {
     "foo": ["bar", "baz"],
@@ -58,3 +69,35 @@ def test_escapes_are_undone_in_order_and_redone_for_messages() -> None:
 def test_malformed_pointers_say_why(pointer: str, words: str) -> None:
     with pytest.raises(PointerError, match=words):
         parse_pointer(pointer)
+
+
+def test_a_pointer_deeper_than_any_readable_record_is_refused_by_its_length() -> None:
+    deepest = "/a" * MAX_TOKENS
+    document: object = "leaf"
+    for _ in range(MAX_TOKENS):
+        document = {"a": document}
+    assert resolve(document, parse_pointer(deepest)) == "leaf"
+    with pytest.raises(PointerError, match=f"at most {MAX_TOKENS} tokens.*this one has 3000"):
+        parse_pointer("/a" * 3000)
+
+
+def test_a_mapping_with_a_3000_token_pointer_exits_2_naming_the_key(tmp_path: Path) -> None:
+    """It used to pass `check-config` and end `evald replay` with a RecursionError (Python
+    cannot compile the fast path's 3,000 chained subscripts)."""
+    mapping = tmp_path / "deep.yaml"
+    mapping.write_text(
+        "impression:\n  request_id: /rid\n  time: {path: /t, format: epoch_ms}\n"
+        f"  items: {'/a' * 3000}\n"
+    )
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"rid": "r", "t": 1714564800000, "a": ["x"]}\n')
+    for argv in (
+        ["check-config", "--mapping", str(mapping)],
+        ["replay", str(events), "--mapping", str(mapping)],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "evald", *argv], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert f"mapping {mapping}: impression.items: a JSON Pointer has at most" in proc.stderr

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ranx.statistical_tests import paired_student_t_test
 from scipy import stats
 
+from evald.score import significance
 from evald.score.significance import bonferroni, holm, paired_t, randomization
 
 #: per-query values as measures give them: often exactly equal, often simple fractions
@@ -98,6 +99,77 @@ def test_sampled_randomization_is_seeded_and_close_to_the_exact_value() -> None:
         (b, a), mean_difference, permutation_type="samples", n_resamples=5000, rng=1
     )
     assert abs(sampled.p - scipy_sampled.pvalue) < 0.04
+
+
+@pytest.mark.parametrize(
+    ("grouped", "block", "draws"), [(1.0, 1 << 22, 20_000), (0.0, 1 << 22, 20_000), (0.0, 8, 4000)]
+)
+def test_both_ways_of_drawing_signs_sample_the_exact_null_distribution(
+    monkeypatch: pytest.MonkeyPatch, grouped: float, block: int, draws: int
+) -> None:
+    """Per distinct difference (Binomial(k, 1/2) of k equal ones flip), per query (a random
+    bit each), and per query with the queries split over two blocks."""
+    monkeypatch.setattr(significance, "_GROUPED", grouped)
+    monkeypatch.setattr(significance, "_BLOCK", block)
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 3, 16) / 2  # grades make ties: few distinct differences
+    b = np.clip(a + rng.integers(-1, 3, 16) / 2, 0, 1)
+    exact = randomization(a, b, permutations=2**16, seed=0)
+    sampled = randomization(a, b, permutations=draws, seed=4)
+    assert exact.exact and not sampled.exact
+    # the standard error of a two-sided p-value is at most 1/sqrt(draws): 0.007, 0.016
+    assert abs(sampled.p - exact.p) < 4 / draws**0.5, (sampled.p, exact.p)
+    assert sampled == randomization(a, b, permutations=draws, seed=4)
+
+
+_DEFAULT_RNG = np.random.default_rng
+
+
+class _CountingGenerator:
+    """numpy's generator, recording the most random values one call asked for."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = _DEFAULT_RNG(seed)
+        self.largest = 0
+
+    def bytes(self, length: int) -> bytes:
+        self.largest = max(self.largest, 8 * length)  # a bit per sign
+        return self._rng.bytes(length)
+
+    def __getattr__(self, name: str) -> object:
+        method = getattr(self._rng, name)
+
+        def counted(*args: object, size: object = None, **kwargs: object) -> object:
+            self.largest = max(self.largest, int(np.prod(size or 1)))
+            return method(*args, size=size, **kwargs)
+
+        return counted
+
+
+@pytest.mark.parametrize("distinct", [True, False])
+def test_signs_are_drawn_in_bounded_blocks_whatever_the_number_of_queries(
+    monkeypatch: pytest.MonkeyPatch, distinct: bool
+) -> None:
+    """1,000 sign patterns of every query were drawn at once, as float64: 10 million queries
+    asked for 80 GB (a MemoryError)."""
+    generators: list[_CountingGenerator] = []
+
+    def default_rng(seed: int) -> _CountingGenerator:
+        generators.append(_CountingGenerator(seed))
+        return generators[-1]
+
+    rng = np.random.default_rng(2)
+    n = 20_000
+    a = rng.random(n) if distinct else rng.integers(0, 4, n) / 4
+    b = np.clip(a + rng.normal(0.01, 0.2, n), 0, 1) if distinct else rng.integers(0, 4, n) / 4
+    monkeypatch.setattr(significance, "_BLOCK", 4096)
+    monkeypatch.setattr(significance.np.random, "default_rng", default_rng)
+    result = randomization(a, b, permutations=3000, seed=0)
+    assert result.permutations == 3000 and 0 < result.p <= 1
+    (generator,) = generators
+    assert 0 < generator.largest <= 4096
+    # the same test as the t-test's normal limit, within sampling error (n is large)
+    assert abs(result.p - paired_t(a, b)[1]) < 0.05
 
 
 def test_sampled_p_value_is_never_zero() -> None:

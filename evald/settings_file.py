@@ -1,0 +1,56 @@
+"""Reading a YAML (or JSON) file a person wrote: settings, a mapping, a web config.
+
+Why one reader: each of them used to catch a different subset of what can go wrong, and the
+rest ended the command with a traceback (a file saved as Latin-1, brackets nested thousands
+deep). Here every failure is :class:`SettingsFileError`, whose message starts with the path and
+says what to do, so each command exits 2 with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+__all__ = ["MAX_BYTES", "SettingsFileError", "read_settings_file"]
+
+#: a settings file larger than this is refused unread (``/dev/zero`` would never end)
+MAX_BYTES = 16 * 1024 * 1024
+
+
+class SettingsFileError(ValueError):
+    """A file that cannot be read as YAML or JSON; the message starts with its path."""
+
+
+def read_settings_file(path: str | os.PathLike[str], *, json_text: bool = False) -> Any:
+    """The parsed document (None for an empty YAML file); ``json_text`` parses JSON instead.
+
+    Raises :class:`SettingsFileError` for a file that is missing, a directory, unreadable,
+    larger than :data:`MAX_BYTES`, not UTF-8, not valid YAML/JSON or nested too deeply to parse.
+    """
+    import yaml
+
+    where = os.fspath(path)
+    try:
+        with open(where, "rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise SettingsFileError(f"{where}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_BYTES:
+        limit = MAX_BYTES // 2**20
+        raise SettingsFileError(f"{where}: larger than {limit} MiB: not a settings file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SettingsFileError(
+            f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from None
+    kind = "JSON" if json_text else "YAML"
+    try:
+        return json.loads(text) if json_text else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise SettingsFileError(f"{where}: not valid {kind}: {exc}") from None
+    except RecursionError:
+        raise SettingsFileError(
+            f"{where}: not valid {kind}: nested too deeply for the parser"
+        ) from None
