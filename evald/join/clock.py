@@ -3,10 +3,11 @@
 watermark = confirmed event time - lateness, never going back. The partition's events are
 taken in blocks of ``quorum`` consecutive events; when a block is full, its earliest time is
 confirmed. So a time moves the watermark only once a whole block of events has reached it: one
-record, or a minority producer with a skewed clock, never does, whatever its lead, and a jump
-of the whole stream does within ``2 * quorum - 1`` events. When the partition is quiet for
-``idle_timeout`` of wall time (read from an injectable clock), the watermark follows the wall
-clock instead.
+record never does, whatever its lead, nor a producer with a skewed clock unless a whole block
+is its own, and a jump of the whole stream does within ``2 * quorum - 1`` events. Blocks,
+not a sliding window: ``see`` runs on every event and only appends. When the partition is
+quiet for ``idle_timeout`` of wall time (read from an injectable clock), the watermark follows
+the wall clock instead.
 """
 
 from __future__ import annotations
