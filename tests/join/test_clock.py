@@ -289,6 +289,23 @@ def test_partition_clock_confirms_the_earliest_time_of_each_full_block() -> None
     assert clock.advance(0) is None  # never back
 
 
+@pytest.mark.parametrize("lead", [5 * MIN, 45 * MIN, 59 * MIN], ids=["5m", "45m", "59m"])
+def test_partition_clock_one_time_ahead_never_moves_it(lead: int) -> None:
+    """Below the former rule's one hour, too: after every event the watermark is at most the
+    newest of the other times minus the lateness; the time ahead is counted once."""
+    stats = Stats()
+    clock = _clock(SettableClock(), QUORUM, stats)
+    times = [k * SECOND for k in range(300)]
+    times.insert(150, times[149] + lead)
+    newest = None
+    for k, ts in enumerate(times):
+        clock.see(ts, False)
+        if k != 150:
+            newest = ts
+        assert clock.watermark is None or clock.watermark <= newest - LATENESS
+    assert clock.watermark is not None and stats.watermark_outliers == 1
+
+
 def test_partition_clock_counts_a_time_a_whole_later_block_left_ahead() -> None:
     stats = Stats()
     clock = _clock(SettableClock(), stats=stats)
