@@ -195,11 +195,13 @@ class EngineConfig(BaseModel):
         description="how far an event time may lead its reference time (Kafka record timestamp, "
         "else the wall clock); further ahead is implausible_timestamp; null: no bound",
     )
-    watermark_jump: Duration = Field(
-        60 * 60_000,
-        gt=0,
-        description="an event time further than this ahead of the newest confirmed one moves "
-        "the watermark only once a second event lands within this of it",
+    watermark_quorum: int = Field(
+        32,
+        ge=1,
+        le=1024,
+        description="events per confirmation block: an event time moves the watermark only "
+        "once a whole block of this many consecutive events of the partition has reached it "
+        "(1: every event confirms itself)",
     )
     idle_timeout: Duration = Field(
         5 * 60_000,

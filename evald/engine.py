@@ -28,6 +28,7 @@ from evald.config import EngineConfig
 from evald.decode import Decoder, EventDecoder, Rejection, Skipped
 from evald.events import Feedback, Impression, Shown, format_timestamp, parse_timestamp
 from evald.join import Joined, JoinStore
+from evald.join.clock import EventTimes
 from evald.join.window import complete_before
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
 from evald.segments import LabelTable, SegmentIndex
@@ -169,7 +170,7 @@ class Engine:
                 window=cfg.window,
                 lateness=cfg.lateness,
                 idle_timeout=cfg.idle_timeout,
-                jump=cfg.watermark_jump,
+                quorum=cfg.watermark_quorum,
                 max_pending=cfg.max_pending,
                 open_total=self._open_total,
                 evict=self._evict,
@@ -499,18 +500,19 @@ class Engine:
         store = self._stores.get(partition)
         return None if store is None else store.watermark
 
-    def event_times(self, partition: int) -> tuple[int | None, int | None]:
-        """(newest confirmed event time, far-ahead candidate) of the partition in ms, to store
-        with its checkpoint: the watermark's next move depends on both (docs/semantics.md)."""
+    def event_times(self, partition: int) -> EventTimes:
+        """The partition's confirmed event time and the block of event times being filled, to
+        store with its checkpoint: the watermark's next moves depend on them
+        (docs/semantics.md §3)."""
         store = self._stores.get(partition)
-        return (None, None) if store is None else store.event_times()
+        return EventTimes(None) if store is None else store.event_times()
 
     def restore(
         self,
         partition: int,
         watermark_ms: int | None,
         consumed: Mapping[str, int],
-        event_times: tuple[int | None, int | None] | None = None,
+        event_times: EventTimes | None = None,
         evicted: Sequence[int] = (),
         evicted_feedback: Sequence[int] = (),
     ) -> None:

@@ -46,6 +46,9 @@ class Stats:
         self.skipped: dict[str, int] = {}
         #: impressions finalized with no positive feedback (also per segment in Aggregates)
         self.abandoned = 0
+        #: event times still more than ``lateness`` ahead of their partition's confirmed time a
+        #: whole block of events later: they did not move the watermark (PartitionClock)
+        self.watermark_outliers = 0
         self.lag_bounds: tuple[float, ...] = LAG_BOUNDS
         #: non-cumulative counts per lag bucket, the last one is +Inf
         self.lag_counts: list[int] = [0] * (len(LAG_BOUNDS) + 1)

@@ -142,10 +142,10 @@ def test_a_budget_too_small_for_one_segment_says_how_much_is_needed():
         load_config(max_series=100)
 
 
-def test_event_time_plausibility_and_watermark_jump_settings():
+def test_event_time_plausibility_and_watermark_quorum_settings():
     config = load_config()
     assert config.min_event_time == 946_684_800_000  # 2000-01-01T00:00:00Z
-    assert config.max_event_lead == 3_600_000 and config.watermark_jump == 3_600_000
+    assert config.max_event_lead == 3_600_000 and config.watermark_quorum == 32
     for spelling in (
         "2024-05-01",
         "2024-05-01T00:00:00Z",
@@ -154,16 +154,18 @@ def test_event_time_plausibility_and_watermark_jump_settings():
     ):
         assert load_config({"min_event_time": spelling}).min_event_time == 1_714_521_600_000
     assert load_config({"max_event_lead": None}).max_event_lead is None
-    assert (
-        load_config({"max_event_lead": "3h", "watermark_jump": "90m"}).watermark_jump == 5_400_000
-    )
+    assert load_config({"max_event_lead": "3h", "watermark_quorum": 8}).watermark_quorum == 8
+    assert load_config({"watermark_quorum": 1}).watermark_quorum == 1
     for settings, field in [
         ({"min_event_time": "soon"}, "min_event_time"),
         ({"min_event_time": -1}, "min_event_time"),
         ({"min_event_time": "2024-05-01T00:00:00"}, "min_event_time"),  # no offset
         ({"max_event_lead": "-1h"}, "max_event_lead"),
-        ({"watermark_jump": 0}, "watermark_jump"),
-        ({"watermark_jump": None}, "watermark_jump"),
+        ({"watermark_quorum": 0}, "watermark_quorum"),
+        ({"watermark_quorum": 1025}, "watermark_quorum"),  # its block goes into checkpoints
+        ({"watermark_quorum": 2.5}, "watermark_quorum"),
+        ({"watermark_quorum": None}, "watermark_quorum"),
+        ({"watermark_jump": "1h"}, "watermark_jump"),  # replaced by watermark_quorum
     ]:
         with pytest.raises(ConfigError) as info:
             load_config(settings)

@@ -19,6 +19,9 @@ LATENESS = MIN
 
 #: these tests use small epoch-ms times and a frozen clock: no event-time plausibility bound
 UNBOUNDED_TIMES = {"min_event_time": 0, "max_event_lead": None}
+#: for tests that state what closes when against a watermark following every event (the
+#: confirmation of event times by blocks has its own tests: tests/join/test_clock.py)
+EVERY_EVENT = {"watermark_quorum": 1}
 
 
 def imp(rid: str, ts: int, items: list[str], **labels: str) -> bytes:
@@ -75,10 +78,9 @@ def test_result_json_schema():
 
 
 def test_partitions_have_their_own_watermarks():
-    engine, results = make()
+    engine, results = make(**EVERY_EVENT)
     engine.feed(imp("a", 0, ["x"]), partition=0)
     engine.feed(imp("b", 0, ["x"]), partition=1)
-    engine.feed(fb("b", 0, "x"), partition=1)  # a lone event confirms no time: corroborate it
     engine.feed(imp("c", WINDOW + LATENESS, ["x"]), partition=0)
     engine.tick()
     assert engine.watermarks() == {0: WINDOW, 1: -LATENESS}
@@ -87,7 +89,7 @@ def test_partitions_have_their_own_watermarks():
 
 
 def test_window_rows_match_an_independent_computation():
-    engine, results = make(bucket="1m", windows=["5m", "1h"])
+    engine, results = make(bucket="1m", windows=["5m", "1h"], **EVERY_EVENT)
     rng = np.random.default_rng(1)
     max_ts = 0
     for k in range(400):
@@ -166,7 +168,7 @@ def test_cardinality_is_capped_under_100k_distinct_label_values():
 
 
 def test_low_offsets_track_pending_impressions_merged_and_held_feedback():
-    engine, _ = make()
+    engine, _ = make(**EVERY_EVENT)
     assert engine.low_offsets(0) == {"impression": None, "feedback": None}
     engine.feed(imp("a", 0, ["x"]), kind="impression", offset=10)
     engine.feed(imp("b", 1, ["x"]), kind="impression", offset=11)
@@ -266,12 +268,12 @@ def test_a_record_a_restore_re_feeds_is_not_handed_back_for_a_second_dead_letter
 def test_re_fed_feedback_on_an_unserved_item_counts_when_its_rebuilt_impression_closes():
     """The impression was still open at the checkpoint, so its feedback was never graded: the
     click on an item it did not serve is counted once, by the life that closes it."""
-    first, _ = make()
+    first, _ = make(**EVERY_EVENT)
     first.feed(imp("r", 0, ["a"]), kind="impression", offset=0)
     first.feed(fb("r", 10, "ghost"), kind="feedback", offset=0)
     first.tick()
     assert first.stats.unattributed["unknown_item"] == 0 and first.pending() == 1
-    second, results = make()
+    second, results = make(**EVERY_EVENT)
     consumed = {"impression": 1, "feedback": 1}
     second.restore(0, first.checkpoint(0), consumed, first.event_times(0))
     second.feed(imp("r", 0, ["a"]), kind="impression", offset=0)
@@ -355,7 +357,7 @@ def test_absorb_results_in_one_call_equal_one_at_a_time():
 
 
 def test_on_result_gets_every_result_in_finalization_order():
-    engine, results = make()
+    engine, results = make(**EVERY_EVENT)
     for k in range(5):
         engine.feed(imp(f"r{k}", k * MIN, ["x"]), partition=k % 2)
     engine.feed(imp("z", 30 * MIN, ["x"]), partition=0)

@@ -338,7 +338,7 @@ FIELDS = st.sampled_from(
         "window",
         "max_event_lead",
         "min_event_time",
-        "watermark_jump",
+        "watermark_quorum",
         "limits",
         "group_id",
         "nope",

@@ -28,7 +28,18 @@ WINDOW = 30 * 60_000
 
 
 def replay(*argv: str) -> int:
-    return main(["replay", *argv, "--progress", "never", "--measures", ",".join(MEASURES)])
+    return main(
+        [
+            "replay",
+            *argv,
+            "--progress",
+            "never",
+            "--measures",
+            ",".join(MEASURES),
+            "--window",
+            "30m",
+        ]
+    )
 
 
 def results(path: Path) -> dict[str, dict]:

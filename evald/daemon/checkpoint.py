@@ -28,6 +28,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from evald.join.clock import EventTimes
+
 __all__ = [
     "VERSION",
     "Checkpoint",
@@ -94,9 +96,12 @@ class Checkpoint:
     ``consumed``: the next offset the engine had not yet seen (kind -> offset); records between
     ``committed`` and ``consumed`` are replayed to rebuild pending joins, not counted again.
     ``watermark``: the engine's finalization watermark of p (ms) at commit.
-    ``event_times``: ``Engine.event_times(p)`` at commit (newest confirmed event time and the
-    far-ahead candidate), so a restore moves the watermark exactly as an uninterrupted run
-    would; None in a checkpoint written before it existed.
+    ``event_times``: ``Engine.event_times(p)`` at commit (the confirmed event time and the
+    block of event times being filled), so a restore moves the watermark exactly as an
+    uninterrupted run would; None in a checkpoint written before it existed. Encoded as
+    ``event_times: [confirmed, null]`` (what older readers expect; the second place held a
+    candidate time before the watermark confirmed blocks, and is dropped when read) and the
+    optional ``event_block`` and ``event_ahead`` lists, which older readers ignore.
     ``epoch_start``: first results offset of the current ownership epoch, or None before the
     epoch wrote any result (see :func:`extend_ranges`).
     """
@@ -108,7 +113,7 @@ class Checkpoint:
     results: tuple[ResultRange, ...] = ()
     epoch_start: int | None = None
     instance: str = ""
-    event_times: tuple[int | None, int | None] | None = None
+    event_times: EventTimes | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     snapshot: SnapshotRef | None = None
     evicted: tuple[tuple[int, int], ...] = ()
@@ -131,8 +136,13 @@ class Checkpoint:
             "epoch_start": self.epoch_start,
             "instance": self.instance,
         }
-        if self.event_times is not None:
-            doc["event_times"] = list(self.event_times)
+        times = self.event_times
+        if times is not None:
+            doc["event_times"] = [times.confirmed, None]
+            if times.block:
+                doc["event_block"] = list(times.block)
+            if times.ahead:
+                doc["event_ahead"] = list(times.ahead)
         if self.extra:
             doc["extra"] = self.extra
         if self.snapshot is not None:
@@ -163,7 +173,7 @@ class Checkpoint:
                 ),
                 epoch_start=None if doc.get("epoch_start") is None else int(doc["epoch_start"]),
                 instance=str(doc.get("instance", "")),
-                event_times=_event_times(doc.get("event_times")),
+                event_times=_event_times(doc),
                 extra=dict(doc.get("extra") or {}),
                 snapshot=SnapshotRef.from_json(doc.get("snapshot")),
                 evicted=tuple((int(a), int(b)) for a, b in doc.get("evicted") or ()),
@@ -176,11 +186,18 @@ class Checkpoint:
             raise ValueError(f"malformed checkpoint: {exc!r}") from None
 
 
-def _event_times(value: Any) -> tuple[int | None, int | None] | None:
+def _event_times(doc: dict[str, Any]) -> EventTimes | None:
+    """``event_times`` and its block lists; a checkpoint written before blocks has only
+    ``[confirmed, candidate]``: the candidate, one unconfirmed time, is dropped."""
+    value = doc.get("event_times")
     if value is None:
         return None
-    first, second = value
-    return (None if first is None else int(first), None if second is None else int(second))
+    confirmed, _candidate = value
+    return EventTimes(
+        None if confirmed is None else int(confirmed),
+        tuple(int(ts) for ts in doc.get("event_block") or ()),
+        tuple(int(ts) for ts in doc.get("event_ahead") or ()),
+    )
 
 
 def extend_ranges(

@@ -213,8 +213,8 @@ def _offset_problem(checkpoint: Checkpoint, bounds: Bounds, where: Where) -> str
 def _time_problem(checkpoint: Checkpoint, bounds: Bounds) -> str | None:
     """Event times later than any the engine accepts, or earlier than its earliest."""
     times = [("watermark", checkpoint.watermark, bounds.lateness)]
-    confirmed, candidate = checkpoint.event_times or (None, None)
-    times += [("newest event time", confirmed, 0), ("candidate event time", candidate, 0)]
+    confirmed = checkpoint.event_times.confirmed if checkpoint.event_times else None
+    times.append(("newest confirmed event time", confirmed, 0))
     for name, value, lateness in times:
         if value is None:
             continue

@@ -368,13 +368,24 @@ SERIES: tuple[Series, ...] = (
     Series(
         "evald_watermark_timestamp_seconds",
         "gauge",
-        "Event-time watermark per input partition (max event time seen minus the allowed "
+        "Event-time watermark per input partition (confirmed event time minus the allowed "
         "lateness, or advanced by the idle fallback).",
         ("partition",),
         lambda engine: engine.watermarks(),
         # one per input partition the process owns: bounded by the topics, not by the data,
         # so not counted in the budget
         lambda marks: [((str(p),), mark / 1000) for p, mark in marks.items() if mark is not None],
+    ),
+    Series(
+        "evald_watermark_outliers",
+        "counter",
+        "Accepted events whose time was still more than the lateness ahead of their partition's "
+        "confirmed event time a whole block of events later: they did not move the watermark "
+        "(a record or a producer clock ahead).",
+        (),
+        lambda engine: engine.stats.watermark_outliers,
+        _one,
+        fixed=lambda c: 1,
     ),
     Series(
         "evald_finalize_lag_seconds",

@@ -1,34 +1,63 @@
 """PartitionClock: the event-time watermark of one partition (docs/semantics.md section 3).
 
-watermark = newest confirmed event time - lateness, never going back. A time more than
-``jump`` ahead of the confirmed one is only a candidate until a second event lands near it, so
-one outlier cannot move the watermark. When the partition is quiet for ``idle_timeout`` of wall
-time (read from an injectable clock), the watermark follows the wall clock instead.
+watermark = confirmed event time - lateness, never going back. The partition's events are
+taken in blocks of ``quorum`` consecutive events; when a block is full, its earliest time is
+confirmed. So a time moves the watermark only once a whole block of events has reached it: one
+record never does, whatever its lead, nor a producer with a skewed clock unless a whole block
+is its own, and a jump of the whole stream does within ``2 * quorum - 1`` events. Blocks,
+not a sliding window: ``see`` runs on every event and only appends. When the partition is
+quiet for ``idle_timeout`` of wall time (read from an injectable clock), the watermark follows
+the wall clock instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+
+from evald.stats import Stats
 
 NO_TS = -(1 << 62)  # "no event time yet" (below every event time)
 
 
+@dataclass(frozen=True, slots=True)
+class EventTimes:
+    """What the watermark's next moves depend on, checkpointed with it (docs/semantics.md §6).
+
+    ``confirmed``: the newest confirmed event time (None: none yet). ``block``: the times of
+    the block being filled, in partition order. ``ahead``: the times of the last full block
+    still more than ``lateness`` ahead of the confirmed one (counted as outliers if the next
+    block leaves them there)."""
+
+    confirmed: int | None
+    block: tuple[int, ...] = ()
+    ahead: tuple[int, ...] = ()
+
+
 class PartitionClock:
-    """Watermark, confirmed/candidate event times and the idle fallback of one partition.
+    """Watermark, confirmed event time, the block being filled and the idle fallback of one
+    partition.
 
     The methods that can move the watermark return the new value (None: it did not move), so
     the owner closes what became due; this class knows nothing of what is pending.
     """
 
     def __init__(
-        self, *, lateness: int, jump: int, idle_timeout: int, clock: Callable[[], float]
+        self,
+        *,
+        lateness: int,
+        quorum: int,
+        idle_timeout: int,
+        clock: Callable[[], float],
+        stats: Stats,
     ) -> None:
-        self.lateness, self.jump, self.idle_timeout = lateness, jump, idle_timeout
-        self._clock = clock
+        self.lateness, self.quorum, self.idle_timeout = lateness, quorum, idle_timeout
+        self._clock, self._stats = clock, stats
         self.watermark: int | None = None
-        #: newest confirmed event time and the far-ahead candidate (``observe``); NO_TS: none
-        self.confirmed = self.candidate = NO_TS
-        #: the two above came from a checkpoint, so re-fed events must not count again
+        self.confirmed = NO_TS  #: newest confirmed event time; NO_TS: none
+        self._block: list[int] = []  # times of the block being filled
+        self._ahead: list[int] = []  # see EventTimes.ahead
+        #: the event times came from a checkpoint, so re-fed events must not count again
         self.restored = False
         self._last_event_wall = clock()  # wall time of the tick that first saw the last event
         self._wm_at_last_event: int | None = None
@@ -40,51 +69,33 @@ class PartitionClock:
     def see(self, ts: int, replayed: bool) -> int | None:
         """An event at ``ts`` was joined; returns the new watermark, or None if it did not move.
 
-        Only a time above the newest confirmed one can move it, and an event a restore re-feeds
-        does not count when the checkpoint's event times were restored (they include it).
-        """
+        Runs on every event, so it only appends; the block is read when it is full. An event a
+        restore re-feeds does not count when the checkpoint's event times were restored (they
+        include it)."""
         self.fresh = True
-        confirmed = self.confirmed
-        if ts <= confirmed or (replayed and self.restored):
+        if not replayed:
             wm = self.watermark
-            if wm is not None and ts < wm and not replayed:
+            if wm is not None and ts < wm:
                 self.behind += 1
+        elif self.restored:
             return None
-        if confirmed != NO_TS and ts <= confirmed + self.jump and self.candidate == NO_TS:
-            self.confirmed = ts  # observe()'s common case, inlined: this runs on every event
-            mark = ts - self.lateness
-            wm = self.watermark
-            if wm is not None and mark <= wm:
-                return None
-            self.watermark = mark
-            return mark
-        return self.observe(ts)
+        block = self._block
+        block.append(ts)
+        if len(block) < self.quorum:
+            return None
+        return self._confirm(block)
 
-    def observe(self, ts: int) -> int | None:
-        """Count an event time above the newest confirmed one; returns the new watermark, or
-        None when it did not move.
-
-        Within ``jump`` of it, the time is confirmed at once. Further ahead (or before any
-        confirmed time) it is a candidate: confirmed only when another event lands within
-        ``jump`` of it; a candidate the confirmed time catches up with is confirmed too.
-        """
-        confirmed, candidate, jump = self.confirmed, self.candidate, self.jump
-        if confirmed != NO_TS and ts <= confirmed + jump:
-            confirmed = ts
-        elif candidate != NO_TS and -jump <= ts - candidate <= jump:
-            confirmed, candidate = max(ts, candidate, confirmed), NO_TS
-        else:
-            self.candidate = ts  # the newest far-ahead time replaces an older candidate
-            return None
-        if candidate != NO_TS and candidate <= confirmed + jump:
-            confirmed, candidate = max(confirmed, candidate), NO_TS
-        self.confirmed, self.candidate = confirmed, candidate
-        mark = confirmed - self.lateness
-        wm = self.watermark  # advance(), inlined: this runs on nearly every event
-        if wm is not None and mark <= wm:
-            return None
-        self.watermark = mark
-        return mark
+    def _confirm(self, block: list[int]) -> int | None:
+        """A block is full: its earliest time is confirmed (if newer); times of the previous
+        block still more than ``lateness`` ahead of the confirmed one are counted as outliers
+        (``Stats.watermark_outliers``): a whole block of later events has not reached them."""
+        self._block = []
+        confirmed = self.confirmed = max(self.confirmed, min(block))
+        bound = confirmed + self.lateness
+        if self._ahead:
+            self._stats.watermark_outliers += sum(1 for ts in self._ahead if ts > bound)
+        self._ahead = [ts for ts in block if ts > bound]
+        return self.advance(confirmed - self.lateness)
 
     def advance(self, mark: int) -> int | None:
         """Move the watermark to ``mark`` if that is forward; returns it, or None."""
@@ -111,16 +122,17 @@ class PartitionClock:
             return self.advance(base + quiet_ms)
         return None
 
-    def event_times(self) -> tuple[int | None, int | None]:
-        """(newest confirmed event time, candidate) for the checkpoint; None: none."""
-        first, second = self.confirmed, self.candidate
-        return (None if first == NO_TS else first, None if second == NO_TS else second)
+    def event_times(self) -> EventTimes:
+        """The confirmed time, the block being filled and the times still ahead, for the
+        checkpoint."""
+        confirmed = None if self.confirmed == NO_TS else self.confirmed
+        return EventTimes(confirmed, tuple(self._block), tuple(self._ahead))
 
-    def restore_times(self, event_times: tuple[int | None, int | None]) -> None:
+    def restore_times(self, times: EventTimes) -> None:
         """Take the event times a checkpoint stored (``event_times()`` then)."""
-        first, second = event_times
-        self.confirmed = NO_TS if first is None else first
-        self.candidate = NO_TS if second is None else second
+        self.confirmed = NO_TS if times.confirmed is None else times.confirmed
+        self._block = list(times.block)
+        self._ahead = list(times.ahead)
         self.restored = True
 
     def restart(self) -> None:

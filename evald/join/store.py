@@ -22,7 +22,7 @@ from typing import Any, cast
 import numpy as np
 
 from evald.events import Feedback, Impression, Shown
-from evald.join.clock import PartitionClock
+from evald.join.clock import EventTimes, PartitionClock
 from evald.join.feedback import AttachedFeedback, HeldEntry, HeldFeedback
 from evald.join.lists import Lists, OpenList, widen
 from evald.join.offset_log import OffsetLog
@@ -92,7 +92,7 @@ class JoinStore:
         window: int,
         lateness: int,
         idle_timeout: int,
-        jump: int,
+        quorum: int,
         max_pending: int,
         open_total: list[int],
         evict: Callable[[JoinStore], None],
@@ -115,7 +115,7 @@ class JoinStore:
         self._evict = evict
         self.labels, self.stats, self._clock = labels, stats, clock
         self._wm = PartitionClock(
-            lateness=lateness, jump=jump, idle_timeout=idle_timeout, clock=clock
+            lateness=lateness, quorum=quorum, idle_timeout=idle_timeout, clock=clock, stats=stats
         )
         self._due = _BIG  # earliest deadline in either queue (cached: checked on every event)
         self._table = RidTable()
@@ -504,8 +504,8 @@ class JoinStore:
 
     # ------------------------------------------------------------------ watermark
 
-    def event_times(self) -> tuple[int | None, int | None]:
-        """(newest confirmed event time, candidate) for the checkpoint; None: none."""
+    def event_times(self) -> EventTimes:
+        """What the watermark's next moves depend on, for the checkpoint."""
         return self._wm.event_times()
 
     def _refresh_due(self) -> None:
@@ -539,7 +539,7 @@ class JoinStore:
         self,
         watermark: int | None,
         consumed: dict[str, int],
-        event_times: tuple[int | None, int | None] | None = None,
+        event_times: EventTimes | None = None,
         evicted: Iterable[int] = (),
         evicted_feedback: Iterable[int] = (),
     ) -> None:

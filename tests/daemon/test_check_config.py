@@ -48,6 +48,15 @@ def test_every_error_is_reported_at_once_with_did_you_mean() -> None:
     assert len(lines) == 6
 
 
+def test_the_replaced_watermark_jump_points_at_watermark_quorum() -> None:
+    """A settings file written for the rule before blocks is refused, naming the new one."""
+    expected = (
+        r"^engine\.watermark_jump: unknown setting \(did you mean engine\.watermark_quorum\?\)$"
+    )
+    with pytest.raises(SettingsError, match=expected):
+        load_settings(environ={}, flags={"engine": {"watermark_jump": "1h"}})
+
+
 def test_a_key_like_nothing_known_gets_no_guess() -> None:
     with pytest.raises(SettingsError, match=r"^topics\.zzzzzz: unknown setting$"):
         load_settings(environ={}, flags={"topics": {"zzzzzz": 1}})

@@ -30,6 +30,7 @@ import pytest
 from child_processes import die_with_parent
 from kafka_harness import ENGINE, Broker, CommittedReader, KafkaTools, free_port, wait_until
 
+from evald.config import EngineConfig
 from evald.daemon.crash import CRASH_ENV
 from evald.daemon.rekey import internal_topic, partition_for
 
@@ -67,8 +68,10 @@ def produce_keyed_by_client(tools: KafkaTools, topics: dict[str, str], events: i
     """Simulated traffic keyed by the user (impressions) or the item (feedback), partitioned
     by the producer's default partitioner, plus the unkeyable records; the events in order.
 
-    The traffic ends with one impression 30 minutes later on each internal partition (request id
-    ``end-*``), so the daemon finalizes everything before them, as replay does at its end."""
+    The traffic ends with two blocks of impressions 30 minutes later on each internal partition
+    (request ids ``end-*``; a time moves the watermark once a whole block of
+    ``watermark_quorum`` events has reached it), so the daemon finalizes everything before
+    them, as replay does at its end."""
     from itertools import islice
 
     from kafka import KafkaProducer
@@ -77,15 +80,17 @@ def produce_keyed_by_client(tools: KafkaTools, topics: dict[str, str], events: i
 
     sim = Simulator(11, rate=200.0, speed=60, faults=Faults.none())
     produced = list(islice(sim.events(), events))
-    end = produced[-1].at_ms + 1_800_000  # within the watermark jump bound (1h): confirmed
+    end = produced[-1].at_ms + 1_800_000
+    quorum = EngineConfig.model_fields["watermark_quorum"].default
     for p in range(INTERNAL_PARTITIONS):
-        rid = next(
+        rids = [
             f"end-{n}"
-            for n in range(1000)
+            for n in range(100 * quorum)
             if partition_for(f"end-{n}".encode(), INTERNAL_PARTITIONS) == p
-        )
-        value = json.dumps({"request_id": rid, "ts": end, "items": ["i0"], "user_id": "u"})
-        produced.append(SimEvent(end, IMPRESSION, value.encode(), rid.encode()))
+        ]
+        for rid in rids[: 2 * quorum]:
+            value = json.dumps({"request_id": rid, "ts": end, "items": ["i0"], "user_id": "u"})
+            produced.append(SimEvent(end, IMPRESSION, value.encode(), rid.encode()))
     producer = KafkaProducer(bootstrap_servers=tools.bootstrap, linger_ms=10)
     try:
         for n, event in enumerate(produced):

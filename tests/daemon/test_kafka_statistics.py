@@ -26,7 +26,7 @@ from kafka_instances import Instance, names
 from kafka_oracle import assert_consumed_to_the_end
 from prometheus_client import generate_latest
 
-from evald.config import load_config
+from evald.config import EngineConfig, load_config
 from evald.daemon.comparisons import statistics_topic
 from evald.daemon.settings import TopicSettings
 from evald.exposition import build_registry
@@ -228,12 +228,17 @@ def test_one_partition_killed_and_restarted_equals_the_evald_replay_command(
     kafka_tools.produce_sim(
         topics["impressions"], topics["feedback"], events=6000, seed=7, rate=RATE
     )
-    # two impressions of no arm, 20 minutes on: the watermark passes every window with data
-    # (`evald replay` folds the rest at its drain; these two are in no comparison)
+    # two blocks of impressions of no arm, 20 minutes on: the watermark passes every window
+    # with data (a time moves it once a whole block of watermark_quorum events reached it;
+    # `evald replay` folds the rest at its drain; these are in no comparison)
     last = max(r.timestamp for r in kafka_tools.read(topics["impressions"]))
-    for i, ts in enumerate((last + 1_200_000, last + 1_201_000)):
-        doc = {"request_id": f"tail-{i}", "ts": ts, "items": ["x"], "labels": {"arm": "none"}}
-        kafka_tools.produce_raw(topics["impressions"], [json.dumps(doc).encode()], timestamp_ms=ts)
+    quorum = EngineConfig.model_fields["watermark_quorum"].default
+    ts = last + 1_200_000
+    tail = [
+        json.dumps({"request_id": f"tail-{i}", "ts": ts, "items": ["x"], "labels": {"arm": "none"}})
+        for i in range(2 * quorum)
+    ]
+    kafka_tools.produce_raw(topics["impressions"], [t.encode() for t in tail], timestamp_ms=ts)
     first = instances("a", extra=extra)
     wait_until(
         lambda: first.metric("evald_results_produced_total") > 300, 90, "results before the kill"

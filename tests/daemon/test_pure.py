@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from evald.config import load_config
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import (
     Checkpoint,
@@ -29,6 +30,8 @@ from evald.daemon.topics import (
     missing_outputs,
     statistics_policy_problem,
 )
+from evald.engine import Engine
+from evald.join.clock import EventTimes
 
 
 def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
@@ -134,7 +137,7 @@ def test_a_version_1_checkpoint_still_restores_through_its_ranges() -> None:
     cp = Checkpoint.decode(raw)
     assert cp.snapshot is None and cp.evicted == ()
     assert cp.results == (ResultRange(0, 5, 99), ResultRange(9, 12, None))
-    assert cp.event_times == (4, None)
+    assert cp.event_times == EventTimes(4)
 
 
 def test_evicted_offsets_travel_as_runs() -> None:
@@ -253,20 +256,62 @@ def test_a_statistics_topic_that_is_not_compacted_is_refused_with_the_fix(
         assert "--entity-name s --add-config cleanup.policy=compact" in said
 
 
-def test_checkpoint_carries_the_confirmed_event_time_and_reads_older_checkpoints() -> None:
+def test_checkpoint_carries_the_clocks_event_times_and_reads_older_checkpoints() -> None:
+    times = EventTimes(
+        1_700_000_120_000, (1_700_000_121_000, 1_700_000_119_000), (1_700_003_000_000,)
+    )
     cp = Checkpoint(
         partition=0,
         watermark=1_700_000_000_000,
         committed={"impression": 1, "feedback": 1},
         consumed={"impression": 2, "feedback": 2},
-        event_times=(1_700_000_120_000, None),
+        event_times=times,
     )
     assert Checkpoint.decode(cp.encode()) == cp
-    with_candidate = Checkpoint(0, 5, {}, {}, event_times=(7, 3_700_000))
-    assert Checkpoint.decode(with_candidate.encode()).event_times == (7, 3_700_000)
+    doc = json.loads(cp.encode())
+    # what a reader from before the blocks expects (it ignores the two lists)
+    assert doc["event_times"] == [1_700_000_120_000, None]
+    assert doc["event_block"] == [1_700_000_121_000, 1_700_000_119_000]
+    assert doc["event_ahead"] == [1_700_003_000_000]
+    bare = Checkpoint(0, 5, {}, {}, event_times=EventTimes(7))
+    assert "event_block" not in json.loads(bare.encode())
+    assert Checkpoint.decode(bare.encode()).event_times == EventTimes(7)
     older = json.loads(cp.encode())
     del older["event_times"]
     assert Checkpoint.decode(json.dumps(older).encode()).event_times is None
     older["event_times"] = [1, 2, 3]
     with pytest.raises(ValueError):
         Checkpoint.decode(json.dumps(older).encode())
+
+
+#: a checkpoint exactly as evald wrote it before the blocks: confirmed time T0 + 4 min and a
+#: candidate 45 min ahead of it (one event the former rule was holding back)
+BEFORE_BLOCKS = (
+    b'{"committed":{"feedback":38,"impression":40},"consumed":{"feedback":60,"impression":61},'
+    b'"epoch_start":null,"event_times":[1714565040000,1714567740000],"instance":"a",'
+    b'"partition":2,"results":[],"v":2,"watermark":1714564920000}'
+)
+
+
+def test_a_checkpoint_written_before_the_blocks_restores_and_its_candidate_is_dropped() -> None:
+    """Its confirmed time and watermark are taken; its candidate is one unconfirmed time, not
+    a block, so a second event near it (what confirmed it before) moves nothing; events the
+    restore re-feeds do not count; new ones fill blocks from the confirmed time on."""
+    cp = Checkpoint.decode(BEFORE_BLOCKS)
+    t0 = 1_714_564_800_000
+    assert cp.event_times == EventTimes(t0 + 4 * 60_000)
+    engine = Engine(load_config())
+    engine.restore(2, cp.watermark, cp.consumed, cp.event_times)
+
+    def impression(rid: str, ts: int) -> bytes:
+        return json.dumps({"request_id": rid, "ts": ts, "items": ["x"]}).encode()
+
+    for offset in range(40, 61):  # re-fed: seen before the checkpoint
+        engine.feed(impression(f"old{offset}", t0 + offset * 5_000), partition=2, offset=offset)
+    assert engine.event_times(2) == EventTimes(t0 + 4 * 60_000)
+    near = impression("near", 1_714_567_740_000 + 60_000)
+    engine.feed(near, partition=2, kind="impression", offset=61)
+    assert engine.watermarks()[2] == cp.watermark
+    for k in range(31):  # the rest of the block, from T0 + 5 min
+        engine.feed(impression(f"n{k}", t0 + 300_000 + k * 1_000), partition=2, offset=62 + k)
+    assert engine.watermarks()[2] == t0 + 300_000 - 120_000  # the block's earliest, - 2m

@@ -77,9 +77,10 @@ def test_status_rates_levels_and_a_new_session_resetting_counters() -> None:
 
 
 def test_sample_reads_a_real_engine_and_the_daemon_stats() -> None:
-    engine = Engine(load_config())
+    # blocks of two events: a partition's watermark moves once both of a block have reached a
+    # time (docs/semantics.md §3)
+    engine = Engine(load_config(watermark_quorum=2))
     ts = int(T0 * 1000)
-    # a partition's watermark moves once a second event confirms its time (docs/semantics.md §3)
     engine.feed(_impression("r1", ts), partition=0)
     engine.feed(_impression("r1b", ts + 1_000), partition=0)
     engine.feed(_impression("r2", ts + 60_000), partition=1)

@@ -158,7 +158,7 @@ def test_windows_after_drain_are_the_last_5m_and_the_hour(drained) -> None:
 def test_windows_while_running_show_only_complete_windows() -> None:
     """Without a drain, a window is shown once every impression in it is finalized."""
     served, events = traffic(seed=5, n=120, span_ms=5 * MINUTE)
-    engine = make_engine()
+    engine = make_engine(watermark_quorum=1)  # each event confirms its time
     feed_all(engine, events)
     # One later impression on each partition moves both watermarks to T0 + 8m - lateness:
     # everything in [T0, T0 + 5m) has ts + window <= T0 + 7m, so it is closed.
@@ -186,7 +186,7 @@ def test_windows_while_running_show_only_complete_windows() -> None:
 
 def test_health_counters_follow_what_was_fed() -> None:
     now = [100.0]
-    engine = make_engine(clock=now)
+    engine = make_engine(clock=now, watermark_quorum=1)  # each event confirms its time
     seg = {"model": "m1", "arm": "control", "surface": "web"}
     rejected: Counter[str] = Counter()
     for raw in [b"{not json", b"[1, 2]", b'{"request_id": "x", "ts": "yesterday", "items": []}']:
@@ -209,9 +209,9 @@ def test_health_counters_follow_what_was_fed() -> None:
     assert series(samples, "evald_pending_impressions") == 3
     assert series(samples, "evald_pending_feedback") == 1
     watermark = (late_ts - LATENESS_MS) / 1000
-    # partition 3 has seen one event: a lone event time is not confirmed, so no watermark yet
     assert named(samples, "evald_watermark_timestamp_seconds") == {
         frozenset({("partition", "0")}): watermark,
+        frozenset({("partition", "3")}): (T0 + 1_000 - LATENESS_MS) / 1000,
     }
     for reason, n in rejected.items():
         assert series(samples, "evald_rejected_total", reason=reason) == n
@@ -279,7 +279,22 @@ def test_every_known_reason_is_exported_from_the_start() -> None:
 
     assert {dict(k)["reason"] for k in named(samples, "evald_rejected_total")} == set(REASONS)
     assert named(samples, "evald_watermark_timestamp_seconds") == {}
+    assert series(samples, "evald_watermark_outliers_total") == 0
     assert named(samples, "evald_measure_count") == {}
+
+
+def test_event_times_the_watermark_did_not_follow_are_counted() -> None:
+    """Blocks of 4 events: a time 45 minutes ahead in the first is still ahead once the
+    second is full, so it is counted; the stream itself is not."""
+    engine = make_engine(watermark_quorum=4)
+    times = [0, 45 * MINUTE, 1_000, 2_000, 3_000, 4_000, 5_000, 6_000, 7_000]
+    for k, ts in enumerate(times):
+        engine.feed(impression(f"r{k}", T0 + ts, ["x"], {}))
+    samples = scrape(engine_registry(engine))
+    assert series(samples, "evald_watermark_outliers_total") == 1
+    assert named(samples, "evald_watermark_timestamp_seconds") == {
+        frozenset({("partition", "0")}): (T0 + 3_000 - LATENESS_MS) / 1000
+    }
 
 
 def test_label_values_are_escaped_and_capped() -> None:

@@ -20,7 +20,7 @@ CLOCK = 1.8e9  # the wall clock: every event time is behind it
 
 
 def ubi_engine(**settings: Any) -> tuple[Engine, list[Result]]:
-    config = load_config({"lateness": "1m", "watermark_jump": "1d", **settings})
+    config = load_config({"window": "30m", "lateness": "1m", "watermark_quorum": 1, **settings})
     results: list[Result] = []
     engine = Engine(
         config, clock=lambda: CLOCK, decoder=decoder_for("ubi", config), on_result=results.append

@@ -20,6 +20,9 @@ LATENESS = 1 * MIN
 
 #: these tests use small epoch-ms times and a frozen clock: no event-time plausibility bound
 UNBOUNDED_TIMES = {"min_event_time": 0, "max_event_lead": None}
+#: the join rules are stated against the watermark, here one that follows every event: the
+#: rule that confirms event times by blocks has its own tests (test_clock.py)
+EVERY_EVENT = {"watermark_quorum": 1}
 
 
 def imp(rid: str, ts: int, items: list[str], **labels: str) -> bytes:
@@ -39,6 +42,7 @@ def make(
     config = load_config(
         {
             **UNBOUNDED_TIMES,
+            **EVERY_EVENT,
             "window": WINDOW,
             "lateness": LATENESS,
             "measures": measures,
@@ -216,7 +220,6 @@ def test_late_impression_in_a_batch_is_closed_as_late_too():
 def test_idle_fallback_advances_a_quiet_partition_with_the_wall_clock():
     engine, results, clock = make(idle_timeout="5m")
     engine.feed(imp("r", 0, ["a"]), partition=3)
-    engine.feed(fb("r", 0, "a"), partition=3)  # a lone event confirms no time: corroborate it
     engine.tick()
     start = engine.watermarks()[3]
     assert start == -LATENESS
