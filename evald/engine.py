@@ -536,8 +536,9 @@ class Engine:
     def evicted(self, partition: int, since: int | None, kind: str = "impression") -> list[int]:
         """Offsets of ``kind`` >= ``since`` (the checkpoint's committed offset of that kind)
         of records a restore replaying from ``since`` must not let open a list: impressions
-        ``max_pending`` closed early and that were emitted, and with lists of several records
-        the later records of lists already emitted (docs/design.md). Forgets older ones."""
+        ``max_pending`` closed early and that were emitted, repeated impressions (ignored
+        while their request id was pending), and with lists of several records the later
+        records of lists already emitted (docs/design.md). Forgets older ones."""
         store = self._stores.get(partition)
         return [] if store is None else store.evicted(since, kind)
 

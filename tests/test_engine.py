@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -459,6 +460,69 @@ def test_evicted_offsets_below_the_replay_start_are_forgotten():
     assert engine.evicted(0, 2) == [2]
     assert engine.evicted(0, 0) == [2]  # forgotten for good
     assert engine.evicted(0, None) == [] and engine.evicted(9, 0) == []
+
+
+# ------------------------------------------------------------------------ two lives, one outcome
+
+
+def _lives(
+    events: list[tuple[str, int, bytes]], cut: int, **settings: object
+) -> tuple[list[Result], dict[str, int], list[Result], dict[str, int]]:
+    """One uninterrupted engine over ``events`` (kind, offset, raw), and a first life stopped
+    right after a checkpoint at ``cut`` plus a second life restored from it, re-fed from the
+    checkpoint's committed offsets: (results, counters) of both, the lives' summed."""
+    reference, want = make(**settings)
+    for kind, off, raw in events:
+        reference.feed(raw, kind=kind, offset=off)
+        reference.tick()
+    reference.drain()
+    first, got = make(**settings)
+    consumed = {"impression": 0, "feedback": 0}
+    for kind, off, raw in events[:cut]:
+        first.feed(raw, kind=kind, offset=off)
+        first.tick()
+        consumed[kind] = off + 1
+    low = first.low_offsets(0)
+    start = {k: consumed[k] if low[k] is None else low[k] for k in consumed}
+    second, _ = make(**settings)
+    second.on_result = got.append
+    second.restore(
+        0,
+        first.checkpoint(0),
+        consumed,
+        first.event_times(0),
+        first.evicted(0, start["impression"]),
+    )
+    for kind, off, raw in events:
+        if off >= start[kind]:
+            second.feed(raw, kind=kind, offset=off)
+            second.tick()
+    second.drain()
+    summed = Counter(first.stats.counted()) + Counter(second.stats.counted())
+    return want, reference.stats.counted(), got, dict(summed)
+
+
+@pytest.mark.parametrize("max_pending", [1_000_000, 2])
+def test_a_repeated_impression_refused_before_a_restore_is_refused_by_its_replay(max_pending):
+    """``r`` is accepted, its repeat (later in time) refused while ``r`` is pending; ``r``
+    closes and is emitted while ``hold``, at a lower offset, keeps the replay's start below
+    the repeat. The replay skips ``r`` as emitted: the repeat then found no pending ``r`` and
+    was rebuilt and emitted, a second result for ``r``. It must be refused again, as the
+    first life refused it (with the cap full, by the cap's check for a pending one)."""
+    events = [
+        ("impression", 0, imp("hold", 5 * MIN, ["a"])),
+        ("impression", 1, imp("r", 0, ["a"])),
+        ("impression", 2, imp("r", 3 * MIN, ["a", "b"])),  # refused: r is pending
+        ("feedback", 0, fb("r", 4 * MIN, "b")),
+        ("impression", 3, imp("x", 11 * MIN + 1, ["a"])),  # closes r, not hold
+        ("impression", 4, imp("end", 40 * MIN, ["a"])),
+    ]
+    want, want_counts, got, got_counts = _lives(events, 5, max_pending=max_pending, **EVERY_EVENT)
+    assert [r.request_id for r in got].count("r") == 1
+    assert sorted(r.request_id for r in got) == sorted(r.request_id for r in want)
+    assert {r.request_id: r.measures for r in got} == {r.request_id: r.measures for r in want}
+    assert got_counts == want_counts
+    assert want_counts["events/impression/duplicate"] == 1
 
 
 @pytest.mark.parametrize("cut", [60, 300, 700])
