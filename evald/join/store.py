@@ -74,12 +74,16 @@ class Replay:
     before their window closed) or that were ignored as repeats, which a replay from below
     them must not open again; ``evicted_feedback``: the same for shown items (the records of
     lists of several records, docs/design.md). ``marks``: what this life decided that a later
-    replay must skip (``ReplayMarks``), for the next checkpoints."""
+    replay must skip (``ReplayMarks``), for the next checkpoints. ``held``: offsets of the
+    feedback that was held at the checkpoint, whose outcome (orphaned, early, late, duplicate)
+    is still to be counted when it is re-fed and held again; each leaves the set when it is
+    re-fed."""
 
     marks: ReplayMarks
     until: dict[str, int] | None = None
     evicted: set[int] = field(default_factory=set)
     evicted_feedback: set[int] = field(default_factory=set)
+    held: set[int] = field(default_factory=set)
 
     def skipped(self, kind: str) -> set[int]:
         return self.evicted if kind == "impression" else self.evicted_feedback
@@ -509,7 +513,11 @@ class JoinStore:
         if held.full():
             self.stats.unattributed["orphaned"] += held.expire_oldest()
             self._refresh_due()
-        held.add(HeldEntry(rid, fb.ts, hash(fb.item), grade, evid, off, replayed, due))
+        counted = replayed
+        if replayed and off - 1 in self._replay.held:  # held at the checkpoint: undecided
+            self._replay.held.discard(off - 1)
+            counted = False
+        held.add(HeldEntry(rid, fb.ts, hash(fb.item), grade, evid, off, counted, due))
         if due < self._due:
             self._due = due
         return FEEDBACK_ACCEPTED
@@ -554,14 +562,18 @@ class JoinStore:
         event_times: EventTimes | None = None,
         evicted: Iterable[int] = (),
         evicted_feedback: Iterable[int] = (),
+        held_feedback: Iterable[int] = (),
     ) -> None:
         """Start again after a crash: watermark as checkpointed, events before ``consumed`` are
         re-fed silently (see Engine.restore). With ``event_times`` (``event_times()`` at the
         checkpoint) re-fed events are not counted again: they are in it. Impressions at the
         ``evicted`` offsets (and shown items at ``evicted_feedback``) open no list when re-fed:
-        their list was emitted before (``evicted``)."""
+        their list was emitted before (``evicted``). Feedback at the ``held_feedback`` offsets
+        (``held_feedback()`` at the checkpoint) has its outcome counted when re-fed and held
+        again; other re-fed feedback held again had its outcome counted before."""
         self._replay.evicted.update(evicted)
         self._replay.evicted_feedback.update(evicted_feedback)
+        self._replay.held.update(held_feedback)
         if event_times is not None:
             self._wm.restore_times(event_times)
         if watermark is not None:
@@ -678,6 +690,20 @@ class JoinStore:
             skipped.intersection_update([o for o in skipped if o >= since])
         marked = self._replay.marks.offsets(kind, since, self._wm.watermark)
         return sorted(skipped.union(marked))
+
+    def held_feedback(self, since: int | None) -> list[int]:
+        """Offsets (sorted) at or after ``since`` (the checkpoint's committed feedback offset)
+        of the feedback held now whose outcome is still to be counted, and of the feedback a
+        restore named so (``restore``'s ``held_feedback``) that its replay has not re-fed yet:
+        what a restore from that checkpoint counts the outcome of. Older ones are forgotten
+        (no replay reaches them); None: nothing will be replayed."""
+        waiting = self._replay.held
+        if since is None:
+            waiting.clear()
+            return []
+        if waiting:
+            waiting.intersection_update([o for o in waiting if o >= since])
+        return sorted(waiting.union(self._held.uncounted_offsets()))
 
     def scanned_offsets(self) -> dict[str, list[int]]:
         """Every source offset the pending state still holds, by kind, found by a full scan:
