@@ -33,6 +33,7 @@ from typing import Any
 from evald.join.clock import EventTimes
 
 __all__ = [
+    "MAX_HELD_RUNS",
     "VERSION",
     "Checkpoint",
     "ResultRange",
@@ -44,6 +45,10 @@ __all__ = [
 ]
 
 VERSION = 2
+#: runs of held feedback (``held_feedback``) a checkpoint lists at most, about 100 KB of its
+#: record: past them, the feedback held at higher offsets has its outcome left uncounted by a
+#: restore (undercounted, never twice), and the record stays far below a topic's 1 MiB limit
+MAX_HELD_RUNS = 4096
 #: versions :meth:`Checkpoint.decode` reads (a version 1 checkpoint restores through its ranges)
 READABLE = (1, 2)
 

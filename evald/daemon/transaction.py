@@ -31,6 +31,7 @@ from kafka.structs import OffsetAndMetadata
 from evald.daemon import snapshots
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import (
+    MAX_HELD_RUNS,
     Checkpoint,
     ResultRange,
     SnapshotRef,
@@ -391,7 +392,7 @@ class Transaction:
             snapshot=snapshot,
             evicted=to_runs(engine.evicted(p, committed["impression"])),
             evicted_feedback=to_runs(engine.evicted(p, committed["feedback"], "feedback")),
-            held_feedback=to_runs(engine.held_feedback(p, committed["feedback"])),
+            held_feedback=to_runs(engine.held_feedback(p, committed["feedback"]))[:MAX_HELD_RUNS],
             statistics=statistics,
         )
 

@@ -312,3 +312,27 @@ def test_repeats_and_feedback_held_at_the_checkpoint_are_decided_once_across_res
     assert letters(cluster) == letters(ref_cluster)
     assert counted(sessions) == counted([ref])
     assert_windows_equal(windows(last), windows(ref))
+
+
+def test_past_the_runs_a_checkpoint_lists_held_feedback_is_undercounted_never_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checkpoint lists at most ``MAX_HELD_RUNS`` runs of held feedback (its record stays
+    small); a restore leaves the outcome of the feedback held past them uncounted."""
+    monkeypatch.setattr("evald.daemon.transaction.MAX_HELD_RUNS", 2)
+    records = {p: traffic(seed=9, partition=p, n=300, base=BASE, orphans=0.1) for p in PARTITIONS}
+    head, tail = split(records, 2 / 3)
+    ref_cluster, ref = uninterrupted(head, tail)
+    cluster, clock = write(Cluster(), head), SettableClock()
+    first = Session(cluster, settings(), PARTITIONS, clock)
+    run_to_the_end(first, clock)
+    first.commit()
+    assert all(len(c.held_feedback) == 2 for c in checkpoints(cluster).values())
+    write(cluster, tail)
+    last = Session(cluster, settings(), PARTITIONS, clock)
+    run_to_the_end(last, clock)
+    last.commit()
+    got, want = counted([first, last]), counted([ref])
+    short = want["unattributed orphaned"] - got["unattributed orphaned"]
+    assert short > 0 and got + Counter({"unattributed orphaned": short}) == want
+    assert sorted(map(str, results(cluster))) == sorted(map(str, results(ref_cluster)))
