@@ -515,14 +515,18 @@ class Engine:
         event_times: EventTimes | None = None,
         evicted: Sequence[int] = (),
         evicted_feedback: Sequence[int] = (),
+        held_feedback: Sequence[int] = (),
     ) -> None:
         """Rebuild ``partition`` after a restart by re-feeding from its low offsets.
 
         Events fed with ``offset < consumed[kind]`` were seen before the crash: impressions
         among them whose window closed by ``watermark_ms`` were already emitted and are
         skipped; the others, and their feedback, rebuild the pending state; no counter moves.
-        Feedback re-fed while its impression is not pending is held silently (it may have been
-        waiting for that impression before the crash). Later offsets behave normally.
+        Feedback re-fed while its impression is not pending is held again; its outcome (expired
+        as orphaned, or early, late or a duplicate when its impression comes) is counted when
+        its offset is in ``held_feedback``, what ``held_feedback`` returned at the checkpoint
+        (it was held then, undecided), and not otherwise (it was attached to an impression
+        emitted since: decided and counted). Later offsets behave normally.
         ``event_times`` is what ``event_times`` returned at the checkpoint (None: unknown, as
         in a checkpoint written before it existed; re-fed events then count again).
         ``evicted`` is what ``evicted`` returned at the checkpoint: impressions the cap
@@ -530,14 +534,23 @@ class Engine:
         what ``evicted(kind="feedback")`` returned (lists of several records).
         """
         self._store(partition).restore(
-            watermark_ms, dict(consumed), event_times, evicted, evicted_feedback
+            watermark_ms, dict(consumed), event_times, evicted, evicted_feedback, held_feedback
         )
+
+    def held_feedback(self, partition: int, since: int | None) -> list[int]:
+        """Offsets >= ``since`` (the checkpoint's committed feedback offset) of the feedback
+        held whose outcome is still to be counted, for the checkpoint: a restore counts the
+        outcome of these when they expire or are claimed, as an uninterrupted run would, and
+        of no other re-fed feedback (docs/semantics.md §6)."""
+        store = self._stores.get(partition)
+        return [] if store is None else store.held_feedback(since)
 
     def evicted(self, partition: int, since: int | None, kind: str = "impression") -> list[int]:
         """Offsets of ``kind`` >= ``since`` (the checkpoint's committed offset of that kind)
         of records a restore replaying from ``since`` must not let open a list: impressions
-        ``max_pending`` closed early and that were emitted, and with lists of several records
-        the later records of lists already emitted (docs/design.md). Forgets older ones."""
+        ``max_pending`` closed early and that were emitted, repeated impressions (ignored
+        while their request id was pending), and with lists of several records the later
+        records of lists already emitted (docs/design.md). Forgets older ones."""
         store = self._stores.get(partition)
         return [] if store is None else store.evicted(since, kind)
 

@@ -17,7 +17,9 @@ then hold only the results written after that snapshot, so a restore reads an am
 by the state, not by the uptime (docs/design.md, "Restart cost"). Version 2 also lists the
 impression offsets the pending cap closed early (``evicted``), which a replay must skip (and,
 optional, ``evicted_feedback``: the event offsets a replay must skip with lists of several
-records, docs/design.md; an older reader ignores it), and,
+records, docs/design.md; an older reader ignores it), the optional ``held_feedback``: the
+feedback offsets held at the checkpoint whose outcome a restore still has to count (absent:
+none, or an older writer; an older reader ignores it), and,
 with comparisons configured, the partition's comparison shares not final yet (``statistics``,
 an optional field: older readers ignore it; docs/design.md, "Statistics over all partitions").
 """
@@ -31,6 +33,7 @@ from typing import Any
 from evald.join.clock import EventTimes
 
 __all__ = [
+    "MAX_HELD_RUNS",
     "VERSION",
     "Checkpoint",
     "ResultRange",
@@ -42,6 +45,10 @@ __all__ = [
 ]
 
 VERSION = 2
+#: runs of held feedback (``held_feedback``) a checkpoint lists at most, about 100 KB of its
+#: record: past them, the feedback held at higher offsets has its outcome left uncounted by a
+#: restore (undercounted, never twice), and the record stays far below a topic's 1 MiB limit
+MAX_HELD_RUNS = 4096
 #: versions :meth:`Checkpoint.decode` reads (a version 1 checkpoint restores through its ranges)
 READABLE = (1, 2)
 
@@ -119,6 +126,9 @@ class Checkpoint:
     evicted: tuple[tuple[int, int], ...] = ()
     #: as ``evicted``, on the feedback topic: shown items of lists already emitted
     evicted_feedback: tuple[tuple[int, int], ...] = ()
+    #: runs of the feedback offsets held at the checkpoint, undecided (``Engine.held_feedback``):
+    #: a restore counts their outcome when they expire or are claimed, and no other re-fed one's
+    held_feedback: tuple[tuple[int, int], ...] = ()
     #: the partition's open comparison shares and final mark (``PartitionShares.state``), or
     #: ``{"records": <SnapshotRef JSON>}`` naming the checkpoint-topic records holding them when
     #: they are large; None without comparisons, or in a checkpoint written before them
@@ -151,6 +161,8 @@ class Checkpoint:
             doc["evicted"] = [list(run) for run in self.evicted]
         if self.evicted_feedback:
             doc["evicted_feedback"] = [list(run) for run in self.evicted_feedback]
+        if self.held_feedback:
+            doc["held_feedback"] = [list(run) for run in self.held_feedback]
         if self.statistics is not None:
             doc["statistics"] = self.statistics
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
@@ -180,6 +192,7 @@ class Checkpoint:
                 evicted_feedback=tuple(
                     (int(a), int(b)) for a, b in doc.get("evicted_feedback") or ()
                 ),
+                held_feedback=tuple((int(a), int(b)) for a, b in doc.get("held_feedback") or ()),
                 statistics=doc.get("statistics"),
             )
         except (KeyError, TypeError, AttributeError) as exc:

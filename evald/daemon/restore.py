@@ -107,8 +107,8 @@ class Restorer:
         3. Read every checkpoint record at once; refuse one that is not the partition's
            checkpoint, was written against other input topics or holds values that cannot be
            right (restore_checks.check_checkpoint).
-        4. Restore each engine partition's watermark, consumed offsets, event times and
-           evicted impressions, and its comparison shares not final yet (records of large
+        4. Restore each engine partition's watermark, consumed offsets, event times, evicted
+           impressions and held feedback, and its comparison shares not final yet (records of large
            ones read at once); refuse when the statistics topic lost shares a comparison
            needs. Read every snapshot at once and load it, then every committed result range
            at once, absorbed as it arrives.
@@ -134,6 +134,7 @@ class Restorer:
                 checkpoint.event_times,
                 from_runs(checkpoint.evicted),
                 from_runs(checkpoint.evicted_feedback),
+                from_runs(checkpoint.held_feedback),
             )
             read[p] = [1, len(checkpoint.encode())]
         absorbed = self._refuse(self._rebuild, found, starts, read, progress)

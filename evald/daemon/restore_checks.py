@@ -205,8 +205,16 @@ def _offset_problem(checkpoint: Checkpoint, bounds: Bounds, where: Where) -> str
         if not last <= r.start <= r.end:
             return f"its result ranges {[(x.start, x.end) for x in checkpoint.results]} overlap"
         last = r.end
-    if any(not 0 <= a < b for a, b in checkpoint.evicted):
-        return f"its evicted offsets {list(checkpoint.evicted)[:5]} are not runs"
+    for name, runs in (
+        ("evicted", checkpoint.evicted),
+        ("evicted_feedback", checkpoint.evicted_feedback),
+        ("held_feedback", checkpoint.held_feedback),
+    ):
+        if any(not 0 <= a < b for a, b in runs):
+            return f"its {name} offsets {list(runs)[:5]} are not runs"
+    fb = checkpoint.committed["feedback"], checkpoint.consumed["feedback"]
+    if any(a < fb[0] or b > fb[1] for a, b in checkpoint.held_feedback):
+        return f"its held feedback {list(checkpoint.held_feedback)[:5]} lies outside {list(fb)}"
     return None
 
 

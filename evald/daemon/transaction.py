@@ -31,6 +31,7 @@ from kafka.structs import OffsetAndMetadata
 from evald.daemon import snapshots
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import (
+    MAX_HELD_RUNS,
     Checkpoint,
     ResultRange,
     SnapshotRef,
@@ -172,11 +173,11 @@ class Transaction:
            checkpoint topic partition p and flush to learn their offsets.
         4. Per partition, send its checkpoint record (checkpoint topic, partition p): the new
            snapshot (ranges then start empty) or the last committed one with the ranges after
-           it, the engine's watermark, low offsets, event times and evicted impressions, the
-           consumed offsets (``Part.consumed``: never below those of the checkpoint a
-           replay is restoring) and the input topic ids. With comparisons, first send p's
-           comparison shares that became final and its final mark to the statistics topic;
-           the checkpoint keeps the shares not final yet.
+           it, the engine's watermark, low offsets, event times, evicted impressions and held
+           feedback, the consumed offsets (``Part.consumed``: never below those of the
+           checkpoint a replay is restoring) and the input topic ids. With comparisons, first
+           send p's comparison shares that became final and its final mark to the statistics
+           topic; the checkpoint keeps the shares not final yet.
         5. Flush the checkpoints (and the statistics records: crash point ``statistics_sent``
            when they hold a share), then send the group offsets into the transaction: per input
            topic the engine's low offset (the next unfed offset when nothing is pending), and
@@ -391,6 +392,7 @@ class Transaction:
             snapshot=snapshot,
             evicted=to_runs(engine.evicted(p, committed["impression"])),
             evicted_feedback=to_runs(engine.evicted(p, committed["feedback"], "feedback")),
+            held_feedback=to_runs(engine.held_feedback(p, committed["feedback"]))[:MAX_HELD_RUNS],
             statistics=statistics,
         )
 

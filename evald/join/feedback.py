@@ -152,7 +152,9 @@ class AttachedFeedback:
 
 
 class HeldEntry:
-    """Feedback waiting for its impression (a Python object: these are few and short-lived)."""
+    """Feedback waiting for its impression (a Python object: these are few and short-lived).
+    ``replayed``: a restore re-fed it and its outcome was counted before the checkpoint (it
+    was attached to an impression emitted since), so it leaves without a count."""
 
     __slots__ = ("alive", "deadline", "evid", "grade", "item", "offset", "replayed", "rid", "ts")
 
@@ -261,3 +263,13 @@ class HeldFeedback:
     def offsets(self) -> list[int]:
         """Source offsets of the live entries."""
         return [h.offset - 1 for w in self._by_rid.values() for h in w if h.alive and h.offset > 0]
+
+    def uncounted_offsets(self) -> list[int]:
+        """Source offsets of the live entries whose outcome is still to be counted (not
+        ``replayed``): what a checkpoint lists for the next restore."""
+        return [
+            h.offset - 1
+            for w in self._by_rid.values()
+            for h in w
+            if h.alive and h.offset > 0 and not h.replayed
+        ]

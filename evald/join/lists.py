@@ -4,19 +4,19 @@ A mapping with ``repeats: merge`` or ``shown_actions`` (the UBI preset; docs/map
 of several records") lets one request id's list come in several records: query records with
 or without items, and shown items (per-item impression events, :class:`evald.events.Shown`).
 The first record opens the list (a pending slot, as any impression); :class:`OpenList` holds
-what the later ones add, :class:`ShownItems` the shown items, and :class:`ReplayMarks` the
-records a restore's replay must not let open a list again (docs/design.md, "Lists of several
-records across a restore").
+what the later ones add and :class:`ShownItems` the shown items; the store's
+:class:`ReplayMarks` take the records a restore's replay must not let open a list again
+(docs/design.md, "Lists of several records across a restore").
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 
 import numpy as np
 
 from evald.join.offset_log import OffsetLog
+from evald.join.replay_marks import ReplayMarks
 
 #: column name -> dtype; ``next`` chains a list's entries (0 = end, else entry + 1) and
 #: ``offset`` is the source offset + 1 (0: none)
@@ -123,48 +123,22 @@ class OpenList:
         self.count = 0
 
 
-KINDS = ("impression", "feedback")
-
-
-class ReplayMarks:
-    """Offsets a restore's replay must skip although their time alone would let them open a
-    list: the later records of a list closed early by the cap, or of a list already closed
-    whose own time is later than the list's. Kept while their time + window is ahead of the
-    watermark (after that the time rule skips them: docs/design.md)."""
-
-    def __init__(self, window: int) -> None:
-        self.window = window
-        self._heap: list[tuple[int, int, int]] = []  # (deadline, kind index, offset)
-
-    def add(self, kind: str, offset: int, ts: int) -> None:
-        heapq.heappush(self._heap, (ts + self.window, KINDS.index(kind), offset))
-
-    def prune(self, watermark: int | None) -> None:
-        """Forget marks the time rule covers at ``watermark``."""
-        heap = self._heap
-        while heap and watermark is not None and heap[0][0] <= watermark:
-            heapq.heappop(heap)
-
-    def offsets(self, kind: str, since: int, watermark: int | None) -> list[int]:
-        """Marked offsets of ``kind`` at or after ``since`` still needed at ``watermark``."""
-        self.prune(watermark)
-        index = KINDS.index(kind)
-        return sorted({o for _, k, o in self._heap if k == index and o >= since})
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-
 class Lists:
     """The open lists of several records of one partition, for a mapping that merges a
     request id's records (the join store has one when the decoder says so, none otherwise)."""
 
-    def __init__(self, window: int, max_items: int, user_cluster: Callable[[str], int] | None):
+    def __init__(
+        self,
+        marks: ReplayMarks,
+        max_items: int,
+        user_cluster: Callable[[str], int] | None,
+    ) -> None:
         #: pending slot -> its list's later records (a slot opened by one record with its
         #: items and never joined has none)
         self.open: dict[int, OpenList] = {}
         self.shown = ShownItems()
-        self.marks = ReplayMarks(window)
+        #: the store's marks, which the records of the lists scored join
+        self.marks = marks
         self.max_items = max_items
         #: the user id -> cluster key function of the store (None: clusters not kept)
         self.user_cluster = user_cluster

@@ -28,6 +28,7 @@ from evald.join.lists import Lists, OpenList, widen
 from evald.join.offset_log import OffsetLog
 from evald.join.pending import PendingImpressions
 from evald.join.queues import DeadlineQueue, IntFifo
+from evald.join.replay_marks import ReplayMarks
 from evald.join.rid_table import NONE, RidTable
 from evald.join.window import deadline, is_closed, misses_window, open_deadline
 from evald.segments import LabelTable
@@ -70,13 +71,19 @@ class Joined:
 class Replay:
     """What a restore re-feeds. ``until``: kind -> first offset not seen before the crash
     (None: not restoring). ``evicted``: source offsets of impressions the cap closed (emitted
-    before their window closed), which a replay from below them must not open again;
-    ``evicted_feedback``: the same for shown items (the records of lists of several records,
-    docs/design.md)."""
+    before their window closed) or that were ignored as repeats, which a replay from below
+    them must not open again; ``evicted_feedback``: the same for shown items (the records of
+    lists of several records, docs/design.md). ``marks``: what this life decided that a later
+    replay must skip (``ReplayMarks``), for the next checkpoints. ``held``: offsets of the
+    feedback that was held at the checkpoint, whose outcome (orphaned, early, late, duplicate)
+    is still to be counted when it is re-fed and held again; each leaves the set when it is
+    re-fed."""
 
+    marks: ReplayMarks
     until: dict[str, int] | None = None
     evicted: set[int] = field(default_factory=set)
     evicted_feedback: set[int] = field(default_factory=set)
+    held: set[int] = field(default_factory=set)
 
     def skipped(self, kind: str) -> set[int]:
         return self.evicted if kind == "impression" else self.evicted_feedback
@@ -126,9 +133,9 @@ class JoinStore:
         self._attached = AttachedFeedback()
         self._held = HeldFeedback(max_held)
         self._imp_offsets = OffsetLog()  # source offsets of pending impressions
-        self._replay = Replay()
+        self._replay = Replay(ReplayMarks(window))
         #: the open lists of several records; None: every record is a list of its own
-        self._lists = Lists(window, max_items, user_cluster) if merge else None
+        self._lists = Lists(self._replay.marks, max_items, user_cluster) if merge else None
         self._kernel = self._bind_kernel(user_cluster, max_pending)
 
     @property
@@ -279,15 +286,13 @@ class JoinStore:
                 key = hash(rid)
                 if open_total[0] >= max_pending:
                     if table_get(key) != NONE:
-                        if not replayed:
-                            counts[IMPRESSION_DUPLICATE] += 1
+                        self._repeated(offset, ts, replayed)
                         continue
                     self._evict(self)
                 slot = new_slot()
                 if table_insert(key, slot) != NONE:
                     pending.free_slot(slot)
-                    if not replayed:
-                        counts[IMPRESSION_DUPLICATE] += 1
+                    self._repeated(offset, ts, replayed)
                     continue
                 # (a Shown took the branch above: ``__class__ is`` is cheap, mypy cannot see it)
                 user = event.user_id  # type: ignore[union-attr]
@@ -320,6 +325,15 @@ class JoinStore:
             mark = see(ts, replayed)  # joined first, then the watermark moves
             if mark is not None and is_closed(self._due, mark):
                 self._close_due(mark)
+
+    def _repeated(self, offset: int | None, ts: int, replayed: bool) -> None:
+        """An impression whose request id is pending: ignored and counted as a duplicate, and
+        marked, so that a replay that re-feeds it after the first was emitted (its time is
+        later) ignores it again instead of opening the request id a second time."""
+        if offset is not None:
+            self._replay.marks.add("impression", offset, ts)
+        if not replayed:
+            self.stats.events[IMPRESSION_DUPLICATE] += 1
 
     # ------------------------------------------------------------------ lists of several records
 
@@ -364,6 +378,8 @@ class JoinStore:
             slot = self._open_shown(event, offset, due)
         entry = lists.of(slot, self._pending.offset[slot])
         if entry.count >= lists.max_items:
+            if offset is not None:  # a replay after the list was emitted refuses it too
+                lists.marks.add("feedback", offset, event.ts)
             if refused is not None and not replayed:
                 detail = f"{event.request_id!r}: more than {lists.max_items} shown items"
                 refused.append((position, "too_many_items", detail, "feedback"))
@@ -497,7 +513,11 @@ class JoinStore:
         if held.full():
             self.stats.unattributed["orphaned"] += held.expire_oldest()
             self._refresh_due()
-        held.add(HeldEntry(rid, fb.ts, hash(fb.item), grade, evid, off, replayed, due))
+        counted = replayed
+        if replayed and off - 1 in self._replay.held:  # held at the checkpoint: undecided
+            self._replay.held.discard(off - 1)
+            counted = False
+        held.add(HeldEntry(rid, fb.ts, hash(fb.item), grade, evid, off, counted, due))
         if due < self._due:
             self._due = due
         return FEEDBACK_ACCEPTED
@@ -542,14 +562,18 @@ class JoinStore:
         event_times: EventTimes | None = None,
         evicted: Iterable[int] = (),
         evicted_feedback: Iterable[int] = (),
+        held_feedback: Iterable[int] = (),
     ) -> None:
         """Start again after a crash: watermark as checkpointed, events before ``consumed`` are
         re-fed silently (see Engine.restore). With ``event_times`` (``event_times()`` at the
         checkpoint) re-fed events are not counted again: they are in it. Impressions at the
         ``evicted`` offsets (and shown items at ``evicted_feedback``) open no list when re-fed:
-        their list was emitted before (``evicted``)."""
+        their list was emitted before (``evicted``). Feedback at the ``held_feedback`` offsets
+        (``held_feedback()`` at the checkpoint) has its outcome counted when re-fed and held
+        again; other re-fed feedback held again had its outcome counted before."""
         self._replay.evicted.update(evicted)
         self._replay.evicted_feedback.update(evicted_feedback)
+        self._replay.held.update(held_feedback)
         if event_times is not None:
             self._wm.restore_times(event_times)
         if watermark is not None:
@@ -607,6 +631,7 @@ class JoinStore:
         del closed.slots[:limit], closed.reasons[:limit]
         if not closed.slots:
             self.first_close_wall = None
+        self._replay.marks.prune(self._wm.watermark)
         pending = self._pending
         idx = np.asarray(slots, dtype=np.intp)
         items, mask, lengths = pending.items(idx)
@@ -614,7 +639,6 @@ class JoinStore:
         if lists is not None and lists.open:
             times = pending.column("ts")[idx].tolist()
             rows = lists.taken(slots, reasons, lengths.tolist(), times)
-            lists.marks.prune(self._wm.watermark)
             if rows:  # lists no record gave items to: their shown items, in position order
                 items, mask, lengths = widen(items, mask, lengths, rows)
         grades = np.zeros(items.shape, np.float64)
@@ -654,9 +678,9 @@ class JoinStore:
     def evicted(self, since: int | None, kind: str = "impression") -> list[int]:
         """Offsets (sorted) of records of ``kind`` at or after ``since``, the offset a
         checkpoint replays that kind from, that a replay must not let open a list: impressions
-        closed by the cap, and with lists of several records their other records once the
-        list closed (``ReplayMarks``); older ones are forgotten (no replay reaches them).
-        None: nothing will be replayed."""
+        closed by the cap, repeated impressions, and with lists of several records their other
+        records once the list closed (``ReplayMarks``); older ones are forgotten (no replay
+        reaches them). None: nothing will be replayed."""
         replay = self._replay
         skipped = replay.skipped(kind)
         if since is None:
@@ -664,9 +688,22 @@ class JoinStore:
             return []
         if skipped:
             skipped.intersection_update([o for o in skipped if o >= since])
-        lists = self._lists
-        marked = [] if lists is None else lists.marks.offsets(kind, since, self._wm.watermark)
+        marked = self._replay.marks.offsets(kind, since, self._wm.watermark)
         return sorted(skipped.union(marked))
+
+    def held_feedback(self, since: int | None) -> list[int]:
+        """Offsets (sorted) at or after ``since`` (the checkpoint's committed feedback offset)
+        of the feedback held now whose outcome is still to be counted, and of the feedback a
+        restore named so (``restore``'s ``held_feedback``) that its replay has not re-fed yet:
+        what a restore from that checkpoint counts the outcome of. Older ones are forgotten
+        (no replay reaches them); None: nothing will be replayed."""
+        waiting = self._replay.held
+        if since is None:
+            waiting.clear()
+            return []
+        if waiting:
+            waiting.intersection_update([o for o in waiting if o >= since])
+        return sorted(waiting.union(self._held.uncounted_offsets()))
 
     def scanned_offsets(self) -> dict[str, list[int]]:
         """Every source offset the pending state still holds, by kind, found by a full scan:

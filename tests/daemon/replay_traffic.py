@@ -17,12 +17,19 @@ Records = dict[int, Rows]
 MALFORMED = b'{"request_id": "broken", "ts":'
 
 
-def traffic(seed: int, partition: int, n: int, base: int) -> Rows:
+def traffic(
+    seed: int, partition: int, n: int, base: int, *, repeats: float = 0.0, orphans: float = 0.0
+) -> Rows:
     """``n`` impressions arriving from ``base`` (ms) 0.1-0.9 s apart: event time trailing
     arrival by up to 40 s (so later offsets close before earlier ones), 5% late by 5 minutes,
     3% preceded by a malformed record, clicks on half of them 0.2-20 s later, 5% of those on
-    an item that was not served."""
+    an item that was not served. ``repeats``: the share of impressions repeated right after
+    (same request id, 5-30 s later in event time: ignored, the first is pending);
+    ``orphans``: the share followed by a click for a request id never served (held until it
+    expires). Both draw from a random stream of their own: without them the traffic is the
+    same."""
     rng = random.Random(seed * 100 + partition)
+    more = random.Random(seed * 100 + partition + 50)
     out: Rows = []
     clicks: list[tuple[int, int, bytes]] = []
     arrival = base
@@ -38,6 +45,12 @@ def traffic(seed: int, partition: int, n: int, base: int) -> Rows:
         items = [f"i{rng.randrange(30)}" for _ in range(5)]
         body = {"request_id": rid, "ts": ts, "items": items, "labels": {"arm": f"a{i % 2}"}}
         out.append(("impression", arrival, json.dumps(body).encode()))
+        if more.random() < repeats:
+            again = {**body, "ts": ts + more.randint(5_000, 30_000), "items": items[::-1]}
+            out.append(("impression", arrival, json.dumps(again).encode()))
+        if more.random() < orphans:
+            nobody = {"request_id": f"{rid}-x", "ts": ts, "item": items[0], "action": "click"}
+            out.append(("feedback", arrival, json.dumps(nobody).encode()))
         if rng.random() < 0.5:
             delay = rng.randint(200, 20_000)
             item = "ghost" if rng.random() < 0.05 else rng.choice(items)

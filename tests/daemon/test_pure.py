@@ -140,6 +140,24 @@ def test_a_version_1_checkpoint_still_restores_through_its_ranges() -> None:
     assert cp.event_times == EventTimes(4)
 
 
+def test_the_feedback_held_at_a_checkpoint_travels_as_runs_and_is_optional() -> None:
+    """Written only when some feedback is held (an older reader ignores it); a checkpoint
+    without it, from an older evald or with none held, reads as none held."""
+    cp = Checkpoint(
+        partition=1,
+        watermark=5,
+        committed={"impression": 10, "feedback": 7},
+        consumed={"impression": 25, "feedback": 30},
+        held_feedback=((7, 9), (12, 13)),
+    )
+    raw = cp.encode()
+    assert json.loads(raw)["held_feedback"] == [[7, 9], [12, 13]]
+    assert Checkpoint.decode(raw) == cp
+    plain = Checkpoint(1, 5, {"impression": 1, "feedback": 1}, {"impression": 1, "feedback": 1})
+    assert "held_feedback" not in json.loads(plain.encode())
+    assert Checkpoint.decode(plain.encode()).held_feedback == ()
+
+
 def test_evicted_offsets_travel_as_runs() -> None:
     offsets = [3, 4, 5, 9, 11, 12]
     assert to_runs(offsets) == ((3, 6), (9, 10), (11, 13))

@@ -23,7 +23,7 @@ from fake_kafka import Cluster, Session
 from replay_traffic import MALFORMED, Records, split, traffic
 from settable_clock import SettableClock
 
-from evald.daemon.checkpoint import Checkpoint
+from evald.daemon.checkpoint import Checkpoint, from_runs
 from evald.daemon.comparisons import statistics_topic
 from evald.daemon.settings import Settings, load_settings
 from evald.statistics.shares import Share, decode_record
@@ -213,6 +213,7 @@ def test_commits_made_while_replaying_leave_every_output_exactly_once(interrupt:
             assert during[p].event_times == before[p].event_times, p
             assert during[p].results == before[p].results, p
             assert during[p].evicted == before[p].evicted, p
+            assert during[p].held_feedback == before[p].held_feedback, p
             assert during[p].statistics == before[p].statistics, p
     write(cluster, tail)  # closes the impressions pending at the first checkpoint
     last = Session(cluster, settings(), PARTITIONS, clock)
@@ -262,3 +263,76 @@ def test_a_record_sorting_before_the_replay_waits_until_the_replay_is_fed() -> N
         outcomes.append(sorted(rid for rid, _ in results(cluster)))
     assert outcomes[0] == ["i0", "i1"]
     assert outcomes[1] == outcomes[0]
+
+
+def test_repeats_and_feedback_held_at_the_checkpoint_are_decided_once_across_restarts() -> None:
+    """Traffic with repeated impressions (ignored while the first is pending, later in event
+    time) and clicks for request ids never served (held until they expire). One session
+    consumes what is written and stops; a second restores, commits in mid-replay and stops; a
+    last one consumes the rest. Before, the replay took a repeat whose first had been emitted
+    for a new impression (a second result), and the held clicks expired uncounted."""
+    records = {
+        p: traffic(seed=9, partition=p, n=450, base=BASE, repeats=0.1, orphans=0.1)
+        for p in PARTITIONS
+    }
+    head, tail = split(records, 2 / 3)
+    ref_cluster, ref = uninterrupted(head, tail)
+    assert ref.engine.stats.events[("impression", "duplicate")] > 0
+    assert ref.engine.stats.unattributed["orphaned"] > 0
+    cluster, clock = write(Cluster(), head), SettableClock()
+    first = Session(cluster, settings(), PARTITIONS, clock)
+    run_to_the_end(first, clock)
+    first.commit()
+    before = checkpoints(cluster)
+    emitted = {rid for rid, _ in results(cluster)}
+    for p, checkpoint in before.items():  # what a wrong restore would decide again
+        assert checkpoint.held_feedback, p
+        values = [r.value for r in cluster.records(TOPICS["impressions"]) if r.partition == p]
+        repeats = {
+            json.loads(values[o] or b"")["request_id"] for o in from_runs(checkpoint.evicted)
+        }
+        assert repeats & emitted, p  # repeats inside the replay of impressions emitted
+    sessions = [first, Session(cluster, settings(), PARTITIONS, clock)]
+    sessions[1].cycle()  # restores both partitions
+    clock.now += 3.0
+    sessions[1].cycle(limit=7, partitions=[1])
+    sessions[1].commit()
+    during = checkpoints(cluster)
+    for p in PARTITIONS:
+        assert during[p].held_feedback == before[p].held_feedback, p
+        assert during[p].evicted == before[p].evicted, p
+    write(cluster, tail)
+    last = Session(cluster, settings(), PARTITIONS, clock)
+    sessions.append(last)
+    run_to_the_end(last, clock)
+    last.commit()
+    # a repeat of a late impression (closed at once) is a result of its own, in both
+    got, want = results(cluster), results(ref_cluster)
+    assert sorted(json.dumps(doc) for _, doc in got) == sorted(json.dumps(doc) for _, doc in want)
+    assert letters(cluster) == letters(ref_cluster)
+    assert counted(sessions) == counted([ref])
+    assert_windows_equal(windows(last), windows(ref))
+
+
+def test_past_the_runs_a_checkpoint_lists_held_feedback_is_undercounted_never_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checkpoint lists at most ``MAX_HELD_RUNS`` runs of held feedback (its record stays
+    small); a restore leaves the outcome of the feedback held past them uncounted."""
+    monkeypatch.setattr("evald.daemon.transaction.MAX_HELD_RUNS", 2)
+    records = {p: traffic(seed=9, partition=p, n=300, base=BASE, orphans=0.1) for p in PARTITIONS}
+    head, tail = split(records, 2 / 3)
+    ref_cluster, ref = uninterrupted(head, tail)
+    cluster, clock = write(Cluster(), head), SettableClock()
+    first = Session(cluster, settings(), PARTITIONS, clock)
+    run_to_the_end(first, clock)
+    first.commit()
+    assert all(len(c.held_feedback) == 2 for c in checkpoints(cluster).values())
+    write(cluster, tail)
+    last = Session(cluster, settings(), PARTITIONS, clock)
+    run_to_the_end(last, clock)
+    last.commit()
+    got, want = counted([first, last]), counted([ref])
+    short = want["unattributed orphaned"] - got["unattributed orphaned"]
+    assert short > 0 and got + Counter({"unattributed orphaned": short}) == want
+    assert sorted(map(str, results(cluster))) == sorted(map(str, results(ref_cluster)))

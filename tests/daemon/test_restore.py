@@ -224,6 +224,8 @@ def test_a_record_that_is_not_a_checkpoint_is_refused(value: bytes | None, says:
         ({"consumed": {"impression": 40, "feedback": 3}}, "up to offset 40, but that partition"),
         ({"results": (ResultRange(5, 9), ResultRange(2, 3))}, "overlap"),
         ({"evicted": ((7, 7),)}, "evicted offsets"),
+        ({"held_feedback": ((2, 1),)}, "held_feedback offsets"),
+        ({"held_feedback": ((1, 1_000_000_000),)}, "held feedback [(1, 1000000000)] lies"),
     ],
 )
 def test_values_that_cannot_be_right_are_refused(fields: dict[str, Any], says: str) -> None:

@@ -223,3 +223,23 @@ def test_without_the_marks_a_restore_opens_emitted_lists_again() -> None:
             or {r.request_id: (r.ts, r.labels, r.measures) for r in both} != want
         )
         assert wrong, crash_at
+
+
+def test_a_shown_item_a_full_list_refused_is_refused_again_by_a_restore_s_replay() -> None:
+    """A list at ``max_items`` refuses a further shown item (dead-lettered, counted); the list
+    is emitted while ``hold``'s shown item, at a lower offset, keeps the replay's start below
+    the refused one. Re-fed, the refused item found no open list and its own time was not
+    closed yet: it opened ``q`` again, a second result for ``q``. The replay must refuse it
+    as the first life did."""
+    records = [
+        ("feedback", 0, shown("hold", T0 + 5 * MIN, "a", 0)),
+        ("feedback", 1, shown("q", T0, "a", 0)),
+        ("feedback", 2, shown("q", T0, "b", 1)),
+        ("feedback", 3, shown("q", T0 + 3 * MIN, "c", 2)),  # a third item: refused
+        ("impression", 0, query("x", T0 + 31 * MIN + 1, ["a"])),  # closes q, not hold
+        ("impression", 1, query("end", T0 + 90 * MIN, ["a"])),
+    ]
+    want = uninterrupted(records, limits={"max_items": 2})
+    both = two_lives(records, 5, limits={"max_items": 2})
+    assert [r.request_id for r in both].count("q") == 1
+    assert {r.request_id: (r.ts, r.labels, r.measures) for r in both} == want
