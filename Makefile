@@ -59,10 +59,11 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(strip $(DEMO_VENV)/bin/evald demo $(ARGS))
 
+# Two workers (pytest-xdist), each with its own test broker: the Kafka tests mostly wait.
 test: $(STAMP) tools java
 	$(BIN)/ruff check evald tests benchmarks deploy
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=25
 
 # The chaos tier: kill -9 at each step of the commit cycle (restart and takeover), twenty seeded
 # random kills, scale 1 -> 3 -> 1, the broker killed and restarted on its data, the broker paused
