@@ -331,26 +331,6 @@ class EngineConfig(BaseModel):
                     )
         return self
 
-    @model_validator(mode="after")
-    def _check_series_budget(self) -> EngineConfig:
-        from evald.exposition import SeriesShape
-
-        shape = SeriesShape.of(self)
-        worst = shape.worst_case(self.max_segments)
-        if worst > self.max_series:
-            fits = shape.segments_within(self.max_series)
-            hint = (
-                f"lower max_segments to {fits} or raise max_series to {worst}"
-                if fits >= 1
-                else f"raise max_series to at least {shape.worst_case(1)}"
-            )
-            raise ValueError(
-                f"max_segments: {self.max_segments} segments (+1 overflow) x "
-                f"{shape.per_segment} series each + {shape.fixed} fixed = {worst:,} series, "
-                f"over max_series ({self.max_series:,}); {hint}"
-            )
-        return self
-
 
 def load_config(data: Mapping[str, Any] | None = None, **overrides: Any) -> EngineConfig:
     """Validate settings into an :class:`EngineConfig`; errors name the field (``ConfigError``)."""

@@ -502,13 +502,17 @@ def load_settings(
 
 
 def _engine_errors(engine: Mapping[str, Any]) -> list[str]:
-    """``engine.*`` errors as lines, unknown keys with a "did you mean"."""
-    from evald.config import EngineConfig
+    """``engine.*`` errors as lines, unknown keys with a "did you mean"; valid settings whose
+    worst case is over ``max_series`` give the series budget's line."""
+    from evald.config import ConfigError, EngineConfig
+    from evald.exposition.budget import check_series_budget
 
     try:
-        EngineConfig.model_validate(dict(engine))
+        check_series_budget(EngineConfig.model_validate(dict(engine)))
     except ValidationError as exc:
         return [_describe(exc, EngineConfig, "engine.")]
+    except ConfigError as exc:  # "max_segments: ...", a field of the engine section
+        return [f"engine.{exc}"]
     return []
 
 
