@@ -103,8 +103,10 @@ def _default_measures() -> list[str]:
     return [part.strip() for part in DEFAULT_MEASURES.split(",")]
 
 
-#: measures whose mean is not a (weighted) mean of per-list values, so no window sum holds them
-AGGREGATE_ONLY: dict[str, str] = {"GMAP": "the geometric mean of AP: export AP"}
+#: families whose mean is not a (weighted) mean of per-list values, so no window sum holds
+#: them, with what to export instead. Not score's NO_PER_QUERY_VALUE: GAUC is a weighted mean,
+#: which the sums hold, though its per-list value alone is AUC's.
+NOT_WEIGHTED_MEANS: dict[str, str] = {"GMAP": "the geometric mean of AP: export AP"}
 
 
 class ComparisonConfig(BaseModel):
@@ -258,9 +260,10 @@ class EngineConfig(BaseModel):
 
         measures = parse_measures(value)
         for measure in measures:
-            if measure.family in AGGREGATE_ONLY:
+            instead = NOT_WEIGHTED_MEANS.get(measure.family)
+            if instead is not None:
                 raise ValueError(
-                    f"{measure} is an aggregate over queries ({AGGREGATE_ONLY[measure.family]}), "
+                    f"{measure} is an aggregate over queries ({instead}), "
                     "which the engine's sums cannot give; export its per-list measure instead"
                 )
         return [str(m) for m in measures]
