@@ -103,8 +103,10 @@ def _default_measures() -> list[str]:
     return [part.strip() for part in DEFAULT_MEASURES.split(",")]
 
 
-#: measures whose mean is not a (weighted) mean of per-list values, so no window sum holds them
-AGGREGATE_ONLY: dict[str, str] = {"GMAP": "the geometric mean of AP: export AP"}
+#: families whose mean is not a (weighted) mean of per-list values, so no window sum holds
+#: them, with what to export instead. Not score's NO_PER_QUERY_VALUE: GAUC is a weighted mean,
+#: which the sums hold, though its per-list value alone is AUC's.
+NOT_WEIGHTED_MEANS: dict[str, str] = {"GMAP": "the geometric mean of AP: export AP"}
 
 
 class ComparisonConfig(BaseModel):
@@ -258,9 +260,10 @@ class EngineConfig(BaseModel):
 
         measures = parse_measures(value)
         for measure in measures:
-            if measure.family in AGGREGATE_ONLY:
+            instead = NOT_WEIGHTED_MEANS.get(measure.family)
+            if instead is not None:
                 raise ValueError(
-                    f"{measure} is an aggregate over queries ({AGGREGATE_ONLY[measure.family]}), "
+                    f"{measure} is an aggregate over queries ({instead}), "
                     "which the engine's sums cannot give; export its per-list measure instead"
                 )
         return [str(m) for m in measures]
@@ -329,26 +332,6 @@ class EngineConfig(BaseModel):
                     raise ValueError(
                         f"{where}.min_effect: {measure!r} is not one of measures {self.measures}"
                     )
-        return self
-
-    @model_validator(mode="after")
-    def _check_series_budget(self) -> EngineConfig:
-        from evald.exposition import SeriesShape
-
-        shape = SeriesShape.of(self)
-        worst = shape.worst_case(self.max_segments)
-        if worst > self.max_series:
-            fits = shape.segments_within(self.max_series)
-            hint = (
-                f"lower max_segments to {fits} or raise max_series to {worst}"
-                if fits >= 1
-                else f"raise max_series to at least {shape.worst_case(1)}"
-            )
-            raise ValueError(
-                f"max_segments: {self.max_segments} segments (+1 overflow) x "
-                f"{shape.per_segment} series each + {shape.fixed} fixed = {worst:,} series, "
-                f"over max_series ({self.max_series:,}); {hint}"
-            )
         return self
 
 

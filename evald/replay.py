@@ -180,6 +180,7 @@ class UsageError(Exception):
 def build_config(args: argparse.Namespace) -> EngineConfig:
     """EngineConfig from ``--config`` plus the flags; errors name the field."""
     from evald.config import ConfigError, load_config
+    from evald.exposition.budget import check_series_budget
 
     data: dict[str, Any] = {}
     if args.config:
@@ -193,9 +194,11 @@ def build_config(args: argparse.Namespace) -> EngineConfig:
     if args.label_keys is not None:
         data["label_keys"] = [k.strip() for k in args.label_keys.split(",") if k.strip()]
     try:
-        return load_config(data)
+        config = load_config(data)
+        check_series_budget(config)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    return config
 
 
 def _read_config_file(path: str) -> dict[str, Any]:

@@ -115,33 +115,6 @@ def test_empty_settings_file_is_no_settings(tmp_path):
     assert read_mapping_file(path) == {"window": "5m"}
 
 
-def test_a_segment_cap_over_the_series_budget_is_refused_with_what_fits():
-    from evald.exposition import SeriesShape
-
-    config = EngineConfig()
-    shape = SeriesShape.of(config)
-    assert shape.worst_case(config.max_segments) <= config.max_series
-    fits = shape.segments_within(config.max_series)
-    assert load_config(max_segments=fits).max_segments == fits
-    with pytest.raises(ConfigError) as err:
-        load_config(max_segments=fits + 1)
-    message = str(err.value)
-    assert message.startswith("max_segments:"), message
-    assert "max_series" in message and f"lower max_segments to {fits}" in message
-
-
-def test_more_measures_shrink_the_segments_that_fit():
-    many = ["nDCG@10", "RR", "P@10", "R@10", "AP@10", "Success@10", "nDCG@5", "P@5", "R@5"]
-    with pytest.raises(ConfigError, match=r"^max_segments:.*over max_series"):
-        load_config(measures=many, max_series=20_000)
-    assert load_config(measures=many, max_series=20_000, max_segments=50).max_segments == 50
-
-
-def test_a_budget_too_small_for_one_segment_says_how_much_is_needed():
-    with pytest.raises(ConfigError, match=r"^max_segments:.*raise max_series to at least"):
-        load_config(max_series=100)
-
-
 def test_event_time_plausibility_and_watermark_quorum_settings():
     config = load_config()
     assert config.min_event_time == 946_684_800_000  # 2000-01-01T00:00:00Z

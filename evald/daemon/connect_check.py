@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from evald.daemon.names import internal_topic
 from evald.daemon.permissions import acl_command, topic_needs
-from evald.daemon.rekey import internal_topic
 from evald.daemon.settings import Settings
 from evald.daemon.topics import (
     TopicLayoutError,

@@ -23,8 +23,8 @@ from kafka.errors import (
 )
 
 from evald.daemon.comparisons import statistics_topic
+from evald.daemon.names import transactional_id
 from evald.daemon.settings import Settings
-from evald.daemon.transactional_id import transactional_id
 
 __all__ = [
     "Need",

@@ -1,9 +1,10 @@
 """What the repartition stage needs to know about one record: its request id and where it goes.
 
-Pure functions and a small reader, no Kafka client: the internal topic names, Kafka's default
-partitioner (murmur2 over the key bytes, so a record evald re-keys lands where any Kafka
-producer keying by the same request id would have put it), and the request id read with the
-configured mapping's pointer for the record's kind (docs/design.md, "Topics keyed any way").
+Pure functions and a small reader, no Kafka client: Kafka's default partitioner (murmur2 over
+the key bytes, so a record evald re-keys lands where any Kafka producer keying by the same
+request id would have put it), and the request id read with the configured mapping's pointer
+for the record's kind (docs/design.md, "Topics keyed any way"). The internal topics' names:
+names.py.
 """
 
 from __future__ import annotations
@@ -17,27 +18,14 @@ from evald.mapping import load_spec
 from evald.mapping.pointer import MISSING, parse_pointer, resolve
 
 __all__ = [
-    "INTERNAL_SUFFIX",
     "RequestIdReader",
     "Unkeyable",
-    "internal_topic",
     "murmur2",
     "partition_for",
 ]
 
-#: the internal topic of input topic ``t`` read by consumer group ``g`` is ``g.t`` + this suffix
-INTERNAL_SUFFIX = ".evald-repartition"
 #: the native schema's request id, in both kinds (docs/semantics.md)
 NATIVE_REQUEST_ID = "/request_id"
-
-
-def internal_topic(group_id: str, topic: str) -> str:
-    """The internal topic the daemon of consumer group ``group_id`` re-keys ``topic`` into.
-
-    The group is part of the name because the copies are one group's reading of the input: a
-    daemon started with a new group reads the input again from its start, and writing that
-    into the old group's internal topics would put every record there twice."""
-    return f"{group_id}.{topic}{INTERNAL_SUFFIX}"
 
 
 def murmur2(data: bytes) -> int:

@@ -80,8 +80,9 @@ from evald.daemon.kafka_compat import (
     unpark_resumed,
     without_auto_create,
 )
-from evald.daemon.rekey import RequestIdReader, Unkeyable, internal_topic, partition_for
-from evald.daemon.settings import REPARTITION_SUFFIX, Settings
+from evald.daemon.names import REPARTITION_SUFFIX, internal_topic, repartition_group
+from evald.daemon.rekey import RequestIdReader, Unkeyable, partition_for
+from evald.daemon.settings import Settings
 
 __all__ = [
     "RepartitionCollector",
@@ -337,7 +338,7 @@ class Repartitioner:
         client = cfg.kafka.client_config()
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self._prepare_topics(self._admin)
-        # the static member id in the stage's own group (the transactional id: settings.py)
+        # the static member id in the stage's own group (the transactional id: names.py)
         stage_id = cfg.daemon.instance_id + REPARTITION_SUFFIX
         self._producer = KafkaProducer(
             transactional_id=cfg.daemon.transactional_id(repartition=True),
@@ -353,7 +354,7 @@ class Repartitioner:
         self._producer.init_transactions()
         static = cfg.daemon.static_membership
         self._consumer = KafkaConsumer(
-            group_id=f"{cfg.daemon.group_id}.repartition",
+            group_id=repartition_group(cfg.daemon.group_id),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",

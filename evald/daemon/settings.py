@@ -36,7 +36,7 @@ from pydantic import (
 )
 
 from evald.config import ConfigError, read_mapping_file
-from evald.daemon.transactional_id import transactional_id
+from evald.daemon.names import internal_topic, transactional_id
 
 __all__ = [
     "DaemonSettings",
@@ -176,11 +176,6 @@ class TopicSettings(_Strict):
         return self
 
 
-#: the repartition stage's static member id is the instance's plus this, in its own group
-#: ``<group_id>.repartition`` (docs/daemon.md); its transactional id: transactional_id.py
-REPARTITION_SUFFIX = "-repartition"
-
-
 class DaemonSettings(_Strict):
     """The consumer loop: group membership, commit cadence, backpressure, shutdown, retries."""
 
@@ -217,7 +212,7 @@ class DaemonSettings(_Strict):
 
     def transactional_id(self, *, repartition: bool = False) -> str:
         """This instance's producer id, of the main or the repartition stage (one scheme for
-        both, unambiguous across groups: transactional_id.py)."""
+        both, unambiguous across groups: names.py)."""
         return transactional_id(self.group_id, self.instance_id, repartition=repartition)
 
     @field_validator("windows_file")
@@ -324,8 +319,6 @@ class Settings(_Strict):
         """With ``input.repartition``, the internal topic names must be valid and distinct."""
         if not self.input.repartition:
             return self
-        from evald.daemon.rekey import internal_topic
-
         topics, group = self.topics, self.daemon.group_id
         bad = sorted({ch for ch in group if not (ch.isascii() and (ch.isalnum() or ch in "._-"))})
         if bad:
@@ -502,13 +495,17 @@ def load_settings(
 
 
 def _engine_errors(engine: Mapping[str, Any]) -> list[str]:
-    """``engine.*`` errors as lines, unknown keys with a "did you mean"."""
-    from evald.config import EngineConfig
+    """``engine.*`` errors as lines, unknown keys with a "did you mean"; valid settings whose
+    worst case is over ``max_series`` give the series budget's line."""
+    from evald.config import ConfigError, EngineConfig
+    from evald.exposition.budget import check_series_budget
 
     try:
-        EngineConfig.model_validate(dict(engine))
+        check_series_budget(EngineConfig.model_validate(dict(engine)))
     except ValidationError as exc:
         return [_describe(exc, EngineConfig, "engine.")]
+    except ConfigError as exc:  # "max_segments: ...", a field of the engine section
+        return [f"engine.{exc}"]
     return []
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from evald.exposition.collector import ready_family
+
 __all__ = ["DaemonCollector", "DaemonStats"]
 
 
@@ -86,8 +88,4 @@ class DaemonCollector:
         )
         if not self.include_ready:
             return
-        yield GaugeMetricFamily(
-            "evald_ready",
-            "1 when every assigned partition is restored and the broker answers",
-            value=1.0 if stats.ready else 0.0,
-        )
+        yield ready_family(stats.ready)

@@ -157,11 +157,13 @@ def regress_at(args: argparse.Namespace) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     from evald.config import ConfigError, load_config
+    from evald.exposition.budget import check_series_budget
     from evald.http import AddressError
     from evald.webconfig import WebConfigError, load_web_config
 
     try:
         config = load_config(window=args.window, lateness=args.lateness, statistics=STATISTICS)
+        check_series_budget(config)
     except ConfigError as exc:
         print(f"evald demo: --{_first_line(exc)}", file=sys.stderr)
         return 2

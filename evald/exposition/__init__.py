@@ -8,7 +8,7 @@ One job per module:
 * :mod:`~evald.exposition.collector`: ``EngineCollector`` renders the table from one snapshot
   of the engine per scrape; ``ReadyCollector`` exports ``evald_ready``.
 * :mod:`~evald.exposition.budget`: ``SeriesShape``, the worst-case series count of the
-  settings, summed from the table (EngineConfig checks it against ``max_series``).
+  settings, summed from the table; ``check_series_budget`` holds it against ``max_series``.
 * :mod:`~evald.exposition.registry`: ``build_registry``, the private registry HTTP serves.
 * :mod:`~evald.exposition.encoder`: ``Encoder``, byte-identical text / OpenMetrics rendering
   with a per-series prefix cache, independent of what is collected.
@@ -19,7 +19,7 @@ Series names, types and labels are listed in docs/metrics-reference.md.
 
 from __future__ import annotations
 
-from evald.exposition.budget import SeriesShape
+from evald.exposition.budget import SeriesShape, check_series_budget
 from evald.exposition.collector import EngineCollector, ReadyCollector, Snapshot
 from evald.exposition.encoder import Collector, Encoder, FrozenLabels
 from evald.exposition.registry import build_registry
@@ -40,4 +40,5 @@ __all__ = [
     "SingleFlight",
     "Snapshot",
     "build_registry",
+    "check_series_budget",
 ]

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EngineCollector", "ReadyCollector", "Snapshot"]
+__all__ = ["READY_HELP", "EngineCollector", "ReadyCollector", "Snapshot", "ready_family"]
 
 
 class Snapshot:
@@ -195,18 +195,29 @@ class EngineCollector:
             samples.append(Sample(total, base, value_sum))
 
 
+#: ``evald_ready``'s help, the words `evald run` has always served (the check is /readyz's)
+READY_HELP = "1 when every assigned partition is restored and the broker answers"
+
+
+def ready_family(ok: bool) -> Metric:
+    """``evald_ready``, defined once for every command that serves it: 1 if ``ok``, else 0."""
+    family = Metric("evald_ready", READY_HELP, "gauge")
+    family.samples.append(Sample("evald_ready", {}, 1.0 if ok else 0.0))
+    return family
+
+
 class ReadyCollector:
-    """``evald_ready``: 1 when the owner's readiness check passes, else 0.
+    """``evald_ready`` (:func:`ready_family`) from the owner's readiness check.
 
     For commands without a collector of their own for it (``evald demo``); the Kafka daemon
-    exports ``evald_ready`` from its own collector instead.
+    exports the same family from its own collector instead.
     """
 
     def __init__(self, ready: Callable[[], object]) -> None:
         self.ready = ready
 
     def describe(self) -> Iterable[Metric]:
-        return [Metric("evald_ready", "evald_ready", "gauge")]
+        return [ready_family(False)]
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -214,10 +225,4 @@ class ReadyCollector:
             ok = bool(result[0]) if isinstance(result, tuple) else bool(result)
         except Exception:  # a broken check reads as not ready, never as a failed scrape
             ok = False
-        family = Metric(
-            "evald_ready",
-            "1 when evald is ready to serve (inputs restored and flowing), else 0.",
-            "gauge",
-        )
-        family.samples.append(Sample("evald_ready", {}, 1.0 if ok else 0.0))
-        yield family
+        yield ready_family(ok)

@@ -32,13 +32,14 @@ if TYPE_CHECKING:
     from evald.score.records import Chunk
 
 #: Families that only make sense over many lists: left out of per-query rows, kept in the mean
-#: (trec_eval prints gm_map only in its ``all`` line too).
-AGGREGATE_ONLY = frozenset({"GAUC", "GMAP"})
+#: (trec_eval prints gm_map only in its ``all`` line too). Not config's NOT_WEIGHTED_MEANS (what
+#: the engine's sums cannot hold): a list's GAUC is its AUC, and only the mean is GAUC.
+NO_PER_QUERY_VALUE = frozenset({"GAUC", "GMAP"})
 
 
 def per_query(measures: Sequence[Measure]) -> list[Measure]:
     """The measures that get a value in each per-query row."""
-    return [m for m in measures if m.family not in AGGREGATE_ONLY]
+    return [m for m in measures if m.family not in NO_PER_QUERY_VALUE]
 
 
 class MeanAccumulator:

@@ -15,7 +15,7 @@ import pytest
 from kafka_harness import Broker, KafkaTools, wait_until
 from kafka_instances import Instance, names, run_argv, run_to_exit
 
-from evald.daemon.transactional_id import transactional_id
+from evald.daemon.names import transactional_id
 
 pytestmark = pytest.mark.kafka
 

@@ -32,7 +32,8 @@ from kafka_harness import ENGINE, Broker, CommittedReader, KafkaTools, free_port
 
 from evald.config import EngineConfig
 from evald.daemon.crash import CRASH_ENV
-from evald.daemon.rekey import internal_topic, partition_for
+from evald.daemon.names import internal_topic
+from evald.daemon.rekey import partition_for
 
 pytestmark = pytest.mark.kafka
 

@@ -10,10 +10,10 @@ import pytest
 import yaml
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
+from evald.daemon.names import internal_topic
 from evald.daemon.rekey import (
     RequestIdReader,
     Unkeyable,
-    internal_topic,
     murmur2,
     partition_for,
 )

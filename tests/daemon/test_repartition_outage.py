@@ -32,7 +32,8 @@ from test_kafka_repartition import (
     topics_of,
 )
 
-from evald.daemon.rekey import internal_topic, partition_for
+from evald.daemon.names import internal_topic
+from evald.daemon.rekey import partition_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.chaos]  # a broker fault, ~30 s: the chaos tier
 

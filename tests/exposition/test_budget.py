@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 
-from evald.exposition import (
-    SeriesShape,
-)
+import pytest
+
+from evald.config import ConfigError, EngineConfig, load_config
+from evald.exposition import SeriesShape, check_series_budget
 from evald.stats import MAX_SKIPPED_ACTIONS
 
 from .support import (
@@ -83,3 +84,28 @@ def test_label_combinations_cannot_push_a_scrape_past_the_budget() -> None:
     assert len(samples) <= SeriesShape.of(config).worst_case(config.max_segments) + 1
     assert len(samples) <= config.max_series
     assert series(samples, "evald_segments_overflow_total") == 20_000 - config.max_segments
+
+
+def test_a_segment_cap_over_the_series_budget_is_refused_with_what_fits():
+    config = EngineConfig()
+    shape = SeriesShape.of(config)
+    assert shape.worst_case(config.max_segments) <= config.max_series
+    fits = shape.segments_within(config.max_series)
+    assert load_config(max_segments=fits).max_segments == fits
+    with pytest.raises(ConfigError) as err:
+        check_series_budget(load_config(max_segments=fits + 1))
+    message = str(err.value)
+    assert message.startswith("max_segments:"), message
+    assert "max_series" in message and f"lower max_segments to {fits}" in message
+
+
+def test_more_measures_shrink_the_segments_that_fit():
+    many = ["nDCG@10", "RR", "P@10", "R@10", "AP@10", "Success@10", "nDCG@5", "P@5", "R@5"]
+    with pytest.raises(ConfigError, match=r"^max_segments:.*over max_series"):
+        check_series_budget(load_config(measures=many, max_series=20_000))
+    assert load_config(measures=many, max_series=20_000, max_segments=50).max_segments == 50
+
+
+def test_a_budget_too_small_for_one_segment_says_how_much_is_needed():
+    with pytest.raises(ConfigError, match=r"^max_segments:.*raise max_series to at least"):
+        check_series_budget(load_config(max_series=100))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+from evald.daemon.names import transactional_id
 from evald.daemon.settings import load_settings
-from evald.daemon.transactional_id import transactional_id
 
 
 def test_a_separator_inside_a_part_does_not_make_two_groups_share_an_id() -> None:
