@@ -146,13 +146,29 @@ def assigned_since(inst: Instance, since: int) -> bool:
         return ASSIGNED.search(log.read()) is not None
 
 
+def replaying_since(inst: Instance, since: int) -> bool:
+    """Whether the instance logged, past byte ``since`` of its log, a restore with records to
+    replay and not yet the end of every replay it started."""
+    inst.log.flush()
+    with inst.log_path.open("rb") as log:
+        log.seek(since)
+        text = log.read().decode(errors="replace")
+    started = sum(
+        1
+        for found in RESTORED.finditer(text)
+        if ast.literal_eval(found[1]) != ast.literal_eval(found[2])
+    )
+    return started > text.count("replay fed up to")
+
+
 def rolling_restarts(
     tools: KafkaTools, unique: str, start: Callable[..., Instance], stop: str
 ) -> tuple[list[Instance], Instance]:
     """Two instances share four partitions while traffic streams in; ``ROUNDS`` times each in
-    turn is stopped (``stop``: "terminate" or "kill") 0-1 s after partitions were assigned to
-    it and started again at once: the stop lands while it replays, and the rebalances its leaving
-    and joining cause land while the other one replays. Then the stream ends, b stops and a
+    turn is stopped (``stop``: "terminate" or "kill") as soon as it replays, or 0-1 s after
+    partitions were assigned to it if no replay shows by then, and started again at once: the
+    stop lands while it replays, and the rebalances its leaving and joining cause land while
+    the other one replays. Then the stream ends, b stops and a
     takes everything and is stopped. Returns every process and the last one (its windows
     file has every partition)."""
     rng = random.Random(SEED)
@@ -171,7 +187,11 @@ def rolling_restarts(
             wait_until(
                 lambda i=inst, n=since: assigned_since(i, n), 240, f"{name} to get partitions"
             )
-            time.sleep(rng.uniform(0.0, 1.0))
+            # into its replay once one is under way (a replay can end within a fixed 0-1 s:
+            # in one run of the tier no stop landed in a replay at all)
+            deadline = time.monotonic() + rng.uniform(0.0, 1.0)
+            while time.monotonic() < deadline and not replaying_since(inst, since):
+                time.sleep(0.02)
             if stop == "kill":
                 inst.kill()
             else:
