@@ -98,7 +98,10 @@ class Restorer:
 
         1. One OffsetFetch: the group's committed offsets on the checkpoint topic and both
            inputs of every partition, waiting at most ``offset_wait_s`` (crash point
-           ``restore``); one ListOffsets per end for the log bounds of those partitions.
+           ``restore``); the topics checked (``verify_topics``: an input topic deleted under
+           the session, which is what set off this rebalance, ends evald with that message
+           instead of a ListOffsets waiting ``request_timeout_ms`` on it); one ListOffsets per
+           end for the log bounds of those partitions.
         2. Per partition, where its checkpoint is: refuse (exit 2) a group with input offsets
            but none on the checkpoint topic (the topic was deleted), a checkpoint below the
            log start (expired), and a group with no offset at all whose checkpoint partition
@@ -122,6 +125,7 @@ class Restorer:
         ps = [part.partition for part in parts]
         saved = self._saved(ps)  # 1
         crash_point("restore")
+        self._verify_topics()
         starts, ends = self._bounds(ps)
         at = self._refuse(self._locate, ps, saved, starts, ends, progress)  # 2
         found = self._refuse(self._checkpoints, at, starts, ends, progress)  # 3
