@@ -35,7 +35,11 @@ def test_sigint_leaves_the_group_and_sigkill_does_not(
     group = f"g-{unique}"
     for sig, left in ((signal.SIGINT, True), (signal.SIGKILL, False)):
         inst = instances(instance=f"i-{sig.name}")
-        wait_until(lambda inst=inst: inst.get("/readyz")[0] == 200, 90, "evald run to be ready")
+
+        def ready(inst: Instance = inst) -> bool:
+            return inst.get("/readyz")[0] == 200
+
+        wait_until(ready, 90, "evald run to be ready")
         assert members(broker, group) == ("Stable", 1)
         inst.proc.send_signal(sig)
         status = inst.proc.wait(40)
