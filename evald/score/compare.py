@@ -9,7 +9,8 @@ the p-values of each test corrected for the number of runs compared against the 
 Memory: a run is kept as its values (8 bytes per query and measure) and its qids as one Arrow
 string column, never as Python objects per query; queries are paired by Arrow's hash lookup,
 and the randomization test draws its signs in bounded blocks (:mod:`evald.score.significance`).
-So 10 million queries per run fit in a few hundred MB (docs/score.md has the figures).
+So memory grows by tens of bytes a query and run, not with the sign patterns: 10 million
+queries per run peaked at 1.6 GB (docs/score.md, "What --compare holds", has the figures).
 """
 
 from __future__ import annotations
