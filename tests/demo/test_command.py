@@ -186,9 +186,12 @@ def test_bad_window_or_address_exit_2(capsys: pytest.CaptureFixture[str]) -> Non
     assert "--metrics-address" in capsys.readouterr().err
 
 
-def test_taken_port_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+def test_taken_port_exits_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import socket
 
+    monkeypatch.delenv("MAKELEVEL", raising=False)  # `make test` runs this under make
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
