@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import re
+import signal
 import socket
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -193,14 +197,10 @@ def test_demo_and_check_config_refuse_a_bad_web_config(ca: Authority, tmp_path: 
     assert "daemon.web_config_file:" in check.stderr and "cert_file:" in check.stderr
 
 
-def test_evald_run_serves_tls_with_basic_auth(ca: Authority, tmp_path: Path) -> None:
-    """`evald run --web-config-file`: the endpoint is up (the broker is not: a closed port)."""
-    import re
-    import signal
-    import time
-
-    web = write_web_config(tmp_path / "web.yml", ca)
-    log = tmp_path / "run.log"
+@contextlib.contextmanager
+def tls_run(web: Path, log: Path) -> Iterator[tuple[int, Path]]:
+    """`evald run --web-config-file web` (the broker is a closed port), its log in ``log``:
+    yields the HTTPS port it announced and the log; stopped with SIGTERM (kill -9 past 60 s)."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "evald", "run", "--bootstrap-servers", "127.0.0.1:1",
@@ -215,10 +215,7 @@ def test_evald_run_serves_tls_with_basic_auth(ca: Authority, tmp_path: Path) -> 
             match = re.search(r"on https://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
             time.sleep(0.1)
         assert match is not None, log.read_text(errors="replace")
-        port = int(match[1])
-        assert get(port, "/metrics", client_context(ca), basic(USER, PASSWORD))[0] == 200
-        assert get(port, "/metrics", client_context(ca), basic(USER, "nope"))[0] == 401
-        assert get(port, "/healthz", client_context(ca))[0] == 200
+        yield int(match[1]), log
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -228,15 +225,20 @@ def test_evald_run_serves_tls_with_basic_auth(ca: Authority, tmp_path: Path) -> 
             proc.wait(10)
 
 
+def test_evald_run_serves_tls_with_basic_auth(ca: Authority, tmp_path: Path) -> None:
+    """`evald run --web-config-file`: the endpoint is up (the broker is not: a closed port)."""
+    web = write_web_config(tmp_path / "web.yml", ca)
+    with tls_run(web, tmp_path / "run.log") as (port, _):
+        assert get(port, "/metrics", client_context(ca), basic(USER, PASSWORD))[0] == 200
+        assert get(port, "/metrics", client_context(ca), basic(USER, "nope"))[0] == 401
+        assert get(port, "/healthz", client_context(ca))[0] == 200
+
+
 def test_an_expired_certificate_is_warned_about_and_its_expiry_exported(
     ca: Authority, tmp_path: Path
 ) -> None:
     """It was accepted silently. `evald run` warns and serves (the results do not depend on
     the endpoint), exporting the expiry; `check-config` warns and exits 1."""
-    import re
-    import signal
-    import time
-
     cert, key = expired_server_cert(ca)
     web = write_web_config(tmp_path / "web.yml", ca, cert_file=str(cert), key_file=str(key))
     expiry = ssl.cert_time_to_seconds(openssl_dates(cert)[1])
@@ -248,27 +250,13 @@ def test_an_expired_certificate_is_warned_about_and_its_expiry_exported(
     )  # fmt: skip
     assert check.returncode == 1, check.stderr
     assert f"evald check-config: warning: daemon.web_config_file: {warning}" in check.stderr
-    log = tmp_path / "run.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "evald", "run", "--bootstrap-servers", "127.0.0.1:1",
-             "--metrics-address", "127.0.0.1:0", "--web-config-file", str(web),
-             "--set", "daemon.shutdown_timeout_s=2"],
-            stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        match = None
-        while match is None and time.monotonic() < deadline and proc.poll() is None:
-            match = re.search(r"on https://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
-            time.sleep(0.1)
-        assert match is not None, log.read_text(errors="replace")
+    with tls_run(web, tmp_path / "run.log") as (port, log):
         assert f"daemon.web_config_file: {warning}" in log.read_text(errors="replace")
         trusting = ssl.create_default_context(cafile=str(ca.ca_cert))
         with pytest.raises(ssl.SSLCertVerificationError, match="expired"):
-            get(int(match[1]), "/healthz", trusting)
+            get(port, "/healthz", trusting)
         unverified = ssl._create_unverified_context()
-        status, _, body = get(int(match[1]), "/metrics", unverified, basic(USER, PASSWORD))
+        status, _, body = get(port, "/metrics", unverified, basic(USER, PASSWORD))
         assert status == 200
         samples = {
             sample.name: sample.value
@@ -276,13 +264,6 @@ def test_an_expired_certificate_is_warned_about_and_its_expiry_exported(
             for sample in family.samples
         }
         assert samples.get("evald_tls_certificate_expiry_timestamp_seconds") == expiry, samples
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def test_a_client_that_never_finishes_the_handshake_is_closed(
