@@ -550,6 +550,30 @@ def test_feedback_held_at_a_checkpoint_counts_its_outcome_once_across_a_restore(
     assert len(got) == len(want)
 
 
+def test_a_replay_forgets_the_feedback_it_re_held_for_an_impression_emitted_before():
+    """``f`` was attached to ``r``, emitted before the checkpoint; the replay, re-feeding
+    ``f`` with ``r`` skipped as emitted, holds it again. Once the replay is fed, that copy
+    must go: the uninterrupted engine holds no ``f``, so a second delivery of ``f`` after
+    the restart is accepted (held, then orphaned), not counted as a duplicate of it."""
+    events = [
+        ("impression", 0, imp("hold", 5 * MIN, ["a"])),  # pending at the checkpoint
+        ("feedback", 0, fb("soon", 4 * MIN, "a")),  # held: the feedback replay starts here
+        ("impression", 1, imp("r", 0, ["a"])),
+        ("feedback", 1, fb("r", 9 * MIN, "a", event_id="e1")),  # attached to r
+        ("impression", 2, imp("x", 11 * MIN + 1, ["a"])),  # closes r: emitted
+        ("feedback", 2, fb("r", 9 * MIN, "a", event_id="e1")),  # delivered again
+        ("impression", 3, imp("soon", 6 * MIN, ["a"])),
+        ("impression", 4, imp("end", 40 * MIN, ["a"])),
+    ]
+    want, want_counts, got, got_counts = _lives(events, 5, **EVERY_EVENT)
+    assert "events/feedback/duplicate" not in want_counts
+    assert want_counts["unattributed/orphaned"] == 1
+    assert got_counts == want_counts
+    assert sorted((r.request_id, r.measures) for r in got) == sorted(
+        (r.request_id, r.measures) for r in want
+    )
+
+
 #: crash points of _stream(5) where feedback held at the checkpoint is found early by its
 #: impression after the restart (a scan of every third point found them; with the held
 #: offsets no point's counters differ from the uninterrupted engine's)

@@ -189,6 +189,8 @@ class HeldFeedback:
         self._by_rid: dict[str, list[HeldEntry]] = {}
         self._queue: DeadlineQueue[HeldEntry] = DeadlineQueue(_deadline_of, ObjectFifo())
         self.count = 0  #: live entries
+        #: live entries a replay re-fed whose outcome was decided before (``replayed``)
+        self.replayed = 0
         self.limit = limit  #: live entries at most (``full``)
 
     def full(self) -> bool:
@@ -213,6 +215,7 @@ class HeldFeedback:
             waiting.append(entry)
         self._queue.push(entry.deadline, entry)
         self.count += 1
+        self.replayed += entry.replayed
 
     def claim(self, rid: str) -> Sequence[HeldEntry]:
         """Remove and return the live entries for ``rid`` (its impression arrived)."""
@@ -221,8 +224,25 @@ class HeldFeedback:
         entries = [h for h in self._by_rid.pop(rid, ()) if h.alive]
         for entry in entries:
             entry.alive = False
+            self.replayed -= entry.replayed
         self.count -= len(entries)
         return entries
+
+    def forget_replayed(self) -> None:
+        """Drop every ``replayed`` entry, uncounted: once a replay is fed, those left held
+        belong to impressions emitted before the checkpoint (an uninterrupted engine had
+        them attached there), and must neither match a later copy as its duplicate nor be
+        claimed by a later list of the same request id."""
+        for rid in [rid for rid, w in self._by_rid.items() if any(h.replayed for h in w)]:
+            waiting = self._by_rid[rid]
+            for entry in waiting:
+                if entry.alive and entry.replayed:
+                    entry.alive = False
+                    self.count -= 1
+            waiting[:] = [h for h in waiting if h.alive]
+            if not waiting:
+                del self._by_rid[rid]
+        self.replayed = 0
 
     def min_deadline(self) -> int | None:
         return self._queue.min_deadline()
@@ -253,6 +273,7 @@ class HeldFeedback:
             return 0
         entry.alive = False
         self.count -= 1
+        self.replayed -= entry.replayed
         waiting = self._by_rid.get(entry.rid)
         if waiting is not None:
             waiting.remove(entry)

@@ -303,6 +303,8 @@ class JoinStore:
                     pending.offset[slot] = offset + 1
                     self._imp_offsets.push(offset, slot)
                 open_total[0] += 1
+                if held.replayed and not replayed:
+                    self._replay_fed()
                 for entry in held.claim(rid) if held.count else ():
                     attach(
                         slot,
@@ -368,6 +370,8 @@ class JoinStore:
         counts = self.stats.events
         slot = self._table.get(hash(event.request_id))
         if slot == NONE:
+            if self._held.replayed and not replayed:
+                self._replay_fed()
             due = open_deadline(event.ts, self.window, self._wm.watermark)
             if replayed and (due is None or offset in self._replay.evicted_feedback):
                 return False  # re-fed, and its list was emitted before the crash
@@ -498,6 +502,8 @@ class JoinStore:
         self, fb: Feedback, grade: float, evid: int, off: int, replayed: bool
     ) -> tuple[str, str]:
         """Feedback before its impression: keep it until its own deadline passes."""
+        if self._held.replayed and not replayed:
+            self._replay_fed()
         due = open_deadline(fb.ts, self.window, self._wm.watermark)
         if due is None:
             # no impression that could still arrive on time can claim it (docs/semantics.md)
@@ -521,6 +527,12 @@ class JoinStore:
         if due < self._due:
             self._due = due
         return FEEDBACK_ACCEPTED
+
+    def _replay_fed(self) -> None:
+        """The first record past a restore's replay: the feedback the replay held again whose
+        outcome was decided before the checkpoint goes (``HeldFeedback.forget_replayed``)."""
+        self._held.forget_replayed()
+        self._refresh_due()
 
     # ------------------------------------------------------------------ watermark
 
