@@ -134,7 +134,7 @@ def assert_windows_equal(rows: list[dict[str, Any]], reference: Engine) -> None:
         # re-added after a restart must keep its user's weights (docs/statistics.md)
         got, ref = (r["ci95_clustered_halfwidth"] for r in (have[k], row))
         assert (got is None) == (ref is None), k  # None: below its minimum n (NaN)
-        assert got is None or math.isclose(got, ref, rel_tol=1e-9), k
+        assert got is None or math.isclose(got, ref, rel_tol=1e-9), (k, got, ref)
 
 
 def read_windows(path: Path) -> list[dict[str, Any]]:
