@@ -252,12 +252,22 @@ class Aggregates:
             arr = store[(width, start)] = grown
         return arr
 
+    def reach(self, before_ms: int) -> int:
+        """The oldest time ``prune(p, before_ms)`` keeps: the start of the oldest window (of
+        any width) that does not end by ``before_ms``. Whatever a restore re-reads to rebuild
+        the sums must reach back that far."""
+        return min(before_ms // width * width for width in self.windows_ms)
+
     def prune(self, partition: int, before_ms: int) -> None:
-        """Drop the partition's buckets (and bootstrap windows) that end at or before
-        ``before_ms``."""
+        """Drop the partition's windows that end at or before ``before_ms``: its bootstrap
+        windows, and the buckets no window kept holds (those ending by ``reach``). A window
+        is kept whole or not at all: cutting the oldest one's first buckets made its row
+        count part of the window, and its bootstrap sums (kept whole) disagree with that
+        part, differently in a restored process (seen in the chaos tier)."""
         buckets = self._windows.get(partition)
         if buckets:
-            for key in [k for k in buckets if (k + 1) * self.bucket_ms <= before_ms]:
+            reach = self.reach(before_ms)
+            for key in [k for k in buckets if (k + 1) * self.bucket_ms <= reach]:
                 del buckets[key]
         boot = self._boot.get(partition)
         if boot:

@@ -78,12 +78,30 @@ def test_prune_and_drop_partition():
     seg = segments.segment_of({})
     agg.observe(0, np.array([seg, seg]), np.array([0, 30 * MIN]), np.ones((2, 2)))
     agg.observe(1, np.array([seg]), np.array([0]), np.ones((1, 2)))
-    agg.prune(0, 30 * MIN)  # drops partition 0's buckets ending at or before 30m
-    assert agg.window_sums(0, 60 * MIN)[seg, 0, 0] == 2  # partition 0's 30m + partition 1's 0m
+    agg.prune(0, 30 * MIN)  # the 1h window [0, 60m) does not end by 30m: kept whole
+    assert agg.window_sums(0, 60 * MIN)[seg, 0, 0] == 3
+    agg.prune(0, 60 * MIN)  # drops partition 0's windows ending at or before 60m
+    assert agg.window_sums(0, 60 * MIN)[seg, 0, 0] == 1  # partition 1's 0m
+    agg.observe(0, np.array([seg]), np.array([60 * MIN]), np.ones((1, 2)))
     agg.drop_partition(1)
-    assert agg.window_sums(0, 60 * MIN)[seg, 0, 0] == 1
+    assert agg.window_sums(0, 60 * MIN)[seg, 0, 0] == 0
+    assert agg.window_sums(0, 120 * MIN)[seg, 0, 0] == 1
     assert agg.partitions() == [0]
-    assert agg.hist_count[seg, 0] == 3  # histograms never go down
+    assert agg.hist_count[seg, 0] == 4  # histograms never go down
+
+
+def test_a_window_is_pruned_whole_or_kept_whole():
+    """The oldest window kept still has its first buckets: its row counts the whole window,
+    as its bootstrap sums do (a row of part of a window disagreed with them)."""
+    agg, segments = make()
+    seg = segments.segment_of({})
+    ts = np.arange(0, 70 * MIN, MIN // 2)
+    agg.observe(0, np.full(len(ts), seg), ts, np.ones((len(ts), 2)), clusters=ts.astype(np.uint64))
+    agg.prune(0, 62 * MIN)  # [60m, 65m) and the 1h window [60m, 120m) do not end by 62m
+    rows = {(r.window, r.start_ms): r for r in agg.window_rows(None, last_only=False, final=True)}
+    assert rows[("5m", 60 * MIN)].count == 10  # every bucket of it, not the last three
+    assert agg.reach(62 * MIN) == 60 * MIN
+    assert ("5m", 55 * MIN) not in rows and ("1h", 0) not in rows
 
 
 def test_segments_created_after_buckets_exist_grow_the_arrays():

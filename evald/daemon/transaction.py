@@ -417,11 +417,17 @@ class Transaction:
         self._backoff.reset()
 
     def horizon_ms(self) -> int | None:
-        """How far back (event time) rebuilt aggregates can reach: retention plus lateness."""
+        """How far back (event time) rebuilt aggregates can reach: retention plus lateness,
+        plus the longest window (a window is pruned whole, ``Aggregates.reach``)."""
         if self._engine is None:
             return None
         config = self._engine.config
-        return int(config.retention) + int(config.window) + int(config.lateness)
+        return (
+            int(config.retention)
+            + int(config.window)
+            + int(config.lateness)
+            + max(int(w) for w in config.windows)
+        )
 
     def abort(self, *, poisoned: bool = False) -> None:
         """Abandon the open transaction; every owned partition must then be restored again.
