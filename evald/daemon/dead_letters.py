@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaProducer
-from kafka.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
+from kafka.errors import (
+    InvalidProducerEpochError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    ProducerFencedError,
+)
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from evald.daemon.fatal import Fatal
@@ -93,7 +98,9 @@ PRODUCER_ERRORS = (ProducerFencedError, InvalidProducerEpochError)
 class DeadLetters:
     """The dead letters of the open transaction, and what the DLQ topic refused.
 
-    A letter the producer refuses before it leaves is sent again at once as headers only; one
+    A letter the producer refuses before it leaves (too large for it) is sent again at once as
+    headers only; any other error of ``send`` (the producer's transaction gone after a broker
+    restart bumped its epoch, a metadata timeout) is the session's to retry. One
     the broker refuses (seen by :meth:`check` after a flush) fails the transaction, and the
     next session, re-reading the record, writes it as headers only. A headers-only letter
     refused too stops the daemon (exit 2): no retry can fix that.
@@ -131,12 +138,10 @@ class DeadLetters:
             future = producer.send(
                 self.topic, key=letter.key, value=letter.value, headers=letter.headers
             )
-        except KafkaError as exc:
+        except MessageSizeTooLargeError as exc:
             if minimal:
                 raise self._refused(source, exc) from exc
-            if exc.retriable:
-                raise
-            # refused before it left (the producer's own checks): headers only, at once
+            # refused before it left (the producer's own size check): headers only, at once
             self._minimal.add(source)
             self.send(producer, rejection, record, kind)
             return

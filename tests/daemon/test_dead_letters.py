@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from kafka.errors import (
+    IllegalStateError,
     InvalidProducerEpochError,
     KafkaError,
     MessageSizeTooLargeError,
@@ -133,3 +134,35 @@ def test_a_fenced_producer_is_not_the_dlq_refusing_the_letter(exc: Exception) ->
         letters.check()
         assert letters.committed() == ["malformed_json"]
     assert [value for value, _ in producer.sent] == [RECORD.value, RECORD.value]
+
+
+class RaisingProducer:
+    """``send`` raises ``exc`` before anything leaves, as kafka-python's own checks do."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+        self.calls = 0
+
+    def send(self, topic: str, *, key: bytes | None, value: bytes, headers: Any) -> FakeFuture:
+        self.calls += 1
+        raise self.exc
+
+
+def test_a_producer_whose_transaction_is_gone_fails_the_session_not_the_dlq() -> None:
+    """After a broker restart kafka-python bumps the producer's epoch and drops the open
+    transaction: ``send`` raises IllegalStateError ("Cannot call send in state READY"). That
+    is the session's to retry (a new one restores), not the DLQ refusing the letter: it
+    stopped the daemon with exit 2 in the broker-restart chaos test."""
+    letters = DeadLetters("dlq")
+    producer = RaisingProducer(IllegalStateError("Cannot call send in state READY"))
+    with pytest.raises(IllegalStateError):
+        letters.send(producer, REJECTION, RECORD, "impression")  # type: ignore[arg-type]
+    assert producer.calls == 1  # not retried as headers only
+
+
+def test_a_letter_too_large_for_the_producer_is_sent_again_headers_only() -> None:
+    letters = DeadLetters("dlq")
+    producer = RaisingProducer(MessageSizeTooLargeError("larger than max_request_size"))
+    with pytest.raises(Fatal):
+        letters.send(producer, REJECTION, RECORD, "impression")  # type: ignore[arg-type]
+    assert producer.calls == 2  # the letter, then the headers only
