@@ -197,9 +197,18 @@ class InterleavingConfig(BaseModel):
     )
     min_n: int = Field(100, ge=2, description="compared lists before a band is published")
     srm_alpha: float = Field(0.001, gt=0, lt=1, description="level of the draft's coin guard")
-    max_teams: int = Field(
-        4, ge=2, le=16, description="team names kept (first come); later ones are not credited"
+    teams: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="the rankers credited, by team name; empty: no interleaved list is credited",
     )
+
+    @field_validator("teams")
+    @classmethod
+    def _check_teams(cls, value: list[str]) -> list[str]:
+        if any(not name for name in value) or len(set(value)) != len(value):
+            raise ValueError("team names are distinct and not empty")
+        return value
 
 
 class EngineConfig(BaseModel):

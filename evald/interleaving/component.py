@@ -9,8 +9,9 @@ list, in order:
    ``late`` and not credited: whether a list is late depends only on its partition's
    watermark, so the window sums stay a function of the partition's own events (the rule of
    the comparison shares, docs/statistics.md);
-2. a list naming a team past ``max_teams`` (first come, first kept, as segments) is counted
-   ``team_overflow`` and not credited;
+2. a list naming a team that ``interleaving.teams`` does not declare is counted
+   ``unknown_team`` and not credited (team names are label values: declared, like arms, so
+   the series are bounded and every partition credits the same teams);
 3. otherwise each team's credit (``credit.team_credits``) goes into the list's result record
    (:func:`result_field`), and each pair of its teams gets its outcome, added to the
    partition's window sums (``windows.PartitionCredit``) with its user's bootstrap weights; the
@@ -39,7 +40,7 @@ from evald.join.store import Joined
 from evald.segments import SegmentIndex
 
 #: what happened to an interleaved list when it closed (``Interleaving.outcomes``)
-OUTCOMES: tuple[str, ...] = ("credited", "no_credit", "late", "team_overflow")
+OUTCOMES: tuple[str, ...] = ("credited", "no_credit", "late", "unknown_team")
 
 
 def result_field(teams: Teams, credits: dict[str, float]) -> dict[str, Any]:
@@ -72,8 +73,7 @@ class Interleaving:
         #: the folded test (None: no fold)
         self.state: PreferenceState | None = PreferenceState() if fold else None
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
-        #: team names admitted, first come first kept (they are label values)
-        self.teams: dict[str, None] = {}
+        self._teams = frozenset(config.teams)
 
     @property
     def seen(self) -> bool:
@@ -153,11 +153,8 @@ class Interleaving:
         """Why a closed list is not credited (an ``OUTCOMES`` value), or None."""
         if reason == "late":
             return "late"
-        new = [name for name in teams.order if name not in self.teams]
-        if new:
-            if len(self.teams) + len(new) > self.config.max_teams:
-                return "team_overflow"
-            self.teams.update(dict.fromkeys(new))
+        if not self._teams.issuperset(teams.order):
+            return "unknown_team"
         return None
 
     # ------------------------------------------------------------------ windows

@@ -23,7 +23,7 @@ CONFIG: dict[str, Any] = {
     "watermark_quorum": 1,
     "measures": "RR",
     "label_keys": ["surface"],
-    "interleaving": {"window": "10m", "min_n": 30},
+    "interleaving": {"window": "10m", "min_n": 30, "teams": ["A", "B", "C"]},
 }
 
 

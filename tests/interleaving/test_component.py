@@ -3,7 +3,7 @@ import random
 import pytest
 from interleaved_stream import CONFIG, events, lines, plain_credit, plain_pairs
 
-from evald.config import load_config
+from evald.config import ConfigError, load_config
 from evald.engine import Engine, Result
 
 
@@ -93,3 +93,19 @@ def test_late_lists_are_counted_and_not_credited():
     engine, results = run([*stream, late])
     assert engine.interleaving.outcomes["late"] == 1
     assert next(r for r in results if r.request_id == "r999999").interleaving is None
+
+
+def test_lists_of_undeclared_teams_are_counted_and_not_credited():
+    stream = events(n=300)
+    engine, results = run(stream, interleaving={**CONFIG["interleaving"], "teams": ["A", "C"]})
+    assert engine.interleaving.outcomes["unknown_team"] == 270
+    assert all(r.interleaving is None for r in results)
+    assert engine.interleaving.records() == []
+    default, _ = run(stream, interleaving={})
+    assert default.interleaving.outcomes["unknown_team"] == 270
+
+
+@pytest.mark.parametrize("teams", [["A", "A"], ["A", ""], [f"t{i}" for i in range(17)]])
+def test_bad_team_declarations_name_the_field(teams):
+    with pytest.raises(ConfigError, match=r"interleaving\.teams"):
+        load_config({"interleaving": {"teams": teams}})
