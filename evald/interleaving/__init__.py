@@ -6,5 +6,6 @@ One job per module: teams.py (an impression's team data and its checks), credit.
 of one closed list, pure), draft.py (the interleaving methods, for simulations and tests),
 sums.py and windows.py (mergeable sums of a pair of teams, per event-time window), fold.py
 (the preference test over complete windows, pure), component.py (what the engine calls),
-report.py (what replay prints), simulation.py (the figures of docs/statistics.md).
+report.py (what replay prints), exported.py (the series rows), simulation.py (the figures of
+docs/statistics.md).
 """
