@@ -13,7 +13,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -41,6 +41,9 @@ RESERVED_LABELS = frozenset(
         "instance",
         "job",
         "comparison",
+        "team",
+        "team_a",
+        "team_b",
     }
 )
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -176,6 +179,38 @@ class StatisticsConfig(BaseModel):
         return self
 
 
+class InterleavingConfig(BaseModel):
+    """Interleaved impressions: how they are credited and the preference test (docs/statistics.md,
+    "Interleaving")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: Duration = Field(
+        60 * 60_000, gt=0, description="event-time window of the sums; each complete one is a look"
+    )
+    credit: Literal["clicks", "grades"] = Field(
+        "clicks", description="a team earns 1 per clicked item, or the item's grade"
+    )
+    alpha: float = Field(0.05, gt=0, lt=1, description="family-wise error rate of the verdicts")
+    tuning_n: float = Field(
+        5000.0, gt=0, description="compared lists where the sequence is tightest"
+    )
+    min_n: int = Field(100, ge=2, description="compared lists before a band is published")
+    srm_alpha: float = Field(0.001, gt=0, lt=1, description="level of the draft's coin guard")
+    teams: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="the rankers credited, by team name; empty: no interleaved list is credited",
+    )
+
+    @field_validator("teams")
+    @classmethod
+    def _check_teams(cls, value: list[str]) -> list[str]:
+        if any(not name for name in value) or len(set(value)) != len(value):
+            raise ValueError("team names are distinct and not empty")
+        return value
+
+
 class EngineConfig(BaseModel):
     """Join, scoring and aggregation settings (docs/semantics.md explains each rule)."""
 
@@ -245,6 +280,9 @@ class EngineConfig(BaseModel):
     batch_size: int = Field(4096, ge=1, description="finalized impressions scored per batch")
     statistics: StatisticsConfig = Field(
         default_factory=lambda: StatisticsConfig.model_validate({})
+    )
+    interleaving: InterleavingConfig = Field(
+        default_factory=lambda: InterleavingConfig.model_validate({})
     )
 
     @field_validator("measures", mode="before")

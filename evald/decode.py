@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from evald.events import Feedback, Impression, Limits, Shown, format_timestamp, limited_models
+from evald.interleaving.teams import problem as team_problem
 
 #: Reasons the join, not a decoder, refuses a record for: a second, different served list for
 #: a request id (a mapping's lists of several records, docs/mapping.md).
@@ -46,6 +47,8 @@ REASONS: tuple[str, ...] = (
     "too_many_items",
     "too_many_labels",
     "string_too_long",
+    "unknown_interleaving",
+    "bad_teams",
     *JOIN_REASONS,
 )
 
@@ -69,6 +72,8 @@ def keys_surely_unique(raw: bytes, event: Impression | Feedback) -> bool:
     kept = len(event.__pydantic_fields_set__)
     if event.kind == "impression":
         kept += len(event.labels)
+        if event.rankings:
+            kept += len(event.rankings)
     return keys_counted_unique(raw, kept)
 
 
@@ -191,6 +196,7 @@ class EventDecoder(Protocol):
 _LIMIT_REASONS = {
     "items": "too_many_items",
     "scores": "too_many_items",
+    "teams": "too_many_items",
     "labels": "too_many_labels",
 }
 
@@ -214,9 +220,22 @@ def reason_of(error: Mapping[str, Any]) -> str:
         return "wrong_kind"
     if etype == "too_long" and field in _LIMIT_REASONS and len(loc) == 1:
         return _LIMIT_REASONS[field]
+    if etype == "too_long" and field == "rankings":
+        return "too_many_items"
     if etype == "string_too_long":
         return "string_too_long"
     return "wrong_type"
+
+
+def interleaving_checked(event: Impression, raw: bytes) -> Impression | Rejection:
+    """``event``, or its rejection when its team data are bad (``teams.problem``: the rule
+    every decoder applies to an interleaved impression)."""
+    if event.teams is None and event.interleaving is None:
+        return event
+    found = team_problem(event.items, event.teams, event.interleaving, event.rankings)
+    if found is None:
+        return event
+    return Rejection(found[0], found[1], raw, "impression")
 
 
 def time_in_words(ms: int) -> str:
@@ -308,7 +327,9 @@ class Decoder:
         problem = implausibility(event.ts, self.min_ts, self.max_lead, reference)  # type: ignore[union-attr]
         if problem is not None:
             return Rejection("implausible_timestamp", f"ts: {problem}", original, event.kind)
-        if event.kind == "impression" or event.action in self.action_grades:  # type: ignore[union-attr]
+        if event.kind == "impression":
+            return interleaving_checked(event, original)  # type: ignore[arg-type]
+        if event.action in self.action_grades:  # type: ignore[union-attr]
             return event
         return self._check(event, original)  # type: ignore[arg-type]
 
@@ -379,6 +400,8 @@ class Decoder:
                 # the sniff: find(), not `in` (see _colon_after_space)
                 if kind == "impression" or (kind is None and raw.find(b'"items"') >= 0):
                     event = validate_impression(raw)
+                    if event.teams is not None or event.interleaving is not None:
+                        raise _Slow  # checked by decode (interleaving_checked)
                     kept = len(event.__pydantic_fields_set__) + len(event.labels)
                 elif kind == "feedback" or kind is None:
                     event = validate_feedback(raw)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -27,6 +27,7 @@ from evald.aggregate import Aggregates, WindowRow
 from evald.config import EngineConfig
 from evald.decode import Decoder, EventDecoder, Rejection, Skipped
 from evald.events import Feedback, Impression, Shown, format_timestamp, parse_timestamp
+from evald.interleaving.component import Interleaving
 from evald.join import Joined, JoinStore
 from evald.join.clock import EventTimes
 from evald.join.window import complete_before
@@ -63,10 +64,13 @@ class Result:
     #: the user's bootstrap cluster key (``user_cluster``); 0: no user id, or not kept
     #: (``bootstrap_replicates`` 0)
     cluster: int = 0
+    #: an interleaved list's credit (``interleaving.component.result_field``); None: none
+    interleaving: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures"}``, and
-        ``"cluster"`` (``format_cluster``) when the impression had a user id."""
+        """``{"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures"}``, ``"cluster"``
+        (``format_cluster``) when the impression had a user id, and ``"interleaving"`` when it
+        was a credited interleaved list (docs/semantics.md §9)."""
         doc: dict[str, Any] = {
             "request_id": self.request_id,
             "ts": format_timestamp(self.ts),
@@ -75,6 +79,8 @@ class Result:
         }
         if self.cluster:
             doc["cluster"] = format_cluster(self.cluster)
+        if self.interleaving is not None:
+            doc["interleaving"] = self.interleaving
         return doc
 
 
@@ -95,7 +101,11 @@ def parse_cluster(field: object) -> int:
 
 
 class Engine:
-    """The streaming evaluation engine; not thread-safe (one loop drives it)."""
+    """The streaming evaluation engine; not thread-safe (one loop drives it).
+
+    Long because: it is the one place that wires every stage (docs/architecture.md), and the
+    hot paths keep their collaborators' bound methods.
+    """
 
     def __init__(
         self,
@@ -150,6 +160,10 @@ class Engine:
             if global_statistics:
                 self.statistics = LiveStatistics(config, self.measure_names)
                 self._folds_shares = True
+        #: interleaved lists: credit, window sums, the preference test (evald/interleaving/)
+        self.interleaving = Interleaving(
+            config.interleaving, self.segments, self.aggregates.replicates, fold=global_statistics
+        )
         self._stores: dict[int, JoinStore] = {}
         self._open_total = [0]  # open impressions over all partitions, kept by the stores
         self._drained = False
@@ -318,6 +332,7 @@ class Engine:
             store.idle(now)
             done += self._finalize(store, now)
         self._fold_shares(final=False)
+        self.interleaving.advance(self.complete_before())
         for store in stores:
             self._prune(store)
         return done
@@ -331,6 +346,7 @@ class Engine:
             done += self._finalize(store, now)
         self._drained = True
         self._fold_shares(final=True)
+        self.interleaving.advance(None, final=True)
         return done
 
     def _fold_shares(self, *, final: bool) -> None:
@@ -415,6 +431,9 @@ class Engine:
             clusters=clusters,
             weights=weights,
         )
+        credits: Iterable[dict[str, Any] | None] = repeat(None)
+        if joined.teams is not None:
+            credits = self.interleaving.observe(partition, joined, joined.clusters != 0, weights)
         callback = self.on_result
         if callback is None:
             return
@@ -424,7 +443,7 @@ class Engine:
             zip(repeat(name), col)
             for name, col in zip(self.measure_names, values.T.tolist(), strict=True)
         ]
-        for request_id, ts, labels, measures, reason, empty, cluster in zip(
+        for request_id, ts, labels, measures, reason, empty, cluster, credit in zip(
             joined.request_ids,
             joined.ts.tolist(),
             joined.labels,
@@ -432,9 +451,12 @@ class Engine:
             joined.reasons,
             abandoned.tolist(),
             joined.clusters.tolist(),
-            strict=True,
+            credits,
+            strict=False,  # credits: repeat(None) when no list is interleaved
         ):
-            callback(Result(request_id, ts, labels, measures, partition, reason, empty, cluster))
+            callback(
+                Result(request_id, ts, labels, measures, partition, reason, empty, cluster, credit)
+            )
 
     def _prune(self, store: JoinStore) -> None:
         wm = store.watermark
@@ -570,6 +592,7 @@ class Engine:
         if store is not None:
             self._open_total[0] -= store.open()
         self.aggregates.drop_partition(partition)
+        self.interleaving.drop(partition)
         if self.shares is not None:
             self.shares.drop(partition)
 

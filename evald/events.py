@@ -107,6 +107,12 @@ class Impression(BaseModel):
     query: StrictStr | None = None
     user_id: StrictStr | None = None
     scores: list[Annotated[float, Field(allow_inf_nan=False, strict=True)]] | None = None
+    #: an interleaved list (docs/semantics.md, "Interleaved impressions"): the ranker ("team")
+    #: that contributed each item, aligned with ``items``, and how the list was made
+    teams: list[StrictStr] | None = None
+    interleaving: StrictStr | None = None
+    #: balanced interleaving: each team's own ranked list of item ids
+    rankings: dict[StrictStr, list[StrictStr]] | None = None
 
 
 class Feedback(BaseModel):
@@ -156,6 +162,9 @@ def limited_models(limits: Limits) -> tuple[type[Impression], type[Feedback]]:
         query=(text | None, None),
         user_id=(text | None, None),
         scores=(scores | None, None),
+        teams=(items | None, None),
+        interleaving=(text | None, None),
+        rankings=(Annotated[dict[text, items], Field(max_length=16)] | None, None),
     )
     feedback: Any = create_model(
         "Feedback",

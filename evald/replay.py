@@ -391,6 +391,8 @@ def summary_json(engine: Engine, counts: dict[str, int], moments: SegmentMoments
     }
     if engine.statistics is not None:
         doc["comparisons"] = comparison_records(engine)
+    if engine.interleaving.seen:
+        doc["interleaving"] = engine.interleaving.records()
     return json.dumps(doc, ensure_ascii=False, indent=2)
 
 
@@ -621,6 +623,7 @@ def print_summary(
         "means (± 95% interval):",
         *means(moments),
         *comparisons(engine),
+        *engine.interleaving.lines(),
         *out_of_order(engine, counts, sorted_first=args.sort),
     ]
     print("\n".join(text), file=out)

@@ -68,6 +68,8 @@ CASES: dict[str, bytes] = {
     "too_many_items": imp(items=list("abcdef")),
     "too_many_labels": imp(labels={"a": "1", "b": "2", "c": "3"}),
     "string_too_long": imp(request_id="r" * 17),
+    "unknown_interleaving": imp(teams=["A", "B"], interleaving="coin_flip"),
+    "bad_teams": imp(teams=["A"], interleaving="team_draft"),
 }
 
 

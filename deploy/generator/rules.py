@@ -272,6 +272,59 @@ def _sample_ratio(spec: Spec) -> Rule:
     }
 
 
+def _pair_on(spec: Spec) -> str:
+    """Labels of one pair of teams in one segment of one evald deployment."""
+    return _by(JOB, *spec.segment_labels, "team_a", "team_b")
+
+
+def _coin_ok(spec: Spec) -> str:
+    """Drop the pairs whose draft-coin guard has fired on any instance: the interleaver is not
+    the method it claims, so the preference is biased."""
+    p_value = across_instances("min", "evald_interleaving_srm_p_value")
+    return f"unless on ({_pair_on(spec)})\n({p_value} < {spec.thresholds.srm_alpha:g})"
+
+
+def _interleaving_win(spec: Spec, name: str, bound: str, winner: str, loser: str) -> Rule:
+    """``name`` fires when the always-valid band on the preference (team_a over team_b)
+    excludes 0 on ``winner``'s side: ``upper < 0`` (team_b wins) or ``lower > 0`` (team_a)."""
+    th = spec.thresholds
+    how, test = ("max", "< 0") if bound == "upper" else ("min", "> 0")
+    return {
+        "alert": name,
+        "expr": f"{across_instances(how, f'evald_interleaving_{bound}')} {test}\n" + _coin_ok(spec),
+        "for": th.sequence_for,
+        "labels": {"severity": "info"},
+        "annotations": {
+            "summary": f"Interleaving: {{{{ $labels.{winner} }}}} beats {{{{ $labels.{loser} }}}}",
+            "description": "The always-valid confidence sequence on the interleaving preference "
+            f"of {{{{ $labels.team_a }}}} over {{{{ $labels.team_b }}}} "
+            f"({_segment_text(spec, spec.segment_labels)}) excludes 0: users prefer "
+            f"{{{{ $labels.{winner} }}}}. Family-wise error rate {th.family_alpha * 100:g}% "
+            "(interleaving.alpha) over every segment and pair, however often it is checked "
+            "(docs/statistics.md, Interleaving).",
+        },
+    }
+
+
+def _interleaving_coin(spec: Spec) -> Rule:
+    th = spec.thresholds
+    return {
+        "alert": "EvaldInterleavingCoinBiased",
+        "expr": f"{across_instances('min', 'evald_interleaving_srm_p_value')} < {th.srm_alpha:g}",
+        "for": th.srm_for,
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "Interleaving: {{ $labels.team_a }} and {{ $labels.team_b }} do not lead "
+            "half the lists each",
+            "description": "The always-valid test of the draft's coin for "
+            "{{ $labels.team_a }} vs {{ $labels.team_b }} "
+            f"({_segment_text(spec, spec.segment_labels)}) rejects a fair coin at "
+            f"{th.srm_alpha:g}: the interleaver is not the method it claims, or drops a team. "
+            "The pair's interleaving alerts are suppressed while it fires.",
+        },
+    }
+
+
 def _unattributed_ratio(spec: Spec, reason: str, name: str, ratio: float) -> Rule:
     th = spec.thresholds
     rng = th.ratio_range
@@ -316,6 +369,9 @@ def alert_groups(spec: Spec) -> list[Group]:
             f"the {{{{ $labels.{spec.arm_label} }}}} arm against its own trailing baseline",
         ),
         _sample_ratio(spec),
+        _interleaving_win(spec, "EvaldInterleavingSecondTeamWins", "upper", "team_b", "team_a"),
+        _interleaving_win(spec, "EvaldInterleavingFirstTeamWins", "lower", "team_a", "team_b"),
+        _interleaving_coin(spec),
         *_down(spec),
         {
             "alert": "EvaldWatermarkStalled",

@@ -58,7 +58,8 @@ class ResultEncoder:
 
     def document(self, result: Result) -> dict[str, Any]:
         """The JSON document: ``{"request_id", "ts" (RFC 3339), "labels", "measures"}`` and
-        ``"cluster"`` when the impression had a user id, as ``Result.to_json``."""
+        ``"cluster"`` when the impression had a user id and ``"interleaving"`` when it was a
+        credited interleaved list, as ``Result.to_json``."""
         doc: dict[str, Any] = {
             "request_id": result.request_id,
             "ts": self.format_ts(result.ts),
@@ -67,6 +68,8 @@ class ResultEncoder:
         }
         if result.cluster:
             doc["cluster"] = format_cluster(result.cluster)
+        if result.interleaving is not None:
+            doc["interleaving"] = result.interleaving
         return doc
 
     def encode(self, result: Result) -> tuple[bytes, bytes]:

@@ -23,6 +23,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evald.decode import REASONS
+from evald.interleaving.exported import PARTS as INTERLEAVING_PARTS
+from evald.interleaving.exported import WINS as INTERLEAVING_WINS
+from evald.interleaving.exported import part_rows as interleaving_rows
+from evald.interleaving.exported import win_rows as interleaving_wins
 from evald.stats import (
     EVENT_KINDS,
     EVENT_OUTCOMES,
@@ -627,6 +631,43 @@ COMPARISON_SERIES: tuple[Series, ...] = (
 )
 
 SERIES = SERIES + COMPARISON_SERIES
+
+
+def _interleaving(engine: Engine) -> tuple[list[str], list[dict[str, Any]]]:
+    """The label keys and the interleaving test's records (plain data: read outside the lock)."""
+    return list(engine.config.label_keys), engine.interleaving.records()
+
+
+def _team_pairs(config: EngineConfig) -> int:
+    """Pairs of teams per segment at worst: the declared teams choose 2."""
+    return math.comb(len(config.interleaving.teams), 2)
+
+
+INTERLEAVING_SERIES: tuple[Series, ...] = (
+    *(
+        Series(
+            name,
+            "gauge",
+            text,
+            (SEGMENT, "team_a", "team_b"),
+            _interleaving,
+            interleaving_rows(part),
+            per_segment=_team_pairs,
+        )
+        for part, (name, text) in INTERLEAVING_PARTS.items()
+    ),
+    Series(
+        INTERLEAVING_WINS[0],
+        "gauge",
+        INTERLEAVING_WINS[1],
+        (SEGMENT, "team_a", "team_b", "team"),
+        _interleaving,
+        interleaving_wins,
+        per_segment=lambda c: 2 * _team_pairs(c),
+    ),
+)
+
+SERIES = SERIES + INTERLEAVING_SERIES
 
 #: the collector's own family beside the table: how old the engine series of a scrape are
 #: (the last complete page served again while the loop holds the engine: collector.py)

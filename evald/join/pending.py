@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from evald.join.teams import TeamBook
+
 #: column name -> dtype. ``label``, ``offset`` and ``head`` store id + 1 (0: none; a 0 label
 #: marks a free slot); ``start`` / ``rid_start`` index the arenas; ``key`` is the rid-table key;
 #: ``cluster`` (``CLUSTER``) is the bootstrap cluster key of the impression's user id (0: none
@@ -38,9 +40,11 @@ class PendingImpressions:
     Per-slot reads and writes go through the memoryview attributes (``ts[slot]``...): a
     memoryview item is about twice as cheap to touch from Python as a numpy scalar index.
     ``column(name)`` is the numpy array behind one, for vectorised work over many slots.
+    ``teams``: the teams of the interleaved ones (most lists have none: a dict, not a column).
     """
 
     def __init__(self, capacity: int = 1024) -> None:
+        self.teams = TeamBook()
         self._arrays: dict[str, np.ndarray] = {
             name: np.zeros(capacity, dtype) for name, dtype in COLUMNS.items()
         }

@@ -22,6 +22,7 @@ from typing import Any, cast
 import numpy as np
 
 from evald.events import Feedback, Impression, Shown
+from evald.interleaving.teams import Teams
 from evald.join.clock import EventTimes, PartitionClock
 from evald.join.feedback import AttachedFeedback, HeldEntry, HeldFeedback
 from evald.join.lists import Lists, OpenList, widen
@@ -65,6 +66,8 @@ class Joined:
     grades: np.ndarray  # float64 (n, width), 0-padded
     lengths: np.ndarray  # int64 (n,)
     reasons: list[str]
+    #: per row the teams of an interleaved list (None: not interleaved); None: no row is
+    teams: list[Teams | None] | None = None
 
 
 @dataclass(slots=True)
@@ -299,6 +302,8 @@ class JoinStore:
                 cluster = user_cluster(user) if user and user_cluster is not None else 0
                 labels = acquire(event.labels)  # type: ignore[union-attr]
                 fill(slot, ts, key, labels, event.items, rid, cluster)  # type: ignore[union-attr]
+                if event.teams is not None:  # type: ignore[union-attr]
+                    pending.teams.give(slot, event)
                 if offset is not None:
                     pending.offset[slot] = offset + 1
                     self._imp_offsets.push(offset, slot)
@@ -441,6 +446,8 @@ class JoinStore:
         if event.items:
             if not pending.length(slot):
                 pending.set_items(slot, event.items)
+                if event.teams is not None:
+                    pending.teams.give(slot, event)
                 self._describe(slot, entry, event, offset)
             elif [hash(item) for item in event.items] == pending.item_hashes(slot):
                 if not replayed:
@@ -653,6 +660,7 @@ class JoinStore:
             rows = lists.taken(slots, reasons, lengths.tolist(), times)
             if rows:  # lists no record gave items to: their shown items, in position order
                 items, mask, lengths = widen(items, mask, lengths, rows)
+        teams = pending.teams.take(slots)
         grades = np.zeros(items.shape, np.float64)
         heads = pending.column("head")[idx]
         self.stats.unattributed["unknown_item"] += self._attached.credit(heads, items, mask, grades)
@@ -667,7 +675,16 @@ class JoinStore:
             table.release(label_id, count)
         pending.release(slots)
         return Joined(
-            request_ids, clusters, ts, label_ids, segment_ids, labels, grades, lengths, reasons
+            request_ids,
+            clusters,
+            ts,
+            label_ids,
+            segment_ids,
+            labels,
+            grades,
+            lengths,
+            reasons,
+            teams,
         )
 
     # ------------------------------------------------------------------ checkpoints

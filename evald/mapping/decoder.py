@@ -24,6 +24,7 @@ from evald.decode import (
     Skipped,
     duplicate_key,
     implausibility,
+    interleaving_checked,
     reason_of,
 )
 from evald.events import Feedback, Impression, Limits, Shown, limited_models
@@ -98,6 +99,20 @@ class _ImpressionReader:
         self.query = _opt(spec.query)
         #: records of one request id make one list: a record may come without items
         self.merge = spec.repeats == "merge"
+        #: an interleaved list's teams (path, team within an object) and method (path or name)
+        teams = spec.teams
+        self.teams = (
+            None if teams is None else _Path.of(teams if isinstance(teams, str) else teams.path)
+        )
+        self.team_id = (
+            None
+            if isinstance(teams, str) or teams is None or teams.id is None
+            else _Path.of(teams.id)
+        )
+        method = spec.interleaving
+        self.method: _Path | str | None = (
+            _Path.of(method) if method and method.startswith("/") else method
+        )
         self.where = {
             "request_id": self.request_id.text,
             "ts": time_text,
@@ -163,6 +178,8 @@ class MappingDecoder:
         self._kind_present = _opt(kind.present) if kind else None
         self._kind_means = kind.means if kind else None
         self._fast = compile_fast(spec, limits, min_ts=min_ts, max_lead=max_lead)
+        if spec.impression is not None and spec.impression.teams is not None:
+            self._fast = _feedback_only(self._fast)  # interleaved lists: the exact path
 
     # ------------------------------------------------------------------ the seam
 
@@ -326,10 +343,13 @@ class MappingDecoder:
                 break
         if spec.query is not None:
             _optional(fields, "query", document, spec.query)
+        if spec.teams is not None and fields["items"] != []:
+            _read_teams(fields, document, spec)
         try:
-            return self._validate_impression(fields)
+            event = self._validate_impression(fields)
         except ValidationError as exc:
             return _rejection(exc, spec.where, raw, "impression")
+        return event if spec.teams is None else interleaving_checked(event, raw)
 
     def _read_feedback(
         self, document: dict[str, Any], raw: bytes, reference: int | None, record_time: int | None
@@ -512,3 +532,41 @@ def _rejection(exc: ValidationError, where: dict[str, str], raw: bytes, kind: st
     rest = "".join(f"/{part}" for part in loc[1:])
     reason = reason_of(error)
     return Rejection(reason, f"{head}{rest}: {error['msg']}", raw, kind)
+
+
+def _feedback_only(fast: Any) -> Any:
+    """``fast`` for feedback; every impression left to the exact path (which checks teams)."""
+
+    def only(raw: bytes, kind: Any, reference: Any, record_time: Any) -> Any:
+        event = fast(raw, kind, reference, record_time)
+        return None if isinstance(event, Impression) else event
+
+    return only
+
+
+def _read_teams(fields: dict[str, Any], document: dict[str, Any], spec: _ImpressionReader) -> None:
+    """An interleaved list's ``teams`` (one per item; objects' team at ``team_id``) and
+    ``interleaving`` (read, or the mapping's name) into ``fields``; missing: a rejection."""
+    assert spec.teams is not None
+    teams = spec.teams.top(document)
+    if teams is MISSING or teams is None:
+        raise _Unreadable("missing_field", f"{spec.teams.text}: missing")
+    if spec.team_id is not None:
+        if type(teams) is not list:
+            raise _Unreadable("wrong_type", f"{spec.teams.text}: expected a list of objects")
+        names = []
+        for index, entry in enumerate(teams):
+            value = spec.team_id.get(entry)
+            if value is MISSING:
+                where = f"{spec.teams.text}/{index}{spec.team_id.text}"
+                raise _Unreadable("missing_field", f"{where}: missing")
+            names.append(value)
+        teams = names
+    fields["teams"] = teams
+    method = spec.method
+    if isinstance(method, _Path):
+        value = method.top(document)
+        if value is MISSING or value is None:
+            raise _Unreadable("missing_field", f"{method.text}: missing")
+        method = value
+    fields["interleaving"] = method

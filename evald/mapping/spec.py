@@ -98,6 +98,17 @@ class ImpressionSpec(_Strict):
     #: list, a repeat is a duplicate) or ``merge`` (one list: records without items add
     #: nothing, the first with items gives them, other items are a conflict; docs/mapping.md)
     repeats: Literal["duplicate", "merge"] = "duplicate"
+    #: an interleaved list (docs/semantics.md §9): each item's team, an array aligned with
+    #: the items (or objects whose team name is at ``id``), and the method, read at a pointer
+    #: or stated for every list
+    teams: Pointer | ItemsSpec | None = None
+    interleaving: Pointer | Literal["team_draft", "team_draft_multileave"] | None = None
+
+    @model_validator(mode="after")
+    def _teams_with_method(self) -> ImpressionSpec:
+        if (self.teams is None) != (self.interleaving is None):
+            raise ValueError("teams and interleaving go together (docs/mapping.md)")
+        return self
 
     @model_validator(mode="before")
     @classmethod

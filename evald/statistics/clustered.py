@@ -41,6 +41,7 @@ __all__ = [
     "as_sums",
     "centred_replicates",
     "contrast",
+    "mean_variance",
     "row_width",
     "sketch_variance",
     "sums_of_rows",
@@ -205,6 +206,20 @@ def contrast(minus: ClusterSums | Moments, plus: ClusterSums | Moments) -> Contr
         return Contrast(difference, list_level, False)
     replicates = db - da
     return Contrast(difference, float(sketch_variance(list_level, replicates)), True, replicates)
+
+
+def mean_variance(sums: ClusterSums | Moments) -> tuple[float, bool]:
+    """The variance of one mean (a one-sample statistic, such as an interleaving preference)
+    and whether it is clustered by user: max(s²/n, (1/B) Σ_b D_b²) when the replicate sums are
+    known and some list had a user id, else the list-level s²/n (NaN below 2 lists)."""
+    s = as_sums(sums)
+    if s.n < 2:
+        return math.nan, False
+    list_level = s.variance / s.n
+    centred = s.centred() if s.users else None
+    if centred is None:
+        return list_level, False
+    return float(sketch_variance(list_level, centred)), True
 
 
 def row_width(replicates: int) -> int:

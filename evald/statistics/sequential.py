@@ -31,6 +31,7 @@ __all__ = [
     "confidence_sequence",
     "half_width",
     "log_evalue",
+    "mean_bound",
     "rho_squared",
     "sequence_bound",
 ]
@@ -120,6 +121,29 @@ def sequence_bound(
     return SequenceBound(
         difference, difference - half, difference + half, evalue, n_control, n_treatment, clustered
     )
+
+
+def mean_bound(
+    mean: float,
+    se2: float,
+    n: int,
+    alpha: float = 0.05,
+    tuning_n: float = DEFAULT_TUNING_N,
+    null_value: float = 0.0,
+    min_n: int = DEFAULT_MIN_N,
+    clustered: bool = False,
+) -> SequenceBound:
+    """The (1 − α) asymptotic confidence sequence on the mean of one sample of n terms (an
+    interleaving preference: one term per compared list) at one look: the boundary of
+    ``sequence_bound`` with n the sample size and SE² the mean's variance (the same theorem:
+    Waudby-Smith et al. state it for the mean of one i.i.d. sequence). ``n_control`` and
+    ``n_treatment`` of the result are both n. No bound below ``min_n`` terms."""
+    if n < max(min_n, 2) or not math.isfinite(se2):
+        return SequenceBound(mean, math.nan, math.nan, 1.0, n, n, clustered)
+    half = float(half_width(n, se2, alpha, tuning_n))
+    with np.errstate(over="ignore"):
+        evalue = float(np.exp(log_evalue(n, se2, mean - null_value, alpha, tuning_n)))
+    return SequenceBound(mean, mean - half, mean + half, evalue, n, n, clustered)
 
 
 def confidence_sequence(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from evald.stats import Z95, mean_ci95
+from evald.top import interleaving
 
 __all__ = [
     "Comparison",
@@ -65,6 +66,7 @@ READ = frozenset(
         "evald_comparison_clustered",
         "evald_attribution_window_seconds",
         "evald_oldest_open_impression_timestamp_seconds",
+        *interleaving.READ,
     }
 )
 #: labels of the comparison series that are not segment labels
@@ -204,6 +206,8 @@ class View:
     rejects: list[tuple[str, float]]  # reason, total since start; non-zero only, largest first
     unattributed: list[tuple[str, float]] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)  # since the start, always-valid
+    #: interleaving: each pair's preference since the start and its verdict
+    preferences: list[interleaving.Preference] = field(default_factory=list)
     #: what says when the first window will be complete, while none is
     progress: Progress = field(default_factory=lambda: Progress())
 
@@ -354,6 +358,7 @@ def build_view(
         rejects=_nonzero(cur.series("evald_rejected_total"), "reason"),
         unattributed=_nonzero(cur.series("evald_feedback_unattributed_total"), "reason"),
         verdicts=[v for v in verdicts(cur, arms) if v.measure in shown],
+        preferences=interleaving.preferences(cur.samples),
         progress=Progress(
             attribution_s=cur.total("evald_attribution_window_seconds"),
             oldest_open=cur.total("evald_oldest_open_impression_timestamp_seconds"),

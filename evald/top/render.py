@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from evald.durations import format_duration, readable
+from evald.top import interleaving
 from evald.top.model import Comparison, Estimate, Verdict, View
 
 __all__ = ["ascii_only", "render"]
@@ -240,6 +241,7 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
     head = [*_header(view, width), ""]
     tables = _tables(view, width, plain)
     verdict_lines, legends = _verdicts(view, width)
+    verdict_lines += [_fit(interleaving.line(p), width) for p in view.preferences]
     tail = ["", *_health(view, width)]
     if height is not None:
         rows = len(head) + len(tables) + len(verdict_lines) + len(legends) + len(tail)

@@ -102,3 +102,15 @@ def test_a_result_with_a_user_carries_its_cluster_key_as_the_shared_document() -
         assert doc == result.to_json() == encoder.document(result)
         assert int(doc["cluster"], 16) == key and len(doc["cluster"]) == 16
     assert "cluster" not in json.loads(encoder.encode(_result())[1])
+
+
+def test_an_interleaved_result_carries_its_credit_as_the_shared_document() -> None:
+    """The topic record has ``"interleaving"`` exactly when the result was a credited
+    interleaved list, as ``Result.to_json`` (the offline check of docs/semantics.md §9)."""
+    encoder = ResultEncoder()
+    field = {"method": "team_draft", "credit": {"A": 2.0, "B": 0.0}, "order": ["B", "A"]}
+    result = _result(interleaving=field)
+    doc = json.loads(encoder.encode(result)[1])
+    assert doc == result.to_json() == encoder.document(result)
+    assert doc["interleaving"] == field
+    assert "interleaving" not in json.loads(encoder.encode(_result())[1])

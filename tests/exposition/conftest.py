@@ -8,6 +8,7 @@ from evald.engine import Engine
 
 from .support import (
     COMPARED,
+    INTERLEAVED,
     MINUTE,
     Served,
     feed_all,
@@ -20,7 +21,7 @@ from .support import (
 def drained() -> tuple[Engine, list[Served]]:
     """300 impressions over two 5-minute windows, two partitions, fed in order and drained."""
     served, events = traffic(seed=11, n=300, span_ms=10 * MINUTE)
-    engine = make_engine(statistics=COMPARED, global_statistics=True)
+    engine = make_engine(statistics=COMPARED, interleaving=INTERLEAVED, global_statistics=True)
     feed_all(engine, events)
     engine.drain()
     return engine, served

@@ -59,10 +59,17 @@ class Served:
         return {"P@3": p3, "RR": rr, "nDCG@3": dcg / idcg if idcg > 0 else 0.0}
 
 
-def impression(request_id: str, ts: int, items: list[str], labels: dict[str, str]) -> bytes:
-    return json.dumps(
-        {"request_id": request_id, "ts": ts, "items": items, "labels": labels}
-    ).encode()
+def impression(
+    request_id: str,
+    ts: int,
+    items: list[str],
+    labels: dict[str, str],
+    teams: list[str] | None = None,
+) -> bytes:
+    body: dict[str, object] = {"request_id": request_id, "ts": ts, "items": items, "labels": labels}
+    if teams is not None:  # a team-draft interleaved list of rankers A and B
+        body.update(teams=teams, interleaving="team_draft")
+    return json.dumps(body).encode()
 
 
 def feedback(
@@ -102,7 +109,10 @@ def traffic(seed: int, n: int, span_ms: int) -> tuple[list[Served], list[tuple[i
         labels = dict(rng.choice(SEGMENT_LABELS))
         imp = Served(f"r{i}", ts, items, labels, partition=i % 2)
         served.append(imp)
-        events.append((ts, 0, imp.partition, impression(imp.request_id, ts, items, labels)))
+        pair = ["A", "B"] if i % 3 else ["B", "A"]
+        teams = (pair * 3)[: len(items)] if len(items) > 1 else None
+        raw = impression(imp.request_id, ts, items, labels, teams)
+        events.append((ts, 0, imp.partition, raw))
         for _ in range(rng.choice([0, 0, 1, 1, 2, 3])):
             rank = min(int(rng.expovariate(0.7)), len(items) - 1)
             action = rng.choice(["click", "click", "click", "add_to_cart", "purchase"])
@@ -113,6 +123,9 @@ def traffic(seed: int, n: int, span_ms: int) -> tuple[list[Served], list[tuple[i
     events.sort(key=lambda e: (e[0], e[1]))
     return served, [(p, ts, raw) for ts, _, p, raw in events]
 
+
+#: the traffic's interleaved lists credited, per 5-minute window, bands from 2 compared lists
+INTERLEAVED: dict[str, object] = {"teams": ["A", "B"], "window": "5m", "min_n": 2}
 
 #: one comparison of the SEGMENT_LABELS arms, folded per 5-minute window (tiny minimum n so
 #: two windows of test traffic publish every comparison series)

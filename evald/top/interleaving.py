@@ -1,0 +1,69 @@
+"""`evald top`'s interleaving lines: the preference of each pair of teams since the start and
+the test's verdict, read from the exported ``evald_interleaving_*`` series (pure)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+LabelKey = tuple[tuple[str, str], ...]
+
+#: the series read (beside what model.READ lists)
+READ = frozenset(
+    {
+        "evald_interleaving_preference",
+        "evald_interleaving_lower",
+        "evald_interleaving_upper",
+        "evald_interleaving_verdict",
+    }
+)
+_PAIR = frozenset({"team_a", "team_b"})
+
+
+@dataclass(frozen=True)
+class Preference:
+    """One (segment, pair): the preference of team_a over team_b and its always-valid band
+    (NaN before ``interleaving.min_n`` compared lists), and the decided winner (None: not yet)."""
+
+    segment: str
+    team_a: str
+    team_b: str
+    preference: float
+    lower: float
+    upper: float
+    winner: str | None
+
+
+def preferences(series: Mapping[str, Mapping[LabelKey, float]]) -> list[Preference]:
+    """Every exported pair, by segment then pair."""
+    out = []
+    for key, value in sorted(series.get("evald_interleaving_preference", {}).items()):
+        labels = dict(key)
+        segment = " ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in _PAIR)
+        a, b = labels.get("team_a", "?"), labels.get("team_b", "?")
+        verdict = series.get("evald_interleaving_verdict", {}).get(key, 0.0)
+        out.append(
+            Preference(
+                segment,
+                a,
+                b,
+                value,
+                series.get("evald_interleaving_lower", {}).get(key, math.nan),
+                series.get("evald_interleaving_upper", {}).get(key, math.nan),
+                a if verdict > 0 else b if verdict < 0 else None,
+            )
+        )
+    return out
+
+
+def line(p: Preference) -> str:
+    """``interleaving surface=web: A vs B +0.120±0.041 A beats B``."""
+    head = f"interleaving {p.segment}: {p.team_a} vs {p.team_b} {p.preference:+.3f}"
+    if not math.isfinite(p.lower):
+        return f"{head} (band after interleaving.min_n compared lists)"
+    half = (p.upper - p.lower) / 2
+    if p.winner is None:
+        return f"{head}±{half:.3f} undecided"
+    loser = p.team_b if p.winner == p.team_a else p.team_a
+    return f"{head}±{half:.3f} {p.winner} beats {loser}"
