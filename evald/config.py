@@ -176,6 +176,16 @@ class StatisticsConfig(BaseModel):
         return self
 
 
+class DrilldownConfig(BaseModel):
+    """The queries of the served lists, per segment and window (docs/drilldown.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_query_length: int = Field(
+        100, ge=1, description="characters of a normalised query kept (the rest is cut)"
+    )
+
+
 class EngineConfig(BaseModel):
     """Join, scoring and aggregation settings (docs/semantics.md explains each rule)."""
 
@@ -246,6 +256,7 @@ class EngineConfig(BaseModel):
     statistics: StatisticsConfig = Field(
         default_factory=lambda: StatisticsConfig.model_validate({})
     )
+    drilldown: DrilldownConfig = Field(default_factory=lambda: DrilldownConfig.model_validate({}))
 
     @field_validator("measures", mode="before")
     @classmethod
@@ -332,6 +343,16 @@ class EngineConfig(BaseModel):
                     raise ValueError(
                         f"{where}.min_effect: {measure!r} is not one of measures {self.measures}"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _check_drilldown(self) -> EngineConfig:
+        drill = self.drilldown
+        if drill.max_query_length > self.limits.max_string_length:
+            raise ValueError(
+                f"drilldown.max_query_length: {drill.max_query_length} is more than "
+                f"limits.max_string_length ({self.limits.max_string_length})"
+            )
         return self
 
 
