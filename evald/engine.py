@@ -63,10 +63,13 @@ class Result:
     #: the user's bootstrap cluster key (``user_cluster``); 0: no user id, or not kept
     #: (``bootstrap_replicates`` 0)
     cluster: int = 0
+    #: the impression's query, normalised (evald.query); "": none
+    query: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """``{"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures"}``, and
-        ``"cluster"`` (``format_cluster``) when the impression had a user id."""
+        """``{"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures"}``, ``"cluster"``
+        (``format_cluster``) when the impression had a user id and ``"query"`` (normalised)
+        when it had a query."""
         doc: dict[str, Any] = {
             "request_id": self.request_id,
             "ts": format_timestamp(self.ts),
@@ -75,6 +78,8 @@ class Result:
         }
         if self.cluster:
             doc["cluster"] = format_cluster(self.cluster)
+        if self.query:
+            doc["query"] = self.query
         return doc
 
 
@@ -181,6 +186,7 @@ class Engine:
                 user_cluster=user_cluster if self.aggregates.replicates else None,
                 merge=self._merges,
                 max_items=cfg.limits.max_items,
+                max_query_length=cfg.drilldown.max_query_length,
             )
         return store
 
@@ -424,7 +430,7 @@ class Engine:
             zip(repeat(name), col)
             for name, col in zip(self.measure_names, values.T.tolist(), strict=True)
         ]
-        for request_id, ts, labels, measures, reason, empty, cluster in zip(
+        for request_id, ts, labels, measures, reason, empty, cluster, query in zip(
             joined.request_ids,
             joined.ts.tolist(),
             joined.labels,
@@ -432,9 +438,12 @@ class Engine:
             joined.reasons,
             abandoned.tolist(),
             joined.clusters.tolist(),
+            joined.queries,
             strict=True,
         ):
-            callback(Result(request_id, ts, labels, measures, partition, reason, empty, cluster))
+            callback(
+                Result(request_id, ts, labels, measures, partition, reason, empty, cluster, query)
+            )
 
     def _prune(self, store: JoinStore) -> None:
         wm = store.watermark

@@ -806,3 +806,36 @@ def test_a_mapping_s_user_id_reaches_the_clustered_interval():
     by_user, by_request = _direct_halfwidths(native, results)
     assert by_user != pytest.approx(by_request, rel=0.05)
     assert _hour_rr(engine).ci95_clustered_halfwidth == pytest.approx(by_user, rel=1e-9)
+
+
+def test_a_result_carries_its_normalised_query_only_when_it_has_one():
+    """Issue 27: the impression's query, normalised (evald/query.py), is the result's
+    ``"query"``; a list without a query (or one the rule empties) has no such field, and the
+    results topic's encoder writes the same document."""
+    from evald.daemon.results import ResultEncoder
+
+    engine, results = make()
+    engine.feed(b'{"request_id": "q", "ts": 0, "items": ["a"], "query": "  Red\\tSHOES\\u200b "}')
+    engine.feed(b'{"request_id": "e", "ts": 0, "items": ["a"], "query": " \\u0000 "}')
+    engine.feed(imp("n", 0, ["a"]))
+    engine.drain()
+    docs = {r.request_id: r.to_json() for r in results}
+    assert docs["q"]["query"] == "red shoes"
+    assert "query" not in docs["e"] and "query" not in docs["n"]
+    encoder = ResultEncoder()
+    for result in results:
+        assert json.loads(encoder.encode(result)[1]) == json.loads(json.dumps(result.to_json()))
+
+
+def test_absorb_result_reads_a_result_with_a_query_as_one_without():
+    engine, results = make()
+    engine.feed(b'{"request_id": "q", "ts": 0, "items": ["a"], "query": "lamp"}')
+    engine.feed(fb("q", 1, "a"))
+    engine.drain()
+    doc = json.loads(json.dumps(results[0].to_json()))
+    assert doc["query"] == "lamp"
+    with_query, _ = make()
+    without, _ = make()
+    assert with_query.absorb_result(doc, 0)
+    assert without.absorb_result({k: v for k, v in doc.items() if k != "query"}, 0)
+    assert with_query.snapshot(0) == without.snapshot(0)

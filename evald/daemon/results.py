@@ -57,8 +57,9 @@ class ResultEncoder:
         self._encode = json.JSONEncoder(separators=(",", ":")).encode
 
     def document(self, result: Result) -> dict[str, Any]:
-        """The JSON document: ``{"request_id", "ts" (RFC 3339), "labels", "measures"}`` and
-        ``"cluster"`` when the impression had a user id, as ``Result.to_json``."""
+        """The JSON document: ``{"request_id", "ts" (RFC 3339), "labels", "measures"}``,
+        ``"cluster"`` when the impression had a user id and ``"query"`` (normalised) when it
+        had a query, as ``Result.to_json``."""
         doc: dict[str, Any] = {
             "request_id": result.request_id,
             "ts": self.format_ts(result.ts),
@@ -67,6 +68,8 @@ class ResultEncoder:
         }
         if result.cluster:
             doc["cluster"] = format_cluster(result.cluster)
+        if result.query:
+            doc["query"] = result.query
         return doc
 
     def encode(self, result: Result) -> tuple[bytes, bytes]:
