@@ -184,6 +184,14 @@ class DrilldownConfig(BaseModel):
     max_query_length: int = Field(
         100, ge=1, description="characters of a normalised query kept (the rest is cut)"
     )
+    capacity: int = Field(
+        32,
+        ge=0,
+        le=10_000,
+        description="queries each summary (one segment and window) is sure to hold: it holds "
+        "at most twice as many, and misses none with more than 1/(capacity+1) of its lists; "
+        "memory per segment grows with it; 0: no summaries",
+    )
 
 
 class EngineConfig(BaseModel):

@@ -138,6 +138,7 @@ class Engine:
             config.windows,
             config.retention,
             config.statistics.bootstrap_replicates,
+            config.drilldown.capacity,
         )
         #: each partition's shares of the comparison windows (evald/statistics/shares.py)
         self.shares: PartitionShares | None = None
@@ -420,6 +421,7 @@ class Engine:
             abandoned=abandoned,
             clusters=clusters,
             weights=weights,
+            queries=joined.queries,
         )
         callback = self.on_result
         if callback is None:
@@ -604,6 +606,7 @@ class Engine:
         rows: list[list[float]] = []
         clusters: list[int | None] = []
         rids: list[str] = []
+        queries: list[str] = []
         for result in results:
             try:
                 ts_ms = parse_timestamp(result["ts"])
@@ -614,6 +617,9 @@ class Engine:
                     raise TypeError("labels must map strings to strings")
                 cluster = result.get("cluster")
                 key = None if cluster is None else parse_cluster(cluster)
+                query = result.get("query") or ""
+                if not isinstance(query, str):
+                    raise TypeError("query must be a string")
             except (KeyError, TypeError, ValueError, AttributeError):
                 continue
             segments.append(self.segments.segment_of(labels))
@@ -621,6 +627,7 @@ class Engine:
             rows.append(row)
             clusters.append(key)
             rids.append(str(result.get("request_id", "")) if key is None else "")
+            queries.append(query)
         if not segments:
             return 0
         keys = np.asarray([0 if k is None else k for k in clusters], dtype=np.uint64)
@@ -634,5 +641,6 @@ class Engine:
             np.asarray(rows, dtype=np.float64),
             histogram=False,
             clusters=keys,
+            queries=queries,
         )
         return len(segments)

@@ -827,7 +827,7 @@ def test_a_result_carries_its_normalised_query_only_when_it_has_one():
         assert json.loads(encoder.encode(result)[1]) == json.loads(json.dumps(result.to_json()))
 
 
-def test_absorb_result_reads_a_result_with_a_query_as_one_without():
+def test_absorb_result_adds_a_result_s_query_to_the_summaries_and_the_same_window_sums():
     engine, results = make()
     engine.feed(b'{"request_id": "q", "ts": 0, "items": ["a"], "query": "lamp"}')
     engine.feed(fb("q", 1, "a"))
@@ -838,4 +838,13 @@ def test_absorb_result_reads_a_result_with_a_query_as_one_without():
     without, _ = make()
     assert with_query.absorb_result(doc, 0)
     assert without.absorb_result({k: v for k, v in doc.items() if k != "query"}, 0)
-    assert with_query.snapshot(0) == without.snapshot(0)
+    with_query.drain(), without.drain()
+    rows = [r.to_json() for r in without.window_rows(last_only=False)]
+    assert rows and [r.to_json() for r in with_query.window_rows(last_only=False)] == rows
+    summaries = with_query.aggregates.queries
+    assert summaries is not None and summaries.windows()
+    assert [
+        e.query for s in summaries.merged(*summaries.windows()[0]).values() for e in s.entries()
+    ] == ["lamp"]
+    assert not without.aggregates.queries.windows()  # type: ignore[union-attr]
+    assert not with_query.absorb_result({**doc, "query": 5}, 0)  # not a result evald wrote

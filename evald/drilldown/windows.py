@@ -1,0 +1,157 @@
+"""QueryWindows: one query Summary per partition, window (each configured width) and segment.
+
+Kept beside the window sums in ``Aggregates`` and fed by the same calls (scored lists, and the
+results a restore absorbs), snapshotted with them: so, like the window sums, the summaries
+after a restore are exactly those of the uninterrupted run. Windows are aligned to multiples of
+their width (as the window rows and the bootstrap sums); a window is dropped once it ends
+before the retention horizon. Lists without a query are not summarised (the window sums count
+every list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from evald.drilldown.summary import Summary
+
+__all__ = ["QueryWindows"]
+
+#: (width ms, window start ms) -> segment id -> Summary
+Windows = dict[tuple[int, int], dict[int, Summary]]
+
+
+class QueryWindows:
+    """The partitions' query summaries; ``capacity`` fixes each summary's memory."""
+
+    def __init__(self, capacity: int, measures: int, widths: Sequence[int]) -> None:
+        self.capacity = capacity
+        self.measures = measures
+        self.widths = list(widths)
+        self._parts: dict[int, Windows] = {}
+
+    def observe(
+        self,
+        partition: int,
+        seg: np.ndarray,
+        ts: np.ndarray,
+        queries: Sequence[str],
+        clean: np.ndarray,
+        finite: np.ndarray,
+    ) -> None:
+        """Add each list with a query to its segment's summary of every width's window, in the
+        given order (the order of the results: what makes a restore exact)."""
+        has = np.fromiter((bool(q) for q in queries), bool, len(queries))
+        if not has.any():
+            return
+        at = np.flatnonzero(has)
+        windows = self._parts.setdefault(partition, {})
+        seg_a, ts_a = seg[at], ts[at]
+        for width in self.widths:
+            start = ts_a // width * width
+            order = np.lexsort((start, seg_a))  # stable: each group keeps the results' order
+            s, w = seg_a[order], start[order]
+            cut = np.flatnonzero((s[1:] != s[:-1]) | (w[1:] != w[:-1])) + 1
+            for group in np.split(order, cut):
+                rows = at[group]
+                key = (width, int(start[group[0]]))
+                by_segment = windows.setdefault(key, {})
+                segment = int(seg_a[group[0]])
+                summary = by_segment.get(segment)
+                if summary is None:
+                    summary = by_segment[segment] = Summary(self.capacity, self.measures)
+                summary.add([queries[i] for i in rows.tolist()], clean[rows], finite[rows])
+
+    def prune(self, partition: int, before_ms: int) -> None:
+        """Drop the partition's windows that end at or before ``before_ms``."""
+        windows = self._parts.get(partition)
+        if windows:
+            for key in [k for k in windows if k[0] + k[1] <= before_ms]:
+                del windows[key]
+
+    def drop(self, partition: int) -> None:
+        self._parts.pop(partition, None)
+
+    def partitions(self) -> list[int]:
+        return sorted(self._parts)
+
+    def segments(self, partition: int) -> set[int]:
+        """The segment ids the partition's summaries name (for the snapshot's rows)."""
+        return {s for by in self._parts.get(partition, {}).values() for s in by}
+
+    def merged(self, width: int, start: int) -> dict[int, Summary]:
+        """Every partition's summaries of one window, merged per segment (in partition order)."""
+        out: dict[int, Summary] = {}
+        for partition in sorted(self._parts):
+            for segment, summary in sorted(self._parts[partition].get((width, start), {}).items()):
+                into = out.get(segment)
+                if into is None:
+                    into = out[segment] = Summary(self.capacity, self.measures)
+                into.merge(summary)
+        return out
+
+    def windows(self) -> list[tuple[int, int]]:
+        """Every (width, start) some partition holds, in order."""
+        return sorted({k for windows in self._parts.values() for k in windows})
+
+    # ---------------------------------------------------------------- snapshots
+
+    def encode(
+        self, partition: int, row_of: dict[int, int]
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """(JSON metadata, arrays) of the partition's summaries; segments as snapshot rows."""
+        index: list[list[int]] = []
+        queries: list[str] = []
+        tables: list[np.ndarray] = []
+        for key, by_segment in sorted(self._parts.get(partition, {}).items()):
+            for segment, summary in sorted(by_segment.items()):
+                keys, table, scalars = summary.to_arrays()
+                index.append([key[0], key[1], row_of[segment], len(keys), *scalars])
+                queries.extend(keys)
+                tables.append(table)
+        width = 2 + 2 * self.measures
+        table = np.concatenate(tables) if tables else np.zeros((0, width))
+        meta = {"capacity": self.capacity, "queries": queries}
+        return meta, {"index": np.asarray(index, np.float64).reshape(-1, 6), "table": table}
+
+    def decode(
+        self,
+        partition: int,
+        meta: dict[str, Any],
+        arrays: dict[str, np.ndarray],
+        local: np.ndarray,
+    ) -> Windows:
+        """The partition's summaries from ``encode``'s parts (``local``: snapshot row -> this
+        process's segment id); ValueError when they disagree. Nothing is replaced yet."""
+        index, table = arrays.get("index"), arrays.get("table")
+        queries = meta.get("queries")
+        if index is None or table is None or not isinstance(queries, list):
+            raise ValueError("snapshot's query summaries are missing")
+        if meta.get("capacity") != self.capacity:
+            raise ValueError("snapshot's query summaries were kept with another capacity")
+        if table.shape[1:] != (2 + 2 * self.measures,) or index.shape[1:] != (6,):
+            raise ValueError("snapshot's query summaries are misshapen")
+        windows: Windows = {}
+        at = 0
+        for width, start, row, n, offset, forgotten in (
+            (int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in index
+        ):
+            keys = [str(q) for q in queries[at : at + n]]
+            summary = Summary.from_arrays(
+                self.capacity, keys, table[at : at + n], [offset, forgotten]
+            )
+            by_segment = windows.setdefault((width, start), {})
+            segment = int(local[row])
+            if segment in by_segment:  # two rows of the writer are one segment here
+                by_segment[segment].merge(summary)
+            else:
+                by_segment[segment] = summary
+            at += n
+        if at != len(queries) or at != len(table):
+            raise ValueError("snapshot's query summaries do not add up")
+        return windows
+
+    def replace(self, partition: int, windows: Windows) -> None:
+        self._parts[partition] = windows
