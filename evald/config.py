@@ -192,6 +192,7 @@ class DrilldownConfig(BaseModel):
         "at most twice as many, and misses none with more than 1/(capacity+1) of its lists; "
         "memory per segment grows with it; 0: no summaries",
     )
+    top: int = Field(10, ge=1, le=1000, description="queries a report lists per segment and window")
 
 
 class EngineConfig(BaseModel):

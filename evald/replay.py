@@ -391,6 +391,9 @@ def summary_json(engine: Engine, counts: dict[str, int], moments: SegmentMoments
     }
     if engine.statistics is not None:
         doc["comparisons"] = comparison_records(engine)
+    from evald.drilldown.outputs import document
+
+    doc.update(document(engine, doc.get("comparisons"), final=True))  # type: ignore[arg-type]
     return json.dumps(doc, ensure_ascii=False, indent=2)
 
 
