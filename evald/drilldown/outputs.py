@@ -25,7 +25,9 @@ def document(
         return {}
     scope = Scope(engine.aggregates)
     before = None if final else engine.complete_before()
-    out: dict[str, Any] = {"queries": query_report(scope, before, k=engine.config.drilldown.top)}
+    out: dict[str, Any] = {
+        "queries": query_report(scope, before, final=final, k=engine.config.drilldown.top)
+    }
     if records is not None:
         out["attribution"] = attribution_records(engine, scope, records)
     return out

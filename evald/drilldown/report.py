@@ -105,14 +105,18 @@ def query_report(
     scope: Scope,
     complete_before: int | None,
     *,
+    final: bool = False,
     k: int = 10,
     measure: str | None = None,
     width: int | None = None,
     segment: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per width (or ``width``) its last complete window (``complete_before``; None: the last
-    holding data), per segment (matching ``segment``'s labels): ``top`` and, per measure (or
-    ``measure``), ``fallen`` against the window before."""
+    """Per width (or ``width``) its last complete window (ending by ``complete_before``; None:
+    none is complete, unless ``final``: then the last holding data), per segment (matching
+    ``segment``'s labels): ``top`` and, per measure (or ``measure``), ``fallen`` against the
+    window before."""
+    if complete_before is None and not final:
+        return []
     held = scope.windows.windows()
     out = []
     for w in sorted({w for w, _ in held}):

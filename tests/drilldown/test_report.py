@@ -54,7 +54,7 @@ def exact_mean(results: list[Result], query: str, lo: int, hi: int) -> tuple[int
 
 def test_the_fallen_queries_are_the_degraded_ones_with_their_exact_contributions() -> None:
     engine, results = engine_with(5 * MIN)
-    (row,) = query_report(Scope(engine.aggregates), None, k=10)
+    (row,) = query_report(Scope(engine.aggregates), None, final=True, k=10)
     assert row["start"] == "1970-01-01T00:05:00.000Z" and row["lists"] == 1_500
     fallen = row["fallen"]["RR"]
     assert {f["query"] for f in fallen[:2]} == {"q1", "q2"}
@@ -76,5 +76,5 @@ def test_the_fallen_queries_are_the_degraded_ones_with_their_exact_contributions
 def test_without_a_change_no_query_falls_much() -> None:
     """Negative control: no degradation, the same report shows no large contribution."""
     engine, _ = engine_with(10**12)
-    (row,) = query_report(Scope(engine.aggregates), None, k=10)
+    (row,) = query_report(Scope(engine.aggregates), None, final=True, k=10)
     assert all(abs(f["contribution"]) < 0.02 for f in row["fallen"]["RR"])
