@@ -1,15 +1,18 @@
-"""QueryWindows: one query Summary per partition, window (each configured width) and segment.
+"""QueryWindows: one query Summary per partition, base window and segment.
 
 Kept beside the window sums in ``Aggregates`` and fed by the same calls (scored lists, and the
 results a restore absorbs), snapshotted with them: so, like the window sums, the summaries
-after a restore are exactly those of the uninterrupted run. Windows are aligned to multiples of
-their width (as the window rows and the bootstrap sums); a window is dropped once it ends
-before the retention horizon. Lists without a query are not summarised (the window sums count
-every list).
+after a restore are exactly those of the uninterrupted run. Only the **base** windows are kept:
+aligned windows of the greatest common divisor of the configured widths (5m for 5m and 1h); a
+longer window is the merge of its base windows, made when it is read (summaries merge with
+their bounds), which halves the per-list cost against a summary per width. A base window is
+dropped once it ends before the retention horizon. Lists without a query are not summarised
+(the window sums count every list).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +22,7 @@ from evald.drilldown.summary import Summary
 
 __all__ = ["QueryWindows"]
 
-#: (width ms, window start ms) -> segment id -> Summary
+#: (base width ms, window start ms) -> segment id -> Summary
 Windows = dict[tuple[int, int], dict[int, Summary]]
 
 
@@ -30,6 +33,8 @@ class QueryWindows:
         self.capacity = capacity
         self.measures = measures
         self.widths = list(widths)
+        #: the width of the windows kept: every configured width is a multiple of it
+        self.base = math.gcd(*self.widths)
         self._parts: dict[int, Windows] = {}
 
     def observe(
@@ -41,28 +46,28 @@ class QueryWindows:
         clean: np.ndarray,
         finite: np.ndarray,
     ) -> None:
-        """Add each list with a query to its segment's summary of every width's window, in the
-        given order (the order of the results: what makes a restore exact)."""
+        """Add each list with a query to its segment's summary of its base window, in the given
+        order (the order of the results: what makes a restore exact)."""
         has = np.fromiter((bool(q) for q in queries), bool, len(queries))
         if not has.any():
             return
         at = np.flatnonzero(has)
         windows = self._parts.setdefault(partition, {})
         seg_a, ts_a = seg[at], ts[at]
-        for width in self.widths:
-            start = ts_a // width * width
-            order = np.lexsort((start, seg_a))  # stable: each group keeps the results' order
-            s, w = seg_a[order], start[order]
-            cut = np.flatnonzero((s[1:] != s[:-1]) | (w[1:] != w[:-1])) + 1
-            for group in np.split(order, cut):
-                rows = at[group]
-                key = (width, int(start[group[0]]))
-                by_segment = windows.setdefault(key, {})
-                segment = int(seg_a[group[0]])
-                summary = by_segment.get(segment)
-                if summary is None:
-                    summary = by_segment[segment] = Summary(self.capacity, self.measures)
-                summary.add([queries[i] for i in rows.tolist()], clean[rows], finite[rows])
+        width = self.base
+        start = ts_a // width * width
+        order = np.lexsort((start, seg_a))  # stable: each group keeps the results' order
+        s, w = seg_a[order], start[order]
+        cut = np.flatnonzero((s[1:] != s[:-1]) | (w[1:] != w[:-1])) + 1
+        for group in np.split(order, cut):
+            rows = at[group]
+            key = (width, int(start[group[0]]))
+            by_segment = windows.setdefault(key, {})
+            segment = int(seg_a[group[0]])
+            summary = by_segment.get(segment)
+            if summary is None:
+                summary = by_segment[segment] = Summary(self.capacity, self.measures)
+            summary.add([queries[i] for i in rows.tolist()], clean[rows], finite[rows])
 
     def prune(self, partition: int, before_ms: int) -> None:
         """Drop the partition's windows that end at or before ``before_ms``."""
@@ -82,19 +87,24 @@ class QueryWindows:
         return {s for by in self._parts.get(partition, {}).values() for s in by}
 
     def merged(self, width: int, start: int) -> dict[int, Summary]:
-        """Every partition's summaries of one window, merged per segment (in partition order)."""
+        """The summaries of the window ``[start, start + width)``, per segment: every
+        partition's base windows in it merged, in partition then time order (deterministic)."""
         out: dict[int, Summary] = {}
+        base = self.base
         for partition in sorted(self._parts):
-            for segment, summary in sorted(self._parts[partition].get((width, start), {}).items()):
-                into = out.get(segment)
-                if into is None:
-                    into = out[segment] = Summary(self.capacity, self.measures)
-                into.merge(summary)
+            windows = self._parts[partition]
+            for at in range(start, start + width, base):
+                for segment, summary in sorted(windows.get((base, at), {}).items()):
+                    into = out.get(segment)
+                    if into is None:
+                        into = out[segment] = Summary(self.capacity, self.measures)
+                    into.merge(summary)
         return out
 
     def windows(self) -> list[tuple[int, int]]:
-        """Every (width, start) some partition holds, in order."""
-        return sorted({k for windows in self._parts.values() for k in windows})
+        """Every (configured width, start) holding some base window of some partition."""
+        held = {start for windows in self._parts.values() for _, start in windows}
+        return sorted({(w, s // w * w) for w in self.widths for s in held})
 
     # ---------------------------------------------------------------- snapshots
 
@@ -113,7 +123,7 @@ class QueryWindows:
                 tables.append(table)
         width = 2 + 2 * self.measures
         table = np.concatenate(tables) if tables else np.zeros((0, width))
-        meta = {"capacity": self.capacity, "queries": queries}
+        meta = {"capacity": self.capacity, "base": self.base, "queries": queries}
         return meta, {"index": np.asarray(index, np.float64).reshape(-1, 6), "table": table}
 
     def decode(
@@ -129,8 +139,10 @@ class QueryWindows:
         queries = meta.get("queries")
         if index is None or table is None or not isinstance(queries, list):
             raise ValueError("snapshot's query summaries are missing")
-        if meta.get("capacity") != self.capacity:
-            raise ValueError("snapshot's query summaries were kept with another capacity")
+        if meta.get("capacity") != self.capacity or meta.get("base") != self.base:
+            raise ValueError(
+                "snapshot's query summaries were kept with another capacity or windows"
+            )
         if table.shape[1:] != (2 + 2 * self.measures,) or index.shape[1:] != (6,):
             raise ValueError("snapshot's query summaries are misshapen")
         windows: Windows = {}
