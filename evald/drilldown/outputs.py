@@ -13,7 +13,7 @@ from evald.drilldown.report import Scope, query_report
 if TYPE_CHECKING:
     from evald.engine import Engine
 
-__all__ = ["attribution_records", "document"]
+__all__ = ["attribution_records", "document", "every_window"]
 
 
 def document(
@@ -31,6 +31,15 @@ def document(
     if records is not None:
         out["attribution"] = attribution_records(engine, scope, records)
     return out
+
+
+def every_window(engine: Engine) -> list[dict[str, Any]]:
+    """``replay --queries``: the report of every window still held (all data in), in order of
+    width then time; empty when no summaries are kept."""
+    if engine.aggregates.queries is None:
+        return []
+    k = engine.config.drilldown.top
+    return query_report(Scope(engine.aggregates), None, final=True, last_only=False, k=k)
 
 
 def attribution_records(

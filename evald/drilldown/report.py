@@ -106,6 +106,7 @@ def query_report(
     complete_before: int | None,
     *,
     final: bool = False,
+    last_only: bool = True,
     k: int = 10,
     measure: str | None = None,
     width: int | None = None,
@@ -114,7 +115,7 @@ def query_report(
     """Per width (or ``width``) its last complete window (ending by ``complete_before``; None:
     none is complete, unless ``final``: then the last holding data), per segment (matching
     ``segment``'s labels): ``top`` and, per measure (or ``measure``), ``fallen`` against the
-    window before."""
+    window before. ``last_only=False``: every such window still held, in time order."""
     if complete_before is None and not final:
         return []
     held = scope.windows.windows()
@@ -127,30 +128,44 @@ def query_report(
         ]
         if not starts:
             continue
-        start = max(starts)
-        now, before = scope.windows.merged(w, start), scope.windows.merged(w, start - w)
-        sums_now, sums_before = scope.sums(w, start), scope.sums(w, start - w)
-        for seg, summary in sorted(now.items()):
-            labels = scope.labels_of(seg)
-            if segment and any(labels.get(key) != value for key, value in segment.items()):
+        for start in [max(starts)] if last_only else sorted(starts):
+            out += _window_rows(scope, w, start, k, measure, segment)
+    return out
+
+
+def _window_rows(
+    scope: Scope,
+    w: int,
+    start: int,
+    k: int,
+    measure: str | None,
+    segment: dict[str, str] | None,
+) -> list[dict[str, Any]]:
+    """The report's rows of one window: one per segment (matching ``segment``)."""
+    out = []
+    now, before = scope.windows.merged(w, start), scope.windows.merged(w, start - w)
+    sums_now, sums_before = scope.sums(w, start), scope.sums(w, start - w)
+    for seg, summary in sorted(now.items()):
+        labels = scope.labels_of(seg)
+        if segment and any(labels.get(key) != value for key, value in segment.items()):
+            continue
+        fallen: dict[str, list[dict[str, Any]]] = {}
+        base = before.get(seg)
+        for m, name in enumerate(scope.measures):
+            if (measure is not None and name != measure) or base is None:
                 continue
-            fallen: dict[str, list[dict[str, Any]]] = {}
-            base = before.get(seg)
-            for m, name in enumerate(scope.measures):
-                if (measure is not None and name != measure) or base is None:
-                    continue
-                overall = _mean(sums_now, seg, m) - _mean(sums_before, seg, m)
-                fallen[name] = changes(summary, base, m, _num(overall), k)
-            out.append(
-                {
-                    "window": format_duration(w),
-                    "start": format_timestamp(start),
-                    "end": format_timestamp(start + w),
-                    "labels": labels,
-                    "lists": summary.total,
-                    "offset": summary.offset,
-                    "top": top(summary, scope.measures, k),
-                    "fallen": fallen,
-                }
-            )
+            overall = _mean(sums_now, seg, m) - _mean(sums_before, seg, m)
+            fallen[name] = changes(summary, base, m, _num(overall), k)
+        out.append(
+            {
+                "window": format_duration(w),
+                "start": format_timestamp(start),
+                "end": format_timestamp(start + w),
+                "labels": labels,
+                "lists": summary.total,
+                "offset": summary.offset,
+                "top": top(summary, scope.measures, k),
+                "fallen": fallen,
+            }
+        )
     return out

@@ -158,3 +158,24 @@ def test_the_fallen_queries_of_the_treatment_are_the_degraded_ones(degraded: Any
         fallen = row["fallen"].get("RR", [])
         contributions = [f["contribution"] for f in fallen]
         assert contributions == sorted(contributions)
+
+
+def test_queries_file_holds_every_window_and_segment(tmp_path: Path) -> None:
+    """``--queries FILE``: one line per window still held and segment, the last ones equal to
+    the summary's ``"queries"``."""
+    stream, config = tmp_path / "events.jsonl", tmp_path / "config.yaml"
+    stream.write_text("\n".join(events(28, spread=False, n=3_000)) + "\n")
+    config.write_text(yaml.safe_dump(CONFIG))
+    queries, summary = tmp_path / "queries.jsonl", tmp_path / "summary.json"
+    argv = ["replay", str(stream), "--config", str(config), "--queries", str(queries)]
+    with summary.open("w") as out, contextlib.redirect_stdout(out):
+        assert main([*argv, "--format", "json"]) == 0
+    rows = [json.loads(line) for line in queries.read_text().splitlines()]
+    last = json.loads(summary.read_text())["queries"]
+    five = [r for r in rows if r["window"] == "5m"]
+    assert len({r["start"] for r in five}) == 3  # 15 minutes of lists: three 5m windows
+    assert {(r["window"], r["start"]) for r in rows} >= {(r["window"], r["start"]) for r in last}
+    assert [
+        r for r in rows if (r["window"], r["start"]) in {(x["window"], x["start"]) for x in last}
+    ] == last
+    assert main(["replay", str(stream), "--queries", str(tmp_path / "no" / "such.jsonl")]) == 2
