@@ -40,11 +40,19 @@ def attribute(
     segment: Mapping[str, str],
     measure: str,
     width: int,
+    complete_before: int | None = None,
     **thresholds: Any,
 ) -> list[Explanation]:
-    """Explanations of the treatment's drop against the control, best first."""
+    """Explanations of the treatment's drop against the control, best first, over the
+    comparison's windows (those ending by ``complete_before``; None: every one held)."""
     m = scope.measures.index(measure)
-    starts = [s for w, s in scope.windows.windows() if w == width and s >= comparison.start]
+    starts = [
+        s
+        for w, s in scope.windows.windows()
+        if w == width
+        and s >= comparison.start
+        and (complete_before is None or s + w <= complete_before)
+    ]
     per_segment: dict[int, np.ndarray] = defaultdict(lambda: np.zeros(2))
     arms: dict[str, list[Summary]] = {comparison.control: [], treatment: []}
     for start in starts:

@@ -29,7 +29,7 @@ def document(
         "queries": query_report(scope, before, final=final, k=engine.config.drilldown.top)
     }
     if records is not None:
-        out["attribution"] = attribution_records(engine, scope, records)
+        out["attribution"] = attribution_records(engine, scope, records, before)
     return out
 
 
@@ -43,9 +43,13 @@ def every_window(engine: Engine) -> list[dict[str, Any]]:
 
 
 def attribution_records(
-    engine: Engine, scope: Scope, records: Sequence[Mapping[str, Any]]
+    engine: Engine,
+    scope: Scope,
+    records: Sequence[Mapping[str, Any]],
+    complete_before: int | None,
 ) -> list[dict[str, Any]]:
-    """One record per comparison record that flags a drop, its explanations best first."""
+    """One record per comparison record that flags a drop, its explanations best first, over
+    the comparison's windows ending by ``complete_before`` (None: every one held)."""
     settings = engine.config.statistics
     comparisons = {c.name: c for c in settings.comparisons}
     out = []
@@ -59,6 +63,7 @@ def attribution_records(
             record["segment"],
             record["measure"],
             settings.window,
+            complete_before,
         )
         out.append(
             {

@@ -80,12 +80,14 @@ def _document(engine: Engine, **filters: Any) -> dict[str, Any]:
     if engine.aggregates.queries is None:
         return {"queries": [], "note": "no query summaries are kept (drilldown.capacity is 0)"}
     scope = Scope(engine.aggregates)
-    doc: dict[str, Any] = {"queries": query_report(scope, engine.complete_before(), **filters)}
+    before = engine.complete_before()
+    doc: dict[str, Any] = {"queries": query_report(scope, before, **filters)}
     live = engine.statistics
     if live is not None:
         from evald.statistics.live import summary
 
         alpha = live.settings.alpha
         records = [rec for view in live.views() for rec in summary(view, alpha)]
-        doc["attribution"] = attribution_records(engine, scope, records)
+        complete = before is not None  # no complete window yet: nothing to explain
+        doc["attribution"] = attribution_records(engine, scope, records, before) if complete else []
     return doc
