@@ -179,3 +179,28 @@ def test_queries_file_holds_every_window_and_segment(tmp_path: Path) -> None:
         r for r in rows if (r["window"], r["start"]) in {(x["window"], x["start"]) for x in last}
     ] == last
     assert main(["replay", str(stream), "--queries", str(tmp_path / "no" / "such.jsonl")]) == 2
+
+
+def test_hostile_queries_never_break_an_output(tmp_path: Path) -> None:
+    """Control and format characters, terminal escapes, a bidi override and a 512-character
+    query: the results and --queries lines are one valid JSON document each, with the
+    normalised text (no control or format character), cut to drilldown.max_query_length."""
+    hostile = ["a\nb", "\x1b[31mred\x1b[0m", "evil\u202etxt", "x" * 512, "\u200b\ufeff", "ok"]
+    lines = []
+    for k in range(600):
+        ts, query = k * 1_000, hostile[k % len(hostile)]
+        body = {"request_id": f"r{k}", "ts": ts, "items": ["a"], "query": query}
+        lines.append(json.dumps({**body, "labels": {"arm": "control"}}))
+    stream, config = tmp_path / "events.jsonl", tmp_path / "config.yaml"
+    stream.write_text("\n".join(lines) + "\n")
+    config.write_text(yaml.safe_dump({**CONFIG, "statistics": {"bootstrap_replicates": 0}}))
+    results, queries = tmp_path / "results.jsonl", tmp_path / "queries.jsonl"
+    argv = ["replay", str(stream), "--config", str(config), "--results", str(results)]
+    with contextlib.redirect_stdout(None):
+        assert main([*argv, "--queries", str(queries)]) == 0
+    texts = {json.loads(line).get("query") for line in results.read_text().splitlines()}
+    assert texts == {"a b", "[31mred [0m", "eviltxt", "x" * 100, None, "ok"}
+    for line in queries.read_text().splitlines():
+        assert "\n" not in line and "\x1b" not in line and "\u202e" not in line
+        row = json.loads(line)
+        assert {t["query"] for t in row["top"]} <= texts
