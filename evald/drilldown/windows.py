@@ -134,7 +134,18 @@ class QueryWindows:
         local: np.ndarray,
     ) -> Windows:
         """The partition's summaries from ``encode``'s parts (``local``: snapshot row -> this
-        process's segment id); ValueError when they disagree. Nothing is replaced yet."""
+        process's segment id); ValueError when they disagree or are malformed (a restore
+        refuses the snapshot). Nothing is replaced yet."""
+        if not isinstance(meta, dict):
+            raise ValueError("snapshot's query summaries are malformed")
+        try:
+            return self._decode(meta, arrays, local)
+        except (TypeError, KeyError, IndexError, OverflowError) as exc:
+            raise ValueError(f"snapshot's query summaries are malformed ({exc})") from None
+
+    def _decode(
+        self, meta: dict[str, Any], arrays: dict[str, np.ndarray], local: np.ndarray
+    ) -> Windows:
         index, table = arrays.get("index"), arrays.get("table")
         queries = meta.get("queries")
         if index is None or table is None or not isinstance(queries, list):

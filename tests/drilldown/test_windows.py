@@ -157,3 +157,32 @@ def test_a_snapshot_without_summaries_loads_with_none_and_a_capacity_change_is_r
     assert off.aggregates.queries is None
     engine.load_snapshot(0, off.snapshot(0))
     assert engine.aggregates.queries is not None and not engine.aggregates.queries.windows()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda meta, arrays: meta.update(queries="not a dict"),
+        lambda meta, arrays: meta["queries"].update(queries=None),
+        lambda meta, arrays: meta["queries"]["queries"].pop(),
+        lambda meta, arrays: arrays.update({"queries.index": arrays["queries.index"] + 1e6}),
+        lambda meta, arrays: arrays.pop("queries.table"),
+    ],
+)
+def test_a_damaged_summary_part_is_refused_with_a_value_error_changing_nothing(damage) -> None:
+    from evald import snapshot as codec
+
+    engine, _ = make()
+    for kind, offset, raw in stream(16, 300):
+        engine.feed(raw, kind=kind, offset=offset)
+    engine.drain()
+    meta, arrays = codec.decode(engine.snapshot(0))
+    damage(meta, arrays)
+    other, _ = make()
+    for kind, offset, raw in stream(17, 100):
+        other.feed(raw, kind=kind, offset=offset)
+    other.drain()
+    before = state(other)
+    with pytest.raises(ValueError):
+        other.load_snapshot(0, codec.encode(meta, arrays))
+    assert state(other) == before
