@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from evald import snapshot as snapshot_codec
+from evald.drilldown.windows import QueryWindows
 from evald.durations import format_duration
 from evald.segments import SegmentIndex
 from evald.statistics.bootstrap import (
@@ -95,8 +96,10 @@ class Aggregates:
         windows_ms: Sequence[int],
         retention_ms: int,
         replicates: int = DEFAULT_REPLICATES,
+        query_capacity: int = 0,
     ) -> None:
-        """``replicates``: bootstrap replicates per window (0: no clustered interval)."""
+        """``replicates``: bootstrap replicates per window (0: no clustered interval).
+        ``query_capacity``: the queries held per summary of the drill-down (0: none kept)."""
         self.measures: list[str] = list(measures)
         self.segments = segments
         self.bounds = np.asarray(bounds, dtype=np.float64)
@@ -120,6 +123,12 @@ class Aggregates:
         self.seed = DEFAULT_SEED
         #: partition -> (width ms, window start ms) -> [segment, measure, replicate, (Σwy, Σw)]
         self._boot: dict[int, dict[tuple[int, int], np.ndarray]] = {}
+        #: the drill-down's query summaries per partition, window and segment (None: not kept)
+        self.queries = (
+            QueryWindows(query_capacity, len(self.measures), self.windows_ms)
+            if query_capacity
+            else None
+        )
 
     # ---------------------------------------------------------------- writing
 
@@ -146,6 +155,7 @@ class Aggregates:
         histogram: bool = True,
         clusters: np.ndarray | None = None,
         weights: np.ndarray | None = None,
+        queries: Sequence[str] | None = None,
     ) -> None:
         """Add finalized impressions: ``values`` is (n, len(measures)) in measure order.
 
@@ -154,7 +164,8 @@ class Aggregates:
         uint64 cluster key per impression (``evald.statistics.list_cluster``) for the
         bootstrap sums; None leaves them out. ``weights``: their (n, B) ``poisson_weights``
         when the caller has them already (the engine hashes each batch once for these sums
-        and the comparison shares).
+        and the comparison shares). ``queries``: each list's normalised query ("" none), for
+        the drill-down's summaries.
         """
         n = len(segment_ids)
         if n == 0:
@@ -185,6 +196,8 @@ class Aggregates:
                 self.overflow += int(np.count_nonzero(seg == overflow))
         ts = np.asarray(ts, dtype=np.int64)
         self._add_windows(partition, seg, ts, clean, finite)
+        if queries is not None and self.queries is not None:
+            self.queries.observe(partition, seg, ts, queries, clean, finite)
         if clusters is not None and self.replicates:
             keys = np.asarray(clusters, dtype=np.uint64)
             self._add_bootstrap(partition, seg, ts, clean, finite, keys, weights)
@@ -273,11 +286,15 @@ class Aggregates:
         if boot:
             for width, start in [k for k in boot if k[0] + k[1] <= before_ms]:
                 del boot[(width, start)]
+        if self.queries is not None:
+            self.queries.prune(partition, before_ms)
 
     def drop_partition(self, partition: int) -> None:
         """Forget a partition's window and bootstrap sums (another instance now owns it)."""
         for table in self._tables().values():
             table.pop(partition, None)
+        if self.queries is not None:
+            self.queries.drop(partition)
 
     # ---------------------------------------------------------------- snapshots
 
@@ -298,6 +315,8 @@ class Aggregates:
         for buckets in tables.values():
             for arr in buckets.values():
                 used.update(np.flatnonzero(arr.reshape(arr.shape[0], -1).any(axis=1)).tolist())
+        if self.queries is not None:
+            used |= self.queries.segments(partition)
         rows = sorted(used)
         rows_at = np.asarray(rows, dtype=np.intp)
         arrays: dict[str, np.ndarray] = {}
@@ -318,6 +337,12 @@ class Aggregates:
             "segments": [list(self.segments.segments[row]) for row in rows],
             "tables": sorted(tables),
         }
+        if self.queries is not None:  # beside the tables: an evald without them ignores it
+            query_meta, query_arrays = self.queries.encode(
+                partition, {r: i for i, r in enumerate(rows)}
+            )
+            meta["queries"] = query_meta
+            arrays.update({f"queries.{name}": arr for name, arr in query_arrays.items()})
         return snapshot_codec.encode(meta, arrays)
 
     def load(self, partition: int, raw: bytes) -> None:
@@ -345,8 +370,16 @@ class Aggregates:
                 key = tuple(listed) if isinstance(listed, list) else listed
                 arr = buckets[key] = np.zeros((rows, *values.shape[2:]))
                 np.add.at(arr, local, per_bucket)  # distinct rows: a copy, bit for bit
+        summaries = None
+        if self.queries is not None and "queries" in meta:
+            parts = {
+                k.removeprefix("queries."): v for k, v in arrays.items() if k.startswith("queries.")
+            }
+            summaries = self.queries.decode(partition, meta["queries"], parts, local)
         for name, table in self._tables().items():
             table[partition] = loaded[name]
+        if self.queries is not None:
+            self.queries.replace(partition, summaries or {})
 
     # ---------------------------------------------------------------- reading
 

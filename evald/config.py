@@ -211,6 +211,25 @@ class InterleavingConfig(BaseModel):
         return value
 
 
+class DrilldownConfig(BaseModel):
+    """The queries of the served lists, per segment and window (docs/drilldown.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_query_length: int = Field(
+        100, ge=1, description="characters of a normalised query kept (the rest is cut)"
+    )
+    capacity: int = Field(
+        32,
+        ge=0,
+        le=10_000,
+        description="queries each summary (one segment and window) is sure to hold: it holds "
+        "at most twice as many, and misses none with more than 1/(capacity+1) of its lists; "
+        "memory per segment grows with it; 0: no summaries",
+    )
+    top: int = Field(10, ge=1, le=1000, description="queries a report lists per segment and window")
+
+
 class EngineConfig(BaseModel):
     """Join, scoring and aggregation settings (docs/semantics.md explains each rule)."""
 
@@ -284,6 +303,7 @@ class EngineConfig(BaseModel):
     interleaving: InterleavingConfig = Field(
         default_factory=lambda: InterleavingConfig.model_validate({})
     )
+    drilldown: DrilldownConfig = Field(default_factory=lambda: DrilldownConfig.model_validate({}))
 
     @field_validator("measures", mode="before")
     @classmethod
@@ -370,6 +390,16 @@ class EngineConfig(BaseModel):
                     raise ValueError(
                         f"{where}.min_effect: {measure!r} is not one of measures {self.measures}"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _check_drilldown(self) -> EngineConfig:
+        drill = self.drilldown
+        if drill.max_query_length > self.limits.max_string_length:
+            raise ValueError(
+                f"drilldown.max_query_length: {drill.max_query_length} is more than "
+                f"limits.max_string_length ({self.limits.max_string_length})"
+            )
         return self
 
 

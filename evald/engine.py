@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -66,11 +66,14 @@ class Result:
     cluster: int = 0
     #: an interleaved list's credit (``interleaving.component.result_field``); None: none
     interleaving: dict[str, Any] | None = None
+    #: the impression's query, normalised (evald.query); "": none
+    query: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """``{"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures"}``, ``"cluster"``
-        (``format_cluster``) when the impression had a user id, and ``"interleaving"`` when it
-        was a credited interleaved list (docs/semantics.md §9)."""
+        (``format_cluster``) when the impression had a user id, ``"interleaving"`` when it
+        was a credited interleaved list (docs/semantics.md §9) and ``"query"`` (normalised)
+        when it had a query."""
         doc: dict[str, Any] = {
             "request_id": self.request_id,
             "ts": format_timestamp(self.ts),
@@ -81,6 +84,8 @@ class Result:
             doc["cluster"] = format_cluster(self.cluster)
         if self.interleaving is not None:
             doc["interleaving"] = self.interleaving
+        if self.query:
+            doc["query"] = self.query
         return doc
 
 
@@ -143,6 +148,7 @@ class Engine:
             config.windows,
             config.retention,
             config.statistics.bootstrap_replicates,
+            config.drilldown.capacity,
         )
         #: each partition's shares of the comparison windows (evald/statistics/shares.py)
         self.shares: PartitionShares | None = None
@@ -195,6 +201,7 @@ class Engine:
                 user_cluster=user_cluster if self.aggregates.replicates else None,
                 merge=self._merges,
                 max_items=cfg.limits.max_items,
+                max_query_length=cfg.drilldown.max_query_length,
             )
         return store
 
@@ -430,20 +437,33 @@ class Engine:
             abandoned=abandoned,
             clusters=clusters,
             weights=weights,
+            queries=joined.queries,
         )
-        credits: Iterable[dict[str, Any] | None] = repeat(None)
+        credits: Sequence[dict[str, Any] | None] | None = None
         if joined.teams is not None:
             credits = self.interleaving.observe(partition, joined, joined.clusters != 0, weights)
+        if self.on_result is not None:
+            self._emit(partition, joined, values, abandoned, credits)
+
+    def _emit(
+        self,
+        partition: int,
+        joined: Joined,
+        values: np.ndarray,
+        abandoned: np.ndarray,
+        credits: Sequence[dict[str, Any] | None] | None,
+    ) -> None:
+        """One ``Result`` per scored list to ``on_result``; ``credits``: each list's
+        interleaving credit (None: no list of the batch is interleaved)."""
         callback = self.on_result
-        if callback is None:
-            return
+        assert callback is not None
         # one (name, value) pair stream per measure, zipped into rows: cheaper than a
         # dict(zip(names, row)) per result
         columns = [
             zip(repeat(name), col)
             for name, col in zip(self.measure_names, values.T.tolist(), strict=True)
         ]
-        for request_id, ts, labels, measures, reason, empty, cluster, credit in zip(
+        for request_id, ts, labels, measures, reason, empty, cluster, query, credit in zip(
             joined.request_ids,
             joined.ts.tolist(),
             joined.labels,
@@ -451,11 +471,23 @@ class Engine:
             joined.reasons,
             abandoned.tolist(),
             joined.clusters.tolist(),
-            credits,
-            strict=False,  # credits: repeat(None) when no list is interleaved
+            joined.queries,
+            repeat(None, len(joined.request_ids)) if credits is None else credits,
+            strict=True,
         ):
             callback(
-                Result(request_id, ts, labels, measures, partition, reason, empty, cluster, credit)
+                Result(
+                    request_id,
+                    ts,
+                    labels,
+                    measures,
+                    partition,
+                    reason,
+                    empty,
+                    cluster,
+                    interleaving=credit,
+                    query=query,
+                )
             )
 
     def _prune(self, store: JoinStore) -> None:
@@ -618,6 +650,7 @@ class Engine:
         rows: list[list[float]] = []
         clusters: list[int | None] = []
         rids: list[str] = []
+        queries: list[str] = []
         for result in results:
             try:
                 ts_ms = parse_timestamp(result["ts"])
@@ -628,6 +661,9 @@ class Engine:
                     raise TypeError("labels must map strings to strings")
                 cluster = result.get("cluster")
                 key = None if cluster is None else parse_cluster(cluster)
+                query = result.get("query") or ""
+                if not isinstance(query, str):
+                    raise TypeError("query must be a string")
             except (KeyError, TypeError, ValueError, AttributeError):
                 continue
             segments.append(self.segments.segment_of(labels))
@@ -635,6 +671,7 @@ class Engine:
             rows.append(row)
             clusters.append(key)
             rids.append(str(result.get("request_id", "")) if key is None else "")
+            queries.append(query)
         if not segments:
             return 0
         keys = np.asarray([0 if k is None else k for k in clusters], dtype=np.uint64)
@@ -648,5 +685,6 @@ class Engine:
             np.asarray(rows, dtype=np.float64),
             histogram=False,
             clusters=keys,
+            queries=queries,
         )
         return len(segments)

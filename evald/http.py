@@ -18,6 +18,7 @@ import base64
 import contextlib
 import gzip
 import ipaddress
+import json
 import logging
 import math
 import queue
@@ -28,11 +29,12 @@ import ssl
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import gzip_accepted
@@ -60,6 +62,8 @@ DEFAULT_ADDRESS = "127.0.0.1:9464"
 CheckResult = bool | tuple[bool, str]
 """A check returns ``True``/``False``, or ``(ok, reason)`` to explain a failure in the body."""
 Check = Callable[[], CheckResult]
+#: a JSON page: the request's query parameters (``parse_qs``) -> (HTTP status, document)
+Page = Callable[[dict[str, list[str]]], tuple[int, Any]]
 
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:\[\]]*)):(?P<port>[^:]*)$")
 _HOSTNAME = re.compile(
@@ -393,8 +397,12 @@ class MetricsServer:
         web: WebConfig | None = None,
         limits: Limits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        pages: Mapping[str, Page] | None = None,
     ) -> None:
         self.host, self._requested_port = parse_address(address)
+        #: more JSON pages (path -> Page: the request's query parameters -> status and
+        #: document), answered like /metrics: a rendering worker, behind the same auth
+        self.pages: dict[str, Page] = dict(pages or {})
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.ready = ready
         self.healthy = healthy
@@ -797,6 +805,11 @@ class MetricsServer:
             ok, reason = _outcome(self.healthy if what == "healthy" else self.ready, what)
             status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
             return _Response(status, reason.encode("utf-8", "replace") + b"\n")
+        page = self.pages.get(path)
+        if page is not None:
+            code, document = page(parse_qs(url.query))
+            body = (json.dumps(document, ensure_ascii=False, indent=1) + "\n").encode()
+            return _Response(HTTPStatus(code), body, content_type="application/json")
         if path == "/":
             return _Response(HTTPStatus.OK, b"evald: /metrics /healthz /readyz\n")
         return _Response(HTTPStatus.NOT_FOUND, b"not found: try /metrics /healthz /readyz\n")

@@ -152,6 +152,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "folded (the statistics config block): the replay of each look",
     )
     parser.add_argument(
+        "--queries",
+        metavar="OUT",
+        help="one JSON line per window still in retention and segment: its top queries and, "
+        "per measure, the queries that fell most against the window before (docs/drilldown.md)",
+    )
+    parser.add_argument(
         "--tick-every",
         type=int,
         default=TICK_EVERY,
@@ -393,6 +399,9 @@ def summary_json(engine: Engine, counts: dict[str, int], moments: SegmentMoments
         doc["comparisons"] = comparison_records(engine)
     if engine.interleaving.seen:
         doc["interleaving"] = engine.interleaving.records()
+    from evald.drilldown.outputs import document
+
+    doc.update(document(engine, doc.get("comparisons"), final=True))  # type: ignore[arg-type]
     return json.dumps(doc, ensure_ascii=False, indent=2)
 
 
@@ -586,6 +595,7 @@ def run(args: argparse.Namespace) -> int:
             results = _open_out(args.results, stack)
             rejected = _open_out(args.rejected, stack)
             windows = _open_out(args.windows, stack)
+            queries = _open_out(args.queries, stack)
             watch_looks(engine, _open_out(args.looks, stack))
             counts = replay(
                 engine,
@@ -600,6 +610,11 @@ def run(args: argparse.Namespace) -> int:
             if windows is not None:
                 for row in engine.window_rows(last_only=False):
                     windows.write(json.dumps(row.to_json(), ensure_ascii=False) + "\n")
+            if queries is not None:
+                from evald.drilldown.outputs import every_window
+
+                for doc in every_window(engine):
+                    queries.write(json.dumps(doc, ensure_ascii=False) + "\n")
     except (UsageError, InputError) as exc:
         print(f"evald replay: {exc}", file=sys.stderr)
         return 2
@@ -613,7 +628,7 @@ def print_summary(
     args: argparse.Namespace, engine: Engine, counts: dict[str, int], moments: SegmentMoments
 ) -> None:
     """The summary (``--format``), on stderr when an output file is stdout (``-``)."""
-    outputs = (args.results, args.windows, args.rejected, args.looks)
+    outputs = (args.results, args.windows, args.rejected, args.looks, args.queries)
     out = sys.stderr if "-" in outputs else sys.stdout
     if args.format == "json":
         print(summary_json(engine, counts, moments), file=out)

@@ -830,3 +830,45 @@ def test_a_mapping_s_user_id_reaches_the_clustered_interval():
     by_user, by_request = _direct_halfwidths(native, results)
     assert by_user != pytest.approx(by_request, rel=0.05)
     assert _hour_rr(engine).ci95_clustered_halfwidth == pytest.approx(by_user, rel=1e-9)
+
+
+def test_a_result_carries_its_normalised_query_only_when_it_has_one():
+    """Issue 27: the impression's query, normalised (evald/query.py), is the result's
+    ``"query"``; a list without a query (or one the rule empties) has no such field, and the
+    results topic's encoder writes the same document."""
+    from evald.daemon.results import ResultEncoder
+
+    engine, results = make()
+    engine.feed(b'{"request_id": "q", "ts": 0, "items": ["a"], "query": "  Red\\tSHOES\\u200b "}')
+    engine.feed(b'{"request_id": "e", "ts": 0, "items": ["a"], "query": " \\u0000 "}')
+    engine.feed(imp("n", 0, ["a"]))
+    engine.drain()
+    docs = {r.request_id: r.to_json() for r in results}
+    assert docs["q"]["query"] == "red shoes"
+    assert "query" not in docs["e"] and "query" not in docs["n"]
+    encoder = ResultEncoder()
+    for result in results:
+        assert json.loads(encoder.encode(result)[1]) == json.loads(json.dumps(result.to_json()))
+
+
+def test_absorb_result_adds_a_result_s_query_to_the_summaries_and_the_same_window_sums():
+    engine, results = make()
+    engine.feed(b'{"request_id": "q", "ts": 0, "items": ["a"], "query": "lamp"}')
+    engine.feed(fb("q", 1, "a"))
+    engine.drain()
+    doc = json.loads(json.dumps(results[0].to_json()))
+    assert doc["query"] == "lamp"
+    with_query, _ = make()
+    without, _ = make()
+    assert with_query.absorb_result(doc, 0)
+    assert without.absorb_result({k: v for k, v in doc.items() if k != "query"}, 0)
+    with_query.drain(), without.drain()
+    rows = [r.to_json() for r in without.window_rows(last_only=False)]
+    assert rows and [r.to_json() for r in with_query.window_rows(last_only=False)] == rows
+    summaries = with_query.aggregates.queries
+    assert summaries is not None and summaries.windows()
+    assert [
+        e.query for s in summaries.merged(*summaries.windows()[0]).values() for e in s.entries()
+    ] == ["lamp"]
+    assert not without.aggregates.queries.windows()  # type: ignore[union-attr]
+    assert not with_query.absorb_result({**doc, "query": 5}, 0)  # not a result evald wrote

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from ubi_fixture import (
     MEASURES,
+    QUERY,
     Search,
     all_records,
     bulk_lines,
@@ -61,6 +62,8 @@ def assert_oracle(found: list[Search], got: dict[str, dict]) -> None:
         for name, value in want[search.query_id].items():
             assert doc["measures"][name] == pytest.approx(value, abs=1e-9), (search, name)
         assert doc["labels"] == search.labels(), search
+        # the query record's user_query, normalised; a list of impression events alone has none
+        assert doc.get("query") == (None if search.shape == "events" else QUERY), search
     assert sum(any(v > 0 for v in m.values()) for m in want.values()) > len(want) // 3
 
 

@@ -135,13 +135,18 @@ def _query(
         "query_id": search.query_id,
         "query_response_id": f"{search.query_id}-r{response}",
         "client_id": search.client,
-        "user_query": "red shoes",
+        "user_query": USER_QUERIES[int(search.query_id.rsplit("-", 1)[1]) % len(USER_QUERIES)],
         "timestamp": spell_time(search.ts, rng),
         "query_attributes": search.attributes,
     }
     if hits is not None:
         record["query_response_hit_ids"] = hits
     return record
+
+
+#: how searchers spell one query: all normalise to ``QUERY`` (evald/query.py)
+USER_QUERIES = ("red shoes", " Red  Shoes", "RED\tSHOES\u200b")
+QUERY = "red shoes"
 
 
 def records(search: Search, rng: random.Random) -> list[tuple[str, dict[str, Any]]]:

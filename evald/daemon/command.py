@@ -95,12 +95,16 @@ def run(args: argparse.Namespace) -> int:
     registry, collector = build_registry(None, lock=ScrapeLock(daemon.lock), extra=extra)
     # each session builds a fresh engine (restored from Kafka): point the collector at it
     daemon.on_engine = lambda engine: setattr(collector, "engine", engine)
+    from evald.drilldown.page import QueriesPage
+
+    queries = QueriesPage(lambda: collector.engine, ScrapeLock(daemon.lock))
     server = MetricsServer(
         settings.daemon.metrics_address,
         registry=registry,
         ready=daemon.ready,
         healthy=heartbeat,
         web=web,
+        pages={"/queries": queries},
     )
     server.start()
     timeout = settings.daemon.shutdown_timeout_s

@@ -57,9 +57,10 @@ class ResultEncoder:
         self._encode = json.JSONEncoder(separators=(",", ":")).encode
 
     def document(self, result: Result) -> dict[str, Any]:
-        """The JSON document: ``{"request_id", "ts" (RFC 3339), "labels", "measures"}`` and
-        ``"cluster"`` when the impression had a user id and ``"interleaving"`` when it was a
-        credited interleaved list, as ``Result.to_json``."""
+        """The JSON document: ``{"request_id", "ts" (RFC 3339), "labels", "measures"}``,
+        ``"cluster"`` when the impression had a user id, ``"interleaving"`` when it was a
+        credited interleaved list and ``"query"`` (normalised) when it had a query, as
+        ``Result.to_json``."""
         doc: dict[str, Any] = {
             "request_id": result.request_id,
             "ts": self.format_ts(result.ts),
@@ -70,6 +71,8 @@ class ResultEncoder:
             doc["cluster"] = format_cluster(result.cluster)
         if result.interleaving is not None:
             doc["interleaving"] = result.interleaving
+        if result.query:
+            doc["query"] = result.query
         return doc
 
     def encode(self, result: Result) -> tuple[bytes, bytes]:

@@ -497,7 +497,12 @@ def build_demo(
         return False, "simulated traffic is not flowing"
 
     registry, _ = build_registry(engine, lock=lock, ready=ready)
-    server = MetricsServer(metrics_address, registry, ready=ready, healthy=heartbeat, web=web)
+    from evald.drilldown.page import QueriesPage
+
+    pages = {"/queries": QueriesPage(lambda: engine, lock)}
+    server = MetricsServer(
+        metrics_address, registry, ready=ready, healthy=heartbeat, web=web, pages=pages
+    )
     server.start()
     view = LiveView(stream, tty=live, clock=clock)
     demo = DemoLoop(

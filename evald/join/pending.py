@@ -2,8 +2,9 @@
 
 A pending impression owns no Python object. Its item ids are 64-bit hashes in one flat
 ``array('q')`` arena and its request id is UTF-8 in one ``bytearray`` arena (each compacted when
-half garbage); of its user id only the cluster key is kept; fixed-width numpy columns hold the
-rest, one row per slot. Slots are recycled.
+half garbage); of its user id only the cluster key is kept, of its query only an id into the
+store's query table (``evald.join.queries``); fixed-width numpy columns hold the rest, one row
+per slot. Slots are recycled.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from evald.join.queries import QueryTable
 from evald.join.teams import TeamBook
+from evald.query import QueryNormalizer
 
 #: column name -> dtype. ``label``, ``offset`` and ``head`` store id + 1 (0: none; a 0 label
 #: marks a free slot); ``start`` / ``rid_start`` index the arenas; ``key`` is the rid-table key;
+#: ``query`` the query-table id (0: no query);
 #: ``cluster`` (``CLUSTER``) is the bootstrap cluster key of the impression's user id (0: none
 #: or not kept); it is allocated with the first impression that has one, so traffic without
 #: user ids does not pay its 8 bytes per slot.
@@ -30,6 +34,7 @@ COLUMNS: dict[str, type] = {
     "label": np.int32,
     "offset": np.int64,
     "head": np.int32,
+    "query": np.int32,
 }
 CLUSTER = ("cluster", np.uint64)
 
@@ -43,8 +48,11 @@ class PendingImpressions:
     ``teams``: the teams of the interleaved ones (most lists have none: a dict, not a column).
     """
 
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 1024, queries: QueryTable | None = None) -> None:
+        """``queries``: interns the slots' normalised queries (default: the rule, 100
+        characters)."""
         self.teams = TeamBook()
+        self.queries = queries if queries is not None else QueryTable(QueryNormalizer(100))
         self._arrays: dict[str, np.ndarray] = {
             name: np.zeros(capacity, dtype) for name, dtype in COLUMNS.items()
         }
@@ -62,7 +70,7 @@ class PendingImpressions:
         self.offset, self.head = a["offset"].data, a["head"].data
         self._start, self._length = a["start"].data, a["length"].data
         self._rid_start, self._rid_len = a["rid_start"].data, a["rid_len"].data
-        self._label = a["label"].data
+        self._label, self._query = a["label"].data, a["query"].data
         self._cluster = a["cluster"].data if "cluster" in a else None
 
     def column(self, name: str) -> np.ndarray:
@@ -95,9 +103,10 @@ class PendingImpressions:
         item_ids: Sequence[str],
         rid: str,
         cluster: int = 0,
+        query: int = 0,
     ) -> None:
         """Write an impression into ``slot``: its columns and its two arena spans;
-        ``cluster``: its user's cluster key (0: none)."""
+        ``cluster``: its user's cluster key (0: none); ``query``: its query-table id."""
         items = self._items
         self._start[slot] = len(items)
         self._length[slot] = len(item_ids)
@@ -110,6 +119,7 @@ class PendingImpressions:
         self.ts[slot] = ts
         self.key[slot] = key
         self._label[slot] = label + 1
+        self._query[slot] = query
         if cluster:
             if self._cluster is None:
                 name, dtype = CLUSTER
@@ -135,6 +145,14 @@ class PendingImpressions:
     def label_of(self, slot: int) -> int:
         """The label id of ``slot`` (as ``fill`` was given it)."""
         return int(self._label[slot]) - 1
+
+    def query_of(self, slot: int) -> int:
+        """The query-table id of ``slot`` (0: no query)."""
+        return int(self._query[slot])
+
+    def requery(self, slot: int, query: int) -> None:
+        """Give ``slot`` another query-table id (a later record of its list)."""
+        self._query[slot] = query
 
     def relabel(self, slot: int, label: int, cluster: int) -> None:
         """Give ``slot`` another label id and user cluster (a later record of its list)."""
@@ -183,6 +201,10 @@ class PendingImpressions:
 
     def label_ids(self, idx: np.ndarray) -> list[int]:
         return list((self._arrays["label"][idx] - 1).tolist())
+
+    def query_ids(self, idx: np.ndarray) -> list[int]:
+        """The query-table ids of slots ``idx`` (0: no query)."""
+        return list(self._arrays["query"][idx].tolist())
 
     def release(self, slots: list[int]) -> None:
         """Free taken slots; an arena more than half garbage is compacted."""

@@ -28,10 +28,12 @@ from evald.join.feedback import AttachedFeedback, HeldEntry, HeldFeedback
 from evald.join.lists import Lists, OpenList, widen
 from evald.join.offset_log import OffsetLog
 from evald.join.pending import PendingImpressions
+from evald.join.queries import QueryTable
 from evald.join.queues import DeadlineQueue, IntFifo
 from evald.join.replay_marks import ReplayMarks
 from evald.join.rid_table import NONE, RidTable
 from evald.join.window import deadline, is_closed, misses_window, open_deadline
+from evald.query import QueryNormalizer
 from evald.segments import LabelTable
 from evald.stats import Stats
 
@@ -68,6 +70,8 @@ class Joined:
     reasons: list[str]
     #: per row the teams of an interleaved list (None: not interleaved); None: no row is
     teams: list[Teams | None] | None = None
+    #: the normalised query of each list (evald.query; "": none)
+    queries: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -113,11 +117,13 @@ class JoinStore:
         user_cluster: Callable[[str], int] | None = None,
         merge: bool = False,
         max_items: int = 1000,
+        max_query_length: int = 100,
     ) -> None:
         """``user_cluster``: the cluster key of a user id, kept per pending impression for the
         clustered interval; None: not needed (no bootstrap), nothing is kept. ``merge``: the
         records of one request id make one list (a mapping's ``repeats: merge`` or
-        ``shown_actions``; docs/mapping.md), a list then has at most ``max_items`` shown items."""
+        ``shown_actions``; docs/mapping.md), a list then has at most ``max_items`` shown items.
+        ``max_query_length``: the bound of the query rule (evald/query.py)."""
         self.partition = partition
         self.window = window
         #: open impressions over every partition of the engine (shared, one element)
@@ -129,7 +135,7 @@ class JoinStore:
         )
         self._due = _BIG  # earliest deadline in either queue (cached: checked on every event)
         self._table = RidTable()
-        self._pending = PendingImpressions()
+        self._pending = PendingImpressions(queries=QueryTable(QueryNormalizer(max_query_length)))
         self._queue: DeadlineQueue[int] = DeadlineQueue(self._deadline_of_slot, IntFifo())
         self._closed = Closed([], [])
         self.first_close_wall: float | None = None
@@ -206,6 +212,7 @@ class JoinStore:
             self.stats.events,
             user_cluster,
             self._lists,
+            self._pending.queries.acquire,
         )
 
     def join_many(
@@ -246,6 +253,7 @@ class JoinStore:
             counts,
             user_cluster,
             lists,
+            query_of,
         ) = self._kernel
         see = clock.see
         for position, event in events:
@@ -301,7 +309,8 @@ class JoinStore:
                 user = event.user_id  # type: ignore[union-attr]
                 cluster = user_cluster(user) if user and user_cluster is not None else 0
                 labels = acquire(event.labels)  # type: ignore[union-attr]
-                fill(slot, ts, key, labels, event.items, rid, cluster)  # type: ignore[union-attr]
+                query = query_of(event.query)  # type: ignore[union-attr]
+                fill(slot, ts, key, labels, event.items, rid, cluster, query)  # type: ignore[union-attr]
                 if event.teams is not None:  # type: ignore[union-attr]
                     pending.teams.give(slot, event)
                 if offset is not None:
@@ -474,6 +483,9 @@ class JoinStore:
         cluster = lists.user_cluster(user) if user and lists.user_cluster is not None else 0
         pending.relabel(slot, labels.acquire(event.labels), cluster)
         labels.release(old)
+        old_query = pending.query_of(slot)
+        pending.requery(slot, pending.queries.acquire(event.query))
+        pending.queries.release(old_query)
         entry.queried = True
         if offset is not None and not pending.offset[slot]:
             pending.offset[slot] = offset + 1
@@ -673,6 +685,11 @@ class JoinStore:
         ts = pending.column("ts")[idx].copy()
         for label_id, count in Counter(label_ids).items():
             table.release(label_id, count)
+        query_ids = pending.query_ids(idx)
+        queries = pending.queries
+        texts = [queries.texts[q] for q in query_ids]
+        for query_id, count in Counter(query_ids).items():
+            queries.release(query_id, count)
         pending.release(slots)
         return Joined(
             request_ids,
@@ -685,6 +702,7 @@ class JoinStore:
             lengths,
             reasons,
             teams,
+            texts,
         )
 
     # ------------------------------------------------------------------ checkpoints

@@ -29,6 +29,7 @@ EXAMPLES = """\
   evald top 127.0.0.1:9464 --window 1h        # the last complete hour instead of 5 minutes
   evald top http://evald:9464 --group-by arm,model
   evald top --once > snapshot.txt             # one snapshot (two scrapes --interval apart)
+  evald top --queries --measures nDCG@10      # the treatment's queries that fell most
 """
 
 DEFAULT_URL = "http://127.0.0.1:9464"
@@ -99,6 +100,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=_labels,
         metavar="NAMES",
         help="measures to show, comma-separated (default: every exported measure)",
+    )
+    parser.add_argument(
+        "--queries",
+        action="store_true",
+        help="the worst queries instead: the treatment arm's (the second of --arms, by the "
+        "first --group-by label) queries that fell most against the window before, for the "
+        "first of --measures, from the evald's /queries (docs/drilldown.md)",
     )
 
 
@@ -172,6 +180,15 @@ def run(args: argparse.Namespace) -> int:
     if len(args.arms) != 2:
         print("evald top: --arms takes two names, control first", file=sys.stderr)
         return 2
+    if args.queries:
+        from evald.top.queries import queries_url, watch
+
+        measure = args.measures[0] if args.measures else None
+        page = queries_url(
+            url, window=window, label=args.group_by[0], arm=args.arms[1], measure=measure
+        )
+        tty = sys.stdout.isatty()
+        return watch(page, measure, sys.stdout, once=args.once, interval=args.interval, tty=tty)
     scraper = Scraper(url, timeout=min(5.0, max(1.0, args.interval)))
     top = Top(
         scraper,

@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka_harness import ENGINE, Broker, CommittedReader, KafkaTools, Tansu, TcpProxy, wait_until
@@ -523,6 +524,16 @@ def window_series(inst: Instance) -> list[str]:
     return sorted(line for line in text.splitlines() if line.startswith("evald_window_"))
 
 
+def query_page(inst: Instance) -> dict[str, Any]:
+    """GET /queries, with the report holding queries and summaries that purged (the check
+    must not be vacuous)."""
+    status, text = inst.get("/queries?k=1000")
+    assert status == 200, text
+    doc = json.loads(text)
+    assert doc["queries"] and any(row["offset"] > 0 for row in doc["queries"])
+    return doc
+
+
 def assert_same_window_series(got: list[str], expected: list[str]) -> None:
     """Digit for digit, except the clustered interval: its replicate sums are added one batch
     at a time (a BLAS product per run of results), so how the results were batched moves its
@@ -546,7 +557,8 @@ def test_a_restart_reads_the_snapshot_and_only_the_results_after_it(
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
     kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=30_000, seed=21)
-    first = instances("a")
+    few = ("--set", "engine.drilldown.capacity=2")  # the query summaries purge: not vacuous
+    first = instances("a", extra=few)
     wait_until(lambda: first.lag_zero(1), 180, "the first instance to consume everything")
 
     def quiet() -> float | None:  # results stopped moving: every commit is in
@@ -556,11 +568,12 @@ def test_a_restart_reads_the_snapshot_and_only_the_results_after_it(
 
     total = wait_until(quiet, 60, "the results to stop moving")
     before = window_series(first)
+    queries_before = query_page(first)
     assert total > 3 * snapshots.MIN_RESULTS_BETWEEN, "too few results for a snapshot to matter"
     checkpoint = committed_checkpoint(kafka_tools, unique, 0)
     first.kill()
 
-    second = instances("a")
+    second = instances("a", extra=few)
     wait_until(lambda: second.lag_zero(1), 120, "the restarted instance to catch up")
     restored = wait_until(
         lambda: RESTORED.search(second.log_path.read_text()), 30, "the restore log line"
@@ -580,6 +593,8 @@ def test_a_restart_reads_the_snapshot_and_only_the_results_after_it(
     assert int(absorbed) < total / 2
     time.sleep(1.0)
     assert_same_window_series(window_series(second), before)
+    # the drill-down's query summaries ride in the same snapshot: equal with ==, purges and all
+    assert query_page(second) == queries_before
     assert second.terminate() == 0
     assert_matches_an_uninterrupted_run(kafka_tools, unique, second.windows)
     print(

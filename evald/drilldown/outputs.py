@@ -1,0 +1,77 @@
+"""The drill-down's part of a summary document: ``"queries"`` (per window and segment) and
+``"attribution"`` (per comparison record that flags a drop), for ``evald replay --format json``
+and ``GET /queries``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from evald.drilldown.drops import attribute, flags_drop
+from evald.drilldown.report import Scope, query_report
+
+if TYPE_CHECKING:
+    from evald.engine import Engine
+
+__all__ = ["attribution_records", "document", "every_window"]
+
+
+def document(
+    engine: Engine, records: Sequence[Mapping[str, Any]] | None, *, final: bool
+) -> dict[str, Any]:
+    """``{"queries": [...], "attribution": [...]}`` (attribution only with comparisons); empty
+    when no summaries are kept. ``final``: every window holding data counts as complete."""
+    if engine.aggregates.queries is None:
+        return {}
+    scope = Scope(engine.aggregates)
+    before = None if final else engine.complete_before()
+    out: dict[str, Any] = {
+        "queries": query_report(scope, before, final=final, k=engine.config.drilldown.top)
+    }
+    if records is not None:
+        out["attribution"] = attribution_records(engine, scope, records, before)
+    return out
+
+
+def every_window(engine: Engine) -> list[dict[str, Any]]:
+    """``replay --queries``: the report of every window still held (all data in), in order of
+    width then time; empty when no summaries are kept."""
+    if engine.aggregates.queries is None:
+        return []
+    k = engine.config.drilldown.top
+    return query_report(Scope(engine.aggregates), None, final=True, last_only=False, k=k)
+
+
+def attribution_records(
+    engine: Engine,
+    scope: Scope,
+    records: Sequence[Mapping[str, Any]],
+    complete_before: int | None,
+) -> list[dict[str, Any]]:
+    """One record per comparison record that flags a drop, its explanations best first, over
+    the comparison's windows ending by ``complete_before`` (None: every one held)."""
+    settings = engine.config.statistics
+    comparisons = {c.name: c for c in settings.comparisons}
+    out = []
+    for record in records:
+        if not flags_drop(record):
+            continue
+        explanations = attribute(
+            scope,
+            comparisons[record["comparison"]],
+            record["treatment"],
+            record["segment"],
+            record["measure"],
+            settings.window,
+            complete_before,
+        )
+        out.append(
+            {
+                "comparison": record["comparison"],
+                "treatment": record["treatment"],
+                "segment": record["segment"],
+                "measure": record["measure"],
+                "explanations": [e.to_json() for e in explanations],
+            }
+        )
+    return out

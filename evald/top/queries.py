@@ -1,0 +1,108 @@
+"""`evald top --queries`: the worst queries of the treatment arm, read from ``GET /queries``.
+
+For one measure, per segment of the arm in the last complete window: the queries whose mean
+fell most against the window before, with their lists, means and contribution (traffic share x
+change of mean; docs/drilldown.md). The page's JSON is fetched and rendered as plain text;
+query texts are already normalised (no control or format character) and are cut to fit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any, TextIO
+
+__all__ = ["fetch", "queries_url", "render_queries", "watch"]
+
+
+def queries_url(metrics_url: str, *, window: str, label: str, arm: str, measure: str | None) -> str:
+    """The ``/queries`` URL beside ``metrics_url``, filtered to the arm, window and measure."""
+    base = metrics_url.rsplit("/", 1)[0]
+    params = {"window": window, label: arm, "k": "20"}
+    if measure is not None:
+        params["measure"] = measure
+    return f"{base}/queries?{urllib.parse.urlencode(params)}"
+
+
+def fetch(url: str, opener: Callable[..., Any] = urllib.request.urlopen) -> dict[str, Any]:
+    """The page's document; OSError with a message fit for the screen."""
+    try:
+        with opener(url, timeout=5.0) as response:
+            return dict(json.loads(response.read().decode("utf-8")))
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")[:200]
+        raise OSError(f"{url} answered HTTP {exc.code}: {detail.strip()}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise OSError(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
+    except ValueError:
+        raise OSError(f"{url} did not answer with JSON (an evald before /queries?)") from None
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "~"
+
+
+def render_queries(doc: dict[str, Any], measure: str | None, width: int = 80) -> str:
+    """Plain text, ``width`` columns: per segment row, its most fallen queries of ``measure``
+    (None: the first measure the page reports)."""
+    rows = doc.get("queries") or []
+    if not rows:
+        return "no complete window with queries yet (or drilldown.capacity is 0)\n"
+    q = max(12, width - 46)
+    out = []
+    for row in rows:
+        labels = " ".join(f"{k}={v}" for k, v in row["labels"].items())
+        out.append(
+            _cut(f"{labels}  {row['window']} to {row['end']}  {row['lists']:,} lists", width)
+        )
+        name = measure if measure is not None else next(iter(row["fallen"]), None)
+        fallen = row["fallen"].get(name, []) if name is not None else []
+        if not fallen:
+            out.append("  (no window before to compare with)")
+            continue
+        out.append(
+            f"  {name} {'query':<{q - len(str(name)) - 1}} {'lists':>7} {'mean':>7} "
+            f"{'before':>7} {'contrib':>9}"
+        )
+        for f in fallen:
+            out.append(
+                f"  {_cut(f['query'], q):<{q}} {f['lists']:>7,} {f['mean']:>7.3f} "
+                f"{f['baseline_mean']:>7.3f} {f['contribution']:>+9.4f}"
+            )
+    return "\n".join(out) + "\n"
+
+
+def watch(
+    url: str,
+    measure: str | None,
+    stream: TextIO,
+    *,
+    once: bool,
+    interval: float,
+    tty: bool,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """One frame (``once``: 1 if unreachable) or a redraw every ``interval`` until Ctrl-C."""
+    if once:
+        try:
+            stream.write(render_queries(fetch(url), measure))
+        except OSError as exc:
+            print(f"evald top: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    try:
+        while True:
+            try:
+                text = render_queries(fetch(url), measure)
+            except OSError as exc:
+                text = f"evald top: {exc} (retrying)\n"
+            stream.write(("\x1b[H\x1b[J" + text) if tty else text + "\n")
+            stream.flush()
+            sleep(interval)
+    except KeyboardInterrupt:
+        return 0

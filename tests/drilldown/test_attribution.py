@@ -1,0 +1,37 @@
+"""Adtributor's explanatory power, surprise and selection on hand-computed slices."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from evald.drilldown.attribution import Slice, explain
+
+
+def test_adtributor_on_hand_computed_slices() -> None:
+    """Total: 1000 lists, mean 0.5 at baseline, 0.4 now: a drop of 100 in the sum. Query "a"
+    (200 lists) fell from 0.5 to 0.0 (-100: EP 1); "b" and "c" did not move (EP 0)."""
+    slices = [
+        Slice("a", 200, 0.0, 200, 100.0),
+        Slice("b", 500, 250.0, 500, 250.0),
+        Slice("c", 300, 150.0, 300, 150.0),
+    ]
+    total = Slice("", 1000, 400.0, 1000, 500.0)
+    flat = [Slice("x", 1000, 400.0, 1000, 500.0)]  # one value: all of the drop, no surprise
+    only, trivial = explain({"flat": flat, "query": slices}, total)
+    assert (trivial.dimension, trivial.power, trivial.surprise) == ("flat", 1.0, 0.0)
+    assert (only.dimension, only.value, only.lists) == ("query", "a", 200)
+    assert only.power == pytest.approx(1.0)
+    p, q = 100 / 500, 0 / 400  # forecast share, actual share
+    assert only.surprise == pytest.approx(0.5 * p * math.log(2 * p / (p + q)))
+    assert (only.mean, only.baseline_mean) == (0.0, 0.5)
+
+
+def test_adtributor_names_nothing_without_a_drop_or_below_the_power() -> None:
+    up = Slice("", 100, 60.0, 100, 50.0)
+    assert explain({"query": [Slice("a", 100, 60.0, 100, 50.0)]}, up) == []
+    total = Slice("", 1000, 400.0, 1000, 500.0)
+    even = [Slice(f"q{i}", 100, 40.0, 100, 50.0) for i in range(10)]  # each EP 0.1
+    assert explain({"query": even}, total, min_power=0.11) == []
+    assert len(explain({"query": even}, total, min_power=0.1)) == 7  # 7 x 0.1 >= 0.67

@@ -1,0 +1,85 @@
+"""`evald top --queries`: the worst queries of the treatment arm from a served /queries page."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from evald.cli import main
+from evald.config import load_config
+from evald.drilldown.page import QueriesPage
+from evald.engine import Engine
+from evald.http import MetricsServer
+from evald.top.queries import render_queries
+
+
+def engine() -> Engine:
+    """Two 5-minute windows; in the second, arm t's query "lamp" gets no click (RR 0)."""
+    config = load_config(
+        {
+            "min_event_time": 0,
+            "max_event_lead": None,
+            "window": "1m",
+            "lateness": "30s",
+            "watermark_quorum": 1,
+            "measures": "RR",
+            "windows": ["5m"],
+            "label_keys": ["arm"],
+            "statistics": {"bootstrap_replicates": 0},
+        }
+    )
+    out = Engine(config, clock=lambda: 0.0)
+    for k in range(1_200):
+        ts, arm, query = k * 500, "t" if k % 2 else "c", ("lamp", "desk", "chair")[k % 3]
+        body = {"request_id": f"r{k}", "ts": ts, "items": ["a"], "query": query}
+        out.feed(json.dumps({**body, "labels": {"arm": arm}}).encode())
+        if not (ts >= 300_000 and arm == "t" and query == "lamp"):
+            click = {"request_id": f"r{k}", "ts": ts + 10, "item": "a", "action": "click"}
+            out.feed(json.dumps(click).encode())
+    out.feed(json.dumps({"request_id": "end", "ts": 1_800_000, "items": ["a"]}).encode())
+    out.tick()
+    return out
+
+
+def test_the_view_names_the_query_that_fell(capsys: pytest.CaptureFixture[str]) -> None:
+    served = engine()
+    page = QueriesPage(lambda: served, threading.Lock())
+    with MetricsServer("127.0.0.1:0", pages={"/queries": page}) as server:
+        argv = ["top", server.url, "--queries", "--once", "--arms", "c,t", "--measures", "RR"]
+        assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("arm=t  5m to 1970-01-01T00:10:00.000Z  300 lists")
+    first = lines[2].split()
+    assert first[0] == "lamp" and first[2:4] == ["0.000", "1.000"]
+    assert first[4] == "-0.3333"  # 100 of 300 lists, mean 1 -> 0
+
+
+def test_an_unreachable_evald_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["top", "127.0.0.1:9", "--queries", "--once"]) == 1
+    assert "cannot reach" in capsys.readouterr().err
+
+
+def test_long_queries_are_cut_to_the_width() -> None:
+    row: dict[str, Any] = {
+        "labels": {"arm": "t"},
+        "window": "5m",
+        "end": "x",
+        "lists": 3,
+        "fallen": {
+            "RR": [
+                {
+                    "query": "q" * 500,
+                    "lists": 3,
+                    "mean": 0.0,
+                    "baseline_mean": 1.0,
+                    "contribution": -1.0,
+                }
+            ]
+        },
+    }
+    text = render_queries({"queries": [row]}, None, width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert render_queries({"queries": []}, "RR").startswith("no complete window")
