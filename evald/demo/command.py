@@ -45,8 +45,8 @@ EXAMPLES = """\
 DEFAULT_REGRESS_AT = 40.0
 
 #: share of the requests served as a team-draft interleaved list of the two rankers (their own
-#: segments, arm "interleaved"): at the default rate and speed the interleaving verdict comes
-#: within the first minute, long before the A/B band separates
+#: segments, arm "interleaved"): at the default rate and speed its verdict comes within the
+#: first half minute on both surfaces (docs/statistics.md, "Interleaving", "In the demo")
 DEFAULT_INTERLEAVE = 0.2
 
 
