@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from evald.daemon.settings import Settings, SettingsError
 from evald.daemon.topic_time import TimestampLimit
+from evald.demo.command import share
 from evald.durations import readable
 from evald.signals import StopSignals
 
@@ -185,6 +186,15 @@ def _traffic_flags(traffic: argparse._ArgumentGroup) -> None:
         help="wall seconds (at --speed) after which the treatment arm's ranker degrades, so "
         "dashboards and alerts have a drop to show (default: never)",
     )
+    traffic.add_argument(
+        "--interleave",
+        type=share,
+        default=0.0,
+        metavar="SHARE",
+        help="share of the requests served as one team-draft list of both rankers (arm "
+        "'interleaved', teams ranker-v1 and ranker-v2: set interleaving.teams to credit them; "
+        "default: none)",
+    )
 
 
 class Progress:
@@ -250,6 +260,7 @@ def simulate(args: argparse.Namespace, run_id: str, start_ms: int) -> Iterable[S
         regress_at_ms=regress_at_ms,
         faults=Faults.none() if args.clean else None,
         run_id=run_id,
+        interleave=args.interleave,
     )
     limit = args.events if args.events is not None else (None if args.realtime else 100_000)
     return islice(sim.events(), limit)

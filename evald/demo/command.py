@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:  # typing only: run() imports these, so `evald --help` stays light
     from evald.config import EngineConfig
     from evald.decode import Rejection
-    from evald.demo.live import Health, LiveView, Snapshot, Versus
+    from evald.demo.live import Health, LiveView, SegmentSummary, Snapshot, Versus
     from evald.demo.simulator import SimEvent, Simulator
     from evald.engine import Engine
     from evald.http import MetricsServer
@@ -43,6 +43,11 @@ EXAMPLES = """\
 
 #: wall seconds before the regression when the run has no --duration
 DEFAULT_REGRESS_AT = 40.0
+
+#: share of the requests served as a team-draft interleaved list of the two rankers (their own
+#: segments, arm "interleaved"): at the default rate and speed its verdict comes within the
+#: first half minute on both surfaces (docs/statistics.md, "Interleaving", "In the demo")
+DEFAULT_INTERLEAVE = 0.2
 
 
 def _positive(text: str) -> float:
@@ -86,6 +91,33 @@ STATISTICS: dict[str, object] = {
 }
 
 
+#: The demo's interleaving test: the simulator's two rankers (``simulator.TEAMS``, the models of
+#: control and treatment) as teams, a look every 5 minutes of event time.
+INTERLEAVING: dict[str, object] = {"window": "5m", "teams": ["ranker-v1", "ranker-v2"]}
+
+
+def share(text: str) -> float:
+    """A share of the traffic in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a share in [0, 1], got {text!r}")
+    return value
+
+
+def _interleave_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--interleave",
+        type=share,
+        default=DEFAULT_INTERLEAVE,
+        metavar="SHARE",
+        help="share of the requests served as one team-draft list of both rankers, credited "
+        "per team (0: none; default: %(default)s)",
+    )
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--duration",
@@ -127,6 +159,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="wall seconds after start when the treatment ranker degrades, or 'off' "
         f"(default: half of --duration, else {DEFAULT_REGRESS_AT:g})",
     )
+    _interleave_flag(parser)
     parser.add_argument(
         "--window",
         default="5m",
@@ -162,7 +195,12 @@ def run(args: argparse.Namespace) -> int:
     from evald.webconfig import WebConfigError, load_web_config
 
     try:
-        config = load_config(window=args.window, lateness=args.lateness, statistics=STATISTICS)
+        config = load_config(
+            window=args.window,
+            lateness=args.lateness,
+            statistics=STATISTICS,
+            interleaving=INTERLEAVING,
+        )
         check_series_budget(config)
     except ConfigError as exc:
         print(f"evald demo: --{_first_line(exc)}", file=sys.stderr)
@@ -181,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
             rate=args.rate,
             speed=args.speed,
             regress_at_s=regress_at(args),
+            interleave=args.interleave,
             metrics_address=args.metrics_address,
             web=web,
             live=not args.no_live and sys.stdout.isatty(),
@@ -403,7 +442,7 @@ class DemoLoop:
         with self.lock:
             windows = last_windows(self.engine.complete_before(), width)
             current, previous = windows if windows else (None, None)
-            rows = summarize(self.engine.aggregates, current, previous)
+            rows = ab_rows(summarize(self.engine.aggregates, current, previous))
             versus = self._versus(current)
             health = self._health_now()
             comparison = self._comparison()
@@ -422,11 +461,13 @@ class DemoLoop:
         return out
 
     def _comparison(self) -> list[str]:
-        """The persistent treatment-vs-control block of the view."""
-        from evald.demo.live import comparison_lines
+        """The persistent treatment-vs-control block of the view, then the interleaving test's
+        lines."""
+        from evald.demo.live import comparison_lines, interleaving_lines
 
         live = self.engine.statistics
-        return [] if live is None else comparison_lines(live.views(), self.regress_at_ms)
+        lines = [] if live is None else comparison_lines(live.views(), self.regress_at_ms)
+        return lines + interleaving_lines(self.engine.interleaving.records())
 
     def final_snapshot(self) -> Snapshot:
         """After the drain: the run after the regression against the run before it.
@@ -452,13 +493,23 @@ class DemoLoop:
                 before, after = (first, split_before), (split_after, end)
                 note = "after the regression (arrow: against before it)"
         with self.lock:
-            rows = summarize(agg, after, before)
+            rows = ab_rows(summarize(agg, after, before))
             versus = self._versus(after)
             health = self._health_now()
             comparison = self._comparison()
         reason = self.stop_reason or "end of traffic"
         notes = [note, f"stopped ({reason}) after feeding {self.fed:,} records; engine drained"]
         return Snapshot(self.event_time_ms, after, rows, health, notes, comparison, versus)
+
+
+def ab_rows(rows: list[SegmentSummary]) -> list[SegmentSummary]:
+    """The table's columns: the A/B arms. The interleaved lists (arm ``simulator.INTERLEAVED``)
+    have their own lines, the interleaving test's; their mixed lists' measures would only
+    crowd the table."""
+    from evald.demo.simulator import INTERLEAVED
+
+    mixed = f"{INTERLEAVED[0]} · "
+    return [row for row in rows if not row.name.startswith(mixed)]
 
 
 def build_demo(
@@ -469,6 +520,7 @@ def build_demo(
     speed: float,
     regress_at_s: float | None,
     metrics_address: str,
+    interleave: float = 0.0,
     live: bool,
     stream: TextIO,
     web: WebConfig | None = None,
@@ -483,7 +535,14 @@ def build_demo(
 
     start_ms = int(time.time() * 1000)
     regress_ms = None if regress_at_s is None else start_ms + int(regress_at_s * speed * 1000)
-    simulator = Simulator(seed, rate=rate, speed=speed, start_ms=start_ms, regress_at_ms=regress_ms)
+    simulator = Simulator(
+        seed,
+        rate=rate,
+        speed=speed,
+        start_ms=start_ms,
+        regress_at_ms=regress_ms,
+        interleave=interleave,
+    )
     engine = Engine(config, global_statistics=True)  # one process sees every partition
     lock = threading.Lock()
     heartbeat = Heartbeat(max_age=30.0)

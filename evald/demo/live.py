@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -122,6 +122,32 @@ class Snapshot:
     comparison: list[str] = field(default_factory=list)
     #: the table's treatment − control column(s), in every frame (:func:`versus_control`)
     versus: list[Versus] = field(default_factory=list)
+
+
+def interleaving_lines(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Per interleaved segment and pair of teams (``interleaving.report.record``'s records): the
+    preference since the start with its always-valid band, ▲ when team_a won, ▼ when team_b
+    won (the test's verdict, kept from the look that decided: the band may hold 0 again after
+    the rankers change) and the verdict in words."""
+    lines: list[str] = []
+    for pair in sorted({(r["team_a"], r["team_b"]) for r in records}):
+        lines.append(f"interleaving: {pair[0]} vs {pair[1]}, preference since the start:")
+        for r in records:
+            if (r["team_a"], r["team_b"]) != pair:
+                continue
+            where = " ".join(v for k, v in r["segment"].items() if k not in ("arm", "model"))
+            if r["lower"] is None:
+                band = "band after interleaving.min_n compared lists"
+            else:
+                band = f"[{r['lower']:+.3f}, {r['upper']:+.3f}]"
+            winner = r["winner"]
+            band += "" if winner is None else " ▲" if winner == pair[0] else " ▼"
+            # decided_at: RFC 3339 UTC, its time of day as the view's other times
+            said = "undecided" if winner is None else f"{winner} won at {r['decided_at'][11:19]}"
+            pref = r["preference"]
+            value = "n/a" if pref is None else f"{pref:+.4f}"
+            lines.append(f"  {where or 'all':<6} {value} {band}  {said} ({r['compared']:,} lists)")
+    return lines
 
 
 def comparison_lines(

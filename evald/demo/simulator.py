@@ -11,6 +11,11 @@ are duplicated, lost, malformed or name an item that was never served, so the en
 counters have something to count. After ``regress_at_ms`` the treatment arm's ranker degrades
 (its noise grows) and its measures visibly drop.
 
+A share ``interleave`` of the requests is served instead as one team-draft interleaved list of
+the two arms' rankers (``teams`` per item, named by :data:`TEAMS`), labelled with its own arm
+:data:`INTERLEAVED` so the A/B segments hold A/B lists only. Its randomness comes from a stream
+of its own: with ``interleave=0`` the traffic is byte for byte what it was without the option.
+
 The generator is pure: the same arguments give the same byte-for-byte event sequence. It works
 in numpy blocks of requests and pre-encodes ids, so it produces a few hundred thousand events
 per second and can feed benchmarks and ``evald produce`` as well as the demo.
@@ -27,6 +32,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from evald.interleaving.draft import team_draft_batch
+from evald.interleaving.teams import TEAM_DRAFT
+
 IMPRESSION = "impression"
 FEEDBACK = "feedback"
 KINDS: tuple[str, str] = (IMPRESSION, FEEDBACK)
@@ -34,6 +42,10 @@ KINDS: tuple[str, str] = (IMPRESSION, FEEDBACK)
 #: Arm label -> model label. Index 0 is control ("A"), index 1 treatment ("B").
 ARMS: tuple[tuple[str, str], ...] = (("control", "ranker-v1"), ("treatment", "ranker-v2"))
 SURFACES: tuple[str, ...] = ("web", "app")
+#: Arm label and model label of the interleaved lists (their own segments).
+INTERLEAVED: tuple[str, str] = ("interleaved", "team-draft")
+#: The teams of an interleaved list: the control and treatment rankers, by model name.
+TEAMS: tuple[str, str] = (ARMS[0][1], ARMS[1][1])
 ACTIONS: tuple[str, str, str] = ("click", "add_to_cart", "purchase")
 
 #: 2026-01-01T00:00:00Z: a fixed default origin keeps runs reproducible.
@@ -170,7 +182,10 @@ class Simulator:
         catalogue: Catalogue | None = None,
         block: int | None = None,
         run_id: str = "",
+        interleave: float = 0.0,
     ) -> None:
+        if not 0.0 <= interleave <= 1.0:
+            raise ValueError(f"interleave is a share in [0, 1], got {interleave}")
         if not (0 < rate < math.inf and 0 < speed < math.inf):
             raise ValueError(f"rate and speed must be positive and finite, got {rate}, {speed}")
         if block is not None and block <= 0:
@@ -185,6 +200,7 @@ class Simulator:
         self.regress_at_ms = regress_at_ms
         self.noise = noise
         self.regressed_noise = regressed_noise
+        self.interleave = float(interleave)
         self.click_model = click_model or ClickModel()
         self.faults = faults if faults is not None else Faults()
         self.catalogue = catalogue or Catalogue()
@@ -217,8 +233,9 @@ class Simulator:
                 % (model.encode(), arm.encode(), surface.encode())
                 for surface in SURFACES
             ]
-            for arm, model in ARMS
+            for arm, model in (*ARMS, INTERLEAVED)
         ]
+        self._team_tok = [b'"%s"' % name.encode() for name in TEAMS]
         self._action_tok = [a.encode() for a in ACTIONS]
         self._exam = self.click_model.examination(cat.depth)
         self.events_per_request = self._expected_events_per_request(setup)
@@ -235,13 +252,15 @@ class Simulator:
     def events(self) -> Iterator[SimEvent]:
         """The stream from the start; every call restarts the same sequence."""
         rng = np.random.default_rng([self.seed, 2])
+        # its own stream, so interleave=0 leaves every other draw where it was
+        mixer = np.random.default_rng([self.seed, 3])
         # bucket width ~ the event time one block spans: each block touches few buckets
         pending = _Calendar(max(1, int(self.block * 1000.0 / self.qps)))
         clock = float(self.start_ms)
         next_request = 0
         next_seq = 0
         while True:
-            block = self._requests(rng, clock, next_request)
+            block = self._requests(rng, mixer, clock, next_request)
             if block is None:
                 yield from _emit(pending.pop(None))
                 return
@@ -285,6 +304,45 @@ class Simulator:
             np.take_along_axis(rel, order, axis=1),
         )
 
+    def _interleaved(
+        self,
+        mixer: np.random.Generator,
+        q: np.ndarray,
+        ts: np.ndarray,
+        items: np.ndarray,
+        rel: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Replace a share ``interleave`` of the block's lists, in place, by team-draft lists of
+        the control and treatment rankers (the treatment's degraded after ``regress_at_ms``, as
+        its arm's); returns their rows and each item's team (0: control, 1: treatment)."""
+        depth = self.catalogue.depth
+        if self.interleave == 0.0:
+            return np.empty(0, np.int64), np.empty((0, depth), np.int8)
+        rows = np.flatnonzero(mixer.random(len(q)) < self.interleave)
+        rel_all = self._rel[q[rows]]
+        rankings = []
+        for side in (0, 1):
+            sigma = np.full(len(rows), self.noise[side], np.float64)
+            if side == 1 and self.regress_at_ms is not None:
+                sigma[ts[rows] >= self.regress_at_ms] = self.regressed_noise
+            score = rel_all + mixer.standard_normal(rel_all.shape) * sigma[:, None]
+            rankings.append(np.argsort(-score, axis=1, kind="stable").astype(np.int64))
+        picks, teams = team_draft_batch(rankings[0], rankings[1], depth, mixer)
+        items[rows] = np.take_along_axis(self._cand[q[rows]], picks, axis=1)
+        rel[rows] = np.take_along_axis(rel_all, picks, axis=1)
+        return rows, teams
+
+    def _team_fields(self, rows: np.ndarray, teams: np.ndarray, n: int) -> list[bytes]:
+        """Per request of the block, what its impression adds: the team of each item and the
+        method for an interleaved list, nothing for an A/B list."""
+        tails = [b""] * n
+        tok = self._team_tok
+        method = TEAM_DRAFT.encode()
+        for row, sides in zip(rows.tolist(), teams.tolist(), strict=True):
+            names = b",".join(tok[side] for side in sides)
+            tails[row] = b',"teams":[%s],"interleaving":"%s"' % (names, method)
+        return tails
+
     def _item_lists(self, items: np.ndarray) -> tuple[bytes, int]:
         """All served lists of a block as one bytes buffer of fixed-width JSON string lists.
 
@@ -304,7 +362,7 @@ class Simulator:
         return np.ascontiguousarray(flat).tobytes(), flat.shape[1]
 
     def _requests(
-        self, rng: np.random.Generator, clock: float, first: int
+        self, rng: np.random.Generator, mixer: np.random.Generator, clock: float, first: int
     ) -> tuple[_Pool, float, int] | None:
         """One block of requests from event time ``clock``: their records and the new clock.
 
@@ -331,6 +389,9 @@ class Simulator:
         if self.regress_at_ms is not None:
             sigma[(arm == 1) & (ts >= self.regress_at_ms)] = self.regressed_noise
         items, rel = self._served(rng, q, sigma)
+        mixed, teams = self._interleaved(mixer, q, ts, items, rel)
+        segment = arm.astype(np.int64)
+        segment[mixed] = len(ARMS)  # the interleaved lists' own labels
 
         # the funnel, on the (n, depth) grid
         shape = (n, cat.depth)
@@ -368,12 +429,13 @@ class Simulator:
         labels = self._labels
         lists, width = self._item_lists(items)
         ts_l = ts.tolist()
-        arm_l = arm.tolist()
+        arm_l = segment.tolist()
+        tails = self._team_fields(mixed, teams, n)
         surf_l = surface.tolist()
         q_l = q.tolist()
         user_l = user.tolist()
         imp_values = [
-            b'{"request_id":"%s","ts":%d,"items":[%s],"labels":%s,"query":"q%d","user_id":"u%d"}'
+            b'{"request_id":"%s","ts":%d,"items":[%s],"labels":%s,"query":"q%d","user_id":"u%d"%s}'
             % (
                 rid[i],
                 ts_l[i],
@@ -381,6 +443,7 @@ class Simulator:
                 labels[arm_l[i]][surf_l[i]],
                 q_l[i],
                 user_l[i],
+                tails[i],
             )
             for i in imp_rows.tolist()
         ]

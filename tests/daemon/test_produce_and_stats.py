@@ -25,7 +25,7 @@ from settable_clock import SettableClock
 from evald.daemon import produce
 from evald.daemon.produce import Progress
 from evald.daemon.stats import DaemonCollector, DaemonStats
-from evald.demo.simulator import DEFAULT_START_MS, IMPRESSION, Simulator
+from evald.demo.simulator import DEFAULT_START_MS, IMPRESSION, TEAMS, Faults, Simulator
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCE = [sys.executable, "-m", "evald", "produce"]
@@ -139,6 +139,36 @@ def test_output_is_the_same_traffic_and_replays(tmp_path: Path) -> None:
     assert replay.returncode == 0, replay.stderr
     assert "lines read             2,000" in replay.stdout, replay.stdout
     assert "finalized impressions" in replay.stdout
+
+
+def test_interleave_writes_team_draft_lists_that_replay_credits(tmp_path: Path) -> None:
+    """--interleave: the simulator's interleaving mode, byte for byte; `evald replay` with the
+    teams declared credits the lists to the two rankers."""
+    out, config = tmp_path / "mixed.jsonl", tmp_path / "engine.json"
+    proc = _produce(
+        "--events", "20000", "--seed", "3", "--start", "1767225600000", "--run-id", "r.1",
+        "--clean", "--interleave", "0.3", "--output", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    sim = Simulator(3, run_id="r.1", faults=Faults.none(), interleave=0.3)
+    want = list(islice(sim.events(), 20_000))
+    assert out.read_bytes() == b"".join(e.value + b"\n" for e in want)
+    config.write_text(json.dumps({"interleaving": {"teams": list(TEAMS), "window": "5m"}}))
+    replay = subprocess.run(
+        [sys.executable, "-m", "evald", "replay", str(out), "--config", str(config),
+         "--format", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert replay.returncode == 0, replay.stderr
+    records = json.loads(replay.stdout)["interleaving"]
+    assert {r["segment"]["arm"] for r in records} == {"interleaved"}
+    assert all((r["team_a"], r["team_b"]) == TEAMS for r in records)
+    assert sum(r["compared"] for r in records) > 500
+    bad = _produce("--interleave", "1.5", "--output", "-")
+    assert bad.returncode == 2 and "--interleave" in bad.stderr
 
 
 def test_sigterm_stops_like_ctrl_c_and_keeps_whole_lines(tmp_path: Path) -> None:

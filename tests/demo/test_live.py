@@ -24,6 +24,7 @@ from evald.demo.live import (
     Snapshot,
     Versus,
     health,
+    interleaving_lines,
     last_windows,
     render_lines,
     render_table,
@@ -309,3 +310,50 @@ def test_verdict_marks_come_from_the_band_since_the_start_and_the_legend_says_so
     assert text.count("▼") == 2  # the verdict and its legend; none in the window column
     coloured = render_table(marked, color=True)
     assert "] \x1b[31m▼\x1b[0m  CUSUM" in coloured
+
+
+def _pair(surface: str, **values: object) -> dict[str, object]:
+    record: dict[str, object] = {
+        "segment": {"model": "team-draft", "arm": "interleaved", "surface": surface},
+        "team_a": "ranker-v1",
+        "team_b": "ranker-v2",
+        "compared": 1234,
+        "preference": None,
+        "lower": None,
+        "upper": None,
+        "winner": None,
+        "decided_at": None,
+    }
+    record.update(values)
+    return record
+
+
+def test_interleaving_lines_show_band_verdict_and_who_won() -> None:
+    records = [
+        _pair(
+            "web",
+            preference=-0.12,
+            lower=-0.159,
+            upper=-0.082,
+            winner="ranker-v2",
+            decided_at="2026-01-01T00:10:00.000Z",
+        ),
+        _pair(
+            "app",
+            preference=0.1523,
+            lower=0.039,
+            upper=0.266,
+            winner="ranker-v1",
+            decided_at="2026-01-01T00:20:00.000Z",
+        ),
+        _pair("tv", preference=0.01, lower=-0.05, upper=0.07),
+        _pair("car", preference=0.5),
+    ]
+    assert interleaving_lines(records) == [
+        "interleaving: ranker-v1 vs ranker-v2, preference since the start:",
+        "  web    -0.1200 [-0.159, -0.082] ▼  ranker-v2 won at 00:10:00 (1,234 lists)",
+        "  app    +0.1523 [+0.039, +0.266] ▲  ranker-v1 won at 00:20:00 (1,234 lists)",
+        "  tv     +0.0100 [-0.050, +0.070]  undecided (1,234 lists)",
+        "  car    +0.5000 band after interleaving.min_n compared lists  undecided (1,234 lists)",
+    ]
+    assert interleaving_lines([]) == []
