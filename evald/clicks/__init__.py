@@ -8,6 +8,8 @@ bounded pairs, the horizon, the refit schedule and its state as bytes.
 from __future__ import annotations
 
 from evald import snapshot
+from evald.clicks.cascade import Cascade
+from evald.clicks.dbn import DBN
 from evald.clicks.model import KIND, ClickModel
 from evald.clicks.pbm import PBM
 from evald.clicks.sessions import Sessions
@@ -15,7 +17,7 @@ from evald.clicks.settings import MODELS, ClickSettings
 
 __all__ = ["MODELS", "ClickModel", "ClickSettings", "Sessions", "build", "new_model"]
 
-_CLASSES: dict[str, type[ClickModel]] = {cls.name: cls for cls in (PBM,)}
+_CLASSES: dict[str, type[ClickModel]] = {cls.name: cls for cls in (PBM, Cascade, DBN)}
 
 
 def new_model(settings: ClickSettings) -> ClickModel:
