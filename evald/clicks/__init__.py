@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from evald import snapshot
 from evald.clicks.cascade import Cascade
+from evald.clicks.coec import COEC
 from evald.clicks.dbn import DBN
 from evald.clicks.model import KIND, ClickModel
 from evald.clicks.pbm import PBM
@@ -17,7 +18,7 @@ from evald.clicks.settings import MODELS, ClickSettings
 
 __all__ = ["MODELS", "ClickModel", "ClickSettings", "Sessions", "build", "new_model"]
 
-_CLASSES: dict[str, type[ClickModel]] = {cls.name: cls for cls in (PBM, Cascade, DBN)}
+_CLASSES: dict[str, type[ClickModel]] = {cls.name: cls for cls in (PBM, Cascade, DBN, COEC)}
 
 
 def new_model(settings: ClickSettings) -> ClickModel:
