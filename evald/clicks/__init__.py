@@ -13,12 +13,15 @@ from evald.clicks.coec import COEC
 from evald.clicks.dbn import DBN
 from evald.clicks.model import KIND, ClickModel
 from evald.clicks.pbm import PBM
+from evald.clicks.regression import RegressionPBM
 from evald.clicks.sessions import Sessions
 from evald.clicks.settings import MODELS, ClickSettings
 
 __all__ = ["MODELS", "ClickModel", "ClickSettings", "Sessions", "build", "new_model"]
 
-_CLASSES: dict[str, type[ClickModel]] = {cls.name: cls for cls in (PBM, Cascade, DBN, COEC)}
+_CLASSES: dict[str, type[ClickModel]] = {
+    cls.name: cls for cls in (PBM, Cascade, DBN, COEC, RegressionPBM)
+}
 
 
 def new_model(settings: ClickSettings) -> ClickModel:
