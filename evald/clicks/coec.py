@@ -35,6 +35,7 @@ class COEC(ClickModel):
 
     name = "coec"
     curve_name = "rank_ctr"
+    relevant_at = 1.0  # clicked at least as often as its ranks predict
 
     def __init__(self, settings: ClickSettings) -> None:
         super().__init__(settings)

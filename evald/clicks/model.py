@@ -42,6 +42,8 @@ class ClickModel(ABC):
     name: ClassVar[str]
     #: what the curve of ``curve()`` is: "examination" (a probability per rank) or "rank_ctr"
     curve_name: ClassVar[str] = "examination"
+    #: the relevance at which a pair counts as relevant for binary measures (grade 1)
+    relevant_at: ClassVar[float] = 0.5
 
     def __init__(self, settings: ClickSettings) -> None:
         self.settings = settings.check()

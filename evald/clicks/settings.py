@@ -6,10 +6,15 @@ from dataclasses import dataclass, fields
 
 from evald.clicks.sessions import MAX_DEPTH
 
+#: the deepest rank a click model reads
+MAX_CLICK_DEPTH = MAX_DEPTH
+
 #: the models ``evald replay --click-model`` and ``evald judge --model`` know
 MODELS = ("pbm", "cascade", "dbn", "coec", "regression")
 #: a week, in ms: the default half-life of the statistics (the rolling horizon)
 WEEK_MS = 7 * 24 * 3600 * 1000
+#: inverse-propensity weights are clipped at this bound by default
+IPS_CLIP = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +37,7 @@ class ClickSettings:
     #: pseudo-sessions of the prior behind each pair's attractiveness (and DBN's satisfaction)
     prior_strength: float = 1.0
     #: inverse-propensity weights are clipped at this bound (1 / examination <= ips_clip)
-    ips_clip: float = 10.0
+    ips_clip: float = IPS_CLIP
 
     def check(self) -> ClickSettings:
         if self.model not in MODELS:
