@@ -15,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from evald.clicks import ClickModel, ClickSettings, new_model
 from evald.clicks.dbn import DBN
 from evald.clicks.debias import debiased_values, ips
+from evald.clicks.model import ClickModel
+from evald.clicks.models import new_model
 from evald.clicks.quality import quality
 from evald.clicks.sessions import Sessions
+from evald.clicks.settings import ClickSettings
 from evald.moments import Interval
 from evald.stats import mean_ci95
 

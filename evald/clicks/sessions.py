@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: the largest depth a model reads (ranks are stored in one byte of a row key)
-MAX_DEPTH = 255
+from evald.clicks.settings import MAX_DEPTH
+
 #: odd 64-bit multiplier (the golden ratio's) that spreads a query key before it is mixed
 #: with an item key; as a signed int64
 _MIX = np.int64(-7046029254386353131)

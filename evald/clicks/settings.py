@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from evald.clicks.sessions import MAX_DEPTH
-
-#: the deepest rank a click model reads
+#: the deepest rank a click model reads (ranks are stored in one byte of a row key)
+MAX_DEPTH = 255
 MAX_CLICK_DEPTH = MAX_DEPTH
 
 #: the models ``evald replay --click-model`` and ``evald judge --model`` know

@@ -9,11 +9,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from evald.clicks import ClickSettings, build, new_model
 from evald.clicks import simulate as sim
 from evald.clicks.cascade import Cascade
 from evald.clicks.dbn import DBN, expectations
+from evald.clicks.models import build, new_model
 from evald.clicks.sessions import Sessions
+from evald.clicks.settings import ClickSettings
 
 BATCH = ClickSettings(
     model="dbn", half_life=None, first_refit=10**9, refit_every=10**9, prior_strength=0.0

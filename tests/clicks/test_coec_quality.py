@@ -8,11 +8,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from evald.clicks import ClickSettings, new_model
 from evald.clicks import simulate as sim
 from evald.clicks.coec import COEC
+from evald.clicks.models import new_model
 from evald.clicks.quality import quality, score
 from evald.clicks.sessions import Sessions
+from evald.clicks.settings import ClickSettings
 
 BATCH = ClickSettings(
     model="coec", depth=3, half_life=None, first_refit=10**9, refit_every=10**9, prior_strength=0.0

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from evald.cli import main
-from evald.clicks import ClickSettings, new_model
 from evald.clicks import simulate as sim
 from evald.clicks.debias import debiased_values, ips
+from evald.clicks.models import new_model
 from evald.clicks.sessions import Sessions
+from evald.clicks.settings import ClickSettings
 from evald.metrics import Batch, evaluate, parse_measures
 
 BATCH = ClickSettings(

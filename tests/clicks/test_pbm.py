@@ -9,10 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from evald.clicks import ClickSettings, build, new_model
 from evald.clicks import simulate as sim
+from evald.clicks.models import build, new_model
 from evald.clicks.pbm import PBM
 from evald.clicks.sessions import Sessions
+from evald.clicks.settings import ClickSettings
 
 #: the true examination curve of the simulations: 1 / rank^0.7 (rank 1 always examined)
 THETA = 1.0 / np.arange(1, 11) ** 0.7

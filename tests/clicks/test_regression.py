@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from evald.clicks import ClickSettings, build, new_model
 from evald.clicks import simulate as sim
+from evald.clicks.models import build, new_model
 from evald.clicks.pbm import PBM
 from evald.clicks.regression import RegressionPBM
+from evald.clicks.settings import ClickSettings
 
 THETA = 1.0 / np.arange(1, 11) ** 0.7
 W_TRUE = np.asarray([-1.0, 1.5, -0.8])  # intercept, two features
