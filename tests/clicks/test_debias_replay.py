@@ -140,3 +140,23 @@ def test_replay_click_options_name_the_bad_one(
 
 def test_settings_default_clip_is_the_documented_one() -> None:
     assert replace(BATCH).ips_clip == 10.0
+
+
+def test_debiased_grade_scale() -> None:
+    """Relevance / relevant_at is the grade: a PBM pair of attractiveness 0.5 or more counts
+    relevant for binary measures; nDCG does not change with the scale."""
+    model = new_model(replace(BATCH, depth=2))
+    model.segment(("all",))
+    log = Sessions.build(
+        [[1, 2]] * 10 + [[2, 1]] * 10,
+        [[1, 0]] * 9 + [[0, 0]] + [[0, 1]] * 8 + [[0, 0]] * 2,
+        depth=2,
+    )
+    model.observe(log)
+    model.fit()
+    a = model.relevance(model.pairs.lookup(np.asarray([1, 2])))
+    assert a[0] >= 0.5 > a[1]
+    values = debiased_values(model, log.take(slice(0, 1)), ["P@2", "nDCG@2"])
+    assert values["P@2"].tolist() == [0.5]  # pair 1 relevant, pair 2 not
+    scaled = evaluate([parse_measures("nDCG@2")[0]], Batch.from_served_grades([a.tolist()]))
+    assert values["nDCG@2"].tolist() == pytest.approx(next(iter(scaled.values())).tolist())
