@@ -198,3 +198,17 @@ def test_dbn_snapshot_round_trips_and_merges() -> None:
     assert isinstance(whole, DBN) and isinstance(other, DBN)
     assert whole.snapshot() != before
     np.testing.assert_allclose(whole.moves, 2 * other.moves, rtol=1e-3)
+
+
+def test_dbn_batch_fit_keeps_cold_pairs_in_the_chain() -> None:
+    """With room for 16 of the 300 pairs, the batch EM still reads every shown rank (a pair
+    not kept takes the means): γ stays within tolerance. Reading a cold pair's rank as not
+    shown broke the examination chain there (γ 1.0 with the first draft's code)."""
+    _, log = dbn_log(seed=2, sessions=20_000)
+    model = new_model(replace(BATCH, max_pairs=16))
+    model.segment(("all",))
+    model.observe(log)
+    assert isinstance(model, DBN)
+    model.fit_batch(log, tolerance=1e-4, max_iterations=100)
+    assert len(model.pairs) < 20
+    assert abs(model.gamma[0] - GAMMA) < GAMMA_TOLERANCE
