@@ -71,8 +71,8 @@ class IPS:
 
 def ips(sessions: Sessions, examination: np.ndarray, clip: float) -> IPS:
     """IPS sums of ``sessions`` with examination (segments, depth), weights clipped at
-    ``clip`` (a rank never examined, θ = 0, weighs ``clip``)."""
-    theta = examination[sessions.segments]
+    ``clip`` (a rank never examined, θ = 0, or never shown, NaN, weighs ``clip``)."""
+    theta = np.nan_to_num(examination, nan=0.0)[sessions.segments]
     with np.errstate(divide="ignore"):
         w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), np.inf), clip)
     shown = sessions.shown()

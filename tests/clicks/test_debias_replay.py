@@ -160,3 +160,10 @@ def test_debiased_grade_scale() -> None:
     assert values["P@2"].tolist() == [0.5]  # pair 1 relevant, pair 2 not
     scaled = evaluate([parse_measures("nDCG@2")[0]], Batch.from_served_grades([a.tolist()]))
     assert values["nDCG@2"].tolist() == pytest.approx(next(iter(scaled.values())).tolist())
+
+
+def test_ips_weighs_a_rank_never_shown_at_the_clip() -> None:
+    """The cascade curve is NaN at a rank no list reached; its weight is the clip, not NaN."""
+    log = Sessions.build([[1, 2]], [[0, 1]], depth=2)
+    sums = ips(log, np.asarray([[1.0, np.nan]]), clip=4.0)
+    assert (sums.weighted_clicks, sums.expected_weight, sums.slots) == (4.0, 1.0, 2.0)
