@@ -167,3 +167,14 @@ def test_ips_weighs_a_rank_never_shown_at_the_clip() -> None:
     log = Sessions.build([[1, 2]], [[0, 1]], depth=2)
     sums = ips(log, np.asarray([[1.0, np.nan]]), clip=4.0)
     assert (sums.weighted_clicks, sums.expected_weight, sums.slots) == (4.0, 1.0, 2.0)
+
+
+def test_replay_text_summary_names_the_curve_and_the_relevance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events, _ = _events(tmp_path / "e.jsonl", lists=500)
+    assert main(["replay", str(events), "--click-model", "coec"]) == 0
+    out = capsys.readouterr().out
+    assert "click model coec (500 lists" in out
+    assert "rank_ctr by rank: " in out
+    assert "debiased means (relevance=coec):" in out
