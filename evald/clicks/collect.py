@@ -5,8 +5,10 @@ The join already decides which feedback counts for which list (the attribution w
 lateness, duplicates: docs/semantics.md) and hands each finalized list's grades in served
 order to ``Engine.on_joined``. It keeps item hashes, not the query, so ``Tee`` wraps the
 decoder and remembers each impression's query and items by request id until its list is
-joined. A (query, item) pair's key is a 64-bit BLAKE2b hash of the two strings
-(collisions: about pairs² / 2⁶⁴); a list with no query uses its items alone (query "").
+joined. A (query, item) pair's key is Python's 64-bit hash of the two strings (SipHash:
+collisions about pairs² / 2⁶⁴), stable within the process, which is all one replay needs;
+43 ns a pair where an 8-byte BLAKE2b digest took 691 ns. A list with no query uses its items alone
+(query "").
 
 A list counts as clicked at a rank when its grade there is > 0 (any graded action: a click,
 an add to cart, a purchase). Lists made of several records (``shown`` items of a mapping,
@@ -16,7 +18,6 @@ docs/mapping.md) carry no items in their impression and are not modelled (counte
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -29,9 +30,9 @@ NONE = "__none__"
 
 
 def pair_key(query: str, item: str) -> int:
-    """A stable signed 64-bit key of a (query, item) pair (never 0, the padding key)."""
-    digest = hashlib.blake2b(f"{query}\x1f{item}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True) or 1
+    """A signed 64-bit key of a (query, item) pair, stable within the process (never 0, the
+    padding key)."""
+    return hash((query, item)) or 1
 
 
 class Tee:

@@ -25,8 +25,10 @@ from evald.clicks.settings import ClickSettings
 from evald.moments import Interval
 from evald.stats import mean_ci95
 
-#: the batch fit's stopping rule: the largest parameter change of one iteration
-FIT_TOLERANCE = 1e-6
+#: the batch fit's stopping rule: the largest parameter change of one iteration. On 58,000
+#: demo lists, 1e-5 moved the PBM curve by at most 0.0007 and the debiased nDCG@10 by 2e-5
+#: from a fit to 1e-6, in three quarters of its CPU time
+FIT_TOLERANCE = 1e-5
 FIT_ITERATIONS = 500
 
 
