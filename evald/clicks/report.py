@@ -20,7 +20,7 @@ from evald.clicks.debias import debiased_values, ips
 from evald.clicks.model import ClickModel
 from evald.clicks.models import new_model
 from evald.clicks.quality import quality
-from evald.clicks.sessions import Sessions
+from evald.clicks.sessions import Sessions, dedupe
 from evald.clicks.settings import ClickSettings
 from evald.moments import Interval
 from evald.stats import mean_ci95
@@ -36,11 +36,14 @@ def fit_log(
     settings: ClickSettings, sessions: Sessions, segments: Sequence[tuple[str, ...]]
 ) -> ClickModel:
     """``settings.model`` fitted on ``sessions`` (segment g of a session is ``segments[g]``):
-    the whole log counts alike (no horizon) and no refit runs before the final fit."""
+    the whole log counts alike (no horizon) and no refit runs before the final fit. Identical
+    sessions are fitted as one row with their count as its weight (``dedupe``): the same fit,
+    and DBN's E-steps run once per distinct session (head queries of a web log repeat)."""
     once = 2**62
     model = new_model(replace(settings, half_life=None, first_refit=once, refit_every=once))
     for labels in segments:
         model.segment(labels)
+    sessions = dedupe(sessions)
     model.observe(sessions)
     if isinstance(model, DBN):
         model.fit_batch(sessions, FIT_TOLERANCE, FIT_ITERATIONS)

@@ -13,7 +13,7 @@ from evald.clicks import simulate as sim
 from evald.clicks.cascade import Cascade
 from evald.clicks.dbn import DBN, expectations
 from evald.clicks.models import build, new_model
-from evald.clicks.sessions import Sessions
+from evald.clicks.sessions import Sessions, concat, dedupe
 from evald.clicks.settings import ClickSettings
 
 BATCH = ClickSettings(
@@ -212,3 +212,21 @@ def test_dbn_batch_fit_keeps_cold_pairs_in_the_chain() -> None:
     model.fit_batch(log, tolerance=1e-4, max_iterations=100)
     assert len(model.pairs) < 20
     assert abs(model.gamma[0] - GAMMA) < GAMMA_TOLERANCE
+
+
+def test_dbn_fits_a_deduplicated_log_as_the_full_one() -> None:
+    """Identical sessions as one row with their count as weight: the same batch EM."""
+    _, log = dbn_log(seed=9, sessions=1_000)
+    twice = concat([log, log.take(slice(0, 600)), log])
+    fits = []
+    for sessions in (twice, dedupe(twice)):
+        model = new_model(BATCH)
+        model.segment(("all",))
+        model.observe(sessions)
+        assert isinstance(model, DBN)
+        model.fit_batch(sessions, tolerance=1e-9, max_iterations=40)
+        fits.append(model)
+    assert len(dedupe(twice)) < len(twice)
+    np.testing.assert_allclose(fits[0].gamma, fits[1].gamma, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fits[0].a, fits[1].a, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fits[0].s, fits[1].s, rtol=0, atol=1e-12)
