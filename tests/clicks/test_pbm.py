@@ -240,3 +240,38 @@ def test_settings_name_the_bad_field() -> None:
         ClickSettings(max_pairs=3).check()
     with pytest.raises(ValueError, match="model: 'ubm' is not one of"):
         ClickSettings(model="ubm").check()
+
+
+def test_merged_partitions_with_a_horizon_fit_as_one() -> None:
+    """Two partitions' decayed statistics, re-expressed at the newer reference time and
+    added, are the statistics of one model fed every session in time order."""
+    _, sessions = pbm_log(seed=10, sessions=6_000)
+    timed = Sessions(
+        sessions.pairs,
+        sessions.clicks,
+        sessions.lengths,
+        sessions.segments,
+        np.arange(len(sessions), dtype=np.int64) * 50,  # 16 half-lives and more: the ref moves
+        sessions.weights,
+    )
+    settings = replace(BATCH, half_life=10_000)
+    one = new_model(settings)
+    one.segment(("all",))
+    one.observe(timed)
+    one.fit()
+    keys = np.unique(timed.pairs)
+    for first in (0, 1):  # the newer reference on either side of the merge
+        parts = [new_model(settings), new_model(settings)]
+        for k, m in enumerate(parts):
+            m.segment(("all",))
+            m.observe(timed.take(slice(k, None, 2)))
+        merged = parts[first]
+        merged.merge(parts[1 - first])
+        merged.fit()
+        np.testing.assert_allclose(merged.curve(), one.curve(), rtol=0, atol=1e-9)
+        np.testing.assert_allclose(
+            merged.relevance(merged.pairs.lookup(keys)),
+            one.relevance(one.pairs.lookup(keys)),
+            rtol=0,
+            atol=1e-9,
+        )
