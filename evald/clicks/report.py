@@ -36,14 +36,17 @@ def fit_log(
     settings: ClickSettings, sessions: Sessions, segments: Sequence[tuple[str, ...]]
 ) -> ClickModel:
     """``settings.model`` fitted on ``sessions`` (segment g of a session is ``segments[g]``):
-    the whole log counts alike (no horizon) and no refit runs before the final fit. Identical
-    sessions are fitted as one row with their count as its weight (``dedupe``): the same fit,
-    and DBN's E-steps run once per distinct session (head queries of a web log repeat)."""
+    the whole log counts alike (no horizon) and no refit runs before the final fit. For DBN,
+    identical sessions are fitted as one row with their count as its weight (``dedupe``): the
+    same fit, each E-step once per distinct session (head queries of a web log repeat). The
+    other models fit per-rank counts, which repeats do not grow, so they skip the dedupe (0.29 s
+    of CPU on 55,000 distinct lists)."""
     once = 2**62
     model = new_model(replace(settings, half_life=None, first_refit=once, refit_every=once))
     for labels in segments:
         model.segment(labels)
-    sessions = dedupe(sessions)
+    if isinstance(model, DBN):
+        sessions = dedupe(sessions)
     model.observe(sessions)
     if isinstance(model, DBN):
         model.fit_batch(sessions, FIT_TOLERANCE, FIT_ITERATIONS)
