@@ -148,3 +148,15 @@ def test_bad_options_exit_2_naming_them(
     log.write_text(json.dumps({"query": "q", "served": ["a"], "clicked": []}) + "\n")
     assert main(["judge", str(log), *flag]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_min_impressions_and_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    session_log(tmp_path / "s.jsonl", lists=2_000)
+    out = tmp_path / "j.jsonl"
+    argv = ["judge", str(tmp_path / "s.jsonl"), "--jsonl", str(out), "--thresholds", "0.5"]
+    assert main([*argv, "--min-impressions", "2000"]) == 0
+    assert json.loads(capsys.readouterr().out)["judgments"] == 0  # no pair shown in every list
+    assert main([*argv, "--min-impressions", "100"]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records and all(r["impressions"] >= 100 for r in records)
+    assert all(r["grade"] == (r["relevance"] >= 0.5) for r in records)
