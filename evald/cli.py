@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "check-config": "evald.daemon.check_config",
     "produce": "evald.daemon.produce",
     "top": "evald.top.command",
+    "judge": "evald.clicks.judge",
 }
 
 

@@ -112,6 +112,10 @@ class Engine:
     hot paths keep their collaborators' bound methods.
     """
 
+    #: an optional hook that sees each scored batch of lists (partition, Joined) before it is
+    #: scored: ``evald replay --click-model`` collects its sessions there (evald/clicks/)
+    on_joined: Callable[[int, Joined], None] | None = None
+
     def __init__(
         self,
         config: EngineConfig,
@@ -403,6 +407,8 @@ class Engine:
         return Batch(cut, lengths, ideal, judged)
 
     def _score(self, partition: int, joined: Joined) -> None:
+        if self.on_joined is not None:
+            self.on_joined(partition, joined)
         n = len(joined.request_ids)
         scored = evaluate(self._measures, self._batch(joined))
         values = np.empty((n, len(self._measures)))

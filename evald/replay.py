@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
+from evald.clicks import replay_option as clicks_option
 from evald.durations import format_duration
 from evald.files.lines import InputError
 from evald.files.lines import bounded_lines as _bounded_lines
@@ -177,6 +178,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="progress bar on stderr (auto: when stderr is a terminal)",
     )
+    clicks_option.add_options(parser)
 
 
 class UsageError(Exception):
@@ -582,6 +584,13 @@ def run(args: argparse.Namespace) -> int:
         engine = _engine(args.mapping, config)
         moments = SegmentMoments(engine.measure_names, engine.aggregates.segments)
         engine.on_result = moments.add
+        try:
+            click_settings = clicks_option.settings_of(args)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        collector = None
+        if click_settings is not None:
+            collector = clicks_option.attach(engine, config.label_keys, click_settings.depth)
         paths = list(args.files)
         for path in paths:
             if path != "-" and not os.access(path, os.R_OK):
@@ -619,19 +628,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"evald replay: {exc}", file=sys.stderr)
         return 2
     counts["behind"] = engine.behind_watermark()
-    print_summary(args, engine, counts, moments)
+    click = None
+    if click_settings is not None and collector is not None:
+        click = clicks_option.result(click_settings, collector, engine.measure_names)
+    print_summary(args, engine, counts, moments, click)
     rejected_n = sum(engine.stats.rejected.values())
     return 1 if args.strict and rejected_n else 0
 
 
 def print_summary(
-    args: argparse.Namespace, engine: Engine, counts: dict[str, int], moments: SegmentMoments
+    args: argparse.Namespace,
+    engine: Engine,
+    counts: dict[str, int],
+    moments: SegmentMoments,
+    click: dict[str, Any] | None = None,
 ) -> None:
-    """The summary (``--format``), on stderr when an output file is stdout (``-``)."""
+    """The summary (``--format``), on stderr when an output file is stdout (``-``);
+    ``click``: the ``--click-model`` object (evald/clicks/report.py)."""
     outputs = (args.results, args.windows, args.rejected, args.looks, args.queries)
     out = sys.stderr if "-" in outputs else sys.stdout
     if args.format == "json":
-        print(summary_json(engine, counts, moments), file=out)
+        doc = summary_json(engine, counts, moments)
+        if click is not None:
+            doc = json.dumps(
+                {**json.loads(doc), "click_model": click}, ensure_ascii=False, indent=2
+            )
+        print(doc, file=out)
         return
     text = [
         *summary(engine, counts),
@@ -641,4 +663,8 @@ def print_summary(
         *engine.interleaving.lines(),
         *out_of_order(engine, counts, sorted_first=args.sort),
     ]
+    if click is not None:
+        from evald.clicks.report import text as click_text
+
+        text += click_text(click)
     print("\n".join(text), file=out)

@@ -1,0 +1,118 @@
+"""RankCounts: weighted impressions and clicks per (pair, segment, rank).
+
+These are the sufficient statistics of the position-based model and of COEC: the likelihood of
+every session depends on the data only through how often each pair was shown at each rank of
+each segment and how often it was clicked there. So an EM over these rows *is* the batch EM over
+the sessions they came from, adding two tables is the table of the union (what makes a partition
+mergeable), and memory is bounded by the pairs kept times the (segment, rank) cells each was
+shown in. Rows are appended in order of first appearance and never reordered except to drop the
+rows of evicted pairs, so sums over them come out the same way in every replay.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evald.clicks.keyindex import KeyIndex, first_appearance
+
+_RANK_BITS = 8
+_SEGMENT_BITS = 24
+_COLUMNS = ("slot", "segment", "rank", "n", "c")
+
+
+class RankCounts:
+    """Rows (slot, segment, rank) with weighted impressions ``n`` and clicks ``c``."""
+
+    def __init__(self) -> None:
+        self._index = KeyIndex()
+        self.slot = np.zeros(0, np.int64)
+        self.segment = np.zeros(0, np.int64)
+        self.rank = np.zeros(0, np.int64)
+        self.n = np.zeros(0, np.float64)
+        self.c = np.zeros(0, np.float64)
+        self._used = 0
+
+    def __len__(self) -> int:
+        return self._used
+
+    def add(
+        self,
+        slots: np.ndarray,
+        segments: np.ndarray,
+        ranks: np.ndarray,
+        n: np.ndarray,
+        c: np.ndarray,
+    ) -> None:
+        """Add ``n`` impressions and ``c`` clicks (weighted) to the row of each element (flat
+        arrays of one length); new rows in order of first appearance."""
+        if segments.size and int(segments.max()) >= 1 << _SEGMENT_BITS:
+            raise ValueError("too many segments for a rank-count row key")
+        keys = _key(slots.astype(np.int64), segments.astype(np.int64), ranks.astype(np.int64))
+        rows = self._index.find(keys)
+        cells = np.flatnonzero(rows < 0)
+        if len(cells):
+            fresh, which = first_appearance(keys[cells])
+            new = self._append(fresh)
+            self._index.add(fresh, new)
+            rows[cells] = new[which]
+        np.add.at(self.n, rows, n.astype(np.float64))
+        np.add.at(self.c, rows, c.astype(np.float64))
+
+    def _append(self, keys: np.ndarray) -> np.ndarray:
+        start, count = self._used, len(keys)
+        if start + count > len(self.n):
+            size = max(64, 2 * len(self.n), start + count)
+            for name in _COLUMNS:
+                old = getattr(self, name)
+                new = np.zeros(size, old.dtype)
+                new[:start] = old[:start]
+                setattr(self, name, new)
+        rows = np.arange(start, start + count)
+        self.slot[rows] = keys >> (_SEGMENT_BITS + _RANK_BITS)
+        self.segment[rows] = (keys >> _RANK_BITS) & ((1 << _SEGMENT_BITS) - 1)
+        self.rank[rows] = keys & ((1 << _RANK_BITS) - 1)
+        self._used += count
+        return rows
+
+    def view(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(slot, segment, rank, n, c) of the used rows, in row order (views, not copies)."""
+        u = self._used
+        return self.slot[:u], self.segment[:u], self.rank[:u], self.n[:u], self.c[:u]
+
+    def drop_slots(self, slots: np.ndarray) -> None:
+        """Remove every row of ``slots`` (evicted pairs); the others keep their order."""
+        if not len(slots) or not self._used:
+            return
+        keep = ~np.isin(self.slot[: self._used], slots)
+        self._load(*(column[keep] for column in self.view()))
+
+    def scale(self, factor: float) -> None:
+        if factor != 1.0:
+            self.n *= factor
+            self.c *= factor
+
+    def _load(
+        self, slot: np.ndarray, segment: np.ndarray, rank: np.ndarray, n: np.ndarray, c: np.ndarray
+    ) -> None:
+        self.slot, self.segment, self.rank = (a.astype(np.int64) for a in (slot, segment, rank))
+        self.n, self.c = n.astype(np.float64), c.astype(np.float64)
+        self._used = len(slot)
+        self._index.rebuild(_key(self.slot, self.segment, self.rank), np.arange(self._used))
+
+    # ------------------------------------------------------------------ state
+
+    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        return {
+            f"{prefix}_{name}": column.copy()
+            for name, column in zip(_COLUMNS, self.view(), strict=True)
+        }
+
+    @classmethod
+    def build(cls, prefix: str, arrays: dict[str, np.ndarray]) -> RankCounts:
+        counts = cls()
+        counts._load(*(arrays[f"{prefix}_{name}"] for name in _COLUMNS))
+        return counts
+
+
+def _key(slot: np.ndarray, segment: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    return (slot << (_SEGMENT_BITS + _RANK_BITS)) | (segment << _RANK_BITS) | rank

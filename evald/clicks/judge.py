@@ -1,0 +1,156 @@
+"""`evald judge`: fit a click model on a session log and write judgments from it.
+
+The log is JSON Lines, one served list per line, in the shape of the public web-search click
+logs (a query id, the served ids, the clicked ids, no times)::
+
+    {"query": "q17", "served": ["d3", "d9", "d1"], "clicked": ["d9"]}
+
+(``qid`` for ``query``, ``items`` for ``served`` and ``clicks`` for ``clicked`` are read too).
+The judgments are one per (query, item) pair the model keeps, as a TREC qrels file
+(``query 0 item grade``, the grade an integer from ``--thresholds``) and as JSON Lines with the
+model's relevance and the evidence behind it (impressions, clicks): the same judgments feed
+``evald score --qrels``, OpenSearch's Search Relevance Workbench or any trec_eval tool.
+docs/click-models.md has the conventions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+SUMMARY = "fit a click model on a session log and write judgments (TREC qrels, JSON Lines)"
+EXAMPLES = """\
+  evald judge sessions.jsonl --model pbm --qrels judged.qrels --jsonl judged.jsonl
+  evald judge sessions.jsonl --model dbn --holdout 0.2          # perplexity on held-out lists
+  evald score --run run.txt --qrels judged.qrels --mean         # score with the judgments
+"""
+EXIT_AT_ONCE = True
+
+#: grade thresholds by model: a relevance at or above the i-th threshold is grade i + 1
+THRESHOLDS = {"coec": (0.5, 1.0, 2.0), "default": (0.25, 0.5, 0.75)}
+KEYS = {"query": ("query", "qid"), "served": ("served", "items"), "clicked": ("clicked", "clicks")}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="session log (JSON Lines); '-': stdin")
+    parser.add_argument(
+        "--model",
+        choices=("pbm", "dbn", "cascade", "coec"),
+        default="pbm",
+        help="the click model (default pbm)",
+    )
+    parser.add_argument("--depth", type=int, default=10, help="ranks read (default 10)")
+    parser.add_argument(
+        "--max-pairs", type=int, default=1_000_000, help="pairs kept (default 1,000,000)"
+    )
+    parser.add_argument("--qrels", metavar="OUT", help="write TREC qrels here")
+    parser.add_argument("--jsonl", metavar="OUT", help="write JSON Lines judgments here")
+    parser.add_argument(
+        "--thresholds",
+        metavar="LIST",
+        help="relevance thresholds of grades 1, 2, ... (default 0.25,0.5,0.75; COEC 0.5,1,2)",
+    )
+    parser.add_argument(
+        "--min-impressions",
+        type=int,
+        default=1,
+        metavar="N",
+        help="judge only pairs shown at least N times (default 1)",
+    )
+    parser.add_argument(
+        "--holdout",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="fit on the first lines, report perplexity on the last SHARE of them (default 0)",
+    )
+
+
+class BadLine(ValueError):
+    """A session line that cannot be read (its reason)."""
+
+
+def read_line(text: str) -> tuple[str, list[str], set[str]]:
+    """(query, served, clicked) of one line; BadLine naming what is wrong."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadLine(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadLine("expected a JSON object")
+    found: dict[str, Any] = {}
+    for field, names in KEYS.items():
+        value = next((doc[n] for n in names if n in doc), None)
+        if value is None:
+            raise BadLine(f'missing "{names[0]}"')
+        found[field] = value
+    query, served, clicked = found["query"], found["served"], found["clicked"]
+    if isinstance(query, bool) or not isinstance(query, str | int):
+        raise BadLine('"query" must be a string or an integer')
+    for name, ids in (("served", served), ("clicked", clicked)):
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise BadLine(f'"{name}" must be an array of strings')
+    if len(set(served)) != len(served):
+        raise BadLine('an id appears twice in "served"')
+    missing = set(clicked) - set(served)
+    if missing:
+        raise BadLine(f'clicked id {sorted(missing)[0]!r} is not in "served"')
+    return str(query), served, set(clicked)
+
+
+def lines(
+    stream: IO[str], name: str, errors: list[str]
+) -> Iterator[tuple[str, list[str], set[str]]]:
+    for number, text in enumerate(stream, 1):
+        text = text.lstrip("\ufeff").strip()
+        if not text:
+            continue
+        try:
+            yield read_line(text)
+        except BadLine as exc:
+            errors.append(f"{name}:{number}: {exc}")
+
+
+def thresholds_of(args: argparse.Namespace) -> tuple[float, ...]:
+    if args.thresholds is None:
+        return THRESHOLDS.get(args.model, THRESHOLDS["default"])
+    try:
+        values = tuple(float(v) for v in args.thresholds.split(","))
+    except ValueError:
+        raise ValueError(f"--thresholds: not a list of numbers: {args.thresholds!r}") from None
+    if list(values) != sorted(set(values)):
+        raise ValueError("--thresholds: must be increasing")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``evald judge``."""
+    from evald.clicks.judgments import judge
+
+    try:
+        thresholds = thresholds_of(args)
+        if not 0 <= args.holdout < 1:
+            raise ValueError("--holdout: must be in [0, 1)")
+        errors: list[str] = []
+        name = "<stdin>" if args.file == "-" else args.file
+        with contextlib.ExitStack() as stack:
+            stream = (
+                sys.stdin
+                if args.file == "-"
+                else stack.enter_context(open(args.file, encoding="utf-8"))
+            )
+            summary = judge(lines(stream, name, errors), args, thresholds)
+    except (ValueError, OSError) as exc:
+        print(f"evald judge: {exc}", file=sys.stderr)
+        return 2
+    for error in errors:
+        print(error, file=sys.stderr)
+    print(json.dumps(summary, ensure_ascii=False, indent=2))
+    if errors:
+        print(f"evald judge: {len(errors)} line(s) rejected", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,101 @@
+"""KeyIndex: int64 key -> int64 value, open addressing in numpy, looked up a batch at a time.
+
+The click models map every (query, item) pair and every (pair, segment, rank) cell of a batch
+of lists to a row of their statistics. A dict costs a Python call per cell (about 10 cells per
+list); here a batch is probed in a few vectorised rounds (linear probing, at most half full, so
+most keys are found in the first round). Keys are spread by a multiplicative hash first:
+structured keys (a slot in the high bits, a rank in the low ones) would otherwise cluster.
+Removal is a rebuild from the entries kept (``rebuild``), which is how models evict: in bulk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Knuth's multiplicative constant for 64 bits (odd), as uint64
+_SPREAD = np.uint64(0x9E3779B97F4A7C15)
+
+
+class KeyIndex:
+    """A set of distinct int64 keys, each with an int64 value >= 0."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._alloc(max(64, 1 << int(capacity - 1).bit_length()))
+        self._live = 0
+
+    def _alloc(self, capacity: int) -> None:
+        self._keys = np.zeros(capacity, np.int64)
+        self._vals = np.full(capacity, -1, np.int64)
+        self._shift = np.uint64(64 - (capacity.bit_length() - 1))
+        self._mask = capacity - 1
+
+    def __len__(self) -> int:
+        return self._live
+
+    def _home(self, keys: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return ((keys.astype(np.uint64) * _SPREAD) >> self._shift).astype(np.intp)
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """int64 values of ``keys`` (1-D), -1 where a key is absent."""
+        out = np.full(len(keys), -1, np.int64)
+        todo = np.arange(len(keys))
+        pos = self._home(keys)
+        while len(todo):
+            p = pos[todo]
+            vals = self._vals[p]
+            occupied = vals >= 0
+            hit = occupied & (self._keys[p] == keys[todo])
+            out[todo[hit]] = vals[hit]
+            todo = todo[occupied & ~hit]
+            pos[todo] = (pos[todo] + 1) & self._mask
+        return out
+
+    def add(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Add distinct keys known to be absent, each with its value (>= 0)."""
+        if (self._live + len(keys)) * 2 > self._mask + 1:
+            self._regrow(self._live + len(keys))
+        self._place(keys.astype(np.int64), values.astype(np.int64))
+        self._live += len(keys)
+
+    def _place(self, keys: np.ndarray, values: np.ndarray) -> None:
+        pos = self._home(keys)
+        todo = np.arange(len(keys))
+        while len(todo):  # one probe step per round; a bucket goes to the first claimant
+            p = pos[todo]
+            free = self._vals[p] < 0
+            where, first = np.unique(p[free], return_index=True)
+            won = todo[free][first]
+            self._keys[where] = keys[won]
+            self._vals[where] = values[won]
+            placed = np.zeros(len(keys), bool)
+            placed[won] = True
+            todo = todo[~placed[todo]]
+            pos[todo] = (pos[todo] + 1) & self._mask
+
+    def _regrow(self, size: int) -> None:
+        live = self._vals >= 0
+        keys, vals = self._keys[live], self._vals[live]
+        capacity = self._mask + 1
+        while size * 2 > capacity:
+            capacity *= 2
+        self._alloc(capacity)
+        self._place(keys, vals)
+
+    def rebuild(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Replace every entry by ``keys`` -> ``values`` (distinct keys)."""
+        capacity = 64
+        while len(keys) * 2 > capacity:
+            capacity *= 2
+        self._alloc(capacity)
+        self._place(keys.astype(np.int64), values.astype(np.int64))
+        self._live = len(keys)
+
+
+def first_appearance(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct ``keys`` in order of first appearance, each element's index in it)."""
+    distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    position = np.empty(len(order), np.intp)
+    position[order] = np.arange(len(order))
+    return distinct[order], position[inverse.reshape(-1)]

@@ -1,0 +1,162 @@
+"""`evald judge`: a session log in, judgments out (TREC qrels and JSONL), through `evald score`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evald.cli import main
+from evald.clicks import simulate as sim
+from evald.metrics import Batch, evaluate, parse_measures
+
+THETA = 1.0 / np.arange(1, 11) ** 0.7
+
+
+def session_log(path: Path, seed: int = 41, lists: int = 20_000) -> sim.World:
+    """PBM clicks as the public click logs have them: query id, ten served ids, clicked ids."""
+    rng = np.random.default_rng(seed)
+    world = sim.World.draw(rng, 20, 15)
+    q, items = sim.serve(rng, world, world.attractiveness, lists, 10)
+    attract, _ = sim.gathered(world, q, items)
+    clicks = sim.pbm_clicks(rng, attract, THETA)
+    with path.open("w") as out:
+        for i in range(lists):
+            served = [f"d{d}" for d in items[i]]
+            clicked = [served[r] for r in np.flatnonzero(clicks[i])]
+            out.write(
+                json.dumps({"query": f"q{q[i]}", "served": served, "clicked": clicked}) + "\n"
+            )
+    return world
+
+
+def test_judge_writes_qrels_and_jsonl_that_agree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = session_log(tmp_path / "s.jsonl")
+    qrels, jsonl = tmp_path / "j.qrels", tmp_path / "j.jsonl"
+    argv = ["judge", str(tmp_path / "s.jsonl"), "--qrels", str(qrels), "--jsonl", str(jsonl)]
+    assert main([*argv, "--holdout", "0.2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["lists"] == 16_000 and summary["held_out"] == 4_000
+    assert np.abs(np.asarray(summary["examination"]) - THETA).max() < 0.03
+    assert summary["fit"]["on"] == "held_out" and len(summary["fit"]["perplexity_at"]) == 10
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert len(records) == summary["judgments"] == 20 * 15
+    for record in records:  # grade = thresholds 0.25, 0.5, 0.75 reached
+        assert record["grade"] == sum(record["relevance"] >= t for t in (0.25, 0.5, 0.75))
+        q, d = int(record["qid"][1:]), int(record["docid"][1:])
+        assert abs(record["relevance"] - world.attractiveness[q, d]) < 0.15
+        assert 0 <= record["clicks"] <= record["impressions"]
+    lines = qrels.read_text().splitlines()
+    assert lines == [f"{r['qid']} 0 {r['docid']} {r['grade']}" for r in records]
+
+
+def test_judgments_round_trip_through_evald_score(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run ordered by true attractiveness scores higher on the judged qrels than the same
+    run reversed, and `evald score` gives what the metric engine gives on the JSONL's grades."""
+    world = session_log(tmp_path / "s.jsonl", lists=8_000)
+    qrels, jsonl = tmp_path / "j.qrels", tmp_path / "j.jsonl"
+    assert (
+        main(["judge", str(tmp_path / "s.jsonl"), "--qrels", str(qrels), "--jsonl", str(jsonl)])
+        == 0
+    )
+    capsys.readouterr()
+    judged: dict[str, dict[str, float]] = {}
+    for line in jsonl.read_text().splitlines():
+        r = json.loads(line)
+        judged.setdefault(r["qid"], {})[r["docid"]] = r["grade"]
+    means = {}
+    for name, sign in (("good", -1), ("bad", 1)):
+        order = np.argsort(sign * world.attractiveness, axis=1)
+        rankings = [[f"d{d}" for d in row] for row in order]
+        run = tmp_path / f"{name}.run"
+        run.write_text(
+            "".join(
+                f"q{q} Q0 {doc} {r + 1} {15 - r} x\n"
+                for q, docs in enumerate(rankings)
+                for r, doc in enumerate(docs)
+            )
+        )
+        assert (
+            main(
+                [
+                    "score",
+                    "--run",
+                    str(run),
+                    "--qrels",
+                    str(qrels),
+                    "-m",
+                    "nDCG@10",
+                    "--mean",
+                    "--format",
+                    "json",
+                ]
+            )
+            == 0
+        )
+        means[name] = json.loads(capsys.readouterr().out)["nDCG@10"]
+        measure = parse_measures("nDCG@10")[0]
+        expected = evaluate(
+            [measure], Batch.from_lists(rankings, [judged[f"q{q}"] for q in range(20)])
+        )
+        assert means[name] == pytest.approx(float(expected[measure].mean()), abs=1e-12)
+    assert means["good"] > means["bad"] + 0.3
+
+
+def test_bad_lines_are_reported_and_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "s.jsonl"
+    good = {"query": "q", "served": ["a", "b"], "clicked": ["a"]}
+    log.write_text(
+        "\n".join(
+            [
+                json.dumps(good),
+                "not json",
+                json.dumps({"query": "q", "served": ["a", "a"], "clicked": []}),
+                json.dumps({"query": "q", "served": ["a"], "clicked": ["z"]}),
+                json.dumps({"qid": 7, "items": ["a", "b"], "clicks": []}),
+            ]
+        )
+    )
+    assert main(["judge", str(log), "--depth", "2"]) == 1
+    err = capsys.readouterr().err
+    assert f"{log}:2: not JSON" in err
+    assert f'{log}:3: an id appears twice in "served"' in err
+    assert f"{log}:4: clicked id 'z' is not in \"served\"" in err
+    assert "3 line(s) rejected" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (["--thresholds", "0.5,0.2"], "--thresholds: must be increasing"),
+        (["--thresholds", "a"], "--thresholds: not a list of numbers"),
+        (["--holdout", "1"], "--holdout: must be in [0, 1)"),
+        (["--max-pairs", "3"], "max_pairs: must be >= 16, got 3"),
+    ],
+)
+def test_bad_options_exit_2_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: list[str], message: str
+) -> None:
+    log = tmp_path / "s.jsonl"
+    log.write_text(json.dumps({"query": "q", "served": ["a"], "clicked": []}) + "\n")
+    assert main(["judge", str(log), *flag]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_min_impressions_and_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    session_log(tmp_path / "s.jsonl", lists=2_000)
+    out = tmp_path / "j.jsonl"
+    argv = ["judge", str(tmp_path / "s.jsonl"), "--jsonl", str(out), "--thresholds", "0.5"]
+    assert main([*argv, "--min-impressions", "2000"]) == 0
+    assert json.loads(capsys.readouterr().out)["judgments"] == 0  # no pair shown in every list
+    assert main([*argv, "--min-impressions", "100"]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records and all(r["impressions"] >= 100 for r in records)
+    assert all(r["grade"] == (r["relevance"] >= 0.5) for r in records)
