@@ -277,9 +277,9 @@ class Aggregates:
         is kept whole or not at all: cutting the oldest one's first buckets made its row
         count part of the window, and its bootstrap sums (kept whole) disagree with that
         part, differently in a restored process (seen in the chaos tier)."""
+        reach = self.reach(before_ms)
         buckets = self._windows.get(partition)
         if buckets:
-            reach = self.reach(before_ms)
             for key in [k for k in buckets if (k + 1) * self.bucket_ms <= reach]:
                 del buckets[key]
         boot = self._boot.get(partition)
@@ -287,7 +287,7 @@ class Aggregates:
             for width, start in [k for k in boot if k[0] + k[1] <= before_ms]:
                 del boot[(width, start)]
         if self.queries is not None:
-            self.queries.prune(partition, before_ms)
+            self.queries.prune(partition, reach)
 
     def drop_partition(self, partition: int) -> None:
         """Forget a partition's window and bootstrap sums (another instance now owns it)."""

@@ -186,3 +186,20 @@ def test_a_damaged_summary_part_is_refused_with_a_value_error_changing_nothing(d
     with pytest.raises(ValueError):
         other.load_snapshot(0, codec.encode(meta, arrays))
     assert state(other) == before
+
+
+def test_the_oldest_window_kept_keeps_the_summaries_of_all_of_it() -> None:
+    """Pruning keeps a window whole (``Aggregates.reach``): the 1h window still kept holds its
+    first 5 minutes' summaries too, as its sums hold its first buckets."""
+    engine, _ = make()
+    for kind, offset, raw in stream(15, 900):
+        engine.feed(raw, kind=kind, offset=offset)
+    engine.drain()
+    windows = engine.aggregates.queries
+    assert windows is not None
+    before = {start for _, start in windows.windows()}
+    assert 0 in before
+    engine.aggregates.prune(0, 10 * MIN)  # the 1h window [0, 60m) does not end by 10m
+    assert {start for _, start in windows.windows()} == before
+    engine.aggregates.prune(0, 60 * MIN)  # now it does
+    assert min(start for _, start in windows.windows()) == 60 * MIN
