@@ -11,6 +11,7 @@ read that stops moving is a transient error the session retries.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +21,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
 from evald.daemon import restore_checks as checks
-from evald.daemon.checkpoint import Checkpoint, SnapshotRef, from_runs
+from evald.daemon.checkpoint import Checkpoint, SnapshotRef
 from evald.daemon.crash import crash_point
 from evald.daemon.fatal import Fatal
 from evald.daemon.inputs import Inputs, Part
@@ -110,11 +111,12 @@ class Restorer:
         3. Read every checkpoint record at once; refuse one that is not the partition's
            checkpoint, was written against other input topics or holds values that cannot be
            right (restore_checks.check_checkpoint).
-        4. Restore each engine partition's watermark, consumed offsets, event times, evicted
-           impressions and held feedback, and its comparison shares not final yet (records of large
-           ones read at once); refuse when the statistics topic lost shares a comparison
-           needs. Read every snapshot at once and load it, then every committed result range
-           at once, absorbed as it arrives.
+        4. Read the records every checkpoint names (its snapshot, its large open comparison
+           shares) at once; resume each engine partition from the state its checkpoint holds
+           (``Engine.resume``: watermark, event times, evicted impressions, held feedback, open
+           comparison shares) with its consumed offsets; warn when the statistics topic lost
+           shares a comparison needs; load each snapshot, then read every committed result
+           range at once, absorbed as it arrives.
         5. Seek both inputs of every partition to the committed offsets; records up to the
            consumed ones are replayed to rebuild pending joins.
         """
@@ -129,19 +131,8 @@ class Restorer:
         starts, ends = self._bounds(ps)
         at = self._refuse(self._locate, ps, saved, starts, ends, progress)  # 2
         found = self._refuse(self._checkpoints, at, starts, ends, progress)  # 3
-        read = {p: [0, 0] for p in found}  # records, bytes read per partition
-        for p, checkpoint in found.items():  # 4
-            self._engine.restore(
-                p,
-                checkpoint.watermark,
-                dict(checkpoint.consumed),
-                checkpoint.event_times,
-                from_runs(checkpoint.evicted),
-                from_runs(checkpoint.evicted_feedback),
-                from_runs(checkpoint.held_feedback),
-            )
-            read[p] = [1, len(checkpoint.encode())]
-        absorbed = self._refuse(self._rebuild, found, starts, read, progress)
+        read = {p: [1, len(checkpoint.encode())] for p, checkpoint in found.items()}
+        absorbed = self._refuse(self._rebuild, found, starts, read, progress)  # 4
         elapsed = self._clock() - started
         for part in parts:  # 5
             p = part.partition
@@ -364,15 +355,16 @@ class Restorer:
         chunks = self._chunks(found, read, progress)
         engine = self._engine
         lost: dict[int, int] = {}
+        compares = bool(engine.config.statistics.comparisons)
         for p, checkpoint in found.items():
-            if engine.shares is not None:  # the comparison shares not final at the checkpoint
-                statistics = checkpoint.statistics
-                if p in chunks.get("statistics", {}):
-                    statistics = self._open_shares(p, chunks["statistics"][p])
-                engine.shares.load(p, statistics, checkpoint.watermark)
-                final = self._statistics_lost(p, checkpoint, statistics)
-                if final is not None:
-                    lost[p] = final
+            state = checkpoint.state
+            if compares and p in chunks.get("statistics", {}):
+                opened = self._open_shares(p, chunks["statistics"][p])
+                state = dataclasses.replace(state, statistics=opened)
+            engine.resume(p, state, dict(checkpoint.consumed))
+            final = self._statistics_lost(p, checkpoint, state.statistics) if compares else None
+            if final is not None:
+                lost[p] = final
             if p in chunks.get("snapshot", {}):
                 try:
                     engine.load_snapshot(p, chunks["snapshot"][p])

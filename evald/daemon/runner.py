@@ -279,7 +279,7 @@ class Daemon:
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self.dead_letters.limit = self.topics.start(self._admin)
         engine = self.open_engine()
-        if engine.shares is not None and self.comparisons is None:
+        if engine.config.statistics.comparisons and self.comparisons is None:
             self._read_comparisons(self._admin, engine)
         producer = KafkaProducer(
             transactional_id=cfg.daemon.transactional_id(),

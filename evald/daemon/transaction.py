@@ -17,6 +17,7 @@ so nothing a step reads before a wait has changed after it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import zlib
@@ -31,13 +32,11 @@ from kafka.structs import OffsetAndMetadata
 from evald.daemon import snapshots
 from evald.daemon.backoff import Backoff
 from evald.daemon.checkpoint import (
-    MAX_HELD_RUNS,
     Checkpoint,
     ResultRange,
     SnapshotRef,
     extend_ranges,
     prune_ranges,
-    to_runs,
 )
 from evald.daemon.comparisons import statistics_topic
 from evald.daemon.crash import crash_point
@@ -56,6 +55,7 @@ from evald.daemon.results import ResultEncoder
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
 from evald.engine import Engine, Result
+from evald.partition_state import PartitionState
 
 __all__ = ["Transaction"]
 
@@ -173,11 +173,12 @@ class Transaction:
            checkpoint topic partition p and flush to learn their offsets.
         4. Per partition, send its checkpoint record (checkpoint topic, partition p): the new
            snapshot (ranges then start empty) or the last committed one with the ranges after
-           it, the engine's watermark, low offsets, event times, evicted impressions and held
-           feedback, the consumed offsets (``Part.consumed``: never below those of the
-           checkpoint a replay is restoring) and the input topic ids. With comparisons, first
-           send p's comparison shares that became final and its final mark to the statistics
-           topic; the checkpoint keeps the shares not final yet.
+           it, the engine's state of p (``Engine.state``: watermark, committed offsets, event
+           times, evicted impressions, held feedback, open comparison shares), the consumed
+           offsets (``Part.consumed``: never below those of the checkpoint a replay is
+           restoring) and the input topic ids. With comparisons, first send p's comparison
+           shares that became final and its final mark (``Engine.final_shares``) to the
+           statistics topic; the checkpoint keeps the shares not final yet.
         5. Flush the checkpoints (and the statistics records: crash point ``statistics_sent``
            when they hold a share), then send the group offsets into the transaction: per input
            topic the engine's low offset (the next unfed offset when nothing is pending), and
@@ -209,7 +210,8 @@ class Transaction:
         # a restart compares them: an input recreated while no evald ran is refused too
         ids = self._topic_ids()
         extra = {"topic_ids": ids} if ids else {}
-        extended = {part.partition: self._ranges_after(part, horizon_ms) for part in parts}  # 3
+        marks = self._engine_of().watermarks()
+        extended = {p.partition: self._ranges_after(p, marks, horizon_ms) for p in parts}  # 3
         written = self._write_snapshots(parts, extended)
         statistics_sent: list[tuple[Any, bool]] = []  # (future, a share and not a mark)
         for part in parts:  # 4
@@ -218,8 +220,8 @@ class Transaction:
             snapshot = part.snapshot
             if p in written:  # it holds every result so far: no range before it is needed
                 ranges, epoch, snapshot = (), None, written[p]
-            statistics = self._place_statistics(p, self._send_statistics(p, statistics_sent))
-            checkpoint = self._checkpoint(part, ranges, epoch, snapshot, extra, statistics)
+            self._send_statistics(p, statistics_sent)
+            checkpoint = self._checkpoint(part, ranges, epoch, snapshot, extra)
             future = producer.send(
                 checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
             )
@@ -258,18 +260,22 @@ class Transaction:
             timeout_s = self._settings.kafka.request_timeout_ms / 1000
             flush_within(producer, timeout_s, self._waiting)
 
-    def _ranges_after(
-        self, part: Part, horizon_ms: int | None
-    ) -> tuple[tuple[ResultRange, ...], int | None]:
-        """(ranges, epoch start) of p once this transaction commits, unreachable ones pruned."""
+    def _engine_of(self) -> Engine:
         engine = self._engine
         assert engine is not None
+        return engine
+
+    def _ranges_after(
+        self, part: Part, marks: dict[int, int | None], horizon_ms: int | None
+    ) -> tuple[tuple[ResultRange, ...], int | None]:
+        """(ranges, epoch start) of p once this transaction commits, unreachable ones pruned
+        (``marks``: the engine's watermarks)."""
         ranges, epoch = part.ranges, part.epoch_start
         if part.txn_first is not None:
             first = part.txn_first.get(timeout=30).offset
             last = part.txn_last.get(timeout=30).offset
             ranges, epoch = extend_ranges(ranges, epoch, first, last, part.txn_max_ts)
-        watermark = engine.checkpoint(part.partition)
+        watermark = marks.get(part.partition)
         if watermark is not None and horizon_ms is not None:
             ranges = prune_ranges(ranges, watermark - horizon_ms)
         return ranges, epoch
@@ -313,22 +319,16 @@ class Transaction:
         """Whether a partition's comparison shares have a final mark to publish (its
         watermark moved, maybe by the idle fallback, with no result to commit)."""
         engine = self._engine
-        shares = None if engine is None else engine.shares
-        if shares is None or engine is None:
-            return False
-        return any(shares.due(part.partition, engine.checkpoint(part.partition)) for part in parts)
+        return engine is not None and any(engine.shares_due(part.partition) for part in parts)
 
-    def _send_statistics(self, p: int, futures: list[tuple[Any, bool]]) -> dict[str, Any] | None:
+    def _send_statistics(self, p: int, futures: list[tuple[Any, bool]]) -> None:
         """Step 4's statistics: send p's newly final shares, then its final mark, to the
-        statistics topic; returns p's open shares for its checkpoint (None: no comparisons).
-        Freezing forgets the shares it hands out: if this transaction does not commit, the
-        session restores p from the last committed checkpoint, which still holds them."""
+        statistics topic (its open shares go in its checkpoint, ``Engine.state``). Taking them
+        forgets them: if this transaction does not commit, the session restores p from the
+        last committed checkpoint, which still holds them."""
         engine, producer = self._engine, self._producer
         assert engine is not None and producer is not None
-        shares = engine.shares
-        if shares is None:
-            return None
-        frozen = shares.freeze(p, engine.checkpoint(p))
+        frozen = engine.final_shares(p)
         if frozen is not None:
             topic = self._statistics_topic
             for share in frozen.shares:
@@ -336,16 +336,15 @@ class Transaction:
                 futures.append((future, True))
             mark = producer.send(topic, key=frozen.key, value=frozen.encode_mark(), partition=0)
             futures.append((mark, False))
-        return shares.state(p)
 
-    def _place_statistics(self, p: int, state: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _place_statistics(self, p: int, state: PartitionState) -> PartitionState:
         """The checkpoint's ``statistics``: p's open shares inline, or, past
         ``INLINE_STATISTICS_BYTES``, ``{"records": <SnapshotRef>}`` naming records of checkpoint
         topic partition p (key ``<p>.statistics``) that hold them, sent into the open
         transaction and flushed to learn their offsets."""
-        if state is None:
-            return None
-        raw = json.dumps(state, separators=(",", ":")).encode()
+        if state.statistics is None:
+            return state
+        raw = json.dumps(state.statistics, separators=(",", ":")).encode()
         if len(raw) <= snapshots.INLINE_STATISTICS_BYTES:
             return state
         engine, producer = self._engine, self._producer
@@ -358,7 +357,7 @@ class Transaction:
         self._flush(producer)
         offsets = tuple(f.get(timeout=30).offset for f in futures)
         ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
-        return {"records": ref.to_json()}
+        return dataclasses.replace(state, statistics={"records": ref.to_json()})
 
     def _checkpoint(
         self,
@@ -367,34 +366,13 @@ class Transaction:
         epoch: int | None,
         snapshot: SnapshotRef | None,
         extra: dict[str, Any],
-        statistics: dict[str, Any] | None = None,
     ) -> Checkpoint:
-        """Partition ``part``'s checkpoint as of this transaction (step 4 of :meth:`commit`)."""
-        engine = self._engine
-        assert engine is not None
+        """Partition ``part``'s checkpoint as of this transaction (step 4 of :meth:`commit`):
+        the engine's state of it, its open shares placed, and the daemon's half."""
         p = part.partition
-        low = engine.low_offsets(p)
-        committed = {}
-        for kind in KINDS:
-            low_kind = low.get(kind)
-            fed = part.fed_next[kind]
-            committed[kind] = fed if low_kind is None else min(low_kind, fed)
-        return Checkpoint(
-            partition=p,
-            watermark=engine.checkpoint(p),
-            committed=committed,
-            consumed=part.consumed(),
-            results=ranges,
-            epoch_start=epoch,
-            instance=self._settings.daemon.instance_id,
-            extra=extra,
-            event_times=engine.event_times(p),
-            snapshot=snapshot,
-            evicted=to_runs(engine.evicted(p, committed["impression"])),
-            evicted_feedback=to_runs(engine.evicted(p, committed["feedback"], "feedback")),
-            held_feedback=to_runs(engine.held_feedback(p, committed["feedback"]))[:MAX_HELD_RUNS],
-            statistics=statistics,
-        )
+        state = self._place_statistics(p, self._engine_of().state(p, part.fed_next))
+        instance = self._settings.daemon.instance_id
+        return Checkpoint(p, state, part.consumed(), ranges, epoch, instance, extra, snapshot)
 
     def _committed(self, planned: list[tuple[Part, Checkpoint, Any]]) -> None:
         """Step 6 of :meth:`commit`: the transaction is committed."""

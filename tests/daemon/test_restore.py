@@ -44,7 +44,7 @@ def checkpoint(p: int = 0, **fields: Any) -> Checkpoint:
         "event_times": EventTimes(NOW_MS - 50_000),
     }
     doc.update(fields)
-    return Checkpoint(**doc)
+    return Checkpoint.of(**doc)
 
 
 def result(rid: str) -> bytes:
