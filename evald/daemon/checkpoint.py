@@ -39,9 +39,7 @@ __all__ = [
     "Checkpoint",
     "ResultRange",
     "SnapshotRef",
-    "extend_ranges",
     "from_runs",
-    "prune_ranges",
     "to_runs",
 ]
 
@@ -202,40 +200,3 @@ class Checkpoint:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed checkpoint: {exc!r}") from None
-
-
-def extend_ranges(
-    ranges: tuple[ResultRange, ...],
-    epoch_start: int | None,
-    first: int,
-    last: int,
-    max_ts: int | None,
-) -> tuple[tuple[ResultRange, ...], int]:
-    """Record that a committed transaction wrote results at offsets ``first..last``.
-
-    Within one ownership epoch (from restore until the next restore or abort), the only
-    records this instance interleaves in partition p are its own transaction markers, so the
-    epoch's results form one range ``[epoch_start, last + 1)``: the last range is extended. A
-    new epoch (``epoch_start`` None) starts a new range, which excludes whatever an aborted or
-    crashed transaction left between the epochs. Returns (ranges, epoch_start).
-    """
-    if first > last:
-        raise ValueError("first must not exceed last")
-    if epoch_start is None or not ranges or ranges[-1].start != epoch_start:
-        return (*ranges, ResultRange(first, last + 1, max_ts)), first
-    head = ranges[-1]
-    merged_ts = head.max_ts if max_ts is None else max(max_ts, head.max_ts or max_ts)
-    return (*ranges[:-1], ResultRange(head.start, last + 1, merged_ts)), epoch_start
-
-
-def prune_ranges(
-    ranges: tuple[ResultRange, ...], horizon_ts: int | None
-) -> tuple[ResultRange, ...]:
-    """Drop ranges whose newest result is older than ``horizon_ts`` (no window reaches them).
-
-    The last range is always kept: it anchors the current epoch.
-    """
-    if horizon_ts is None or len(ranges) <= 1:
-        return ranges
-    kept = tuple(r for r in ranges[:-1] if r.max_ts is None or r.max_ts >= horizon_ts)
-    return (*kept, ranges[-1])

@@ -79,6 +79,7 @@ class Rebalance(ConsumerRebalanceListener):
             transaction.abort(poisoned=True)
         for p in self._inputs.revoke(partitions):
             self._engine.drop_partition(p)
+            transaction.forget(p)
         log.info("partitions %s %s", sorted(partitions), "lost" if lost else "revoked")
 
     def assign(self, partitions: set[int]) -> None:

@@ -264,11 +264,13 @@ class Daemon:
         Returns how many records were fed."""
         engine = self._engine
         assert engine is not None
-        self.inputs.take(batches, self._restore)
+        self._restore(self.inputs.to_restore())
+        self.inputs.take(batches)
         fed = self.inputs.feed(engine.feed_batch, self._dead_letter)
+        self.transaction.fed(fed)
         engine.tick()
         self._backpressure(engine)
-        return fed
+        return sum(fed.values())
 
     # -- session --------------------------------------------------------------------------
 
@@ -319,7 +321,8 @@ class Daemon:
         consumer.subscribe([cfg.topics.impressions, cfg.topics.feedback], listener=listener)
         self.health.broker_ok = True
         # an outage is not a stall
-        self.transaction.last_commit = self.health.progress_at = self.clock()
+        started = self.health.progress_at = self.clock()
+        self.transaction.start_cycle(started)
         while not self._stop.is_set():
             now = self._cycle(consumer)
             if now - self.health.last_probe >= cfg.daemon.commit_interval_ms / 1000:
@@ -377,13 +380,10 @@ class Daemon:
             raise KafkaError("transaction aborted during a rebalance; resynchronising")
         with self.lock:
             fed = self.process(batches)
-            transaction.uncommitted += fed
             now = self.clock()
             if fed:
                 self.health.progress_at = now
-            if transaction.due(now):
-                transaction.commit()
-                transaction.last_commit = now
+            if transaction.commit_when_due(now):
                 took = self.clock() - now
                 if took > SLOW_COMMIT_S:
                     log.warning("a commit took %.1fs: the broker was slow to answer", took)
@@ -391,14 +391,17 @@ class Daemon:
 
     def _restore(self, partitions: list[int]) -> None:
         """Resume the partitions just assigned from their committed checkpoints (or from the
-        start), all together (restore.py)."""
-        parts = [self.inputs.parts[p] for p in partitions if p in self.inputs.parts]
+        start), all together (restore.py), and hand what each was restored to to the inputs
+        and the transaction's ledgers."""
+        ps = [p for p in partitions if p in self.inputs.parts]
         restorer = self._restorer
-        if not parts or restorer is None or self._consumer is None:
+        if not ps or restorer is None or self._consumer is None:
             return
-        restorer.restore(parts)
+        for p, restored in restorer.restore(ps).items():
+            self.inputs.resume(p, restored)
+            self.transaction.restored(p, restored.checkpoint)
         with self.stats.lock:
-            self.stats.restores += len(parts)
+            self.stats.restores += len(ps)
 
     def _offset_wait_s(self) -> float:
         """How long a restore waits for the group's committed offset: a request, plus the
@@ -492,7 +495,7 @@ class Daemon:
             )
             self._engine = None
         self.health.broker_ok = False
-        self.transaction.abandoned = True
+        self.transaction.abandon()
         for name in ("_consumer", "_admin"):
             client = getattr(self, name)
             if client is not None:
@@ -505,5 +508,4 @@ class Daemon:
         self.inputs.clear()
         self.inputs.connect(None)
         self.backpressure.paused = False
-        self.transaction.abandoned = False
         self.health.reset_session()

@@ -10,15 +10,8 @@ import pytest
 
 from evald.config import load_config
 from evald.daemon.backoff import Backoff
-from evald.daemon.checkpoint import (
-    Checkpoint,
-    ResultRange,
-    SnapshotRef,
-    extend_ranges,
-    from_runs,
-    prune_ranges,
-    to_runs,
-)
+from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef, from_runs, to_runs
+from evald.daemon.ledger import extend_ranges, prune_ranges
 from evald.daemon.topics import (
     TopicLayoutError,
     TopicShape,

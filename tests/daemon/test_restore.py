@@ -115,7 +115,8 @@ class Cluster:
             clock=self.clock,
             verify_topics=verify_topics,
         )
-        restorer.restore([inputs.parts[p] for p in ps])
+        for p, restored in restorer.restore(ps).items():
+            inputs.resume(p, restored)
         self.seeks = consumer.seeks
         return engine, inputs
 
