@@ -85,7 +85,6 @@ class Rebalance(ConsumerRebalanceListener):
     def assign(self, partitions: set[int]) -> None:
         """Take on ``partitions``: restored by the next poll cycle."""
         with self._lock:
-            self._health.joined = True
-            self._health.retrying = None
+            self._health.joined_group()
             self._inputs.assign(partitions)
             log.info("partitions %s assigned", sorted(partitions))

@@ -354,11 +354,14 @@ class Session:
         tps = [self.inputs.tp(kind, p) for p in owned for kind in ("impression", "feedback")]
         batches = self.consumer.fetch(tps, limit)
         self._restore(self.inputs.to_restore())
-        self.inputs.take(batches)
-        fed = self.inputs.feed(self.engine.feed_batch, self._dead_letter)
-        self.transaction.fed(fed)
+        self.consumer.pause(*self.inputs.take(batches))
+        fed = self.inputs.feed(self.engine.feed_batch)
+        for rejection, record, kind in fed.rejected:
+            self._dead_letter(rejection, record, kind)
+        self.consumer.resume(*fed.resume)
+        self.transaction.fed(fed.counts)
         self.engine.tick()
-        return sum(fed.values())
+        return sum(fed.counts.values())
 
     def commit(self) -> None:
         self.transaction.commit()

@@ -122,7 +122,7 @@ def fed(inputs: Inputs) -> list[tuple[str, int]]:
         out.extend(zip(kinds, offsets, strict=True))
         return []
 
-    inputs.feed(feed_batch, lambda *_: None)
+    inputs.feed(feed_batch)
     return out
 
 

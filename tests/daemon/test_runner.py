@@ -108,11 +108,11 @@ class Harness:
         return self.daemon.inputs.tp(kind, 1)
 
     def cycle(self, batches: dict[TopicPartition, list[Rec]] | None = None) -> None:
-        self.daemon.process(batches or {})
+        self.daemon.process(batches or {}, self.consumer)  # type: ignore[arg-type]
 
     def backpressure(self) -> None:
         """A cycle with nothing polled and nothing the merge releases: backpressure only."""
-        self.daemon.process({})
+        self.daemon.process({}, self.consumer)  # type: ignore[arg-type]
 
     def scored(self) -> dict[str, dict[str, float]]:
         return {r.request_id: dict(r.measures) for r in self.results}
