@@ -4,7 +4,7 @@ The callbacks run on kafka-python's I/O thread while the loop thread is blocked 
 ``poll()`` or ``close()``, which it calls without the daemon's engine lock; they take it (once:
 a revocation commit lets go of it while it waits on the broker), record what happened and, on
 revocation, commit through the producer (which has its own I/O thread). Restoring an assigned
-partition happens later, on the loop thread (``Inputs.take``).
+partition happens later, on the loop thread (``Daemon.process``: ``Inputs.to_restore``).
 """
 
 from __future__ import annotations
