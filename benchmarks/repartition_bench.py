@@ -7,7 +7,7 @@ and each in its own consumer group, reading the same records:
 
 * baseline: a kafka-python consumer polling both topics and a plain (not transactional)
   producer writing each record unchanged to a third topic, keyed as read; it parses nothing;
-* stage: :class:`evald.daemon.repartition.Repartitioner`, which reads each record's request id
+* stage: :class:`evald.daemon.repartition.stage.Repartitioner`, which reads each record's request id
   (one JSON parse), orders the records by timestamp across the source partitions and writes
   them to the internal topics in one transaction per poll, committing the source offsets in it.
 
@@ -90,7 +90,7 @@ def baseline(bootstrap: str, topics: dict[str, str], total: int) -> tuple[float,
 
 def stage(bootstrap: str, topics: dict[str, str], total: int) -> tuple[float, float]:
     """Seconds and CPU seconds of the repartition stage's drain."""
-    from evald.daemon.repartition import Repartitioner
+    from evald.daemon.repartition.stage import Repartitioner
     from evald.daemon.settings import load_settings
 
     settings = load_settings(
@@ -126,7 +126,7 @@ def stage(bootstrap: str, topics: dict[str, str], total: int) -> tuple[float, fl
 
 def body(args: Any) -> None:
     lk: Any = c.require("deploy.local_kafka", "LocalKafka")
-    c.require("evald.daemon.repartition", "Repartitioner")
+    c.require("evald.daemon.repartition.stage", "Repartitioner")
     events = 20_000 if args.quick else 200_000
     with tempfile.TemporaryDirectory(prefix="evald-bench-kafka-") as data:
         kafka = lk.LocalKafka(Path(data))

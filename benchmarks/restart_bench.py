@@ -292,7 +292,7 @@ def results_case(bootstrap: str, n: int, seed: int, ranges_max: int) -> dict[str
     # so /metrics shows window series to compare
     watermark = max(newest + 1, START_MS + 300_000) + config.window
     engine.aggregates.prune(0, watermark - config.window - config.retention)
-    base = Checkpoint(
+    base = Checkpoint.of(
         partition=0,
         watermark=watermark,
         committed={"impression": 0, "feedback": 0},
@@ -345,7 +345,7 @@ def pending_case(bootstrap: str, m: int, seed: int) -> dict[str, Any]:
     out.flush(timeout=600)
     out.close(timeout=30)
     del records
-    checkpoint = Checkpoint(
+    checkpoint = Checkpoint.of(
         partition=0,
         watermark=None,
         committed={"impression": 0, "feedback": 0},

@@ -7,9 +7,11 @@ batches; ``drain`` closes everything. State read by the exposition is plain attr
 ``stats`` (counters), ``aggregates`` (histograms and window sums), ``pending()``,
 ``pending_feedback()``, ``watermarks()`` and ``window_rows()``.
 
-Daemon hooks (exactly-once on Kafka): ``low_offsets``, ``checkpoint``, ``evicted``,
-``restore``, ``drop_partition``, ``snapshot`` / ``load_snapshot``, ``absorb_result`` and the
-``on_result`` callback; docs/semantics.md.
+Daemon hooks (exactly-once on Kafka): ``state`` / ``resume`` (the partition's state as one
+value, evald/partition_state.py), ``final_shares``, ``drop_partition``, ``snapshot`` /
+``load_snapshot``, ``absorb_results`` and the ``on_result`` callback; docs/semantics.md. The
+per-field reads ``state`` is made of (``low_offsets``, ``checkpoint``, ``evicted`` ...) and
+``restore`` stay for the join's own tests.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from evald.join import Joined, JoinStore
 from evald.join.clock import EventTimes
 from evald.join.window import complete_before
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
+from evald.partition_state import MAX_HELD_RUNS, PartitionState, from_runs, to_runs
 from evald.segments import LabelTable, SegmentIndex
 from evald.statistics.bootstrap import (
     list_clusters,
@@ -40,7 +43,7 @@ from evald.statistics.bootstrap import (
     user_cluster,
 )
 from evald.statistics.live import LiveStatistics
-from evald.statistics.shares import PartitionShares
+from evald.statistics.shares import Frozen, PartitionShares
 from evald.stats import Stats
 
 _CLUSTER = re.compile("[0-9a-f]{16}")
@@ -545,6 +548,56 @@ class Engine:
         )
 
     # ------------------------------------------------------------------ daemon hooks
+
+    def state(self, partition: int, fed: Mapping[str, int]) -> PartitionState:
+        """The partition's state for a checkpoint (evald/partition_state.py), ``fed`` being
+        per kind the next offset not fed yet: where a restart must read again from (the low
+        offsets, never above ``fed``), the watermark and event times, what a replay from there
+        must skip or count, and the open comparison shares. Take the final shares
+        (:meth:`final_shares`) first: the open ones are what freezing them left."""
+        low = self.low_offsets(partition)
+        committed = {}
+        for kind in ("impression", "feedback"):
+            low_kind = low.get(kind)
+            committed[kind] = fed[kind] if low_kind is None else min(low_kind, fed[kind])
+        held = to_runs(self.held_feedback(partition, committed["feedback"]))
+        return PartitionState(
+            watermark=self.checkpoint(partition),
+            committed=committed,
+            event_times=self.event_times(partition),
+            evicted=to_runs(self.evicted(partition, committed["impression"])),
+            evicted_feedback=to_runs(self.evicted(partition, committed["feedback"], "feedback")),
+            held_feedback=held[:MAX_HELD_RUNS],
+            statistics=None if self.shares is None else self.shares.state(partition),
+        )
+
+    def resume(self, partition: int, state: PartitionState, consumed: Mapping[str, int]) -> None:
+        """Rebuild ``partition`` from the ``state`` a checkpoint holds (:meth:`restore`, with
+        ``consumed`` the offsets fed before it), its open comparison shares included."""
+        self.restore(
+            partition,
+            state.watermark,
+            consumed,
+            state.event_times,
+            from_runs(state.evicted),
+            from_runs(state.evicted_feedback),
+            from_runs(state.held_feedback),
+        )
+        if self.shares is not None:
+            self.shares.load(partition, state.statistics, state.watermark)
+
+    def final_shares(self, partition: int) -> Frozen | None:
+        """The partition's comparison shares the watermark made final since the last call,
+        and its final mark, handed out once (forgotten here); None without comparisons or
+        when nothing became final."""
+        if self.shares is None:
+            return None
+        return self.shares.freeze(partition, self.checkpoint(partition))
+
+    def shares_due(self, partition: int) -> bool:
+        """Whether :meth:`final_shares` has something to hand out (the watermark moved, maybe
+        by the idle fallback, with no result to commit)."""
+        return self.shares is not None and self.shares.due(partition, self.checkpoint(partition))
 
     def low_offsets(self, partition: int) -> dict[str, int | None]:
         """Smallest offset per source kind still needed to rebuild ``partition``'s state:

@@ -113,6 +113,14 @@ class Backpressure:
         self.cooldown_until = 0.0
         self._log = ThrottledLog(BACKPRESSURE_LOG_INTERVAL_S)
 
+    def start(self, max_pending: int) -> None:
+        """A session's engine, whose pending cap is ``max_pending``: nothing is paused."""
+        self.max_pending = max_pending
+
+    def reset(self) -> None:
+        """The session ended: its consumer, and what it paused, are gone."""
+        self.paused = False
+
     def step(self, pending: int, feedback_waiting: bool, now: float) -> Action | None:
         """Decide for this cycle, record the new state and log a change (rate-limited)."""
         decision = decide(

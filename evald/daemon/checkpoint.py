@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evald.join.clock import EventTimes
+from evald.partition_state import MAX_HELD_RUNS, PartitionState, Runs, from_runs, to_runs
 
 __all__ = [
     "MAX_HELD_RUNS",
@@ -38,17 +39,11 @@ __all__ = [
     "Checkpoint",
     "ResultRange",
     "SnapshotRef",
-    "extend_ranges",
     "from_runs",
-    "prune_ranges",
     "to_runs",
 ]
 
 VERSION = 2
-#: runs of held feedback (``held_feedback``) a checkpoint lists at most, about 100 KB of its
-#: record: past them, the feedback held at higher offsets has its outcome left uncounted by a
-#: restore (undercounted, never twice), and the record stays far below a topic's 1 MiB limit
-MAX_HELD_RUNS = 4096
 #: versions :meth:`Checkpoint.decode` reads (a version 1 checkpoint restores through its ranges)
 READABLE = (1, 2)
 
@@ -97,74 +92,90 @@ class SnapshotRef:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """What restart needs to resume partition p exactly where the last commit left it.
+    """What restart needs to resume partition p exactly where the last commit left it: the
+    engine's state of p (``state``, evald/partition_state.py) and what only the daemon knows.
 
-    ``committed``: the input offsets committed with it (kind -> offset), i.e. where replay starts.
     ``consumed``: the next offset the engine had not yet seen (kind -> offset); records between
-    ``committed`` and ``consumed`` are replayed to rebuild pending joins, not counted again.
-    ``watermark``: the engine's finalization watermark of p (ms) at commit.
-    ``event_times``: ``Engine.event_times(p)`` at commit (the confirmed event time and the
-    block of event times being filled), so a restore moves the watermark exactly as an
-    uninterrupted run would; None in a checkpoint written before it existed. Encoded as
-    ``event_times: [confirmed, null]`` (what older readers expect; the second place held a
-    candidate time before the watermark confirmed blocks, and is dropped when read) and the
-    optional ``event_block`` and ``event_ahead`` lists, which older readers ignore.
-    ``epoch_start``: first results offset of the current ownership epoch, or None before the
-    epoch wrote any result (see :func:`extend_ranges`).
+    ``state.committed`` and ``consumed`` are replayed to rebuild pending joins, not counted
+    again. ``epoch_start``: first results offset of the current ownership epoch, or None before
+    the epoch wrote any result (see :func:`extend_ranges`). ``snapshot``: the records of p's
+    window aggregates; ``results`` then hold only the results written after it.
     """
 
     partition: int
-    watermark: int | None
-    committed: dict[str, int]
+    state: PartitionState
     consumed: dict[str, int]
     results: tuple[ResultRange, ...] = ()
     epoch_start: int | None = None
     instance: str = ""
-    event_times: EventTimes | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     snapshot: SnapshotRef | None = None
-    evicted: tuple[tuple[int, int], ...] = ()
-    #: as ``evicted``, on the feedback topic: shown items of lists already emitted
-    evicted_feedback: tuple[tuple[int, int], ...] = ()
-    #: runs of the feedback offsets held at the checkpoint, undecided (``Engine.held_feedback``):
-    #: a restore counts their outcome when they expire or are claimed, and no other re-fed one's
-    held_feedback: tuple[tuple[int, int], ...] = ()
-    #: the partition's open comparison shares and final mark (``PartitionShares.state``), or
-    #: ``{"records": <SnapshotRef JSON>}`` naming the checkpoint-topic records holding them when
-    #: they are large; None without comparisons, or in a checkpoint written before them
-    statistics: dict[str, Any] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        partition: int,
+        watermark: int | None,
+        committed: dict[str, int],
+        consumed: dict[str, int],
+        *,
+        event_times: EventTimes | None = None,
+        evicted: Runs = (),
+        evicted_feedback: Runs = (),
+        held_feedback: Runs = (),
+        statistics: dict[str, Any] | None = None,
+        **daemon: Any,
+    ) -> Checkpoint:
+        """A checkpoint from the fields of both halves (tests and benchmarks write them so)."""
+        state = PartitionState(
+            watermark, committed, event_times, evicted, evicted_feedback, held_feedback, statistics
+        )
+        return cls(partition, state, consumed, **daemon)
+
+    # the engine's half, read through the checkpoint
+    @property
+    def watermark(self) -> int | None:
+        return self.state.watermark
+
+    @property
+    def committed(self) -> dict[str, int]:
+        return self.state.committed
+
+    @property
+    def event_times(self) -> EventTimes | None:
+        return self.state.event_times
+
+    @property
+    def evicted(self) -> Runs:
+        return self.state.evicted
+
+    @property
+    def evicted_feedback(self) -> Runs:
+        return self.state.evicted_feedback
+
+    @property
+    def held_feedback(self) -> Runs:
+        return self.state.held_feedback
+
+    @property
+    def statistics(self) -> dict[str, Any] | None:
+        return self.state.statistics
 
     def encode(self) -> bytes:
         """Compact JSON bytes (the value of the checkpoint record)."""
         doc: dict[str, Any] = {
             "v": VERSION,
             "partition": self.partition,
-            "watermark": self.watermark,
-            "committed": self.committed,
             "consumed": self.consumed,
             "results": [[r.start, r.end, r.max_ts] for r in self.results],
             "epoch_start": self.epoch_start,
             "instance": self.instance,
+            **self.state.to_json(),
         }
-        times = self.event_times
-        if times is not None:
-            doc["event_times"] = [times.confirmed, None]
-            if times.block:
-                doc["event_block"] = list(times.block)
-            if times.ahead:
-                doc["event_ahead"] = list(times.ahead)
         if self.extra:
             doc["extra"] = self.extra
         if self.snapshot is not None:
             doc["snapshot"] = self.snapshot.to_json()
-        if self.evicted:
-            doc["evicted"] = [list(run) for run in self.evicted]
-        if self.evicted_feedback:
-            doc["evicted_feedback"] = [list(run) for run in self.evicted_feedback]
-        if self.held_feedback:
-            doc["held_feedback"] = [list(run) for run in self.held_feedback]
-        if self.statistics is not None:
-            doc["statistics"] = self.statistics
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -176,8 +187,7 @@ class Checkpoint:
                 raise ValueError(f"unsupported checkpoint version {doc.get('v')!r}")
             return cls(
                 partition=int(doc["partition"]),
-                watermark=None if doc["watermark"] is None else int(doc["watermark"]),
-                committed={str(k): int(v) for k, v in doc["committed"].items()},
+                state=PartitionState.from_json(doc),
                 consumed={str(k): int(v) for k, v in doc["consumed"].items()},
                 results=tuple(
                     ResultRange(int(s), int(e), None if t is None else int(t))
@@ -185,83 +195,8 @@ class Checkpoint:
                 ),
                 epoch_start=None if doc.get("epoch_start") is None else int(doc["epoch_start"]),
                 instance=str(doc.get("instance", "")),
-                event_times=_event_times(doc),
                 extra=dict(doc.get("extra") or {}),
                 snapshot=SnapshotRef.from_json(doc.get("snapshot")),
-                evicted=tuple((int(a), int(b)) for a, b in doc.get("evicted") or ()),
-                evicted_feedback=tuple(
-                    (int(a), int(b)) for a, b in doc.get("evicted_feedback") or ()
-                ),
-                held_feedback=tuple((int(a), int(b)) for a, b in doc.get("held_feedback") or ()),
-                statistics=doc.get("statistics"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed checkpoint: {exc!r}") from None
-
-
-def _event_times(doc: dict[str, Any]) -> EventTimes | None:
-    """``event_times`` and its block lists; a checkpoint written before blocks has only
-    ``[confirmed, candidate]``: the candidate, one unconfirmed time, is dropped."""
-    value = doc.get("event_times")
-    if value is None:
-        return None
-    confirmed, _candidate = value
-    return EventTimes(
-        None if confirmed is None else int(confirmed),
-        tuple(int(ts) for ts in doc.get("event_block") or ()),
-        tuple(int(ts) for ts in doc.get("event_ahead") or ()),
-    )
-
-
-def extend_ranges(
-    ranges: tuple[ResultRange, ...],
-    epoch_start: int | None,
-    first: int,
-    last: int,
-    max_ts: int | None,
-) -> tuple[tuple[ResultRange, ...], int]:
-    """Record that a committed transaction wrote results at offsets ``first..last``.
-
-    Within one ownership epoch (from restore until the next restore or abort), the only
-    records this instance interleaves in partition p are its own transaction markers, so the
-    epoch's results form one range ``[epoch_start, last + 1)``: the last range is extended. A
-    new epoch (``epoch_start`` None) starts a new range, which excludes whatever an aborted or
-    crashed transaction left between the epochs. Returns (ranges, epoch_start).
-    """
-    if first > last:
-        raise ValueError("first must not exceed last")
-    if epoch_start is None or not ranges or ranges[-1].start != epoch_start:
-        return (*ranges, ResultRange(first, last + 1, max_ts)), first
-    head = ranges[-1]
-    merged_ts = head.max_ts if max_ts is None else max(max_ts, head.max_ts or max_ts)
-    return (*ranges[:-1], ResultRange(head.start, last + 1, merged_ts)), epoch_start
-
-
-def prune_ranges(
-    ranges: tuple[ResultRange, ...], horizon_ts: int | None
-) -> tuple[ResultRange, ...]:
-    """Drop ranges whose newest result is older than ``horizon_ts`` (no window reaches them).
-
-    The last range is always kept: it anchors the current epoch.
-    """
-    if horizon_ts is None or len(ranges) <= 1:
-        return ranges
-    kept = tuple(r for r in ranges[:-1] if r.max_ts is None or r.max_ts >= horizon_ts)
-    return (*kept, ranges[-1])
-
-
-def to_runs(offsets: list[int]) -> tuple[tuple[int, int], ...]:
-    """Sorted distinct offsets as runs ``[start, end)``: the cap evicts the oldest impressions,
-    mostly consecutive offsets, so a few runs carry thousands of them."""
-    runs: list[tuple[int, int]] = []
-    for offset in offsets:
-        if runs and runs[-1][1] == offset:
-            runs[-1] = (runs[-1][0], offset + 1)
-        else:
-            runs.append((offset, offset + 1))
-    return tuple(runs)
-
-
-def from_runs(runs: tuple[tuple[int, int], ...]) -> list[int]:
-    """The offsets of :func:`to_runs` runs."""
-    return [offset for start, end in runs for offset in range(start, end)]

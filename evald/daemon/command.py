@@ -161,7 +161,7 @@ class _Stages:
     either stops both (exit 2)."""
 
     def __init__(self, settings: Settings) -> None:
-        from evald.daemon.repartition import Repartitioner, main_stage_settings
+        from evald.daemon.repartition.stage import Repartitioner, main_stage_settings
 
         self.repartitioner = Repartitioner(settings) if settings.input.repartition else None
         #: what the main stage reads: the internal topics, re-keyed by request id, if any
@@ -171,7 +171,7 @@ class _Stages:
         """Stop ``daemon`` on a fatal error of the stage; the collectors of the threads beside
         the main loop (the statistics topic reader, the stage)."""
         from evald.daemon.comparisons import StatisticsReaderCollector
-        from evald.daemon.repartition import RepartitionCollector
+        from evald.daemon.repartition.stage import RepartitionCollector
 
         collectors: list[Any] = [StatisticsReaderCollector(lambda: daemon.comparisons)]
         if self.repartitioner is None:

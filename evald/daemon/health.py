@@ -104,6 +104,36 @@ class Health:
             f"member(s) for {partitions} partition(s): rejoining"
         )
 
+    def session_started(self, now: float) -> None:
+        """A session is connected and about to poll: an outage before it is not a stall."""
+        self.broker_ok = True
+        self.progress_at = now
+
+    def progressed(self, now: float) -> None:
+        """Records were fed at ``now``."""
+        self.progress_at = now
+
+    def probe_due(self, now: float, interval_s: float) -> bool:
+        """Whether the poll cycle probes now (every ``interval_s``)."""
+        return now - self.last_probe >= interval_s
+
+    def probed(self, now: float) -> None:
+        """The poll cycle probed at ``now``."""
+        self.last_probe = now
+
+    def joined_group(self) -> None:
+        """The session was assigned partitions (maybe none): it joined the group."""
+        self.joined = True
+        self.retrying = None
+
+    def retry(self, why: str) -> None:
+        """A session failed (``why``); the next one is tried after a backoff."""
+        self.retrying = why
+
+    def broker_lost(self) -> None:
+        """The session's clients are being closed: the broker counts as away."""
+        self.broker_ok = False
+
     def reset_session(self) -> None:
         """A session ended: the next one joins afresh."""
         self.joined = False

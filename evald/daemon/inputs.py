@@ -1,11 +1,11 @@
 """The input side of the owned partitions: buffer what each poll returns, merge the two topics
 of a partition into one order (merge.py) and feed the engine.
 
-One :class:`Part` per owned partition number p holds the offsets (fetched, fed, to replay),
-the merge buffer and the open transaction's bookkeeping for p. :class:`Inputs` owns them and
-the two reasons a fetch is paused: a merge buffer over ``MERGE_BUFFER_CAP`` (per partition and
-kind) and backpressure (the impressions, see backpressure.py); a partition resumes only when
-neither holds it.
+One :class:`InputPartition` per owned partition number p holds, for as long as p is assigned,
+its input offsets (fetched, fed, to replay) and its merge buffer; the result side of p is the
+transaction's (ledger.py, interval.py). :class:`Inputs` owns them and the two reasons a fetch
+is paused: a merge buffer over ``MERGE_BUFFER_CAP`` (per partition and kind) and backpressure
+(the impressions, see backpressure.py); a partition resumes only when neither holds it.
 """
 
 from __future__ import annotations
@@ -17,16 +17,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
-from evald.daemon.checkpoint import ResultRange, SnapshotRef
+from evald.daemon.checkpoint import Checkpoint
 from evald.daemon.kafka_compat import FetchWatch
 from evald.daemon.merge import KINDS, Merger
 from evald.decode import Rejection
 
-__all__ = ["MERGE_BUFFER_CAP", "Inputs", "Part"]
+__all__ = [
+    "MERGE_BUFFER_CAP",
+    "Fed",
+    "InputPartition",
+    "Inputs",
+    "Positions",
+    "Rejected",
+    "Restored",
+]
 
 log = logging.getLogger("evald.daemon")
 
@@ -35,13 +43,46 @@ MERGE_BUFFER_CAP = 20_000
 
 #: ``feed_batch`` of the engine (see Engine.feed_batch)
 FeedBatch = Callable[..., list[tuple[int, Rejection]]]
-#: called per rejected record: (rejection, record, kind)
-OnRejected = Callable[[Rejection, Any, str], None]
+#: one record the engine refused: (rejection, record, kind), for the dead letters
+Rejected = tuple[Rejection, Any, str]
+
+
+class Positions(Protocol):
+    """What the inputs read of the group consumer (kafka-python's ``KafkaConsumer``): where
+    it fetches from and the high watermarks fetches reported. Pausing and resuming is the
+    caller's, from what :meth:`Inputs.take`, :meth:`Inputs.feed` and the backpressure
+    methods return."""
+
+    def position(self, tp: TopicPartition) -> int | None: ...
+
+    def highwater(self, tp: TopicPartition) -> int | None: ...
 
 
 @dataclass
-class Part:
-    """The daemon's bookkeeping for one owned partition number p (both input topics)."""
+class Fed:
+    """What one :meth:`Inputs.feed` did: records fed per partition (those fed at all), the
+    records the engine refused, in feeding order, and the fetches to resume (merge buffers
+    drained below half their cap)."""
+
+    counts: dict[int, int] = field(default_factory=dict)
+    rejected: list[Rejected] = field(default_factory=list)
+    resume: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """Where a restore left partition p (restore.py): both inputs sought to ``start``, the
+    records below ``replay_end`` to be replayed, from ``checkpoint`` (None: a fresh start)."""
+
+    start: dict[str, int]
+    replay_end: dict[str, int]
+    checkpoint: Checkpoint | None = None
+
+
+@dataclass
+class InputPartition:
+    """The input side of one owned partition number p (both input topics), as long as it is
+    assigned: written by :class:`Inputs` only."""
 
     partition: int
     merger: Merger[Any]
@@ -54,17 +95,6 @@ class Part:
     #: restored and not every record below ``replay_end`` fed yet: later records wait
     #: (``Merger.defer``), and a commit keeps the checkpoint's consumed offsets
     replaying: bool = False
-    ranges: tuple[ResultRange, ...] = ()
-    epoch_start: int | None = None
-    #: the committed snapshot of p's window aggregates; ``ranges`` are the results after it
-    snapshot: SnapshotRef | None = None
-    #: futures of the first and the last result sent in the open transaction (offsets grow
-    #: within a partition: the idempotent producer keeps their order)
-    txn_first: Any = None
-    txn_last: Any = None
-    txn_count: int = 0
-    txn_max_ts: int | None = None
-    dirty: bool = False
     merge_paused: set[str] = field(default_factory=set)
 
     def begin_replay(self) -> None:
@@ -90,11 +120,11 @@ class Inputs:
         self._feedback = feedback
         self._clock = clock
         self._merge_hold_s = merge_hold_s
-        self.parts: dict[int, Part] = {}
+        self.parts: dict[int, InputPartition] = {}
         self._to_restore: set[int] = set()
         #: the impressions partitions backpressure paused (not those still fetching a replay)
         self.held: set[TopicPartition] = set()
-        self._consumer: KafkaConsumer | None = None
+        self._consumer: Positions | None = None
         #: when each partition's high watermark was last confirmed by a fetch (caught_up)
         self._watch: FetchWatch | None = None
         #: a poll returned records since the last :meth:`fetched` (the broker is answering)
@@ -112,8 +142,9 @@ class Inputs:
 
     # -- ownership ------------------------------------------------------------------------
 
-    def connect(self, consumer: KafkaConsumer | None) -> None:
-        """The session's group consumer (pause/resume, high watermarks); None: disconnected."""
+    def connect(self, consumer: Positions | None) -> None:
+        """The session's group consumer (positions, high watermarks, the fetches answered);
+        None: disconnected."""
         self._consumer = consumer
         self._watch = None if consumer is None else FetchWatch(consumer, self._clock)
 
@@ -121,7 +152,7 @@ class Inputs:
         """Take on ``partitions``: each is restored at the start of the next :meth:`take`."""
         for p in partitions:
             if p not in self.parts:
-                self.parts[p] = Part(p, Merger(self._merge_hold_s, self._clock))
+                self.parts[p] = InputPartition(p, Merger(self._merge_hold_s, self._clock))
                 self._to_restore.add(p)
 
     def revoke(self, partitions: set[int]) -> list[int]:
@@ -145,7 +176,7 @@ class Inputs:
         """Partitions assigned but not restored yet."""
         return sorted(self._to_restore | {p for p, s in self.parts.items() if not s.restored})
 
-    def restored(self) -> list[Part]:
+    def restored(self) -> list[InputPartition]:
         """The owned partitions that are restored (the ones fed and committed)."""
         return [part for part in self.parts.values() if part.restored]
 
@@ -156,38 +187,55 @@ class Inputs:
 
     # -- the poll cycle -------------------------------------------------------------------
 
-    def take(
-        self, batches: dict[TopicPartition, list[Any]], restore: Callable[[list[int]], None]
-    ) -> None:
-        """Restore the partitions assigned since the last cycle (in one call: restore.py reads
-        their state together), then buffer what the poll returned. A partition restored now
-        drops this poll's records: they may come from the position it had before
-        (kafka-python can keep a reassigned partition's position and fetched batches), and the
-        restore's seek has them fetched again from the checkpoint.
+    def to_restore(self) -> list[int]:
+        """The partitions assigned since the last :meth:`take`: the caller restores them (all
+        in one call: restore.py reads their state together) and hands each back to
+        :meth:`resume` before that take."""
+        return sorted(self._to_restore)
+
+    def resume(self, p: int, restored: Restored) -> None:
+        """Partition ``p`` was restored (its inputs sought to ``restored.start``): fed and
+        fetched from there, the records below ``restored.replay_end`` replayed."""
+        part = self.parts[p]
+        part.replay_end = dict(restored.replay_end)
+        part.fed_next = dict(restored.start)
+        part.fetched_next = dict(restored.start)
+        part.merger.clear()
+        part.restored = True
+
+    def take(self, batches: dict[TopicPartition, list[Any]]) -> list[TopicPartition]:
+        """Buffer what the poll returned; returns the fetches to pause (a merge buffer over
+        ``MERGE_BUFFER_CAP``). A partition assigned since the last cycle (restored
+        just before, see :meth:`to_restore`) starts replaying and drops this poll's records:
+        they may come from the position it had before (kafka-python can keep a reassigned
+        partition's position and fetched batches), and the restore's seek has them fetched
+        again from the checkpoint.
         Taken as an offset gap instead, they would make the re-fetch look like a duplicate."""
         restored = set(self._to_restore)
-        if restored:
-            restore(sorted(restored))
         for p in sorted(restored):
             part = self.parts.get(p)
             if part is not None and part.restored:
                 part.begin_replay()
         self._to_restore.clear()
+        pause: list[TopicPartition] = []
         for tp, records in batches.items():
             if tp.partition not in restored:
-                self._buffer(tp, records)
+                if self._buffer(tp, records):
+                    pause.append(tp)
                 self._fetched = True
+        return pause
 
-    def _buffer(self, tp: TopicPartition, records: list[Any]) -> None:
+    def _buffer(self, tp: TopicPartition, records: list[Any]) -> bool:
+        """Buffer ``records`` of ``tp``; returns whether its fetch is to be paused now."""
         part = self.parts.get(tp.partition)
         if part is None or not part.restored or not records:
-            return  # not ours (any more): the new owner re-reads from the committed offset
+            return False  # not ours (any more): the new owner re-reads from the committed offset
         kind = self.kind(tp.topic)
         expected = part.fetched_next[kind]
         if records[0].offset < expected:  # re-fetched after a seek: skip what we have
             records = [record for record in records if record.offset >= expected]
             if not records:
-                return
+                return False
         first, last = records[0].offset, records[-1].offset
         if first > expected or last - first + 1 != len(records):
             # a gap can only come from compaction/retention (or transaction markers): accept
@@ -208,13 +256,12 @@ class Inputs:
             else:
                 part.merger.extend(kind, timestamps, records)
         part.fetched_next[kind] = last + 1
-        consumer = self._consumer
-        assert consumer is not None
         if part.merger.buffered(kind) > MERGE_BUFFER_CAP and kind not in part.merge_paused:
-            consumer.pause(tp)
             part.merge_paused.add(kind)
+            return True
+        return False
 
-    def caught_up(self, part: Part) -> dict[str, float]:
+    def caught_up(self, part: InputPartition) -> dict[str, float]:
         """Per kind, the time as of which its topic partition is known to be fetched to its
         end (``Merger.release_runs``): when the latest fetch request answered for it was built,
         if what is fetched reaches the high watermark that answer reported; ``inf`` while
@@ -253,29 +300,32 @@ class Inputs:
             out[kind] = sent_at if fetched >= high else -math.inf
         return out
 
-    def feed(self, feed_batch: FeedBatch, on_rejected: OnRejected) -> int:
+    def feed(self, feed_batch: FeedBatch) -> Fed:
         """Feed every record the merge releases, one engine call per partition (two in the
-        cycle that ends a partition's replay); returns how many were fed."""
-        consumer = self._consumer
-        assert consumer is not None
-        fed = 0
+        cycle that ends a partition's replay); returns what was fed and refused, and the
+        fetches to resume."""
+        fed = Fed()
         for p, part in sorted(self.parts.items()):
             if not part.restored:
                 continue
-            fed += self._feed_part(part, feed_batch, on_rejected)
+            count = self._feed_part(part, feed_batch, fed.rejected)
             if part.replaying and self._replay_fed(part):
                 part.replaying = False
                 part.merger.end_replay()
                 log.info("partition %d: replay fed up to %s", p, part.replay_end)
-                fed += self._feed_part(part, feed_batch, on_rejected)
+                count += self._feed_part(part, feed_batch, fed.rejected)
+            if count:
+                fed.counts[p] = count
             for kind in list(part.merge_paused):
                 if part.merger.buffered(kind) <= MERGE_BUFFER_CAP // 2:
                     part.merge_paused.discard(kind)
                     if self.tp(kind, p) not in self.held:
-                        consumer.resume(self.tp(kind, p))
+                        fed.resume.append(self.tp(kind, p))
         return fed
 
-    def _feed_part(self, part: Part, feed_batch: FeedBatch, on_rejected: OnRejected) -> int:
+    def _feed_part(
+        self, part: InputPartition, feed_batch: FeedBatch, rejected: list[Rejected]
+    ) -> int:
         """One engine call with what the merge of ``part`` releases; returns how many."""
         runs = part.merger.release_runs(self.caught_up(part))
         if not runs:
@@ -296,12 +346,11 @@ class Inputs:
             timestamps=[record.timestamp for record in records],
         )
         for position, rejection in rejections:
-            on_rejected(rejection, records[position], kinds[position])
-        part.dirty = True
+            rejected.append((rejection, records[position], kinds[position]))
         return len(records)
 
     @staticmethod
-    def _replay_fed(part: Part) -> bool:
+    def _replay_fed(part: InputPartition) -> bool:
         """Every record below the replay end is fetched and none is left in the merge (while
         replaying it holds only replayed records; an offset gap may skip the last ones)."""
         return all(
@@ -326,12 +375,11 @@ class Inputs:
                 return True
         return False
 
-    def hold_impressions(self) -> None:
-        """Pause the impressions of every restored partition (backpressure). A partition still
-        fetching its replay is not paused: the replayed impressions were pending before the
-        restart, and the other topic's replayed records wait for them."""
-        consumer = self._consumer
-        assert consumer is not None
+    def hold_impressions(self) -> list[TopicPartition]:
+        """Hold the impressions of every restored partition (backpressure); returns the
+        fetches to pause. A partition still fetching its replay is not held: the replayed
+        impressions were pending before the restart, and the other topic's replayed records
+        wait for them."""
         pause = [
             self.tp("impression", p)
             for p, part in self.parts.items()
@@ -339,13 +387,11 @@ class Inputs:
             and part.fetched_next["impression"] >= part.replay_end.get("impression", 0)
         ]
         self.held = set(pause)
-        if pause:
-            consumer.pause(*pause)
+        return pause
 
-    def release_impressions(self) -> None:
-        """Resume what :meth:`hold_impressions` paused, unless a merge buffer still holds it."""
-        consumer = self._consumer
-        assert consumer is not None
+    def release_impressions(self) -> list[TopicPartition]:
+        """Release what :meth:`hold_impressions` held; returns the fetches to resume (not those
+        a merge buffer still holds)."""
         resume = [
             tp
             for tp in self.held
@@ -353,5 +399,4 @@ class Inputs:
             and "impression" not in self.parts[tp.partition].merge_paused
         ]
         self.held = set()
-        if resume:
-            consumer.resume(*resume)
+        return resume

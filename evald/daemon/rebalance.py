@@ -4,7 +4,7 @@ The callbacks run on kafka-python's I/O thread while the loop thread is blocked 
 ``poll()`` or ``close()``, which it calls without the daemon's engine lock; they take it (once:
 a revocation commit lets go of it while it waits on the broker), record what happened and, on
 revocation, commit through the producer (which has its own I/O thread). Restoring an assigned
-partition happens later, on the loop thread (``Inputs.take``).
+partition happens later, on the loop thread (``Daemon.process``: ``Inputs.to_restore``).
 """
 
 from __future__ import annotations
@@ -79,12 +79,12 @@ class Rebalance(ConsumerRebalanceListener):
             transaction.abort(poisoned=True)
         for p in self._inputs.revoke(partitions):
             self._engine.drop_partition(p)
+            transaction.forget(p)
         log.info("partitions %s %s", sorted(partitions), "lost" if lost else "revoked")
 
     def assign(self, partitions: set[int]) -> None:
         """Take on ``partitions``: restored by the next poll cycle."""
         with self._lock:
-            self._health.joined = True
-            self._health.retrying = None
+            self._health.joined_group()
             self._inputs.assign(partitions)
             log.info("partitions %s assigned", sorted(partitions))

@@ -11,6 +11,7 @@ read that stops moving is a transient error the session retries.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -20,10 +21,10 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
 from evald.daemon import restore_checks as checks
-from evald.daemon.checkpoint import Checkpoint, SnapshotRef, from_runs
+from evald.daemon.checkpoint import Checkpoint, SnapshotRef
 from evald.daemon.crash import crash_point
 from evald.daemon.fatal import Fatal
-from evald.daemon.inputs import Inputs, Part
+from evald.daemon.inputs import Inputs, Restored
 from evald.daemon.kafka_compat import close_quietly, committed_offsets
 from evald.daemon.logs import event_time
 from evald.daemon.merge import KINDS
@@ -92,9 +93,9 @@ class Restorer:
 
     # -- the protocol ---------------------------------------------------------------------
 
-    def restore(self, parts: Sequence[Part]) -> None:
-        """Resume ``parts`` from their committed checkpoints (or from the start of both inputs),
-        all together.
+    def restore(self, ps: Sequence[int]) -> dict[int, Restored]:
+        """Resume partitions ``ps`` from their committed checkpoints (or from the start of both
+        inputs), all together; returns where each was left, for the inputs and the ledgers.
 
         1. One OffsetFetch: the group's committed offsets on the checkpoint topic and both
            inputs of every partition, waiting at most ``offset_wait_s`` (crash point
@@ -110,57 +111,49 @@ class Restorer:
         3. Read every checkpoint record at once; refuse one that is not the partition's
            checkpoint, was written against other input topics or holds values that cannot be
            right (restore_checks.check_checkpoint).
-        4. Restore each engine partition's watermark, consumed offsets, event times, evicted
-           impressions and held feedback, and its comparison shares not final yet (records of large
-           ones read at once); refuse when the statistics topic lost shares a comparison
-           needs. Read every snapshot at once and load it, then every committed result range
-           at once, absorbed as it arrives.
+        4. Read the records every checkpoint names (its snapshot, its large open comparison
+           shares) at once; resume each engine partition from the state its checkpoint holds
+           (``Engine.resume``: watermark, event times, evicted impressions, held feedback, open
+           comparison shares) with its consumed offsets; warn when the statistics topic lost
+           shares a comparison needs; load each snapshot, then read every committed result
+           range at once, absorbed as it arrives.
         5. Seek both inputs of every partition to the committed offsets; records up to the
            consumed ones are replayed to rebuild pending joins.
         """
-        if not parts:
-            return
+        if not ps:
+            return {}
         started = self._clock()
         progress = Progress(self._stall_s, self._clock, self._heartbeat)
-        ps = [part.partition for part in parts]
+        ps = list(ps)
         saved = self._saved(ps)  # 1
         crash_point("restore")
         self._verify_topics()
         starts, ends = self._bounds(ps)
         at = self._refuse(self._locate, ps, saved, starts, ends, progress)  # 2
         found = self._refuse(self._checkpoints, at, starts, ends, progress)  # 3
-        read = {p: [0, 0] for p in found}  # records, bytes read per partition
-        for p, checkpoint in found.items():  # 4
-            self._engine.restore(
-                p,
-                checkpoint.watermark,
-                dict(checkpoint.consumed),
-                checkpoint.event_times,
-                from_runs(checkpoint.evicted),
-                from_runs(checkpoint.evicted_feedback),
-                from_runs(checkpoint.held_feedback),
-            )
-            read[p] = [1, len(checkpoint.encode())]
-        absorbed = self._refuse(self._rebuild, found, starts, read, progress)
+        read = {p: [1, len(checkpoint.encode())] for p, checkpoint in found.items()}
+        absorbed = self._refuse(self._rebuild, found, starts, read, progress)  # 4
         elapsed = self._clock() - started
-        for part in parts:  # 5
-            p = part.partition
+        restored = {}
+        for p in ps:  # 5
             checkpoint = found.get(p)
             if checkpoint is None:
-                self._resume(part, {k: starts[self._inputs.tp(k, p)] for k in KINDS}, None)
+                start = {k: starts[self._inputs.tp(k, p)] for k in KINDS}
+                restored[p] = self._seek(p, start, None)
                 log.info("partition %d: no checkpoint, both inputs from their beginning", p)
                 continue
-            self._resume(part, dict(checkpoint.committed), checkpoint)
+            restored[p] = self._seek(p, dict(checkpoint.committed), checkpoint)
             self._log_restored(checkpoint, absorbed.get(p, 0), read[p], elapsed)
             self._note_expired(checkpoint, starts)
-        if len(parts) > 1:
+        if len(ps) > 1:
             log.info(
                 "%d partitions restored in %.2fs (%d records, %d bytes read)",
-                len(parts),
+                len(ps),
                 elapsed,
                 progress.records,
                 progress.bytes,
             )
+        return restored
 
     def _refuse(self, step: Callable[..., Any], *args: Any) -> Any:
         """Run one step; a Refusal ends evald with exit 2 and its message, unless a topic
@@ -364,15 +357,16 @@ class Restorer:
         chunks = self._chunks(found, read, progress)
         engine = self._engine
         lost: dict[int, int] = {}
+        compares = bool(engine.config.statistics.comparisons)
         for p, checkpoint in found.items():
-            if engine.shares is not None:  # the comparison shares not final at the checkpoint
-                statistics = checkpoint.statistics
-                if p in chunks.get("statistics", {}):
-                    statistics = self._open_shares(p, chunks["statistics"][p])
-                engine.shares.load(p, statistics, checkpoint.watermark)
-                final = self._statistics_lost(p, checkpoint, statistics)
-                if final is not None:
-                    lost[p] = final
+            state = checkpoint.state
+            if compares and p in chunks.get("statistics", {}):
+                opened = self._open_shares(p, chunks["statistics"][p])
+                state = dataclasses.replace(state, statistics=opened)
+            engine.resume(p, state, dict(checkpoint.consumed))
+            final = self._statistics_lost(p, checkpoint, state.statistics) if compares else None
+            if final is not None:
+                lost[p] = final
             if p in chunks.get("snapshot", {}):
                 try:
                     engine.load_snapshot(p, chunks["snapshot"][p])
@@ -527,23 +521,14 @@ class Restorer:
 
     # -- step 5: the inputs ---------------------------------------------------------------
 
-    def _resume(self, part: Part, start: dict[str, int], checkpoint: Checkpoint | None) -> None:
-        """Seek both inputs of ``part`` to ``start``; with a checkpoint, records up to its
+    def _seek(self, p: int, start: dict[str, int], checkpoint: Checkpoint | None) -> Restored:
+        """Seek both inputs of ``p`` to ``start``; with a checkpoint, records up to its
         consumed offsets are replayed to rebuild pending joins."""
-        p = part.partition
-        if checkpoint is not None:
-            part.replay_end = dict(checkpoint.consumed)
-            part.ranges, part.snapshot = checkpoint.results, checkpoint.snapshot
-        else:
-            part.replay_end = dict(start)
-        part.epoch_start = None
         for kind in KINDS:
             consumer_tp = self._inputs.tp(kind, p)
             self._consumer.seek(consumer_tp, start[kind])
-        part.fed_next = dict(start)
-        part.fetched_next = dict(start)
-        part.merger.clear()
-        part.restored = True
+        replay_end = dict(start) if checkpoint is None else dict(checkpoint.consumed)
+        return Restored(start, replay_end, checkpoint)
 
     def _note_expired(self, checkpoint: Checkpoint, starts: Mapping[TopicPartition, int]) -> None:
         """Warn when records to replay were deleted by the inputs' retention: the impressions

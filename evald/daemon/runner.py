@@ -57,7 +57,6 @@ from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
 from evald.daemon.topics import TopicGuard
 from evald.daemon.transaction import Transaction
-from evald.decode import Rejection
 from evald.engine import Engine, Result
 
 __all__ = ["Daemon", "EngineFactory"]
@@ -194,7 +193,7 @@ class Daemon:
                         self.stats.fenced += 1
                 self.health.set_ready(False)
                 delay = self._backoff.next_delay()
-                self.health.retrying = f"retrying after {type(exc).__name__}: {exc}"
+                self.health.retry(f"retrying after {type(exc).__name__}: {exc}")
                 log.warning(
                     "kafka session failed (%s: %s); retrying in %.1fs",
                     type(exc).__name__,
@@ -251,24 +250,33 @@ class Daemon:
     def open_engine(self) -> Engine:
         """Build the session's engine (every session starts from a fresh one)."""
         engine = self._engine = self.engine_factory(self.transaction.send_result)
-        self.backpressure.max_pending = engine.config.max_pending
+        self.backpressure.start(engine.config.max_pending)
         if self.comparisons is not None:
             engine.attach_statistics(self.comparisons.live)
         if self.on_engine is not None:
             self.on_engine(engine)
         return engine
 
-    def process(self, batches: dict[TopicPartition, list[Any]]) -> int:
+    def process(self, batches: dict[TopicPartition, list[Any]], consumer: KafkaConsumer) -> int:
         """One poll's worth of work under the lock: restore what was assigned, buffer
-        ``batches``, feed what the merge releases, tick the engine and apply backpressure.
+        ``batches``, feed what the merge releases, tick the engine and apply backpressure;
+        the pauses and resumes the inputs decide are applied to ``consumer``.
         Returns how many records were fed."""
         engine = self._engine
         assert engine is not None
-        self.inputs.take(batches, self._restore)
-        fed = self.inputs.feed(engine.feed_batch, self._dead_letter)
+        self._restore(self.inputs.to_restore())
+        pause = self.inputs.take(batches)
+        if pause:
+            consumer.pause(*pause)
+        fed = self.inputs.feed(engine.feed_batch)
+        for rejection, record, kind in fed.rejected:
+            self.dead_letters.send(self.transaction.begin(), rejection, record, kind)
+        if fed.resume:
+            consumer.resume(*fed.resume)
+        self.transaction.fed(fed.counts)
         engine.tick()
-        self._backpressure(engine)
-        return fed
+        self._backpressure(engine, consumer)
+        return sum(fed.counts.values())
 
     # -- session --------------------------------------------------------------------------
 
@@ -279,7 +287,7 @@ class Daemon:
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self.dead_letters.limit = self.topics.start(self._admin)
         engine = self.open_engine()
-        if engine.shares is not None and self.comparisons is None:
+        if engine.config.statistics.comparisons and self.comparisons is None:
             self._read_comparisons(self._admin, engine)
         producer = KafkaProducer(
             transactional_id=cfg.daemon.transactional_id(),
@@ -317,14 +325,14 @@ class Daemon:
             self.lock, self.inputs, self.transaction, engine, self.health, self.stats
         )
         consumer.subscribe([cfg.topics.impressions, cfg.topics.feedback], listener=listener)
-        self.health.broker_ok = True
-        # an outage is not a stall
-        self.transaction.last_commit = self.health.progress_at = self.clock()
+        started = self.clock()
+        self.health.session_started(started)  # an outage is not a stall
+        self.transaction.start_cycle(started)
         while not self._stop.is_set():
             now = self._cycle(consumer)
-            if now - self.health.last_probe >= cfg.daemon.commit_interval_ms / 1000:
+            if self.health.probe_due(now, cfg.daemon.commit_interval_ms / 1000):
                 self._probe()
-                self.health.last_probe = now
+                self.health.probed(now)
             self.topics.recheck(self._admin, now)
         self._shutdown()
 
@@ -376,14 +384,11 @@ class Daemon:
         if transaction.poisoned:
             raise KafkaError("transaction aborted during a rebalance; resynchronising")
         with self.lock:
-            fed = self.process(batches)
-            transaction.uncommitted += fed
+            fed = self.process(batches, consumer)
             now = self.clock()
             if fed:
-                self.health.progress_at = now
-            if transaction.due(now):
-                transaction.commit()
-                transaction.last_commit = now
+                self.health.progressed(now)
+            if transaction.commit_when_due(now):
                 took = self.clock() - now
                 if took > SLOW_COMMIT_S:
                     log.warning("a commit took %.1fs: the broker was slow to answer", took)
@@ -391,14 +396,17 @@ class Daemon:
 
     def _restore(self, partitions: list[int]) -> None:
         """Resume the partitions just assigned from their committed checkpoints (or from the
-        start), all together (restore.py)."""
-        parts = [self.inputs.parts[p] for p in partitions if p in self.inputs.parts]
+        start), all together (restore.py), and hand what each was restored to to the inputs
+        and the transaction's ledgers."""
+        ps = [p for p in partitions if p in self.inputs.parts]
         restorer = self._restorer
-        if not parts or restorer is None or self._consumer is None:
+        if not ps or restorer is None or self._consumer is None:
             return
-        restorer.restore(parts)
+        for p, restored in restorer.restore(ps).items():
+            self.inputs.resume(p, restored)
+            self.transaction.restored(p, restored.checkpoint)
         with self.stats.lock:
-            self.stats.restores += len(parts)
+            self.stats.restores += len(ps)
 
     def _offset_wait_s(self) -> float:
         """How long a restore waits for the group's committed offset: a request, plus the
@@ -408,19 +416,20 @@ class Daemon:
         kafka = self.settings.kafka
         return (kafka.request_timeout_ms + kafka.transaction_timeout_ms) / 1000
 
-    def _dead_letter(self, rejection: Rejection, record: Any, kind: str) -> None:
-        self.dead_letters.send(self.transaction.begin(), rejection, record, kind)
-
-    def _backpressure(self, engine: Engine) -> None:
+    def _backpressure(self, engine: Engine, consumer: KafkaConsumer) -> None:
         """Decide (backpressure.py) and apply it to the impressions fetch."""
         pending = engine.pending()
         self.stats.peak_pending = max(self.stats.peak_pending, pending)
         action = self.backpressure.step(pending, self.inputs.feedback_waiting(), self.clock())
         if action is Action.PAUSE:
             self.stats.pauses += 1
-            self.inputs.hold_impressions()
+            pause = self.inputs.hold_impressions()
+            if pause:
+                consumer.pause(*pause)
         elif action is Action.RESUME:
-            self.inputs.release_impressions()
+            resume = self.inputs.release_impressions()
+            if resume:
+                consumer.resume(*resume)
 
     def _probe(self) -> None:
         consumer = self._consumer
@@ -491,8 +500,8 @@ class Daemon:
                 extra={"counted": counted},
             )
             self._engine = None
-        self.health.broker_ok = False
-        self.transaction.abandoned = True
+        self.health.broker_lost()
+        self.transaction.abandon()
         for name in ("_consumer", "_admin"):
             client = getattr(self, name)
             if client is not None:
@@ -504,6 +513,5 @@ class Daemon:
         self.transaction.close()
         self.inputs.clear()
         self.inputs.connect(None)
-        self.backpressure.paused = False
-        self.transaction.abandoned = False
+        self.backpressure.reset()
         self.health.reset_session()

@@ -17,11 +17,13 @@ so nothing a step reads before a wait has changed after it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import zlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from enum import Enum
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -30,19 +32,12 @@ from kafka.structs import OffsetAndMetadata
 
 from evald.daemon import snapshots
 from evald.daemon.backoff import Backoff
-from evald.daemon.checkpoint import (
-    MAX_HELD_RUNS,
-    Checkpoint,
-    ResultRange,
-    SnapshotRef,
-    extend_ranges,
-    prune_ranges,
-    to_runs,
-)
+from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef
 from evald.daemon.comparisons import statistics_topic
 from evald.daemon.crash import crash_point
 from evald.daemon.dead_letters import DeadLetters
-from evald.daemon.inputs import Inputs, Part
+from evald.daemon.inputs import InputPartition, Inputs
+from evald.daemon.interval import Interval
 from evald.daemon.kafka_compat import (
     RecordAppender,
     abort_within,
@@ -51,15 +46,36 @@ from evald.daemon.kafka_compat import (
     flush_within,
     send_offsets_within,
 )
+from evald.daemon.ledger import Ledger, Ranges
 from evald.daemon.merge import KINDS
 from evald.daemon.results import ResultEncoder
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
 from evald.engine import Engine, Result
+from evald.partition_state import PartitionState
 
-__all__ = ["Transaction"]
+__all__ = ["Standing", "Status", "Transaction"]
 
 log = logging.getLogger("evald.daemon")
+
+
+class Status(Enum):
+    """The broker transaction of the session (set by :class:`Transaction`'s methods only)."""
+
+    IDLE = "idle"  # none open: the next result, dead letter or commit begins one
+    OPEN = "open"  # begun, not yet committed or aborted
+
+
+class Standing(Enum):
+    """Whether the session's state can still be committed (set by :class:`Transaction`'s
+    methods only; a session that failed stays ``ABANDONED`` until it is closed)."""
+
+    LIVE = "live"
+    #: a transaction was aborted during a rebalance: what it held for the partitions kept is
+    #: gone too, so the session must resynchronise
+    POISONED = "poisoned"
+    #: the session failed: its in-memory state is not trusted any more (no commit)
+    ABANDONED = "abandoned"
 
 
 class Transaction:
@@ -94,17 +110,60 @@ class Transaction:
         self._appender: RecordAppender | None = None
         self._encoder = ResultEncoder()
         self._results_tps: dict[int, TopicPartition] = {}
-        self._statistics_topic = statistics_topic(settings.topics)
-        #: a transaction is open on the broker (begun, not yet committed or aborted)
-        self.open = False
-        #: a transaction was aborted during a rebalance: what it held for the partitions kept
-        #: is gone too, so the session must resynchronise
-        self.poisoned = False
-        #: the session failed: its in-memory state is not trusted any more (no commit)
-        self.abandoned = False
+        self._status = Status.IDLE
+        self._standing = Standing.LIVE
+        #: each restored partition's committed result ranges (as long as it is assigned)
+        self._ledgers: dict[int, Ledger] = {}
+        #: what happened since the last commit; a new one once it commits
+        self._interval = Interval()
         #: records fed since the last commit, and when the cycle last committed
-        self.uncommitted = 0
-        self.last_commit = clock()
+        self._uncommitted = 0
+        self._last_commit = clock()
+
+    # -- status ---------------------------------------------------------------------------
+
+    @property
+    def open(self) -> bool:
+        """A transaction is open on the broker (begun, not yet committed or aborted)."""
+        return self._status is Status.OPEN
+
+    @property
+    def poisoned(self) -> bool:
+        """A transaction was aborted during a rebalance: what it held for the partitions kept
+        is gone too, so the session must resynchronise."""
+        return self._standing is Standing.POISONED
+
+    @property
+    def abandoned(self) -> bool:
+        """The session failed: its in-memory state is not trusted any more (no commit)."""
+        return self._standing is Standing.ABANDONED
+
+    def abandon(self) -> None:
+        """The session failed (its teardown): no commit any more, until :meth:`close`."""
+        self._standing = Standing.ABANDONED
+
+    # -- partitions -----------------------------------------------------------------------
+
+    def restored(self, p: int, checkpoint: Checkpoint | None) -> None:
+        """Partition ``p`` was restored from ``checkpoint`` (None: a fresh start)."""
+        self._ledgers[p] = Ledger(checkpoint)
+
+    def forget(self, p: int) -> None:
+        """Partition ``p`` is no longer owned."""
+        self._ledgers.pop(p, None)
+        self._interval.forget(p)
+
+    def fed(self, counts: dict[int, int]) -> None:
+        """The poll cycle fed ``counts`` records per partition."""
+        for p in counts:
+            self._interval.fed(p)
+        self._uncommitted += sum(counts.values())
+
+    def settled(self) -> bool:
+        """No transaction is open and no restored partition changed since the last commit."""
+        return not self.open and not any(
+            self._interval.changed(part.partition) for part in self._inputs.restored()
+        )
 
     def connect(self, producer: KafkaProducer, consumer: KafkaConsumer, engine: Engine) -> None:
         """The session's producer (transactions initialised), group consumer and engine."""
@@ -113,14 +172,29 @@ class Transaction:
         self._consumer = consumer
         self._engine = engine
 
+    # -- the cycle ------------------------------------------------------------------------
+
+    def start_cycle(self, now: float) -> None:
+        """A session starts polling: the commit interval counts from ``now`` (an outage is not
+        a reason to commit at once)."""
+        self._last_commit = now
+
     def due(self, now: float) -> bool:
         """Whether the poll cycle commits now: ``daemon.commit_max_records`` records fed or
         ``daemon.commit_interval_ms`` passed since the last commit."""
         daemon = self._settings.daemon
         return (
-            self.uncommitted >= daemon.commit_max_records
-            or now - self.last_commit >= daemon.commit_interval_ms / 1000
+            self._uncommitted >= daemon.commit_max_records
+            or now - self._last_commit >= daemon.commit_interval_ms / 1000
         )
+
+    def commit_when_due(self, now: float) -> bool:
+        """The poll cycle's commit: :meth:`commit` if :meth:`due`; returns whether it was."""
+        if not self.due(now):
+            return False
+        self.commit()
+        self._last_commit = now
+        return True
 
     def begin(self) -> KafkaProducer:
         """The producer, with a transaction open."""
@@ -128,7 +202,7 @@ class Transaction:
         assert producer is not None
         if not self.open:
             producer.begin_transaction()
-            self.open = True
+            self._status = Status.OPEN
         return producer
 
     def send_result(self, result: Result) -> None:
@@ -137,21 +211,14 @@ class Transaction:
         key, value = self._encoder.encode(result)
         if not self.open:
             self.begin()
-        part = self._inputs.parts.get(p)
-        first = part is None or part.txn_first is None
+        owned = p in self._inputs.parts
+        first = not owned or self._interval.sent(p) is None
         tp = self._results_tps.get(p) or self._results_tp(p)
         appender = self._appender
         assert appender is not None
         future = appender.send(tp, key, value, first_in_transaction=first)
-        if part is not None:
-            if first:
-                part.txn_first = future
-            part.txn_last = future
-            part.txn_count += 1
-            ts = int(result.ts)
-            if part.txn_max_ts is None or ts > part.txn_max_ts:
-                part.txn_max_ts = ts
-            part.dirty = True
+        if owned:
+            self._interval.result(p, future, int(result.ts))
 
     def _results_tp(self, p: int) -> TopicPartition:
         tp = self._results_tps[p] = TopicPartition(self._settings.topics.results, p)
@@ -173,11 +240,12 @@ class Transaction:
            checkpoint topic partition p and flush to learn their offsets.
         4. Per partition, send its checkpoint record (checkpoint topic, partition p): the new
            snapshot (ranges then start empty) or the last committed one with the ranges after
-           it, the engine's watermark, low offsets, event times, evicted impressions and held
-           feedback, the consumed offsets (``Part.consumed``: never below those of the
-           checkpoint a replay is restoring) and the input topic ids. With comparisons, first
-           send p's comparison shares that became final and its final mark to the statistics
-           topic; the checkpoint keeps the shares not final yet.
+           it, the engine's state of p (``Engine.state``: watermark, committed offsets, event
+           times, evicted impressions, held feedback, open comparison shares), the consumed
+           offsets (``InputPartition.consumed``: never below those of the checkpoint a replay is
+           restoring) and the input topic ids. With comparisons, first send p's comparison
+           shares that became final and its final mark (``Engine.final_shares``) to the
+           statistics topic; the checkpoint keeps the shares not final yet.
         5. Flush the checkpoints (and the statistics records: crash point ``statistics_sent``
            when they hold a share), then send the group offsets into the transaction: per input
            topic the engine's low offset (the next unfed offset when nothing is pending), and
@@ -190,7 +258,9 @@ class Transaction:
         """
         parts = self._inputs.restored()
         if not parts or not (
-            self.open or any(s.dirty for s in parts) or self._statistics_due(parts)
+            self.open
+            or any(self._interval.changed(s.partition) for s in parts)
+            or self._statistics_due(parts)
         ):
             return
         producer = self.begin()  # 1
@@ -200,30 +270,29 @@ class Transaction:
         replaying = any(s.fed_next[k] < s.replay_end.get(k, 0) for s in parts for k in KINDS)
         self._flush(producer)  # 2
         self._dead_letters.check()
-        holds_results = any(part.txn_count for part in parts)
+        holds_results = any(self._interval.sent(part.partition) for part in parts)
         crash_point("results_sent", holds_results)
         checkpoint_topic = self._settings.topics.checkpoint_topic
-        planned: list[tuple[Part, Checkpoint, Any]] = []
+        planned: list[tuple[Checkpoint, Any]] = []
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        horizon_ms = self.horizon_ms()
         # a restart compares them: an input recreated while no evald ran is refused too
         ids = self._topic_ids()
         extra = {"topic_ids": ids} if ids else {}
-        extended = {part.partition: self._ranges_after(part, horizon_ms) for part in parts}  # 3
+        extended = self._ranges_after([part.partition for part in parts])  # 3
         written = self._write_snapshots(parts, extended)
         statistics_sent: list[tuple[Any, bool]] = []  # (future, a share and not a mark)
         for part in parts:  # 4
             p = part.partition
             ranges, epoch = extended[p]
-            snapshot = part.snapshot
+            snapshot = self._ledger(p).snapshot
             if p in written:  # it holds every result so far: no range before it is needed
                 ranges, epoch, snapshot = (), None, written[p]
-            statistics = self._place_statistics(p, self._send_statistics(p, statistics_sent))
-            checkpoint = self._checkpoint(part, ranges, epoch, snapshot, extra, statistics)
+            self._send_statistics(p, statistics_sent)
+            checkpoint = self._checkpoint(part, ranges, epoch, snapshot, extra)
             future = producer.send(
                 checkpoint_topic, key=str(p).encode(), value=checkpoint.encode(), partition=p
             )
-            planned.append((part, checkpoint, future))
+            planned.append((checkpoint, future))
             for kind in KINDS:
                 offsets[self._inputs.tp(kind, p)] = OffsetAndMetadata(
                     checkpoint.committed[kind], "", -1
@@ -233,7 +302,7 @@ class Transaction:
             future.get(timeout=30)  # a refused share fails the commit, like a dead letter
         holds_shares = any(share for _, share in statistics_sent)
         crash_point("statistics_sent", holds_shares)
-        for _, checkpoint, future in planned:
+        for checkpoint, future in planned:
             offsets[TopicPartition(checkpoint_topic, checkpoint.partition)] = OffsetAndMetadata(
                 future.get(timeout=30).offset + 1, "", -1
             )
@@ -258,24 +327,37 @@ class Transaction:
             timeout_s = self._settings.kafka.request_timeout_ms / 1000
             flush_within(producer, timeout_s, self._waiting)
 
-    def _ranges_after(
-        self, part: Part, horizon_ms: int | None
-    ) -> tuple[tuple[ResultRange, ...], int | None]:
-        """(ranges, epoch start) of p once this transaction commits, unreachable ones pruned."""
+    def _engine_of(self) -> Engine:
         engine = self._engine
         assert engine is not None
-        ranges, epoch = part.ranges, part.epoch_start
-        if part.txn_first is not None:
-            first = part.txn_first.get(timeout=30).offset
-            last = part.txn_last.get(timeout=30).offset
-            ranges, epoch = extend_ranges(ranges, epoch, first, last, part.txn_max_ts)
-        watermark = engine.checkpoint(part.partition)
-        if watermark is not None and horizon_ms is not None:
-            ranges = prune_ranges(ranges, watermark - horizon_ms)
-        return ranges, epoch
+        return engine
+
+    def _ledger(self, p: int) -> Ledger:
+        """Partition p's ledger (set by :meth:`restored`; empty for one never restored)."""
+        ledger = self._ledgers.get(p)
+        if ledger is None:
+            ledger = self._ledgers[p] = Ledger()
+        return ledger
+
+    def _ranges_after(self, ps: list[int]) -> dict[int, tuple[Ranges, int | None]]:
+        """Per partition, (ranges, epoch start) once this transaction commits, the ranges no
+        window reaches any more pruned."""
+        horizon_ms = self.horizon_ms()
+        marks = self._engine_of().watermarks()
+        out = {}
+        for p in ps:
+            sent = self._interval.sent(p)
+            written = None
+            if sent is not None:
+                first = sent.first.get(timeout=30).offset
+                written = (first, sent.last.get(timeout=30).offset, sent.max_ts)
+            mark = marks.get(p)
+            horizon = None if mark is None or horizon_ms is None else mark - horizon_ms
+            out[p] = self._ledger(p).after(written, horizon)
+        return out
 
     def _write_snapshots(
-        self, parts: list[Part], extended: dict[int, tuple[tuple[ResultRange, ...], int | None]]
+        self, parts: list[InputPartition], extended: dict[int, tuple[Ranges, int | None]]
     ) -> dict[int, SnapshotRef]:
         """Step 3's snapshots: send, in the open transaction, the window aggregates of every
         partition whose results since its last snapshot got too many to re-read; returns
@@ -287,7 +369,7 @@ class Transaction:
         sent = {}
         for part in parts:
             p = part.partition
-            if not snapshots.due(extended[p][0], part.snapshot, now_ms):
+            if not snapshots.due(extended[p][0], self._ledger(p).snapshot, now_ms):
                 continue
             raw = engine.snapshot(p)
             key = f"{p}.snapshot".encode()
@@ -309,43 +391,36 @@ class Transaction:
             for p, (raw, futures) in sent.items()
         }
 
-    def _statistics_due(self, parts: list[Part]) -> bool:
+    def _statistics_due(self, parts: list[InputPartition]) -> bool:
         """Whether a partition's comparison shares have a final mark to publish (its
         watermark moved, maybe by the idle fallback, with no result to commit)."""
         engine = self._engine
-        shares = None if engine is None else engine.shares
-        if shares is None or engine is None:
-            return False
-        return any(shares.due(part.partition, engine.checkpoint(part.partition)) for part in parts)
+        return engine is not None and any(engine.shares_due(part.partition) for part in parts)
 
-    def _send_statistics(self, p: int, futures: list[tuple[Any, bool]]) -> dict[str, Any] | None:
+    def _send_statistics(self, p: int, futures: list[tuple[Any, bool]]) -> None:
         """Step 4's statistics: send p's newly final shares, then its final mark, to the
-        statistics topic; returns p's open shares for its checkpoint (None: no comparisons).
-        Freezing forgets the shares it hands out: if this transaction does not commit, the
-        session restores p from the last committed checkpoint, which still holds them."""
+        statistics topic (its open shares go in its checkpoint, ``Engine.state``). Taking them
+        forgets them: if this transaction does not commit, the session restores p from the
+        last committed checkpoint, which still holds them."""
         engine, producer = self._engine, self._producer
         assert engine is not None and producer is not None
-        shares = engine.shares
-        if shares is None:
-            return None
-        frozen = shares.freeze(p, engine.checkpoint(p))
+        frozen = engine.final_shares(p)
         if frozen is not None:
-            topic = self._statistics_topic
+            topic = statistics_topic(self._settings.topics)
             for share in frozen.shares:
                 future = producer.send(topic, key=share.key, value=share.encode(), partition=0)
                 futures.append((future, True))
             mark = producer.send(topic, key=frozen.key, value=frozen.encode_mark(), partition=0)
             futures.append((mark, False))
-        return shares.state(p)
 
-    def _place_statistics(self, p: int, state: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _place_statistics(self, p: int, state: PartitionState) -> PartitionState:
         """The checkpoint's ``statistics``: p's open shares inline, or, past
         ``INLINE_STATISTICS_BYTES``, ``{"records": <SnapshotRef>}`` naming records of checkpoint
         topic partition p (key ``<p>.statistics``) that hold them, sent into the open
         transaction and flushed to learn their offsets."""
-        if state is None:
-            return None
-        raw = json.dumps(state, separators=(",", ":")).encode()
+        if state.statistics is None:
+            return state
+        raw = json.dumps(state.statistics, separators=(",", ":")).encode()
         if len(raw) <= snapshots.INLINE_STATISTICS_BYTES:
             return state
         engine, producer = self._engine, self._producer
@@ -358,62 +433,38 @@ class Transaction:
         self._flush(producer)
         offsets = tuple(f.get(timeout=30).offset for f in futures)
         ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
-        return {"records": ref.to_json()}
+        return dataclasses.replace(state, statistics={"records": ref.to_json()})
 
     def _checkpoint(
         self,
-        part: Part,
+        part: InputPartition,
         ranges: tuple[ResultRange, ...],
         epoch: int | None,
         snapshot: SnapshotRef | None,
         extra: dict[str, Any],
-        statistics: dict[str, Any] | None = None,
     ) -> Checkpoint:
-        """Partition ``part``'s checkpoint as of this transaction (step 4 of :meth:`commit`)."""
-        engine = self._engine
-        assert engine is not None
+        """Partition ``part``'s checkpoint as of this transaction (step 4 of :meth:`commit`):
+        the engine's state of it, its open shares placed, and the daemon's half."""
         p = part.partition
-        low = engine.low_offsets(p)
-        committed = {}
-        for kind in KINDS:
-            low_kind = low.get(kind)
-            fed = part.fed_next[kind]
-            committed[kind] = fed if low_kind is None else min(low_kind, fed)
-        return Checkpoint(
-            partition=p,
-            watermark=engine.checkpoint(p),
-            committed=committed,
-            consumed=part.consumed(),
-            results=ranges,
-            epoch_start=epoch,
-            instance=self._settings.daemon.instance_id,
-            extra=extra,
-            event_times=engine.event_times(p),
-            snapshot=snapshot,
-            evicted=to_runs(engine.evicted(p, committed["impression"])),
-            evicted_feedback=to_runs(engine.evicted(p, committed["feedback"], "feedback")),
-            held_feedback=to_runs(engine.held_feedback(p, committed["feedback"]))[:MAX_HELD_RUNS],
-            statistics=statistics,
-        )
+        state = self._place_statistics(p, self._engine_of().state(p, part.fed_next))
+        instance = self._settings.daemon.instance_id
+        return Checkpoint(p, state, part.consumed(), ranges, epoch, instance, extra, snapshot)
 
-    def _committed(self, planned: list[tuple[Part, Checkpoint, Any]]) -> None:
-        """Step 6 of :meth:`commit`: the transaction is committed."""
-        self.open = False
+    def _committed(self, planned: list[tuple[Checkpoint, Any]]) -> None:
+        """Step 7 of :meth:`commit`: the transaction is committed."""
+        self._status = Status.IDLE
         produced = 0
-        for part, checkpoint, _ in planned:
-            produced += part.txn_count
-            part.ranges, part.epoch_start = checkpoint.results, checkpoint.epoch_start
-            part.snapshot = checkpoint.snapshot
-            part.txn_first = part.txn_last = None
-            part.txn_count = 0
-            part.txn_max_ts = None
-            part.dirty = False
+        for checkpoint, _ in planned:
+            sent = self._interval.sent(checkpoint.partition)
+            produced += 0 if sent is None else sent.count
+            self._ledger(checkpoint.partition).committed(checkpoint)
+        self._interval = Interval()
         reasons = self._dead_letters.committed()
         with self._stats.lock:
             self._stats.results_produced += produced
             self._stats.dlq.update(reasons)
             self._stats.commits += 1
-        self.uncommitted = 0
+        self._uncommitted = 0
         self._backoff.reset()
 
     def horizon_ms(self) -> int | None:
@@ -445,12 +496,12 @@ class Transaction:
                 abort_within(producer, self._settings.kafka.transaction_timeout_ms / 1000)
             except KafkaError as exc:
                 log.warning("abort failed (%s); the broker will time the transaction out", exc)
-        self.open = False
+        self._status = Status.IDLE
         self._dead_letters.forget()
         with self._stats.lock:
             self._stats.aborts += 1
-        if poisoned:
-            self.poisoned = True
+        if poisoned and self._standing is Standing.LIVE:
+            self._standing = Standing.POISONED
 
     def close(self) -> None:
         """The session ended: close the producer; an open transaction is left for the broker."""
@@ -459,6 +510,8 @@ class Transaction:
         self._producer = None
         self._appender = None
         self._consumer = None
-        self.open = False
-        self.poisoned = False
+        self._status = Status.IDLE
+        self._standing = Standing.LIVE
+        self._ledgers.clear()
+        self._interval = Interval()
         self._dead_letters.forget()

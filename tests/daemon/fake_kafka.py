@@ -340,7 +340,9 @@ class Session:
         self.inputs.assign(set(partitions))
 
     def _restore(self, ps: list[int]) -> None:
-        self._restorer.restore([self.inputs.parts[p] for p in ps])
+        for p, restored in self._restorer.restore(ps).items():
+            self.inputs.resume(p, restored)
+            self.transaction.restored(p, restored.checkpoint)
 
     def _dead_letter(self, rejection: Rejection, record: Any, kind: str) -> None:
         self.dead_letters.send(self.transaction.begin(), rejection, record, kind)  # type: ignore[arg-type]
@@ -351,10 +353,15 @@ class Session:
         owned = sorted(self.inputs.parts if partitions is None else partitions)
         tps = [self.inputs.tp(kind, p) for p in owned for kind in ("impression", "feedback")]
         batches = self.consumer.fetch(tps, limit)
-        self.inputs.take(batches, self._restore)
-        fed = self.inputs.feed(self.engine.feed_batch, self._dead_letter)
+        self._restore(self.inputs.to_restore())
+        self.consumer.pause(*self.inputs.take(batches))
+        fed = self.inputs.feed(self.engine.feed_batch)
+        for rejection, record, kind in fed.rejected:
+            self._dead_letter(rejection, record, kind)
+        self.consumer.resume(*fed.resume)
+        self.transaction.fed(fed.counts)
         self.engine.tick()
-        return fed
+        return sum(fed.counts.values())
 
     def commit(self) -> None:
         self.transaction.commit()
@@ -364,3 +371,4 @@ class Session:
         self.transaction.commit()
         for p in self.inputs.revoke(set(self.inputs.parts)):
             self.engine.drop_partition(p)
+            self.transaction.forget(p)

@@ -134,9 +134,7 @@ def settled(daemon: Daemon, tools: KafkaTools, unique: str) -> bool:
                 part = daemon.inputs.parts.get(p)
                 if part is None or not part.restored or part.fed_next.get(kind) != end:
                     return False
-        return not daemon.transaction.open and not any(
-            p.dirty for p in daemon.inputs.parts.values()
-        )
+        return daemon.transaction.settled()
 
 
 class Instance:

@@ -14,7 +14,7 @@ from typing import Any
 from kafka import TopicPartition
 from settable_clock import SettableClock
 
-from evald.daemon.inputs import Inputs
+from evald.daemon.inputs import Inputs, Restored
 from evald.daemon.kafka_compat import FetchWatch
 
 IMP, FB = TopicPartition("imp", 0), TopicPartition("fb", 0)
@@ -105,15 +105,11 @@ def owned(clock: SettableClock) -> tuple[Inputs, Consumer]:
     consumer = Consumer()
     inputs.connect(consumer)  # type: ignore[arg-type]
 
-    def restore(partitions: list[int]) -> None:
-        for p in partitions:
-            part = inputs.parts[p]
-            part.restored = True
-            part.fetched_next = {"impression": 0, "feedback": 0}
-            part.fed_next = {"impression": 0, "feedback": 0}
-
     inputs.assign({0})
-    inputs.take({}, restore)
+    for p in inputs.to_restore():
+        start = {"impression": 0, "feedback": 0}
+        inputs.resume(p, Restored(start, start))
+    inputs.take({})
     return inputs, consumer
 
 
@@ -126,7 +122,7 @@ def fed(inputs: Inputs) -> list[tuple[str, int]]:
         out.extend(zip(kinds, offsets, strict=True))
         return []
 
-    inputs.feed(feed_batch, lambda *_: None)
+    inputs.feed(feed_batch)
     return out
 
 
@@ -139,7 +135,7 @@ def test_a_stale_high_watermark_holds_a_lone_record_and_a_fresh_one_releases_it(
     inputs, consumer = owned(clock)
     fetch(consumer, response({IMP: 1, FB: 0}))  # built at 100: both at their end
     clock.now = 101.0
-    inputs.take({IMP: [Record(0, 5_000)]}, lambda ps: None)
+    inputs.take({IMP: [Record(0, 5_000)]})
     clock.now = 102.0
     fetch(consumer, response({}, errors={FB: NOT_LEADER}))  # the leader is moving
     clock.now = 104.0  # waited hold_s
@@ -152,11 +148,11 @@ def test_a_stale_high_watermark_holds_a_lone_record_and_a_fresh_one_releases_it(
 def test_a_fresh_answer_that_shows_more_to_fetch_keeps_holding() -> None:
     clock = SettableClock(100.0)
     inputs, consumer = owned(clock)
-    inputs.take({IMP: [Record(0, 5_000)]}, lambda ps: None)
+    inputs.take({IMP: [Record(0, 5_000)]})
     clock.now = 103.0
     fetch(consumer, response({FB: 1}))  # the click is on the log, not fetched yet
     assert fed(inputs) == []
-    inputs.take({FB: [Record(0, 4_000)]}, lambda ps: None)
+    inputs.take({FB: [Record(0, 4_000)]})
     assert fed(inputs) == [("feedback", 0), ("impression", 0)]
 
 

@@ -9,7 +9,7 @@ from itertools import pairwise
 
 from settable_clock import SettableClock
 
-from evald.daemon.interleave import Interleaver
+from evald.daemon.repartition.interleave import Interleaver
 
 
 @dataclass(frozen=True)

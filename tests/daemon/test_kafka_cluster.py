@@ -409,7 +409,7 @@ def test_the_cluster_oracle_sees_an_open_transaction_and_offsets_short_of_the_en
     for p in range(PARTITIONS):
         # partition 0's checkpoint consumed one impression of the two
         at = {"impression": 1 if p == 0 else 0, "feedback": 0}
-        mark = Checkpoint(p, None, committed=at, consumed=at)
+        mark = Checkpoint.of(p, None, committed=at, consumed=at)
         tools.produce_raw(checkpoints, [mark.encode()], partition=p)
         offsets[TopicPartition(checkpoints, p)] = OffsetAndMetadata(1, "", -1)
         for kind, topic in inputs.items():
@@ -425,7 +425,7 @@ def test_the_cluster_oracle_sees_an_open_transaction_and_offsets_short_of_the_en
     tools.produce_raw(
         checkpoints,
         [
-            Checkpoint(
+            Checkpoint.of(
                 0, None, {"impression": 2, "feedback": 0}, {"impression": 2, "feedback": 0}
             ).encode()
         ],

@@ -33,7 +33,7 @@ from kafka_harness import ENGINE, Broker, CommittedReader, KafkaTools, free_port
 from evald.config import EngineConfig
 from evald.daemon.crash import CRASH_ENV
 from evald.daemon.names import internal_topic
-from evald.daemon.rekey import partition_for
+from evald.daemon.repartition.rekey import partition_for
 
 pytestmark = pytest.mark.kafka
 

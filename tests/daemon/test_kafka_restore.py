@@ -56,7 +56,7 @@ def saved(p: int = 0, **fields: object) -> Checkpoint:
         "consumed": {"impression": 0, "feedback": 0},
     }
     doc.update(fields)
-    return Checkpoint(**doc)  # type: ignore[arg-type]
+    return Checkpoint.of(**doc)  # type: ignore[arg-type]
 
 
 def write_checkpoint(

@@ -420,7 +420,7 @@ def test_a_deleted_statistics_topic_is_refused_until_the_comparison_starts_after
         )
         width = 300_000
         final = (int(time.time() * 1000) // width - 12) * width
-        checkpoint = Checkpoint(
+        checkpoint = Checkpoint.of(
             partition=0,
             watermark=final,
             committed={"impression": 0, "feedback": 0},

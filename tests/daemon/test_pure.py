@@ -10,15 +10,8 @@ import pytest
 
 from evald.config import load_config
 from evald.daemon.backoff import Backoff
-from evald.daemon.checkpoint import (
-    Checkpoint,
-    ResultRange,
-    SnapshotRef,
-    extend_ranges,
-    from_runs,
-    prune_ranges,
-    to_runs,
-)
+from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef, from_runs, to_runs
+from evald.daemon.ledger import extend_ranges, prune_ranges
 from evald.daemon.topics import (
     TopicLayoutError,
     TopicShape,
@@ -66,7 +59,7 @@ def test_layout_refuses_missing_inputs_and_small_outputs() -> None:
 
 
 def test_checkpoint_round_trips_and_rejects_garbage() -> None:
-    cp = Checkpoint(
+    cp = Checkpoint.of(
         partition=3,
         watermark=1_700_000_000_000,
         committed={"impression": 10, "feedback": 7},
@@ -82,7 +75,7 @@ def test_checkpoint_round_trips_and_rejects_garbage() -> None:
 
 
 def test_a_version_2_checkpoint_names_its_snapshot_and_the_evicted_offsets() -> None:
-    cp = Checkpoint(
+    cp = Checkpoint.of(
         partition=1,
         watermark=5,
         committed={"impression": 10, "feedback": 7},
@@ -112,7 +105,7 @@ def test_a_checkpoint_carries_its_open_comparison_shares() -> None:
     seg = segments.segment_of({"arm": "A"})
     shares = PartitionShares(3_600_000, 60_000, 2, segments)
     shares.observe(1, np.array([seg]), np.array([7_200_001]), np.ones((1, 2)), ["window"])
-    cp = Checkpoint(
+    cp = Checkpoint.of(
         partition=1,
         watermark=5,
         committed={"impression": 10, "feedback": 7},
@@ -122,7 +115,7 @@ def test_a_checkpoint_carries_its_open_comparison_shares() -> None:
     decoded = Checkpoint.decode(cp.encode())
     assert decoded == cp and decoded.statistics is not None
     assert decoded.statistics["open"][0][0] == 7_200_000
-    plain = Checkpoint(1, 5, {"impression": 1, "feedback": 1}, {"impression": 1, "feedback": 1})
+    plain = Checkpoint.of(1, 5, {"impression": 1, "feedback": 1}, {"impression": 1, "feedback": 1})
     assert "statistics" not in json.loads(plain.encode())
     assert Checkpoint.decode(plain.encode()).statistics is None
 
@@ -143,7 +136,7 @@ def test_a_version_1_checkpoint_still_restores_through_its_ranges() -> None:
 def test_the_feedback_held_at_a_checkpoint_travels_as_runs_and_is_optional() -> None:
     """Written only when some feedback is held (an older reader ignores it); a checkpoint
     without it, from an older evald or with none held, reads as none held."""
-    cp = Checkpoint(
+    cp = Checkpoint.of(
         partition=1,
         watermark=5,
         committed={"impression": 10, "feedback": 7},
@@ -153,7 +146,7 @@ def test_the_feedback_held_at_a_checkpoint_travels_as_runs_and_is_optional() -> 
     raw = cp.encode()
     assert json.loads(raw)["held_feedback"] == [[7, 9], [12, 13]]
     assert Checkpoint.decode(raw) == cp
-    plain = Checkpoint(1, 5, {"impression": 1, "feedback": 1}, {"impression": 1, "feedback": 1})
+    plain = Checkpoint.of(1, 5, {"impression": 1, "feedback": 1}, {"impression": 1, "feedback": 1})
     assert "held_feedback" not in json.loads(plain.encode())
     assert Checkpoint.decode(plain.encode()).held_feedback == ()
 
@@ -278,7 +271,7 @@ def test_checkpoint_carries_the_clocks_event_times_and_reads_older_checkpoints()
     times = EventTimes(
         1_700_000_120_000, (1_700_000_121_000, 1_700_000_119_000), (1_700_003_000_000,)
     )
-    cp = Checkpoint(
+    cp = Checkpoint.of(
         partition=0,
         watermark=1_700_000_000_000,
         committed={"impression": 1, "feedback": 1},
@@ -291,7 +284,7 @@ def test_checkpoint_carries_the_clocks_event_times_and_reads_older_checkpoints()
     assert doc["event_times"] == [1_700_000_120_000, None]
     assert doc["event_block"] == [1_700_000_121_000, 1_700_000_119_000]
     assert doc["event_ahead"] == [1_700_003_000_000]
-    bare = Checkpoint(0, 5, {}, {}, event_times=EventTimes(7))
+    bare = Checkpoint.of(0, 5, {}, {}, event_times=EventTimes(7))
     assert "event_block" not in json.loads(bare.encode())
     assert Checkpoint.decode(bare.encode()).event_times == EventTimes(7)
     older = json.loads(cp.encode())

@@ -11,13 +11,13 @@ import yaml
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from evald.daemon.names import internal_topic
-from evald.daemon.rekey import (
+from evald.daemon.repartition.rekey import (
     RequestIdReader,
     Unkeyable,
     murmur2,
     partition_for,
 )
-from evald.daemon.repartition import main_stage_settings
+from evald.daemon.repartition.stage import main_stage_settings
 from evald.daemon.settings import load_settings
 
 #: Utils.murmur2 of Kafka's Java client on these strings (its UtilsTest), signed 32-bit

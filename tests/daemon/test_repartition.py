@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from evald.daemon.repartition import RepartitionCollector, RepartitionStats
+from evald.daemon.repartition.stage import RepartitionCollector, RepartitionStats
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

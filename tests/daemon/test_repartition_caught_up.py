@@ -19,8 +19,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka_harness import Broker, KafkaTools, TcpProxy, wait_until
 from settable_clock import SettableClock
 
-from evald.daemon.interleave import Interleaver
-from evald.daemon.repartition import HOLD_S, SourceWatch
+from evald.daemon.repartition.interleave import Interleaver
+from evald.daemon.repartition.stage import HOLD_S, SourceWatch
 
 IMP0, IMP1, FB0 = TopicPartition("imp", 0), TopicPartition("imp", 1), TopicPartition("fb", 0)
 SOURCES = [FB0, IMP0, IMP1]

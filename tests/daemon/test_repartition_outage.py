@@ -33,7 +33,7 @@ from test_kafka_repartition import (
 )
 
 from evald.daemon.names import internal_topic
-from evald.daemon.rekey import partition_for
+from evald.daemon.repartition.rekey import partition_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.chaos]  # a broker fault, ~30 s: the chaos tier
 

@@ -319,7 +319,7 @@ def test_past_the_runs_a_checkpoint_lists_held_feedback_is_undercounted_never_tw
 ) -> None:
     """A checkpoint lists at most ``MAX_HELD_RUNS`` runs of held feedback (its record stays
     small); a restore leaves the outcome of the feedback held past them uncounted."""
-    monkeypatch.setattr("evald.daemon.transaction.MAX_HELD_RUNS", 2)
+    monkeypatch.setattr("evald.engine.MAX_HELD_RUNS", 2)
     records = {p: traffic(seed=9, partition=p, n=300, base=BASE, orphans=0.1) for p in PARTITIONS}
     head, tail = split(records, 2 / 3)
     ref_cluster, ref = uninterrupted(head, tail)

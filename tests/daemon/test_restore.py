@@ -44,7 +44,7 @@ def checkpoint(p: int = 0, **fields: Any) -> Checkpoint:
         "event_times": EventTimes(NOW_MS - 50_000),
     }
     doc.update(fields)
-    return Checkpoint(**doc)
+    return Checkpoint.of(**doc)
 
 
 def result(rid: str) -> bytes:
@@ -115,7 +115,8 @@ class Cluster:
             clock=self.clock,
             verify_topics=verify_topics,
         )
-        restorer.restore([inputs.parts[p] for p in ps])
+        for p, restored in restorer.restore(ps).items():
+            inputs.resume(p, restored)
         self.seeks = consumer.seeks
         return engine, inputs
 

@@ -13,7 +13,7 @@ from kafka import TopicPartition
 from settable_clock import SettableClock
 
 from evald.config import load_config
-from evald.daemon.inputs import Part
+from evald.daemon.inputs import InputPartition
 from evald.daemon.merge import Merger
 from evald.daemon.runner import Daemon
 from evald.daemon.settings import load_settings
@@ -93,10 +93,10 @@ class Harness:
         self.consumer = FakeConsumer()
         self.daemon.inputs.connect(self.consumer)  # type: ignore[arg-type]
 
-    def restored(self, start: dict[str, int], consumed: dict[str, int]) -> Part:
+    def restored(self, start: dict[str, int], consumed: dict[str, int]) -> InputPartition:
         """Partition 1 as ``Restorer.restore`` leaves it after reading a checkpoint."""
         self.engine.restore(1, None, dict(consumed))
-        part = Part(1, Merger(2.0, self.clock))
+        part = InputPartition(1, Merger(2.0, self.clock))
         part.restored = True
         part.fed_next = dict(start)
         part.fetched_next = dict(start)
@@ -108,11 +108,11 @@ class Harness:
         return self.daemon.inputs.tp(kind, 1)
 
     def cycle(self, batches: dict[TopicPartition, list[Rec]] | None = None) -> None:
-        self.daemon.process(batches or {})
+        self.daemon.process(batches or {}, self.consumer)  # type: ignore[arg-type]
 
     def backpressure(self) -> None:
         """A cycle with nothing polled and nothing the merge releases: backpressure only."""
-        self.daemon.process({})
+        self.daemon.process({}, self.consumer)  # type: ignore[arg-type]
 
     def scored(self) -> dict[str, dict[str, float]]:
         return {r.request_id: dict(r.measures) for r in self.results}
@@ -303,14 +303,19 @@ def test_records_polled_in_the_cycle_that_restores_their_partition_are_dropped()
             start={"impression": 0, "feedback": 0}, consumed={"impression": 0, "feedback": 0}
         )
 
+    def take(batches: dict[TopicPartition, list[Rec]]) -> None:  # as Daemon.process does
+        if h.daemon.inputs.to_restore():
+            restore(h.daemon.inputs.to_restore())
+        h.daemon.inputs.take(batches)
+
     h.daemon.inputs.assign({1})
     stale = [record("imp", 7, 7_000, impression("r7", 7_000))]
-    h.daemon.inputs.take({h.tp("impression"): stale}, restore)
+    take({h.tp("impression"): stale})
     part = h.daemon.inputs.parts[1]
     assert calls == [[1]] and part.merger.buffered() == 0
     assert part.fetched_next["impression"] == 0
     fresh = [record("imp", i, i * 1_000, impression(f"r{i}", i * 1_000)) for i in range(8)]
-    h.daemon.inputs.take({h.tp("impression"): fresh}, restore)
+    take({h.tp("impression"): fresh})
     assert part.merger.buffered("impression") == 8
 
 

@@ -12,7 +12,7 @@ Exactly once: one transactional producer per instance (``evald/<group>/<instance
 and this cycle, repeated while running:
 
 1. Poll the source topics (``read_committed``: an aborted input transaction is never copied) and
-   buffer the records per source partition (:class:`~evald.daemon.interleave.Interleaver`).
+   buffer the records per source partition (:class:`~.interleave.Interleaver`).
 2. Release what may go, in record-timestamp order across the source partitions. A head waits
    for a source partition with nothing buffered that is not past its timestamp until a fetch
    request built after the head arrived found that source at its end (:class:`SourceWatch`),
@@ -70,7 +70,6 @@ from evald.daemon.backoff import Backoff
 from evald.daemon.crash import crash_point
 from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, build_letter, max_message_bytes
 from evald.daemon.fatal import unrecoverable
-from evald.daemon.interleave import Interleaver
 from evald.daemon.kafka_compat import (
     FetchWatch,
     RecordAppender,
@@ -81,7 +80,8 @@ from evald.daemon.kafka_compat import (
     without_auto_create,
 )
 from evald.daemon.names import REPARTITION_SUFFIX, internal_topic, repartition_group
-from evald.daemon.rekey import RequestIdReader, Unkeyable, partition_for
+from evald.daemon.repartition.interleave import Interleaver
+from evald.daemon.repartition.rekey import RequestIdReader, Unkeyable, partition_for
 from evald.daemon.settings import Settings
 
 __all__ = [

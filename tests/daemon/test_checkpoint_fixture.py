@@ -1,0 +1,66 @@
+"""Checkpoints written by the code of 2026-11-27 (``data/checkpoints-2026-11-27.jsonl``, from
+the run in checkpoint_traffic.py) still read, and come out byte for byte: the codec's version
+and fields are a contract with every checkpoint topic already written. The run itself, made
+again with today's code, writes the bytes ``data/checkpoints-run.jsonl`` holds: the commit
+cycle gathers the same state. That second file differs from the first only in the size and
+CRC-32 of the snapshots four of its checkpoints name (the drill-down's query summaries joined
+the snapshot); rewrite it only for a change that means to change what a run writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from checkpoint_traffic import written
+
+from evald.daemon.checkpoint import Checkpoint
+
+FIXTURE = Path(__file__).parent / "data" / "checkpoints-2026-11-27.jsonl"
+RUN = Path(__file__).parent / "data" / "checkpoints-run.jsonl"
+
+
+def recorded(path: Path = FIXTURE) -> list[bytes]:
+    return path.read_bytes().splitlines()
+
+
+def test_the_fixture_holds_every_field_a_checkpoint_can_hold() -> None:
+    """Without this the byte-for-byte checks below would prove little."""
+    docs = [json.loads(raw) for raw in recorded()]
+    assert len(docs) >= 10
+    for name in ("evicted", "held_feedback", "snapshot", "statistics", "event_block"):
+        assert any(name in doc for doc in docs), name
+    assert any(doc["consumed"] != docs[i - 1]["consumed"] for i, doc in enumerate(docs) if i)
+
+
+@pytest.mark.parametrize("raw", recorded(), ids=lambda raw: f"{len(raw)}b")
+def test_a_recorded_checkpoint_decodes_and_encodes_to_the_same_bytes(raw: bytes) -> None:
+    assert Checkpoint.decode(raw).encode() == raw
+
+
+@pytest.fixture(scope="module")
+def today() -> list[bytes]:
+    return written()
+
+
+def test_the_same_run_writes_the_same_checkpoints_today(today: list[bytes]) -> None:
+    assert today == recorded(RUN)
+
+
+def test_the_run_s_checkpoints_differ_from_the_first_ones_only_in_their_snapshots() -> None:
+    for first, now in zip(recorded(), recorded(RUN), strict=True):
+        a, b = json.loads(first), json.loads(now)
+        assert {k: v for k, v in a.items() if k != "snapshot"} == {
+            k: v for k, v in b.items() if k != "snapshot"
+        }
+        assert ("snapshot" in a) == ("snapshot" in b)
+
+
+def test_a_changed_field_is_caught(today: list[bytes]) -> None:
+    """Negative control: one offset moved in one record makes the comparison fail."""
+    raws = recorded(RUN)
+    doc = json.loads(raws[3])
+    doc["committed"]["feedback"] += 1
+    changed = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    assert Checkpoint.decode(changed).encode() == changed
+    assert [*raws[:3], changed, *raws[4:]] != today
