@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from evald.clicks.counts import RankCounts
-from evald.clicks.model import ClickModel
+from evald.clicks.model import ClickModel, grown
 from evald.clicks.sessions import Sessions
 from evald.clicks.settings import ClickSettings
 
@@ -53,11 +53,7 @@ class Cascade(ClickModel):
         self.reach = np.concatenate([self.reach, np.zeros((1, 2, self.depth))])
 
     def _grow_pairs(self) -> None:
-        size = self.pairs.size
-        if len(self.alpha) < size:
-            grown = np.full(size, self.mu)
-            grown[: len(self.alpha)] = self.alpha
-            self.alpha = grown
+        self.alpha = grown(self.alpha, self.pairs.size, self.mu)
 
     def _add(self, sessions: Sessions, slots: np.ndarray, weights: np.ndarray) -> None:
         shown = slots >= 0
@@ -65,13 +61,7 @@ class Cascade(ClickModel):
         w = np.broadcast_to(weights[:, None], shown.shape)
         segments = np.broadcast_to(sessions.segments[:, None], shown.shape)
         ranks = np.broadcast_to(np.arange(self.depth), shown.shape)
-        self.counts.add(
-            slots[examined],
-            segments[examined],
-            ranks[examined],
-            w[examined],
-            w[examined] * sessions.clicks[examined],
-        )
+        self.counts.add_cells(examined, slots, sessions.segments, sessions.clicks, weights)
         np.add.at(self.reach[:, 0], (segments[shown], ranks[shown]), w[shown])
         np.add.at(self.reach[:, 1], (segments[examined], ranks[examined]), w[examined])
 

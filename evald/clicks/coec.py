@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from evald.clicks.counts import RankCounts
-from evald.clicks.model import ClickModel
+from evald.clicks.model import ClickModel, grown
 from evald.clicks.sessions import Sessions
 from evald.clicks.settings import ClickSettings
 
@@ -47,22 +47,10 @@ class COEC(ClickModel):
         self.ctr = np.vstack([self.ctr, np.zeros((1, self.depth))])
 
     def _grow_pairs(self) -> None:
-        size = self.pairs.size
-        if len(self.coec) < size:
-            grown = np.ones(size)
-            grown[: len(self.coec)] = self.coec
-            self.coec = grown
+        self.coec = grown(self.coec, self.pairs.size, 1.0)
 
     def _add(self, sessions: Sessions, slots: np.ndarray, weights: np.ndarray) -> None:
-        shown = slots >= 0
-        w = np.broadcast_to(weights[:, None], shown.shape)[shown]
-        self.counts.add(
-            slots[shown],
-            np.broadcast_to(sessions.segments[:, None], shown.shape)[shown],
-            np.nonzero(shown)[1],
-            w,
-            w * sessions.clicks[shown],
-        )
+        self.counts.add_cells(slots >= 0, slots, sessions.segments, sessions.clicks, weights)
 
     def _step(self) -> float:
         slot, segment, rank, n, c = self.counts.view()

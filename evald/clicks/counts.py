@@ -35,6 +35,21 @@ class RankCounts:
     def __len__(self) -> int:
         return self._used
 
+    def add_cells(
+        self,
+        cells: np.ndarray,
+        slots: np.ndarray,
+        segments: np.ndarray,
+        clicks: np.ndarray,
+        weights: np.ndarray,
+    ) -> None:
+        """``add`` the (list, rank) cells in the bool mask ``cells``: each is one impression of
+        its slot at its rank, weighted by its list's weight (``weights``, one per list, as
+        ``segments``), and a click where ``clicks`` says so; cells in row-major order."""
+        lists, ranks = np.nonzero(cells)
+        w = weights[lists]
+        self.add(slots[cells], segments[lists], ranks, w, w * clicks[cells])
+
     def add(
         self,
         slots: np.ndarray,

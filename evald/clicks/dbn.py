@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from evald.clicks.model import MAX_ITERATIONS, TOLERANCE, ClickModel
+from evald.clicks.model import MAX_ITERATIONS, TOLERANCE, ClickModel, grown
 from evald.clicks.sessions import Sessions
 from evald.clicks.settings import ClickSettings
 
@@ -129,8 +129,8 @@ class DBN(ClickModel):
         if len(self.a) < size:
             old = len(self.a)
             self.stats = np.vstack([self.stats, np.zeros((size - old, 4))])
-            self.a = np.append(self.a, np.full(size - old, self.mu[0]))
-            self.s = np.append(self.s, np.full(size - old, self.mu[1]))
+            self.a = grown(self.a, size, self.mu[0])
+            self.s = grown(self.s, size, self.mu[1])
 
     def _gathered(self, slots: np.ndarray, segments: np.ndarray) -> tuple[np.ndarray, ...]:
         """(a, s, γ) of sessions' cells; a cold pair gets the means."""

@@ -34,6 +34,16 @@ TOLERANCE = 1e-9
 MAX_ITERATIONS = 1000
 
 
+def grown(values: np.ndarray, size: int, fill: float) -> np.ndarray:
+    """``values`` extended to ``size`` with ``fill`` (new pair slots start at the prior);
+    ``values`` itself when it is that long already."""
+    if len(values) >= size:
+        return values
+    out = np.full(size, fill)
+    out[: len(values)] = values
+    return out
+
+
 class ClickModel(ABC):
     """The shared machinery; subclasses hold the statistics and the fit."""
 

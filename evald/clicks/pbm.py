@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from evald.clicks.counts import RankCounts
-from evald.clicks.model import ClickModel
+from evald.clicks.model import ClickModel, grown
 from evald.clicks.sessions import Sessions
 from evald.clicks.settings import ClickSettings
 
@@ -56,22 +56,10 @@ class PBM(ClickModel):
         self.theta = np.vstack([self.theta, np.full((1, self.depth), START)])
 
     def _grow_pairs(self) -> None:
-        size = self.pairs.size
-        if len(self.alpha) < size:
-            grown = np.full(size, self.mu)
-            grown[: len(self.alpha)] = self.alpha
-            self.alpha = grown
+        self.alpha = grown(self.alpha, self.pairs.size, self.mu)
 
     def _add(self, sessions: Sessions, slots: np.ndarray, weights: np.ndarray) -> None:
-        shown = slots >= 0
-        w = np.broadcast_to(weights[:, None], shown.shape)[shown]
-        self.counts.add(
-            slots[shown],
-            np.broadcast_to(sessions.segments[:, None], shown.shape)[shown],
-            np.nonzero(shown)[1],
-            w,
-            w * sessions.clicks[shown],
-        )
+        self.counts.add_cells(slots >= 0, slots, sessions.segments, sessions.clicks, weights)
 
     def _posteriors(self) -> tuple[np.ndarray, np.ndarray]:
         """Expected attracted and examined counts of every row under the current parameters."""
