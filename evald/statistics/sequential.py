@@ -115,12 +115,18 @@ def sequence_bound(
     if min(n_control, n_treatment) < max(min_n, 2) or not math.isfinite(se2):
         return SequenceBound(difference, math.nan, math.nan, 1.0, n_control, n_treatment, clustered)
     n = n_control + n_treatment
+    lower, upper, evalue = _look(difference, se2, n, alpha, tuning_n, null_difference)
+    return SequenceBound(difference, lower, upper, evalue, n_control, n_treatment, clustered)
+
+
+def _look(
+    value: float, se2: float, n: int, alpha: float, tuning_n: float, null_value: float
+) -> tuple[float, float, float]:
+    """(lower, upper, e-value at ``null_value``) of the sequence at one look, n terms."""
     half = float(half_width(n, se2, alpha, tuning_n))
     with np.errstate(over="ignore"):
-        evalue = float(np.exp(log_evalue(n, se2, difference - null_difference, alpha, tuning_n)))
-    return SequenceBound(
-        difference, difference - half, difference + half, evalue, n_control, n_treatment, clustered
-    )
+        evalue = float(np.exp(log_evalue(n, se2, value - null_value, alpha, tuning_n)))
+    return value - half, value + half, evalue
 
 
 def mean_bound(
@@ -140,10 +146,8 @@ def mean_bound(
     ``n_treatment`` of the result are both n. No bound below ``min_n`` terms."""
     if n < max(min_n, 2) or not math.isfinite(se2):
         return SequenceBound(mean, math.nan, math.nan, 1.0, n, n, clustered)
-    half = float(half_width(n, se2, alpha, tuning_n))
-    with np.errstate(over="ignore"):
-        evalue = float(np.exp(log_evalue(n, se2, mean - null_value, alpha, tuning_n)))
-    return SequenceBound(mean, mean - half, mean + half, evalue, n, n, clustered)
+    lower, upper, evalue = _look(mean, se2, n, alpha, tuning_n, null_value)
+    return SequenceBound(mean, lower, upper, evalue, n, n, clustered)
 
 
 def confidence_sequence(
