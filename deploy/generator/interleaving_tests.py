@@ -10,20 +10,18 @@ values do not behave as stated, and promtool checks the rules on them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from deploy.generator.spec import Spec
+from deploy.generator.statistics_tests import WINDOW_MIN, WINDOWS, sample_values
 from evald.interleaving.fold import PreferenceState, Settings, fold_window
 from evald.interleaving.sums import PairSums
 
 Case = dict[str, Any]
 Labels = dict[str, str]
-WINDOW_MIN = 5
-WINDOWS = 48
 JOB = {"job": "evald"}
 INSTANCE = {**JOB, "instance": "evald-0:9464"}
 TIES = 0.2  # share of compared lists that are ties
@@ -73,14 +71,6 @@ def _fired(spec: Spec, last: PreferenceState) -> set[str]:
     return out
 
 
-def _values(points: list[float]) -> str:
-    out = []
-    for value in points:
-        text = "_" if not math.isfinite(value) else f"{value:.6g}"
-        out += [text] * WINDOW_MIN
-    return " ".join(out)
-
-
 def _inputs(spec: Spec, states: list[PreferenceState]) -> list[dict[str, str]]:
     cell = _cell(spec)
     labels = {**INSTANCE, **dict(zip(spec.segment_labels, cell[0], strict=True))}
@@ -94,7 +84,7 @@ def _inputs(spec: Spec, states: list[PreferenceState]) -> list[dict[str, str]]:
     return [
         {
             "series": f"evald_interleaving_{part}{{{inner}}}",
-            "values": _values([read(s) for s in states]),
+            "values": sample_values([read(s) for s in states]),
         }
         for part, read in parts.items()
     ]

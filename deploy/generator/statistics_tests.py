@@ -104,7 +104,7 @@ def _fold(
     return states
 
 
-def _values(points: list[float]) -> str:
+def sample_values(points: list[float]) -> str:
     """One value per 1m sample; ``_`` (no sample) where the series is absent (NaN)."""
     out = []
     for value in points:
@@ -119,7 +119,7 @@ def _series(name: str, labels: Labels, points: list[float], until: int, lag: int
     inner = ", ".join(f'{k}="{v}"' for k, v in labels.items())
     late = [math.nan] * lag + points[: len(points) - lag]
     kept = [v if w < until else math.nan for w, v in enumerate(late)]
-    return {"series": f"{name}{{{inner}}}", "values": _values(kept)}
+    return {"series": f"{name}{{{inner}}}", "values": sample_values(kept)}
 
 
 def _inputs(
