@@ -146,7 +146,13 @@ class Engine:
         self.measure_names: list[str] = [str(m) for m in self._measures]
         self._depth = required_depth(self._measures)
         self.segments = SegmentIndex(config.label_keys, config.label_value_cap, config.max_segments)
-        self.stats: Stats = Stats()
+        #: each partition's counters of this engine's life; a revoked one's go to ``_retired``
+        self._stats: dict[int, Stats] = {}
+        self._retired = Stats()
+        #: per partition, what the checkpoint it was resumed from had counted (its lives before)
+        self._counted_before: dict[int, dict[str, int]] = {}
+        #: what ``counters`` shows instead of ``stats`` (the daemon: the committed counts)
+        self._exported: Stats | None = None
         self.aggregates = Aggregates(
             self.measure_names,
             self.segments,
@@ -182,9 +188,34 @@ class Engine:
         self._drained = False
         self._decode = self.decoder.decode
         self._grades = self.decoder.action_grades
-        self._events = self.stats.events
         #: the decoder's records of one request id make one list (docs/mapping.md)
         self._merges = bool(getattr(self.decoder, "merges_repeats", False))
+
+    # ------------------------------------------------------------------ counters
+
+    def _stats_of(self, partition: int) -> Stats:
+        stats = self._stats.get(partition)
+        if stats is None:
+            stats = self._stats[partition] = Stats()
+        return stats
+
+    @property
+    def stats(self) -> Stats:
+        """What this engine counted, every partition summed (a new value each call): a
+        partition restored from a checkpoint starts at 0, what earlier lives counted is in
+        the checkpoint (:meth:`state`)."""
+        return Stats.merged([self._retired, *self._stats.values()])
+
+    @property
+    def counters(self) -> Stats:
+        """The counters ``/metrics`` shows: :attr:`stats`, or those :meth:`export_counters`
+        named."""
+        return self.stats if self._exported is None else self._exported
+
+    def export_counters(self, counters: Stats) -> None:
+        """Show ``counters`` as this engine's counters on ``/metrics``: the daemon's counts as
+        of its last commit, so that a kill -9 never shows a count a restart makes again."""
+        self._exported = counters
 
     # ------------------------------------------------------------------ input
 
@@ -203,7 +234,7 @@ class Engine:
                 evict=self._evict,
                 max_held=cfg.max_held_feedback,
                 labels=LabelTable(self.segments),
-                stats=self.stats,
+                stats=self._stats_of(partition),
                 clock=self.clock,
                 user_cluster=user_cluster if self.aggregates.replicates else None,
                 merge=self._merges,
@@ -244,10 +275,11 @@ class Engine:
         event = self._decode(raw, kind, reference, timestamp)
         store = self._stores.get(partition) or self._store(partition)
         if isinstance(event, Skipped):
-            self._count_skip(event, store.replay_until, kind, offset)
+            self._count_skip(partition, event, store.replay_until, kind, offset)
             return None
         if isinstance(event, Rejection):
-            return event if self._count_rejection(event, store.replay_until, kind, offset) else None
+            counted = self._count_rejection(partition, event, store.replay_until, kind, offset)
+            return event if counted else None
         refused: list[tuple[int, str, str, str]] = []
         offsets = None if offset is None else (offset,)
         store.join_many(((0, event),), offsets, self._grades, refused)
@@ -255,7 +287,7 @@ class Engine:
         if refused:  # a second, different list for a request id (never a re-fed record)
             _, reason, detail, known = refused[0]
             rejection = Rejection(reason, detail, raw, known)
-            self._count_rejection(rejection, None, kind, offset)
+            self._count_rejection(partition, rejection, None, kind, offset)
             return rejection
         return event
 
@@ -294,23 +326,24 @@ class Engine:
         for position, rejection in rejections:
             kind = kinds if single else kinds[position]  # type: ignore[index]
             offset = None if offsets is None else offsets[position]
-            if self._count_rejection(rejection, until, kind, offset):  # type: ignore[arg-type]
+            if self._count_rejection(partition, rejection, until, kind, offset):  # type: ignore[arg-type]
                 fresh.append((position, rejection))
         for position, skip in skips:
             kind = kinds if single else kinds[position]  # type: ignore[index]
             offset = None if offsets is None else offsets[position]
-            self._count_skip(skip, until, kind, offset)  # type: ignore[arg-type]
+            self._count_skip(partition, skip, until, kind, offset)  # type: ignore[arg-type]
         if len(rejections) < len(raws):
             self._drained = False
         return fresh
 
     def reject(self, rejection: Rejection) -> None:
         """Count a record its source refused before decoding (replay's over-long line, never
-        read whole) like any rejection."""
-        self._count_rejection(rejection, None, None, None)
+        read whole) like any rejection (partition 0's)."""
+        self._count_rejection(0, rejection, None, None, None)
 
     def _count_rejection(
         self,
+        partition: int,
         rejection: Rejection,
         until: Mapping[str, int] | None,
         kind: str | None,
@@ -319,13 +352,15 @@ class Engine:
         """Count a refused record, unless a restore re-fed it (it was counted before);
         returns whether it was counted."""
         if until is None or offset is None or offset >= until.get(kind or "", -1):
-            self.stats.rejected[rejection.reason] += 1
-            self._events[(rejection.kind, "rejected")] += 1
+            stats = self._stats_of(partition)
+            stats.rejected[rejection.reason] += 1
+            stats.events[(rejection.kind, "rejected")] += 1
             return True
         return False
 
     def _count_skip(
         self,
+        partition: int,
         skip: Skipped,
         until: Mapping[str, int] | None,
         kind: str | None,
@@ -333,7 +368,8 @@ class Engine:
     ) -> None:
         """Count a skipped record, unless a restore re-fed it (it was counted before)."""
         if until is None or offset is None or offset >= until.get(kind or "", -1):
-            self.stats.count_skipped(skip.action, self.config.limits.max_string_length)
+            limit = self.config.limits.max_string_length
+            self._stats_of(partition).count_skipped(skip.action, limit)
 
     # ------------------------------------------------------------------ finalization
 
@@ -392,7 +428,7 @@ class Engine:
             n = len(joined.request_ids)
             done += n
             if started is not None:
-                self.stats.observe_lag(now - started, n)
+                store.stats.observe_lag(now - started, n)
         return done
 
     def _batch(self, joined: Joined) -> Batch:
@@ -419,7 +455,7 @@ class Engine:
             values[:, j] = scored[measure]
         abandoned: np.ndarray = np.logical_not((joined.grades > 0).any(axis=1))
         values[abandoned] = 0.0
-        stats = self.stats
+        stats = self._stats_of(partition)
         for reason in joined.reasons:
             stats.finalized[reason] += 1
         stats.abandoned += int(abandoned.sum())
@@ -569,7 +605,16 @@ class Engine:
             evicted_feedback=to_runs(self.evicted(partition, committed["feedback"], "feedback")),
             held_feedback=held[:MAX_HELD_RUNS],
             statistics=None if self.shares is None else self.shares.state(partition),
+            counters=self._counted(partition),
         )
+
+    def _counted(self, partition: int) -> dict[str, int]:
+        """Everything counted for ``partition`` since its first life: what the checkpoint it
+        was resumed from held plus what this engine counted since."""
+        total = dict(self._counted_before.get(partition, {}))
+        for key, n in self._stats_of(partition).counted().items():
+            total[key] = total.get(key, 0) + n
+        return total
 
     def resume(self, partition: int, state: PartitionState, consumed: Mapping[str, int]) -> None:
         """Rebuild ``partition`` from the ``state`` a checkpoint holds (:meth:`restore`, with
@@ -585,6 +630,7 @@ class Engine:
         )
         if self.shares is not None:
             self.shares.load(partition, state.statistics, state.watermark)
+        self._counted_before[partition] = dict(state.counters)
 
     def final_shares(self, partition: int) -> Frozen | None:
         """The partition's comparison shares the watermark made final since the last call,
@@ -682,6 +728,10 @@ class Engine:
         store = self._stores.pop(partition, None)
         if store is not None:
             self._open_total[0] -= store.open()
+        stats = self._stats.pop(partition, None)
+        if stats is not None:
+            self._retired = Stats.merged([self._retired, stats])
+        self._counted_before.pop(partition, None)
         self.aggregates.drop_partition(partition)
         self.interleaving.drop(partition)
         if self.shares is not None:

@@ -14,7 +14,7 @@ existed (tests/daemon/test_checkpoint_fixture.py holds records written then).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from evald.join.clock import EventTimes
@@ -50,6 +50,10 @@ class PartitionState:
     ``statistics``: the open comparison shares and final mark (``PartitionShares.state``), or
     in a checkpoint ``{"records": <SnapshotRef JSON>}`` naming records holding them; None
     without comparisons.
+    ``counters``: every engine counter of the partition not 0, in ``Stats.counted``'s flat
+    form, summed over all its lives up to this commit (records first fed, outcomes decided):
+    counted once through any restart, as the commit that holds it is written once. Empty in a
+    checkpoint written before it existed (the sums then start at that restore).
     """
 
     watermark: int | None
@@ -59,6 +63,7 @@ class PartitionState:
     evicted_feedback: Runs = ()
     held_feedback: Runs = ()
     statistics: dict[str, Any] | None = None
+    counters: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The state's fields of a checkpoint record (optional ones only when set)."""
@@ -78,6 +83,8 @@ class PartitionState:
             doc["held_feedback"] = [list(run) for run in self.held_feedback]
         if self.statistics is not None:
             doc["statistics"] = self.statistics
+        if self.counters:
+            doc["counters"] = self.counters
         return doc
 
     @classmethod
@@ -92,6 +99,7 @@ class PartitionState:
             evicted_feedback=_runs(doc.get("evicted_feedback")),
             held_feedback=_runs(doc.get("held_feedback")),
             statistics=doc.get("statistics"),
+            counters={str(k): int(v) for k, v in (doc.get("counters") or {}).items()},
         )
 
 

@@ -8,6 +8,7 @@ exists before its first event.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -68,10 +69,44 @@ class Stats:
         ):
             flat.update({f"{name}/{key}": n for key, n in table.items()})
         flat["abandoned"] = self.abandoned
+        flat["watermark_outliers"] = self.watermark_outliers
         return {key: n for key, n in flat.items() if n}
 
-    def count_skipped(self, action: str, max_length: int) -> None:
-        """One record skipped for ``action``: at most ``MAX_SKIPPED_ACTIONS`` actions are
+    def add(self, counted: Mapping[str, int]) -> None:
+        """Add counts in :meth:`counted`'s flat form (a checkpoint's, or the difference of two
+        commits'); a key this version does not know is ignored (a newer writer's)."""
+        for key, n in counted.items():
+            table, _, name = key.partition("/")
+            if table == "events":
+                kind, _, outcome = name.partition("/")
+                if (kind, outcome) in self.events:
+                    self.events[(kind, outcome)] += n
+            elif table == "skipped":
+                self.count_skipped(name, len(name), n)
+            elif table in ("rejected", "unattributed", "finalized"):
+                counts: dict[str, int] = getattr(self, table)
+                if name in counts:
+                    counts[name] += n
+            elif key == "abandoned":
+                self.abandoned += n
+            elif key == "watermark_outliers":
+                self.watermark_outliers += n
+
+    @classmethod
+    def merged(cls, parts: Iterable[Stats]) -> Stats:
+        """One ``Stats`` holding the sum of ``parts`` (the engine's partitions)."""
+        total = cls()
+        for part in parts:
+            total.add(part.counted())
+            total.lag_counts = [
+                a + b for a, b in zip(total.lag_counts, part.lag_counts, strict=True)
+            ]
+            total.lag_sum += part.lag_sum
+            total.lag_count += part.lag_count
+        return total
+
+    def count_skipped(self, action: str, max_length: int, n: int = 1) -> None:
+        """``n`` records skipped for ``action``: at most ``MAX_SKIPPED_ACTIONS`` actions are
         named (the rest count under ``OTHER``), each cut to ``max_length`` characters."""
         skipped = self.skipped
         if action not in skipped:
@@ -79,7 +114,7 @@ class Stats:
                 action = OTHER
             elif len(action) > max_length:
                 action = action[:max_length]
-        skipped[action] = skipped.get(action, 0) + 1
+        skipped[action] = skipped.get(action, 0) + n
 
     def observe_lag(self, seconds: float, n: int) -> None:
         """Record ``n`` impressions finalized ``seconds`` after their window closed."""

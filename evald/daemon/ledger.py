@@ -1,5 +1,6 @@
 """The result ledger of one owned partition p: which offsets of results partition p committed
-transactions wrote, and the snapshot of p's window aggregates they follow.
+transactions wrote, the snapshot of p's window aggregates they follow, and the engine counters
+its last commit held.
 
 It lives as long as the assignment: it starts from the checkpoint a restore read (or empty),
 and only a committed transaction moves it on (``Transaction.commit``, step 7). A restore reads
@@ -26,6 +27,7 @@ class Ledger:
         self._ranges: Ranges = () if checkpoint is None else checkpoint.results
         self._snapshot = None if checkpoint is None else checkpoint.snapshot
         self._epoch_start: int | None = None
+        self._counters = {} if checkpoint is None else checkpoint.state.counters
 
     @property
     def snapshot(self) -> SnapshotRef | None:
@@ -44,10 +46,19 @@ class Ledger:
             ranges, epoch = extend_ranges(ranges, epoch, first, last, max_ts)
         return prune_ranges(ranges, horizon_ts), epoch
 
-    def committed(self, checkpoint: Checkpoint) -> None:
-        """The transaction that wrote ``checkpoint`` committed: its ranges are p's now."""
+    def committed(self, checkpoint: Checkpoint) -> dict[str, int]:
+        """The transaction that wrote ``checkpoint`` committed: its ranges are p's now.
+        Returns what its counters add to the last commit's (each count is so handed out by
+        the one commit that holds it first: a kill -9 loses only what no commit holds yet,
+        which the restart counts again)."""
         self._ranges, self._epoch_start = checkpoint.results, checkpoint.epoch_start
         self._snapshot = checkpoint.snapshot
+        before, self._counters = self._counters, checkpoint.state.counters
+        return {
+            key: n - before.get(key, 0)
+            for key, n in self._counters.items()
+            if n != before.get(key, 0)
+        }
 
 
 def extend_ranges(

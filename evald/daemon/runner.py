@@ -251,6 +251,7 @@ class Daemon:
         """Build the session's engine (every session starts from a fresh one)."""
         engine = self._engine = self.engine_factory(self.transaction.send_result)
         self.backpressure.start(engine.config.max_pending)
+        engine.export_counters(self.stats.counted)  # what committed, never a kill -9's extra
         if self.comparisons is not None:
             engine.attach_statistics(self.comparisons.live)
         if self.on_engine is not None:

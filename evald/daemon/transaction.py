@@ -454,16 +454,19 @@ class Transaction:
         """Step 7 of :meth:`commit`: the transaction is committed."""
         self._status = Status.IDLE
         produced = 0
+        counted: list[dict[str, int]] = []
         for checkpoint, _ in planned:
             sent = self._interval.sent(checkpoint.partition)
             produced += 0 if sent is None else sent.count
-            self._ledger(checkpoint.partition).committed(checkpoint)
+            counted.append(self._ledger(checkpoint.partition).committed(checkpoint))
         self._interval = Interval()
         reasons = self._dead_letters.committed()
         with self._stats.lock:
             self._stats.results_produced += produced
             self._stats.dlq.update(reasons)
             self._stats.commits += 1
+            for delta in counted:
+                self._stats.counted.add(delta)
         self._uncommitted = 0
         self._backoff.reset()
 

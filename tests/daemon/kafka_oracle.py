@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +152,8 @@ def assert_matches_an_uninterrupted_run(
     kafka_tools: KafkaTools, unique: str, windows: Path, *, leaky_broker: bool = False
 ) -> int:
     """Results read_committed exactly once (identical copies allowed only on a broker that
-    leaks aborted records) and the window rows equal to one engine fed every record; returns
+    leaks aborted records), the window rows equal to one engine fed every record, and the
+    counters the last committed checkpoints carry, summed, equal to that engine's; returns
     the copies seen."""
     topics = names(unique)
     expected, reference = kafka_tools.expected(
@@ -167,7 +168,8 @@ def assert_matches_an_uninterrupted_run(
     )
     assert_windows_equal(read_windows(windows), reference)
     if not leaky_broker:  # tansu answers neither ListTransactions nor DescribeProducers
-        assert_consumed_to_the_end(kafka_tools, unique)
+        last = assert_consumed_to_the_end(kafka_tools, unique)
+        assert_counted_once(last, reference.stats.counted())
         assert_no_transaction_left_open(kafka_tools, unique)
     return copies
 
@@ -202,11 +204,21 @@ def assert_dead_letters_once(tools: KafkaTools, unique: str) -> int:
     return len(want)
 
 
-def assert_consumed_to_the_end(tools: KafkaTools, unique: str) -> None:
+def assert_counted_once(last: dict[int, Checkpoint], want: dict[str, int]) -> None:
+    """Every engine counter, summed over the partitions' last committed checkpoints, equals
+    one uninterrupted engine's: each record and outcome counted by exactly one commit."""
+    got: Counter[str] = Counter()
+    for checkpoint in last.values():
+        got.update(checkpoint.state.counters)
+    assert want.get("events/impression/accepted"), "nothing counted: the check is not effective"
+    assert dict(got) == want, {k: (got.get(k), want.get(k)) for k in set(got) | set(want)}
+
+
+def assert_consumed_to_the_end(tools: KafkaTools, unique: str) -> dict[int, Checkpoint]:
     """The group's committed offsets on the checkpoint topic point, for every partition, at a
     checkpoint whose consumed positions are the ends of both inputs, and its committed offsets
     on the inputs are that checkpoint's replay start (they stay behind the end by the
-    impressions still pending in the engine's open window)."""
+    impressions still pending in the engine's open window); returns those checkpoints."""
     from kafka import KafkaAdminClient
 
     topics = names(unique)
@@ -227,13 +239,15 @@ def assert_consumed_to_the_end(tools: KafkaTools, unique: str) -> None:
     }
     partitions = sorted(set(ends["impression"]) | set(ends["feedback"]))
     assert partitions, "no input records: the check is not effective"
+    last = {}
     for p in partitions:
         at = offsets.get((checkpoints, p))
         assert at is not None and (p, at - 1) in on_log, f"partition {p}: no committed checkpoint"
-        checkpoint = Checkpoint.decode(on_log[(p, at - 1)])
+        checkpoint = last[p] = Checkpoint.decode(on_log[(p, at - 1)])
         assert checkpoint.consumed == {k: ends[k].get(p, 0) for k in ends}, p
         for kind, topic in (("impression", "impressions"), ("feedback", "feedback")):
             assert offsets.get((topics[topic], p)) == checkpoint.committed[kind], (p, kind)
+    return last
 
 
 def assert_no_transaction_left_open(tools: KafkaTools, unique: str) -> None:

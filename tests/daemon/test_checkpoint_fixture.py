@@ -4,7 +4,8 @@ and fields are a contract with every checkpoint topic already written. The run i
 again with today's code, writes the bytes ``data/checkpoints-run.jsonl`` holds: the commit
 cycle gathers the same state. That second file differs from the first only in the size and
 CRC-32 of the snapshots four of its checkpoints name (the drill-down's query summaries joined
-the snapshot); rewrite it only for a change that means to change what a run writes."""
+the snapshot) and in the partition's counters each now carries (``counters``, added on
+2026-11-28); rewrite it only for a change that means to change what a run writes."""
 
 from __future__ import annotations
 
@@ -47,13 +48,15 @@ def test_the_same_run_writes_the_same_checkpoints_today(today: list[bytes]) -> N
     assert today == recorded(RUN)
 
 
-def test_the_run_s_checkpoints_differ_from_the_first_ones_only_in_their_snapshots() -> None:
+def test_the_run_s_checkpoints_differ_from_the_first_ones_only_in_snapshots_and_counters() -> None:
+    newer = ("snapshot", "counters")
     for first, now in zip(recorded(), recorded(RUN), strict=True):
         a, b = json.loads(first), json.loads(now)
-        assert {k: v for k, v in a.items() if k != "snapshot"} == {
-            k: v for k, v in b.items() if k != "snapshot"
+        assert {k: v for k, v in a.items() if k not in newer} == {
+            k: v for k, v in b.items() if k not in newer
         }
         assert ("snapshot" in a) == ("snapshot" in b)
+        assert "counters" not in a and b["counters"]["events/impression/accepted"] > 0
 
 
 def test_a_changed_field_is_caught(today: list[bytes]) -> None:

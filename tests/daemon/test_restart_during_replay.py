@@ -336,3 +336,46 @@ def test_past_the_runs_a_checkpoint_lists_held_feedback_is_undercounted_never_tw
     short = want["unattributed orphaned"] - got["unattributed orphaned"]
     assert short > 0 and got + Counter({"unattributed orphaned": short}) == want
     assert sorted(map(str, results(cluster))) == sorted(map(str, results(ref_cluster)))
+
+
+def test_kill_9s_after_uncommitted_work_leave_the_committed_counters_exact() -> None:
+    """Three lives each commit, feed on without committing and die (kill -9); a last one
+    consumes the rest. What the engines counted, summed over the lives, counts the work after
+    each last commit twice (the next life feeds it again); the counters the checkpoints carry
+    and those each life showed on ``/metrics`` (what its commits held) equal one uninterrupted
+    session's."""
+    records = {
+        p: traffic(seed=5, partition=p, n=450, base=BASE, repeats=0.05, orphans=0.05)
+        for p in PARTITIONS
+    }
+    head, tail = split(records, 2 / 3)
+    _, ref = uninterrupted(head, tail)
+    cluster, clock = write(Cluster(), head), SettableClock()
+    sessions = []
+    for life in range(3):
+        session = Session(cluster, settings(), PARTITIONS, clock)
+        sessions.append(session)
+        for _ in range(2 + life):
+            session.cycle(limit=60)
+            clock.now += 3.0
+        session.commit()
+        for _ in range(2):  # fed, counted and never committed: the kill -9 comes here
+            assert session.cycle(limit=60) > 0
+            clock.now += 3.0
+    write(cluster, tail)
+    last = Session(cluster, settings(), PARTITIONS, clock)
+    sessions.append(last)
+    run_to_the_end(last, clock)
+    last.commit()
+    want: Counter[str] = Counter(ref.engine.stats.counted())
+    lived: Counter[str] = Counter()
+    shown: Counter[str] = Counter()
+    for session in sessions:
+        lived.update(session.engine.stats.counted())
+        shown.update(session.stats.counted.counted())
+    assert lived - want and not want - lived  # the negative control: counted twice, never less
+    in_checkpoints: Counter[str] = Counter()
+    for checkpoint in checkpoints(cluster).values():
+        in_checkpoints.update(checkpoint.state.counters)
+    assert in_checkpoints == want
+    assert shown == want

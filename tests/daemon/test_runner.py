@@ -349,3 +349,13 @@ def test_a_partition_with_no_fetch_since_its_restore_has_no_lag_yet() -> None:
     part.fed_next = {"impression": 671, "feedback": 1809}
     assert probe(h.consumer, h.daemon.inputs)  # type: ignore[arg-type]
     assert h.daemon.stats.lag == {("imp", 1): 0, ("fb", 1): 0}
+
+
+def test_the_session_s_engine_shows_the_counts_its_commits_held() -> None:
+    """``/metrics`` shows what the process's commits held, not what the engine fed since: a
+    kill -9 must not leave a count in a series that the restart counts again."""
+    harness = Harness()
+    harness.engine.feed(impression("a", 1_000), partition=1, kind="impression", offset=0)
+    assert harness.engine.stats.events[("impression", "accepted")] == 1
+    assert harness.engine.counters is harness.daemon.stats.counted
+    assert harness.engine.counters.events[("impression", "accepted")] == 0
