@@ -68,12 +68,19 @@ test: $(STAMP) tools java
 # The chaos tier: kill -9 at each step of the commit cycle (restart and takeover), twenty seeded
 # random kills, scale 1 -> 3 -> 1, the broker killed and restarted on its data, the broker paused
 # past the request timeout or cut past the session timeout, a broker restarted empty, the
-# repartition stage and the main stage killed at random together, kills around the commits of
+# repartition stage killed at each step of its cycle, the repartition stage and the main stage
+# killed at random together, kills around the commits of
 # comparison shares, the repartition stage through an outage, a test broker whose port was taken,
 # rolling SIGTERM and kill -9 restarts of two instances during replays, six seeded kills of
-# `evald run --mapping ubi` while lists assemble (30 tests; measured figures in docs/performance.md).
+# `evald run --mapping ubi` while lists assemble (31 tests; measured figures in docs/performance.md).
 test-chaos: $(STAMP) java
 	$(BIN)/python -m pytest -q -m chaos
+
+# The long tier: tests that need no fault but take 20-40 s each, too long for `make test` to stay
+# well under 15 minutes on two cores: the negative controls of the generated promtool scenarios
+# and the compose stack's alert timeline the README states (4 tests, about 2 minutes).
+test-long: $(STAMP) tools
+	$(BIN)/python -m pytest -q -m long
 
 # The three-broker tier: evald on three Apache Kafka nodes (RF 3, min ISR 2) while the leader of
 # a results partition, the transaction coordinator, the group coordinator or two brokers die,

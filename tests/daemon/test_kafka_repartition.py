@@ -341,6 +341,7 @@ def crash_then_finish(
     readers.assert_exact(INTERNAL_PARTITIONS)
 
 
+@pytest.mark.chaos  # 30 s: the chaos tier, so that `make test` stays well under 15 minutes
 def test_kill_9_at_each_step_of_the_repartition_cycle_is_exact(
     broker: Broker, kafka_tools: KafkaTools, unique: str, tmp_path: Path
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from deploy_support import REPO
 
 from deploy.compose_timeline import timeline
@@ -17,6 +19,7 @@ def _readme_minutes(alert: str) -> float:
     return float(match.group(1))
 
 
+@pytest.mark.long
 def test_the_readme_says_when_the_compose_stacks_quality_alerts_fire() -> None:
     detections = timeline(hours_after=4.5)
     first = {

@@ -111,6 +111,7 @@ def _mutated_scenarios_fail(promtool: str, tmp_path: Path, spec: Spec) -> str:
     return proc.stdout + proc.stderr
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("thresholds", "alert"),
     [
@@ -125,6 +126,7 @@ def test_scenarios_catch_comparison_alerts_that_do_not_fire(
     assert alert in out
 
 
+@pytest.mark.long
 def test_scenarios_catch_a_missing_sample_guard(promtool: str, tmp_path: Path) -> None:
     out = _mutated_scenarios_fail(
         promtool, tmp_path, replace(Spec(), thresholds=Thresholds(ratio_min_events=0))
