@@ -29,6 +29,7 @@ from evald.aggregate import Aggregates, WindowRow
 from evald.config import EngineConfig
 from evald.decode import Decoder, EventDecoder, Rejection, Skipped
 from evald.events import Feedback, Impression, Shown, format_timestamp, parse_timestamp
+from evald.histograms import Committed, Histograms, empty_like
 from evald.interleaving.component import Interleaving
 from evald.join import Joined, JoinStore
 from evald.join.clock import EventTimes
@@ -151,8 +152,8 @@ class Engine:
         self._retired = Stats()
         #: per partition, what the checkpoint it was resumed from had counted (its lives before)
         self._counted_before: dict[int, dict[str, int]] = {}
-        #: what ``counters`` shows instead of ``stats`` (the daemon: the committed counts)
-        self._exported: Stats | None = None
+        #: what ``/metrics`` shows instead of this engine's counts (the daemon's commits)
+        self._committed: Committed | None = None
         self.aggregates = Aggregates(
             self.measure_names,
             self.segments,
@@ -208,14 +209,27 @@ class Engine:
 
     @property
     def counters(self) -> Stats:
-        """The counters ``/metrics`` shows: :attr:`stats`, or those :meth:`export_counters`
-        named."""
-        return self.stats if self._exported is None else self._exported
+        """The counters ``/metrics`` shows: :attr:`stats`, or what :meth:`export_committed`
+        named has committed."""
+        return self.stats if self._committed is None else self._committed.counted
 
-    def export_counters(self, counters: Stats) -> None:
-        """Show ``counters`` as this engine's counters on ``/metrics``: the daemon's counts as
-        of its last commit, so that a kill -9 never shows a count a restart makes again."""
-        self._exported = counters
+    def scored(self) -> Histograms:
+        """The measure histograms of everything this engine scored (its arrays, not a copy)."""
+        return Histograms.of(self.aggregates, self.segments.segments)
+
+    def histograms(self) -> Histograms:
+        """The measure histograms ``/metrics`` shows: :meth:`scored`, or what
+        :meth:`export_committed` named has committed."""
+        live = self.scored()
+        if self._committed is None:
+            return live
+        return self._committed.histograms or empty_like(live)
+
+    def export_committed(self, committed: Committed) -> None:
+        """Show what ``committed`` holds as this engine's counters and histograms on
+        ``/metrics``: the daemon's, as of its last commit, so that a kill -9 never leaves a
+        count in a series that the restart makes again."""
+        self._committed = committed
 
     # ------------------------------------------------------------------ input
 

@@ -251,7 +251,9 @@ class Daemon:
         """Build the session's engine (every session starts from a fresh one)."""
         engine = self._engine = self.engine_factory(self.transaction.send_result)
         self.backpressure.start(engine.config.max_pending)
-        engine.export_counters(self.stats.counted)  # what committed, never a kill -9's extra
+        with self.stats.lock:
+            self.stats.committed.session_started()
+        engine.export_committed(self.stats.committed)  # never a count a kill -9 makes twice
         if self.comparisons is not None:
             engine.attach_statistics(self.comparisons.live)
         if self.on_engine is not None:

@@ -11,7 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from evald.exposition.collector import ready_family
-from evald.stats import Stats
+from evald.histograms import Committed
 
 __all__ = ["DaemonCollector", "DaemonStats"]
 
@@ -34,9 +34,9 @@ class DaemonStats:
     fenced: int = 0
     #: largest number of pending impressions seen after a tick (memory high-water mark)
     peak_pending: int = 0
-    #: the engine counters as of the last commit, over every session of the process (the
-    #: engine's series show these, ``Engine.export_counters``)
-    counted: Stats = field(default_factory=Stats)
+    #: the engine's counters and histograms as of the last commit, over every session of the
+    #: process (the engine's series show these, ``Engine.export_committed``)
+    committed: Committed = field(default_factory=Committed)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def set_lag(self, lag: dict[tuple[str, int], int]) -> None:

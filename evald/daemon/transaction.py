@@ -465,8 +465,8 @@ class Transaction:
             self._stats.results_produced += produced
             self._stats.dlq.update(reasons)
             self._stats.commits += 1
-            for delta in counted:
-                self._stats.counted.add(delta)
+            engine = self._engine_of()
+            self._stats.committed.commit(engine.scored(), engine.stats, counted)
         self._uncommitted = 0
         self._backoff.reset()
 

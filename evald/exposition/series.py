@@ -97,17 +97,14 @@ class _Segments:
         aggregates = engine.aggregates
         self.measures: list[str] = list(aggregates.measures)
         self.bounds: list[float] = aggregates.bounds.tolist()
-        counts, sums, abandoned = aggregates.hist_counts, aggregates.hist_sum, aggregates.abandoned
-        squares = aggregates.hist_squares
-        segments = engine.segments.segments
-        n = min(len(segments), counts.shape[0], sums.shape[0], abandoned.shape[0], len(squares))
-        self.segs: list[tuple[str, ...]] = segments[:n]
+        shown = engine.histograms()
+        self.segs: list[tuple[str, ...]] = list(shown.segments)
         # Cumulative per bucket: the +Inf bucket is also _count, so they always agree.
-        self.hist_counts: list[list[list[int]]] = np.cumsum(counts[:n], axis=2).tolist()
-        self.hist_sum: list[list[float]] = sums[:n].tolist()
-        self.hist_squares: list[list[float]] = squares[:n].tolist()
-        self.abandoned: list[int] = abandoned[:n].tolist()
-        self.overflow = int(aggregates.overflow)
+        self.hist_counts: list[list[list[int]]] = np.cumsum(shown.counts, axis=2).tolist()
+        self.hist_sum: list[list[float]] = shown.sums.tolist()
+        self.hist_squares: list[list[float]] = shown.squares.tolist()
+        self.abandoned: list[int] = shown.abandoned.tolist()
+        self.overflow = shown.overflow
 
 
 def _windows(engine: Engine) -> list[tuple[tuple[str, ...], Any]]:
@@ -121,7 +118,7 @@ def _attribution_window(engine: Engine) -> float:
 
 
 def _lag(engine: Engine) -> tuple[list[float], list[int], float]:
-    stats = engine.stats
+    stats = engine.counters
     return list(stats.lag_bounds), list(stats.lag_counts), float(stats.lag_sum)
 
 

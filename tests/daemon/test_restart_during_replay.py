@@ -26,6 +26,7 @@ from settable_clock import SettableClock
 from evald.daemon.checkpoint import Checkpoint, from_runs
 from evald.daemon.comparisons import statistics_topic
 from evald.daemon.settings import Settings, load_settings
+from evald.histograms import Histograms
 from evald.statistics.shares import Share, decode_record
 from evald.stats import Stats
 
@@ -121,6 +122,16 @@ def counted(sessions: list[Session]) -> Counter[str]:
         total.update({f"skipped {k}": v for k, v in stats.skipped.items()})
         total["abandoned"] += stats.abandoned
     return +total
+
+
+def assert_histograms_equal(got: Histograms, want: Histograms) -> None:
+    order = [got.segments.index(segment) for segment in want.segments]
+    assert sorted(got.segments) == sorted(want.segments)
+    np.testing.assert_array_equal(got.counts[order], want.counts)
+    np.testing.assert_array_equal(got.abandoned[order], want.abandoned)
+    np.testing.assert_allclose(got.sums[order], want.sums, rtol=1e-12)
+    np.testing.assert_allclose(got.squares[order], want.squares, rtol=1e-12)
+    assert got.overflow == want.overflow
 
 
 def windows(session: Session) -> dict[tuple[Any, ...], tuple[int, float, float]]:
@@ -342,8 +353,8 @@ def test_kill_9s_after_uncommitted_work_leave_the_committed_counters_exact() -> 
     """Three lives each commit, feed on without committing and die (kill -9); a last one
     consumes the rest. What the engines counted, summed over the lives, counts the work after
     each last commit twice (the next life feeds it again); the counters the checkpoints carry
-    and those each life showed on ``/metrics`` (what its commits held) equal one uninterrupted
-    session's."""
+    and the counters and measure histograms each life showed on ``/metrics`` (what its commits
+    held) equal one uninterrupted session's."""
     records = {
         p: traffic(seed=5, partition=p, n=450, base=BASE, repeats=0.05, orphans=0.05)
         for p in PARTITIONS
@@ -370,10 +381,19 @@ def test_kill_9s_after_uncommitted_work_leave_the_committed_counters_exact() -> 
     want: Counter[str] = Counter(ref.engine.stats.counted())
     lived: Counter[str] = Counter()
     shown: Counter[str] = Counter()
+    scored = shown_histograms = None
     for session in sessions:
         lived.update(session.engine.stats.counted())
-        shown.update(session.stats.counted.counted())
+        shown.update(session.stats.committed.counted.counted())
+        mine, held = session.engine.scored(), session.stats.committed.histograms
+        assert held is not None
+        scored = mine if scored is None else scored.plus(mine)
+        shown_histograms = held if shown_histograms is None else shown_histograms.plus(held)
     assert lived - want and not want - lived  # the negative control: counted twice, never less
+    assert scored is not None and shown_histograms is not None
+    assert_histograms_equal(shown_histograms, ref.engine.scored())
+    with pytest.raises(AssertionError):  # what the engines scored has the tails twice
+        assert_histograms_equal(scored, ref.engine.scored())
     in_checkpoints: Counter[str] = Counter()
     for checkpoint in checkpoints(cluster).values():
         in_checkpoints.update(checkpoint.state.counters)

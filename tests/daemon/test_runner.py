@@ -357,5 +357,6 @@ def test_the_session_s_engine_shows_the_counts_its_commits_held() -> None:
     harness = Harness()
     harness.engine.feed(impression("a", 1_000), partition=1, kind="impression", offset=0)
     assert harness.engine.stats.events[("impression", "accepted")] == 1
-    assert harness.engine.counters is harness.daemon.stats.counted
+    assert harness.engine.counters is harness.daemon.stats.committed.counted
     assert harness.engine.counters.events[("impression", "accepted")] == 0
+    assert harness.engine.histograms().segments == ()  # nothing committed yet

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from deploy_support import REPO
 
 from deploy.compose_timeline import timeline
