@@ -829,6 +829,7 @@ SCORE_PATH_MODULES = {
     "evald.cli",
     "evald.metrics",
     "evald.metrics.batch",
+    "evald.metrics.families",
     "evald.metrics.kernels",
     "evald.metrics.names",
     "evald.metrics.trec_names",
