@@ -106,12 +106,6 @@ def _default_measures() -> list[str]:
     return [part.strip() for part in DEFAULT_MEASURES.split(",")]
 
 
-#: families whose mean is not a (weighted) mean of per-list values, so no window sum holds
-#: them, with what to export instead. Not score's NO_PER_QUERY_VALUE: GAUC is a weighted mean,
-#: which the sums hold, though its per-list value alone is AUC's.
-NOT_WEIGHTED_MEANS: dict[str, str] = {"GMAP": "the geometric mean of AP: export AP"}
-
-
 class ComparisonConfig(BaseModel):
     """One arm comparison (docs/statistics.md, "How it is wired")."""
 
@@ -314,15 +308,20 @@ class EngineConfig(BaseModel):
     @field_validator("measures")
     @classmethod
     def _canonical_measures(cls, value: list[str]) -> list[str]:
-        from evald.metrics import parse_measures
+        from evald.metrics import FAMILIES, parse_measures
+        from evald.metrics.families import GEOMETRIC
 
         measures = parse_measures(value)
         for measure in measures:
-            instead = NOT_WEIGHTED_MEANS.get(measure.family)
-            if instead is not None:
+            # the window sums hold (weighted) means of per-list values, not a geometric mean
+            # (GAUC, weighted, they hold, though its per-list value alone is AUC's)
+            family = FAMILIES[measure.family]
+            if family.aggregation == GEOMETRIC:
+                of = family.aggregate_of
                 raise ValueError(
-                    f"{measure} is an aggregate over queries ({instead}), "
-                    "which the engine's sums cannot give; export its per-list measure instead"
+                    f"{measure} is an aggregate over queries (the geometric mean of {of}: "
+                    f"export {of}), which the engine's sums cannot give; export its per-list "
+                    "measure instead"
                 )
         return [str(m) for m in measures]
 

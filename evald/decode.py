@@ -6,7 +6,7 @@ byte sniff for the ``"items"`` key; when the guess fails the other model is trie
 only decides speed, never the outcome. Every failure maps to one stable snake_case ``reason``
 (they are Prometheus label values and DLQ headers; docs/semantics.md lists them).
 
-The input rule shared with ``evald score`` (docs/semantics.md, "One input rule"): the size limit
+The input rule shared with ``evald score`` (input_rule.py; docs/semantics.md): the size limit
 is checked on the raw bytes first, a leading UTF-8 BOM is ignored, an object with a repeated key
 is rejected (``duplicate_key``), and RFC 3339 ``t``/``z`` count as ``T``/``Z``. Event times
 outside the plausible range (before ``min_ts`` or more than ``max_lead`` ahead of the reference
@@ -15,46 +15,22 @@ time the caller passes) are rejected as ``implausible_timestamp``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from evald.events import Feedback, Impression, Limits, Shown, format_timestamp, limited_models
+from evald.events import Feedback, Impression, Limits, Shown, limited_models
+from evald.input_rule import BOM, duplicate_key, implausibility
+
+# re-exported: the engine's counters and the exposition read the reasons here
+from evald.input_rule import JOIN_REASONS as JOIN_REASONS
+from evald.input_rule import REASONS as REASONS
+from evald.input_rule import time_in_words as time_in_words
 from evald.interleaving.teams import problem as team_problem
 
-#: Reasons the join, not a decoder, refuses a record for: a second, different served list for
-#: a request id (a mapping's lists of several records, docs/mapping.md).
-JOIN_REASONS: tuple[str, ...] = ("conflicting_list",)
-
-#: Every rejection reason, in the order docs/semantics.md explains them.
-REASONS: tuple[str, ...] = (
-    "too_large",
-    "invalid_json",
-    "not_an_object",
-    "duplicate_key",
-    "unknown_kind",
-    "wrong_kind",
-    "missing_field",
-    "wrong_type",
-    "bad_timestamp",
-    "implausible_timestamp",
-    "bad_grade",
-    "missing_grade",
-    "unknown_action",
-    "too_many_items",
-    "too_many_labels",
-    "string_too_long",
-    "unknown_interleaving",
-    "bad_teams",
-    *JOIN_REASONS,
-)
-
 JUDGMENT = "judgment"
-
-BOM = b"\xef\xbb\xbf"
 
 
 def keys_surely_unique(raw: bytes, event: Impression | Feedback) -> bool:
@@ -91,32 +67,6 @@ def _colon_after_space(raw: bytes) -> bool:
     # pays for the TypeError, several times the cost of the search itself
     find = raw.find
     return find(b" :") >= 0 or find(b"\t:") >= 0 or find(b"\n:") >= 0 or find(b"\r:") >= 0
-
-
-def duplicate_key(raw: bytes) -> str | None:
-    """The first key repeated within one object of ``raw`` (valid JSON), or None.
-
-    Parses the document again, object by object (keys compared after unescaping, so
-    ``"\\u0069tems"`` repeats ``"items"``): the exact and slow path behind
-    :func:`keys_surely_unique`.
-    """
-    repeated: list[str] = []
-
-    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        if not repeated:
-            seen: set[str] = set()
-            for key, _ in pairs:
-                if key in seen:
-                    repeated.append(key)
-                    break
-                seen.add(key)
-        return {}
-
-    try:
-        json.loads(raw, object_pairs_hook=pairs_hook)
-    except (ValueError, RecursionError):
-        return None  # pydantic accepted it; not ours to judge twice
-    return repeated[0] if repeated else None
 
 
 #: "no lead bound": larger than any event time
@@ -236,27 +186,6 @@ def interleaving_checked(event: Impression, raw: bytes) -> Impression | Rejectio
     if found is None:
         return event
     return Rejection(found[0], found[1], raw, "impression")
-
-
-def time_in_words(ms: int) -> str:
-    """RFC 3339 form of an epoch-ms time for a message; the number itself if out of range."""
-    try:
-        return format_timestamp(ms)
-    except (ValueError, OverflowError, OSError):
-        return f"{ms} ms"
-
-
-def implausibility(ts: int, min_ts: int, max_lead: int | None, reference: int | None) -> str | None:
-    """What is implausible about event time ``ts``, in words, or None: before ``min_ts``, or more
-    than ``max_lead`` ms ahead of ``reference``. The one rule every decoder applies."""
-    if ts < min_ts:
-        return f"{time_in_words(ts)} is before the earliest plausible time {time_in_words(min_ts)}"
-    if reference is not None and max_lead is not None and ts > reference + max_lead:
-        return (
-            f"{time_in_words(ts)} is more than {max_lead} ms ahead of the reference time "
-            f"{time_in_words(reference)}"
-        )
-    return None
 
 
 def _describe(error: Mapping[str, Any]) -> str:

@@ -16,10 +16,8 @@ per-field reads ``state`` is made of (``low_offsets``, ``checkpoint``, ``evicted
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
@@ -28,7 +26,7 @@ import numpy as np
 from evald.aggregate import Aggregates, WindowRow
 from evald.config import EngineConfig
 from evald.decode import Decoder, EventDecoder, Rejection, Skipped
-from evald.events import Feedback, Impression, Shown, format_timestamp, parse_timestamp
+from evald.events import Feedback, Impression, Shown
 from evald.histograms import Committed, Histograms, empty_like
 from evald.interleaving.component import Interleaving
 from evald.join import Joined, JoinStore
@@ -36,6 +34,7 @@ from evald.join.clock import EventTimes
 from evald.join.window import complete_before
 from evald.metrics import Batch, evaluate, parse_measures, required_depth
 from evald.partition_state import MAX_HELD_RUNS, PartitionState, from_runs, to_runs
+from evald.result import Result, read_result
 from evald.segments import LabelTable, SegmentIndex
 from evald.statistics.bootstrap import (
     list_clusters,
@@ -47,66 +46,9 @@ from evald.statistics.live import LiveStatistics
 from evald.statistics.shares import Frozen, PartitionShares
 from evald.stats import Stats
 
-_CLUSTER = re.compile("[0-9a-f]{16}")
-
 
 def _first(pair: tuple[int, Rejection]) -> int:
     return pair[0]
-
-
-@dataclass(slots=True)
-class Result:
-    """One finalized impression: what ``--results`` and the results topic carry."""
-
-    request_id: str
-    ts: int  # epoch ms
-    labels: dict[str, str]
-    measures: dict[str, float]
-    partition: int = 0
-    reason: str = "window"  # what closed it: window / late / cap / drain
-    abandoned: bool = False  # no positive feedback: every measure is 0
-    #: the user's bootstrap cluster key (``user_cluster``); 0: no user id, or not kept
-    #: (``bootstrap_replicates`` 0)
-    cluster: int = 0
-    #: an interleaved list's credit (``interleaving.component.result_field``); None: none
-    interleaving: dict[str, Any] | None = None
-    #: the impression's query, normalised (evald.query); "": none
-    query: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures"}``, ``"cluster"``
-        (``format_cluster``) when the impression had a user id, ``"interleaving"`` when it
-        was a credited interleaved list (docs/semantics.md §9) and ``"query"`` (normalised)
-        when it had a query."""
-        doc: dict[str, Any] = {
-            "request_id": self.request_id,
-            "ts": format_timestamp(self.ts),
-            "labels": self.labels,
-            "measures": self.measures,
-        }
-        if self.cluster:
-            doc["cluster"] = format_cluster(self.cluster)
-        if self.interleaving is not None:
-            doc["interleaving"] = self.interleaving
-        if self.query:
-            doc["query"] = self.query
-        return doc
-
-
-def format_cluster(key: int) -> str:
-    """A cluster key as the result's ``"cluster"`` field: 16 lowercase hex digits. A restart
-    reads it back (``Engine.absorb_result``) so the user's lists keep their bootstrap weights."""
-    return f"{key:016x}"
-
-
-def parse_cluster(field: object) -> int:
-    """The key of a result's ``"cluster"`` field (``format_cluster``); ValueError otherwise."""
-    if not isinstance(field, str) or _CLUSTER.fullmatch(field) is None:
-        raise ValueError(f"cluster must be 16 lowercase hex digits, got {field!r}")
-    key = int(field, 16)
-    if key == 0:
-        raise ValueError("cluster 0000000000000000 is not a user's key")
-    return key
 
 
 class Engine:
@@ -775,26 +717,15 @@ class Engine:
         rids: list[str] = []
         queries: list[str] = []
         for result in results:
-            try:
-                ts_ms = parse_timestamp(result["ts"])
-                labels = dict(result.get("labels") or {})
-                measures = result.get("measures") or {}
-                row = [float(measures.get(name, float("nan"))) for name in self.measure_names]
-                if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-                    raise TypeError("labels must map strings to strings")
-                cluster = result.get("cluster")
-                key = None if cluster is None else parse_cluster(cluster)
-                query = result.get("query") or ""
-                if not isinstance(query, str):
-                    raise TypeError("query must be a string")
-            except (KeyError, TypeError, ValueError, AttributeError):
+            read = read_result(result, self.measure_names)
+            if read is None:
                 continue
-            segments.append(self.segments.segment_of(labels))
-            times.append(ts_ms)
-            rows.append(row)
-            clusters.append(key)
-            rids.append(str(result.get("request_id", "")) if key is None else "")
-            queries.append(query)
+            segments.append(self.segments.segment_of(read.labels))
+            times.append(read.ts)
+            rows.append(read.row)
+            clusters.append(read.cluster)
+            rids.append(read.request_id if read.cluster is None else "")
+            queries.append(read.query)
         if not segments:
             return 0
         keys = np.asarray([0 if k is None else k for k in clusters], dtype=np.uint64)

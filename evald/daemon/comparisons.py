@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from evald.config import EngineConfig
+from evald.daemon import names
 from evald.daemon.backoff import Backoff
 from evald.daemon.kafka_compat import close_quietly, without_auto_create
 from evald.daemon.settings import Settings, TopicSettings
@@ -44,9 +45,8 @@ POLL_MS = 500
 
 
 def statistics_topic(topics: TopicSettings) -> str:
-    """``<checkpoints topic>.statistics``: the shares belong with the checkpoints that hold
-    the open ones, so the two are kept, reset and deleted together."""
-    return f"{topics.checkpoint_topic}.statistics"
+    """The statistics topic of these settings (the name's rule: names.py)."""
+    return names.statistics_topic(topics.checkpoint_topic)
 
 
 class ComparisonReader:

@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
-from kafka import KafkaConsumer
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 
 from evald.daemon.inputs import Inputs
 from evald.daemon.merge import KINDS
 from evald.daemon.stats import DaemonStats
 
-__all__ = ["Health"]
+__all__ = ["EndOffsets", "Health"]
 
 log = logging.getLogger("evald.daemon")
+
+
+class EndOffsets(Protocol):
+    """What the lag probe reads of the group consumer (kafka-python's ``KafkaConsumer``): the
+    high watermark its latest fetch of a partition reported, and the broker's end offsets
+    (a ListOffsets round trip, raising ``KafkaError`` when the broker does not answer)."""
+
+    def highwater(self, tp: TopicPartition) -> int | None: ...
+
+    def end_offsets(
+        self, tps: list[TopicPartition], timeout_ms: int
+    ) -> dict[TopicPartition, int]: ...
 
 
 class Health:
@@ -147,7 +160,7 @@ class Health:
             log.info("ready %.2fs after start", self.ready_at - self.started_at)
         self._stats.ready = ready
 
-    def probe(self, consumer: KafkaConsumer, inputs: Inputs) -> bool:
+    def probe(self, consumer: EndOffsets, inputs: Inputs) -> bool:
         """Refresh consumer lag; doubles as the broker reachability check behind /readyz.
         Returns whether the broker answered.
 

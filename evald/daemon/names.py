@@ -1,5 +1,6 @@
 """Every name the daemon derives from the names it is given: transactional ids, the
-repartition stage's group and member id, its internal topics.
+repartition stage's group and member id, its internal topics, the checkpoint topic's default
+and the statistics topic.
 
 Pure functions of strings, so the settings can check the names before anything starts and the
 stages use the same ones, without the settings importing a stage (docs/daemon.md,
@@ -20,8 +21,11 @@ from __future__ import annotations
 __all__ = [
     "INTERNAL_SUFFIX",
     "REPARTITION_SUFFIX",
+    "checkpoint_topic",
     "internal_topic",
     "repartition_group",
+    "repartition_member",
+    "statistics_topic",
     "transactional_id",
 ]
 
@@ -52,6 +56,11 @@ def repartition_group(group_id: str) -> str:
     return f"{group_id}.repartition"
 
 
+def repartition_member(instance_id: str) -> str:
+    """The repartition stage's static member id in its own group (:func:`repartition_group`)."""
+    return instance_id + REPARTITION_SUFFIX
+
+
 def internal_topic(group_id: str, topic: str) -> str:
     """The internal topic the daemon of consumer group ``group_id`` re-keys ``topic`` into.
 
@@ -59,3 +68,14 @@ def internal_topic(group_id: str, topic: str) -> str:
     daemon started with a new group reads the input again from its start, and writing that
     into the old group's internal topics would put every record there twice."""
     return f"{group_id}.{topic}{INTERNAL_SUFFIX}"
+
+
+def checkpoint_topic(results: str, checkpoints: str | None) -> str:
+    """The checkpoint topic: ``checkpoints`` when given, else ``<results>.checkpoints``."""
+    return checkpoints or f"{results}.checkpoints"
+
+
+def statistics_topic(checkpoint_topic: str) -> str:
+    """``<checkpoint topic>.statistics``: the shares belong with the checkpoints that hold the
+    open ones, so the two are kept, reset and deleted together."""
+    return f"{checkpoint_topic}.statistics"

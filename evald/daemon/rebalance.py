@@ -74,7 +74,7 @@ class Rebalance(ConsumerRebalanceListener):
         if lost and transaction.open:
             if not transaction.abandoned:  # taken over while our transaction was open: a zombie
                 with self._stats.lock:
-                    self._stats.fenced += 1
+                    self._stats.fenced_revocations += 1
             # what the aborted transaction held for partitions we keep is gone too
             transaction.abort(poisoned=True)
         for p in self._inputs.revoke(partitions):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from evald.config import ComparisonConfig
 from evald.daemon.checkpoint import Checkpoint, SnapshotRef
 from evald.daemon.merge import KINDS
-from evald.decode import time_in_words
+from evald.input_rule import time_in_words
 
 __all__ = [
     "RECORD_LEAD_MS",

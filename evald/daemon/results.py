@@ -5,9 +5,9 @@ serialise a result is paid ~0.3-0.4x per input record. ``json.dumps(doc, sort_ke
 separators=...)`` builds a fresh encoder and sorts three dicts per call, and
 :func:`evald.events.format_timestamp` goes through ``datetime.strftime``. Here the encoder is
 built once and the RFC 3339 date-and-hour prefix is cached, so only minutes, seconds and
-milliseconds are formatted per result. The document is the same as
-:meth:`evald.engine.Result.to_json` (`evald replay --results` schema); only the key order inside
-the JSON differs from a sorted dump, which no reader depends on.
+milliseconds are formatted per result. The document is :func:`evald.result.document`, the one
+``Result.to_json`` builds too (`evald replay --results` schema); only the key order inside the
+JSON differs from a sorted dump, which no reader depends on.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evald.engine import Result, format_cluster
 from evald.events import format_timestamp
+from evald.result import Result, document
 
 __all__ = ["ResultEncoder", "TimestampFormatter"]
 
@@ -57,23 +57,8 @@ class ResultEncoder:
         self._encode = json.JSONEncoder(separators=(",", ":")).encode
 
     def document(self, result: Result) -> dict[str, Any]:
-        """The JSON document: ``{"request_id", "ts" (RFC 3339), "labels", "measures"}``,
-        ``"cluster"`` when the impression had a user id, ``"interleaving"`` when it was a
-        credited interleaved list and ``"query"`` (normalised) when it had a query, as
-        ``Result.to_json``."""
-        doc: dict[str, Any] = {
-            "request_id": result.request_id,
-            "ts": self.format_ts(result.ts),
-            "labels": result.labels,
-            "measures": result.measures,
-        }
-        if result.cluster:
-            doc["cluster"] = format_cluster(result.cluster)
-        if result.interleaving is not None:
-            doc["interleaving"] = result.interleaving
-        if result.query:
-            doc["query"] = result.query
-        return doc
+        """The JSON document, :func:`evald.result.document` with the time formatted here."""
+        return document(result, self.format_ts(result.ts))
 
     def encode(self, result: Result) -> tuple[bytes, bytes]:
         """Key (the request_id, UTF-8) and value (compact JSON, ASCII-escaped) of the record."""

@@ -190,7 +190,7 @@ class Daemon:
                     return 2
                 if isinstance(exc, FENCING_ERRORS):
                     with self.stats.lock:
-                        self.stats.fenced += 1
+                        self.stats.fenced_sessions += 1
                 self.health.set_ready(False)
                 delay = self._backoff.next_delay()
                 self.health.retry(f"retrying after {type(exc).__name__}: {exc}")

@@ -36,7 +36,7 @@ from pydantic import (
 )
 
 from evald.config import ConfigError, read_mapping_file
-from evald.daemon.names import internal_topic, transactional_id
+from evald.daemon.names import checkpoint_topic, internal_topic, transactional_id
 
 __all__ = [
     "DaemonSettings",
@@ -165,8 +165,8 @@ class TopicSettings(_Strict):
 
     @property
     def checkpoint_topic(self) -> str:
-        """The effective checkpoint topic name."""
-        return self.checkpoints or f"{self.results}.checkpoints"
+        """The effective checkpoint topic name (names.py)."""
+        return checkpoint_topic(self.results, self.checkpoints)
 
     @model_validator(mode="after")
     def _distinct(self) -> TopicSettings:

@@ -18,26 +18,38 @@ __all__ = ["DaemonCollector", "DaemonStats"]
 
 @dataclass
 class DaemonStats:
-    """Plain counters written by the consumer loop, read by scrapes (a lock guards the maps)."""
+    """Plain counters written by the consumer loop, read by scrapes (a lock guards the maps).
 
-    pauses: int = 0
-    results_produced: int = 0
-    dlq: Counter[str] = field(default_factory=Counter)
-    lag: dict[tuple[str, int], int] = field(default_factory=dict)
-    ready: bool = False
-    commits: int = 0
-    aborts: int = 0
-    sessions: int = 0
-    restores: int = 0
+    Each field has one writer, named beside it: the runner (its poll cycle and sessions), the
+    transaction (what a commit or an abort did), the rebalance listener and the health probe.
+    """
+
+    pauses: int = 0  # runner
+    results_produced: int = 0  # transaction
+    dlq: Counter[str] = field(default_factory=Counter)  # transaction
+    lag: dict[tuple[str, int], int] = field(default_factory=dict)  # health (set_lag)
+    ready: bool = False  # health (set_ready)
+    commits: int = 0  # transaction
+    aborts: int = 0  # transaction
+    sessions: int = 0  # runner
+    restores: int = 0  # runner
+    #: sessions that failed because the broker rejected a commit as stale (fenced producer or
+    #: generation); runner
+    fenced_sessions: int = 0
     #: open transactions given up because another member had taken the partitions over (lost
-    #: partitions) or the broker rejected the commit as stale (fenced producer or generation)
-    fenced: int = 0
-    #: largest number of pending impressions seen after a tick (memory high-water mark)
+    #: partitions); rebalance
+    fenced_revocations: int = 0
+    #: largest number of pending impressions seen after a tick (memory high-water mark); runner
     peak_pending: int = 0
     #: the engine's counters and histograms as of the last commit, over every session of the
     #: process (the engine's series show these, ``Engine.export_committed``)
     committed: Committed = field(default_factory=Committed)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def fenced(self) -> int:
+        """Open transactions abandoned because this instance was fenced, either way."""
+        return self.fenced_sessions + self.fenced_revocations
 
     def set_lag(self, lag: dict[tuple[str, int], int]) -> None:
         """Replace the consumer-lag snapshot (partitions no longer owned disappear)."""

@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 from pydantic_core import from_json
 
-from evald.decode import duplicate_key
+from evald.input_rule import duplicate_key
 from evald.mapping.keys import maybe_repeated
 
 #: an action line's first key, after optional whitespace

@@ -18,16 +18,9 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from evald.decode import (
-    BOM,
-    Rejection,
-    Skipped,
-    duplicate_key,
-    implausibility,
-    interleaving_checked,
-    reason_of,
-)
+from evald.decode import Rejection, Skipped, interleaving_checked, reason_of
 from evald.events import Feedback, Impression, Limits, Shown, limited_models
+from evald.input_rule import BOM, duplicate_key, implausibility
 from evald.mapping.fast import compile_fast
 from evald.mapping.keys import maybe_repeated
 from evald.mapping.labels import flatten, label_text, not_a_label

@@ -1,4 +1,4 @@
-"""Measure names: ir_measures-style parsing into hashable specs.
+"""Measure names: ir_measures-style parsing into hashable specs (the families: families.py).
 
 A name is ``Family``, optionally ``(key=value,...)`` and optionally ``@cutoff``, e.g.
 ``nDCG@10``, ``P(rel=2)@5``, ``RBP(p=0.9)``, ``nDCG(dcg='exp-log2')@10``. ``str(measure)`` is the
@@ -10,11 +10,12 @@ Prometheus label value.
 from __future__ import annotations
 
 import ast
-import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
+
+from evald.metrics.families import FAMILIES, NO_RANKS, NONE, REQUIRED, WHOLE_LIST
 
 DEFAULT_MEASURES = "nDCG@10,RR,Success@10,RBP(p=0.8),P@10,R@10,AP@10"
 
@@ -22,165 +23,6 @@ DEFAULT_MEASURES = "nDCG@10,RR,Success@10,RBP(p=0.8),P@10,R@10,AP@10"
 class MeasureError(ValueError):
     """An unknown or malformed measure name; the message lists the valid forms."""
 
-
-# _Param and Family are named tuples: immutable like a frozen dataclass, and about 0.35 ms
-# cheaper each to build at import (this module is on every `evald score` start-up).
-
-
-class _Param(NamedTuple):
-    """One parameter a family accepts: its default and a validator/normaliser."""
-
-    default: Any
-    check: Callable[[Any], Any]  # returns the normalised value or raises ValueError(reason)
-
-
-def _positive_number(value: Any) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError("must be a number")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError("must be a finite number > 0")
-    return int(value) if float(value).is_integer() else float(value)
-
-
-def _probability(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError("must be a number")
-    if not 0 < value < 1:
-        raise ValueError("must be strictly between 0 and 1")
-    return float(value)
-
-
-def _choice(*options: str) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if value not in options:
-            raise ValueError("must be one of " + ", ".join(repr(o) for o in options))
-        return str(value)
-
-    return check
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError("must be True or False")
-    return value
-
-
-def _grade_cap(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 30:
-        raise ValueError("must be an integer between 1 and 30")
-    return value
-
-
-def _gain_map(value: Any) -> tuple[tuple[int, float | int], ...] | None:
-    """trec_eval's ``ndcg.1=3,2=9``: relevance level (an integer ≥ 0) → gain (any finite number)."""
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not value:
-        raise ValueError("must be a non-empty map of grade to gain, e.g. {0:0,1:1,2:3}")
-    pairs = []
-    for level, gain in value.items():
-        if isinstance(level, bool) or not isinstance(level, int) or level < 0:
-            raise ValueError(f"has level {level!r}: levels are integers ≥ 0")
-        if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not math.isfinite(gain):
-            raise ValueError(f"has gain {gain!r} for level {level}: gains are finite numbers")
-        pairs.append((level, int(gain) if float(gain).is_integer() else float(gain)))
-    return tuple(sorted(pairs))
-
-
-def _recall_level(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError("must be a recall level between 0 and 1")
-    return float(value)
-
-
-_REL = _Param(1, _positive_number)
-_P = _Param(0.8, _probability)
-_DCG = _Param("log2", _choice("log2", "exp-log2"))
-
-REQUIRED, OPTIONAL, NONE = "required", "optional", "none"
-
-
-class Family(NamedTuple):
-    """What a measure family accepts; ``forms`` is shown in error messages."""
-
-    name: str
-    params: dict[str, _Param]
-    cutoff: str
-    forms: tuple[str, ...]
-    always_shown: tuple[str, ...] = ()
-
-
-FAMILIES: dict[str, Family] = {
-    f.name: f
-    for f in (
-        Family("P", {"rel": _REL}, REQUIRED, ("P@k", "P(rel=N)@k")),
-        Family("R", {"rel": _REL}, REQUIRED, ("R@k", "R(rel=N)@k")),
-        Family("F1", {"rel": _REL}, REQUIRED, ("F1@k", "F1(rel=N)@k")),
-        Family("CG", {}, OPTIONAL, ("CG@k", "CG")),
-        Family(
-            "DCG",
-            {"dcg": _DCG, "gains": _Param(None, _gain_map)},
-            OPTIONAL,
-            ("DCG@k", "DCG", "DCG(dcg='exp-log2')@k", "DCG(gains={0:0,1:1,2:3})"),
-        ),
-        Family(
-            "nDCG",
-            {"dcg": _DCG, "gains": _Param(None, _gain_map)},
-            OPTIONAL,
-            ("nDCG@k", "nDCG", "nDCG(dcg='exp-log2')@k", "nDCG(gains={0:0,1:1,2:3})@k"),
-        ),
-        Family(
-            "AP",
-            {"rel": _REL, "denom": _Param("R", _choice("R", "min"))},
-            OPTIONAL,
-            ("AP", "AP@k", "AP(rel=N)@k", "AP(denom='min')@k"),
-        ),
-        Family("RR", {"rel": _REL}, OPTIONAL, ("RR", "RR@k", "RR(rel=N)@k")),
-        Family("Success", {"rel": _REL}, REQUIRED, ("Success@k", "Hit@k", "Success(rel=N)@k")),
-        Family(
-            "RBP",
-            {"p": _P, "rel": _REL, "graded": _Param(False, _boolean)},
-            OPTIONAL,
-            ("RBP(p=0.8)", "RBP(p=0.8,rel=N)", "RBP(p=0.8,graded=True)", "RBP(p=0.8)@k"),
-            always_shown=("p",),
-        ),
-        Family(
-            "RBPResidual",
-            {"p": _P},
-            OPTIONAL,
-            ("RBPResidual(p=0.8)", "RBPResidual(p=0.8)@k"),
-            always_shown=("p",),
-        ),
-        Family("ERR", {"gmax": _Param(4, _grade_cap)}, OPTIONAL, ("ERR@k", "ERR(gmax=N)@k")),
-        Family("AUC", {"rel": _REL}, NONE, ("AUC", "AUC(rel=N)")),
-        Family("GAUC", {"rel": _REL}, NONE, ("GAUC", "GAUC(rel=N)")),
-        Family("KendallTau", {}, NONE, ("KendallTau",)),
-        Family("Rprec", {"rel": _REL}, NONE, ("Rprec", "Rprec(rel=N)")),
-        Family("Bpref", {"rel": _REL}, NONE, ("Bpref", "Bpref(rel=N)")),
-        Family("infAP", {"rel": _REL}, NONE, ("infAP", "infAP(rel=N)")),
-        Family("GMAP", {"rel": _REL}, NONE, ("GMAP", "GMAP(rel=N)")),
-        Family("NumRet", {}, NONE, ("NumRet",)),
-        Family("NumRel", {"rel": _REL}, NONE, ("NumRel", "NumRel(rel=N)")),
-        Family("NumRelRet", {"rel": _REL}, NONE, ("NumRelRet", "NumRelRet(rel=N)")),
-        Family("SetP", {"rel": _REL}, NONE, ("SetP", "SetP(rel=N)")),
-        Family("SetR", {"rel": _REL}, NONE, ("SetR", "SetR(rel=N)")),
-        Family(
-            "SetF",
-            {"rel": _REL, "beta": _Param(1, _positive_number)},
-            NONE,
-            ("SetF", "SetF(beta=B)", "SetF(rel=N)"),
-        ),
-        Family("Judged", {}, REQUIRED, ("Judged@k",)),
-        Family(
-            "IPrec",
-            {"rel": _REL, "recall": _Param(None, _recall_level)},
-            NONE,
-            ("IPrec@r", "IPrec(rel=N)@r"),
-            always_shown=("recall",),
-        ),
-        Family("IPrec11pt", {"rel": _REL}, NONE, ("IPrec11pt", "IPrec11pt(rel=N)")),
-    )
-}
 
 ALIASES: dict[str, str] = {
     "Hit": "Success",
@@ -373,19 +215,14 @@ def labelled_measures(text: str | Sequence[str]) -> dict[Measure, str]:
     return out
 
 
-#: families whose value depends on every served rank when no cutoff is given
-_FULL_LIST = {"AUC", "GAUC", "KendallTau"}
-#: families that read no rank at all (the served length, the judgments)
-_NO_RANKS = {"NumRet", "NumRel"}
-
-
 def required_depth(measures: Iterable[Measure]) -> int | None:
     """Deepest rank any measure reads; None if one needs the whole served list."""
     depth = 0
     for measure in measures:
-        if measure.family in _NO_RANKS:
+        reads = FAMILIES[measure.family].reads
+        if reads == NO_RANKS:
             continue
-        if measure.cutoff is None or measure.family in _FULL_LIST:
+        if measure.cutoff is None or reads == WHOLE_LIST:
             return None
         depth = max(depth, measure.cutoff)
     return depth

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
+from evald.input_rule import BOM_TEXT, repeated_key
 from evald.score.records import Query, Rejection
 
 #: pydantic-core's parser, imported at the first line that needs it: most files are read by the
@@ -41,11 +42,7 @@ class _DuplicateKey(ValueError):
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
+        raise _DuplicateKey(repeated_key(pairs))
     return obj
 
 
@@ -300,7 +297,7 @@ def read_line(raw: bytes, number: int, source: str) -> Query | Rejection | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return Rejection(source, number, f"not valid UTF-8 (byte {exc.start})")
-    text = text.removeprefix("\ufeff")  # a byte-order mark, ignored on any line (docs/score.md)
+    text = text.removeprefix(BOM_TEXT)  # a byte-order mark, ignored on any line (docs/score.md)
     if not text.strip():
         return None
     parsed = parse_line(text)

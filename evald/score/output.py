@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, NamedTuple, TextIO, cast
 
 import numpy as np
 
+from evald.metrics import FAMILIES, make_measure
+from evald.metrics.trec_names import trec_name
+
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
@@ -200,9 +203,15 @@ def format_mean_json(rows: Sequence[MeanRow], queries: int) -> str:
     return "".join(parts)
 
 
-#: Measures that are counts: trec_eval prints them as integers, and their ``all`` value is the
-#: sum over queries rather than the mean.
-COUNTS = frozenset({"num_ret", "num_rel", "num_rel_ret", "NumRet", "NumRel", "NumRelRet"})
+#: Measures that are counts, by family and trec_eval name: trec_eval prints them as integers,
+#: and their ``all`` value is the sum over queries rather than the mean.
+COUNTS = frozenset(
+    name
+    for family in FAMILIES.values()
+    if family.is_count
+    for name in (family.name, trec_name(make_measure(family.name)))
+    if name is not None
+)
 
 
 def _count(name: str) -> bool:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evald.metrics import (
+    FAMILIES,
     Measure,
     evaluate,
     from_mean,
@@ -32,9 +33,9 @@ if TYPE_CHECKING:
     from evald.score.records import Chunk
 
 #: Families that only make sense over many lists: left out of per-query rows, kept in the mean
-#: (trec_eval prints gm_map only in its ``all`` line too). Not config's NOT_WEIGHTED_MEANS (what
-#: the engine's sums cannot hold): a list's GAUC is its AUC, and only the mean is GAUC.
-NO_PER_QUERY_VALUE = frozenset({"GAUC", "GMAP"})
+#: (trec_eval prints gm_map only in its ``all`` line too). Not what the config refuses (what
+#: the engine's sums cannot hold, GMAP): a list's GAUC is its AUC, and only the mean is GAUC.
+NO_PER_QUERY_VALUE = frozenset(name for name, f in FAMILIES.items() if f.aggregate_of)
 
 
 def per_query(measures: Sequence[Measure]) -> list[Measure]:

@@ -17,6 +17,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from operator import attrgetter
 
+from evald.input_rule import BOM_TEXT
 from evald.score.records import Query, Rejection
 
 # ASCII decimal numbers only: float() alone would also take "1_000", "nan" and non-ASCII digits,
@@ -47,7 +48,7 @@ def _fields(raw: bytes) -> list[str] | str | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"not valid UTF-8 (byte {exc.start})"
-    fields = text.removeprefix("\ufeff").split()  # a byte-order mark is ignored on any line
+    fields = text.removeprefix(BOM_TEXT).split()  # a byte-order mark is ignored on any line
     if not fields or fields[0].startswith("#"):
         return None
     return fields
@@ -202,7 +203,7 @@ def read_run(lines: Iterable[bytes], source: str) -> tuple[Run, list[Rejection]]
     queries = run.queries
     for number, raw in enumerate(lines, start=1):
         try:  # _fields, inlined: this loop runs once per run line
-            fields = raw.decode("utf-8").removeprefix("\ufeff").split()
+            fields = raw.decode("utf-8").removeprefix(BOM_TEXT).split()
         except UnicodeDecodeError as exc:
             qid = _qid_of(raw)
             if qid is not None:

@@ -55,3 +55,26 @@ def test_ids_are_stable() -> None:
     )
     assert settings.daemon.transactional_id() == "evald/g-a/b"
     assert settings.daemon.transactional_id(repartition=True) == "evald/g-a/b/repartition"
+
+
+def test_every_topic_and_member_name_is_derived_from_strings_as_before() -> None:
+    """The names the settings and the stages use come from names.py, spelled as they always
+    were (a renamed topic would strand the checkpoints and shares already written)."""
+    from evald.daemon.comparisons import statistics_topic as of_settings
+    from evald.daemon.names import (
+        checkpoint_topic,
+        internal_topic,
+        repartition_group,
+        repartition_member,
+        statistics_topic,
+    )
+
+    assert checkpoint_topic("evald.results", None) == "evald.results.checkpoints"
+    assert checkpoint_topic("evald.results", "cp") == "cp"
+    assert statistics_topic("cp") == "cp.statistics"
+    assert repartition_group("g") == "g.repartition"
+    assert repartition_member("evald-0") == "evald-0-repartition"
+    assert internal_topic("g", "t") == "g.t.evald-repartition"
+    settings = load_settings(environ={"EVALD_TOPICS__RESULTS": "res"}, validate_engine=False)
+    assert settings.topics.checkpoint_topic == "res.checkpoints"
+    assert of_settings(settings.topics) == "res.checkpoints.statistics"

@@ -10,6 +10,7 @@ from collections import namedtuple
 from typing import Any
 
 from kafka import TopicPartition
+from kafka.errors import KafkaTimeoutError
 from settable_clock import SettableClock
 
 from evald.config import load_config
@@ -360,3 +361,25 @@ def test_the_session_s_engine_shows_the_counts_its_commits_held() -> None:
     assert harness.engine.counters is harness.daemon.stats.committed.counted
     assert harness.engine.counters.events[("impression", "accepted")] == 0
     assert harness.engine.histograms().segments == ()  # nothing committed yet
+
+
+class SilentBroker:
+    """Only what the lag probe reads (health.EndOffsets), from a broker that does not answer."""
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return None
+
+    def end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, int]:
+        raise KafkaTimeoutError("ListOffsets timed out")
+
+
+def test_a_broker_that_does_not_answer_the_probe_makes_the_daemon_not_ready() -> None:
+    """The probe needs no consumer, only the two reads of ``EndOffsets``: an unanswered
+    ListOffsets is the broker away, so /readyz and evald_ready turn red and the lag stays."""
+    h = Harness()
+    h.restored(start={"impression": 5, "feedback": 7}, consumed={"impression": 5, "feedback": 7})
+    h.daemon.stats.ready = h.daemon.health.broker_ok = True
+    h.daemon.stats.set_lag({("imp", 1): 3})
+    assert not h.daemon.health.probe(SilentBroker(), h.daemon.inputs)
+    assert not h.daemon.health.broker_ok and not h.daemon.stats.ready
+    assert h.daemon.stats.lag == {("imp", 1): 3}

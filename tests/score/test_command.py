@@ -827,8 +827,10 @@ def test_start_up_imports_only_what_scoring_needs(tmp_path: Path) -> None:
 SCORE_PATH_MODULES = {
     "evald",
     "evald.cli",
+    "evald.input_rule",
     "evald.metrics",
     "evald.metrics.batch",
+    "evald.metrics.families",
     "evald.metrics.kernels",
     "evald.metrics.names",
     "evald.metrics.trec_names",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pydantic_core import from_json
 
-from evald.decode import BOM
+from evald.input_rule import BOM
 from evald.mapping import load_spec
 from evald.mapping.pointer import MISSING, parse_pointer, resolve
 

@@ -79,7 +79,7 @@ from evald.daemon.kafka_compat import (
     unpark_resumed,
     without_auto_create,
 )
-from evald.daemon.names import REPARTITION_SUFFIX, internal_topic, repartition_group
+from evald.daemon.names import internal_topic, repartition_group, repartition_member
 from evald.daemon.repartition.interleave import Interleaver
 from evald.daemon.repartition.rekey import RequestIdReader, Unkeyable, partition_for
 from evald.daemon.settings import Settings
@@ -339,7 +339,7 @@ class Repartitioner:
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self._prepare_topics(self._admin)
         # the static member id in the stage's own group (the transactional id: names.py)
-        stage_id = cfg.daemon.instance_id + REPARTITION_SUFFIX
+        stage_id = repartition_member(cfg.daemon.instance_id)
         self._producer = KafkaProducer(
             transactional_id=cfg.daemon.transactional_id(repartition=True),
             transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
