@@ -22,7 +22,7 @@ from kafka.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 
-from evald.daemon.comparisons import statistics_topic
+from evald.daemon.comparisons import publishes_statistics, statistics_topic
 from evald.daemon.names import transactional_id
 from evald.daemon.settings import Settings
 
@@ -77,13 +77,14 @@ def topic_needs(settings: Settings) -> list[Need]:
         ),
         Need("topics.dlq", topics.dlq, ("DESCRIBE", "WRITE"), "evald writes rejected records"),
     ]
-    if settings.engine_config().statistics.comparisons:
+    if publishes_statistics(settings.engine_config()):
         needs.append(
             Need(
                 "statistics.comparisons",
                 statistics_topic(topics),
                 write_back,
-                "evald writes every partition's comparison shares and folds them",
+                "evald writes every partition's comparison (and interleaving credit) shares and "
+                "folds them",
             )
         )
     return needs
