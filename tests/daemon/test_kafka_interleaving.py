@@ -1,22 +1,46 @@
 """Interleaving credit through `evald run` on Apache Kafka with a kill -9: every result on the
 results topic (read_committed, no de-duplication) carries the credit the plain computation
-gives for its list, and no list is credited twice (docs/semantics.md §9)."""
+gives for its list, and no list is credited twice (docs/semantics.md §9); the preference test
+the restarted instance folds from the statistics topic exports the very series of one
+uninterrupted engine folding the same records (the engine `evald replay` runs)."""
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
 
 import pytest
 from interleaved_stream import T0, events, plain_credit
-from kafka_harness import KafkaTools, wait_until
+from kafka_harness import ENGINE, KafkaTools, wait_until
 from kafka_instances import Instance, names
+from prometheus_client import generate_latest
+
+from evald.config import load_config
+from evald.exposition import build_registry
 
 pytestmark = pytest.mark.kafka
 
-TEAMS = ("--set", 'engine.interleaving={"teams": ["A", "B"]}')
+INTERLEAVING = {"teams": ["A", "B"], "window": "5m", "min_n": 30}
+TEAMS = ("--set", f"engine.interleaving={json.dumps(INTERLEAVING)}")
+
+
+def interleaving_samples(text: str) -> dict[str, float]:
+    """The ``evald_interleaving_*`` samples of an exposition: name and labels -> value."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("evald_interleaving_"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def equal(got: dict[str, float], want: dict[str, float]) -> bool:
+    return got.keys() == want.keys() and all(
+        math.isclose(got[k], want[k], rel_tol=1e-9, abs_tol=1e-12) for k in want
+    )
 
 
 def test_credit_through_a_kill_9_equals_the_plain_computation(
@@ -41,6 +65,23 @@ def test_credit_through_a_kill_9_equals_the_plain_computation(
     kafka_tools.produce_rows(topics["impressions"], topics["feedback"], {0: rows[half:]})
     second = instances("a", extra=TEAMS)
     wait_until(lambda: second.lag_zero(1), 120, "the second run to catch up")
+    config = load_config({**ENGINE, "interleaving": INTERLEAVING})
+    _, engine = kafka_tools.expected(
+        config, topics["impressions"], topics["feedback"], global_statistics=True
+    )
+    registry, _ = build_registry(engine, process=False)
+    want = interleaving_samples(generate_latest(registry).decode())
+    verdicts = [v for k, v in want.items() if k.startswith("evald_interleaving_verdict{")]
+    assert verdicts and set(verdicts) == {1.0}  # A won: a test that folded several looks
+
+    def folded() -> dict[str, float]:
+        return interleaving_samples(second.get("/metrics")[1])
+
+    try:
+        wait_until(lambda: equal(folded(), want), 60, "the restarted run's preference test")
+    finally:
+        for key in sorted(want.keys() | folded().keys()):
+            print(key, folded().get(key), want.get(key))
     time.sleep(1.0)
     assert second.terminate() == 0
     results = [json.loads(r.value) for r in kafka_tools.read(topics["results"], committed=True)]
