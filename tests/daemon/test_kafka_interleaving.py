@@ -74,6 +74,9 @@ def test_credit_through_a_kill_9_equals_the_plain_computation(
     verdicts = [v for k, v in want.items() if k.startswith("evald_interleaving_verdict{")]
     assert verdicts and set(verdicts) == {1.0}  # A won: a test that folded several looks
 
+    def series(samples: dict[str, float], name: str) -> list[float]:
+        return [v for k, v in samples.items() if k.startswith(f"{name}{{")]
+
     def folded() -> dict[str, float]:
         return interleaving_samples(second.get("/metrics")[1])
 
@@ -82,6 +85,11 @@ def test_credit_through_a_kill_9_equals_the_plain_computation(
     finally:
         for key in sorted(want.keys() | folded().keys()):
             print(key, folded().get(key), want.get(key))
+    # what EvaldInterleavingFirstTeamWins reads: the band above 0, the draft's coin not flagged
+    got = folded()
+    assert series(got, "evald_interleaving_lower")
+    assert min(series(got, "evald_interleaving_lower")) > 0
+    assert min(series(got, "evald_interleaving_srm_p_value")) >= 0.001
     time.sleep(1.0)
     assert second.terminate() == 0
     results = [json.loads(r.value) for r in kafka_tools.read(topics["results"], committed=True)]
