@@ -166,18 +166,20 @@ class ComparisonReader:
 
     def _note_waiting(self) -> None:
         """Log when the partitions holding the fold back change (no final mark: no event yet,
-        or its owner has not committed since)."""
-        waiting = self.live.unmarked(range(self.partitions))
+        or its owner has not committed since): the comparisons' marks, or with interleaving
+        teams only, the credit's."""
+        fold = self.live if self.live.settings.comparisons else self.credit
+        waiting = fold.unmarked(range(self.partitions))
         if waiting != self._waiting:
             self._waiting = waiting
             if waiting:
                 log.info(
-                    "comparisons wait for input partitions %s: no window is final there yet "
-                    "(no event so far, or not committed yet)",
+                    "the statistics fold waits for input partitions %s: no window is final "
+                    "there yet (no event so far, or not committed yet)",
                     waiting,
                 )
             else:
-                log.info("comparisons: every input partition has final windows")
+                log.info("statistics fold: every input partition has final windows")
 
     def _take(self, offset: int, value: bytes | None) -> None:
         self.position = offset + 1

@@ -69,6 +69,11 @@ class LiveCredit:
             return
         self._shares.setdefault(share.start, window)[(share.partition, share.chunk)] = share
 
+    def unmarked(self, partitions: Iterable[int]) -> list[int]:
+        """The partitions with no credit mark yet: each holds every window's fold back."""
+        with self._lock:
+            return [p for p in partitions if p not in self._final]
+
     def fold(self, partitions: Iterable[int]) -> int:
         """Fold, in window order, every window final in all ``partitions``; returns how many
         windows held lists."""

@@ -187,6 +187,7 @@ def test_the_fold_waits_for_every_partition_and_counts_each_share_once() -> None
     first = parts[0].freeze(0, T0 + WIDTH + WINDOW - 1)
     assert first is not None
     live.add(first)
+    assert live.unmarked([0, 1]) == [1]
     assert live.fold([0, 1]) == 0 and not live.records(["surface"])  # partition 1 has no mark
     second = parts[1].freeze(1, None, final=True)
     assert second is not None
