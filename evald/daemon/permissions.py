@@ -52,6 +52,11 @@ class Need:
     why: str
 
 
+#: the settings that make `evald run` write and fold the statistics topic (the first named
+#: when both are set)
+STATISTICS_SETTINGS = ("statistics.comparisons", "interleaving.teams")
+
+
 def topic_needs(settings: Settings) -> list[Need]:
     """The topics the main stage of `evald run` reads and writes, with the operations each
     needs: the inputs as ``settings`` names them (with ``input.repartition`` the main stage's
@@ -77,10 +82,12 @@ def topic_needs(settings: Settings) -> list[Need]:
         ),
         Need("topics.dlq", topics.dlq, ("DESCRIBE", "WRITE"), "evald writes rejected records"),
     ]
-    if publishes_statistics(settings.engine_config()):
+    engine = settings.engine_config()
+    if publishes_statistics(engine):
+        compares = bool(engine.statistics.comparisons)
         needs.append(
             Need(
-                "statistics.comparisons",
+                STATISTICS_SETTINGS[0] if compares else STATISTICS_SETTINGS[1],
                 statistics_topic(topics),
                 write_back,
                 "evald writes every partition's comparison (and interleaving credit) shares and "
