@@ -69,7 +69,7 @@ class Interleaving:
         replicates: int,
         *,
         fold: bool,
-        window: int = 0,
+        window: int,
     ) -> None:
         """``window``: the attribution window (when a share is final); ``fold``: this engine
         sees every partition and folds its own shares."""
