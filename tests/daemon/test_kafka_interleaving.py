@@ -103,3 +103,52 @@ def test_credit_through_a_kill_9_equals_the_plain_computation(
     assert credited == {rid: expected[rid] for rid in credited}
     plain = [r for r in results if "interleaving" not in r]
     assert all(int(r["request_id"][1:]) % 10 == 9 for r in plain)  # the lists not interleaved
+
+
+@pytest.mark.chaos  # about a minute each
+@pytest.mark.parametrize("step", ["statistics_sent", "statistics_committed"])
+def test_kill_9_around_the_commit_of_credit_shares_is_exact(
+    step: str, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """Interleaving teams declared, no comparison: the process kills itself just before
+    (``statistics_sent``: credit shares flushed into the open transaction) or just after
+    (``statistics_committed``) the first commit holding a credit share, on four partitions, and
+    restarts. Every credit share is on the statistics topic once, from committed transactions,
+    and the restarted run's preference series equal the uninterrupted engine's."""
+    from evald.daemon.comparisons import decode_statistics, statistics_topic
+    from evald.daemon.settings import TopicSettings
+    from evald.demo.simulator import TEAMS as SIM_TEAMS
+    from evald.interleaving.shares import CreditShare
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 4, topics["feedback"]: 4})
+    inter = {"teams": list(SIM_TEAMS), "window": "5m", "min_n": 30}
+    extra = ("--set", f"engine.interleaving={json.dumps(inter)}")
+    victim = instances("a", extra=extra, crash_at=step)
+    kafka_tools.produce_sim(
+        topics["impressions"], topics["feedback"], events=8000, seed=21, interleave=0.5
+    )
+    wait_until(lambda: victim.proc.poll() is not None, 120, f"the crash at {step}")
+    assert "killing this process" in victim.log_path.read_text(errors="replace")
+    survivor = instances("a", extra=extra)
+    wait_until(lambda: survivor.lag_zero(4), 180, "the restarted instance to catch up")
+    config = load_config({**ENGINE, "interleaving": inter})
+    _, engine = kafka_tools.expected(
+        config, topics["impressions"], topics["feedback"], global_statistics=True
+    )
+    registry, _ = build_registry(engine, process=False)
+    want = interleaving_samples(generate_latest(registry).decode())
+    assert any(k.startswith("evald_interleaving_lower{") for k in want), "no band: too little data"
+    wait_until(
+        lambda: equal(interleaving_samples(survivor.get("/metrics")[1]), want),
+        60,
+        "the restarted run's preference test to equal the uninterrupted engine's",
+    )
+    topic = statistics_topic(TopicSettings(**topics))
+    records = [decode_statistics(r.value) for r in kafka_tools.read(topic, committed=True)]
+    shares = [(r.start, r.partition, r.chunk) for r in records if isinstance(r, CreditShare)]
+    assert shares and len(shares) == len(set(shares))
+    if step == "statistics_sent":  # the killed transaction's shares are in the log, aborted
+        everything = [decode_statistics(r.value) for r in kafka_tools.read(topic)]
+        assert sum(isinstance(r, CreditShare) for r in everything) > len(shares)
+    assert survivor.terminate() == 0
