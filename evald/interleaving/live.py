@@ -18,6 +18,7 @@ from typing import Any
 from evald.interleaving.fold import PreferenceState, Settings, fold_window
 from evald.interleaving.report import records
 from evald.interleaving.shares import CreditFrozen, CreditShare
+from evald.interleaving.sums import PairSums
 from evald.interleaving.windows import PartitionCredit
 
 __all__ = ["LiveCredit"]
@@ -38,7 +39,8 @@ class LiveCredit:
         #: partition -> every window ending at or before it is final there
         self._final: dict[int, int] = {}
         self._folded_until: int | None = None
-        #: shares ignored: a second copy, one of a folded window, or of another width
+        #: shares ignored: a second copy, one of a folded window, or of another window width
+        #: or number of replicates (written before a settings change: they do not add up)
         self.ignored = 0
 
     @property
@@ -62,6 +64,7 @@ class LiveCredit:
         window = self._shares.get(share.start, {})
         if (
             share.width != self.width
+            or any(_replicates(sums) != self.replicates for _, sums in share.cells)
             or (folded is not None and share.start + share.width <= folded)
             or (share.partition, share.chunk) in window
         ):
@@ -102,3 +105,7 @@ class LiveCredit:
     def records(self, label_keys: Sequence[str]) -> list[dict[str, Any]]:
         """Every (segment, pair) record (``report.record``)."""
         return records(self.state, label_keys, self.settings)
+
+
+def _replicates(sums: PairSums) -> int:
+    return 0 if sums.weighted is None else len(sums.weighted)

@@ -206,3 +206,19 @@ def test_the_fold_waits_for_every_partition_and_counts_each_share_once() -> None
     assert live.fold([0, 1]) == 1
     (record,) = live.records(["surface"])
     assert record["lists"] == 22 and record["looks"] == 2
+
+
+def test_shares_of_another_width_or_number_of_replicates_are_ignored_not_folded() -> None:
+    """Written before a settings change: their sums do not add up with the new ones (folding
+    them would raise in the statistics reader at every poll)."""
+    live = LiveCredit(Settings(min_n=2), WIDTH, 5)
+    for p, (width, replicates) in enumerate(((WIDTH, 3), (2 * WIDTH, 5), (WIDTH, 5))):
+        shares = CreditShares(width, WINDOW, replicates)
+        observe(shares, p, [T0 + i for i in range(10)])
+        frozen = shares.freeze(p, None, final=True)
+        assert frozen is not None
+        live.add(frozen)
+    assert live.ignored == 2
+    assert live.fold([0, 1, 2]) == 1  # partition 2's share alone
+    (record,) = live.records(["surface"])
+    assert record["lists"] == 10
