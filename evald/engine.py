@@ -29,6 +29,7 @@ from evald.decode import Decoder, EventDecoder, Rejection, Skipped
 from evald.events import Feedback, Impression, Shown
 from evald.histograms import Committed, Histograms, empty_like
 from evald.interleaving.component import Interleaving
+from evald.interleaving.shares import CreditFrozen
 from evald.join import Joined, JoinStore
 from evald.join.clock import EventTimes
 from evald.join.window import complete_before
@@ -124,7 +125,11 @@ class Engine:
                 self._folds_shares = True
         #: interleaved lists: credit, window sums, the preference test (evald/interleaving/)
         self.interleaving = Interleaving(
-            config.interleaving, self.segments, self.aggregates.replicates, fold=global_statistics
+            config.interleaving,
+            self.segments,
+            self.aggregates.replicates,
+            fold=global_statistics,
+            window=config.window,
         )
         self._stores: dict[int, JoinStore] = {}
         self._open_total = [0]  # open impressions over all partitions, kept by the stores
@@ -338,7 +343,7 @@ class Engine:
             store.idle(now)
             done += self._finalize(store, now)
         self._fold_shares(final=False)
-        self.interleaving.advance(self.complete_before())
+        self.interleaving.advance(self._watermarks())
         for store in stores:
             self._prune(store)
         return done
@@ -352,7 +357,7 @@ class Engine:
             done += self._finalize(store, now)
         self._drained = True
         self._fold_shares(final=True)
-        self.interleaving.advance(None, final=True)
+        self.interleaving.advance(self._watermarks(), final=True)
         return done
 
     def _fold_shares(self, *, final: bool) -> None:
@@ -366,6 +371,9 @@ class Engine:
             if frozen is not None:
                 live.add(frozen)
         live.fold([p for p, store in self._stores.items() if store.watermark is not None])
+
+    def _watermarks(self) -> dict[int, int | None]:
+        return {p: store.watermark for p, store in self._stores.items()}
 
     def attach_statistics(self, live: LiveStatistics) -> None:
         """Expose a fold fed elsewhere (the daemon's statistics topic reader) as this engine's
@@ -560,9 +568,18 @@ class Engine:
             evicted=to_runs(self.evicted(partition, committed["impression"])),
             evicted_feedback=to_runs(self.evicted(partition, committed["feedback"], "feedback")),
             held_feedback=held[:MAX_HELD_RUNS],
-            statistics=None if self.shares is None else self.shares.state(partition),
+            statistics=self._open_shares(partition),
             counters=self._counted(partition),
         )
+
+    def _open_shares(self, partition: int) -> dict[str, Any] | None:
+        """The checkpoint's ``statistics``: the comparisons' open shares, with the open
+        interleaving credit shares under ``interleaving`` (docs/design.md)."""
+        doc = None if self.shares is None else self.shares.state(partition)
+        credit = self.interleaving.state_of(partition)
+        if credit is not None:
+            doc = {**(doc or {}), "interleaving": credit}
+        return doc
 
     def _counted(self, partition: int) -> dict[str, int]:
         """Everything counted for ``partition`` since its first life: what the checkpoint it
@@ -587,19 +604,27 @@ class Engine:
         if self.shares is not None:
             self.shares.load(partition, state.statistics, state.watermark)
         self._counted_before[partition] = dict(state.counters)
+        stored = state.statistics.get("interleaving") if state.statistics else None
+        self.interleaving.load(partition, stored, state.watermark)
 
-    def final_shares(self, partition: int) -> Frozen | None:
-        """The partition's comparison shares the watermark made final since the last call,
-        and its final mark, handed out once (forgotten here); None without comparisons or
-        when nothing became final."""
-        if self.shares is None:
-            return None
-        return self.shares.freeze(partition, self.checkpoint(partition))
+    def final_shares(self, partition: int) -> list[Frozen | CreditFrozen]:
+        """The partition's comparison shares and interleaving credit shares the watermark made
+        final since the last call, each kind with its final mark, handed out once (forgotten
+        here); empty without comparisons or teams, or when nothing became final."""
+        watermark = self.checkpoint(partition)
+        found = [
+            None if self.shares is None else self.shares.freeze(partition, watermark),
+            self.interleaving.final_shares(partition, watermark),
+        ]
+        return [frozen for frozen in found if frozen is not None]
 
     def shares_due(self, partition: int) -> bool:
         """Whether :meth:`final_shares` has something to hand out (the watermark moved, maybe
         by the idle fallback, with no result to commit)."""
-        return self.shares is not None and self.shares.due(partition, self.checkpoint(partition))
+        watermark = self.checkpoint(partition)
+        return (
+            self.shares is not None and self.shares.due(partition, watermark)
+        ) or self.interleaving.shares_due(partition, watermark)
 
     def low_offsets(self, partition: int) -> dict[str, int | None]:
         """Smallest offset per source kind still needed to rebuild ``partition``'s state:

@@ -21,7 +21,8 @@ records, docs/design.md; an older reader ignores it), the optional ``held_feedba
 feedback offsets held at the checkpoint whose outcome a restore still has to count (absent:
 none, or an older writer; an older reader ignores it), and,
 with comparisons configured, the partition's comparison shares not final yet (``statistics``,
-an optional field: older readers ignore it; docs/design.md, "Statistics over all partitions").
+an optional field: older readers ignore it; docs/design.md, "Statistics over all partitions"),
+with interleaving teams declared its open credit shares under ``statistics.interleaving``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The statistics topic: every partition's final shares, folded into the comparisons.
+"""The statistics topic: every partition's final shares, folded into the comparisons and the
+interleaving preference test.
 
 Each commit writes, in its transaction, the shares of its partitions that became final and each
 partition's final mark (transaction.py, step 4); this module reads them back. Every instance
@@ -13,11 +14,15 @@ the order they were written: a partition's shares before the mark that makes the
 Keys: ``share.<window start>.<partition>.<chunk>`` (written once: a restore resumes after the
 last committed mark; a share of many segments takes several chunks) and ``final.<partition>``
 (one per window at most: compaction keeps the newest). Its size is about one share per
-(window, partition) that held data over the comparison's life, plus the marks.
+(window, partition) that held data over the comparison's life, plus the marks. With
+``interleaving.teams`` declared, the interleaving credit shares travel the same way as records
+of their own kinds (``credit.<window start>.<partition>.<chunk>`` and
+``credit_final.<partition>``, evald/interleaving/shares.py), folded into ``LiveCredit``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -32,10 +37,20 @@ from evald.daemon import names
 from evald.daemon.backoff import Backoff
 from evald.daemon.kafka_compat import close_quietly, without_auto_create
 from evald.daemon.settings import Settings, TopicSettings
+from evald.interleaving.fold import Settings as PreferenceSettings
+from evald.interleaving.live import LiveCredit
+from evald.interleaving.shares import KINDS as CREDIT_KINDS
+from evald.interleaving.shares import CreditFrozen, CreditShare, decode_credit
 from evald.statistics.live import LiveStatistics
-from evald.statistics.shares import decode_record
+from evald.statistics.shares import Frozen, Share, decode_record
 
-__all__ = ["ComparisonReader", "StatisticsReaderCollector", "statistics_topic"]
+__all__ = [
+    "ComparisonReader",
+    "StatisticsReaderCollector",
+    "decode_statistics",
+    "publishes_statistics",
+    "statistics_topic",
+]
 
 log = logging.getLogger("evald.daemon")
 
@@ -47,6 +62,31 @@ POLL_MS = 500
 def statistics_topic(topics: TopicSettings) -> str:
     """The statistics topic of these settings (the name's rule: names.py)."""
     return names.statistics_topic(topics.checkpoint_topic)
+
+
+def publishes_statistics(config: EngineConfig) -> bool:
+    """Whether `evald run` writes and folds the statistics topic: with comparisons, or with
+    interleaving teams declared (their credit shares)."""
+    return bool(config.statistics.comparisons or config.interleaving.teams)
+
+
+def decode_statistics(raw: bytes) -> Share | Frozen | CreditShare | CreditFrozen:
+    """A statistics topic record of any kind: the comparisons' (``decode_record``, every
+    version it reads) or the interleaving credit's; ValueError on anything else."""
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed statistics record: {exc!r}") from None
+    if isinstance(doc, dict) and doc.get("kind") in CREDIT_KINDS:
+        return decode_credit(doc)
+    return decode_record(raw)
+
+
+def preference_fold(config: EngineConfig) -> LiveCredit:
+    """The interleaving test's fold, as the engine's own (component.py) is made."""
+    inter = config.interleaving
+    settings = PreferenceSettings(inter.alpha, inter.tuning_n, inter.min_n, inter.srm_alpha)
+    return LiveCredit(settings, inter.window, config.statistics.bootstrap_replicates)
 
 
 class ComparisonReader:
@@ -63,6 +103,8 @@ class ComparisonReader:
         self.topic = statistics_topic(settings.topics)
         self.partitions = partitions
         self.live = LiveStatistics(config, measures)
+        #: the interleaving preference test, from the credit shares
+        self.credit = preference_fold(config)
         self._client = settings.kafka.client_config()
         self._backoff = Backoff(
             settings.daemon.retry_backoff_initial_ms / 1000,
@@ -105,6 +147,7 @@ class ComparisonReader:
                         for record in records:
                             self._take(record.offset, record.value)
                     self.live.fold(range(self.partitions))
+                    self.credit.fold(range(self.partitions))
                     self._note_waiting()
                     self._backoff.reset()
             except KafkaError as exc:
@@ -123,23 +166,25 @@ class ComparisonReader:
 
     def _note_waiting(self) -> None:
         """Log when the partitions holding the fold back change (no final mark: no event yet,
-        or its owner has not committed since)."""
-        waiting = self.live.unmarked(range(self.partitions))
+        or its owner has not committed since): the comparisons' marks, or with interleaving
+        teams only, the credit's."""
+        fold = self.live if self.live.settings.comparisons else self.credit
+        waiting = fold.unmarked(range(self.partitions))
         if waiting != self._waiting:
             self._waiting = waiting
             if waiting:
                 log.info(
-                    "comparisons wait for input partitions %s: no window is final there yet "
-                    "(no event so far, or not committed yet)",
+                    "the statistics fold waits for input partitions %s: no window is final "
+                    "there yet (no event so far, or not committed yet)",
                     waiting,
                 )
             else:
-                log.info("comparisons: every input partition has final windows")
+                log.info("statistics fold: every input partition has final windows")
 
     def _take(self, offset: int, value: bytes | None) -> None:
         self.position = offset + 1
         try:
-            record = decode_record(value or b"")
+            record = decode_statistics(value or b"")
         except ValueError as exc:
             self.malformed += 1
             # one line, not one per record: a foreign producer on the topic would flood the log
@@ -154,7 +199,10 @@ class ComparisonReader:
             else:
                 log.debug("statistics topic %s offset %d skipped: %s", self.topic, offset, exc)
             return
-        self.live.add(record)
+        if isinstance(record, CreditShare | CreditFrozen):
+            self.credit.add(record)
+        else:
+            self.live.add(record)
 
 
 class StatisticsReaderCollector:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from evald.daemon.names import internal_topic
-from evald.daemon.permissions import acl_command, topic_needs
+from evald.daemon.permissions import STATISTICS_SETTINGS, acl_command, topic_needs
 from evald.daemon.settings import Settings
 from evald.daemon.topics import (
     TopicLayoutError,
@@ -60,21 +60,23 @@ class TopicInfo:
     configs: Mapping[str, str] | None = None  # topic configs asked for; None: not reported
 
 
-#: the setting that makes `evald run` write and fold the statistics topic
-STATISTICS = "statistics.comparisons"
+#: the comparisons' setting (``STATISTICS_SETTINGS`` holds the interleaving's too)
+STATISTICS = STATISTICS_SETTINGS[0]
 
 
 def _roles(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:
     """(setting, topic, operations evald needs on it): the main stage's (permissions.py), and
     the repartition stage's internal topics before the statistics topic."""
     needs = topic_needs(settings)
-    roles = [(n.setting, n.topic, n.operations) for n in needs if n.setting != STATISTICS]
+    roles = [
+        (n.setting, n.topic, n.operations) for n in needs if n.setting not in STATISTICS_SETTINGS
+    ]
     if settings.input.repartition:
         topics = settings.topics
         for name in (topics.impressions, topics.feedback):
             internal = internal_topic(settings.daemon.group_id, name)
             roles.append(("input.repartition", internal, ("DESCRIBE", "READ", "WRITE", "DELETE")))
-    roles += [(n.setting, n.topic, n.operations) for n in needs if n.setting == STATISTICS]
+    roles += [(n.setting, n.topic, n.operations) for n in needs if n.setting in STATISTICS_SETTINGS]
     return roles
 
 
@@ -98,7 +100,7 @@ def layout_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Che
                     )
                 )
             else:
-                created = " (1 partition, compacted)" if setting == STATISTICS else ""
+                created = " (1 partition, compacted)" if setting in STATISTICS_SETTINGS else ""
                 out.append(
                     Check(
                         NOTE,
@@ -106,8 +108,8 @@ def layout_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Che
                         f"does not exist; `evald run` creates it{created}",
                     )
                 )
-        elif setting == STATISTICS:
-            out.append(statistics_check(name, topic))
+        elif setting in STATISTICS_SETTINGS:
+            out.append(statistics_check(name, topic, setting))
         else:
             out.append(Check(OK, f"{setting} {name}", f"{topic.partitions} partitions"))
     counts = {name: info.get(name, TopicInfo(None)).partitions for _, name, _ in roles}
@@ -128,11 +130,11 @@ def layout_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Che
     return out
 
 
-def statistics_check(name: str, topic: TopicInfo) -> Check:
+def statistics_check(name: str, topic: TopicInfo, setting: str = STATISTICS) -> Check:
     """The existing statistics topic must keep every share and each partition's newest final
     mark for the comparison's life: compacted, never deleted by time (docs/design.md,
     "Statistics over all partitions")."""
-    subject = f"{STATISTICS} {name}"
+    subject = f"{setting} {name}"
     configs = topic.configs
     if configs is None or "cleanup.policy" not in configs:
         return Check(
@@ -262,7 +264,7 @@ def connect_checks(settings: Settings, timeout_s: float) -> list[Check]:
             names = list(dict.fromkeys(name for _, name, _ in _roles(settings)))
             info = describe(admin, names)
             for setting, name, _ in _roles(settings):
-                if setting == STATISTICS and info.get(name, TopicInfo(None)).partitions:
+                if setting in STATISTICS_SETTINGS and info.get(name, TopicInfo(None)).partitions:
                     info[name] = replace(info[name], configs=topic_configs(admin, name))
         except KafkaError as exc:
             return [Check(FAIL, "brokers", f"{servers} answered but then failed: {exc}")]

@@ -22,7 +22,7 @@ from kafka.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 
-from evald.daemon.comparisons import statistics_topic
+from evald.daemon.comparisons import publishes_statistics, statistics_topic
 from evald.daemon.names import transactional_id
 from evald.daemon.settings import Settings
 
@@ -52,6 +52,11 @@ class Need:
     why: str
 
 
+#: the settings that make `evald run` write and fold the statistics topic (the first named
+#: when both are set)
+STATISTICS_SETTINGS = ("statistics.comparisons", "interleaving.teams")
+
+
 def topic_needs(settings: Settings) -> list[Need]:
     """The topics the main stage of `evald run` reads and writes, with the operations each
     needs: the inputs as ``settings`` names them (with ``input.repartition`` the main stage's
@@ -77,13 +82,16 @@ def topic_needs(settings: Settings) -> list[Need]:
         ),
         Need("topics.dlq", topics.dlq, ("DESCRIBE", "WRITE"), "evald writes rejected records"),
     ]
-    if settings.engine_config().statistics.comparisons:
+    engine = settings.engine_config()
+    if publishes_statistics(engine):
+        compares = bool(engine.statistics.comparisons)
         needs.append(
             Need(
-                "statistics.comparisons",
+                STATISTICS_SETTINGS[0] if compares else STATISTICS_SETTINGS[1],
                 statistics_topic(topics),
                 write_back,
-                "evald writes every partition's comparison shares and folds them",
+                "evald writes every partition's comparison (and interleaving credit) shares and "
+                "folds them",
             )
         )
     return needs

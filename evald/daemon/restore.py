@@ -22,6 +22,7 @@ from kafka.errors import KafkaTimeoutError
 
 from evald.daemon import restore_checks as checks
 from evald.daemon.checkpoint import Checkpoint, SnapshotRef
+from evald.daemon.comparisons import publishes_statistics
 from evald.daemon.crash import crash_point
 from evald.daemon.fatal import Fatal
 from evald.daemon.inputs import Inputs, Restored
@@ -360,7 +361,7 @@ class Restorer:
         compares = bool(engine.config.statistics.comparisons)
         for p, checkpoint in found.items():
             state = checkpoint.state
-            if compares and p in chunks.get("statistics", {}):
+            if publishes_statistics(engine.config) and p in chunks.get("statistics", {}):
                 opened = self._open_shares(p, chunks["statistics"][p])
                 state = dataclasses.replace(state, statistics=opened)
             engine.resume(p, state, dict(checkpoint.consumed))

@@ -43,7 +43,7 @@ from kafka.errors import (
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.backpressure import Action, Backpressure
-from evald.daemon.comparisons import ComparisonReader, statistics_topic
+from evald.daemon.comparisons import ComparisonReader, publishes_statistics, statistics_topic
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.engine_lock import EngineLock
 from evald.daemon.fatal import Fatal, unrecoverable
@@ -125,7 +125,7 @@ class Daemon:
         )
         topics = settings.topics
         self.inputs = Inputs(topics.impressions, topics.feedback, clock, merge_hold_s)
-        compares = bool(settings.engine_config().statistics.comparisons)
+        compares = publishes_statistics(settings.engine_config())
         self.topics = TopicGuard(settings, clock, statistics_topic(topics) if compares else None)
         self.dead_letters = DeadLetters(topics.dlq)
         self.transaction = Transaction(
@@ -255,7 +255,7 @@ class Daemon:
             self.stats.committed.session_started()
         engine.export_committed(self.stats.committed)  # never a count a kill -9 makes twice
         if self.comparisons is not None:
-            engine.attach_statistics(self.comparisons.live)
+            self._attach(engine, self.comparisons)
         if self.on_engine is not None:
             self.on_engine(engine)
         return engine
@@ -290,7 +290,7 @@ class Daemon:
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self.dead_letters.limit = self.topics.start(self._admin)
         engine = self.open_engine()
-        if engine.config.statistics.comparisons and self.comparisons is None:
+        if publishes_statistics(engine.config) and self.comparisons is None:
             self._read_comparisons(self._admin, engine)
         producer = KafkaProducer(
             transactional_id=cfg.daemon.transactional_id(),
@@ -376,7 +376,14 @@ class Daemon:
         reader = ComparisonReader(self.settings, engine.config, engine.measure_names, partitions)
         self.comparisons = reader
         reader.start()
-        engine.attach_statistics(reader.live)
+        self._attach(engine, reader)
+
+    @staticmethod
+    def _attach(engine: Engine, reader: ComparisonReader) -> None:
+        """The engine's comparisons and interleaving test are the reader's folds."""
+        if engine.config.statistics.comparisons:
+            engine.attach_statistics(reader.live)
+        engine.interleaving.attach(reader.credit)
 
     def _cycle(self, consumer: KafkaConsumer) -> float:
         """Poll, process and commit when due; returns the cycle's time."""

@@ -243,9 +243,10 @@ class Transaction:
            it, the engine's state of p (``Engine.state``: watermark, committed offsets, event
            times, evicted impressions, held feedback, open comparison shares), the consumed
            offsets (``InputPartition.consumed``: never below those of the checkpoint a replay is
-           restoring) and the input topic ids. With comparisons, first send p's comparison
-           shares that became final and its final mark (``Engine.final_shares``) to the
-           statistics topic; the checkpoint keeps the shares not final yet.
+           restoring) and the input topic ids. With comparisons (or interleaving teams), first
+           send p's comparison (credit) shares that became final and its final mark
+           (``Engine.final_shares``) to the statistics topic; the checkpoint keeps the shares
+           not final yet.
         5. Flush the checkpoints (and the statistics records: crash point ``statistics_sent``
            when they hold a share), then send the group offsets into the transaction: per input
            topic the engine's low offset (the next unfed offset when nothing is pending), and
@@ -404,9 +405,8 @@ class Transaction:
         last committed checkpoint, which still holds them."""
         engine, producer = self._engine, self._producer
         assert engine is not None and producer is not None
-        frozen = engine.final_shares(p)
-        if frozen is not None:
-            topic = statistics_topic(self._settings.topics)
+        topic = statistics_topic(self._settings.topics)
+        for frozen in engine.final_shares(p):  # the comparisons', then the interleaving credit
             for share in frozen.shares:
                 future = producer.send(topic, key=share.key, value=share.encode(), partition=0)
                 futures.append((future, True))

@@ -14,17 +14,22 @@ list, in order:
    the series are bounded and every partition credits the same teams);
 3. otherwise each team's credit (``credit.team_credits``) goes into the list's result record
    (:func:`result_field`), and each pair of its teams gets its outcome, added to the
-   partition's window sums (``windows.PartitionCredit``) with its user's bootstrap weights; the
-   list counts ``credited`` when a pair was compared, else ``no_credit`` (nobody clicked).
+   partition's open credit share of its window (``shares.CreditShares``) with its user's
+   bootstrap weights; the list counts ``credited`` when a pair was compared, else
+   ``no_credit`` (nobody clicked).
 
-With ``fold`` (the engine sees every partition: replay, the demo) ``advance`` folds every
-window complete in all partitions, in window order (``fold.fold_window``). Without it (the
-daemon) only the result records get the credit: no window sums are kept (docs/statistics.md,
-"Interleaving", says what the daemon does not do yet).
+The window sums are each partition's credit shares (shares.py: the comparisons' rule, final by
+the partition's own watermark). With ``fold`` (the engine sees every partition: replay, the
+demo) ``advance`` freezes every partition's final shares into the engine's own ``LiveCredit``
+and folds the windows final in all of them, in window order. Without it (the daemon) the
+commits publish the final shares (``freeze``, the engine's ``final_shares``) and the open ones
+go in the checkpoint (``state``/``load``); the fold is the statistics topic reader's,
+``attach``ed here so that the records and series read it (docs/statistics.md, "Interleaving").
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -32,10 +37,11 @@ from numpy.typing import NDArray
 
 from evald.config import InterleavingConfig
 from evald.interleaving.credit import gains, outcomes, team_credits
-from evald.interleaving.fold import PreferenceState, Settings, fold_window
-from evald.interleaving.report import lines, records
+from evald.interleaving.fold import PreferenceState, Settings
+from evald.interleaving.live import LiveCredit
+from evald.interleaving.report import lines
+from evald.interleaving.shares import CreditFrozen, CreditShares
 from evald.interleaving.teams import Teams
-from evald.interleaving.windows import PartitionCredit
 from evald.join.store import Joined
 from evald.segments import SegmentIndex
 
@@ -63,15 +69,23 @@ class Interleaving:
         replicates: int,
         *,
         fold: bool,
+        window: int,
     ) -> None:
+        """``window``: the attribution window (when a share is final); ``fold``: this engine
+        sees every partition and folds its own shares."""
         self.config = config
         self.segments = segments
         self.replicates = replicates
         self.settings = Settings(config.alpha, config.tuning_n, config.min_n, config.srm_alpha)
-        #: partition -> its window sums (None: no fold, nothing kept)
-        self.windows: dict[int, PartitionCredit] | None = {} if fold else None
-        #: the folded test (None: no fold)
-        self.state: PreferenceState | None = PreferenceState() if fold else None
+        #: each partition's open credit shares (None: no team declared, nothing credited)
+        self.shares: CreditShares | None = None
+        if config.teams:
+            self.shares = CreditShares(config.window, window, replicates)
+        #: the folded test: the engine's own (``fold``) or the one ``attach`` gave (None: none)
+        self.live: LiveCredit | None = None
+        if fold:
+            self.live = LiveCredit(self.settings, config.window, replicates)
+        self._folds = fold
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self._teams = frozenset(config.teams)
 
@@ -80,22 +94,25 @@ class Interleaving:
         """Whether an interleaved list has closed (replay's summary then reports them)."""
         return any(self.outcomes.values())
 
+    @property
+    def state(self) -> PreferenceState | None:
+        """The folded test (None: no fold here nor attached)."""
+        return None if self.live is None else self.live.state
+
+    def attach(self, live: LiveCredit) -> None:
+        """Read the test from a fold fed elsewhere (the daemon's statistics topic reader)."""
+        self.live = live
+        self._folds = False
+
     def records(self) -> list[dict[str, Any]]:
-        """Every (segment, pair) of the fold as ``report.record`` gives it (empty without fold)."""
-        return records(self.state, self.segments.keys, self.settings)
+        """Every (segment, pair) of the fold as ``report.record`` gives it (empty without)."""
+        return [] if self.live is None else self.live.records(self.segments.keys)
 
     def lines(self) -> list[str]:
         """The text summary's interleaving lines (none when no interleaved list closed)."""
         if not self.seen:
             return []
         return lines(self.records(), self.settings, self.config.credit, self.outcomes)
-
-    def windows_of(self, partition: int) -> PartitionCredit:
-        assert self.windows is not None
-        sums = self.windows.get(partition)
-        if sums is None:
-            sums = self.windows[partition] = PartitionCredit(self.config.window, self.replicates)
-        return sums
 
     def observe(
         self,
@@ -126,7 +143,7 @@ class Interleaving:
             fields[row] = result_field(teams, credits)
             found = outcomes(teams, credits)
             self.outcomes["credited" if any(o.compared for o in found) else "no_credit"] += 1
-            if self.windows is None:
+            if self.shares is None:
                 continue
             start = int(joined.ts[row]) // self.config.window * self.config.window
             segment = segments[int(joined.segment_ids[row])]
@@ -137,8 +154,9 @@ class Interleaving:
                 entries["d"].append(o.d)
                 entries["cmp"].append(o.compared)
                 rows_of.append(row)
-        if rows_of and self.windows is not None:
-            self.windows_of(partition).observe(
+        if rows_of and self.shares is not None:
+            self.shares.observe(
+                partition,
                 entries["start"],
                 entries["cell"],
                 entries["lead"],
@@ -157,21 +175,41 @@ class Interleaving:
             return "unknown_team"
         return None
 
-    # ------------------------------------------------------------------ windows
+    # ------------------------------------------------------------------ shares
 
-    def advance(self, before: int | None, *, final: bool = False) -> None:
-        """After a tick or the drain (``final``): fold every window that ends at or before
-        ``before`` (the engine's complete time; every window when ``final``) in all
-        partitions, in window order. Nothing without ``fold``."""
-        if self.windows is None or self.state is None:
+    def advance(self, watermarks: Mapping[int, int | None], *, final: bool = False) -> None:
+        """After a tick or the drain (``final``), with ``fold``: hand every partition's final
+        shares (at its ``watermarks`` entry; all when ``final``) to the fold, then fold the
+        windows final in every partition with a watermark. Nothing without ``fold``."""
+        live, shares = self.live, self.shares
+        if not self._folds or live is None or shares is None:
             return
-        merged = PartitionCredit(self.config.window, self.replicates)
-        for sums in self.windows.values():
-            merged.merge(sums.take(before, final=final))
-        for start, cells in sorted(merged.windows.items()):
-            self.state = fold_window(self.state, start + self.config.window, cells, self.settings)
+        for p, watermark in watermarks.items():
+            frozen = shares.freeze(p, watermark, final=final)
+            if frozen is not None:
+                live.add(frozen)
+        live.fold([p for p, watermark in watermarks.items() if watermark is not None])
+
+    def final_shares(self, partition: int, watermark: int | None) -> CreditFrozen | None:
+        """The partition's shares final at ``watermark`` and its mark, handed out once (the
+        daemon's commit publishes them); None when the mark did not move or no team is
+        declared."""
+        return None if self.shares is None else self.shares.freeze(partition, watermark)
+
+    def shares_due(self, partition: int, watermark: int | None) -> bool:
+        return self.shares is not None and self.shares.due(partition, watermark)
+
+    def state_of(self, partition: int) -> dict[str, Any] | None:
+        """The partition's open shares for its checkpoint (None: no team declared)."""
+        return None if self.shares is None else self.shares.state(partition)
+
+    def load(self, partition: int, doc: Any, watermark: int | None) -> None:
+        """Take the open shares ``state_of`` stored (``doc``; None or foreign: start empty,
+        the windows final at ``watermark`` counting as handed out)."""
+        if self.shares is not None:
+            self.shares.load(partition, doc, watermark)
 
     def drop(self, partition: int) -> None:
-        """Forget a partition's window sums (another instance owns it now)."""
-        if self.windows is not None:
-            self.windows.pop(partition, None)
+        """Forget a partition's open shares (another instance owns it now)."""
+        if self.shares is not None:
+            self.shares.drop(partition)

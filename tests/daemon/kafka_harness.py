@@ -410,13 +410,15 @@ class KafkaTools:
         compression: str | None = None,
         speed: float = 60,
         late: float = 0.0,
+        interleave: float = 0.0,
     ) -> int:
         """Write simulator events ``skip .. skip+events`` (keyed by request_id, timestamped),
         in record batches compressed with ``compression`` (a kafka-python codec name). A
         ``late`` share of the impressions (chosen by seed and position) carry an event time 5
         minutes before their arrival: late impressions, closed as they arrive. The simulator
         then repeats no impression (a repeat of a late one, closed already, would be a second
-        list with its request id)."""
+        list with its request id). An ``interleave`` share of the requests is one team-draft
+        list of both rankers (``evald produce --interleave``)."""
         from dataclasses import replace
         from itertools import islice
 
@@ -432,7 +434,7 @@ class KafkaTools:
             faults = Faults.none() if clean else Faults()
             if late:
                 faults = replace(faults, duplicate_impression=0.0)
-            sim = Simulator(seed, rate=rate, speed=speed, faults=faults)
+            sim = Simulator(seed, rate=rate, speed=speed, faults=faults, interleave=interleave)
             for position, event in enumerate(islice(sim.events(), skip, skip + events), skip):
                 topic = impressions if event.kind == IMPRESSION else feedback
                 value = event.value

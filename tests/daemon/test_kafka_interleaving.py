@@ -1,22 +1,46 @@
 """Interleaving credit through `evald run` on Apache Kafka with a kill -9: every result on the
 results topic (read_committed, no de-duplication) carries the credit the plain computation
-gives for its list, and no list is credited twice (docs/semantics.md §9)."""
+gives for its list, and no list is credited twice (docs/semantics.md §9); the preference test
+the restarted instance folds from the statistics topic exports the very series of one
+uninterrupted engine folding the same records (the engine `evald replay` runs)."""
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
 
 import pytest
 from interleaved_stream import T0, events, plain_credit
-from kafka_harness import KafkaTools, wait_until
+from kafka_harness import ENGINE, KafkaTools, wait_until
 from kafka_instances import Instance, names
+from prometheus_client import generate_latest
+
+from evald.config import load_config
+from evald.exposition import build_registry
 
 pytestmark = pytest.mark.kafka
 
-TEAMS = ("--set", 'engine.interleaving={"teams": ["A", "B"]}')
+INTERLEAVING = {"teams": ["A", "B"], "window": "5m", "min_n": 30}
+TEAMS = ("--set", f"engine.interleaving={json.dumps(INTERLEAVING)}")
+
+
+def interleaving_samples(text: str) -> dict[str, float]:
+    """The ``evald_interleaving_*`` samples of an exposition: name and labels -> value."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("evald_interleaving_"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def equal(got: dict[str, float], want: dict[str, float]) -> bool:
+    return got.keys() == want.keys() and all(
+        math.isclose(got[k], want[k], rel_tol=1e-9, abs_tol=1e-12) for k in want
+    )
 
 
 def test_credit_through_a_kill_9_equals_the_plain_computation(
@@ -41,6 +65,31 @@ def test_credit_through_a_kill_9_equals_the_plain_computation(
     kafka_tools.produce_rows(topics["impressions"], topics["feedback"], {0: rows[half:]})
     second = instances("a", extra=TEAMS)
     wait_until(lambda: second.lag_zero(1), 120, "the second run to catch up")
+    config = load_config({**ENGINE, "interleaving": INTERLEAVING})
+    _, engine = kafka_tools.expected(
+        config, topics["impressions"], topics["feedback"], global_statistics=True
+    )
+    registry, _ = build_registry(engine, process=False)
+    want = interleaving_samples(generate_latest(registry).decode())
+    verdicts = [v for k, v in want.items() if k.startswith("evald_interleaving_verdict{")]
+    assert verdicts and set(verdicts) == {1.0}  # A won: a test that folded several looks
+
+    def series(samples: dict[str, float], name: str) -> list[float]:
+        return [v for k, v in samples.items() if k.startswith(f"{name}{{")]
+
+    def folded() -> dict[str, float]:
+        return interleaving_samples(second.get("/metrics")[1])
+
+    try:
+        wait_until(lambda: equal(folded(), want), 60, "the restarted run's preference test")
+    finally:
+        for key in sorted(want.keys() | folded().keys()):
+            print(key, folded().get(key), want.get(key))
+    # what EvaldInterleavingFirstTeamWins reads: the band above 0, the draft's coin not flagged
+    got = folded()
+    assert series(got, "evald_interleaving_lower")
+    assert min(series(got, "evald_interleaving_lower")) > 0
+    assert min(series(got, "evald_interleaving_srm_p_value")) >= 0.001
     time.sleep(1.0)
     assert second.terminate() == 0
     results = [json.loads(r.value) for r in kafka_tools.read(topics["results"], committed=True)]
@@ -54,3 +103,52 @@ def test_credit_through_a_kill_9_equals_the_plain_computation(
     assert credited == {rid: expected[rid] for rid in credited}
     plain = [r for r in results if "interleaving" not in r]
     assert all(int(r["request_id"][1:]) % 10 == 9 for r in plain)  # the lists not interleaved
+
+
+@pytest.mark.chaos  # about a minute each
+@pytest.mark.parametrize("step", ["statistics_sent", "statistics_committed"])
+def test_kill_9_around_the_commit_of_credit_shares_is_exact(
+    step: str, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """Interleaving teams declared, no comparison: the process kills itself just before
+    (``statistics_sent``: credit shares flushed into the open transaction) or just after
+    (``statistics_committed``) the first commit holding a credit share, on four partitions, and
+    restarts. Every credit share is on the statistics topic once, from committed transactions,
+    and the restarted run's preference series equal the uninterrupted engine's."""
+    from evald.daemon.comparisons import decode_statistics, statistics_topic
+    from evald.daemon.settings import TopicSettings
+    from evald.demo.simulator import TEAMS as SIM_TEAMS
+    from evald.interleaving.shares import CreditShare
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 4, topics["feedback"]: 4})
+    inter = {"teams": list(SIM_TEAMS), "window": "5m", "min_n": 30}
+    extra = ("--set", f"engine.interleaving={json.dumps(inter)}")
+    victim = instances("a", extra=extra, crash_at=step)
+    kafka_tools.produce_sim(
+        topics["impressions"], topics["feedback"], events=8000, seed=21, interleave=0.5
+    )
+    wait_until(lambda: victim.proc.poll() is not None, 120, f"the crash at {step}")
+    assert "killing this process" in victim.log_path.read_text(errors="replace")
+    survivor = instances("a", extra=extra)
+    wait_until(lambda: survivor.lag_zero(4), 180, "the restarted instance to catch up")
+    config = load_config({**ENGINE, "interleaving": inter})
+    _, engine = kafka_tools.expected(
+        config, topics["impressions"], topics["feedback"], global_statistics=True
+    )
+    registry, _ = build_registry(engine, process=False)
+    want = interleaving_samples(generate_latest(registry).decode())
+    assert any(k.startswith("evald_interleaving_lower{") for k in want), "no band: too little data"
+    wait_until(
+        lambda: equal(interleaving_samples(survivor.get("/metrics")[1]), want),
+        60,
+        "the restarted run's preference test to equal the uninterrupted engine's",
+    )
+    topic = statistics_topic(TopicSettings(**topics))
+    records = [decode_statistics(r.value) for r in kafka_tools.read(topic, committed=True)]
+    shares = [(r.start, r.partition, r.chunk) for r in records if isinstance(r, CreditShare)]
+    assert shares and len(shares) == len(set(shares))
+    if step == "statistics_sent":  # the killed transaction's shares are in the log, aborted
+        everything = [decode_statistics(r.value) for r in kafka_tools.read(topic)]
+        assert sum(isinstance(r, CreditShare) for r in everything) > len(shares)
+    assert survivor.terminate() == 0

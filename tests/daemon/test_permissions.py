@@ -44,6 +44,11 @@ def test_every_topic_of_the_main_stage_with_its_operations() -> None:
     with_comparisons = settings(engine={"statistics": {"comparisons": COMPARISONS}})
     topics = [need.topic for need in topic_needs(with_comparisons)]
     assert topics[-1] == "res.checkpoints.statistics"
+    # interleaving teams alone: the daemon writes and folds the credit shares there too
+    with_teams = settings(engine={"interleaving": {"teams": ["A", "B"]}})
+    last = topic_needs(with_teams)[-1]
+    assert (last.setting, last.topic) == ("interleaving.teams", "res.checkpoints.statistics")
+    assert last.operations == ("DESCRIBE", "READ", "WRITE")
 
 
 def test_the_principal_as_the_broker_sees_it() -> None:
