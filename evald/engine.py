@@ -569,7 +569,7 @@ class Engine:
             evicted_feedback=to_runs(self.evicted(partition, committed["feedback"], "feedback")),
             held_feedback=held[:MAX_HELD_RUNS],
             statistics=self._open_shares(partition),
-            counters=self._counted(partition),
+            counters=self.counted(partition),
         )
 
     def _open_shares(self, partition: int) -> dict[str, Any] | None:
@@ -581,9 +581,10 @@ class Engine:
             doc = {**(doc or {}), "interleaving": credit}
         return doc
 
-    def _counted(self, partition: int) -> dict[str, int]:
-        """Everything counted for ``partition`` since its first life: what the checkpoint it
-        was resumed from held plus what this engine counted since."""
+    def counted(self, partition: int) -> dict[str, int]:
+        """Everything counted for ``partition`` since its first life (``PartitionState``'s
+        ``counters``): what the checkpoint it was resumed from held plus what this engine
+        counted since."""
         total = dict(self._counted_before.get(partition, {}))
         for key, n in self._stats_of(partition).counted().items():
             total[key] = total.get(key, 0) + n

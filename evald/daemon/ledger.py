@@ -46,6 +46,11 @@ class Ledger:
             ranges, epoch = extend_ranges(ranges, epoch, first, last, max_ts)
         return prune_ranges(ranges, horizon_ts), epoch
 
+    @property
+    def counters(self) -> dict[str, int]:
+        """The engine counters of p its last commit held (``PartitionState.counters``)."""
+        return self._counters
+
     def committed(self, checkpoint: Checkpoint) -> dict[str, int]:
         """The transaction that wrote ``checkpoint`` committed: its ranges are p's now.
         Returns what its counters add to the last commit's (each count is so handed out by

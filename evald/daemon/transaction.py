@@ -262,6 +262,7 @@ class Transaction:
             self.open
             or any(self._interval.changed(s.partition) for s in parts)
             or self._statistics_due(parts)
+            or self._counted_since(parts)
         ):
             return
         producer = self.begin()  # 1
@@ -391,6 +392,16 @@ class Transaction:
             )
             for p, (raw, futures) in sent.items()
         }
+
+    def _counted_since(self, parts: list[InputPartition]) -> bool:
+        """Whether the engine counted something for a partition since its last commit with
+        nothing fed or sent: held feedback expiring (``orphaned``) as the watermark or the
+        idle fallback moves on. Left out, the last checkpoint would miss those counts."""
+        engine = self._engine
+        return engine is not None and any(
+            engine.counted(part.partition) != self._ledger(part.partition).counters
+            for part in parts
+        )
 
     def _statistics_due(self, parts: list[InputPartition]) -> bool:
         """Whether a partition's comparison shares have a final mark to publish (its

@@ -169,7 +169,7 @@ def assert_matches_an_uninterrupted_run(
     assert_windows_equal(read_windows(windows), reference)
     if not leaky_broker:  # tansu answers neither ListTransactions nor DescribeProducers
         last = assert_consumed_to_the_end(kafka_tools, unique)
-        assert_counted_once(last, reference.stats.counted())
+        assert_checkpoints_count_once(last, reference.stats.counted())
         assert_no_transaction_left_open(kafka_tools, unique)
     return copies
 
@@ -204,7 +204,7 @@ def assert_dead_letters_once(tools: KafkaTools, unique: str) -> int:
     return len(want)
 
 
-def assert_counted_once(last: dict[int, Checkpoint], want: dict[str, int]) -> None:
+def assert_checkpoints_count_once(last: dict[int, Checkpoint], want: dict[str, int]) -> None:
     """Every engine counter, summed over the partitions' last committed checkpoints, equals
     one uninterrupted engine's: each record and outcome counted by exactly one commit."""
     got: Counter[str] = Counter()

@@ -399,3 +399,32 @@ def test_kill_9s_after_uncommitted_work_leave_the_committed_counters_exact() -> 
         in_checkpoints.update(checkpoint.state.counters)
     assert in_checkpoints == want
     assert shown == want
+
+
+def test_feedback_expiring_after_the_last_record_is_committed_with_its_count() -> None:
+    """After the last record the idle fallback moves the watermark on: it closes the
+    impression (a result, so a commit), then, a tick later, expires the held click for a
+    request id never served: counted ``orphaned`` with nothing fed or sent. Before, the commit
+    cycle saw nothing to commit, and the last checkpoint never held that count (one orphan
+    short in every chaos test)."""
+    cluster, clock = Cluster(), SettableClock()
+    served = {"request_id": "a", "ts": BASE, "items": ["x"]}
+    click = {"request_id": "never", "ts": BASE + 30_000, "item": "x", "action": "click"}
+    cluster.append("imp", 0, json.dumps(served).encode(), timestamp=BASE)
+    cluster.append("fb", 0, json.dumps(click).encode(), timestamp=BASE + 30_000)
+    # no comparison: its shares would commit as the watermark crosses their windows
+    quiet = settings(watermark_quorum=1, idle_timeout="5s", statistics={"comparisons": []})
+    session = Session(cluster, quiet, [0], clock)
+    session.engine.clock = clock  # the idle fallback runs on wall time
+    topic = settings().topics.checkpoint_topic
+    orphans = []
+    for _ in range(60):
+        session.cycle()
+        session.commit()
+        clock.now += 3.0
+        if results(cluster):  # committed: a checkpoint exists
+            counters = cluster.checkpoint(GROUP, topic, 0).state.counters
+            orphans.append(counters.get("unattributed/orphaned", 0))
+    assert [rid for rid, _ in results(cluster)] == ["a"]
+    assert session.engine.stats.unattributed["orphaned"] == 1
+    assert orphans[0] == 0 and orphans[-1] == 1  # held when the result committed, then expired
