@@ -134,6 +134,14 @@ def assert_histograms_equal(got: Histograms, want: Histograms) -> None:
     assert got.overflow == want.overflow
 
 
+def assert_checkpoints_hold(cluster: Cluster, ref: Session) -> None:
+    """The last checkpoints' counters, summed, are the uninterrupted session's."""
+    held: Counter[str] = Counter()
+    for checkpoint in checkpoints(cluster).values():
+        held.update(checkpoint.state.counters)
+    assert held == Counter(ref.engine.stats.counted())
+
+
 def windows(session: Session) -> dict[tuple[Any, ...], tuple[int, float, float]]:
     return {
         (row.window, row.start_ms, tuple(sorted(row.labels.items())), row.measure): (
@@ -236,6 +244,7 @@ def test_commits_made_while_replaying_leave_every_output_exactly_once(interrupt:
     assert letters(cluster) == letters(ref_cluster)
     assert set(letters(ref_cluster).values()) == {1}
     assert counted(sessions) == counted([ref])
+    assert_checkpoints_hold(cluster, ref)
     assert_windows_equal(windows(last), windows(ref))
     assert_shares_equal(shares(cluster), shares(ref_cluster))
 
@@ -322,6 +331,7 @@ def test_repeats_and_feedback_held_at_the_checkpoint_are_decided_once_across_res
     assert sorted(json.dumps(doc) for _, doc in got) == sorted(json.dumps(doc) for _, doc in want)
     assert letters(cluster) == letters(ref_cluster)
     assert counted(sessions) == counted([ref])
+    assert_checkpoints_hold(cluster, ref)
     assert_windows_equal(windows(last), windows(ref))
 
 
