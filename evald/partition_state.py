@@ -50,6 +50,8 @@ class PartitionState:
     ``statistics``: the open comparison shares and final mark (``PartitionShares.state``), or
     in a checkpoint ``{"records": <SnapshotRef JSON>}`` naming records holding them; None
     without comparisons.
+    ``zero_feedback``: the judged pairs and reference lists the next lists are scored against
+    (``ListMemory.state``, evald/zerofeedback/memory.py); None with the signals off.
     """
 
     watermark: int | None
@@ -59,6 +61,7 @@ class PartitionState:
     evicted_feedback: Runs = ()
     held_feedback: Runs = ()
     statistics: dict[str, Any] | None = None
+    zero_feedback: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The state's fields of a checkpoint record (optional ones only when set)."""
@@ -78,6 +81,8 @@ class PartitionState:
             doc["held_feedback"] = [list(run) for run in self.held_feedback]
         if self.statistics is not None:
             doc["statistics"] = self.statistics
+        if self.zero_feedback is not None:
+            doc["zero_feedback"] = self.zero_feedback
         return doc
 
     @classmethod
@@ -92,6 +97,7 @@ class PartitionState:
             evicted_feedback=_runs(doc.get("evicted_feedback")),
             held_feedback=_runs(doc.get("held_feedback")),
             statistics=doc.get("statistics"),
+            zero_feedback=doc.get("zero_feedback"),
         )
 
 
