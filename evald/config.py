@@ -256,15 +256,16 @@ class ZeroFeedbackConfig(BaseModel):
     judged_capacity: int = Field(
         4096,
         ge=1,
-        le=16_384,
+        le=8192,
         description="(query, item) pairs with feedback each partition remembers (16 bytes "
         "each in its checkpoint)",
     )
     reference_capacity: int = Field(
         512,
         ge=1,
-        le=4096,
-        description="queries whose newest reference list each partition remembers",
+        le=1024,
+        description="queries whose newest reference list each partition remembers (with "
+        "depth, at most 8,192 item keys)",
     )
 
 
@@ -442,10 +443,10 @@ class EngineConfig(BaseModel):
                 f"limits.max_string_length ({self.limits.max_string_length})"
             )
         zero = self.zero_feedback
-        if zero.reference_capacity * zero.depth > 16_384:
+        if zero.reference_capacity * zero.depth > 8192:
             raise ValueError(
                 f"zero_feedback.reference_capacity: {zero.reference_capacity} queries x depth "
-                f"{zero.depth} is more than 16,384 item keys (the checkpoint record's share)"
+                f"{zero.depth} is more than 8,192 item keys (the checkpoint record's share)"
             )
         return self
 

@@ -18,6 +18,7 @@ import numpy as np
 
 __all__ = ["KeyArena", "item_key", "item_keys"]
 
+_CACHED = 1 << 16
 _SIGN = 1 << 63
 _WRAP = 1 << 64
 
@@ -36,57 +37,84 @@ def item_keys(items: Sequence[str], depth: int) -> list[int]:
 
 class KeyArena:
     """The stable keys of the first ``depth`` items of each pending slot, in one flat
-    ``array('q')`` (compacted when half garbage), beside the pending store's item arena."""
+    ``array('q')`` (compacted when half garbage), beside the pending store's item arena.
+    Per-slot starts and lengths are ``array`` columns too: a plain index is several times
+    cheaper from Python than a numpy scalar's, and numpy reads them without a copy."""
 
     def __init__(self, depth: int) -> None:
         self.depth = depth
+        #: id -> key of the ids seen lately: a catalogue's ids repeat, and a dict probe (the
+        #: str caches its hash) costs a fifth of the two checksums; emptied past _CACHED ids
+        self._cache: dict[str, int] = {}
         self._keys = array("q")
         self._garbage = 0
-        self._start = np.zeros(1024, np.int64)
-        self._length = np.zeros(1024, np.int32)
+        self._start = array("q")
+        self._length = array("q")
+
+    def __len__(self) -> int:
+        """Keys in the arena, garbage included (compaction keeps it under twice the live)."""
+        return len(self._keys)
 
     def set(self, slot: int, item_ids: Sequence[str]) -> None:
         """Give ``slot`` the keys of its first items (replacing any it had)."""
-        if slot >= len(self._start):
-            size = max(slot + 1, 2 * len(self._start))
-            self._start = np.resize(self._start, size)
-            self._length = np.resize(self._length, size)
+        start, length = self._start, self._length
+        if slot >= len(start):
+            grow = max(slot + 1 - len(start), len(start), 1024)
+            start.extend([0] * grow)
+            length.extend([0] * grow)
         keys = self._keys
-        self._garbage += int(self._length[slot])
-        self._start[slot] = len(keys)
-        self._length[slot] = min(len(item_ids), self.depth)
-        keys.fromlist(item_keys(item_ids, self.depth))
+        self._garbage += length[slot]
+        start[slot] = len(keys)
+        cache = self._cache
+        if len(cache) > _CACHED:
+            cache.clear()
+        count = 0
+        for item in item_ids[: self.depth]:
+            key = cache.get(item)
+            if key is None:
+                key = cache[item] = item_key(item)
+            keys.append(key)
+            count += 1
+        length[slot] = count
 
     def take(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(keys 0-padded (n, depth), how many each slot has) of slots ``idx``."""
         idx = np.asarray(idx, np.intp)
-        held = idx < len(self._start)
+        starts, lengths = self._columns()
+        held = idx < len(lengths)
         safe = np.where(held, idx, 0)
-        lengths = np.where(held, self._length[safe], 0).astype(np.int64)
-        mask = np.arange(self.depth) < lengths[:, None]
-        pos = np.where(mask, self._start[safe][:, None] + np.arange(self.depth), 0)
+        count = np.where(held, lengths[safe], 0)
+        mask = np.arange(self.depth) < count[:, None]
+        pos = np.where(mask, starts[safe][:, None] + np.arange(self.depth), 0)
         view = np.frombuffer(self._keys, np.int64) if len(self._keys) else np.zeros(1, np.int64)
         keys = np.where(mask, view[pos], 0)
         del view
-        return keys, lengths
+        return keys, count.copy()
+
+    def _columns(self) -> tuple[np.ndarray, np.ndarray]:
+        if not len(self._start):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.frombuffer(self._start, np.int64), np.frombuffer(self._length, np.int64)
 
     def release(self, idx: np.ndarray, live: np.ndarray) -> None:
         """Forget slots ``idx``; compact when half garbage (``live``: the slots still held)."""
         idx = np.asarray(idx, np.intp)
-        idx = idx[idx < len(self._length)]
-        self._garbage += int(self._length[idx].astype(np.int64).sum())
-        self._length[idx] = 0
+        starts, lengths = self._columns()
+        idx = idx[idx < len(lengths)]
+        self._garbage += int(lengths[idx].sum())
+        lengths[idx] = 0
         if self._garbage > max(len(self._keys) // 2, 1 << 16):
-            live = live[live < len(self._length)]
-            starts, lens = self._start[live], self._length[live].astype(np.int64)
+            live = live[live < len(lengths)]
+            lens = lengths[live]
             new_start = np.zeros(len(live), np.int64)
             if len(live):
                 np.cumsum(lens[:-1], out=new_start[1:])
-            src = np.repeat(starts - new_start, lens) + np.arange(int(lens.sum()))
+            src = np.repeat(starts[live] - new_start, lens) + np.arange(int(lens.sum()))
             view = np.frombuffer(self._keys, np.int64) if len(self._keys) else np.zeros(1, np.int64)
             kept = view[src].tobytes()
             del view
+            starts[live] = new_start
+            del starts, lengths
             self._keys = array("q")
             self._keys.frombytes(kept)
-            self._start[live] = new_start
             self._garbage = 0

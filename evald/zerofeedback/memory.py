@@ -69,36 +69,59 @@ class ListMemory:
         self.p, self.reference, self.retention = p, reference, retention
         self.judged_capacity, self.reference_capacity = judged_capacity, reference_capacity
         self._judged: dict[int, int] = {}
-        self._references: dict[str, tuple[int, tuple[int, ...]]] = {}
+        self._queries: dict[str, int] = {}  # a memo of item_key, not state
+        #: query key -> (ts, keys): the query as its stable key, so no text is checkpointed
+        self._references: dict[int, tuple[int, tuple[int, ...]]] = {}
 
     def score(self, lists: Scored) -> np.ndarray:
         """(n, 3) values per list in ``QUANTITIES`` order (NaN: not defined for it), each
-        list scored against the memory the lists before it left, then remembered."""
-        out = np.full((len(lists.ts), 3), math.nan)
+        list scored against the memory the lists before it left, then remembered.
+
+        Long because: the per-list loop is the stage's hot path, its lookups kept local."""
+        n = len(lists.ts)
+        out = np.full((n, 3), math.nan)
+        out[:, EMPTY] = np.asarray(lists.lengths) == 0
+        qkeys = np.asarray([self._query_key(q) for q in lists.queries], np.int64).view(np.uint64)
+        with np.errstate(over="ignore"):  # wrapping is the mix
+            pairs = (qkeys[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)).tolist()
         keys_all = lists.keys.tolist()
+        hits_all = lists.judged.tolist()
+        judged, references, retention = self._judged, self._references, self.retention
+        reference, p = self.reference, self.p
         for i, (query, arm, ts, length, count) in enumerate(
             zip(lists.queries, lists.arms, lists.ts, lists.lengths, lists.key_lengths, strict=True)
         ):
-            out[i, EMPTY] = 1.0 if length == 0 else 0.0
             if not query or (length and not count):
                 continue  # no query, or items the keys were not kept for (docs/drilldown.md)
+            horizon = ts - retention
+            row = pairs[i][:count]
+            if count:
+                fresh = 0
+                for pair in row:
+                    if judged.get(pair, horizon - 1) < horizon:
+                        fresh += 1
+                out[i, UNJUDGED] = fresh / count
+            qkey = int(qkeys[i].view(np.int64))
             keys = keys_all[i][:count]
-            qkey = item_key(query)
-            horizon = ts - self.retention
-            if keys:
-                judged = self._judged
-                fresh = sum(1 for k in keys if judged.get(pair_key(qkey, k), horizon - 1) < horizon)
-                out[i, UNJUDGED] = fresh / len(keys)
-            if arm == self.reference:
-                self._remember_reference(query, ts, tuple(keys))
+            if arm == reference:
+                self._remember_reference(qkey, ts, tuple(keys))
             elif arm is not None:
-                ref = self._references.get(query)
+                ref = references.get(qkey)
                 if ref is not None and ref[0] >= horizon:
-                    out[i, RBO] = rbo_ext(keys, ref[1], self.p)
-            for k, hit in zip(keys, lists.judged[i].tolist(), strict=False):
+                    out[i, RBO] = rbo_ext(keys, ref[1], p)
+            for pair, hit in zip(row, hits_all[i], strict=False):
                 if hit:
-                    self._remember_judged(pair_key(qkey, k), ts)
+                    self._remember_judged(pair, ts)
         return out
+
+    def _query_key(self, query: str) -> int:
+        """The stable key of a query ("" for none), memoised: a few queries carry most lists."""
+        key = self._queries.get(query)
+        if key is None:
+            if len(self._queries) > 4096:
+                self._queries.clear()
+            key = self._queries[query] = item_key(query) if query else 0
+        return key
 
     def _remember_judged(self, key: int, ts: int) -> None:
         judged = self._judged
@@ -107,7 +130,7 @@ class ListMemory:
         if len(judged) > self.judged_capacity:
             del judged[next(iter(judged))]
 
-    def _remember_reference(self, query: str, ts: int, keys: tuple[int, ...]) -> None:
+    def _remember_reference(self, query: int, ts: int, keys: tuple[int, ...]) -> None:
         refs = self._references
         refs.pop(query, None)
         refs[query] = (ts, keys)
@@ -121,36 +144,27 @@ class ListMemory:
     # ---------------------------------------------------------------- checkpoint
 
     def state(self) -> dict[str, Any]:
-        """The memory as JSON for the checkpoint: the judged pairs as base64 int64 pairs
-        (key, ts), the references as their queries and base64 int64 rows (ts, n, keys...)."""
+        """The memory as JSON for the checkpoint: the judged pairs as base64 int64 rows
+        (key, ts), the references as base64 int64 rows (query key, ts, n, keys...)."""
         judged = np.asarray([(_signed(k), ts) for k, ts in self._judged.items()], np.int64).reshape(
             -1, 2
         )
-        width = 2 + max((len(keys) for _, keys in self._references.values()), default=0)
+        width = 3 + max((len(keys) for _, keys in self._references.values()), default=0)
         rows = np.zeros((len(self._references), width), np.int64)
-        for row, (ts, keys) in zip(rows, self._references.values(), strict=True):
-            row[0], row[1] = ts, len(keys)
-            row[2 : 2 + len(keys)] = keys
-        return {
-            "judged": _b64(judged),
-            "queries": list(self._references),
-            "references": _b64(rows),
-            "width": width,
-        }
+        for row, (query, (ts, keys)) in zip(rows, self._references.items(), strict=True):
+            row[0], row[1], row[2] = _signed(query), ts, len(keys)
+            row[3 : 3 + len(keys)] = keys
+        return {"judged": _b64(judged), "references": _b64(rows), "width": width}
 
     def load(self, doc: dict[str, Any]) -> None:
         """Replace the memory by a :meth:`state`; ValueError for a malformed one."""
         try:
             judged = _unb64(doc["judged"]).reshape(-1, 2)
-            queries = [str(q) for q in doc["queries"]]
-            rows = _unb64(doc["references"]).reshape(len(queries), int(doc["width"]))
+            rows = _unb64(doc["references"]).reshape(-1, int(doc["width"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"zero_feedback state is malformed ({exc})") from None
         self._judged = {k & _MASK: ts for k, ts in judged.tolist()}
-        self._references = {
-            q: (row[0], tuple(row[2 : 2 + row[1]]))
-            for q, row in zip(queries, rows.tolist(), strict=True)
-        }
+        self._references = {row[0]: (row[1], tuple(row[3 : 3 + row[2]])) for row in rows.tolist()}
 
 
 def _signed(key: int) -> int:
