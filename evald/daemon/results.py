@@ -59,8 +59,8 @@ class ResultEncoder:
     def document(self, result: Result) -> dict[str, Any]:
         """The JSON document: ``{"request_id", "ts" (RFC 3339), "labels", "measures"}``,
         ``"cluster"`` when the impression had a user id, ``"interleaving"`` when it was a
-        credited interleaved list and ``"query"`` (normalised) when it had a query, as
-        ``Result.to_json``."""
+        credited interleaved list, ``"query"`` (normalised) when it had a query and
+        ``"zero_feedback"`` with those signals on, as ``Result.to_json``."""
         doc: dict[str, Any] = {
             "request_id": result.request_id,
             "ts": self.format_ts(result.ts),
@@ -73,6 +73,8 @@ class ResultEncoder:
             doc["interleaving"] = result.interleaving
         if result.query:
             doc["query"] = result.query
+        if result.zero_feedback is not None:
+            doc["zero_feedback"] = result.zero_feedback
         return doc
 
     def encode(self, result: Result) -> tuple[bytes, bytes]:
