@@ -18,7 +18,7 @@ import numpy as np
 
 __all__ = ["KeyArena", "item_key", "item_keys"]
 
-_CACHED = 1 << 16
+_CACHED = 1 << 13  # ids memoised: at most 8,192 x limits.max_string_length of text
 _SIGN = 1 << 63
 _WRAP = 1 << 64
 
