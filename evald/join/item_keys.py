@@ -3,9 +3,9 @@
 The join matches feedback to items by Python's ``hash()``, which is salted per process; state
 that outlives the process (the zero-feedback memory of judged items and reference lists, kept
 in the partition's checkpoint) needs a key a restarted process computes alike. CRC-32 and
-Adler-32 of the UTF-8 bytes side by side: both C loops of the standard library, about a tenth
-of BLAKE2b's cost per id (measured, docs/drilldown.md), and good enough for ids that are not
-crafted to collide (a collision only merges two items' judged state; nothing else uses them).
+Adler-32 of the UTF-8 bytes side by side: both C loops of the standard library, several times
+cheaper than BLAKE2b (0.87 µs an id measured, against 0.12 µs for one CRC-32), and good
+enough for ids not crafted to collide (a collision only merges two items' judged state).
 """
 
 from __future__ import annotations
