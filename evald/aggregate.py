@@ -38,6 +38,7 @@ from evald.statistics.bootstrap import (
 )
 from evald.statistics.intervals import Moments
 from evald.stats import mean_ci95
+from evald.zerofeedback.windows import ZeroWindows
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +98,11 @@ class Aggregates:
         retention_ms: int,
         replicates: int = DEFAULT_REPLICATES,
         query_capacity: int = 0,
+        zero_feedback: bool = False,
     ) -> None:
         """``replicates``: bootstrap replicates per window (0: no clustered interval).
-        ``query_capacity``: the queries held per summary of the drill-down (0: none kept)."""
+        ``query_capacity``: the queries held per summary of the drill-down (0: none kept).
+        ``zero_feedback``: keep the zero-feedback values' window sums (``zero``)."""
         self.measures: list[str] = list(measures)
         self.segments = segments
         self.bounds = np.asarray(bounds, dtype=np.float64)
@@ -129,6 +132,8 @@ class Aggregates:
             if query_capacity
             else None
         )
+        #: the zero-feedback values' window sums (evald/zerofeedback/windows.py; None: off)
+        self.zero = ZeroWindows(bucket_ms) if zero_feedback else None
 
     # ---------------------------------------------------------------- writing
 
@@ -288,6 +293,8 @@ class Aggregates:
                 del boot[(width, start)]
         if self.queries is not None:
             self.queries.prune(partition, reach)
+        if self.zero is not None:
+            self.zero.prune(partition, reach)
 
     def drop_partition(self, partition: int) -> None:
         """Forget a partition's window and bootstrap sums (another instance now owns it)."""
@@ -295,6 +302,8 @@ class Aggregates:
             table.pop(partition, None)
         if self.queries is not None:
             self.queries.drop(partition)
+        if self.zero is not None:
+            self.zero.drop(partition)
 
     # ---------------------------------------------------------------- snapshots
 
@@ -317,6 +326,8 @@ class Aggregates:
                 used.update(np.flatnonzero(arr.reshape(arr.shape[0], -1).any(axis=1)).tolist())
         if self.queries is not None:
             used |= self.queries.segments(partition)
+        if self.zero is not None:
+            used |= self.zero.segments(partition)
         rows = sorted(used)
         rows_at = np.asarray(rows, dtype=np.intp)
         arrays: dict[str, np.ndarray] = {}
@@ -343,6 +354,10 @@ class Aggregates:
             )
             meta["queries"] = query_meta
             arrays.update({f"queries.{name}": arr for name, arr in query_arrays.items()})
+        if self.zero is not None:  # beside the tables too
+            zero_meta, zero_arrays = self.zero.encode(partition, {r: i for i, r in enumerate(rows)})
+            meta["zero_feedback"] = zero_meta
+            arrays.update({f"zero.{name}": arr for name, arr in zero_arrays.items()})
         return snapshot_codec.encode(meta, arrays)
 
     def load(self, partition: int, raw: bytes) -> None:
@@ -376,10 +391,16 @@ class Aggregates:
                 k.removeprefix("queries."): v for k, v in arrays.items() if k.startswith("queries.")
             }
             summaries = self.queries.decode(partition, meta["queries"], parts, local)
+        zero: dict[int, np.ndarray] = {}
+        if self.zero is not None and "zero_feedback" in meta:
+            parts = {k.removeprefix("zero."): v for k, v in arrays.items() if k.startswith("zero.")}
+            zero = self.zero.decode(meta["zero_feedback"], parts, local, len(self.segments))
         for name, table in self._tables().items():
             table[partition] = loaded[name]
         if self.queries is not None:
             self.queries.replace(partition, summaries or {})
+        if self.zero is not None:
+            self.zero.replace(partition, zero)
 
     # ---------------------------------------------------------------- reading
 

@@ -224,6 +224,45 @@ class DrilldownConfig(BaseModel):
     top: int = Field(10, ge=1, le=1000, description="queries a report lists per segment and window")
 
 
+class ZeroFeedbackConfig(BaseModel):
+    """The signals of the served lists alone: RBO between arms, unjudged and empty lists
+    (docs/drilldown.md, "Zero-feedback signals")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    depth: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="the first items of each list compared and checked for judgements "
+        "(10 is a usual depth); 0 (the default): no zero-feedback signals",
+    )
+    p: float = Field(0.9, gt=0, lt=1, description="RBO's persistence (Webber et al. 2010)")
+    arm_label: str = Field(
+        "arm",
+        min_length=1,
+        description="the label key whose values are the arms (any label: a segment key shows "
+        "RBO per arm)",
+    )
+    reference: str = Field(
+        "control", min_length=1, description="the arm (or model version) the others are compared to"
+    )
+    judged_capacity: int = Field(
+        4096,
+        ge=1,
+        le=8192,
+        description="(query, item) pairs with feedback each partition remembers (16 bytes "
+        "each in its checkpoint)",
+    )
+    reference_capacity: int = Field(
+        512,
+        ge=1,
+        le=1024,
+        description="queries whose newest reference list each partition remembers (with "
+        "depth, at most 8,192 item keys)",
+    )
+
+
 class EngineConfig(BaseModel):
     """Join, scoring and aggregation settings (docs/semantics.md explains each rule)."""
 
@@ -298,6 +337,9 @@ class EngineConfig(BaseModel):
         default_factory=lambda: InterleavingConfig.model_validate({})
     )
     drilldown: DrilldownConfig = Field(default_factory=lambda: DrilldownConfig.model_validate({}))
+    zero_feedback: ZeroFeedbackConfig = Field(
+        default_factory=lambda: ZeroFeedbackConfig.model_validate({})
+    )
 
     @field_validator("measures", mode="before")
     @classmethod
@@ -398,6 +440,12 @@ class EngineConfig(BaseModel):
             raise ValueError(
                 f"drilldown.max_query_length: {drill.max_query_length} is more than "
                 f"limits.max_string_length ({self.limits.max_string_length})"
+            )
+        zero = self.zero_feedback
+        if zero.reference_capacity * zero.depth > 8192:
+            raise ValueError(
+                f"zero_feedback.reference_capacity: {zero.reference_capacity} queries x depth "
+                f"{zero.depth} is more than 8,192 item keys (the checkpoint record's share)"
             )
         return self
 

@@ -16,6 +16,7 @@ per-field reads ``state`` is made of (``low_offsets``, ``checkpoint``, ``evicted
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
@@ -46,6 +47,8 @@ from evald.statistics.bootstrap import (
 from evald.statistics.live import LiveStatistics
 from evald.statistics.shares import Frozen, PartitionShares
 from evald.stats import Stats
+from evald.zerofeedback.component import ZeroFeedback, parse_field, result_field
+from evald.zerofeedback.windows import ZeroRow, last_rows
 
 
 def _first(pair: tuple[int, Rejection]) -> int:
@@ -97,6 +100,8 @@ class Engine:
         self._counted_before: dict[int, dict[str, int]] = {}
         #: what ``/metrics`` shows instead of this engine's counts (the daemon's commits)
         self._committed: Committed | None = None
+        #: RBO between arms, unjudged and empty lists (evald/zerofeedback/)
+        self.zero_feedback = ZeroFeedback(config.zero_feedback, config.retention)
         self.aggregates = Aggregates(
             self.measure_names,
             self.segments,
@@ -106,6 +111,7 @@ class Engine:
             config.retention,
             config.statistics.bootstrap_replicates,
             config.drilldown.capacity,
+            self.zero_feedback.enabled,
         )
         #: each partition's shares of the comparison windows (evald/statistics/shares.py)
         self.shares: PartitionShares | None = None
@@ -201,6 +207,7 @@ class Engine:
                 merge=self._merges,
                 max_items=cfg.limits.max_items,
                 max_query_length=cfg.drilldown.max_query_length,
+                key_depth=cfg.zero_feedback.depth,
             )
         return store
 
@@ -451,8 +458,12 @@ class Engine:
         credits: Sequence[dict[str, Any] | None] | None = None
         if joined.teams is not None:
             credits = self.interleaving.observe(partition, joined, joined.clusters != 0, weights)
+        zero = None
+        if aggregates.zero is not None:
+            zero = self.zero_feedback.score(partition, joined)
+            aggregates.zero.observe(partition, joined.segment_ids, joined.ts, zero)
         if self.on_result is not None:
-            self._emit(partition, joined, values, abandoned, credits)
+            self._emit(partition, joined, values, abandoned, credits, zero)
 
     def _emit(
         self,
@@ -461,9 +472,11 @@ class Engine:
         values: np.ndarray,
         abandoned: np.ndarray,
         credits: Sequence[dict[str, Any] | None] | None,
+        zero: np.ndarray | None = None,
     ) -> None:
         """One ``Result`` per scored list to ``on_result``; ``credits``: each list's
-        interleaving credit (None: no list of the batch is interleaved)."""
+        interleaving credit (None: no list of the batch is interleaved); ``zero``: the lists'
+        zero-feedback values (None: off)."""
         callback = self.on_result
         assert callback is not None
         # one (name, value) pair stream per measure, zipped into rows: cheaper than a
@@ -472,7 +485,9 @@ class Engine:
             zip(repeat(name), col)
             for name, col in zip(self.measure_names, values.T.tolist(), strict=True)
         ]
-        for request_id, ts, labels, measures, reason, empty, cluster, query, credit in zip(
+        n = len(joined.request_ids)
+        zeros = repeat(None, n) if zero is None else map(result_field, zero.tolist())
+        for request_id, ts, labels, measures, reason, empty, cluster, query, credit, zf in zip(
             joined.request_ids,
             joined.ts.tolist(),
             joined.labels,
@@ -481,7 +496,8 @@ class Engine:
             abandoned.tolist(),
             joined.clusters.tolist(),
             joined.queries,
-            repeat(None, len(joined.request_ids)) if credits is None else credits,
+            repeat(None, n) if credits is None else credits,
+            zeros,
             strict=True,
         ):
             callback(
@@ -496,6 +512,7 @@ class Engine:
                     cluster,
                     interleaving=credit,
                     query=query,
+                    zero_feedback=zf,
                 )
             )
 
@@ -539,6 +556,16 @@ class Engine:
         marks = [s.watermark for s in self._stores.values() if s.watermark is not None]
         return complete_before(min(marks), self.config.window) if marks else None
 
+    def zero_feedback_rows(self) -> list[ZeroRow]:
+        """The zero-feedback values of the last complete window per width (the exposition's
+        ``evald_zero_feedback_*``), complete as ``window_rows`` says; [] with the signals off."""
+        zero = self.aggregates.zero
+        if zero is None:
+            return []
+        return last_rows(
+            zero, self.segments, self.config.windows, self.complete_before(), final=self._drained
+        )
+
     def window_rows(self, *, last_only: bool = True) -> list[WindowRow]:
         """Window aggregates of the last complete window per width (``last_only``, what the
         exposition shows) or of every complete window in retention. After a drain all data is
@@ -569,6 +596,7 @@ class Engine:
             evicted_feedback=to_runs(self.evicted(partition, committed["feedback"], "feedback")),
             held_feedback=held[:MAX_HELD_RUNS],
             statistics=self._open_shares(partition),
+            zero_feedback=self.zero_feedback.state(partition),
             counters=self.counted(partition),
         )
 
@@ -607,6 +635,7 @@ class Engine:
         self._counted_before[partition] = dict(state.counters)
         stored = state.statistics.get("interleaving") if state.statistics else None
         self.interleaving.load(partition, stored, state.watermark)
+        self.zero_feedback.load(partition, state.zero_feedback)
 
     def final_shares(self, partition: int) -> list[Frozen | CreditFrozen]:
         """The partition's comparison shares and interleaving credit shares the watermark made
@@ -716,6 +745,7 @@ class Engine:
         self._counted_before.pop(partition, None)
         self.aggregates.drop_partition(partition)
         self.interleaving.drop(partition)
+        self.zero_feedback.drop(partition)
         if self.shares is not None:
             self.shares.drop(partition)
 
@@ -742,9 +772,15 @@ class Engine:
         clusters: list[int | None] = []
         rids: list[str] = []
         queries: list[str] = []
+        zero_rows: list[list[float]] = []
         for result in results:
             read = read_result(result, self.measure_names)
             if read is None:
+                continue
+            try:
+                field = read.zero_feedback
+                zero_row = [math.nan] * 3 if field is None else parse_field(field)
+            except ValueError:
                 continue
             segments.append(self.segments.segment_of(read.labels))
             times.append(read.ts)
@@ -752,6 +788,7 @@ class Engine:
             clusters.append(read.cluster)
             rids.append(read.request_id if read.cluster is None else "")
             queries.append(read.query)
+            zero_rows.append(zero_row)
         if not segments:
             return 0
         keys = np.asarray([0 if k is None else k for k in clusters], dtype=np.uint64)
@@ -767,4 +804,11 @@ class Engine:
             clusters=keys,
             queries=queries,
         )
+        if self.aggregates.zero is not None:
+            self.aggregates.zero.observe(
+                partition,
+                np.asarray(segments, np.intp),
+                np.asarray(times, np.int64),
+                np.asarray(zero_rows, np.float64),
+            )
         return len(segments)

@@ -50,6 +50,8 @@ class PartitionState:
     ``statistics``: the open comparison shares and final mark (``PartitionShares.state``), or
     in a checkpoint ``{"records": <SnapshotRef JSON>}`` naming records holding them; None
     without comparisons.
+    ``zero_feedback``: the judged pairs and reference lists the next lists are scored against
+    (``ListMemory.state``, evald/zerofeedback/memory.py); None with the signals off.
     ``counters``: every engine counter of the partition not 0, in ``Stats.counted``'s flat
     form, summed over all its lives up to this commit (records first fed, outcomes decided):
     counted once through any restart, as the commit that holds it is written once. Empty in a
@@ -63,6 +65,7 @@ class PartitionState:
     evicted_feedback: Runs = ()
     held_feedback: Runs = ()
     statistics: dict[str, Any] | None = None
+    zero_feedback: dict[str, Any] | None = None
     counters: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -83,6 +86,8 @@ class PartitionState:
             doc["held_feedback"] = [list(run) for run in self.held_feedback]
         if self.statistics is not None:
             doc["statistics"] = self.statistics
+        if self.zero_feedback is not None:
+            doc["zero_feedback"] = self.zero_feedback
         if self.counters:
             doc["counters"] = self.counters
         return doc
@@ -99,6 +104,7 @@ class PartitionState:
             evicted_feedback=_runs(doc.get("evicted_feedback")),
             held_feedback=_runs(doc.get("held_feedback")),
             statistics=doc.get("statistics"),
+            zero_feedback=doc.get("zero_feedback"),
             counters={str(k): int(v) for k, v in (doc.get("counters") or {}).items()},
         )
 

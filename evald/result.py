@@ -37,6 +37,8 @@ class Result:
     interleaving: dict[str, Any] | None = None
     #: the impression's query, normalised (evald.query); "": none
     query: str = ""
+    #: the list's zero-feedback values (``zerofeedback.component.result_field``); None: off
+    zero_feedback: dict[str, float | None] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record's document (:func:`document`), its time formatted here."""
@@ -46,8 +48,9 @@ class Result:
 def document(result: Result, ts: str) -> dict[str, Any]:
     """``{"request_id", "ts" (``ts``: RFC 3339 UTC, ms), "labels", "measures"}``, ``"cluster"``
     (``format_cluster``) when the impression had a user id, ``"interleaving"`` when it was a
-    credited interleaved list (docs/semantics.md §9) and ``"query"`` (normalised) when it had
-    a query. The time comes formatted: the daemon's encoder formats it faster, per hour."""
+    credited interleaved list (docs/semantics.md §9), ``"query"`` (normalised) when it had a
+    query and ``"zero_feedback"`` with those signals on (docs/drilldown.md). The time comes
+    formatted: the daemon's encoder formats it faster, per hour."""
     doc: dict[str, Any] = {
         "request_id": result.request_id,
         "ts": ts,
@@ -60,6 +63,8 @@ def document(result: Result, ts: str) -> dict[str, Any]:
         doc["interleaving"] = result.interleaving
     if result.query:
         doc["query"] = result.query
+    if result.zero_feedback is not None:
+        doc["zero_feedback"] = result.zero_feedback
     return doc
 
 
@@ -88,6 +93,8 @@ class ReadResult(NamedTuple):
     cluster: int | None  # None: no ``"cluster"`` (no user id, or written before the field)
     request_id: str
     query: str
+    #: the ``"zero_feedback"`` field as written (None: none); its reader checks it
+    zero_feedback: Any
 
 
 def read_result(doc: Any, measure_names: Sequence[str]) -> ReadResult | None:
@@ -107,4 +114,5 @@ def read_result(doc: Any, measure_names: Sequence[str]) -> ReadResult | None:
             raise TypeError("query must be a string")
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    return ReadResult(ts_ms, labels, row, key, str(doc.get("request_id", "")), query)
+    rid = str(doc.get("request_id", ""))
+    return ReadResult(ts_ms, labels, row, key, rid, query, doc.get("zero_feedback"))

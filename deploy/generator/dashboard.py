@@ -492,6 +492,39 @@ def _layout(rows: list[tuple[str, list[Panel]]], per_row: int = 2) -> list[Panel
     return out
 
 
+def _zero_feedback_panels(spec: Spec, q: _Queries) -> list[Panel]:
+    """A table of each arm's zero-feedback values in the last complete $window window: fed
+    from evald's bounded series (segments x 3 quantities x windows, under the series budget),
+    not the /queries JSON endpoint, so it needs nothing but the Prometheus data source and
+    keeps its history for the alert annotations."""
+    a = spec.arm_label
+    window = 'window="$window"'
+    weight = q.sel("evald_zero_feedback_lists", window)
+    mean = q.sel("evald_zero_feedback_mean", window)
+    expr = f"sum by ({a}, quantity) ({mean} * {weight})\n/ sum by ({a}, quantity) ({weight})"
+    target = {
+        **_target("A", expr, f"{{{{{a}}}}} {{{{quantity}}}}"),
+        "range": False,
+        "instant": True,
+        "format": "table",
+    }
+    return [
+        {
+            "type": "table",
+            "title": "Zero-feedback signals by arm, last complete $window window (mean)",
+            "description": "Needs no click: rbo = rank-biased overlap with the reference arm's "
+            "lists for the same query (1: the same lists), unjudged = share of the top items "
+            "never judged for the query, empty = share of empty lists. Empty with "
+            "zero_feedback.depth 0 (docs/drilldown.md, Zero-feedback signals).",
+            "datasource": DS,
+            "targets": [target],
+            "fieldConfig": {"defaults": {"unit": "percentunit", "decimals": 3}, "overrides": []},
+            "options": {"showHeader": True, "sortBy": [{"displayName": a, "desc": False}]},
+            "transformations": [{"id": "organize", "options": {"excludeByName": {"Time": True}}}],
+        }
+    ]
+
+
 def _variables(spec: Spec) -> list[dict[str, Any]]:
     def query_var(name: str, label: str) -> dict[str, Any]:
         query = f"label_values(evald_measure_count, {label})"
@@ -575,6 +608,7 @@ def build(spec: Spec) -> dict[str, Any]:
                 ("Traffic and abandonment", _traffic_panels(spec, q)),
                 ("Join health", _health_panels(spec, q)),
                 ("Lag and watermark", _lag_panels(spec, q)),
+                ("Before any feedback", _zero_feedback_panels(spec, q)),
             ]
         ),
     }

@@ -18,6 +18,7 @@ from deploy.generator import rules
 from deploy.generator.interleaving_tests import interleaving_tests
 from deploy.generator.spec import Spec
 from deploy.generator.statistics_tests import down_tests, statistics_tests
+from deploy.generator.zero_feedback_tests import zero_feedback_tests
 
 Labels = dict[str, str]
 Case = dict[str, Any]
@@ -443,6 +444,7 @@ def build(spec: Spec) -> dict[str, Any]:
             *_certificate_tests(alerts),
             *statistics_tests(spec, alerts.expect),
             *interleaving_tests(spec, alerts.expect),
+            *zero_feedback_tests(spec, alerts.expect),
             *down_tests(spec, alerts.expect),
         ],
     }

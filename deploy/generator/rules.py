@@ -142,7 +142,83 @@ def recording_groups(spec: Spec) -> list[Group]:
             "rules": _histogram_means(spec, "5m") + _histogram_means(spec, "1h"),
         },
         {"name": "evald.event-time-windows", "rules": _window_stats(spec)},
+        {"name": "evald.zero-feedback", "rules": _zero_feedback_means(spec)},
     ]
+
+
+def zero_keys(spec: Spec) -> tuple[str, ...]:
+    """Labels of a per-arm zero-feedback series: as ``arm_keys``, the quantity for the measure."""
+    return ("quantity", JOB, *spec.comparison_labels, spec.arm_label)
+
+
+def _zero_feedback_means(spec: Spec) -> list[Rule]:
+    """Each arm's zero-feedback quantities over the last complete window, merged across
+    instances and arm-scoped labels by their lists (the mean's weight)."""
+    keys = _by(*zero_keys(spec))
+    window = f'window="{spec.thresholds.zero_window}"'
+    return [
+        {
+            "record": "arm:evald_zero_feedback_lists:sum",
+            "expr": f"sum by ({keys}) (evald_zero_feedback_lists{{{window}}})",
+        },
+        {
+            "record": "arm:evald_zero_feedback:mean",
+            "expr": f"sum by ({keys}) (\n"
+            f"  evald_zero_feedback_mean{{{window}}} * evald_zero_feedback_lists{{{window}}}\n"
+            ")\n"
+            "/ (arm:evald_zero_feedback_lists:sum > 0)",
+        },
+    ]
+
+
+#: alert name -> (quantity, comparison with the usual level, threshold attribute, wording)
+ZERO_FEEDBACK_ALERTS: dict[str, tuple[str, str, str, str]] = {
+    "EvaldListsChangedBeforeFeedback": (
+        "rbo",
+        "<",
+        "rbo_drop",
+        "its lists' rank-biased overlap with the reference arm's lists for the same queries fell",
+    ),
+    "EvaldUnjudgedItemsRising": (
+        "unjudged",
+        ">",
+        "unjudged_rise",
+        "the share of its top items never judged for their query rose",
+    ),
+    "EvaldEmptyListsRising": (
+        "empty",
+        ">",
+        "empty_rise",
+        "the share of empty lists it serves rose",
+    ),
+}
+
+
+def _zero_feedback_alert(spec: Spec, name: str) -> Rule:
+    """One arm's zero-feedback quantity moved past its threshold from the same arm's usual
+    level (the trailing baseline's average), on enough lists: no feedback needed."""
+    th = spec.thresholds
+    quantity, sign, attribute, wording = ZERO_FEEDBACK_ALERTS[name]
+    threshold = float(getattr(th, attribute))
+    keys = _by(*zero_keys(spec))
+    now = f'arm:evald_zero_feedback:mean{{quantity="{quantity}"}}'
+    usual = f"avg_over_time({now}[{th.zero_baseline}] offset {th.zero_baseline_gap})"
+    moved = f"{now} {sign} ({usual} {'-' if sign == '<' else '+'} {threshold:g})"
+    lists = f'arm:evald_zero_feedback_lists:sum{{quantity="{quantity}"}}'
+    text = _segment_text(spec, zero_keys(spec))
+    return {
+        "alert": name,
+        "expr": f"{moved}\nand on ({keys}) ({lists} >= {th.zero_min_lists})",
+        "for": th.zero_for,
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": f"{{{{ $labels.{spec.arm_label} }}}}: {wording}",
+            "description": f"In the last complete {th.zero_window} window ({text}), {wording} by "
+            f"more than {threshold:g} against its average over the {th.zero_baseline} before "
+            f"{th.zero_baseline_gap} ago, on at least {th.zero_min_lists} lists. This needs no "
+            "click: the served lists changed (docs/drilldown.md, Zero-feedback signals).",
+        },
+    }
 
 
 def _segment_text(spec: Spec, keys: tuple[str, ...]) -> str:
@@ -372,6 +448,7 @@ def alert_groups(spec: Spec) -> list[Group]:
         _interleaving_win(spec, "EvaldInterleavingSecondTeamWins", "upper", "team_b", "team_a"),
         _interleaving_win(spec, "EvaldInterleavingFirstTeamWins", "lower", "team_a", "team_b"),
         _interleaving_coin(spec),
+        *(_zero_feedback_alert(spec, name) for name in ZERO_FEEDBACK_ALERTS),
         *_down(spec),
         {
             "alert": "EvaldWatermarkStalled",

@@ -51,6 +51,16 @@ class Thresholds:
     not_ready_for: str = "10m"
     certificate_days: int = 14  # the metrics endpoint's TLS certificate expires within this
     certificate_for: str = "15m"
+    # the zero-feedback signals (evald's zero_feedback settings): each arm's last complete
+    # window against the same arm's trailing hour, before any feedback is needed
+    zero_window: str = "5m"  # which of evald's windows the alerts read
+    zero_baseline: str = "1h"  # the trailing span averaged as the arm's usual level
+    zero_baseline_gap: str = "15m"  # the baseline ends this long ago (a change is not its own)
+    zero_min_lists: int = 50  # lists defining the quantity in the window before it can alert
+    zero_for: str = "10m"
+    rbo_drop: float = 0.2  # RBO with the reference arm this far below the arm's usual level
+    unjudged_rise: float = 0.2  # unjudged share of the top items this far above usual
+    empty_rise: float = 0.1  # share of empty lists this far above usual
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
             lateness=args.lateness,
             statistics=STATISTICS,
             interleaving=INTERLEAVING,
+            zero_feedback={"depth": 10},  # RBO with control the moment the treatment regresses
         )
         check_series_budget(config)
     except ConfigError as exc:

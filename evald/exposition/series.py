@@ -666,6 +666,57 @@ INTERLEAVING_SERIES: tuple[Series, ...] = (
 
 SERIES = SERIES + INTERLEAVING_SERIES
 
+
+def _zero_feedback(engine: Engine) -> list[tuple[tuple[str, ...], Any]]:
+    """The last complete window's zero-feedback rows, with their label values."""
+    return [
+        ((*row.labels.values(), row.quantity, row.window), row)
+        for row in engine.zero_feedback_rows()
+    ]
+
+
+def _zero_means(state: list[tuple[tuple[str, ...], Any]]) -> Iterable[Row]:
+    return [(values, row.mean) for values, row in state if row.count]
+
+
+def _zero_counts(state: list[tuple[tuple[str, ...], Any]]) -> Iterable[Row]:
+    return [(values, row.count) for values, row in state]
+
+
+def _zero_per_segment(config: EngineConfig) -> int:
+    """One series per quantity (empty, unjudged, rbo) and window width, with the signals on."""
+    return 3 * len(config.windows) if config.zero_feedback.depth else 0
+
+
+ZERO_FEEDBACK_SERIES: tuple[Series, ...] = (
+    Series(
+        "evald_zero_feedback_mean",
+        "gauge",
+        "Zero-feedback signal of the served lists over the last complete event-time window, "
+        "needing no feedback: quantity=empty (share of empty lists), unjudged (share of the "
+        "first zero_feedback.depth items never judged for the query), rbo (mean rank-biased "
+        "overlap with the reference arm's list for the same query); absent when no list "
+        "defined it.",
+        (SEGMENT, "quantity", "window"),
+        _zero_feedback,
+        _zero_means,
+        per_segment=_zero_per_segment,
+    ),
+    Series(
+        "evald_zero_feedback_lists",
+        "gauge",
+        "Lists of the last complete event-time window that defined the zero-feedback quantity "
+        "(empty: every list; unjudged: lists with a query and items; rbo: lists of another arm "
+        "whose query the reference arm served within the retention).",
+        (SEGMENT, "quantity", "window"),
+        _zero_feedback,
+        _zero_counts,
+        per_segment=_zero_per_segment,
+    ),
+)
+
+SERIES = SERIES + ZERO_FEEDBACK_SERIES
+
 #: the collector's own family beside the table: how old the engine series of a scrape are
 #: (the last complete page served again while the loop holds the engine: collector.py)
 SERIES_AGE = "evald_engine_series_age_seconds"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from evald.join.item_keys import KeyArena
 from evald.join.queries import QueryTable
 from evald.join.teams import TeamBook
 from evald.query import QueryNormalizer
@@ -46,12 +47,20 @@ class PendingImpressions:
     memoryview item is about twice as cheap to touch from Python as a numpy scalar index.
     ``column(name)`` is the numpy array behind one, for vectorised work over many slots.
     ``teams``: the teams of the interleaved ones (most lists have none: a dict, not a column).
+    ``keys``: the stable keys of each list's first items (None: not kept).
+
+    Long because: each hot column is bound as a memoryview attribute of its own (``_bind``), and
+    the optional stable-key arena sits beside them.
     """
 
-    def __init__(self, capacity: int = 1024, queries: QueryTable | None = None) -> None:
+    def __init__(
+        self, capacity: int = 1024, queries: QueryTable | None = None, key_depth: int = 0
+    ) -> None:
         """``queries``: interns the slots' normalised queries (default: the rule, 100
-        characters)."""
+        characters). ``key_depth``: the first items of each list whose stable keys are kept
+        (``keys``, evald.join.item_keys) for the zero-feedback signals; 0: none, nothing paid."""
         self.teams = TeamBook()
+        self.keys = KeyArena(key_depth) if key_depth else None
         self.queries = queries if queries is not None else QueryTable(QueryNormalizer(100))
         self._arrays: dict[str, np.ndarray] = {
             name: np.zeros(capacity, dtype) for name, dtype in COLUMNS.items()
@@ -111,6 +120,8 @@ class PendingImpressions:
         self._start[slot] = len(items)
         self._length[slot] = len(item_ids)
         items.fromlist(list(map(hash, item_ids)))  # ~25% cheaper than extend(map(...))
+        if self.keys is not None:
+            self.keys.set(slot, item_ids)
         rids = self._rids
         raw_rid = rid.encode()
         self._rid_start[slot] = len(rids)
@@ -133,6 +144,8 @@ class PendingImpressions:
         self._start[slot] = len(items)
         self._length[slot] = len(item_ids)
         items.fromlist(list(map(hash, item_ids)))
+        if self.keys is not None:
+            self.keys.set(slot, item_ids)
 
     def item_hashes(self, slot: int) -> list[int]:
         """The item hashes of ``slot``, in served order."""
@@ -221,6 +234,8 @@ class PendingImpressions:
             self.compact_rids()
         a["head"][idx] = 0
         a["offset"][idx] = 0
+        if self.keys is not None:
+            self.keys.release(idx, self.live_slots())
         self._free.extend(slots)
 
     def compact_items(self) -> None:

@@ -72,6 +72,10 @@ class Joined:
     teams: list[Teams | None] | None = None
     #: the normalised query of each list (evald.query; "": none)
     queries: list[str] = field(default_factory=list)
+    #: with ``key_depth``: the stable keys (evald.join.item_keys) of each list's first items,
+    #: 0-padded (n, key_depth), and how many each list has; None: not kept
+    item_keys: np.ndarray | None = None
+    key_lengths: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -118,12 +122,14 @@ class JoinStore:
         merge: bool = False,
         max_items: int = 1000,
         max_query_length: int = 100,
+        key_depth: int = 0,
     ) -> None:
         """``user_cluster``: the cluster key of a user id, kept per pending impression for the
         clustered interval; None: not needed (no bootstrap), nothing is kept. ``merge``: the
         records of one request id make one list (a mapping's ``repeats: merge`` or
         ``shown_actions``; docs/mapping.md), a list then has at most ``max_items`` shown items.
-        ``max_query_length``: the bound of the query rule (evald/query.py)."""
+        ``max_query_length``: the bound of the query rule (evald/query.py). ``key_depth``: the
+        first items of each list whose stable keys ``take`` hands out (0: none)."""
         self.partition = partition
         self.window = window
         #: open impressions over every partition of the engine (shared, one element)
@@ -135,7 +141,9 @@ class JoinStore:
         )
         self._due = _BIG  # earliest deadline in either queue (cached: checked on every event)
         self._table = RidTable()
-        self._pending = PendingImpressions(queries=QueryTable(QueryNormalizer(max_query_length)))
+        self._pending = PendingImpressions(
+            queries=QueryTable(QueryNormalizer(max_query_length)), key_depth=key_depth
+        )
         self._queue: DeadlineQueue[int] = DeadlineQueue(self._deadline_of_slot, IntFifo())
         self._closed = Closed([], [])
         self.first_close_wall: float | None = None
@@ -673,6 +681,9 @@ class JoinStore:
             if rows:  # lists no record gave items to: their shown items, in position order
                 items, mask, lengths = widen(items, mask, lengths, rows)
         teams = pending.teams.take(slots)
+        keys = key_lengths = None
+        if pending.keys is not None:
+            keys, key_lengths = pending.keys.take(idx)
         grades = np.zeros(items.shape, np.float64)
         heads = pending.column("head")[idx]
         self.stats.unattributed["unknown_item"] += self._attached.credit(heads, items, mask, grades)
@@ -703,6 +714,8 @@ class JoinStore:
             reasons,
             teams,
             texts,
+            keys,
+            key_lengths,
         )
 
     # ------------------------------------------------------------------ checkpoints

@@ -114,3 +114,15 @@ def test_an_interleaved_result_carries_its_credit_as_the_shared_document() -> No
     assert doc == result.to_json() == encoder.document(result)
     assert doc["interleaving"] == field
     assert "interleaving" not in json.loads(encoder.encode(_result())[1])
+
+
+def test_a_result_with_zero_feedback_values_carries_them_as_the_shared_document() -> None:
+    """The topic record has ``"zero_feedback"`` when the signals are on, as ``Result.to_json``:
+    a restore absorbs the window sums from it (docs/drilldown.md, Zero-feedback signals)."""
+    encoder = ResultEncoder()
+    field = {"empty": 0.0, "unjudged": 0.4, "rbo": None}
+    result = _result(zero_feedback=field)
+    doc = json.loads(encoder.encode(result)[1])
+    assert doc == result.to_json() == encoder.document(result)
+    assert doc["zero_feedback"] == field
+    assert "zero_feedback" not in json.loads(encoder.encode(_result())[1])

@@ -21,7 +21,12 @@ from .support import (
 def drained() -> tuple[Engine, list[Served]]:
     """300 impressions over two 5-minute windows, two partitions, fed in order and drained."""
     served, events = traffic(seed=11, n=300, span_ms=10 * MINUTE)
-    engine = make_engine(statistics=COMPARED, interleaving=INTERLEAVED, global_statistics=True)
+    engine = make_engine(
+        statistics=COMPARED,
+        interleaving=INTERLEAVED,
+        zero_feedback={"depth": 5},
+        global_statistics=True,
+    )
     feed_all(engine, events)
     engine.drain()
     return engine, served

@@ -1,0 +1,1 @@
+"""Zero-feedback signals: what served lists say before any feedback (docs/drilldown.md)."""

@@ -1,0 +1,179 @@
+"""ListMemory: what one partition remembers of past lists, to score the next ones.
+
+Two bounded maps, both in the partition's checkpoint (``PartitionState.zero_feedback``) so a
+restart scores the next lists exactly as the uninterrupted run would:
+
+* **judged**: (query, item) pairs that had feedback with a non-zero grade in a finalized list,
+  each with the newest such list's event time; at most ``judged_capacity`` pairs, the pair
+  written least recently dropped first.
+* **references**: per query, the newest list the reference arm served (its first ``depth``
+  stable item keys and event time); at most ``reference_capacity`` queries, likewise.
+
+An entry older than ``retention`` before the list being scored counts as absent. Lists are
+scored in the order the engine finalizes them, which a restore reproduces.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from evald.join.item_keys import item_key
+from evald.zerofeedback.rbo import rbo_ext
+
+__all__ = ["EMPTY", "QUANTITIES", "RBO", "UNJUDGED", "ListMemory", "Scored"]
+
+#: the per-list quantities, in column order
+QUANTITIES = ("empty", "unjudged", "rbo")
+EMPTY, UNJUDGED, RBO = range(3)
+
+_MIX = 0x9E3779B97F4A7C15
+_MASK = (1 << 64) - 1
+
+
+def pair_key(query_key: int, item: int) -> int:
+    """One 64-bit key of a (query, item) pair from their stable keys."""
+    return ((query_key & _MASK) * _MIX + (item & _MASK)) & _MASK
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """The lists of one batch: arrays in the batch's order."""
+
+    queries: Sequence[str]
+    arms: Sequence[str | None]  # the arm label's value per list (None: no such label)
+    ts: Sequence[int]
+    lengths: Sequence[int]  # items served
+    keys: np.ndarray  # (n, depth) stable keys, 0-padded
+    key_lengths: Sequence[int]
+    judged: np.ndarray  # (n, depth) bool: the item at that rank had non-zero feedback
+
+
+class ListMemory:
+    """One partition's judged pairs and reference lists; ``score`` reads and updates them."""
+
+    def __init__(
+        self,
+        *,
+        p: float,
+        reference: str,
+        retention: int,
+        judged_capacity: int,
+        reference_capacity: int,
+    ) -> None:
+        self.p, self.reference, self.retention = p, reference, retention
+        self.judged_capacity, self.reference_capacity = judged_capacity, reference_capacity
+        self._judged: dict[int, int] = {}
+        self._queries: dict[str, int] = {}  # a memo of item_key, not state
+        #: query key -> (ts, keys): the query as its stable key, so no text is checkpointed
+        self._references: dict[int, tuple[int, tuple[int, ...]]] = {}
+
+    def score(self, lists: Scored) -> np.ndarray:
+        """(n, 3) values per list in ``QUANTITIES`` order (NaN: not defined for it), each
+        list scored against the memory the lists before it left, then remembered.
+
+        Long because: the per-list loop is the stage's hot path, its lookups kept local."""
+        n = len(lists.ts)
+        out = np.full((n, 3), math.nan)
+        out[:, EMPTY] = np.asarray(lists.lengths) == 0
+        qkeys = np.asarray([self._query_key(q) for q in lists.queries], np.int64).view(np.uint64)
+        with np.errstate(over="ignore"):  # wrapping is the mix
+            pairs = (qkeys[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)).tolist()
+        keys_all = lists.keys.tolist()
+        hits_all = lists.judged.tolist()
+        judged, references, retention = self._judged, self._references, self.retention
+        reference, p = self.reference, self.p
+        for i, (query, arm, ts, length, count) in enumerate(
+            zip(lists.queries, lists.arms, lists.ts, lists.lengths, lists.key_lengths, strict=True)
+        ):
+            if not query or (length and not count):
+                continue  # no query, or items the keys were not kept for (docs/drilldown.md)
+            horizon = ts - retention
+            row = pairs[i][:count]
+            if count:
+                fresh = 0
+                for pair in row:
+                    if judged.get(pair, horizon - 1) < horizon:
+                        fresh += 1
+                out[i, UNJUDGED] = fresh / count
+            qkey = int(qkeys[i].view(np.int64))
+            keys = keys_all[i][:count]
+            if arm == reference:
+                self._remember_reference(qkey, ts, tuple(keys))
+            elif arm is not None:
+                ref = references.get(qkey)
+                if ref is not None and ref[0] >= horizon:
+                    out[i, RBO] = rbo_ext(keys, ref[1], p)
+            for pair, hit in zip(row, hits_all[i], strict=False):
+                if hit:
+                    self._remember_judged(pair, ts)
+        return out
+
+    def _query_key(self, query: str) -> int:
+        """The stable key of a query ("" for none), memoised: a few queries carry most lists."""
+        key = self._queries.get(query)
+        if key is None:
+            if len(self._queries) > 4096:
+                self._queries.clear()
+            key = self._queries[query] = item_key(query) if query else 0
+        return key
+
+    def _remember_judged(self, key: int, ts: int) -> None:
+        judged = self._judged
+        judged.pop(key, None)
+        judged[key] = ts
+        if len(judged) > self.judged_capacity:
+            del judged[next(iter(judged))]
+
+    def _remember_reference(self, query: int, ts: int, keys: tuple[int, ...]) -> None:
+        refs = self._references
+        refs.pop(query, None)
+        refs[query] = (ts, keys)
+        if len(refs) > self.reference_capacity:
+            del refs[next(iter(refs))]
+
+    def sizes(self) -> tuple[int, int]:
+        """(judged pairs, reference queries) held."""
+        return len(self._judged), len(self._references)
+
+    # ---------------------------------------------------------------- checkpoint
+
+    def state(self) -> dict[str, Any]:
+        """The memory as JSON for the checkpoint: the judged pairs as base64 int64 rows
+        (key, ts), the references as base64 int64 rows (query key, ts, n, keys...)."""
+        judged = np.asarray([(_signed(k), ts) for k, ts in self._judged.items()], np.int64).reshape(
+            -1, 2
+        )
+        width = 3 + max((len(keys) for _, keys in self._references.values()), default=0)
+        rows = np.zeros((len(self._references), width), np.int64)
+        for row, (query, (ts, keys)) in zip(rows, self._references.items(), strict=True):
+            row[0], row[1], row[2] = _signed(query), ts, len(keys)
+            row[3 : 3 + len(keys)] = keys
+        return {"judged": _b64(judged), "references": _b64(rows), "width": width}
+
+    def load(self, doc: dict[str, Any]) -> None:
+        """Replace the memory by a :meth:`state`; ValueError for a malformed one."""
+        try:
+            judged = _unb64(doc["judged"]).reshape(-1, 2)
+            rows = _unb64(doc["references"]).reshape(-1, int(doc["width"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"zero_feedback state is malformed ({exc})") from None
+        self._judged = {k & _MASK: ts for k, ts in judged.tolist()}
+        self._references = {row[0]: (row[1], tuple(row[3 : 3 + row[2]])) for row in rows.tolist()}
+
+
+def _signed(key: int) -> int:
+    return key - (1 << 64) if key >= 1 << 63 else key
+
+
+def _b64(arr: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(arr, "<i8").tobytes()).decode()
+
+
+def _unb64(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text, validate=True), "<i8").copy()
