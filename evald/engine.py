@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from evald.aggregate import Aggregates, WindowRow
+from evald.clicks.stream import StreamClicks
 from evald.config import EngineConfig
 from evald.decode import Decoder, EventDecoder, Rejection, Skipped
 from evald.events import Feedback, Impression, Shown, format_timestamp, parse_timestamp
@@ -185,6 +186,12 @@ class Engine:
         self._events = self.stats.events
         #: the decoder's records of one request id make one list (docs/mapping.md)
         self._merges = bool(getattr(self.decoder, "merges_repeats", False))
+        #: the click model fitted on the stream (``click_model``; evald/clicks/stream.py)
+        self.clicks: StreamClicks | None = None
+        if config.click_model.model is not None:
+            self.clicks = StreamClicks(config.click_model, config.label_keys)
+            self.decoder = self.clicks.wrap(self.decoder)
+            self._decode = self.decoder.decode
 
     # ------------------------------------------------------------------ input
 
@@ -349,6 +356,9 @@ class Engine:
         self.interleaving.advance(self.complete_before())
         for store in stores:
             self._prune(store)
+        if self.clicks is not None:
+            self.clicks.prune(self.complete_before())
+            self.clicks.refresh()
         return done
 
     def drain(self) -> int:
@@ -359,6 +369,8 @@ class Engine:
             store.close_all()
             done += self._finalize(store, now)
         self._drained = True
+        if self.clicks is not None:
+            self.clicks.refresh()
         self._fold_shares(final=True)
         self.interleaving.advance(None, final=True)
         return done
@@ -412,6 +424,8 @@ class Engine:
     def _score(self, partition: int, joined: Joined) -> None:
         if self.on_joined is not None:
             self.on_joined(partition, joined)
+        if self.clicks is not None:
+            self.clicks.observe(partition, joined)
         n = len(joined.request_ids)
         scored = evaluate(self._measures, self._batch(joined))
         values = np.empty((n, len(self._measures)))
@@ -569,6 +583,7 @@ class Engine:
             evicted_feedback=to_runs(self.evicted(partition, committed["feedback"], "feedback")),
             held_feedback=held[:MAX_HELD_RUNS],
             statistics=None if self.shares is None else self.shares.state(partition),
+            click_model=None if self.clicks is None else self.clicks.state(partition),
         )
 
     def resume(self, partition: int, state: PartitionState, consumed: Mapping[str, int]) -> None:
@@ -585,6 +600,8 @@ class Engine:
         )
         if self.shares is not None:
             self.shares.load(partition, state.statistics, state.watermark)
+        if self.clicks is not None:
+            self.clicks.load(partition, state.click_model)
 
     def final_shares(self, partition: int) -> Frozen | None:
         """The partition's comparison shares the watermark made final since the last call,
@@ -686,6 +703,8 @@ class Engine:
         self.interleaving.drop(partition)
         if self.shares is not None:
             self.shares.drop(partition)
+        if self.clicks is not None:
+            self.clicks.drop(partition)
 
     def absorb_result(self, result: Mapping[str, Any], partition: int) -> bool:
         """Add an already-emitted result (read back from the results topic) to the window

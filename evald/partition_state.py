@@ -50,6 +50,9 @@ class PartitionState:
     ``statistics``: the open comparison shares and final mark (``PartitionShares.state``), or
     in a checkpoint ``{"records": <SnapshotRef JSON>}`` naming records holding them; None
     without comparisons.
+    ``click_model``: the partition's click model (``StreamClicks.state``: ``{"snapshot":
+    <base64>}``), or in a checkpoint ``{"records": <SnapshotRef JSON>}`` naming records
+    holding the snapshot's bytes; None without ``click_model`` (or before its first list).
     """
 
     watermark: int | None
@@ -59,6 +62,7 @@ class PartitionState:
     evicted_feedback: Runs = ()
     held_feedback: Runs = ()
     statistics: dict[str, Any] | None = None
+    click_model: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The state's fields of a checkpoint record (optional ones only when set)."""
@@ -78,6 +82,8 @@ class PartitionState:
             doc["held_feedback"] = [list(run) for run in self.held_feedback]
         if self.statistics is not None:
             doc["statistics"] = self.statistics
+        if self.click_model is not None:
+            doc["click_model"] = self.click_model
         return doc
 
     @classmethod
@@ -92,6 +98,7 @@ class PartitionState:
             evicted_feedback=_runs(doc.get("evicted_feedback")),
             held_feedback=_runs(doc.get("held_feedback")),
             statistics=doc.get("statistics"),
+            click_model=doc.get("click_model"),
         )
 
 

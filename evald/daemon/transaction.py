@@ -17,6 +17,7 @@ so nothing a step reads before a wait has changed after it.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import logging
@@ -435,6 +436,28 @@ class Transaction:
         ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
         return dataclasses.replace(state, statistics={"records": ref.to_json()})
 
+    def _place_click_model(self, p: int, state: PartitionState) -> PartitionState:
+        """The checkpoint's ``click_model``: p's model inline (base64), or, past
+        ``INLINE_STATISTICS_BYTES``, ``{"records": <SnapshotRef>}`` naming records of
+        checkpoint topic partition p (key ``<p>.click_model``) holding its snapshot's bytes,
+        sent into the open transaction and flushed to learn their offsets (as the open
+        comparison shares)."""
+        doc = state.click_model
+        if doc is None or len(doc["snapshot"]) <= snapshots.INLINE_STATISTICS_BYTES:
+            return state
+        raw = base64.b64decode(doc["snapshot"])
+        engine, producer = self._engine, self._producer
+        assert engine is not None and producer is not None
+        topic, key = self._settings.topics.checkpoint_topic, f"{p}.click_model".encode()
+        futures = [
+            producer.send(topic, key=key, value=chunk, partition=p)
+            for chunk in snapshots.chunks(raw)
+        ]
+        self._flush(producer)
+        offsets = tuple(f.get(timeout=30).offset for f in futures)
+        ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
+        return dataclasses.replace(state, click_model={"records": ref.to_json()})
+
     def _checkpoint(
         self,
         part: InputPartition,
@@ -447,6 +470,7 @@ class Transaction:
         the engine's state of it, its open shares placed, and the daemon's half."""
         p = part.partition
         state = self._place_statistics(p, self._engine_of().state(p, part.fed_next))
+        state = self._place_click_model(p, state)
         instance = self._settings.daemon.instance_id
         return Checkpoint(p, state, part.consumed(), ranges, epoch, instance, extra, snapshot)
 
