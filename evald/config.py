@@ -44,6 +44,7 @@ RESERVED_LABELS = frozenset(
         "team",
         "team_a",
         "team_b",
+        "rank",
     }
 )
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -236,8 +237,8 @@ class ClickModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: Literal["pbm", "cascade"] | None = Field(
-        None, description="the model fitted on the stream (pbm, cascade); null: none"
+    model: Literal["pbm"] | None = Field(
+        None, description="the model fitted on the stream (pbm); null: none"
     )
     depth: int = Field(10, ge=1, le=255, description="ranks the model reads, from the top")
     max_pairs: int = Field(

@@ -357,7 +357,7 @@ class Engine:
         for store in stores:
             self._prune(store)
         if self.clicks is not None:
-            self.clicks.prune(self.complete_before())
+            self.clicks.prune(self.complete_before(), self.pending())
             self.clicks.refresh()
         return done
 

@@ -7,16 +7,17 @@ partition's model is a function of its own stream only, and is part of its check
 (``PartitionState.click_model``): a restore loads it and the lists re-fed after the checkpoint
 are the ones an uninterrupted run scored after it, so the model ends equal to the last bit.
 
-The exported curve is one fit over every partition the process owns: the partitions' statistics
-merged (in partition order) into a fresh model, fitted by EM to convergence. It is refitted
-when a partition's model refitted (or a partition came or went), never on a timer, so it too
-depends only on the partitions' states.
+The exported curve pools the partitions the process owns: per (segment, rank) the mean of the
+partitions' fitted curves weighted by the lists each had shown there at its last refit
+(``refresh``). Both are set by refits only, which come at counts of lists, so the curve too
+depends only on the partitions' states, never on batching or on when a restart came.
 
-Pair keys must mean the same after a restart in another process, so they are a keyed 8-byte
-BLAKE2b of the query and the item (Python's ``hash`` of a string changes per process). The
-join keeps item hashes, not ids, so ``ServedTee`` wraps the decoder and remembers each
-impression's pair keys by request id until its list is scored; entries whose list can no
-longer be scored (re-fed by a restore after their list was emitted) are pruned by event time.
+Pair keys must mean the same after a restart in another process (Python's ``hash`` of a
+string changes per process): the query and the item each get an 8-byte BLAKE2b digest
+(remembered, as they repeat) and the pair's key mixes the two (``pair_keys``). The join keeps
+item hashes, not ids, so ``ServedTee`` wraps the decoder and remembers each impression's query
+and items by request id until its list is scored; entries whose list can no longer be scored
+(re-fed by a restore after their list was emitted) are pruned by event time.
 """
 
 from __future__ import annotations
@@ -39,45 +40,72 @@ if TYPE_CHECKING:
     from evald.decode import EventDecoder
     from evald.join.store import Joined
 
-__all__ = ["NONE", "ServedTee", "StreamClicks", "pair_keys"]
+__all__ = ["NONE", "ServedTee", "StableKeys", "StreamClicks", "pair_keys", "stable_key"]
 
 #: a label value the list did not carry
 NONE = "__none__"
-#: the merged fit's stopping rule (largest parameter change) and iteration cap
-MERGED_TOLERANCE = 1e-7
-MERGED_ITERATIONS = 500
 
 
-def pair_keys(query: str, items: Sequence[str]) -> bytes:
-    """The signed 64-bit keys of (query, item) pairs, little-endian, stable across processes:
-    BLAKE2b-64 of the item keyed by the query (0, the padding key, never occurs: it is 1)."""
-    base = hashlib.blake2b(query.encode(), digest_size=8)
-    out = bytearray()
-    for item in items:
-        h = base.copy()
-        h.update(b"\x1f" + item.encode())
-        digest = h.digest()
-        out += digest if digest != bytes(8) else (1).to_bytes(8, "little")
-    return bytes(out)
+#: splitmix64's multipliers (Steele, Lea & Flood 2014), to mix a query's and an item's keys
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+#: strings whose key a ``StableKeys`` remembers before it starts over
+CACHED_KEYS = 1 << 20
+
+
+def stable_key(text: str) -> int:
+    """A string's signed 64-bit key, the same in every process: BLAKE2b-64 of its UTF-8."""
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+class StableKeys:
+    """``stable_key`` of strings, remembered (queries and items repeat: a lookup is a dict get
+    where a digest costs half a microsecond); forgets everything past ``CACHED_KEYS``."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        key = self._known.get(text)
+        if key is None:
+            if len(self._known) >= CACHED_KEYS:
+                self._known.clear()
+            key = self._known[text] = stable_key(text)
+        return key
+
+
+def pair_keys(queries: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """int64 keys of (query, item) pairs from their ``stable_key``s (broadcast): splitmix64's
+    finalizer of query · golden + item, so the same pair has the same key in every process;
+    never 0 (the padding key)."""
+    with np.errstate(over="ignore"):
+        z = queries.astype(np.uint64) * _GOLDEN + items.astype(np.uint64)
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = z ^ (z >> np.uint64(31))
+    keys = z.view(np.int64)
+    keys[keys == 0] = 1
+    return keys
 
 
 class ServedTee:
     """An ``EventDecoder`` that passes everything through and remembers, per request id, the
-    event time and the pair keys of the first ``depth`` served items."""
+    event time, query and first ``depth`` served items of each impression."""
 
     def __init__(self, decoder: EventDecoder, depth: int) -> None:
         self.decoder = decoder
         self.depth = depth
         self.action_grades = decoder.action_grades
-        self.served: dict[str, tuple[int, bytes]] = {}
+        self.served: dict[str, tuple[int, str, list[str]]] = {}
 
     def __getattr__(self, name: str) -> Any:  # merges_repeats, reads_record_time, ...
         return getattr(self.decoder, name)
 
     def _keep(self, event: object) -> None:
         if isinstance(event, Impression) and event.items and event.request_id not in self.served:
-            keys = pair_keys(event.query or "", event.items[: self.depth])
-            self.served[event.request_id] = (int(event.ts), keys)
+            self.served[event.request_id] = (event.ts, event.query or "", event.items[: self.depth])
 
     def decode(self, raw: bytes, *args: Any, **kwargs: Any) -> Any:
         event = self.decoder.decode(raw, *args, **kwargs)
@@ -93,7 +121,7 @@ class ServedTee:
     def prune(self, before: int) -> int:
         """Forget entries older than ``before`` (ms): every list that old was scored, so what
         is left of them was re-fed after its list was emitted. Returns how many."""
-        stale = [rid for rid, (ts, _) in self.served.items() if ts < before]
+        stale = [rid for rid, (ts, _, _) in self.served.items() if ts < before]
         for rid in stale:
             del self.served[rid]
         return len(stale)
@@ -115,10 +143,11 @@ class StreamClicks:
         self.label_keys = list(label_keys)
         self.models: dict[int, ClickModel] = {}
         self.tee: ServedTee | None = None
+        self._keys = StableKeys()
         #: lists scored without served items (several-record lists), this process
         self.unmodelled = 0
-        #: the merged fit's segments (label values) and curve (segments, depth), and the
-        #: lists shown at each (segment, rank) behind it
+        #: the pooled curve's segments (label values, sorted), curve (segments, depth; NaN
+        #: where no list was shown) and the lists shown at each (segment, rank) behind it
         self.segments: list[tuple[str, ...]] = []
         self.curve = np.zeros((0, config.depth))
         self.shown = np.zeros((0, config.depth))
@@ -139,29 +168,32 @@ class StreamClicks:
         served = self.tee.served if self.tee is not None else {}
         depth = self.settings.depth
         model = self._model(partition)
+        key = self._keys
         rows: list[int] = []
-        keys: list[bytes] = []
+        queries: list[int] = []
+        items = np.zeros((len(joined.request_ids), depth), np.int64)
+        lengths: list[int] = []
         for i, request_id in enumerate(joined.request_ids):
             found = served.pop(request_id, None)
             if found is None:
                 self.unmodelled += 1
                 continue
+            _, query, shown = found
+            items[len(rows), : len(shown)] = [key(item) for item in shown]
             rows.append(i)
-            keys.append(found[1])
+            queries.append(key(query))
+            lengths.append(len(shown))
         if not rows:
             return
         n = len(rows)
-        pairs = np.zeros((n, depth), np.int64)
-        lengths = np.zeros(n, np.int64)
-        for k, raw in enumerate(keys):
-            m = len(raw) // 8
-            pairs[k, :m] = np.frombuffer(raw, "<i8")
-            lengths[k] = m
+        length = np.asarray(lengths, np.int64)
+        mask = np.arange(depth) < length[:, None]
+        pairs = np.where(mask, pair_keys(np.asarray(queries, np.int64)[:, None], items[:n]), 0)
         grades = joined.grades[rows]
         width = min(depth, grades.shape[1])
         clicks = np.zeros((n, depth), bool)
         clicks[:, :width] = grades[:, :width] > 0
-        clicks &= np.arange(depth) < lengths[:, None]
+        clicks &= mask
         segment = model.segment
         label_keys = self.label_keys
         segments = np.asarray(
@@ -169,33 +201,48 @@ class StreamClicks:
             np.intp,
         )
         ts = joined.ts[rows].astype(np.int64)
-        model.observe(Sessions(pairs, clicks, lengths, segments, ts, np.ones(n)))
+        model.observe(Sessions(pairs, clicks, length, segments, ts, np.ones(n)))
 
-    def prune(self, before: int | None) -> None:
-        """Forget remembered lists older than ``before`` (the engine's complete_before)."""
+    def prune(self, before: int | None, pending: int) -> None:
+        """Forget remembered lists older than ``before`` (the engine's complete_before) once
+        they are many more than the ``pending`` impressions (a scan is not free)."""
         tee = self.tee
-        if tee is not None and before is not None and len(tee.served) > 4096:
+        if tee is not None and before is not None and len(tee.served) > 2 * pending + 4096:
             tee.prune(before)
 
     def refresh(self) -> bool:
-        """Refit the merged curve when a partition's model refitted or the partitions changed
-        since the last merge; returns whether it did."""
+        """Recompute the exported curve when a partition's model refitted or the partitions
+        changed since the last time; returns whether it did.
+
+        Per (segment, rank), the partitions' curves as of their last refit, each weighted by
+        the lists it had shown there then (``fitted_shown``): what every partition's fit says,
+        pooled by its evidence. Both are set only by a refit, at a count of lists, so the curve
+        is the same however the lists were batched and whenever a restart came."""
         of = tuple((p, m.fits) for p, m in sorted(self.models.items()) if m.fits)
         if of == self._merged_of:
             return False
         self._merged_of = of
-        merged = new_model(self.settings)
+        depth = self.settings.depth
+        weighted: dict[tuple[str, ...], np.ndarray] = {}
+        shown: dict[tuple[str, ...], np.ndarray] = {}
         for p, _ in of:
-            merged.merge(self.models[p])
-        if of:
-            merged.fit(MERGED_TOLERANCE, MERGED_ITERATIONS)
-        self.segments = list(merged.segments)
-        self.curve = merged.curve().copy()
-        self.shown = merged.shown.copy()
+            model = self.models[p]
+            curve, fitted = model.curve(), model.fitted_shown
+            for s in range(len(fitted)):
+                labels = model.segments[s]
+                if labels not in shown:
+                    weighted[labels], shown[labels] = np.zeros(depth), np.zeros(depth)
+                weighted[labels] += fitted[s] * np.nan_to_num(curve[s])
+                shown[labels] += fitted[s]
+        self.segments = sorted(shown)
+        self.shown = np.asarray([shown[k] for k in self.segments]).reshape(-1, depth)
+        total = np.asarray([weighted[k] for k in self.segments]).reshape(-1, depth)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.curve = np.where(self.shown > 0, total / np.maximum(self.shown, 1e-300), np.nan)
         return True
 
     def rows(self) -> list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]:
-        """(label values, curve, lists shown per rank) per segment of the merged fit."""
+        """(label values, curve, lists shown per rank) per segment of the pooled curve."""
         return [
             (labels, self.curve[s].copy(), self.shown[s].copy())
             for s, labels in enumerate(self.segments)
