@@ -51,6 +51,13 @@ class Thresholds:
     not_ready_for: str = "10m"
     certificate_days: int = 14  # the metrics endpoint's TLS certificate expires within this
     certificate_for: str = "15m"
+    # the click model's examination curve (engine.click_model): a rank moved by more than
+    # examination_shift against its mean over examination_baseline ending examination_gap ago
+    examination_shift: float = 0.1
+    examination_baseline: str = "3h"
+    examination_gap: str = "30m"
+    examination_min_lists: int = 1000  # lists behind the fits, over the instances
+    examination_for: str = "30m"
 
 
 @dataclass(frozen=True)

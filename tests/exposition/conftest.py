@@ -21,7 +21,12 @@ from .support import (
 def drained() -> tuple[Engine, list[Served]]:
     """300 impressions over two 5-minute windows, two partitions, fed in order and drained."""
     served, events = traffic(seed=11, n=300, span_ms=10 * MINUTE)
-    engine = make_engine(statistics=COMPARED, interleaving=INTERLEAVED, global_statistics=True)
+    engine = make_engine(
+        statistics=COMPARED,
+        interleaving=INTERLEAVED,
+        global_statistics=True,
+        click_model={"model": "pbm", "refit_every": 100},  # a refit per 100 lists
+    )
     feed_all(engine, events)
     engine.drain()
     return engine, served
