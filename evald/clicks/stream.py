@@ -39,11 +39,9 @@ if TYPE_CHECKING:
     from evald.config import ClickModelConfig
     from evald.decode import EventDecoder
     from evald.join.store import Joined
+    from evald.segments import SegmentIndex
 
-__all__ = ["NONE", "ServedTee", "StableKeys", "StreamClicks", "pair_keys", "stable_key"]
-
-#: a label value the list did not carry
-NONE = "__none__"
+__all__ = ["ServedTee", "StableKeys", "StreamClicks", "pair_keys", "stable_key"]
 
 
 #: splitmix64's multipliers (Steele, Lea & Flood 2014), to mix a query's and an item's keys
@@ -67,13 +65,19 @@ class StableKeys:
     def __init__(self) -> None:
         self._known: dict[str, int] = {}
 
-    def __call__(self, text: str) -> int:
-        key = self._known.get(text)
-        if key is None:
-            if len(self._known) >= CACHED_KEYS:
-                self._known.clear()
-            key = self._known[text] = stable_key(text)
-        return key
+    def many(self, texts: list[str]) -> np.ndarray:
+        """int64 keys of ``texts``, looked up in one pass; the unknown ones digested."""
+        known = self._known
+        keys = list(map(known.get, texts))
+        if None in keys:
+            if len(known) + len(texts) > CACHED_KEYS:
+                known.clear()
+            for i, key in enumerate(keys):
+                if key is None:
+                    text = texts[i]
+                    key = known.get(text)
+                    keys[i] = known[text] = stable_key(text) if key is None else key
+        return np.asarray(keys, np.int64)
 
 
 def pair_keys(queries: np.ndarray, items: np.ndarray) -> np.ndarray:
@@ -130,7 +134,7 @@ class ServedTee:
 class StreamClicks:
     """Per-partition click models and their merged curve (the engine's click component)."""
 
-    def __init__(self, config: ClickModelConfig, label_keys: Sequence[str]) -> None:
+    def __init__(self, config: ClickModelConfig, segment_index: SegmentIndex) -> None:
         assert config.model is not None
         self.settings = ClickSettings(
             model=config.model,
@@ -140,7 +144,8 @@ class StreamClicks:
             refit_every=config.refit_every,
             first_refit=min(1_000, config.refit_every),
         ).check()
-        self.label_keys = list(label_keys)
+        #: the engine's segments: a list's label values from its segment id
+        self.segment_index = segment_index
         self.models: dict[int, ClickModel] = {}
         self.tee: ServedTee | None = None
         self._keys = StableKeys()
@@ -167,11 +172,8 @@ class StreamClicks:
         """Add a scored batch of the partition's lists (the engine's ``_score``)."""
         served = self.tee.served if self.tee is not None else {}
         depth = self.settings.depth
-        model = self._model(partition)
-        key = self._keys
         rows: list[int] = []
-        queries: list[int] = []
-        items = np.zeros((len(joined.request_ids), depth), np.int64)
+        texts: list[str] = []  # per list its query, then its items
         lengths: list[int] = []
         for i, request_id in enumerate(joined.request_ids):
             found = served.pop(request_id, None)
@@ -179,29 +181,35 @@ class StreamClicks:
                 self.unmodelled += 1
                 continue
             _, query, shown = found
-            items[len(rows), : len(shown)] = [key(item) for item in shown]
             rows.append(i)
-            queries.append(key(query))
+            texts.append(query)
+            texts += shown
             lengths.append(len(shown))
         if not rows:
             return
         n = len(rows)
+        keys = self._keys.many(texts)
         length = np.asarray(lengths, np.int64)
+        starts = np.cumsum(length + 1) - (length + 1)  # each list's query in ``keys``
         mask = np.arange(depth) < length[:, None]
-        pairs = np.where(mask, pair_keys(np.asarray(queries, np.int64)[:, None], items[:n]), 0)
+        at = np.where(mask, starts[:, None] + 1 + np.arange(depth), 0)
+        pairs = np.where(mask, pair_keys(keys[starts][:, None], keys[at]), 0)
         grades = joined.grades[rows]
         width = min(depth, grades.shape[1])
         clicks = np.zeros((n, depth), bool)
         clicks[:, :width] = grades[:, :width] > 0
         clicks &= mask
-        segment = model.segment
-        label_keys = self.label_keys
-        segments = np.asarray(
-            [segment(tuple(joined.labels[i].get(k, NONE) for k in label_keys)) for i in rows],
-            np.intp,
-        )
+        model = self._model(partition)
+        segments = self._segments(model, joined.segment_ids[rows])
         ts = joined.ts[rows].astype(np.int64)
         model.observe(Sessions(pairs, clicks, length, segments, ts, np.ones(n)))
+
+    def _segments(self, model: ClickModel, ids: np.ndarray) -> np.ndarray:
+        """The model's segment numbers of the engine's segment ids (by their label values)."""
+        distinct, inverse = np.unique(ids, return_inverse=True)
+        table = self.segment_index.segments
+        numbers = [model.segment(table[int(i)]) for i in distinct]
+        return np.asarray(numbers, np.intp)[inverse.reshape(-1)]
 
     def prune(self, before: int | None, pending: int) -> None:
         """Forget remembered lists older than ``before`` (the engine's complete_before) once
