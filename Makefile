@@ -71,7 +71,8 @@ test: $(STAMP) tools java
 # repartition stage and the main stage killed at random together, kills around the commits of
 # comparison shares, the repartition stage through an outage, a test broker whose port was taken,
 # rolling SIGTERM and kill -9 restarts of two instances during replays, six seeded kills of
-# `evald run --mapping ubi` while lists assemble (30 tests; measured figures in docs/performance.md).
+# `evald run --mapping ubi` while lists assemble, the click model through a kill -9 (31 tests;
+# measured figures in docs/performance.md).
 test-chaos: $(STAMP) java
 	$(BIN)/python -m pytest -q -m chaos
 

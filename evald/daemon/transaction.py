@@ -244,9 +244,11 @@ class Transaction:
            it, the engine's state of p (``Engine.state``: watermark, committed offsets, event
            times, evicted impressions, held feedback, open comparison shares), the consumed
            offsets (``InputPartition.consumed``: never below those of the checkpoint a replay is
-           restoring) and the input topic ids. With comparisons, first send p's comparison
-           shares that became final and its final mark (``Engine.final_shares``) to the
-           statistics topic; the checkpoint keeps the shares not final yet.
+           restoring) and the input topic ids. A click model larger than the inline limit is
+           first sent as records of its own, which the checkpoint names. With comparisons,
+           first send p's comparison shares that became final and its final mark
+           (``Engine.final_shares``) to the statistics topic; the checkpoint keeps the shares
+           not final yet.
         5. Flush the checkpoints (and the statistics records: crash point ``statistics_sent``
            when they hold a share), then send the group offsets into the transaction: per input
            topic the engine's low offset (the next unfed offset when nothing is pending), and
