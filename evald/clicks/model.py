@@ -242,8 +242,9 @@ class ClickModel(ABC):
     def _meta(self) -> dict[str, Any]:
         return {}
 
-    def snapshot(self) -> bytes:
-        """The whole state, exactly (raw float bytes; ``build`` reads it back)."""
+    def snapshot(self, level: int = snapshot.COMPRESS_LEVEL) -> bytes:
+        """The whole state, exactly (raw float bytes; ``build`` reads it back); ``level``:
+        the codec's zlib level (0: stored, for a caller that compresses faster)."""
         meta = {
             "kind": KIND,
             "model": self.name,
@@ -262,7 +263,7 @@ class ClickModel(ABC):
             "fitted_shown": self.fitted_shown,
             **self._arrays(),
         }
-        return snapshot.encode(meta, arrays)
+        return snapshot.encode(meta, arrays, level)
 
     def restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         self.segments = [tuple(str(v) for v in s) for s in meta["segments"]]
