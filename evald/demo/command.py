@@ -200,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
             lateness=args.lateness,
             statistics=STATISTICS,
             interleaving=INTERLEAVING,
+            click_model="pbm",  # the position-bias curve live (docs/click-models.md)
         )
         check_series_budget(config)
     except ConfigError as exc:
