@@ -44,6 +44,7 @@ RESERVED_LABELS = frozenset(
         "team",
         "team_a",
         "team_b",
+        "rank",
     }
 )
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -263,6 +264,30 @@ class ZeroFeedbackConfig(BaseModel):
     )
 
 
+class ClickModelConfig(BaseModel):
+    """A click model fitted online per partition and segment in the engine (docs/click-models.md,
+    "In evald run"); ``model`` null: none (the default: it costs CPU and checkpoint bytes)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: Literal["pbm"] | None = Field(
+        None, description="the model fitted on the stream (pbm); null: none"
+    )
+    depth: int = Field(10, ge=1, le=255, description="ranks the model reads, from the top")
+    max_pairs: int = Field(
+        20_000,
+        ge=16,
+        le=1_000_000,
+        description="(query, item) pairs kept per partition; a cold pair answers the prior",
+    )
+    half_life: Duration = Field(
+        24 * 3_600_000, gt=0, description="event-time half-life of the statistics (the horizon)"
+    )
+    refit_every: int = Field(
+        10_000, ge=1, description="lists of a partition between two refits, once warmed up"
+    )
+
+
 class EngineConfig(BaseModel):
     """Join, scoring and aggregation settings (docs/semantics.md explains each rule)."""
 
@@ -340,6 +365,15 @@ class EngineConfig(BaseModel):
     zero_feedback: ZeroFeedbackConfig = Field(
         default_factory=lambda: ZeroFeedbackConfig.model_validate({})
     )
+    click_model: ClickModelConfig = Field(
+        default_factory=lambda: ClickModelConfig.model_validate({})
+    )
+
+    @field_validator("click_model", mode="before")
+    @classmethod
+    def _click_model_name(cls, value: Any) -> Any:
+        # ``click_model: pbm`` is short for ``click_model: {model: pbm}``
+        return {"model": value} if isinstance(value, str) or value is None else value
 
     @field_validator("measures", mode="before")
     @classmethod

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from evald.aggregate import Aggregates, WindowRow
+from evald.clicks.stream import StreamClicks
 from evald.config import EngineConfig
 from evald.decode import Decoder, EventDecoder, Rejection, Skipped
 from evald.events import Feedback, Impression, Shown
@@ -113,22 +114,10 @@ class Engine:
             config.drilldown.capacity,
             self.zero_feedback.enabled,
         )
-        #: each partition's shares of the comparison windows (evald/statistics/shares.py)
-        self.shares: PartitionShares | None = None
+        #: each partition's shares of the comparison windows (evald/statistics/shares.py), and
         #: the comparisons' fold: the engine's own (``global_statistics``) or one attached
-        self.statistics: LiveStatistics | None = None
-        self._folds_shares = False
-        if config.statistics.comparisons:
-            self.shares = PartitionShares(
-                config.statistics.window,
-                config.window,
-                len(self.measure_names),
-                self.segments,
-                config.statistics.bootstrap_replicates,
-            )
-            if global_statistics:
-                self.statistics = LiveStatistics(config, self.measure_names)
-                self._folds_shares = True
+        self.shares, self.statistics = self._comparisons(global_statistics)
+        self._folds_shares = self.statistics is not None
         #: interleaved lists: credit, window sums, the preference test (evald/interleaving/)
         self.interleaving = Interleaving(
             config.interleaving,
@@ -144,6 +133,28 @@ class Engine:
         self._grades = self.decoder.action_grades
         #: the decoder's records of one request id make one list (docs/mapping.md)
         self._merges = bool(getattr(self.decoder, "merges_repeats", False))
+        #: the click model fitted on the stream (``click_model``; evald/clicks/stream.py)
+        self.clicks: StreamClicks | None = None
+        if config.click_model.model is not None:
+            self.clicks = StreamClicks(config.click_model, self.segments)
+            self.decoder = self.clicks.wrap(self.decoder)
+            self._decode = self.decoder.decode
+
+    def _comparisons(
+        self, global_statistics: bool
+    ) -> tuple[PartitionShares | None, LiveStatistics | None]:
+        config = self.config
+        if not config.statistics.comparisons:
+            return None, None
+        shares = PartitionShares(
+            config.statistics.window,
+            config.window,
+            len(self.measure_names),
+            self.segments,
+            config.statistics.bootstrap_replicates,
+        )
+        live = LiveStatistics(config, self.measure_names) if global_statistics else None
+        return shares, live
 
     # ------------------------------------------------------------------ counters
 
@@ -353,6 +364,9 @@ class Engine:
         self.interleaving.advance(self._watermarks())
         for store in stores:
             self._prune(store)
+        if self.clicks is not None:
+            self.clicks.prune(self.complete_before(), self.pending())
+            self.clicks.refresh()
         return done
 
     def drain(self) -> int:
@@ -363,6 +377,8 @@ class Engine:
             store.close_all()
             done += self._finalize(store, now)
         self._drained = True
+        if self.clicks is not None:
+            self.clicks.refresh()
         self._fold_shares(final=True)
         self.interleaving.advance(self._watermarks(), final=True)
         return done
@@ -419,6 +435,8 @@ class Engine:
     def _score(self, partition: int, joined: Joined) -> None:
         if self.on_joined is not None:
             self.on_joined(partition, joined)
+        if self.clicks is not None:
+            self.clicks.observe(partition, joined)
         n = len(joined.request_ids)
         scored = evaluate(self._measures, self._batch(joined))
         values = np.empty((n, len(self._measures)))
@@ -598,6 +616,7 @@ class Engine:
             statistics=self._open_shares(partition),
             zero_feedback=self.zero_feedback.state(partition),
             counters=self.counted(partition),
+            click_model=None if self.clicks is None else self.clicks.state(partition),
         )
 
     def _open_shares(self, partition: int) -> dict[str, Any] | None:
@@ -636,6 +655,8 @@ class Engine:
         stored = state.statistics.get("interleaving") if state.statistics else None
         self.interleaving.load(partition, stored, state.watermark)
         self.zero_feedback.load(partition, state.zero_feedback)
+        if self.clicks is not None:
+            self.clicks.load(partition, state.click_model)
 
     def final_shares(self, partition: int) -> list[Frozen | CreditFrozen]:
         """The partition's comparison shares and interleaving credit shares the watermark made
@@ -748,6 +769,8 @@ class Engine:
         self.zero_feedback.drop(partition)
         if self.shares is not None:
             self.shares.drop(partition)
+        if self.clicks is not None:
+            self.clicks.drop(partition)
 
     def absorb_result(self, result: Mapping[str, Any], partition: int) -> bool:
         """Add an already-emitted result (read back from the results topic) to the window

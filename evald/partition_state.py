@@ -56,6 +56,9 @@ class PartitionState:
     form, summed over all its lives up to this commit (records first fed, outcomes decided):
     counted once through any restart, as the commit that holds it is written once. Empty in a
     checkpoint written before it existed (the sums then start at that restore).
+    ``click_model``: the partition's click model (``StreamClicks.state``: ``{"snapshot":
+    <base64>}``), or in a checkpoint ``{"records": <SnapshotRef JSON>}`` naming records
+    holding the snapshot's bytes; None without ``click_model`` (or before its first list).
     """
 
     watermark: int | None
@@ -67,6 +70,7 @@ class PartitionState:
     statistics: dict[str, Any] | None = None
     zero_feedback: dict[str, Any] | None = None
     counters: dict[str, int] = field(default_factory=dict)
+    click_model: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The state's fields of a checkpoint record (optional ones only when set)."""
@@ -90,6 +94,8 @@ class PartitionState:
             doc["zero_feedback"] = self.zero_feedback
         if self.counters:
             doc["counters"] = self.counters
+        if self.click_model is not None:
+            doc["click_model"] = self.click_model
         return doc
 
     @classmethod
@@ -106,6 +112,7 @@ class PartitionState:
             statistics=doc.get("statistics"),
             zero_feedback=doc.get("zero_feedback"),
             counters={str(k): int(v) for k, v in (doc.get("counters") or {}).items()},
+            click_model=doc.get("click_model"),
         )
 
 

@@ -32,8 +32,11 @@ COMPRESS_LEVEL = 1
 _DTYPES = {"<f8", "<i8"}  # what the aggregates hold; anything else is refused, not guessed
 
 
-def encode(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> bytes:
-    """``meta`` (JSON-able) and ``arrays`` (float64 / int64, any shape) as one byte string."""
+def encode(
+    meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], level: int = COMPRESS_LEVEL
+) -> bytes:
+    """``meta`` (JSON-able) and ``arrays`` (float64 / int64, any shape) as one byte string;
+    ``level`` 0 stores the body uncompressed (for a caller that compresses it otherwise)."""
     specs = []
     blobs = []
     for name, array in arrays.items():
@@ -45,7 +48,7 @@ def encode(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> bytes:
         blobs.append(data.astype(dtype, copy=False).tobytes())
     header = json.dumps({"meta": dict(meta), "arrays": specs}, separators=(",", ":")).encode()
     body = b"".join([struct.pack("<I", len(header)), header, *blobs])
-    return MAGIC + bytes([VERSION]) + zlib.compress(body, COMPRESS_LEVEL)
+    return MAGIC + bytes([VERSION]) + zlib.compress(body, level)
 
 
 def decode(raw: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

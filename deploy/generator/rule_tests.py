@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from deploy.generator import rules
+from deploy.generator.click_tests import click_tests
 from deploy.generator.interleaving_tests import interleaving_tests
 from deploy.generator.spec import Spec
 from deploy.generator.statistics_tests import down_tests, statistics_tests
@@ -445,6 +446,7 @@ def build(spec: Spec) -> dict[str, Any]:
             *statistics_tests(spec, alerts.expect),
             *interleaving_tests(spec, alerts.expect),
             *zero_feedback_tests(spec, alerts.expect),
+            *click_tests(spec, alerts.expect),
             *down_tests(spec, alerts.expect),
         ],
     }

@@ -236,10 +236,12 @@ def across_instances(how: str, series: str) -> str:
 
     Under ``evald run`` every instance exports the same comparison and CUSUM values (each folds
     the statistics topic), so one per-instance alert would fire once per instance. ``how`` is
-    ``max`` or ``min`` (never ``sum``), chosen so that a drop alert fires only when every instance
-    still exporting agrees, while the sample-ratio guard (which holds the others back) fires as
-    soon as any instance rejects the split. The values differ only for the moments an instance
-    lags behind the topic; one that is down or has not read it yet exports nothing, no say.
+    ``max`` or ``min`` (never ``sum``; ``avg`` for an estimate each instance makes of the same
+    quantity from its own partitions, the examination curve), chosen so that a drop alert fires
+    only when every instance still exporting agrees, while the sample-ratio guard (which holds
+    the others back) fires as soon as any instance rejects the split. The values differ only for
+    the moments an instance lags behind the topic; one that is down or has not read it yet
+    exports nothing, no say.
     """
     return f"{how} without ({_by(*INSTANCE_LABELS)}) ({series})"
 
@@ -401,6 +403,38 @@ def _interleaving_coin(spec: Spec) -> Rule:
     }
 
 
+def _examination_shift(spec: Spec) -> Rule:
+    """A rank's examination (the click model's position-bias curve) moved against its own
+    trailing mean: a page change that moved the fold shows here first. The instances' curves
+    (each pools the partitions it owns) are averaged; at low traffic the fits are too noisy."""
+    th = spec.thresholds
+    on = _by(JOB, *spec.segment_labels)
+    exam = "evald_click_examination"
+    baseline = f"avg_over_time({exam}[{th.examination_baseline}] offset {th.examination_gap})"
+    lists = f"sum without ({_by(*INSTANCE_LABELS)}) (evald_click_model_lists)"
+    return {
+        "alert": "EvaldExaminationCurveShifted",
+        "expr": "abs(\n"
+        f"  {across_instances('avg', exam)}\n"
+        f"  - {across_instances('avg', baseline)}\n"
+        f") > {th.examination_shift:g}\n"
+        f"and on ({on}) ({lists} >= {th.examination_min_lists})",
+        "for": th.examination_for,
+        "labels": {"severity": "info"},
+        "annotations": {
+            "summary": "Examination at rank {{ $labels.rank }} moved by more than "
+            f"{th.examination_shift:g}",
+            "description": "The click model's examination probability at rank "
+            "{{ $labels.rank }} "
+            f"({_segment_text(spec, spec.segment_labels)}) differs by more than "
+            f"{th.examination_shift:g} from its mean over the {th.examination_baseline} ending "
+            f"{th.examination_gap} ago: users look at the ranks differently (a page or layout "
+            "change moved the fold), so raw click measures moved for a reason other than the "
+            "ranker (docs/click-models.md).",
+        },
+    }
+
+
 def _unattributed_ratio(spec: Spec, reason: str, name: str, ratio: float) -> Rule:
     th = spec.thresholds
     rng = th.ratio_range
@@ -449,6 +483,7 @@ def alert_groups(spec: Spec) -> list[Group]:
         _interleaving_win(spec, "EvaldInterleavingFirstTeamWins", "lower", "team_a", "team_b"),
         _interleaving_coin(spec),
         *(_zero_feedback_alert(spec, name) for name in ZERO_FEEDBACK_ALERTS),
+        _examination_shift(spec),
         *_down(spec),
         {
             "alert": "EvaldWatermarkStalled",

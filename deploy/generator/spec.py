@@ -61,6 +61,13 @@ class Thresholds:
     rbo_drop: float = 0.2  # RBO with the reference arm this far below the arm's usual level
     unjudged_rise: float = 0.2  # unjudged share of the top items this far above usual
     empty_rise: float = 0.1  # share of empty lists this far above usual
+    # the click model's examination curve (engine.click_model): a rank moved by more than
+    # examination_shift against its mean over examination_baseline ending examination_gap ago
+    examination_shift: float = 0.1
+    examination_baseline: str = "3h"
+    examination_gap: str = "30m"
+    examination_min_lists: int = 1000  # lists behind the fits, over the instances
+    examination_for: str = "30m"
 
 
 @dataclass(frozen=True)

@@ -117,15 +117,23 @@ class RankCounts:
     # ------------------------------------------------------------------ state
 
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        """The rows as named arrays: (slot, segment, rank) packed in one int64 key per row (a
+        third of the bytes a checkpoint of ``evald run`` compresses), ``n`` and ``c``."""
+        slot, segment, rank, n, c = self.view()
         return {
-            f"{prefix}_{name}": column.copy()
-            for name, column in zip(_COLUMNS, self.view(), strict=True)
+            f"{prefix}_key": _key(slot, segment, rank),
+            f"{prefix}_n": n.copy(),
+            f"{prefix}_c": c.copy(),
         }
 
     @classmethod
     def build(cls, prefix: str, arrays: dict[str, np.ndarray]) -> RankCounts:
         counts = cls()
-        counts._load(*(arrays[f"{prefix}_{name}"] for name in _COLUMNS))
+        key = arrays[f"{prefix}_key"].astype(np.int64)
+        slot = key >> (_SEGMENT_BITS + _RANK_BITS)
+        segment = (key >> _RANK_BITS) & ((1 << _SEGMENT_BITS) - 1)
+        rank = key & ((1 << _RANK_BITS) - 1)
+        counts._load(slot, segment, rank, arrays[f"{prefix}_n"], arrays[f"{prefix}_c"])
         return counts
 
 

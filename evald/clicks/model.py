@@ -68,6 +68,9 @@ class ClickModel(ABC):
         self.fits = 0
         #: lists shown per (segment, rank), undecayed: the evidence behind each curve point
         self.shown = np.zeros((0, self.depth))
+        #: ``shown`` as of the last ``refit``: the evidence behind the parameters it set, a
+        #: function of the lists observed and never of how they were batched
+        self.fitted_shown = np.zeros((0, self.depth))
 
     # ------------------------------------------------------------------ segments
 
@@ -135,6 +138,7 @@ class ClickModel(ABC):
         for _ in range(iterations or self.settings.iterations):
             self._step()
         self.fits += 1
+        self.fitted_shown = self.shown.copy()
         gap = min(self.settings.refit_every, max(self.settings.first_refit, self.seen))
         self.next_refit = self.seen + gap
 
@@ -238,8 +242,9 @@ class ClickModel(ABC):
     def _meta(self) -> dict[str, Any]:
         return {}
 
-    def snapshot(self) -> bytes:
-        """The whole state, exactly (raw float bytes; ``build`` reads it back)."""
+    def snapshot(self, level: int = snapshot.COMPRESS_LEVEL) -> bytes:
+        """The whole state, exactly (raw float bytes; ``build`` reads it back); ``level``:
+        the codec's zlib level (0: stored, for a caller that compresses faster)."""
         meta = {
             "kind": KIND,
             "model": self.name,
@@ -252,8 +257,13 @@ class ClickModel(ABC):
             "pairs": self.pairs.meta(),
             "own": self._meta(),
         }
-        arrays = {**self.pairs.arrays(), "shown": self.shown, **self._arrays()}
-        return snapshot.encode(meta, arrays)
+        arrays = {
+            **self.pairs.arrays(),
+            "shown": self.shown,
+            "fitted_shown": self.fitted_shown,
+            **self._arrays(),
+        }
+        return snapshot.encode(meta, arrays, level)
 
     def restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         self.segments = [tuple(str(v) for v in s) for s in meta["segments"]]
@@ -266,4 +276,6 @@ class ClickModel(ABC):
         )
         self.pairs = PairTable.build(meta["pairs"], arrays)
         self.shown = arrays["shown"].astype(np.float64).reshape(len(self.segments), self.depth)
+        fitted = arrays.get("fitted_shown", np.zeros(0))
+        self.fitted_shown = fitted.astype(np.float64).reshape(-1, self.depth)
         self._load(meta["own"], arrays)

@@ -11,6 +11,7 @@ read that stops moving is a transient error the session retries.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import logging
@@ -364,6 +365,9 @@ class Restorer:
             if publishes_statistics(engine.config) and p in chunks.get("statistics", {}):
                 opened = self._open_shares(p, chunks["statistics"][p])
                 state = dataclasses.replace(state, statistics=opened)
+            if p in chunks.get("click_model", {}):
+                model = {"snapshot": base64.b64encode(chunks["click_model"][p]).decode()}
+                state = dataclasses.replace(state, click_model=model)
             engine.resume(p, state, dict(checkpoint.consumed))
             final = self._statistics_lost(p, checkpoint, state.statistics) if compares else None
             if final is not None:
@@ -394,11 +398,14 @@ class Restorer:
         for p, checkpoint in found.items():
             if checkpoint.snapshot is not None:
                 refs[("snapshot", p)] = checkpoint.snapshot
-            statistics = checkpoint.statistics
-            if isinstance(statistics, dict) and "records" in statistics:
-                ref = SnapshotRef.from_json(statistics["records"])  # checked in step 3
-                if ref is not None:
-                    refs[("statistics", p)] = ref
+            for name, held in (
+                ("statistics", checkpoint.statistics),
+                ("click_model", checkpoint.state.click_model),
+            ):
+                if isinstance(held, dict) and "records" in held:
+                    ref = SnapshotRef.from_json(held["records"])  # checked in step 3
+                    if ref is not None:
+                        refs[(name, p)] = ref
         spans: dict[TopicPartition, list[Span]] = {}
         for (_, p), ref in refs.items():
             spans.setdefault(self._ckpt(p), []).append((ref.offsets[0], ref.offsets[-1] + 1))

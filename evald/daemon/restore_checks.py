@@ -253,6 +253,14 @@ def _reference_problem(checkpoint: Checkpoint, bounds: Bounds) -> str | None:
             return f"its open comparison shares name no records: {exc}"
         if ref is not None:
             refs.append(("open comparison shares", ref))
+    click_model = checkpoint.state.click_model
+    if isinstance(click_model, dict) and "records" in click_model:
+        try:
+            ref = SnapshotRef.from_json(click_model["records"])
+        except (KeyError, TypeError, ValueError) as exc:
+            return f"its click model names no records: {exc}"
+        if ref is not None:
+            refs.append(("click model", ref))
     for name, ref in refs:
         if ref.offsets[-1] >= bounds.checkpoint_at:
             return f"its {name} records {list(ref.offsets)} do not precede it"

@@ -17,6 +17,7 @@ so nothing a step reads before a wait has changed after it.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import logging
@@ -243,8 +244,10 @@ class Transaction:
            it, the engine's state of p (``Engine.state``: watermark, committed offsets, event
            times, evicted impressions, held feedback, open comparison shares), the consumed
            offsets (``InputPartition.consumed``: never below those of the checkpoint a replay is
-           restoring) and the input topic ids. With comparisons (or interleaving teams), first
-           send p's comparison (credit) shares that became final and its final mark
+           restoring) and the input topic ids. A click model larger than the inline limit is
+           first sent as records of its own, which the checkpoint names. With comparisons (or
+           interleaving teams), first send p's comparison (credit) shares that became final
+           and its final mark
            (``Engine.final_shares``) to the statistics topic; the checkpoint keeps the shares
            not final yet.
         5. Flush the checkpoints (and the statistics records: crash point ``statistics_sent``
@@ -258,12 +261,7 @@ class Transaction:
            ``replay_committed`` when a partition checkpointed was still replaying.
         """
         parts = self._inputs.restored()
-        if not parts or not (
-            self.open
-            or any(self._interval.changed(s.partition) for s in parts)
-            or self._statistics_due(parts)
-            or self._counted_since(parts)
-        ):
+        if not parts or not self._anything_to_commit(parts):
             return
         producer = self.begin()  # 1
         consumer = self._consumer
@@ -393,6 +391,15 @@ class Transaction:
             for p, (raw, futures) in sent.items()
         }
 
+    def _anything_to_commit(self, parts: list[InputPartition]) -> bool:
+        """An open transaction, a partition fed or sent to, shares due or counts moved."""
+        return (
+            self.open
+            or any(self._interval.changed(s.partition) for s in parts)
+            or self._statistics_due(parts)
+            or self._counted_since(parts)
+        )
+
     def _counted_since(self, parts: list[InputPartition]) -> bool:
         """Whether the engine counted something for a partition since its last commit with
         nothing fed or sent: held feedback expiring (``orphaned``) as the watermark or the
@@ -446,6 +453,28 @@ class Transaction:
         ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
         return dataclasses.replace(state, statistics={"records": ref.to_json()})
 
+    def _place_click_model(self, p: int, state: PartitionState) -> PartitionState:
+        """The checkpoint's ``click_model``: p's model inline (base64), or, past
+        ``INLINE_STATISTICS_BYTES``, ``{"records": <SnapshotRef>}`` naming records of
+        checkpoint topic partition p (key ``<p>.click_model``) holding its snapshot's bytes,
+        sent into the open transaction and flushed to learn their offsets (as the open
+        comparison shares)."""
+        doc = state.click_model
+        if doc is None or len(doc["snapshot"]) <= snapshots.INLINE_STATISTICS_BYTES:
+            return state
+        raw = base64.b64decode(doc["snapshot"])
+        engine, producer = self._engine, self._producer
+        assert engine is not None and producer is not None
+        topic, key = self._settings.topics.checkpoint_topic, f"{p}.click_model".encode()
+        futures = [
+            producer.send(topic, key=key, value=chunk, partition=p)
+            for chunk in snapshots.chunks(raw)
+        ]
+        self._flush(producer)
+        offsets = tuple(f.get(timeout=30).offset for f in futures)
+        ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
+        return dataclasses.replace(state, click_model={"records": ref.to_json()})
+
     def _checkpoint(
         self,
         part: InputPartition,
@@ -458,6 +487,7 @@ class Transaction:
         the engine's state of it, its open shares placed, and the daemon's half."""
         p = part.partition
         state = self._place_statistics(p, self._engine_of().state(p, part.fed_next))
+        state = self._place_click_model(p, state)
         instance = self._settings.daemon.instance_id
         return Checkpoint(p, state, part.consumed(), ranges, epoch, instance, extra, snapshot)
 

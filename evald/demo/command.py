@@ -201,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
             statistics=STATISTICS,
             interleaving=INTERLEAVING,
             zero_feedback={"depth": 10},  # RBO with control the moment the treatment regresses
+            click_model="pbm",  # the position-bias curve live (docs/click-models.md)
         )
         check_series_budget(config)
     except ConfigError as exc:

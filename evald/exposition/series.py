@@ -717,6 +717,53 @@ ZERO_FEEDBACK_SERIES: tuple[Series, ...] = (
 
 SERIES = SERIES + ZERO_FEEDBACK_SERIES
 
+
+def _clicks(engine: Engine) -> list[tuple[tuple[str, ...], Any, Any]]:
+    """The merged click model's rows (copies): label values, curve, lists shown per rank."""
+    clicks = engine.clicks
+    return [] if clicks is None else clicks.rows()
+
+
+def _examination_rows(state: list[tuple[tuple[str, ...], Any, Any]]) -> Iterable[Row]:
+    for labels, curve, shown in state:
+        for rank, (value, lists) in enumerate(zip(curve.tolist(), shown.tolist(), strict=True)):
+            if lists > 0 and value == value:  # a rank never shown has no estimate
+                yield (*labels, str(rank + 1)), value
+
+
+def _click_lists_rows(state: list[tuple[tuple[str, ...], Any, Any]]) -> Iterable[Row]:
+    return [(labels, float(shown[0])) for labels, _curve, shown in state if shown[0] > 0]
+
+
+def _click_depth(config: EngineConfig) -> int:
+    return config.click_model.depth if config.click_model.model is not None else 0
+
+
+CLICK_SERIES: tuple[Series, ...] = (
+    Series(
+        "evald_click_examination",
+        "gauge",
+        "Examination probability per rank of the click model fitted on the stream "
+        "(engine.click_model), the most examined rank 1; docs/click-models.md.",
+        (SEGMENT, "rank"),
+        _clicks,
+        _examination_rows,
+        per_segment=_click_depth,
+    ),
+    Series(
+        "evald_click_model_lists",
+        "gauge",
+        "Lists the click model's fit read (rank 1 shown), over the partitions this process "
+        "owns and since each partition's first list.",
+        (SEGMENT,),
+        _clicks,
+        _click_lists_rows,
+        per_segment=lambda c: int(c.click_model.model is not None),
+    ),
+)
+
+SERIES = SERIES + CLICK_SERIES
+
 #: the collector's own family beside the table: how old the engine series of a scrape are
 #: (the last complete page served again while the loop holds the engine: collector.py)
 SERIES_AGE = "evald_engine_series_age_seconds"

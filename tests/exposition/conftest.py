@@ -26,6 +26,7 @@ def drained() -> tuple[Engine, list[Served]]:
         interleaving=INTERLEAVED,
         zero_feedback={"depth": 5},
         global_statistics=True,
+        click_model={"model": "pbm", "refit_every": 100},  # a refit per 100 lists
     )
     feed_all(engine, events)
     engine.drain()

@@ -1,0 +1,291 @@
+"""StreamClicks: the click model of ``evald run``, fitted online per partition and merged.
+
+Each input partition has its own model (``ClickModel.observe``: its statistics decay with the
+horizon's half-life, its pairs are capped, its parameters refitted on a schedule counted in
+lists), fed the partition's finalized lists in the order the engine scores them. So a
+partition's model is a function of its own stream only, and is part of its checkpointed state
+(``PartitionState.click_model``): a restore loads it and the lists re-fed after the checkpoint
+are the ones an uninterrupted run scored after it, so the model ends equal to the last bit.
+
+The exported curve pools the partitions the process owns: per (segment, rank) the mean of the
+partitions' fitted curves weighted by the lists each had shown there at its last refit
+(``refresh``). Both are set by refits only, which come at counts of lists, so the curve too
+depends only on the partitions' states, never on batching or on when a restart came.
+
+Pair keys must mean the same after a restart in another process (Python's ``hash`` of a
+string changes per process): the query and the item each get an 8-byte BLAKE2b digest
+(remembered, as they repeat) and the pair's key mixes the two (``pair_keys``). The join keeps
+item hashes, not ids, so ``ServedTee`` wraps the decoder and remembers each impression's query
+and items by request id until its list is scored; entries whose list can no longer be scored
+(re-fed by a restore after their list was emitted) are pruned by event time.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import lz4.frame
+import numpy as np
+
+from evald.clicks.model import ClickModel
+from evald.clicks.models import build, new_model
+from evald.clicks.sessions import Sessions
+from evald.clicks.settings import ClickSettings
+from evald.events import Impression
+
+if TYPE_CHECKING:
+    from evald.config import ClickModelConfig
+    from evald.decode import EventDecoder
+    from evald.join.store import Joined
+    from evald.segments import SegmentIndex
+
+__all__ = ["ServedTee", "StableKeys", "StreamClicks", "pair_keys", "stable_key"]
+
+
+#: splitmix64's multipliers (Steele, Lea & Flood 2014), to mix a query's and an item's keys
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+#: the prefix of a checkpointed model compressed by LZ4 (a model snapshot starts b"EVSN")
+LZ4 = b"EVL4"
+#: strings whose key a ``StableKeys`` remembers before it starts over
+CACHED_KEYS = 1 << 20
+
+
+def stable_key(text: str) -> int:
+    """A string's signed 64-bit key, the same in every process: BLAKE2b-64 of its UTF-8."""
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+class StableKeys:
+    """``stable_key`` of strings, remembered (queries and items repeat: a lookup is a dict get
+    where a digest costs half a microsecond); forgets everything past ``CACHED_KEYS``."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, int] = {}
+
+    def many(self, texts: list[str]) -> np.ndarray:
+        """int64 keys of ``texts``, looked up in one pass; the unknown ones digested."""
+        known = self._known
+        keys = list(map(known.get, texts))
+        if None in keys:
+            if len(known) + len(texts) > CACHED_KEYS:
+                known.clear()
+            for i, key in enumerate(keys):
+                if key is None:
+                    text = texts[i]
+                    key = known.get(text)
+                    keys[i] = known[text] = stable_key(text) if key is None else key
+        return np.asarray(keys, np.int64)
+
+
+def pair_keys(queries: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """int64 keys of (query, item) pairs from their ``stable_key``s (broadcast): splitmix64's
+    finalizer of query · golden + item, so the same pair has the same key in every process;
+    never 0 (the padding key)."""
+    with np.errstate(over="ignore"):
+        z = queries.astype(np.uint64) * _GOLDEN + items.astype(np.uint64)
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = z ^ (z >> np.uint64(31))
+    keys = z.view(np.int64)
+    keys[keys == 0] = 1
+    return keys
+
+
+class ServedTee:
+    """An ``EventDecoder`` that passes everything through and remembers, per request id, the
+    event time, query and first ``depth`` served items of each impression."""
+
+    def __init__(self, decoder: EventDecoder, depth: int) -> None:
+        self.decoder = decoder
+        self.depth = depth
+        self.action_grades = decoder.action_grades
+        self.served: dict[str, tuple[int, str, list[str]]] = {}
+
+    def __getattr__(self, name: str) -> Any:  # merges_repeats, reads_record_time, ...
+        return getattr(self.decoder, name)
+
+    def _keep(self, event: object) -> None:
+        if isinstance(event, Impression) and event.items and event.request_id not in self.served:
+            self.served[event.request_id] = (event.ts, event.query or "", event.items[: self.depth])
+
+    def decode(self, raw: bytes, *args: Any, **kwargs: Any) -> Any:
+        event = self.decoder.decode(raw, *args, **kwargs)
+        self._keep(event)
+        return event
+
+    def decode_many(self, raws: Sequence[bytes], *args: Any, **kwargs: Any) -> Iterator[Any]:
+        keep = self._keep
+        for position, event in self.decoder.decode_many(raws, *args, **kwargs):
+            keep(event)
+            yield position, event
+
+    def prune(self, before: int) -> int:
+        """Forget entries older than ``before`` (ms): every list that old was scored, so what
+        is left of them was re-fed after its list was emitted. Returns how many."""
+        stale = [rid for rid, (ts, _, _) in self.served.items() if ts < before]
+        for rid in stale:
+            del self.served[rid]
+        return len(stale)
+
+
+class StreamClicks:
+    """Per-partition click models and their merged curve (the engine's click component)."""
+
+    def __init__(self, config: ClickModelConfig, segment_index: SegmentIndex) -> None:
+        assert config.model is not None
+        self.settings = ClickSettings(
+            model=config.model,
+            depth=config.depth,
+            max_pairs=config.max_pairs,
+            half_life=config.half_life,
+            refit_every=config.refit_every,
+            first_refit=min(1_000, config.refit_every),
+        ).check()
+        #: the engine's segments: a list's label values from its segment id
+        self.segment_index = segment_index
+        self.models: dict[int, ClickModel] = {}
+        self.tee: ServedTee | None = None
+        self._keys = StableKeys()
+        #: lists scored without served items (several-record lists), this process
+        self.unmodelled = 0
+        #: the pooled curve's segments (label values, sorted), curve (segments, depth; NaN
+        #: where no list was shown) and the lists shown at each (segment, rank) behind it
+        self.segments: list[tuple[str, ...]] = []
+        self.curve = np.zeros((0, config.depth))
+        self.shown = np.zeros((0, config.depth))
+        self._merged_of: tuple[tuple[int, int], ...] = ()
+
+    def wrap(self, decoder: EventDecoder) -> ServedTee:
+        self.tee = ServedTee(decoder, self.settings.depth)
+        return self.tee
+
+    def _model(self, partition: int) -> ClickModel:
+        model = self.models.get(partition)
+        if model is None:
+            model = self.models[partition] = new_model(self.settings)
+        return model
+
+    def observe(self, partition: int, joined: Joined) -> None:
+        """Add a scored batch of the partition's lists (the engine's ``_score``)."""
+        served = self.tee.served if self.tee is not None else {}
+        depth = self.settings.depth
+        rows: list[int] = []
+        texts: list[str] = []  # per list its query, then its items
+        lengths: list[int] = []
+        for i, request_id in enumerate(joined.request_ids):
+            found = served.pop(request_id, None)
+            if found is None:
+                self.unmodelled += 1
+                continue
+            _, query, shown = found
+            rows.append(i)
+            texts.append(query)
+            texts += shown
+            lengths.append(len(shown))
+        if not rows:
+            return
+        n = len(rows)
+        keys = self._keys.many(texts)
+        length = np.asarray(lengths, np.int64)
+        starts = np.cumsum(length + 1) - (length + 1)  # each list's query in ``keys``
+        mask = np.arange(depth) < length[:, None]
+        at = np.where(mask, starts[:, None] + 1 + np.arange(depth), 0)
+        pairs = np.where(mask, pair_keys(keys[starts][:, None], keys[at]), 0)
+        grades = joined.grades[rows]
+        width = min(depth, grades.shape[1])
+        clicks = np.zeros((n, depth), bool)
+        clicks[:, :width] = grades[:, :width] > 0
+        clicks &= mask
+        model = self._model(partition)
+        segments = self._segments(model, joined.segment_ids[rows])
+        ts = joined.ts[rows].astype(np.int64)
+        model.observe(Sessions(pairs, clicks, length, segments, ts, np.ones(n)))
+
+    def _segments(self, model: ClickModel, ids: np.ndarray) -> np.ndarray:
+        """The model's segment numbers of the engine's segment ids (by their label values)."""
+        distinct, inverse = np.unique(ids, return_inverse=True)
+        table = self.segment_index.segments
+        numbers = [model.segment(table[int(i)]) for i in distinct]
+        return np.asarray(numbers, np.intp)[inverse.reshape(-1)]
+
+    def prune(self, before: int | None, pending: int) -> None:
+        """Forget remembered lists older than ``before`` (the engine's complete_before) once
+        they are many more than the ``pending`` impressions (a scan is not free)."""
+        tee = self.tee
+        if tee is not None and before is not None and len(tee.served) > 2 * pending + 4096:
+            tee.prune(before)
+
+    def refresh(self) -> bool:
+        """Recompute the exported curve when a partition's model refitted or the partitions
+        changed since the last time; returns whether it did.
+
+        Per (segment, rank), the partitions' curves as of their last refit, each weighted by
+        the lists it had shown there then (``fitted_shown``): what every partition's fit says,
+        pooled by its evidence. Both are set only by a refit, at a count of lists, so the curve
+        is the same however the lists were batched and whenever a restart came."""
+        of = tuple((p, m.fits) for p, m in sorted(self.models.items()) if m.fits)
+        if of == self._merged_of:
+            return False
+        self._merged_of = of
+        depth = self.settings.depth
+        weighted: dict[tuple[str, ...], np.ndarray] = {}
+        shown: dict[tuple[str, ...], np.ndarray] = {}
+        for p, _ in of:
+            model = self.models[p]
+            curve, fitted = model.curve(), model.fitted_shown
+            for s in range(len(fitted)):
+                labels = model.segments[s]
+                if labels not in shown:
+                    weighted[labels], shown[labels] = np.zeros(depth), np.zeros(depth)
+                weighted[labels] += fitted[s] * np.nan_to_num(curve[s])
+                shown[labels] += fitted[s]
+        self.segments = sorted(shown)
+        self.shown = np.asarray([shown[k] for k in self.segments]).reshape(-1, depth)
+        total = np.asarray([weighted[k] for k in self.segments]).reshape(-1, depth)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.curve = np.where(self.shown > 0, total / np.maximum(self.shown, 1e-300), np.nan)
+        return True
+
+    def rows(self) -> list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]:
+        """(label values, curve, lists shown per rank) per segment of the pooled curve."""
+        return [
+            (labels, self.curve[s].copy(), self.shown[s].copy())
+            for s, labels in enumerate(self.segments)
+        ]
+
+    # ------------------------------------------------------------------ state
+
+    def state(self, partition: int) -> dict[str, Any] | None:
+        """The partition's model for its checkpoint: ``{"snapshot": <base64>}``; None before
+        it saw a list. Every commit takes it, so the snapshot's body is stored and compressed
+        by LZ4 (3 ms for a model of 20,000 pairs where zlib took 25, for 22% more bytes)."""
+        model = self.models.get(partition)
+        if model is None:
+            return None
+        packed = LZ4 + lz4.frame.compress(model.snapshot(level=0))
+        return {"snapshot": base64.b64encode(packed).decode()}
+
+    def load(self, partition: int, state: dict[str, Any] | None) -> bool:
+        """Put back a partition's model from :meth:`state`; None, or a model of other
+        settings (engine.click_model was changed), starts it empty. Returns whether it was
+        put back. ValueError if the snapshot is not a click model's."""
+        self.models.pop(partition, None)
+        if state is None:
+            return False
+        raw = base64.b64decode(state["snapshot"], validate=True)
+        if raw.startswith(LZ4):
+            raw = lz4.frame.decompress(raw[len(LZ4) :])
+        model = build(raw)
+        if model.settings != self.settings:
+            return False
+        self.models[partition] = model
+        return True
+
+    def drop(self, partition: int) -> None:
+        self.models.pop(partition, None)
