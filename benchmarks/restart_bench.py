@@ -83,7 +83,7 @@ def write_results(bootstrap: str, topic: str, engine: Any, n: int, seed: int) ->
     from kafka import TopicPartition
 
     from evald.daemon.kafka_compat import RecordAppender
-    from evald.daemon.results import ResultEncoder
+    from evald.daemon.main.results import ResultEncoder
     from evald.engine import Result
     from evald.statistics.bootstrap import request_clusters
 
@@ -156,8 +156,8 @@ def write_checkpoint(
     import dataclasses
     import zlib
 
-    from evald.daemon import snapshots
-    from evald.daemon.checkpoint import SnapshotRef
+    from evald.daemon.main import snapshots
+    from evald.daemon.main.checkpoint import SnapshotRef
 
     out = producer(bootstrap)
     if raw:
@@ -276,7 +276,7 @@ def results_case(bootstrap: str, n: int, seed: int, ranges_max: int) -> dict[str
     import dataclasses
 
     from evald.config import load_config
-    from evald.daemon.checkpoint import Checkpoint, ResultRange
+    from evald.daemon.main.checkpoint import Checkpoint, ResultRange
     from evald.engine import Engine
 
     tag = f"r{n}"
@@ -332,7 +332,7 @@ def same_series(a: list[str], b: list[str], rel: float = 1e-9) -> bool:
 def pending_case(bootstrap: str, m: int, seed: int) -> dict[str, Any]:
     """A restore replaying m pending impressions (committed 0, consumed m)."""
     from benchmarks.recovery_bench import impressions
-    from evald.daemon.checkpoint import Checkpoint
+    from evald.daemon.main.checkpoint import Checkpoint
 
     topics = topics_for(f"p{m}")
     ckpt_topic = f"rb-p{m}.ckpt"
@@ -370,7 +370,7 @@ def report(label: str, got: dict[str, Any], base: dict[str, Any]) -> None:
 
 
 def body(args: Any) -> None:
-    c.require("evald.daemon.snapshots", "due")
+    c.require("evald.daemon.main.snapshots", "due")
     sizes = [50_000, 500_000] if args.quick else [50_000, 500_000, 5_000_000]
     if args.results:
         sizes = [50_000, *args.results]

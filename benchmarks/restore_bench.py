@@ -147,7 +147,7 @@ def restore_span(text: str) -> float:
 
 
 def body(args: Any) -> None:
-    c.require("evald.daemon.restore", "Restorer")
+    c.require("evald.daemon.main.restore", "Restorer")
     impressions = args.impressions or (8_000 if args.quick else 32_000)
     trees: dict[str, str | None] = {}
     for i, path in enumerate(args.baseline_path):

@@ -3,7 +3,7 @@ resume the partition exactly where a commit left it.
 
 ``Engine.state(partition, fed)`` takes it at a commit, ``Engine.resume(partition, state,
 consumed)`` puts it back after a restart (the bytewax way: a snapshot out, a build from it), and
-the daemon's checkpoint (daemon/checkpoint.py) carries it next to what only the daemon knows
+the daemon's checkpoint (daemon/main/checkpoint.py) carries it next to what only the daemon knows
 (the offsets it consumed, its result ranges, its snapshot records). A later piece of
 per-partition state that must survive a kill -9 is a field here, written by its component's
 snapshot in ``Engine.state`` and read back in ``Engine.resume``: nothing else changes.

@@ -836,7 +836,7 @@ def test_a_result_carries_its_normalised_query_only_when_it_has_one():
     """Issue 27: the impression's query, normalised (evald/query.py), is the result's
     ``"query"``; a list without a query (or one the rule empties) has no such field, and the
     results topic's encoder writes the same document."""
-    from evald.daemon.results import ResultEncoder
+    from evald.daemon.main.results import ResultEncoder
 
     engine, results = make()
     engine.feed(b'{"request_id": "q", "ts": 0, "items": ["a"], "query": "  Red\\tSHOES\\u200b "}')

@@ -20,17 +20,16 @@ def map_entries(text: str) -> dict[str, int]:
     """Path under evald/ -> the count the map gives, from the fenced block after 'evald/'."""
     block = text.split("```\nevald/\n", 1)[1].split("```", 1)[0]
     entries: dict[str, int] = {}
-    folder = ""
+    folders: list[str] = []  # the folder open at each depth (two spaces a level)
     for line in block.splitlines():
         m = ENTRY.match(line)
         if m is None:
             continue
-        name = m["name"]
-        if len(m["indent"]) == 2:
-            folder = name if name.endswith("/") else ""
-            path = name
-        else:
-            path = folder + name
+        name, depth = m["name"], len(m["indent"]) // 2 - 1
+        del folders[depth:]
+        path = "".join(folders) + name
+        if name.endswith("/"):
+            folders.append(name)
         entries[path.rstrip("/")] = int(m["lines"])
     return entries
 
@@ -63,5 +62,16 @@ def test_the_maps_total_is_every_line_of_evald() -> None:
 
 
 def test_the_map_reader_sees_folders_files_and_their_counts() -> None:
-    text = "```\nevald/\n  cli.py   86  x\n  join/   900  y\n    clock.py  135  z\n```\n"
-    assert map_entries(text) == {"cli.py": 86, "join": 900, "join/clock.py": 135}
+    text = (
+        "```\nevald/\n  cli.py   86  x\n  join/   900  y\n    clock.py  135  z\n"
+        "    deep/  50  w\n      a.py  40  v\n    b.py  9  u\n  top.py  3  t\n```\n"
+    )
+    assert map_entries(text) == {
+        "cli.py": 86,
+        "join": 900,
+        "join/clock.py": 135,
+        "join/deep": 50,
+        "join/deep/a.py": 40,
+        "join/b.py": 9,
+        "top.py": 3,
+    }

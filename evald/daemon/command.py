@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return loaded
     settings, status_interval, web, factory = loaded
 
-    from evald.daemon.runner import Daemon
+    from evald.daemon.main.runner import Daemon
     from evald.daemon.scrape import ScrapeLock
     from evald.daemon.stats import DaemonCollector, DaemonStats
     from evald.daemon.status import StatusReporter
@@ -170,7 +170,7 @@ class _Stages:
     def attach(self, daemon: Any) -> list[Any]:
         """Stop ``daemon`` on a fatal error of the stage; the collectors of the threads beside
         the main loop (the statistics topic reader, the stage)."""
-        from evald.daemon.comparisons import StatisticsReaderCollector
+        from evald.daemon.main.comparisons import StatisticsReaderCollector
         from evald.daemon.repartition.stage import RepartitionCollector
 
         collectors: list[Any] = [StatisticsReaderCollector(lambda: daemon.comparisons)]

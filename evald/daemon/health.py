@@ -9,8 +9,8 @@ from typing import Protocol
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
-from evald.daemon.inputs import Inputs
-from evald.daemon.merge import KINDS
+from evald.daemon.main.inputs import Inputs
+from evald.daemon.main.merge import KINDS
 from evald.daemon.stats import DaemonStats
 
 __all__ = ["EndOffsets", "Health"]

@@ -22,7 +22,7 @@ from kafka.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 
-from evald.daemon.comparisons import publishes_statistics, statistics_topic
+from evald.daemon.main.comparisons import publishes_statistics, statistics_topic
 from evald.daemon.names import transactional_id
 from evald.daemon.settings import Settings
 

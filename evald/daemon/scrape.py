@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from evald.daemon.engine_lock import EngineLock
+from evald.daemon.main.engine_lock import EngineLock
 
 __all__ = ["EngineBusy", "ScrapeLock"]
 

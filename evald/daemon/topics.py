@@ -531,7 +531,7 @@ def statistics_policy_problem(name: str, configs: Mapping[str, str] | None) -> s
 
 
 def ensure_statistics_topic(admin: KafkaAdminClient, name: str) -> None:
-    """Create the statistics topic (evald/daemon/comparisons.py) if missing: one partition,
+    """Create the statistics topic (evald/daemon/main/comparisons.py) if missing: one partition,
     so its records are read in the order written; compacted, since a share is written once
     per key and only a partition's newest final mark is needed."""
     if name in set(admin.list_topics()):

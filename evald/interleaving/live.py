@@ -5,7 +5,7 @@ an interleaving window is folded once every partition's credit mark has passed i
 order, from the sum of its shares in (partition, chunk) order (``fold.fold_window``). A share
 counts once per (window, partition, chunk): a copy, or a share of a window already folded, is
 ignored and counted. The engine feeds its own shares (replay, the demo), the daemon the shares
-every instance wrote to the statistics topic (evald/daemon/comparisons.py); both run this code,
+every instance wrote to the statistics topic (evald/daemon/main/comparisons.py); both run this code,
 so they fold the same state.
 """
 

@@ -7,7 +7,7 @@ partition): a copy that arrives again is ignored, and so is a share of a window 
 The shares depend only on each partition's events, so the fold does not depend on which
 instance computed which share: the engine feeds its own shares (replay, the demo: it sees every
 partition), the daemon feeds the shares every instance wrote to the statistics topic
-(evald/daemon/comparisons.py), and both run this same code (docs/design.md, "Statistics over
+(evald/daemon/main/comparisons.py), and both run this same code (docs/design.md, "Statistics over
 all partitions").
 """
 

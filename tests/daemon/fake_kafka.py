@@ -23,14 +23,14 @@ from kafka import TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from evald.daemon.backoff import Backoff
-from evald.daemon.checkpoint import Checkpoint
 from evald.daemon.dead_letters import DeadLetters
-from evald.daemon.inputs import Inputs
-from evald.daemon.restore import Restorer
+from evald.daemon.main.checkpoint import Checkpoint
+from evald.daemon.main.inputs import Inputs
+from evald.daemon.main.restore import Restorer
+from evald.daemon.main.transaction import Transaction
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
 from evald.daemon.topics import TopicGuard
-from evald.daemon.transaction import Transaction
 from evald.decode import Rejection
 from evald.engine import Engine
 

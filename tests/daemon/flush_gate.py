@@ -11,7 +11,7 @@ import threading
 import pytest
 from kafka import KafkaProducer
 
-import evald.daemon.runner as runner
+import evald.daemon.main.runner as runner
 
 
 class FlushGate:

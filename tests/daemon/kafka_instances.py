@@ -22,7 +22,7 @@ from child_processes import die_with_parent
 from kafka_harness import ENGINE, KafkaTools, free_port
 
 from evald.daemon.crash import CRASH_ENV
-from evald.daemon.runner import Daemon
+from evald.daemon.main.runner import Daemon
 from evald.daemon.settings import Settings, load_settings
 from evald.engine import Engine
 

@@ -16,7 +16,7 @@ import pytest
 from kafka_harness import KafkaTools
 from kafka_instances import make_settings, names
 
-from evald.daemon.checkpoint import Checkpoint
+from evald.daemon.main.checkpoint import Checkpoint
 from evald.engine import Engine
 
 

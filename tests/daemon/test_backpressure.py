@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from evald.daemon.backpressure import (
+from evald.daemon.main.backpressure import (
     BACKPRESSURE_COOLDOWN_S,
     Action,
     Backpressure,

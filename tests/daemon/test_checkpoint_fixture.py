@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from checkpoint_traffic import written
 
-from evald.daemon.checkpoint import Checkpoint
+from evald.daemon.main.checkpoint import Checkpoint
 
 FIXTURE = Path(__file__).parent / "data" / "checkpoints-2026-11-27.jsonl"
 RUN = Path(__file__).parent / "data" / "checkpoints-run.jsonl"

@@ -21,7 +21,7 @@ from test_restart_during_replay import BASE, PARTITIONS, checkpoints, run_to_the
 from test_restart_during_replay import write as write_records
 from test_restore_retention import chunks
 
-from evald.daemon import snapshots
+from evald.daemon.main import snapshots
 
 #: a cap below the 30 items of the traffic (pairs are evicted), refits every 100 lists
 CLICKS = {"click_model": {"model": "pbm", "max_pairs": 16, "refit_every": 100, "half_life": "2m"}}

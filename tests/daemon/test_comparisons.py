@@ -10,7 +10,7 @@ import pytest
 from kafka_harness import KafkaTools, wait_until
 from kafka_instances import Instance, names
 
-from evald.daemon.comparisons import statistics_topic
+from evald.daemon.main.comparisons import statistics_topic
 from evald.daemon.settings import TopicSettings
 
 pytestmark = pytest.mark.kafka

@@ -60,7 +60,7 @@ def test_ids_are_stable() -> None:
 def test_every_topic_and_member_name_is_derived_from_strings_as_before() -> None:
     """The names the settings and the stages use come from names.py, spelled as they always
     were (a renamed topic would strand the checkpoints and shares already written)."""
-    from evald.daemon.comparisons import statistics_topic as of_settings
+    from evald.daemon.main.comparisons import statistics_topic as of_settings
     from evald.daemon.names import (
         checkpoint_topic,
         internal_topic,

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from evald.daemon.engine_lock import EngineLock
+from evald.daemon.main.engine_lock import EngineLock
 
 
 def taken_elsewhere(lock: EngineLock) -> bool:

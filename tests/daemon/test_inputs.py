@@ -14,8 +14,8 @@ from typing import Any
 from kafka import TopicPartition
 from settable_clock import SettableClock
 
-from evald.daemon.inputs import Inputs, Restored
 from evald.daemon.kafka_compat import FetchWatch
+from evald.daemon.main.inputs import Inputs, Restored
 
 IMP, FB = TopicPartition("imp", 0), TopicPartition("fb", 0)
 NOT_LEADER = 6

@@ -17,7 +17,7 @@ from interleaved_stream import CONFIG, INTERLEAVING_WINDOW, WINDOW, events, plai
 from settable_clock import SettableClock
 
 from evald.config import load_config
-from evald.daemon.comparisons import decode_statistics, preference_fold, statistics_topic
+from evald.daemon.main.comparisons import decode_statistics, preference_fold, statistics_topic
 from evald.daemon.settings import Settings, load_settings
 from evald.engine import Engine
 from evald.interleaving.shares import CreditFrozen, CreditShare

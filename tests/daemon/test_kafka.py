@@ -40,8 +40,8 @@ from kafka_oracle import (
     results_by_id,
 )
 
-from evald.daemon import snapshots
-from evald.daemon.checkpoint import Checkpoint
+from evald.daemon.main import snapshots
+from evald.daemon.main.checkpoint import Checkpoint
 
 pytestmark = pytest.mark.kafka
 

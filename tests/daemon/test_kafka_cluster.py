@@ -36,7 +36,7 @@ from test_kafka import (
     results_by_id,
 )
 
-from evald.daemon.checkpoint import Checkpoint
+from evald.daemon.main.checkpoint import Checkpoint
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 

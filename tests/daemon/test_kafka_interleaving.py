@@ -115,7 +115,7 @@ def test_kill_9_around_the_commit_of_credit_shares_is_exact(
     (``statistics_committed``) the first commit holding a credit share, on four partitions, and
     restarts. Every credit share is on the statistics topic once, from committed transactions,
     and the restarted run's preference series equal the uninterrupted engine's."""
-    from evald.daemon.comparisons import decode_statistics, statistics_topic
+    from evald.daemon.main.comparisons import decode_statistics, statistics_topic
     from evald.daemon.settings import TopicSettings
     from evald.demo.simulator import TEAMS as SIM_TEAMS
     from evald.interleaving.shares import CreditShare

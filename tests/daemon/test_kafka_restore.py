@@ -26,7 +26,7 @@ from kafka_instances import make_settings, names, run_argv, running, settled
 from kafka_oracle import assert_exactly_once, results_by_id
 from test_kafka import run_to_exit
 
-from evald.daemon.checkpoint import Checkpoint
+from evald.daemon.main.checkpoint import Checkpoint
 
 pytestmark = pytest.mark.kafka
 

@@ -27,7 +27,7 @@ from kafka_oracle import assert_consumed_to_the_end
 from prometheus_client import generate_latest
 
 from evald.config import EngineConfig, load_config
-from evald.daemon.comparisons import statistics_topic
+from evald.daemon.main.comparisons import statistics_topic
 from evald.daemon.settings import TopicSettings
 from evald.exposition import build_registry
 from evald.statistics.shares import Frozen, Share, decode_record
@@ -404,8 +404,8 @@ def test_a_deleted_statistics_topic_is_refused_until_the_comparison_starts_after
     from kafka.admin import NewTopic
     from kafka.structs import OffsetAndMetadata
 
-    from evald.daemon.checkpoint import Checkpoint
     from evald.daemon.connect_check import topic_configs
+    from evald.daemon.main.checkpoint import Checkpoint
     from evald.decode import time_in_words
 
     topics = names(unique)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from settable_clock import SettableClock
 
-from evald.daemon.merge import Merger
+from evald.daemon.main.merge import Merger
 
 #: ``caught_up`` values: known caught up as of any time (or paused), and not known caught up
 UP, BEHIND = math.inf, -math.inf

@@ -10,8 +10,8 @@ import pytest
 
 from evald.config import load_config
 from evald.daemon.backoff import Backoff
-from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef, from_runs, to_runs
-from evald.daemon.ledger import extend_ranges, prune_ranges
+from evald.daemon.main.checkpoint import Checkpoint, ResultRange, SnapshotRef, from_runs, to_runs
+from evald.daemon.main.ledger import extend_ranges, prune_ranges
 from evald.daemon.topics import (
     TopicLayoutError,
     TopicShape,

@@ -7,7 +7,7 @@ import time
 
 from kafka_harness import free_port
 
-from evald.daemon.runner import Daemon
+from evald.daemon.main.runner import Daemon
 from evald.daemon.settings import load_settings
 from evald.engine import Engine
 

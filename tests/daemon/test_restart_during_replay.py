@@ -23,8 +23,8 @@ from fake_kafka import Cluster, Session
 from replay_traffic import MALFORMED, Records, split, traffic
 from settable_clock import SettableClock
 
-from evald.daemon.checkpoint import Checkpoint, from_runs
-from evald.daemon.comparisons import statistics_topic
+from evald.daemon.main.checkpoint import Checkpoint, from_runs
+from evald.daemon.main.comparisons import statistics_topic
 from evald.daemon.settings import Settings, load_settings
 from evald.histograms import Histograms
 from evald.statistics.shares import Share, decode_record

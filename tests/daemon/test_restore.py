@@ -1,6 +1,6 @@
-"""The restore protocol (evald.daemon.restore.Restorer) on fake Kafka clients and a real engine:
-where a partition resumes, and every kind of saved state it refuses with exit 2 and what to do
-(the same cases run through `evald run` on Apache Kafka in test_kafka_restore.py)."""
+"""The restore protocol (evald.daemon.main.restore.Restorer) on fake Kafka clients and a real
+engine: where a partition resumes, and every kind of saved state it refuses with exit 2 and
+what to do (the same cases run through `evald run` on Apache Kafka in test_kafka_restore.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from kafka import TopicPartition
 from settable_clock import SettableClock
 
 from evald.config import load_config
-from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef
 from evald.daemon.fatal import Fatal
-from evald.daemon.inputs import Inputs
-from evald.daemon.restore import Restorer
+from evald.daemon.main.checkpoint import Checkpoint, ResultRange, SnapshotRef
+from evald.daemon.main.inputs import Inputs
+from evald.daemon.main.restore import Restorer
 from evald.daemon.settings import load_settings
 from evald.daemon.topics import TopicGuard
 from evald.decode import time_in_words

@@ -1,4 +1,4 @@
-"""What a restore refuses, as pure rules (evald.daemon.restore_checks); the restore protocol
+"""What a restore refuses, as pure rules (evald.daemon.main.restore_checks); the restore protocol
 around them is in test_restore.py."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evald.config import ComparisonConfig
-from evald.daemon.restore_checks import Refusal, lost_comparisons, statistics_lost
+from evald.daemon.main.restore_checks import Refusal, lost_comparisons, statistics_lost
 
 WIDTH = 300_000
 

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evald.daemon.results import ResultEncoder, TimestampFormatter
+from evald.daemon.main.results import ResultEncoder, TimestampFormatter
 from evald.engine import Result
 from evald.events import MAX_TS_MS, format_timestamp, parse_timestamp
 

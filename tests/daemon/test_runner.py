@@ -14,9 +14,9 @@ from kafka.errors import KafkaTimeoutError
 from settable_clock import SettableClock
 
 from evald.config import load_config
-from evald.daemon.inputs import InputPartition
-from evald.daemon.merge import Merger
-from evald.daemon.runner import Daemon
+from evald.daemon.main.inputs import InputPartition
+from evald.daemon.main.merge import Merger
+from evald.daemon.main.runner import Daemon
 from evald.daemon.settings import load_settings
 from evald.engine import Engine
 

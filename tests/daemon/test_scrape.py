@@ -16,7 +16,7 @@ from kafka_instances import make_settings, names, running, settled
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from evald.config import EngineConfig
-from evald.daemon.engine_lock import EngineLock
+from evald.daemon.main.engine_lock import EngineLock
 from evald.daemon.scrape import SCRAPE_WAIT_S, EngineBusy, ScrapeLock
 from evald.engine import Engine
 from evald.exposition import build_registry

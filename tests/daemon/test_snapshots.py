@@ -3,8 +3,8 @@ import zlib
 
 import pytest
 
-from evald.daemon import snapshots
-from evald.daemon.checkpoint import ResultRange, SnapshotRef
+from evald.daemon.main import snapshots
+from evald.daemon.main.checkpoint import ResultRange, SnapshotRef
 
 HOUR = 3_600_000
 

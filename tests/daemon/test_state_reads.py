@@ -11,7 +11,7 @@ from fake_reader import FakeReader
 from kafka import TopicPartition
 from settable_clock import SettableClock
 
-from evald.daemon.state_reads import Progress, RestoreError, read_spans
+from evald.daemon.main.state_reads import Progress, RestoreError, read_spans
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
 

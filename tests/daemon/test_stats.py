@@ -58,8 +58,8 @@ def test_each_field_of_the_daemon_stats_has_one_writer() -> None:
             by_field[field].add(path.relative_to(DAEMON).as_posix())
     shared = {field: sorted(mods) for field, mods in by_field.items() if len(mods) > 1}
     assert not shared, f"DaemonStats fields with more than one writing module: {shared}"
-    assert by_field["fenced_sessions"] == {"runner.py"}  # the reader sees the known writers
-    assert by_field["results_produced"] == {"transaction.py"}
+    assert by_field["fenced_sessions"] == {"main/runner.py"}  # the reader sees the known writers
+    assert by_field["results_produced"] == {"main/transaction.py"}
 
 
 def test_the_reader_finds_assignments_augments_and_in_place_updates() -> None:

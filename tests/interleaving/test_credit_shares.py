@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from evald.daemon.comparisons import decode_statistics
+from evald.daemon.main.comparisons import decode_statistics
 from evald.interleaving.fold import Settings
 from evald.interleaving.live import LiveCredit
 from evald.interleaving.shares import CreditFrozen, CreditShare, CreditShares, decode_credit

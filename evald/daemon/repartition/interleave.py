@@ -2,7 +2,7 @@
 
 Why: the main stage merges an internal partition's impressions and feedback by timestamp and
 assumes, like for a topic keyed by request id, that timestamps do not decrease within a
-partition of each topic (evald/daemon/merge.py). An internal partition gets records from every
+partition of each topic (evald/daemon/main/merge.py). An internal partition gets records from every
 source partition; written in fetch order (a batch of source partition 0, then one of partition
 1, ...), its timestamps would jump back by a batch's time span at every switch, and which
 feedback is late would depend on fetch sizes. So the stage releases what it fetched in

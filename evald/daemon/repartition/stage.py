@@ -5,7 +5,7 @@ It consumes the impressions and feedback topics, keyed any way and of any partit
 its own consumer group ``<group_id>.repartition``, and writes every record unchanged (value,
 headers, timestamp) to ``<group_id>.<topic>.evald-repartition``, keyed by its request id and
 partitioned by Kafka's default partitioner over the internal topics' shared partition count.
-The main stage (evald/daemon/runner.py, unchanged) reads the internal topics instead of the
+The main stage (evald/daemon/main/runner.py, unchanged) reads the internal topics instead of the
 inputs.
 
 Exactly once: one transactional producer per instance (``evald/<group>/<instance>/repartition``)

@@ -31,14 +31,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from evald.daemon import snapshots
 from evald.daemon.backoff import Backoff
-from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef
-from evald.daemon.comparisons import statistics_topic
 from evald.daemon.crash import crash_point
 from evald.daemon.dead_letters import DeadLetters
-from evald.daemon.inputs import InputPartition, Inputs
-from evald.daemon.interval import Interval
 from evald.daemon.kafka_compat import (
     RecordAppender,
     abort_within,
@@ -47,9 +42,14 @@ from evald.daemon.kafka_compat import (
     flush_within,
     send_offsets_within,
 )
-from evald.daemon.ledger import Ledger, Ranges
-from evald.daemon.merge import KINDS
-from evald.daemon.results import ResultEncoder
+from evald.daemon.main import snapshots
+from evald.daemon.main.checkpoint import Checkpoint, ResultRange, SnapshotRef
+from evald.daemon.main.comparisons import statistics_topic
+from evald.daemon.main.inputs import InputPartition, Inputs
+from evald.daemon.main.interval import Interval
+from evald.daemon.main.ledger import Ledger, Ranges
+from evald.daemon.main.merge import KINDS
+from evald.daemon.main.results import ResultEncoder
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
 from evald.engine import Engine, Result

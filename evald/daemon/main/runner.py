@@ -42,21 +42,21 @@ from kafka.errors import (
 )
 
 from evald.daemon.backoff import Backoff
-from evald.daemon.backpressure import Action, Backpressure
-from evald.daemon.comparisons import ComparisonReader, publishes_statistics, statistics_topic
 from evald.daemon.dead_letters import DeadLetters
-from evald.daemon.engine_lock import EngineLock
 from evald.daemon.fatal import Fatal, unrecoverable
 from evald.daemon.health import Health
-from evald.daemon.inputs import Inputs
 from evald.daemon.kafka_compat import close_quietly, unpark_resumed, without_auto_create
+from evald.daemon.main.backpressure import Action, Backpressure
+from evald.daemon.main.comparisons import ComparisonReader, publishes_statistics, statistics_topic
+from evald.daemon.main.engine_lock import EngineLock
+from evald.daemon.main.inputs import Inputs
+from evald.daemon.main.rebalance import Rebalance
+from evald.daemon.main.restore import RestoreError, Restorer
+from evald.daemon.main.transaction import Transaction
 from evald.daemon.permissions import explain_denial
-from evald.daemon.rebalance import Rebalance
-from evald.daemon.restore import RestoreError, Restorer
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
 from evald.daemon.topics import TopicGuard
-from evald.daemon.transaction import Transaction
 from evald.engine import Engine, Result
 
 __all__ = ["Daemon", "EngineFactory"]

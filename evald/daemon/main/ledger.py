@@ -11,7 +11,7 @@ results only, even on a broker that shows aborted records to ``read_committed`` 
 
 from __future__ import annotations
 
-from evald.daemon.checkpoint import Checkpoint, ResultRange, SnapshotRef
+from evald.daemon.main.checkpoint import Checkpoint, ResultRange, SnapshotRef
 
 __all__ = ["Ledger", "Ranges", "extend_ranges", "prune_ranges"]
 

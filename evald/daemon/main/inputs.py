@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 from kafka import TopicPartition
 
-from evald.daemon.checkpoint import Checkpoint
 from evald.daemon.kafka_compat import FetchWatch
-from evald.daemon.merge import KINDS, Merger
+from evald.daemon.main.checkpoint import Checkpoint
+from evald.daemon.main.merge import KINDS, Merger
 from evald.decode import Rejection
 
 __all__ = [

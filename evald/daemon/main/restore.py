@@ -21,18 +21,18 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
-from evald.daemon import restore_checks as checks
-from evald.daemon.checkpoint import Checkpoint, SnapshotRef
-from evald.daemon.comparisons import publishes_statistics
 from evald.daemon.crash import crash_point
 from evald.daemon.fatal import Fatal
-from evald.daemon.inputs import Inputs, Restored
 from evald.daemon.kafka_compat import close_quietly, committed_offsets
 from evald.daemon.logs import event_time
-from evald.daemon.merge import KINDS
+from evald.daemon.main import restore_checks as checks
+from evald.daemon.main.checkpoint import Checkpoint, SnapshotRef
+from evald.daemon.main.comparisons import publishes_statistics
+from evald.daemon.main.inputs import Inputs, Restored
+from evald.daemon.main.merge import KINDS
+from evald.daemon.main.snapshots import whole
+from evald.daemon.main.state_reads import Progress, RestoreError, Span, read_spans
 from evald.daemon.settings import Settings
-from evald.daemon.snapshots import whole
-from evald.daemon.state_reads import Progress, RestoreError, Span, read_spans
 from evald.daemon.topics import TopicGuard
 from evald.engine import Engine
 

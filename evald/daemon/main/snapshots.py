@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import zlib
 
-from evald.daemon.checkpoint import ResultRange, SnapshotRef
+from evald.daemon.main.checkpoint import ResultRange, SnapshotRef
 
 __all__ = [
     "CHUNK_BYTES",

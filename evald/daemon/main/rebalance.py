@@ -15,11 +15,11 @@ from kafka import TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
 from evald.daemon.crash import crash_point
-from evald.daemon.engine_lock import EngineLock
 from evald.daemon.health import Health
-from evald.daemon.inputs import Inputs
+from evald.daemon.main.engine_lock import EngineLock
+from evald.daemon.main.inputs import Inputs
+from evald.daemon.main.transaction import Transaction
 from evald.daemon.stats import DaemonStats
-from evald.daemon.transaction import Transaction
 from evald.engine import Engine
 
 __all__ = ["Rebalance"]

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from evald.config import ComparisonConfig
-from evald.daemon.checkpoint import Checkpoint, SnapshotRef
-from evald.daemon.merge import KINDS
+from evald.daemon.main.checkpoint import Checkpoint, SnapshotRef
+from evald.daemon.main.merge import KINDS
 from evald.input_rule import time_in_words
 
 __all__ = [
