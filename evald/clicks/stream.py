@@ -27,7 +27,6 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import lz4.frame
 import numpy as np
 
 from evald.clicks.model import ClickModel
@@ -268,6 +267,8 @@ class StreamClicks:
         model = self.models.get(partition)
         if model is None:
             return None
+        import lz4.frame  # here: an install without the lz4 extra runs all but the click model
+
         packed = LZ4 + lz4.frame.compress(model.snapshot(level=0))
         return {"snapshot": base64.b64encode(packed).decode()}
 
@@ -280,6 +281,8 @@ class StreamClicks:
             return False
         raw = base64.b64decode(state["snapshot"], validate=True)
         if raw.startswith(LZ4):
+            import lz4.frame
+
             raw = lz4.frame.decompress(raw[len(LZ4) :])
         model = build(raw)
         if model.settings != self.settings:
