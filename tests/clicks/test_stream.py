@@ -3,6 +3,7 @@ examination curve out, as the exposition shows it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from evald.clicks import simulate as sim
+from evald.clicks import stream
 from evald.clicks.stream import ServedTee, pair_keys, stable_key
 from evald.config import ConfigError, load_config
 from evald.decode import Decoder
@@ -167,3 +169,39 @@ def test_a_bad_click_model_setting_names_the_field(setting: dict[str, object], f
 def test_click_model_pbm_is_short_for_its_section() -> None:
     assert load_config(click_model="pbm").click_model.model == "pbm"
     assert load_config().click_model.model is None
+
+
+def test_a_checkpoint_is_the_last_snapshot_plus_the_lists_logged_since(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between snapshots a checkpoint names the same snapshot and logs the lists observed
+    since; loading it observes them again, so the model is the fed one to the last bit (and
+    with the log dropped it is not: the negative control)."""
+    config = load_config(ENGINE, click_model={"model": "pbm", "depth": 6, "refit_every": 100})
+    raws = events(4, THETA, n=2000)
+    monkeypatch.setattr(stream, "LOG_SHARE", 1e9)
+    fed = Engine(config, clock=lambda: 0.0)
+    docs = []
+    for start in range(0, len(raws), 500):  # a commit after each poll batch
+        fed.feed_batch(raws[start : start + 500])
+        fed.tick()
+        assert fed.clicks is not None
+        doc = fed.clicks.state(0)
+        if doc is not None:  # a list was scored
+            docs.append(doc)
+    assert len(docs) >= 3
+    first, last = docs[0], docs[-1]
+    assert first is not None and last is not None
+    assert last["snapshot"] is first["snapshot"] and len(last["log"]) > len(first.get("log", ""))
+    model = fed.clicks.models[0]
+    assert model.fits >= 2
+    loaded = stream.StreamClicks(config.click_model, fed.segments)
+    assert loaded.load(0, last)
+    assert loaded.models[0].snapshot() == model.snapshot()
+    assert loaded.state(0) == last  # the same snapshot named, the same log carried on
+    assert loaded.load(0, {"snapshot": last["snapshot"]})
+    assert loaded.models[0].snapshot() != model.snapshot()
+    monkeypatch.setattr(stream, "LOG_MAX_BYTES", len(last["log"]) // 2)
+    assert set(fed.clicks.state(0) or {}) == {"snapshot"}  # the log outgrew its bound
+    with pytest.raises(ValueError, match="click-model log"):
+        loaded.load(0, {**last, "log": base64.b64encode(b"\x05\x00\x00\x00{oops").decode()})
