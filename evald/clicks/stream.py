@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from evald.join.store import Joined
     from evald.segments import SegmentIndex
 
-__all__ = ["ServedTee", "StableKeys", "StreamClicks", "pair_keys", "stable_key"]
+__all__ = ["ServedTee", "StableKeys", "StreamClicks", "ips_add", "pair_keys", "stable_key"]
 
 
 #: splitmix64's multipliers (Steele, Lea & Flood 2014), to mix a query's and an item's keys
@@ -141,6 +141,35 @@ class ServedTee:
         return len(stale)
 
 
+#: IPS sums are kept in units of 2^-32: integers add up the same in any grouping, so the
+#: sums do not depend on how lists were batched (nor on a restart) to the last bit
+IPS_UNIT = float(1 << 32)
+
+
+def ips_add(
+    sums: dict[tuple[str, ...], list[int]], model: ClickModel, piece: Sessions, clip: float
+) -> None:
+    """Add to ``sums`` (per segment: Σ w·c, Σ w·θ in units of 2^-32, ranks shown) the lists
+    of ``piece``, weighed by the curve of the model's last refit: at a shown rank r,
+    w = min(1 / θ[r], clip) (docs/click-models.md, "IPS in evald run"). A list whose segment
+    no refit has read yet is not counted (its curve is still the initial one)."""
+    fitted = model.fitted_shown
+    for s in np.unique(piece.segments).tolist():
+        if s >= len(fitted) or fitted[s, 0] <= 0:
+            continue
+        part = piece.take(piece.segments == s)
+        theta = np.nan_to_num(model.curve()[s], nan=0.0)
+        with np.errstate(divide="ignore"):
+            w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), clip), clip)
+        shown = part.shown()
+        clicked = np.rint(w * IPS_UNIT * (part.clicks & shown)).astype(np.int64)
+        expected = np.rint(w * theta * IPS_UNIT * shown).astype(np.int64)
+        row = sums.setdefault(model.segments[s], [0, 0, 0])
+        row[0] += int(clicked.sum())
+        row[1] += int(expected.sum())
+        row[2] += int(shown.sum())
+
+
 class StreamClicks:
     """Per-partition click models and their merged curve (the engine's click component)."""
 
@@ -170,6 +199,10 @@ class StreamClicks:
         #: per partition: its last snapshot (the checkpoint's base64) and its packed size,
         #: and the batches it observed since (``listlog``), with their total size
         self._base: dict[int, tuple[str, int]] = {}
+        #: per partition and segment (label values) the IPS sums (``ips_add``), and as of
+        #: the partition's last snapshot (what its checkpoint carries beside the log)
+        self._ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
+        self._base_ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
         self._log: dict[int, list[bytes]] = {}
         self._logged: dict[int, int] = {}
 
@@ -225,7 +258,8 @@ class StreamClicks:
         self._logged[partition] = self._logged.get(partition, 0) + len(batch)
 
     def _observe(self, partition: int, labels: list[tuple[str, ...]], sessions: Sessions) -> None:
-        """Observe ``sessions`` whose segments index ``labels``, declared in that order."""
+        """Observe ``sessions`` whose segments index ``labels``, declared in that order; each
+        piece between refits is first counted in the IPS sums with the curve it meets."""
         model = self._model(partition)
         numbers = np.asarray([model.segment(x) for x in labels], np.intp)
         numbered = Sessions(
@@ -236,7 +270,14 @@ class StreamClicks:
             sessions.ts,
             sessions.weights,
         )
-        model.observe(numbered)
+        sums = self._ips.setdefault(partition, {})
+        start, n = 0, len(numbered)
+        while start < n:  # cut where the model refits: a list's weight is the same however
+            stop = min(n, start + max(model.next_refit - model.seen, 1))  # lists are batched
+            piece = numbered.take(slice(start, stop))
+            ips_add(sums, model, piece, self.settings.ips_clip)
+            model.observe(piece)
+            start = stop
 
     def prune(self, before: int | None, pending: int) -> None:
         """Forget remembered lists older than ``before`` (the engine's complete_before) once
@@ -303,8 +344,12 @@ class StreamClicks:
             packed = LZ4 + lz4.frame.compress(model.snapshot(level=0))
             base = self._base[partition] = (base64.b64encode(packed).decode(), len(packed))
             self._log[partition], self._logged[partition] = [], 0
+            self._base_ips[partition] = {k: list(v) for k, v in self._ips_of(partition).items()}
             logged = 0
-        doc = {"snapshot": base[0]}
+        doc: dict[str, Any] = {"snapshot": base[0]}
+        ips = self._base_ips.get(partition)
+        if ips:
+            doc["ips"] = [[list(labels), *sums] for labels, sums in sorted(ips.items())]
         if logged:
             doc["log"] = base64.b64encode(b"".join(self._log[partition])).decode()
         return doc
@@ -325,6 +370,14 @@ class StreamClicks:
         if model.settings != self.settings:
             return False
         self.models[partition] = model
+        try:
+            ips = {
+                tuple(map(str, row[0])): [int(x) for x in row[1:4]] for row in state.get("ips", [])
+            }
+        except (TypeError, ValueError, IndexError) as exc:
+            raise ValueError(f"the click model's IPS sums are unreadable: {exc}") from None
+        self._ips[partition] = {k: list(v) for k, v in ips.items()}
+        self._base_ips[partition] = ips
         log = base64.b64decode(state.get("log", ""), validate=True)
         batches = list(listlog.decode(log, self.settings.depth))
         for labels, sessions in batches:
@@ -338,3 +391,22 @@ class StreamClicks:
         self._base.pop(partition, None)
         self._log.pop(partition, None)
         self._logged.pop(partition, None)
+        self._ips.pop(partition, None)
+        self._base_ips.pop(partition, None)
+
+    def _ips_of(self, partition: int) -> dict[tuple[str, ...], list[int]]:
+        return self._ips.get(partition, {})
+
+    def ips_rows(self) -> list[tuple[tuple[str, ...], float, float, float]]:
+        """Per segment (label values, sorted), over the partitions this process owns: the
+        IPS-weighted clicks, their expected weight and the ranks shown (``ips_add``)."""
+        total: dict[tuple[str, ...], list[int]] = {}
+        for sums in self._ips.values():
+            for labels, row in sums.items():
+                into = total.setdefault(labels, [0, 0, 0])
+                for i in range(3):
+                    into[i] += row[i]
+        return [
+            (labels, row[0] / IPS_UNIT, row[1] / IPS_UNIT, float(row[2]))
+            for labels, row in sorted(total.items())
+        ]

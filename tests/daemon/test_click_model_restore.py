@@ -92,4 +92,6 @@ def test_the_click_model_after_kills_is_the_uninterrupted_one(
     assert np.array_equal(clicks.curve, ref_clicks.curve, equal_nan=True)
     assert np.array_equal(clicks.shown, ref_clicks.shown)
     assert ref_clicks.shown.sum() > 0
+    assert clicks.ips_rows() == ref_clicks.ips_rows()  # the IPS sums, to the last bit
+    assert all(row[1] > 0 for row in ref_clicks.ips_rows())
     assert np.nanmin(ref_clicks.curve) > 0 and np.nanmax(ref_clicks.curve) <= 1
