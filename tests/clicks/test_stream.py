@@ -204,7 +204,7 @@ def test_a_checkpoint_is_the_last_snapshot_plus_the_lists_logged_since(
     assert loaded.load(0, {"snapshot": last["snapshot"]})
     assert loaded.models[0].snapshot() != model.snapshot()
     monkeypatch.setattr(stream, "LOG_MAX_BYTES", len(last["log"]) // 2)
-    assert set(fed.clicks.state(0) or {}) == {"snapshot"}  # the log outgrew its bound
+    assert "log" not in (fed.clicks.state(0) or {})  # the log outgrew its bound: a snapshot
     with pytest.raises(ValueError, match="click-model log"):
         loaded.load(0, {**last, "log": base64.b64encode(b"\x05\x00\x00\x00{oops").decode()})
 
