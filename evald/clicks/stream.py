@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evald.clicks import listlog
 from evald.clicks.model import ClickModel
 from evald.clicks.models import build, new_model
 from evald.clicks.sessions import Sessions
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from evald.join.store import Joined
     from evald.segments import SegmentIndex
 
-__all__ = ["ServedTee", "StableKeys", "StreamClicks", "pair_keys", "stable_key"]
+__all__ = ["ServedTee", "StableKeys", "StreamClicks", "ips_add", "pair_keys", "stable_key"]
 
 
 #: splitmix64's multipliers (Steele, Lea & Flood 2014), to mix a query's and an item's keys
@@ -52,6 +53,12 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 LZ4 = b"EVL4"
 #: strings whose key a ``StableKeys`` remembers before it starts over
 CACHED_KEYS = 1 << 20
+#: a partition's checkpoint takes a new snapshot once the lists logged since the last one
+#: reach this share of the snapshot's size (a restore re-observes at most a snapshot's worth)
+#: or ``LOG_MAX_BYTES`` (the log rides inline in the checkpoint record, base64, well under
+#: Kafka's 1 MiB)
+LOG_SHARE = 1.0
+LOG_MAX_BYTES = 192 * 1024
 
 
 def stable_key(text: str) -> int:
@@ -133,6 +140,35 @@ class ServedTee:
         return len(stale)
 
 
+#: IPS sums are kept in units of 2^-32: integers add up the same in any grouping, so the
+#: sums do not depend on how lists were batched (nor on a restart) to the last bit
+IPS_UNIT = float(1 << 32)
+
+
+def ips_add(
+    sums: dict[tuple[str, ...], list[int]], model: ClickModel, piece: Sessions, clip: float
+) -> None:
+    """Add to ``sums`` (per segment: Σ w·c, Σ w·θ in units of 2^-32, ranks shown) the lists
+    of ``piece``, weighed by the curve of the model's last refit: at a shown rank r,
+    w = min(1 / θ[r], clip) (docs/click-models.md, "IPS in evald run"). A list whose segment
+    no refit has read yet is not counted (its curve is still the initial one)."""
+    fitted = model.fitted_shown
+    for s in np.unique(piece.segments).tolist():
+        if s >= len(fitted) or fitted[s, 0] <= 0:
+            continue
+        part = piece.take(piece.segments == s)
+        theta = np.nan_to_num(model.curve()[s], nan=0.0)
+        with np.errstate(divide="ignore"):
+            w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), clip), clip)
+        shown = part.shown()
+        clicked = np.rint(w * IPS_UNIT * (part.clicks & shown)).astype(np.int64)
+        expected = np.rint(w * theta * IPS_UNIT * shown).astype(np.int64)
+        row = sums.setdefault(model.segments[s], [0, 0, 0])
+        row[0] += int(clicked.sum())
+        row[1] += int(expected.sum())
+        row[2] += int(shown.sum())
+
+
 class StreamClicks:
     """Per-partition click models and their merged curve (the engine's click component)."""
 
@@ -159,6 +195,15 @@ class StreamClicks:
         self.curve = np.zeros((0, config.depth))
         self.shown = np.zeros((0, config.depth))
         self._merged_of: tuple[tuple[int, int], ...] = ()
+        #: per partition: its last snapshot (the checkpoint's base64) and its packed size,
+        #: and the batches it observed since (``listlog``), with their total size
+        self._base: dict[int, tuple[str, int]] = {}
+        #: per partition and segment (label values) the IPS sums (``ips_add``), and as of
+        #: the partition's last snapshot (what its checkpoint carries beside the log)
+        self._ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
+        self._base_ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
+        self._log: dict[int, list[bytes]] = {}
+        self._logged: dict[int, int] = {}
 
     def wrap(self, decoder: EventDecoder) -> ServedTee:
         self.tee = ServedTee(decoder, self.settings.depth)
@@ -201,17 +246,37 @@ class StreamClicks:
         clicks = np.zeros((n, depth), bool)
         clicks[:, :width] = grades[:, :width] > 0
         clicks &= mask
-        model = self._model(partition)
-        segments = self._segments(model, joined.segment_ids[rows])
-        ts = joined.ts[rows].astype(np.int64)
-        model.observe(Sessions(pairs, clicks, length, segments, ts, np.ones(n)))
-
-    def _segments(self, model: ClickModel, ids: np.ndarray) -> np.ndarray:
-        """The model's segment numbers of the engine's segment ids (by their label values)."""
-        distinct, inverse = np.unique(ids, return_inverse=True)
+        distinct, inverse = np.unique(joined.segment_ids[rows], return_inverse=True)
         table = self.segment_index.segments
-        numbers = [model.segment(table[int(i)]) for i in distinct]
-        return np.asarray(numbers, np.intp)[inverse.reshape(-1)]
+        labels = [table[int(i)] for i in distinct]
+        ts = joined.ts[rows].astype(np.int64)
+        sessions = Sessions(pairs, clicks, length, inverse.reshape(-1), ts, np.ones(n))
+        self._observe(partition, labels, sessions)
+        batch = listlog.encode(sessions, labels, sessions.segments)
+        self._log.setdefault(partition, []).append(batch)
+        self._logged[partition] = self._logged.get(partition, 0) + len(batch)
+
+    def _observe(self, partition: int, labels: list[tuple[str, ...]], sessions: Sessions) -> None:
+        """Observe ``sessions`` whose segments index ``labels``, declared in that order; each
+        piece between refits is first counted in the IPS sums with the curve it meets."""
+        model = self._model(partition)
+        numbers = np.asarray([model.segment(x) for x in labels], np.intp)
+        numbered = Sessions(
+            sessions.pairs,
+            sessions.clicks,
+            sessions.lengths,
+            numbers[sessions.segments] if len(sessions) else sessions.segments,
+            sessions.ts,
+            sessions.weights,
+        )
+        sums = self._ips.setdefault(partition, {})
+        start, n = 0, len(numbered)
+        while start < n:  # cut where the model refits: a list's weight is the same however
+            stop = min(n, start + max(model.next_refit - model.seen, 1))  # lists are batched
+            piece = numbered.take(slice(start, stop))
+            ips_add(sums, model, piece, self.settings.ips_clip)
+            model.observe(piece)
+            start = stop
 
     def prune(self, before: int | None, pending: int) -> None:
         """Forget remembered lists older than ``before`` (the engine's complete_before) once
@@ -261,25 +326,45 @@ class StreamClicks:
     # ------------------------------------------------------------------ state
 
     def state(self, partition: int) -> dict[str, Any] | None:
-        """The partition's model for its checkpoint: ``{"snapshot": <base64>}``; None before
-        it saw a list. Every commit takes it, so the snapshot's body is stored and compressed
-        by LZ4 (3 ms for a model of 20,000 pairs where zlib took 25, for 22% more bytes)."""
+        """The partition's model for its checkpoint: ``{"snapshot": <base64>, "log":
+        <base64>}``, its last snapshot and the lists observed since (``listlog``; no "log"
+        when none); None before it saw a list.
+
+        The snapshot is taken again only when the log reached its size or ``LOG_MAX_BYTES``:
+        in between, every commit names the same snapshot (the same string: the transaction
+        names the records it already committed) and logs what changed. Its body is stored
+        and compressed by LZ4 (3 ms for a model of 20,000 pairs where zlib took 25)."""
         model = self.models.get(partition)
         if model is None:
             return None
-        import lz4.frame  # here: an install without the lz4 extra runs all but the click model
+        base = self._base.get(partition)
+        logged = self._logged.get(partition, 0)
+        if base is None or logged >= min(LOG_SHARE * base[1], LOG_MAX_BYTES):
+            import lz4.frame  # here: an install without the lz4 extra runs all but this model
 
-        packed = LZ4 + lz4.frame.compress(model.snapshot(level=0))
-        return {"snapshot": base64.b64encode(packed).decode()}
+            packed = LZ4 + lz4.frame.compress(model.snapshot(level=0))
+            base = self._base[partition] = (base64.b64encode(packed).decode(), len(packed))
+            self._log[partition], self._logged[partition] = [], 0
+            self._base_ips[partition] = {k: list(v) for k, v in self._ips_of(partition).items()}
+            logged = 0
+        doc: dict[str, Any] = {"snapshot": base[0]}
+        ips = self._base_ips.get(partition)
+        if ips:
+            doc["ips"] = [[list(labels), *sums] for labels, sums in sorted(ips.items())]
+        if logged:
+            doc["log"] = base64.b64encode(b"".join(self._log[partition])).decode()
+        return doc
 
     def load(self, partition: int, state: dict[str, Any] | None) -> bool:
-        """Put back a partition's model from :meth:`state`; None, or a model of other
-        settings (engine.click_model was changed), starts it empty. Returns whether it was
-        put back. ValueError if the snapshot is not a click model's."""
-        self.models.pop(partition, None)
+        """Put back a partition's model from :meth:`state`: its snapshot, then its log
+        observed again; None, or a model of other settings (engine.click_model was changed),
+        starts it empty. Returns whether it was put back. ValueError if the snapshot is not
+        a click model's or the log not a log of lists."""
+        self.drop(partition)
         if state is None:
             return False
         raw = base64.b64decode(state["snapshot"], validate=True)
+        size = len(raw)
         if raw.startswith(LZ4):
             import lz4.frame
 
@@ -288,7 +373,43 @@ class StreamClicks:
         if model.settings != self.settings:
             return False
         self.models[partition] = model
+        try:
+            ips = {
+                tuple(map(str, row[0])): [int(x) for x in row[1:4]] for row in state.get("ips", [])
+            }
+        except (TypeError, ValueError, IndexError) as exc:
+            raise ValueError(f"the click model's IPS sums are unreadable: {exc}") from None
+        self._ips[partition] = {k: list(v) for k, v in ips.items()}
+        self._base_ips[partition] = ips
+        log = base64.b64decode(state.get("log", ""), validate=True)
+        batches = list(listlog.decode(log, self.settings.depth))
+        for labels, sessions in batches:
+            self._observe(partition, labels, sessions)
+        self._base[partition] = (state["snapshot"], size)
+        self._log[partition], self._logged[partition] = [log] if log else [], len(log)
         return True
 
     def drop(self, partition: int) -> None:
         self.models.pop(partition, None)
+        self._base.pop(partition, None)
+        self._log.pop(partition, None)
+        self._logged.pop(partition, None)
+        self._ips.pop(partition, None)
+        self._base_ips.pop(partition, None)
+
+    def _ips_of(self, partition: int) -> dict[tuple[str, ...], list[int]]:
+        return self._ips.get(partition, {})
+
+    def ips_rows(self) -> list[tuple[tuple[str, ...], float, float, float]]:
+        """Per segment (label values, sorted), over the partitions this process owns: the
+        IPS-weighted clicks, their expected weight and the ranks shown (``ips_add``)."""
+        total: dict[tuple[str, ...], list[int]] = {}
+        for sums in self._ips.values():
+            for labels, row in sums.items():
+                into = total.setdefault(labels, [0, 0, 0])
+                for i in range(3):
+                    into[i] += row[i]
+        return [
+            (labels, row[0] / IPS_UNIT, row[1] / IPS_UNIT, float(row[2]))
+            for labels, row in sorted(total.items())
+        ]

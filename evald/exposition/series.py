@@ -762,7 +762,51 @@ CLICK_SERIES: tuple[Series, ...] = (
     ),
 )
 
-SERIES = SERIES + CLICK_SERIES
+
+def _ips(engine: Engine) -> list[tuple[tuple[str, ...], float, float, float]]:
+    """The click model's IPS sums per segment (copies): clicks, expected weight, ranks."""
+    clicks = engine.clicks
+    return [] if clicks is None else clicks.ips_rows()
+
+
+def _ips_column(i: int) -> Callable[[list[tuple[tuple[str, ...], float, float, float]]], Any]:
+    return lambda state: [(row[0], row[1 + i]) for row in state]
+
+
+def _ips_series(name: str, i: int, help: str) -> Series:
+    return Series(
+        name,
+        "counter",
+        help + ' (engine.click_model; docs/click-models.md, "IPS in evald run").',
+        (SEGMENT,),
+        _ips,
+        _ips_column(i),
+        per_segment=lambda c: int(c.click_model.model is not None),
+    )
+
+
+IPS_SERIES: tuple[Series, ...] = (
+    _ips_series(
+        "evald_click_ips_clicks",
+        0,
+        "Clicks of modelled lists each weighed by min(1/examination of its rank, 10): over "
+        "evald_click_ips_expected the self-normalised IPS click rate (SNIPS-CTR)",
+    ),
+    _ips_series(
+        "evald_click_ips_expected",
+        1,
+        "Sum over the ranks shown of min(1/examination, 10) x examination: the SNIPS "
+        "denominator, equal to the ranks shown where no weight is clipped",
+    ),
+    _ips_series(
+        "evald_click_ips_ranks",
+        2,
+        "Ranks shown in the lists the IPS sums count: over it, evald_click_ips_clicks is "
+        "the IPS click rate (IPS-CTR@depth)",
+    ),
+)
+
+SERIES = SERIES + CLICK_SERIES + IPS_SERIES
 
 #: the collector's own family beside the table: how old the engine series of a scrape are
 #: (the last complete page served again while the loop holds the engine: collector.py)

@@ -3,6 +3,7 @@ examination curve out, as the exposition shows it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -14,6 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from evald.clicks import simulate as sim
+from evald.clicks import stream
+from evald.clicks.models import new_model
+from evald.clicks.sessions import Sessions
 from evald.clicks.stream import ServedTee, pair_keys, stable_key
 from evald.config import ConfigError, load_config
 from evald.decode import Decoder
@@ -167,3 +171,92 @@ def test_a_bad_click_model_setting_names_the_field(setting: dict[str, object], f
 def test_click_model_pbm_is_short_for_its_section() -> None:
     assert load_config(click_model="pbm").click_model.model == "pbm"
     assert load_config().click_model.model is None
+
+
+def test_a_checkpoint_is_the_last_snapshot_plus_the_lists_logged_since(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between snapshots a checkpoint names the same snapshot and logs the lists observed
+    since; loading it observes them again, so the model is the fed one to the last bit (and
+    with the log dropped it is not: the negative control)."""
+    config = load_config(ENGINE, click_model={"model": "pbm", "depth": 6, "refit_every": 100})
+    raws = events(4, THETA, n=2000)
+    monkeypatch.setattr(stream, "LOG_SHARE", 1e9)
+    fed = Engine(config, clock=lambda: 0.0)
+    docs = []
+    for start in range(0, len(raws), 500):  # a commit after each poll batch
+        fed.feed_batch(raws[start : start + 500])
+        fed.tick()
+        assert fed.clicks is not None
+        doc = fed.clicks.state(0)
+        if doc is not None:  # a list was scored
+            docs.append(doc)
+    assert len(docs) >= 3
+    first, last = docs[0], docs[-1]
+    assert first is not None and last is not None
+    assert last["snapshot"] is first["snapshot"] and len(last["log"]) > len(first.get("log", ""))
+    model = fed.clicks.models[0]
+    assert model.fits >= 2
+    loaded = stream.StreamClicks(config.click_model, fed.segments)
+    assert loaded.load(0, last)
+    assert loaded.models[0].snapshot() == model.snapshot()
+    assert loaded.state(0) == last  # the same snapshot named, the same log carried on
+    assert loaded.load(0, {"snapshot": last["snapshot"]})
+    assert loaded.models[0].snapshot() != model.snapshot()
+    monkeypatch.setattr(stream, "LOG_MAX_BYTES", len(last["log"]) // 2)
+    assert "log" not in (fed.clicks.state(0) or {})  # the log outgrew its bound: a snapshot
+    with pytest.raises(ValueError, match="click-model log"):
+        loaded.load(0, {**last, "log": base64.b64encode(b"\x05\x00\x00\x00{oops").decode()})
+
+
+def test_the_ips_sums_equal_an_offline_computation() -> None:
+    """The exported IPS sums against a plain loop over the same lists, in the order they were
+    scored: each list weighed by the curve of the model's last refit before it, min(1/θ, 10)
+    per shown rank, the lists of a segment no refit has read skipped; the model fed the lists
+    between refits in one piece."""
+    engine = run(THETA)
+    clicks = engine.clicks
+    assert clicks is not None
+    docs = [json.loads(raw) for raw in events(3, THETA)]
+    clicked: dict[str, set[str]] = {}
+    for doc in docs:
+        if "item" in doc:
+            clicked.setdefault(doc["request_id"], set()).add(doc["item"])
+    model = new_model(clicks.settings)
+    lists = [d for d in docs if "items" in d]
+    pairs = np.asarray([keys_of(d["query"], d["items"]) for d in lists])
+    hit = np.asarray([[i in clicked.get(d["request_id"], ()) for i in d["items"]] for d in lists])
+    segments = np.asarray([model.segment((d["labels"]["arm"],)) for d in lists])
+    ts = np.asarray([d["ts"] for d in lists], np.int64)
+    sums: dict[tuple[str, ...], list[float]] = {}
+    raw_clicks, start = 0, 0
+    while start < len(lists):
+        stop = min(len(lists), start + model.next_refit - model.seen)
+        curve = model.curve()
+        for i in range(start, stop):
+            s = int(segments[i])
+            if s < len(model.fitted_shown) and model.fitted_shown[s, 0] > 0:
+                row = sums.setdefault(model.segments[s], [0.0, 0.0, 0.0])
+                for rank, theta in enumerate(curve[s].tolist()):
+                    weight = min(1 / theta, 10.0)
+                    row[0] += weight * bool(hit[i, rank])
+                    row[1] += weight * theta
+                    row[2] += 1
+                raw_clicks += int(hit[i].sum())
+        n = stop - start
+        piece = slice(start, stop)
+        lengths = np.full(n, 6)
+        model.observe(
+            Sessions(pairs[piece], hit[piece], lengths, segments[piece], ts[piece], np.ones(n))
+        )
+        start = stop
+    fed = clicks.models[0]  # the same lists, in the same order (batched otherwise: to 1e-12)
+    assert (model.seen, model.fits) == (fed.seen, fed.fits)
+    assert np.allclose(model.curve(), fed.curve(), rtol=1e-12, atol=0)
+    got = {labels: row for labels, *row in clicks.ips_rows()}
+    assert set(got) == set(sums) == {("a0",), ("a1",)}
+    for labels, row in sums.items():
+        assert got[labels] == pytest.approx(row, rel=1e-9), labels
+    assert sum(row[0] for row in got.values()) > 1.5 * raw_clicks  # the weights matter
+    exported = named(engine, "evald_click_ips_clicks_total")
+    assert exported[frozenset({("arm", "a0")})] == got[("a0",)][0]

@@ -21,6 +21,7 @@ from test_restart_during_replay import BASE, PARTITIONS, checkpoints, run_to_the
 from test_restart_during_replay import write as write_records
 from test_restore_retention import chunks
 
+from evald.clicks import stream
 from evald.daemon.main import snapshots
 
 #: a cap below the 30 items of the traffic (pairs are evicted), refits every 100 lists
@@ -34,33 +35,51 @@ def models(session: Session) -> dict[int, bytes]:
     return {p: model.snapshot() for p, model in sorted(clicks.models.items())}
 
 
+def click_records(cluster: Cluster, p: int) -> int:
+    """Committed records of partition p's click-model snapshots on the checkpoint topic."""
+    topic = settings().topics.checkpoint_topic
+    key = f"{p}.click_model".encode()
+    return sum(r.key == key for r in cluster.records(topic) if r.partition == p)
+
+
+@pytest.mark.parametrize("cadence", ["every commit", "logged"])
 @pytest.mark.parametrize("placed", ["inline", "records"])
 def test_the_click_model_after_kills_is_the_uninterrupted_one(
-    placed: str, monkeypatch: pytest.MonkeyPatch
+    placed: str, cadence: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Four lives, each consuming a chunk of the traffic, committing and killed -9; the
-    uninterrupted session consumes the same chunks. ``records``: every model leaves the
-    checkpoint record for records of its own (the path a large model takes)."""
+    """Four lives, each consuming two chunks of the traffic, committing after each and
+    killed -9; the uninterrupted session consumes the same chunks. ``records``: every model
+    leaves the checkpoint record for records of its own (the path a large model takes).
+    ``logged``:
+    the models are snapshotted once per life (a restore's first commit) and the second
+    commit logs the lists observed since, which the next life observes again."""
     if placed == "records":
         monkeypatch.setattr(snapshots, "INLINE_STATISTICS_BYTES", 0)
+    monkeypatch.setattr(stream, "LOG_SHARE", 0.0 if cadence == "every commit" else 1e9)
     traffics = {p: traffic(seed=5, partition=p, n=600, base=BASE) for p in PARTITIONS}
     config = settings(**CLICKS)
     ref_cluster, ref_clock = Cluster(), SettableClock()
     ref = Session(ref_cluster, config, PARTITIONS, ref_clock)
     cluster, clock = Cluster(), SettableClock()
-    for chunk in chunks(traffics, LIVES):
-        write_records(ref_cluster, chunk)
-        run_to_the_end(ref, ref_clock)
-        ref.commit()
-        write_records(cluster, chunk)
+    halves = chunks(traffics, 2 * LIVES)
+    for life in range(LIVES):
         last = Session(cluster, config, PARTITIONS, clock)  # the one before: killed -9
-        run_to_the_end(last, clock)
-        last.commit()
+        for chunk in halves[2 * life : 2 * life + 2]:  # two commits a life
+            write_records(ref_cluster, chunk)
+            run_to_the_end(ref, ref_clock)
+            ref.commit()
+            write_records(cluster, chunk)
+            run_to_the_end(last, clock)
+            last.commit()
 
     for p, checkpoint in checkpoints(cluster).items():
         held = checkpoint.state.click_model
         assert held is not None and ("records" in held) == (placed == "records"), p
+        assert ("log" in held) == (cadence == "logged"), p
         assert "click_model" in json.loads(checkpoint.encode()), p
+        if placed == "records":  # a snapshot named again is not written again
+            snapshotted = click_records(cluster, p)
+            assert (snapshotted <= LIVES) == (cadence == "logged"), (p, snapshotted)
     want, got = models(ref), models(last)
     assert set(want) == set(PARTITIONS)
     ref_clicks, clicks = ref.engine.clicks, last.engine.clicks
@@ -73,4 +92,6 @@ def test_the_click_model_after_kills_is_the_uninterrupted_one(
     assert np.array_equal(clicks.curve, ref_clicks.curve, equal_nan=True)
     assert np.array_equal(clicks.shown, ref_clicks.shown)
     assert ref_clicks.shown.sum() > 0
+    assert clicks.ips_rows() == ref_clicks.ips_rows()  # the IPS sums, to the last bit
+    assert all(row[1] > 0 for row in ref_clicks.ips_rows())
     assert np.nanmin(ref_clicks.curve) > 0 and np.nanmax(ref_clicks.curve) <= 1

@@ -7,7 +7,10 @@ only writer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evald.daemon.main.checkpoint import SnapshotRef
 
 __all__ = ["Interval", "Sent"]
 
@@ -30,6 +33,9 @@ class Interval:
     def __init__(self) -> None:
         self._sent: dict[int, Sent] = {}
         self._fed: set[int] = set()
+        #: per partition, the click-model snapshot (its checkpoint base64) whose records this
+        #: interval's checkpoint names, and them (``Transaction._place_click_model``)
+        self.click_records: dict[int, tuple[str, SnapshotRef]] = {}
 
     def result(self, partition: int, future: Any, ts: int) -> None:
         """One result of ``partition`` sent (its future)."""

@@ -28,6 +28,10 @@ class Ledger:
         self._snapshot = None if checkpoint is None else checkpoint.snapshot
         self._epoch_start: int | None = None
         self._counters = {} if checkpoint is None else checkpoint.state.counters
+        #: the click-model snapshot (its checkpoint base64) whose records the last commit's
+        #: checkpoint named, and them: named again while the model hands the same snapshot
+        #: (None after a restore: the first commit writes them once more)
+        self.click_records: tuple[str, SnapshotRef] | None = None
 
     @property
     def snapshot(self) -> SnapshotRef | None:

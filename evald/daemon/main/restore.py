@@ -366,7 +366,9 @@ class Restorer:
                 opened = self._open_shares(p, chunks["statistics"][p])
                 state = dataclasses.replace(state, statistics=opened)
             if p in chunks.get("click_model", {}):
-                model = {"snapshot": base64.b64encode(chunks["click_model"][p]).decode()}
+                held = checkpoint.state.click_model or {}
+                model = {k: v for k, v in held.items() if k != "records"}  # its "log" kept
+                model["snapshot"] = base64.b64encode(chunks["click_model"][p]).decode()
                 state = dataclasses.replace(state, click_model=model)
             engine.resume(p, state, dict(checkpoint.consumed))
             final = self._statistics_lost(p, checkpoint, state.statistics) if compares else None

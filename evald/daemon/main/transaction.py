@@ -455,16 +455,29 @@ class Transaction:
 
     def _place_click_model(self, p: int, state: PartitionState) -> PartitionState:
         """The checkpoint's ``click_model``: p's model inline (base64), or, past
-        ``INLINE_STATISTICS_BYTES``, ``{"records": <SnapshotRef>}`` naming records of
-        checkpoint topic partition p (key ``<p>.click_model``) holding its snapshot's bytes,
-        sent into the open transaction and flushed to learn their offsets (as the open
-        comparison shares)."""
+        ``INLINE_STATISTICS_BYTES``, ``{"records": <SnapshotRef>, "log": ...}`` naming records
+        of checkpoint topic partition p (key ``<p>.click_model``) holding its snapshot's bytes
+        (as the open comparison shares). A snapshot the last committed checkpoint already
+        named (``StreamClicks.state`` hands the same one until it takes a new one) is named
+        again; a new one is sent into the open transaction and flushed to learn its offsets."""
         doc = state.click_model
         if doc is None or len(doc["snapshot"]) <= snapshots.INLINE_STATISTICS_BYTES:
             return state
-        raw = base64.b64decode(doc["snapshot"])
+        rest = {k: v for k, v in doc.items() if k != "snapshot"}
         engine, producer = self._engine, self._producer
         assert engine is not None and producer is not None
+        now_ms = int(engine.clock() * 1000)
+        committed = self._ledger(p).click_records
+        if (
+            committed is not None
+            and committed[0] == doc["snapshot"]
+            and now_ms - committed[1].written_ms < snapshots.MAX_AGE_MS  # not yet aging out
+        ):
+            self._interval.click_records[p] = committed
+            return dataclasses.replace(
+                state, click_model={"records": committed[1].to_json(), **rest}
+            )
+        raw = base64.b64decode(doc["snapshot"])
         topic, key = self._settings.topics.checkpoint_topic, f"{p}.click_model".encode()
         futures = [
             producer.send(topic, key=key, value=chunk, partition=p)
@@ -472,8 +485,9 @@ class Transaction:
         ]
         self._flush(producer)
         offsets = tuple(f.get(timeout=30).offset for f in futures)
-        ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
-        return dataclasses.replace(state, click_model={"records": ref.to_json()})
+        ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), now_ms)
+        self._interval.click_records[p] = (doc["snapshot"], ref)
+        return dataclasses.replace(state, click_model={"records": ref.to_json(), **rest})
 
     def _checkpoint(
         self,
@@ -500,6 +514,8 @@ class Transaction:
             sent = self._interval.sent(checkpoint.partition)
             produced += 0 if sent is None else sent.count
             counted.append(self._ledger(checkpoint.partition).committed(checkpoint))
+            records = self._interval.click_records.get(checkpoint.partition)
+            self._ledger(checkpoint.partition).click_records = records
         self._interval = Interval()
         reasons = self._dead_letters.committed()
         with self._stats.lock:
