@@ -48,7 +48,7 @@ from evald.statistics.bootstrap import (
 from evald.statistics.live import LiveStatistics
 from evald.statistics.shares import Frozen, PartitionShares
 from evald.stats import Stats
-from evald.zerofeedback.component import ZeroFeedback, parse_field, result_field
+from evald.zerofeedback.component import ZeroFeedback, parse_field, result_fields
 from evald.zerofeedback.windows import ZeroRow, last_rows
 
 
@@ -504,7 +504,7 @@ class Engine:
             for name, col in zip(self.measure_names, values.T.tolist(), strict=True)
         ]
         n = len(joined.request_ids)
-        zeros = repeat(None, n) if zero is None else map(result_field, zero.tolist())
+        zeros = repeat(None, n) if zero is None else result_fields(zero)
         for request_id, ts, labels, measures, reason, empty, cluster, query, credit, zf in zip(
             joined.request_ids,
             joined.ts.tolist(),

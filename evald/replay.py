@@ -401,6 +401,10 @@ def summary_json(engine: Engine, counts: dict[str, int], moments: SegmentMoments
         doc["comparisons"] = comparison_records(engine)
     if engine.interleaving.seen:
         doc["interleaving"] = engine.interleaving.records()
+    if engine.zero_feedback.enabled:
+        from evald.zerofeedback.windows import grouped
+
+        doc["zero_feedback"] = grouped(engine.zero_feedback_rows())
     from evald.drilldown.outputs import document
 
     doc.update(document(engine, doc.get("comparisons"), final=True))  # type: ignore[arg-type]

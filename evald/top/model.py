@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from evald.stats import Z95, mean_ci95
-from evald.top import interleaving
+from evald.top import interleaving, zerofeedback
 
 __all__ = [
     "Comparison",
@@ -67,6 +67,7 @@ READ = frozenset(
         "evald_attribution_window_seconds",
         "evald_oldest_open_impression_timestamp_seconds",
         *interleaving.READ,
+        *zerofeedback.READ,
     }
 )
 #: labels of the comparison series that are not segment labels
@@ -210,6 +211,8 @@ class View:
     preferences: list[interleaving.Preference] = field(default_factory=list)
     #: what says when the first window will be complete, while none is
     progress: Progress = field(default_factory=lambda: Progress())
+    #: per display group, the window's zero-feedback values (none: the signals are off)
+    zero_feedback: list[zerofeedback.ZeroLine] = field(default_factory=list)
 
 
 def verdicts(scrape: Scrape, arms: tuple[str, str]) -> list[Verdict]:
@@ -365,6 +368,7 @@ def build_view(
             watermark=min(marks) if marks else None,
             watermark_pace=_pace(cur, prev),
         ),
+        zero_feedback=zerofeedback.zero_lines(cur.samples, window, group_by),
     )
 
 

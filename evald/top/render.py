@@ -4,7 +4,8 @@ Pure: the same view and width give the same text, so a golden-screen test pins t
 One row per measure, one column per display group (e.g. arm) with ``mean±half-width`` of the
 95% interval, then treatment − control in the window when both arms exist, marked ``*`` when it
 is outside its own interval (descriptive); groups that do not fit the width continue in a second
-table below. Below the tables, the comparison since its start: the always-valid band per
+table below. Below the tables, a line per group of the window's zero-feedback values (when
+evald exports them), then the comparison since its start: the always-valid band per
 comparison segment and measure, marked ▲/▼ when it excludes 0 (the verdict), then a legend that
 says which mark is which. Health lines wrap at the width instead of overflowing it.
 """
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from evald.durations import format_duration, readable
-from evald.top import interleaving
+from evald.top import interleaving, zerofeedback
 from evald.top.model import Comparison, Estimate, Verdict, View
 
 __all__ = ["ascii_only", "render"]
@@ -242,6 +243,12 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
     tables = _tables(view, width, plain)
     verdict_lines, legends = _verdicts(view, width)
     verdict_lines += [_fit(interleaving.line(p), width) for p in view.preferences]
+    # the window's zero-feedback lines first: when the frame is too tall, they give way after
+    # the verdicts since the start and before the health lines
+    zero = [
+        text for z in view.zero_feedback for text in _wrap(zerofeedback.line(z).split(_SEP), width)
+    ]
+    verdict_lines = [*zero, *verdict_lines]
     tail = ["", *_health(view, width)]
     if height is not None:
         rows = len(head) + len(tables) + len(verdict_lines) + len(legends) + len(tail)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,7 +69,9 @@ class ListMemory:
     ) -> None:
         self.p, self.reference, self.retention = p, reference, retention
         self.judged_capacity, self.reference_capacity = judged_capacity, reference_capacity
-        self._judged: dict[int, int] = {}
+        #: ordered by last write; an OrderedDict, as popping the oldest of a plain dict that
+        #: churns walks the deleted entries before it (a tenth of the stage's time measured)
+        self._judged: OrderedDict[int, int] = OrderedDict()
         self._queries: dict[str, int] = {}  # a memo of item_key, not state
         #: query key -> (ts, keys): the query as its stable key, so no text is checkpointed
         self._references: dict[int, tuple[int, tuple[int, ...]]] = {}
@@ -77,17 +80,23 @@ class ListMemory:
         """(n, 3) values per list in ``QUANTITIES`` order (NaN: not defined for it), each
         list scored against the memory the lists before it left, then remembered.
 
-        Long because: the per-list loop is the stage's hot path, its lookups kept local."""
+        Long because: the per-list loop is the stage's hot path, its lookups kept local and
+        its values gathered in Python lists (a numpy scalar read or write per list cost more
+        than the dict lookups)."""
         n = len(lists.ts)
         out = np.full((n, 3), math.nan)
         out[:, EMPTY] = np.asarray(lists.lengths) == 0
-        qkeys = np.asarray([self._query_key(q) for q in lists.queries], np.int64).view(np.uint64)
+        memo = self._queries.get
+        qlist = [memo(q) or self._query_key(q) for q in lists.queries]
+        qkeys = np.asarray(qlist, np.int64).view(np.uint64)
         with np.errstate(over="ignore"):  # wrapping is the mix
             pairs = (qkeys[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)).tolist()
         keys_all = lists.keys.tolist()
-        hits_all = lists.judged.tolist()
+        hit_rows: list[bool] = np.any(lists.judged, axis=1).tolist()
+        unjudged, rbo = [math.nan] * n, [math.nan] * n
         judged, references, retention = self._judged, self._references, self.retention
-        reference, p = self.reference, self.p
+        reference, p, capacity = self.reference, self.p, self.judged_capacity
+        get, contains, to_end = judged.get, judged.__contains__, judged.move_to_end
         for i, (query, arm, ts, length, count) in enumerate(
             zip(lists.queries, lists.arms, lists.ts, lists.lengths, lists.key_lengths, strict=True)
         ):
@@ -98,20 +107,25 @@ class ListMemory:
             if count:
                 fresh = 0
                 for pair in row:
-                    if judged.get(pair, horizon - 1) < horizon:
+                    if get(pair, horizon - 1) < horizon:
                         fresh += 1
-                out[i, UNJUDGED] = fresh / count
-            qkey = int(qkeys[i].view(np.int64))
-            keys = keys_all[i][:count]
+                unjudged[i] = fresh / count
             if arm == reference:
-                self._remember_reference(qkey, ts, tuple(keys))
+                self._remember_reference(qlist[i], ts, tuple(keys_all[i][:count]))
             elif arm is not None:
-                ref = references.get(qkey)
+                ref = references.get(qlist[i])
                 if ref is not None and ref[0] >= horizon:
-                    out[i, RBO] = rbo_ext(keys, ref[1], p)
-            for pair, hit in zip(row, hits_all[i], strict=False):
-                if hit:
-                    self._remember_judged(pair, ts)
+                    rbo[i] = rbo_ext(keys_all[i][:count], ref[1], p)
+            if hit_rows[i]:
+                for pair, hit in zip(row, lists.judged[i].tolist(), strict=False):
+                    if hit:  # the newest write last: the least recent is dropped first
+                        if contains(pair):
+                            to_end(pair)
+                        judged[pair] = ts
+                        if len(judged) > capacity:
+                            judged.popitem(last=False)
+        out[:, UNJUDGED] = unjudged
+        out[:, RBO] = rbo
         return out
 
     def _query_key(self, query: str) -> int:
@@ -122,13 +136,6 @@ class ListMemory:
                 self._queries.clear()
             key = self._queries[query] = item_key(query) if query else 0
         return key
-
-    def _remember_judged(self, key: int, ts: int) -> None:
-        judged = self._judged
-        judged.pop(key, None)
-        judged[key] = ts
-        if len(judged) > self.judged_capacity:
-            del judged[next(iter(judged))]
 
     def _remember_reference(self, query: int, ts: int, keys: tuple[int, ...]) -> None:
         refs = self._references
@@ -163,7 +170,7 @@ class ListMemory:
             rows = _unb64(doc["references"]).reshape(-1, int(doc["width"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"zero_feedback state is malformed ({exc})") from None
-        self._judged = {k & _MASK: ts for k, ts in judged.tolist()}
+        self._judged = OrderedDict((k & _MASK, ts) for k, ts in judged.tolist())
         self._references = {row[0]: (row[1], tuple(row[3 : 3 + row[2]])) for row in rows.tolist()}
 
 

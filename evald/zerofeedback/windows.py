@@ -20,7 +20,7 @@ from evald.durations import format_duration
 from evald.segments import SegmentIndex
 from evald.zerofeedback.memory import EMPTY, QUANTITIES
 
-__all__ = ["ZeroRow", "ZeroWindows", "last_rows"]
+__all__ = ["ZeroRow", "ZeroWindows", "grouped", "last_rows"]
 
 EMPTY_COLUMN = EMPTY
 
@@ -185,3 +185,25 @@ def last_rows(
                 mean = total / count if count else math.nan
                 rows.append(ZeroRow(name, end - width, end, labels, quantity, int(count), mean))
     return rows
+
+
+def grouped(rows: Sequence[ZeroRow]) -> list[dict[str, object]]:
+    """``rows`` as one object per window and segment, for a summary (``evald replay --format
+    json``): ``"mean"`` and ``"lists"`` per quantity, the values of the series
+    ``evald_zero_feedback_mean`` (null where the series is absent) and ``_lists``."""
+    out: dict[tuple[str, int, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
+    for row in rows:
+        key = (row.window, row.start_ms, tuple(row.labels.items()))
+        doc = out.get(key)
+        if doc is None:
+            doc = out[key] = {
+                "window": row.window,
+                "start_ms": row.start_ms,
+                "end_ms": row.end_ms,
+                "labels": row.labels,
+                "mean": {},
+                "lists": {},
+            }
+        doc["mean"][row.quantity] = row.mean if row.count else None
+        doc["lists"][row.quantity] = row.count
+    return list(out.values())

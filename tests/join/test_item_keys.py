@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from evald.join.item_keys import KeyArena, item_key
+from evald.join.item_keys import KeyArena, item_key, keys_of
 
 
 def test_a_key_is_the_same_in_another_process() -> None:
@@ -44,3 +44,27 @@ def test_the_arena_hands_out_each_slot_s_first_keys_through_compactions() -> Non
     for row, count, slot in zip(keys.tolist(), counts.tolist(), slots.tolist(), strict=True):
         want = [item_key(i) for i in live[slot][:3]]
         assert count == len(want) and row[:count] == want and not any(row[count:])
+
+
+def test_the_batch_keys_are_item_key_s_bits_for_any_id() -> None:
+    """Empty, multi-byte, exactly the vector limit and past it (zlib's path), and ids whose
+    CRC sets the top bit (a negative int64)."""
+    ids = ["", "a", "sku-123", "é漢字🙂x", "x" * 64, "y" * 65, "z" * 300]
+    ids += [f"item-{i}" for i in range(2_000)]
+    raw = b"".join(i.encode() for i in ids)
+    sizes = np.asarray([len(i.encode()) for i in ids])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    got = keys_of(np.frombuffer(raw, np.uint8), starts, sizes).tolist()
+    assert got == [item_key(i) for i in ids]
+    assert min(got) < 0 < max(got)
+
+
+def test_the_arena_keeps_non_ascii_ids_apart() -> None:
+    """A character is not a byte: the ids' byte counts, not their lengths, split the bytes."""
+    arena = KeyArena(4)
+    arena.set(0, ["é", "漢字", "x", "🙂"])
+    arena.set(1, ["ab", "c"])
+    keys, counts = arena.take(np.asarray([0, 1, 7]))
+    assert counts.tolist() == [4, 2, 0]
+    assert keys[0].tolist() == [item_key(i) for i in ["é", "漢字", "x", "🙂"]]
+    assert keys[1].tolist() == [item_key("ab"), item_key("c"), 0, 0]

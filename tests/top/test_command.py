@@ -151,6 +151,10 @@ def test_once_prints_one_plain_snapshot(demo: str, capsys: pytest.CaptureFixture
     assert max(len(line) for line in lines) <= 80
     assert any(line.startswith("nDCG@10") and "±" in line for line in lines), out
     assert any(line.startswith("events ") and "events -" not in line for line in lines), out
+    # the demo runs the zero-feedback signals: a line per arm, RBO with control for the others
+    zero = {line.split()[0]: line for line in lines if " before feedback: " in line}
+    assert set(zero) == {"control", "interleaved", "treatment"}, out
+    assert "RBO - " in zero["control"] and "RBO - " not in zero["treatment"], out
 
 
 def test_once_against_nothing_listening_exits_1_with_a_hint(

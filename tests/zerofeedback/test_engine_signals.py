@@ -283,3 +283,13 @@ def test_off_by_default_and_nothing_is_kept() -> None:
 def test_bad_settings_name_the_field(section: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         load_config({"zero_feedback": section})
+
+
+def test_the_batch_s_result_fields_equal_one_field_per_row() -> None:
+    from evald.zerofeedback.component import result_field, result_fields
+
+    values = np.array([[0.0, math.nan, 0.25], [1.0, 0.1, math.nan], [0.0, 1.0, 1.0]])
+    got = list(result_fields(values))
+    assert got == [result_field(row) for row in values.tolist()]
+    assert got[0] == {"empty": 0.0, "unjudged": None, "rbo": 0.25}
+    assert all(type(v) in (float, type(None)) for row in got for v in row.values())

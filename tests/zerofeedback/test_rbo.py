@@ -71,3 +71,16 @@ def test_a_repeated_item_counts_once() -> None:
         plain_rbo_ext([1, 1, 2], [1, 2, 3], 0.9), abs=1e-12
     )
     assert rbo_ext([1, 1, 1], [1, 1, 1], 0.9) < 1.0
+
+
+def test_the_equal_length_path_gives_the_general_loop_s_bits() -> None:
+    """Lists of one length take a shorter loop; its values must be the general loop's exactly
+    (a restore compares sums bit for bit), not merely close."""
+    from evald.zerofeedback.rbo import _rbo_ext_any
+
+    rng = np.random.default_rng(7)
+    for _ in range(3_000):
+        n = int(rng.integers(1, 12))
+        a, b = (rng.integers(0, 14, size=n).tolist() for _ in range(2))
+        p = float(rng.choice([0.1, 0.5, 0.9, 0.98]))
+        assert rbo_ext(a, b, p) == _rbo_ext_any(a, b, p), (a, b, p)
