@@ -245,22 +245,18 @@ def _reference_problem(checkpoint: Checkpoint, bounds: Bounds) -> str | None:
     refs: list[tuple[str, SnapshotRef]] = []
     if checkpoint.snapshot is not None:
         refs.append(("snapshot", checkpoint.snapshot))
-    statistics = checkpoint.statistics
-    if isinstance(statistics, dict) and "records" in statistics:
-        try:
-            ref = SnapshotRef.from_json(statistics["records"])
-        except (KeyError, TypeError, ValueError) as exc:
-            return f"its open comparison shares name no records: {exc}"
-        if ref is not None:
-            refs.append(("open comparison shares", ref))
-    click_model = checkpoint.state.click_model
-    if isinstance(click_model, dict) and "records" in click_model:
-        try:
-            ref = SnapshotRef.from_json(click_model["records"])
-        except (KeyError, TypeError, ValueError) as exc:
-            return f"its click model names no records: {exc}"
-        if ref is not None:
-            refs.append(("click model", ref))
+    placed = (
+        ("open comparison shares", "name", checkpoint.statistics),
+        ("click model", "names", checkpoint.state.click_model),
+    )
+    for what, verb, field in placed:  # state too large to ride inline: records it names
+        if isinstance(field, dict) and "records" in field:
+            try:
+                ref = SnapshotRef.from_json(field["records"])
+            except (KeyError, TypeError, ValueError) as exc:
+                return f"its {what} {verb} no records: {exc}"
+            if ref is not None:
+                refs.append((what, ref))
     for name, ref in refs:
         if ref.offsets[-1] >= bounds.checkpoint_at:
             return f"its {name} records {list(ref.offsets)} do not precede it"
