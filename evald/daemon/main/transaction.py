@@ -441,17 +441,22 @@ class Transaction:
         raw = json.dumps(state.statistics, separators=(",", ":")).encode()
         if len(raw) <= snapshots.INLINE_STATISTICS_BYTES:
             return state
-        engine, producer = self._engine, self._producer
-        assert engine is not None and producer is not None
-        topic, key = self._settings.topics.checkpoint_topic, f"{p}.statistics".encode()
+        ref = self._send_records(p, "statistics", raw, int(self._engine_of().clock() * 1000))
+        return dataclasses.replace(state, statistics={"records": ref.to_json()})
+
+    def _send_records(self, p: int, name: str, raw: bytes, now_ms: int) -> SnapshotRef:
+        """Send ``raw`` in chunks to checkpoint topic partition p (key ``<p>.<name>``) in the
+        open transaction, flush, and say where they went."""
+        producer = self._producer
+        assert producer is not None
+        topic, key = self._settings.topics.checkpoint_topic, f"{p}.{name}".encode()
         futures = [
             producer.send(topic, key=key, value=chunk, partition=p)
             for chunk in snapshots.chunks(raw)
         ]
         self._flush(producer)
         offsets = tuple(f.get(timeout=30).offset for f in futures)
-        ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), int(engine.clock() * 1000))
-        return dataclasses.replace(state, statistics={"records": ref.to_json()})
+        return SnapshotRef(offsets, len(raw), zlib.crc32(raw), now_ms)
 
     def _place_click_model(self, p: int, state: PartitionState) -> PartitionState:
         """The checkpoint's ``click_model``: p's model inline (base64), or, past
@@ -464,9 +469,7 @@ class Transaction:
         if doc is None or len(doc["snapshot"]) <= snapshots.INLINE_STATISTICS_BYTES:
             return state
         rest = {k: v for k, v in doc.items() if k != "snapshot"}
-        engine, producer = self._engine, self._producer
-        assert engine is not None and producer is not None
-        now_ms = int(engine.clock() * 1000)
+        now_ms = int(self._engine_of().clock() * 1000)
         committed = self._ledger(p).click_records
         if (
             committed is not None
@@ -477,15 +480,7 @@ class Transaction:
             return dataclasses.replace(
                 state, click_model={"records": committed[1].to_json(), **rest}
             )
-        raw = base64.b64decode(doc["snapshot"])
-        topic, key = self._settings.topics.checkpoint_topic, f"{p}.click_model".encode()
-        futures = [
-            producer.send(topic, key=key, value=chunk, partition=p)
-            for chunk in snapshots.chunks(raw)
-        ]
-        self._flush(producer)
-        offsets = tuple(f.get(timeout=30).offset for f in futures)
-        ref = SnapshotRef(offsets, len(raw), zlib.crc32(raw), now_ms)
+        ref = self._send_records(p, "click_model", base64.b64decode(doc["snapshot"]), now_ms)
         self._interval.click_records[p] = (doc["snapshot"], ref)
         return dataclasses.replace(state, click_model={"records": ref.to_json(), **rest})
 
