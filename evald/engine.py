@@ -184,10 +184,9 @@ class Engine:
     def histograms(self) -> Histograms:
         """The measure histograms ``/metrics`` shows: :meth:`scored`, or what
         :meth:`export_committed` named has committed."""
-        live = self.scored()
         if self._committed is None:
-            return live
-        return self._committed.histograms or empty_like(live)
+            return self.scored()
+        return self._committed.histograms or empty_like(self.scored())
 
     def export_committed(self, committed: Committed) -> None:
         """Show what ``committed`` holds as this engine's counters and histograms on

@@ -113,7 +113,7 @@ class Committed:
         #: None until the first commit
         self.histograms: Histograms | None = None
         self._base: Histograms | None = None
-        self._base_lag: tuple[list[int], float, int] = ([], 0.0, 0)
+        self._base_lag = (list(self.counted.lag_counts), 0.0, 0)
 
     def session_started(self) -> None:
         """A new engine: from now on its commits add to what the process committed so far."""
@@ -131,8 +131,6 @@ class Committed:
         self.histograms = own if self._base is None else self._base.plus(own)
         counts, total, n = self._base_lag
         counted = self.counted
-        counted.lag_counts = [
-            a + b for a, b in zip(counts or [0] * len(lag.lag_counts), lag.lag_counts, strict=True)
-        ]
+        counted.lag_counts = [a + b for a, b in zip(counts, lag.lag_counts, strict=True)]
         counted.lag_sum = total + lag.lag_sum
         counted.lag_count = n + lag.lag_count
