@@ -528,28 +528,33 @@ class JoinStore:
     def _hold(
         self, fb: Feedback, grade: float, evid: int, off: int, replayed: bool
     ) -> tuple[str, str]:
-        """Feedback before its impression: keep it until its own deadline passes."""
+        """Feedback before its impression: keep it until its own deadline passes.
+
+        Feedback a restore re-feeds that was held at the checkpoint (``_replay.held``) is
+        held again as it was, undecided: its duplicate check was made when it first came, and
+        made again now it would find the replay's copy of an earlier delivery (attached to an
+        impression emitted before the checkpoint, so never held by an uninterrupted engine)."""
         if self._held.replayed and not replayed:
             self._replay_fed()
+        undecided = replayed and off - 1 in self._replay.held
+        if undecided:
+            self._replay.held.discard(off - 1)
         due = open_deadline(fb.ts, self.window, self._wm.watermark)
         if due is None:
             # no impression that could still arrive on time can claim it (docs/semantics.md)
-            if not replayed:
+            if not replayed or undecided:
                 self.stats.unattributed["orphaned"] += 1
             return FEEDBACK_ACCEPTED
         rid = fb.request_id
         held = self._held
-        if evid and held.has_event(rid, evid):
+        if evid and not undecided and held.has_event(rid, evid):
             if not replayed:
                 self.stats.unattributed["duplicate"] += 1
             return FEEDBACK_DUPLICATE
         if held.full():
             self.stats.unattributed["orphaned"] += held.expire_oldest()
             self._refresh_due()
-        counted = replayed
-        if replayed and off - 1 in self._replay.held:  # held at the checkpoint: undecided
-            self._replay.held.discard(off - 1)
-            counted = False
+        counted = replayed and not undecided
         held.add(HeldEntry(rid, fb.ts, hash(fb.item), grade, evid, off, counted, due))
         if due < self._due:
             self._due = due
