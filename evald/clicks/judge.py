@@ -22,6 +22,8 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
+from evald.input_rule import BOM_TEXT
+
 SUMMARY = "fit a click model on a session log and write judgments (TREC qrels, JSON Lines)"
 EXAMPLES = """\
   evald judge sessions.jsonl --model pbm --qrels judged.qrels --jsonl judged.jsonl
@@ -106,7 +108,7 @@ def lines(
     stream: IO[str], name: str, errors: list[str]
 ) -> Iterator[tuple[str, list[str], set[str]]]:
     for number, text in enumerate(stream, 1):
-        text = text.lstrip("\ufeff").strip()
+        text = text.removeprefix(BOM_TEXT).strip()
         if not text:
             continue
         try:

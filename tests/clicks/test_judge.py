@@ -10,6 +10,7 @@ import pytest
 
 from evald.cli import main
 from evald.clicks import simulate as sim
+from evald.input_rule import BOM_TEXT
 from evald.metrics import Batch, evaluate, parse_measures
 
 THETA = 1.0 / np.arange(1, 11) ** 0.7
@@ -116,11 +117,12 @@ def test_bad_lines_are_reported_and_skipped(
     log.write_text(
         "\n".join(
             [
-                json.dumps(good),
+                BOM_TEXT + json.dumps(good),  # one byte-order mark is ignored, as everywhere
                 "not json",
                 json.dumps({"query": "q", "served": ["a", "a"], "clicked": []}),
                 json.dumps({"query": "q", "served": ["a"], "clicked": ["z"]}),
                 json.dumps({"qid": 7, "items": ["a", "b"], "clicks": []}),
+                2 * BOM_TEXT + json.dumps(good),  # only one
             ]
         )
     )
@@ -129,7 +131,8 @@ def test_bad_lines_are_reported_and_skipped(
     assert f"{log}:2: not JSON" in err
     assert f'{log}:3: an id appears twice in "served"' in err
     assert f"{log}:4: clicked id 'z' is not in \"served\"" in err
-    assert "3 line(s) rejected" in err
+    assert f"{log}:6: not JSON" in err
+    assert "4 line(s) rejected" in err
 
 
 @pytest.mark.parametrize(
