@@ -75,6 +75,8 @@ class LiveCredit:
         with self._lock:
             folded = 0
             for start, shares in self._gate.complete(partitions):
+                if start < self.settings.start:  # before the test's start: not folded
+                    continue
                 merged = PartitionCredit(self.width, self.replicates)
                 for share in shares:
                     merged.merge({start: dict(share.cells)})
