@@ -192,6 +192,11 @@ class InterleavingConfig(BaseModel):
     )
     min_n: int = Field(100, ge=2, description="compared lists before a band is published")
     srm_alpha: float = Field(0.001, gt=0, lt=1, description="level of the draft's coin guard")
+    start: Instant = Field(
+        0,
+        description="windows starting before it are not folded (date, RFC 3339 or epoch ms): "
+        "the test started over",
+    )
     teams: list[str] = Field(
         default_factory=list,
         max_length=16,

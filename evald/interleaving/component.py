@@ -76,7 +76,9 @@ class Interleaving:
         self.config = config
         self.segments = segments
         self.replicates = replicates
-        self.settings = Settings(config.alpha, config.tuning_n, config.min_n, config.srm_alpha)
+        self.settings = Settings(
+            config.alpha, config.tuning_n, config.min_n, config.srm_alpha, config.start
+        )
         #: each partition's open credit shares (None: no team declared, nothing credited)
         self.shares: CreditShares | None = None
         if config.teams:

@@ -43,6 +43,8 @@ class Settings:
     tuning_n: float = 5000.0
     min_n: int = 100
     srm_alpha: float = 0.001
+    #: windows starting before it are not folded (``interleaving.start``)
+    start: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """LiveCredit: the preference test folded from every partition's final credit shares.
 
-The gate of the comparisons' ``LiveStatistics`` (evald/statistics/live.py) over credit shares:
+The comparisons' gate (``ShareGate``, evald/statistics/gate.py) over credit shares:
 an interleaving window is folded once every partition's credit mark has passed it, in window
 order, from the sum of its shares in (partition, chunk) order (``fold.fold_window``). A share
 counts once per (window, partition, chunk): a copy, or a share of a window already folded, is
@@ -20,6 +20,7 @@ from evald.interleaving.report import records
 from evald.interleaving.shares import CreditFrozen, CreditShare
 from evald.interleaving.sums import PairSums
 from evald.interleaving.windows import PartitionCredit
+from evald.statistics.gate import ShareGate
 
 __all__ = ["LiveCredit"]
 
@@ -34,14 +35,15 @@ class LiveCredit:
         self.replicates = replicates
         self._lock = threading.Lock()
         self._state = PreferenceState()
-        #: window start -> (partition, chunk) -> share, until the window is folded
-        self._shares: dict[int, dict[tuple[int, int], CreditShare]] = {}
-        #: partition -> every window ending at or before it is final there
-        self._final: dict[int, int] = {}
-        self._folded_until: int | None = None
-        #: shares ignored: a second copy, one of a folded window, or of another window width
-        #: or number of replicates (written before a settings change: they do not add up)
-        self.ignored = 0
+        #: the shares until their window is complete in every partition
+        self._gate: ShareGate[CreditShare] = ShareGate(width)
+
+    @property
+    def ignored(self) -> int:
+        """Shares ignored: a second copy, one of a folded window, or of another window width
+        or number of replicates (written before a settings change: they do not add up)."""
+        with self._lock:
+            return self._gate.ignored
 
     @property
     def state(self) -> PreferenceState:
@@ -56,50 +58,33 @@ class LiveCredit:
                 return
             for share in record.shares:
                 self._add_share(share)
-            p = record.partition
-            self._final[p] = max(self._final.get(p, record.final_until), record.final_until)
+            self._gate.mark(record.partition, record.final_until)
 
     def _add_share(self, share: CreditShare) -> None:
-        folded = self._folded_until
-        window = self._shares.get(share.start, {})
-        if (
-            share.width != self.width
-            or any(_replicates(sums) != self.replicates for _, sums in share.cells)
-            or (folded is not None and share.start + share.width <= folded)
-            or (share.partition, share.chunk) in window
-        ):
-            self.ignored += 1
-            return
-        self._shares.setdefault(share.start, window)[(share.partition, share.chunk)] = share
+        fits = all(_replicates(sums) == self.replicates for _, sums in share.cells)
+        self._gate.add(share, accepted=fits)
 
     def unmarked(self, partitions: Iterable[int]) -> list[int]:
         """The partitions with no credit mark yet: each holds every window's fold back."""
         with self._lock:
-            return [p for p in partitions if p not in self._final]
+            return self._gate.unmarked(partitions)
 
     def fold(self, partitions: Iterable[int]) -> int:
         """Fold, in window order, every window final in all ``partitions``; returns how many
         windows held lists."""
         with self._lock:
-            marks = [self._final.get(p) for p in partitions]
-            if not marks or any(m is None for m in marks):
-                return 0
-            limit = min(m for m in marks if m is not None)
             folded = 0
-            for start in sorted(self._shares):
-                if start + self.width > limit:
-                    break
-                shares = self._shares.pop(start)
+            for start, shares in self._gate.complete(partitions):
+                if start < self.settings.start:  # before the test's start: not folded
+                    continue
                 merged = PartitionCredit(self.width, self.replicates)
-                for key in sorted(shares):
-                    merged.merge({start: dict(shares[key].cells)})
+                for share in shares:
+                    merged.merge({start: dict(share.cells)})
                 cells = merged.windows.get(start, {})
                 if cells:
                     end = start + self.width
                     self._state = fold_window(self._state, end, cells, self.settings)
                     folded += 1
-            if self._folded_until is None or limit > self._folded_until:
-                self._folded_until = limit
             return folded
 
     def records(self, label_keys: Sequence[str]) -> list[dict[str, Any]]:

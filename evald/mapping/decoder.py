@@ -550,7 +550,7 @@ def _read_teams(fields: dict[str, Any], document: dict[str, Any], spec: _Impress
         names = []
         for index, entry in enumerate(teams):
             value = spec.team_id.get(entry)
-            if value is MISSING:
+            if value is MISSING or value is None:  # null is absent (docs/mapping.md, "Paths")
                 where = f"{spec.teams.text}/{index}{spec.team_id.text}"
                 raise _Unreadable("missing_field", f"{where}: missing")
             names.append(value)

@@ -1,5 +1,7 @@
-"""Built-in mappings, by name: ``evald`` (the native schema, read by the native decoder) and
-``ubi`` (OpenSearch User Behavior Insights query and event records; docs/mapping.md)."""
+"""Built-in mappings, by name: ``evald`` (the native schema, read by the native decoder),
+``ubi`` (OpenSearch User Behavior Insights query and event records) and ``ubi_ab_test`` (UBI
+query records that carry the hits of OpenSearch's team-draft interleaved A/B test search;
+docs/mapping.md)."""
 
 from __future__ import annotations
 
@@ -38,4 +40,26 @@ UBI: dict[str, Any] = {
     },
 }
 
-BUILTIN: dict[str, dict[str, Any]] = {"ubi": UBI}
+#: OpenSearch's A/B test search (the Search Relevance Workbench's ``POST
+#: /_plugins/_search_relevance/ab_tests/{id}/_search``, opensearch-project/search-relevance pull
+#: request 511; its ABTestSearchTransportAction.mapHit and ABTestSearchResponse at commit
+#: ef610192ed27) answers ``{"test_id", "hits": [{"_index", "_id", "_score", "_source",
+#: "_search_configuration_id"}, ...]}``: the team-draft list, each hit with the id that stands
+#: for the search configuration (the team) that drafted it. OpenSearch logs no served list (its
+#: RFC, search-relevance issue 489: the caller attributes), so the caller writes its UBI query
+#: record with that response's ``hits`` and ``test_id`` beside the UBI fields; the list is the
+#: hits, a hit's team its ``_search_configuration_id``. Events are read as by ``ubi``.
+UBI_AB_TEST: dict[str, Any] = {
+    **UBI,
+    "description": "UBI query records carrying the hits of OpenSearch's A/B test search "
+    "(team-draft interleaving), and UBI events",
+    "impression": {
+        **UBI["impression"],
+        "items": {"path": "/hits", "id": "/_id"},
+        "labels": [*UBI["impression"]["labels"], {"path": "/test_id", "name": "ab_test"}],
+        "teams": {"path": "/hits", "id": "/_search_configuration_id"},
+        "interleaving": "team_draft",
+    },
+}
+
+BUILTIN: dict[str, dict[str, Any]] = {"ubi": UBI, "ubi_ab_test": UBI_AB_TEST}

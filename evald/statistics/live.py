@@ -22,6 +22,7 @@ import numpy as np
 
 from evald.config import ComparisonConfig, EngineConfig
 from evald.statistics.fold import ComparisonState, Key, Rest, alerting_measures, fold_window
+from evald.statistics.gate import ShareGate
 from evald.statistics.shares import Frozen, Labels, Share, add_sums
 
 __all__ = ["SIGNALS", "ComparisonView", "Detection", "LiveStatistics"]
@@ -75,73 +76,44 @@ class LiveStatistics:
         #: called after each window a comparison folds, with its view at that look (replay's
         #: ``--looks``); under the lock, so it must not call back into this object
         self.on_look: Callable[[ComparisonView], None] | None = None
-        #: window start -> (partition, chunk) -> the share, until the window is folded
-        self._shares: dict[int, dict[tuple[int, int], Share]] = {}
-        #: partition -> every window ending at or before it is final there
-        self._final: dict[int, int] = {}
-        #: windows ending at or before it are folded (later shares of them are ignored)
-        self._folded_until: int | None = None
-        #: shares ignored: a second copy of a (window, partition), or one of a folded window
-        self.ignored = 0
+        #: the shares until their window is complete in every partition
+        self._gate: ShareGate[Share] = ShareGate(self.width)
+
+    @property
+    def ignored(self) -> int:
+        """Shares ignored: a second copy of a (window, partition), or one of a folded window."""
+        with self._lock:
+            return self._gate.ignored
 
     def add(self, frozen: Frozen | Share) -> None:
         """A final share, or a partition's final mark (a ``Frozen`` carries both)."""
         with self._lock:
             if isinstance(frozen, Share):
-                self._add_share(frozen)
+                self._gate.add(frozen)
                 return
             for share in frozen.shares:
-                self._add_share(share)
-            p = frozen.partition
-            self._final[p] = max(self._final.get(p, frozen.final_until), frozen.final_until)
-
-    def _add_share(self, share: Share) -> None:
-        folded = self._folded_until
-        window = self._shares.setdefault(share.start, {})
-        if (
-            share.width != self.width
-            or (folded is not None and share.start + share.width <= folded)
-            or (share.partition, share.chunk) in window
-        ):
-            self.ignored += 1
-            if not window:
-                del self._shares[share.start]
-            return
-        window[(share.partition, share.chunk)] = share
+                self._gate.add(share)
+            self._gate.mark(frozen.partition, frozen.final_until)
 
     def final_until(self, partitions: Iterable[int] | None = None) -> int | None:
         """The least final mark over ``partitions`` (None: those that sent one); None while
         one of them has none."""
         with self._lock:
-            marks = [
-                self._final.get(p) for p in (self._final if partitions is None else partitions)
-            ]
-        if not marks or any(m is None for m in marks):
-            return None
-        return min(m for m in marks if m is not None)
+            return self._gate.final_until(partitions)
 
     def unmarked(self, partitions: Iterable[int]) -> list[int]:
         """The partitions with no final mark yet: each holds every window's fold back."""
         with self._lock:
-            return [p for p in partitions if p not in self._final]
+            return self._gate.unmarked(partitions)
 
     def fold(self, partitions: Iterable[int] | None = None) -> int:
         """Fold, in window order, every window final in all ``partitions`` (None: every
         partition that sent a mark); returns how many windows held data."""
-        limit = self.final_until(partitions)
-        if limit is None:
-            return 0
-        folded = 0
         with self._lock:
-            for start in sorted(self._shares):
-                if start + self.width > limit:
-                    break
-                shares = self._shares.pop(start)
-                self._fold(start, start + self.width, [shares[k] for k in sorted(shares)])
-                folded += 1
-            if self._folded_until is None or limit > self._folded_until:
-                self._folded_until = limit
-        return folded
+            complete = self._gate.complete(partitions)
+            for start, shares in complete:
+                self._fold(start, start + self.width, shares)
+        return len(complete)
 
     def _fold(self, start: int, end: int, shares: list[Share]) -> None:
         total: dict[Labels, np.ndarray] = {}

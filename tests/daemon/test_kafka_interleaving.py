@@ -14,11 +14,13 @@ from collections.abc import Callable
 
 import pytest
 from interleaved_stream import T0, events, plain_credit
-from kafka_harness import ENGINE, KafkaTools, wait_until
+from kafka_harness import ENGINE, Broker, KafkaTools, wait_until
 from kafka_instances import Instance, names
 from prometheus_client import generate_latest
 
 from evald.config import load_config
+from evald.daemon.main.comparisons import statistics_topic
+from evald.daemon.settings import TopicSettings
 from evald.exposition import build_registry
 
 pytestmark = pytest.mark.kafka
@@ -152,3 +154,78 @@ def test_kill_9_around_the_commit_of_credit_shares_is_exact(
         everything = [decode_statistics(r.value) for r in kafka_tools.read(topic)]
         assert sum(isinstance(r, CreditShare) for r in everything) > len(shares)
     assert survivor.terminate() == 0
+
+
+def test_a_statistics_topic_lost_while_stopped_is_refused_until_the_test_starts_after_the_loss(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """Partition 0's checkpoint says its credit shares were published up to an hour ago, on
+    the statistics topic as it was then; the topic is deleted while evald is stopped. The
+    restart creates it again and refuses (no comparison is configured: the interleaving test
+    alone needs the lost windows); with the test started after the loss, evald runs. The
+    comparisons' case: test_kafka_statistics.py."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import NewTopic
+    from kafka.structs import OffsetAndMetadata
+
+    from evald.daemon.main.checkpoint import Checkpoint
+    from evald.decode import time_in_words
+
+    topics = names(unique)
+    stats = statistics_topic(TopicSettings(**topics))
+    checkpoints = f"{topics['results']}.checkpoints"
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1, checkpoints: 1})
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(stats, 1, 1, topic_configs={"cleanup.policy": "compact"})])
+        first_id = wait_until(
+            lambda: admin.describe_topics([stats])[0].get("topic_id"), 30, "the topic's id"
+        )
+        width = 300_000
+        final = (int(time.time() * 1000) // width - 12) * width
+        replicates = load_config(ENGINE).statistics.bootstrap_replicates
+        credit = {"v": 1, "width": width, "replicates": replicates, "final": final, "open": []}
+        checkpoint = Checkpoint.of(
+            partition=0,
+            watermark=final,
+            committed={"impression": 0, "feedback": 0},
+            consumed={"impression": 0, "feedback": 0},
+            extra={"topic_ids": {stats: str(first_id)}},
+            statistics={"interleaving": credit},
+        )
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        at = producer.send(checkpoints, key=b"0", value=checkpoint.encode(), partition=0)
+        offset = at.get(timeout=30).offset
+        producer.close(timeout=5)
+        group = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=f"g-{unique}")
+        tps = [
+            TopicPartition(t, 0) for t in (checkpoints, topics["impressions"], topics["feedback"])
+        ]
+        group.assign(tps)
+        group.commit(
+            {
+                tp: OffsetAndMetadata(offset + 1 if tp.topic == checkpoints else 0, "", -1)
+                for tp in tps
+            }
+        )
+        group.close()
+        admin.delete_topics([stats])
+        wait_until(lambda: stats not in admin.list_topics(), 30, "the topic to be gone")
+
+        def crediting(start: int) -> tuple[str, ...]:
+            config = {**INTERLEAVING, "start": start}
+            return ("--set", f"engine.interleaving={json.dumps(config)}")
+
+        refused = instances("a", extra=crediting(0))
+        wait_until(lambda: refused.proc.poll() is not None, 60, "the restart to be refused")
+        assert refused.proc.returncode == 2
+        text = refused.log_path.read_text(errors="replace")
+        assert f"the statistics topic {stats} was deleted and created again" in text
+        assert "the interleaving test would silently miss those windows' lists" in text
+        assert f"set interleaving.start to {time_in_words(final)} or later" in text
+
+        after = instances("a", extra=crediting(final))
+        wait_until(lambda: after.get("/readyz")[0] == 200, 90, "readiness with the new start")
+        assert after.terminate() == 0
+    finally:
+        admin.close()

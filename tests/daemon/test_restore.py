@@ -393,3 +393,35 @@ def test_shares_lost_with_a_recreated_statistics_topic_are_refused_when_a_compar
     assert "set their start to" in message
     # the same topic as when the checkpoint was written: nothing was lost
     cluster.restore(statistics_id="old")
+
+
+@pytest.mark.parametrize(
+    ("case", "refused"),
+    [("lost", True), ("start-after", False), ("same-topic", False), ("other-width", False)],
+)
+def test_credit_shares_lost_with_a_recreated_statistics_topic_are_refused_while_the_test_needs_them(
+    case: str, refused: bool
+) -> None:
+    """Partition 0's checkpoint says it published its interleaving credit shares up to
+    ``final``, on the statistics topic of id ``old``; no comparison is configured."""
+    final = (NOW_MS // 300_000) * 300_000 - 300_000
+    start = final if case == "start-after" else 0
+    width = "10m" if case == "other-width" else "5m"
+    interleaving = {"teams": ["a", "b"], "window": width, "start": start}
+    cluster = Cluster(engine={"interleaving": interleaving})
+    replicates = cluster.config.statistics.bootstrap_replicates
+    credit = {"v": 1, "width": 300_000, "replicates": replicates, "final": final, "open": []}
+    extra = {"topic_ids": {STATISTICS_TOPIC: "old"}}
+    cluster.save(checkpoint(statistics={"interleaving": credit}, extra=extra))
+    current = "old" if case == "same-topic" else "new"
+    if not refused:
+        engine, _ = cluster.restore(statistics_id=current)
+        assert engine.interleaving.shares is not None
+        return
+    message = cluster.refused(
+        "the statistics topic res.checkpoints.statistics was deleted and created again",
+        statistics_id=current,
+    )
+    assert f"(0 up to {time_in_words(final)})" in message
+    assert "the interleaving test would silently miss" in message
+    assert f"set interleaving.start to {time_in_words(final)} or later" in message

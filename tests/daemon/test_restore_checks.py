@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from evald.config import ComparisonConfig
-from evald.daemon.main.restore_checks import Refusal, lost_comparisons, statistics_lost
+from evald.daemon.main.restore_checks import (
+    Refusal,
+    credit_lost,
+    lost_comparisons,
+    statistics_lost,
+)
 
 WIDTH = 300_000
 
@@ -42,3 +47,24 @@ def test_lost_shares_are_refused_at_the_latest_mark_of_the_partitions_restored()
     assert "set their start to 1970-01-01T01:00:00.000Z or later" in message  # 12 windows
     warning = statistics_lost("s", {0: 10 * WIDTH}, [comparison("later", 30 * WIDTH)], WIDTH)
     assert "no configured comparison folds those windows" in warning
+
+
+@pytest.mark.parametrize(
+    ("start", "lost"),
+    [(0, True), (9 * WIDTH, True), (9 * WIDTH + 1, False), (12 * WIDTH, False)],
+)
+def test_lost_credit_shares_are_refused_while_the_interleaving_test_folds_their_windows(
+    start: int, lost: bool
+) -> None:
+    """The credit marks of partitions 0 and 3; the test folds windows from ``start`` on."""
+    marks = {0: 10 * WIDTH, 3: 8 * WIDTH}
+    if not lost:
+        warning = credit_lost("s", marks, start, WIDTH)
+        assert "the interleaving test starts after those windows" in warning
+        return
+    with pytest.raises(Refusal) as caught:
+        credit_lost("s", marks, start, WIDTH)
+    message = str(caught.value)
+    assert "the interleaving test would silently miss those windows' lists" in message
+    assert "(0 up to 1970-01-01T00:50:00.000Z, 3 up to 1970-01-01T00:40:00.000Z)" in message
+    assert "set interleaving.start to 1970-01-01T00:50:00.000Z or later" in message

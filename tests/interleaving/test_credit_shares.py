@@ -222,3 +222,16 @@ def test_shares_of_another_width_or_number_of_replicates_are_ignored_not_folded(
     assert live.fold([0, 1, 2]) == 1  # partition 2's share alone
     (record,) = live.records(["surface"])
     assert record["lists"] == 10
+
+
+def test_windows_starting_before_the_tests_start_are_not_folded() -> None:
+    """``interleaving.start``: the test started over after its shares were lost."""
+    shares = CreditShares(WIDTH, WINDOW, 0)
+    observe(shares, 0, [T0 + i for i in range(10)] + [T0 + WIDTH + i for i in range(4)])
+    frozen = shares.freeze(0, None, final=True)
+    assert frozen is not None
+    for start, lists in ((0, 14), (T0 + 1, 4), (T0 + WIDTH, 4), (T0 + WIDTH + 1, 0)):
+        live = LiveCredit(Settings(min_n=2, start=start), WIDTH, 0)
+        live.add(frozen)
+        assert live.fold([0]) == (lists > 0) + (lists == 14)
+        assert sum(r["lists"] for r in live.records(["surface"])) == lists

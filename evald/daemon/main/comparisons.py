@@ -85,7 +85,9 @@ def decode_statistics(raw: bytes) -> Share | Frozen | CreditShare | CreditFrozen
 def preference_fold(config: EngineConfig) -> LiveCredit:
     """The interleaving test's fold, as the engine's own (component.py) is made."""
     inter = config.interleaving
-    settings = PreferenceSettings(inter.alpha, inter.tuning_n, inter.min_n, inter.srm_alpha)
+    settings = PreferenceSettings(
+        inter.alpha, inter.tuning_n, inter.min_n, inter.srm_alpha, inter.start
+    )
     return LiveCredit(settings, inter.window, config.statistics.bootstrap_replicates)
 
 

@@ -116,9 +116,9 @@ class Restorer:
         4. Read the records every checkpoint names (its snapshot, its large open comparison
            shares) at once; resume each engine partition from the state its checkpoint holds
            (``Engine.resume``: watermark, event times, evicted impressions, held feedback, open
-           comparison shares) with its consumed offsets; warn when the statistics topic lost
-           shares a comparison needs; load each snapshot, then read every committed result
-           range at once, absorbed as it arrives.
+           comparison shares) with its consumed offsets; refuse (or warn) when the statistics
+           topic lost shares a comparison or the interleaving test needs; load each
+           snapshot, then read every committed result range at once, absorbed as it arrives.
         5. Seek both inputs of every partition to the committed offsets; records up to the
            consumed ones are replayed to rebuild pending joins.
         """
@@ -359,6 +359,7 @@ class Restorer:
         chunks = self._chunks(found, read, progress)
         engine = self._engine
         lost: dict[int, int] = {}
+        credit_lost: dict[int, int] = {}
         compares = bool(engine.config.statistics.comparisons)
         for p, checkpoint in found.items():
             state = checkpoint.state
@@ -374,6 +375,9 @@ class Restorer:
             final = self._statistics_lost(p, checkpoint, state.statistics) if compares else None
             if final is not None:
                 lost[p] = final
+            credit = self._credit_lost(p, checkpoint, state.statistics)
+            if credit is not None:
+                credit_lost[p] = credit
             if p in chunks.get("snapshot", {}):
                 try:
                     engine.load_snapshot(p, chunks["snapshot"][p])
@@ -384,12 +388,20 @@ class Restorer:
                         "changed? That needs a new daemon.group_id and new results and "
                         "checkpoint topics"
                     ) from None
+        self._warn_lost(lost, credit_lost)
+        return self._absorb(found, starts, read, progress)
+
+    def _warn_lost(self, lost: Mapping[int, int], credit_lost: Mapping[int, int]) -> None:
+        """Refuse (or warn about) the comparison shares and the credit shares the statistics
+        topic lost (partition -> its final mark, its credit mark)."""
+        topic = self._guard.statistics_name or ""
         if lost:
-            config = engine.config.statistics
-            topic = self._guard.statistics_name or ""
+            config = self._engine.config.statistics
             warning = checks.statistics_lost(topic, lost, config.comparisons, config.window)
             log.warning("%s", warning)
-        return self._absorb(found, starts, read, progress)
+        if credit_lost:
+            inter = self._engine.config.interleaving
+            log.warning("%s", checks.credit_lost(topic, credit_lost, inter.start, inter.window))
 
     def _chunks(
         self, found: Mapping[int, Checkpoint], read: dict[int, list[int]], progress: Progress
@@ -459,6 +471,21 @@ class Restorer:
         if final is None or not saved or not current or saved == current:
             return None
         return int(final)
+
+    def _credit_lost(self, p: int, checkpoint: Checkpoint, statistics: Any) -> int | None:
+        """p's credit mark when the statistics topic is not the one its checkpoint was written
+        against (``_statistics_lost``), for credit shares the fold would have taken: those of
+        another interleaving.window or number of replicates are ignored lost or not."""
+        shares = self._engine.interleaving.shares
+        doc = statistics.get("interleaving") if isinstance(statistics, dict) else None
+        if (
+            shares is None
+            or not isinstance(doc, dict)
+            or doc.get("width") != shares.width
+            or doc.get("replicates") != shares.replicates
+        ):
+            return None
+        return self._statistics_lost(p, checkpoint, doc)
 
     def _absorb(
         self,

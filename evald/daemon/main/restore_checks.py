@@ -27,6 +27,7 @@ __all__ = [
     "Where",
     "check_checkpoint",
     "checkpoint_offset",
+    "credit_lost",
     "lost_comparisons",
     "offsets_lost",
     "resume_earlier",
@@ -277,12 +278,14 @@ def lost_comparisons(
     them. A comparison skips windows starting before its ``start``."""
     if final is None:
         return []
-    lost = []
-    for comp in comparisons:
-        first = -(-int(comp.start) // width) * width  # the first window it folds
-        if first + width <= final:
-            lost.append(comp.name)
-    return lost
+    return [c.name for c in comparisons if _needs(int(c.start), width, final)]
+
+
+def _needs(start: int, width: int, final: int) -> bool:
+    """Whether a fold that skips windows starting before ``start`` folds a window ending at
+    or before ``final``."""
+    first = -(-start // width) * width  # the first window it folds
+    return first + width <= final
 
 
 def statistics_lost(
@@ -309,4 +312,30 @@ def statistics_lost(
         "copy if there is one; or start those comparisons over: set their start to "
         f"{time_in_words(latest)} or later (statistics.comparisons[].start) and start evald "
         "again (with several instances, each checks the partitions it restores)"
+    )
+
+
+def credit_lost(topic: str, marks: Mapping[int, int], start: int, width: int) -> str:
+    """The interleaving credit's ``statistics_lost``: the statistics topic is not the one the
+    checkpoints of the partitions in ``marks`` (partition -> credit mark) were written against,
+    so the credit shares they published up to their marks are gone. Refused when the test
+    folds one of those windows (``interleaving.start``, width ``interleaving.window``);
+    otherwise the warning to log."""
+    latest = max(marks.values())
+    shown = ", ".join(f"{p} up to {time_in_words(m)}" for p, m in sorted(marks.items()))
+    if not _needs(start, width, latest):
+        return (
+            f"statistics topic {topic} was created again after partitions published their "
+            f"interleaving credit shares ({shown}); the interleaving test starts after those "
+            "windows (interleaving.start)"
+        )
+    raise Refusal(
+        f"the statistics topic {topic} was deleted and created again since partitions "
+        f"published their interleaving credit shares of every window ending up to their credit "
+        f"mark ({shown}): those shares are gone, and the results topic cannot give them back "
+        "(it does not say which impressions were late), so the interleaving test would "
+        "silently miss those windows' lists. Restore the topic from a copy if there is one; or "
+        f"start the interleaving test over: set interleaving.start to {time_in_words(latest)} "
+        "or later and start evald again (with several instances, each checks the partitions "
+        "it restores)"
     )
