@@ -16,6 +16,7 @@ import pytest
 from interleaved_stream import T0, events, plain_credit
 from kafka_harness import ENGINE, Broker, KafkaTools, wait_until
 from kafka_instances import Instance, names
+from planted_checkpoint import WIDTH, plant
 from prometheus_client import generate_latest
 
 from evald.config import load_config
@@ -117,8 +118,7 @@ def test_kill_9_around_the_commit_of_credit_shares_is_exact(
     (``statistics_committed``) the first commit holding a credit share, on four partitions, and
     restarts. Every credit share is on the statistics topic once, from committed transactions,
     and the restarted run's preference series equal the uninterrupted engine's."""
-    from evald.daemon.main.comparisons import decode_statistics, statistics_topic
-    from evald.daemon.settings import TopicSettings
+    from evald.daemon.main.comparisons import decode_statistics
     from evald.demo.simulator import TEAMS as SIM_TEAMS
     from evald.interleaving.shares import CreditShare
 
@@ -164,51 +164,19 @@ def test_a_statistics_topic_lost_while_stopped_is_refused_until_the_test_starts_
     restart creates it again and refuses (no comparison is configured: the interleaving test
     alone needs the lost windows); with the test started after the loss, evald runs. The
     comparisons' case: test_kafka_statistics.py."""
-    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-    from kafka.admin import NewTopic
-    from kafka.structs import OffsetAndMetadata
+    from kafka import KafkaAdminClient
 
-    from evald.daemon.main.checkpoint import Checkpoint
     from evald.decode import time_in_words
 
-    topics = names(unique)
-    stats = statistics_topic(TopicSettings(**topics))
-    checkpoints = f"{topics['results']}.checkpoints"
-    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1, checkpoints: 1})
+    replicates = load_config(ENGINE).statistics.bootstrap_replicates
+
+    def credit(final: int) -> dict[str, object]:
+        doc = {"v": 1, "width": WIDTH, "replicates": replicates, "final": final, "open": []}
+        return {"interleaving": doc}
+
+    stats, final = plant(broker, kafka_tools, unique, credit)
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
-        admin.create_topics([NewTopic(stats, 1, 1, topic_configs={"cleanup.policy": "compact"})])
-        first_id = wait_until(
-            lambda: admin.describe_topics([stats])[0].get("topic_id"), 30, "the topic's id"
-        )
-        width = 300_000
-        final = (int(time.time() * 1000) // width - 12) * width
-        replicates = load_config(ENGINE).statistics.bootstrap_replicates
-        credit = {"v": 1, "width": width, "replicates": replicates, "final": final, "open": []}
-        checkpoint = Checkpoint.of(
-            partition=0,
-            watermark=final,
-            committed={"impression": 0, "feedback": 0},
-            consumed={"impression": 0, "feedback": 0},
-            extra={"topic_ids": {stats: str(first_id)}},
-            statistics={"interleaving": credit},
-        )
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
-        at = producer.send(checkpoints, key=b"0", value=checkpoint.encode(), partition=0)
-        offset = at.get(timeout=30).offset
-        producer.close(timeout=5)
-        group = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=f"g-{unique}")
-        tps = [
-            TopicPartition(t, 0) for t in (checkpoints, topics["impressions"], topics["feedback"])
-        ]
-        group.assign(tps)
-        group.commit(
-            {
-                tp: OffsetAndMetadata(offset + 1 if tp.topic == checkpoints else 0, "", -1)
-                for tp in tps
-            }
-        )
-        group.close()
         admin.delete_topics([stats])
         wait_until(lambda: stats not in admin.list_topics(), 30, "the topic to be gone")
 

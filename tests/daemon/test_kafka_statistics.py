@@ -24,6 +24,7 @@ import pytest
 from kafka_harness import ENGINE, Broker, KafkaTools, wait_until
 from kafka_instances import Instance, names
 from kafka_oracle import assert_consumed_to_the_end
+from planted_checkpoint import WIDTH, plant
 from prometheus_client import generate_latest
 
 from evald.config import EngineConfig, load_config
@@ -400,50 +401,17 @@ def test_a_deleted_statistics_topic_is_refused_until_the_comparison_starts_after
     compaction); the restart creates it compacted and refuses, since the comparison would miss
     the lost windows' lists (1,827 of 9,327 in one run); with the comparison started after the
     loss, evald runs."""
-    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-    from kafka.admin import NewTopic
-    from kafka.structs import OffsetAndMetadata
+    from kafka import KafkaAdminClient
 
     from evald.daemon.connect_check import topic_configs
-    from evald.daemon.main.checkpoint import Checkpoint
     from evald.decode import time_in_words
 
-    topics = names(unique)
-    stats = statistics_topic(TopicSettings(**topics))
-    checkpoints = f"{topics['results']}.checkpoints"
-    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1, checkpoints: 1})
+    def shares(final: int) -> dict[str, object]:
+        return {"v": 1, "width": WIDTH, "final": final, "open": []}
+
+    stats, final = plant(broker, kafka_tools, unique, shares)
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
-        admin.create_topics([NewTopic(stats, 1, 1, topic_configs={"cleanup.policy": "compact"})])
-        first_id = wait_until(
-            lambda: admin.describe_topics([stats])[0].get("topic_id"), 30, "the topic's id"
-        )
-        width = 300_000
-        final = (int(time.time() * 1000) // width - 12) * width
-        checkpoint = Checkpoint.of(
-            partition=0,
-            watermark=final,
-            committed={"impression": 0, "feedback": 0},
-            consumed={"impression": 0, "feedback": 0},
-            extra={"topic_ids": {stats: str(first_id)}},
-            statistics={"v": 1, "width": width, "final": final, "open": []},
-        )
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
-        at = producer.send(checkpoints, key=b"0", value=checkpoint.encode(), partition=0)
-        offset = at.get(timeout=30).offset
-        producer.close(timeout=5)
-        group = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=f"g-{unique}")
-        tps = [
-            TopicPartition(t, 0) for t in (checkpoints, topics["impressions"], topics["feedback"])
-        ]
-        group.assign(tps)
-        group.commit(
-            {
-                tp: OffsetAndMetadata(offset + 1 if tp.topic == checkpoints else 0, "", -1)
-                for tp in tps
-            }
-        )
-        group.close()
 
         def comparing(start: int) -> tuple[str, ...]:
             config = {
