@@ -44,35 +44,42 @@ def split(item: str) -> tuple[str, str]:
 
 
 class LabelPairs:
-    """Each list's non-segment label pairs, with a small cache: a partition serves a handful of
-    label sets, and the engine hands the same dict objects again and again."""
+    """Each list's non-segment label pairs. The keys taken are cached per key set (a stream
+    has a handful), with each key's ``"<len>:<key>"`` prefix: a pair is then one string
+    concatenation, whatever the values (a value new on every list misses no cache)."""
 
-    #: label sets cached before the cache is emptied (as the query normaliser's)
+    #: key sets cached before the cache is emptied (as the query normaliser's)
     CACHE = 4096
 
     def __init__(self, segment_keys: Collection[str], max_keys: int) -> None:
         self._skip = frozenset(segment_keys) | {QUERY}
         self.max_keys = max_keys
-        self._cache: dict[tuple[tuple[str, str], ...], list[str]] = {}
+        self._kept: dict[tuple[str, ...], list[tuple[str, str]]] = {}
 
     def pairs(self, labels: Mapping[str, str]) -> list[str]:
         """The list's pairs: its non-segment keys in code-point order, the first ``max_keys``."""
-        key = tuple(labels.items())
-        found = self._cache.get(key)
-        if found is None:
-            if len(self._cache) >= self.CACHE:
-                self._cache.clear()
-            kept = sorted(k for k in labels if k not in self._skip)[: self.max_keys]
-            found = self._cache[key] = [pair(k, labels[k]) for k in kept]
-        return found
+        return [prefix + labels[k] for k, prefix in self._taken(labels)]
+
+    def _taken(self, labels: Mapping[str, str]) -> list[tuple[str, str]]:
+        """(key, its pair prefix) of the keys taken from a list with ``labels``' keys."""
+        keys = tuple(labels)
+        kept = self._kept.get(keys)
+        if kept is None:
+            if len(self._kept) >= self.CACHE:
+                self._kept.clear()
+            taken = sorted(k for k in keys if k not in self._skip)[: self.max_keys]
+            kept = self._kept[keys] = [(k, pair(k, "")) for k in taken]
+        return kept
 
     def expand(self, labels: Sequence[Mapping[str, str]]) -> tuple[np.ndarray, list[str]]:
-        """(row of each pair, the pairs): every list's pairs in list order."""
+        """(row of each pair, the pairs): every list's pairs in list order (the hot path:
+        ``pairs`` inlined)."""
         rows: list[int] = []
         items: list[str] = []
+        cached, taken = self._kept.get, self._taken
         for i, one in enumerate(labels):
-            found = self.pairs(one)
-            if found:
-                rows.extend([i] * len(found))
-                items.extend(found)
+            kept = cached(tuple(one))
+            for k, prefix in taken(one) if kept is None else kept:
+                rows.append(i)
+                items.append(prefix + one[k])
         return np.asarray(rows, np.intp), items
