@@ -84,7 +84,10 @@ def test_a_drop_spread_evenly_over_the_devices_names_none(tmp_path: Path) -> Non
 def test_without_label_summaries_the_label_is_not_seen(tmp_path: Path) -> None:
     """``drilldown.label_keys: 0``: no label summaries, so the device cannot be named (what
     the attribution did before the labels reached it)."""
+    lines = events(27, spread=False, n=4_000)
     config = {**CONFIG, "drilldown": {"label_keys": 0}}
-    summary = replay(tmp_path, events(27, spread=False), config)
-    for record in _drops(summary):
+    for record in _drops(replay(tmp_path, lines, config)):
         assert not [e for e in record["explanations"] if e["dimension"] == "device"]
+    (tmp_path / "on").mkdir()
+    for record in _drops(replay(tmp_path / "on", lines)):  # the same lines, summarised
+        assert record["explanations"][0]["value"] == "android"
