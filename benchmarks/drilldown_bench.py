@@ -37,10 +37,30 @@ def with_queries(lines: Sequence[bytes], kinds: Sequence[str], seed: int) -> lis
     ]
 
 
+def with_labels(lines: Sequence[bytes], kinds: Sequence[str], seed: int) -> list[bytes]:
+    """The impression lines with three labels that are not segment keys: a device (3 values),
+    a browser (2) and a session id new on every list (the label summaries' worst case)."""
+    rng = np.random.default_rng(seed + 1)
+    devices = rng.integers(3, size=len(lines)).tolist()
+    browsers = rng.integers(2, size=len(lines)).tolist()
+    out = []
+    for k, (line, kind) in enumerate(zip(lines, kinds, strict=True)):
+        if kind == "impression":
+            extra = b'"device":"d%d","browser":"b%d","session":"s%d",' % (
+                devices[k],
+                browsers[k],
+                k,
+            )
+            line = line.replace(b'"labels":{', b'"labels":{' + extra, 1)
+        out.append(line)
+    return out
+
+
 def cpu(impressions: int, rounds: int, seed: int) -> None:
     engine_cls, config_cls, _, _ = load_engine()
     traffic = c.generate_traffic(impressions, seed=seed, gap_ms=50)
     lines = with_queries(traffic.lines, traffic.kinds, seed)
+    labelled = with_labels(lines, traffic.kinds, seed)
     off = config_cls.model_validate({"drilldown": {"capacity": 0}})
     cases = {
         "no query in the events, capacity 0": (traffic.lines, off),
@@ -48,6 +68,14 @@ def cpu(impressions: int, rounds: int, seed: int) -> None:
         "queries, capacity 32 (the default)": (
             lines,
             config_cls.model_validate({"drilldown": {"capacity": 32}}),
+        ),
+        "queries and 3 other labels, label_keys 0 (not summarised)": (
+            labelled,
+            config_cls.model_validate({"drilldown": {"label_keys": 0}}),
+        ),
+        "queries and 3 other labels, label summaries on (the default)": (
+            labelled,
+            config_cls.model_validate({}),
         ),
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
@@ -67,10 +95,11 @@ def cpu(impressions: int, rounds: int, seed: int) -> None:
             f"median {c.fmt_s(med)} CPU ({min(spent):.2f}..{max(spent):.2f} s), "
             f"{c.fmt_rate(events / med)} events/s",
         )
-    bare, base, drill = (statistics.median(times[n]) for n in cases)
+    bare, base, drill, unlabelled, labels = (statistics.median(times[n]) for n in cases)
     ratio = drill / base
     c.target("CPU ratio with / without the summaries", f"{ratio:.3f}x", ratio <= 1.15, "<= 1.15x")
     c.line("CPU ratio with the summaries / no query at all", f"{drill / bare:.3f}x")
+    c.line("CPU ratio with / without the label summaries (3 labels)", f"{labels / unlabelled:.3f}x")
 
 
 def memory(lists: int, seed: int) -> None:

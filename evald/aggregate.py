@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from evald import snapshot as snapshot_codec
+from evald.drilldown.labels import LabelPairs
 from evald.drilldown.windows import QueryWindows
 from evald.durations import format_duration
 from evald.segments import SegmentIndex
@@ -99,9 +100,13 @@ class Aggregates:
         replicates: int = DEFAULT_REPLICATES,
         query_capacity: int = 0,
         zero_feedback: bool = False,
+        label_capacity: int = 0,
+        label_keys: int = 0,
     ) -> None:
         """``replicates``: bootstrap replicates per window (0: no clustered interval).
         ``query_capacity``: the queries held per summary of the drill-down (0: none kept).
+        ``label_capacity``, ``label_keys``: the non-segment label pairs held per summary and
+        the keys of a list taken (evald/drilldown/labels.py; 0: none kept).
         ``zero_feedback``: keep the zero-feedback values' window sums (``zero``)."""
         self.measures: list[str] = list(measures)
         self.segments = segments
@@ -134,6 +139,13 @@ class Aggregates:
         )
         #: the zero-feedback values' window sums (evald/zerofeedback/windows.py; None: off)
         self.zero = ZeroWindows(bucket_ms) if zero_feedback else None
+        #: the non-segment label pairs' summaries, as the queries' (None: not kept)
+        self.labels = (
+            QueryWindows(label_capacity, len(self.measures), self.windows_ms, "label summaries")
+            if label_capacity and label_keys
+            else None
+        )
+        self._pairs = LabelPairs(segments.keys, label_keys)
 
     # ---------------------------------------------------------------- writing
 
@@ -161,6 +173,7 @@ class Aggregates:
         clusters: np.ndarray | None = None,
         weights: np.ndarray | None = None,
         queries: Sequence[str] | None = None,
+        labels: Sequence[Mapping[str, str]] | None = None,
     ) -> None:
         """Add finalized impressions: ``values`` is (n, len(measures)) in measure order.
 
@@ -170,7 +183,8 @@ class Aggregates:
         bootstrap sums; None leaves them out. ``weights``: their (n, B) ``poisson_weights``
         when the caller has them already (the engine hashes each batch once for these sums
         and the comparison shares). ``queries``: each list's normalised query ("" none), for
-        the drill-down's summaries.
+        the drill-down's summaries. ``labels``: each list's labels, for the summaries of its
+        non-segment label pairs.
         """
         n = len(segment_ids)
         if n == 0:
@@ -203,6 +217,12 @@ class Aggregates:
         self._add_windows(partition, seg, ts, clean, finite)
         if queries is not None and self.queries is not None:
             self.queries.observe(partition, seg, ts, queries, clean, finite)
+        if labels is not None and self.labels is not None:
+            rows, pairs = self._pairs.expand(labels)
+            if pairs:
+                self.labels.observe(
+                    partition, seg[rows], ts[rows], pairs, clean[rows], finite[rows]
+                )
         if clusters is not None and self.replicates:
             keys = np.asarray(clusters, dtype=np.uint64)
             self._add_bootstrap(partition, seg, ts, clean, finite, keys, weights)
@@ -293,6 +313,8 @@ class Aggregates:
                 del boot[(width, start)]
         if self.queries is not None:
             self.queries.prune(partition, reach)
+        if self.labels is not None:
+            self.labels.prune(partition, reach)
         if self.zero is not None:
             self.zero.prune(partition, reach)
 
@@ -302,6 +324,8 @@ class Aggregates:
             table.pop(partition, None)
         if self.queries is not None:
             self.queries.drop(partition)
+        if self.labels is not None:
+            self.labels.drop(partition)
         if self.zero is not None:
             self.zero.drop(partition)
 
@@ -326,6 +350,8 @@ class Aggregates:
                 used.update(np.flatnonzero(arr.reshape(arr.shape[0], -1).any(axis=1)).tolist())
         if self.queries is not None:
             used |= self.queries.segments(partition)
+        if self.labels is not None:
+            used |= self.labels.segments(partition)
         if self.zero is not None:
             used |= self.zero.segments(partition)
         rows = sorted(used)
@@ -354,6 +380,12 @@ class Aggregates:
             )
             meta["queries"] = query_meta
             arrays.update({f"queries.{name}": arr for name, arr in query_arrays.items()})
+        if self.labels is not None:  # the same way
+            label_meta, label_arrays = self.labels.encode(
+                partition, {r: i for i, r in enumerate(rows)}
+            )
+            meta["labels"] = label_meta
+            arrays.update({f"labels.{name}": arr for name, arr in label_arrays.items()})
         if self.zero is not None:  # beside the tables too
             zero_meta, zero_arrays = self.zero.encode(partition, {r: i for i, r in enumerate(rows)})
             meta["zero_feedback"] = zero_meta
@@ -391,6 +423,12 @@ class Aggregates:
                 k.removeprefix("queries."): v for k, v in arrays.items() if k.startswith("queries.")
             }
             summaries = self.queries.decode(partition, meta["queries"], parts, local)
+        pairs = None
+        if self.labels is not None and "labels" in meta:
+            parts = {
+                k.removeprefix("labels."): v for k, v in arrays.items() if k.startswith("labels.")
+            }
+            pairs = self.labels.decode(partition, meta["labels"], parts, local)
         zero: dict[int, np.ndarray] = {}
         if self.zero is not None and "zero_feedback" in meta:
             parts = {k.removeprefix("zero."): v for k, v in arrays.items() if k.startswith("zero.")}
@@ -399,6 +437,8 @@ class Aggregates:
             table[partition] = loaded[name]
         if self.queries is not None:
             self.queries.replace(partition, summaries or {})
+        if self.labels is not None:
+            self.labels.replace(partition, pairs or {})
         if self.zero is not None:
             self.zero.replace(partition, zero)
 

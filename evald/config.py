@@ -228,6 +228,21 @@ class DrilldownConfig(BaseModel):
         "memory per segment grows with it; 0: no summaries",
     )
     top: int = Field(10, ge=1, le=1000, description="queries a report lists per segment and window")
+    label_capacity: int = Field(
+        32,
+        ge=0,
+        le=10_000,
+        description="label pairs (key and value) of the labels that are not segment keys each "
+        "summary (one segment and window) is sure to hold, for the drop attribution: it holds "
+        "at most twice as many; 0 (or capacity 0): none kept",
+    )
+    label_keys: int = Field(
+        8,
+        ge=0,
+        le=64,
+        description="keys of a list's labels that are not segment keys summarised (the first "
+        "in code-point order); 0: none",
+    )
 
 
 class ZeroFeedbackConfig(BaseModel):

@@ -113,6 +113,8 @@ class Engine:
             config.statistics.bootstrap_replicates,
             config.drilldown.capacity,
             self.zero_feedback.enabled,
+            config.drilldown.label_capacity if config.drilldown.capacity else 0,
+            config.drilldown.label_keys,
         )
         #: each partition's shares of the comparison windows (evald/statistics/shares.py), and
         #: the comparisons' fold: the engine's own (``global_statistics``) or one attached
@@ -471,6 +473,7 @@ class Engine:
             clusters=clusters,
             weights=weights,
             queries=joined.queries,
+            labels=joined.labels,
         )
         credits: Sequence[dict[str, Any] | None] | None = None
         if joined.teams is not None:
@@ -794,6 +797,7 @@ class Engine:
         clusters: list[int | None] = []
         rids: list[str] = []
         queries: list[str] = []
+        labels: list[dict[str, str]] = []
         zero_rows: list[list[float]] = []
         for result in results:
             read = read_result(result, self.measure_names)
@@ -810,6 +814,7 @@ class Engine:
             clusters.append(read.cluster)
             rids.append(read.request_id if read.cluster is None else "")
             queries.append(read.query)
+            labels.append(read.labels)
             zero_rows.append(zero_row)
         if not segments:
             return 0
@@ -825,6 +830,7 @@ class Engine:
             histogram=False,
             clusters=keys,
             queries=queries,
+            labels=labels,
         )
         if self.aggregates.zero is not None:
             self.aggregates.zero.observe(

@@ -15,8 +15,11 @@ case) the additive quantity attributed is the sum at current traffic:
   share) and ``q = A / A_total`` (its actual share), ``(p log(2p/(p+q)) + q log(2q/(p+q))) / 2``:
   large when the slice's share moved, i.e. its change is unlike its share of traffic.
 
-Per dimension, the slices are taken in decreasing surprise, those with ``EP >= min_power``,
-until their EP adds up to ``power``; a dimension that never gets there explains nothing.
+Per dimension, the slices are taken in decreasing surprise, those with ``EP >= min_power`` and
+``EP >= min_lift x n / n_total`` (the slice's mean fell at least ``min_lift`` times as much as
+the scope's: a slice whose share of the drop is its share of traffic is not unlike it, and a
+drop spread evenly over a dimension of few values names none of them), until their EP adds
+up to ``power``; a dimension that never gets there explains nothing.
 Dimensions are ranked by the summed surprise of their slices, and the slices listed in that
 order (docs/drilldown.md, "Drop attribution").
 """
@@ -79,6 +82,7 @@ def explain(
     *,
     min_power: float = 0.1,
     power: float = 0.67,
+    min_lift: float = 1.5,
     limit: int = 10,
 ) -> list[Explanation]:
     """The explanations of the drop of ``total`` (now against its baseline), best first; empty
@@ -101,7 +105,7 @@ def explain(
         picked: list[tuple[Slice, float, float]] = []
         reached = 0.0
         for sl, ep, surprise in scored:
-            if ep < min_power:
+            if ep < min_power or ep < min_lift * sl.n / total.n:
                 continue
             picked.append((sl, ep, surprise))
             reached += ep

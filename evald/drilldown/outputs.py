@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from evald.drilldown.drops import attribute, flags_drop
+from evald.drilldown.drops import attribute, attribute_baseline, baseline_drops, flags_drop
 from evald.drilldown.report import Scope, query_report
+from evald.events import format_timestamp
 
 if TYPE_CHECKING:
     from evald.engine import Engine
@@ -48,8 +49,11 @@ def attribution_records(
     records: Sequence[Mapping[str, Any]],
     complete_before: int | None,
 ) -> list[dict[str, Any]]:
-    """One record per comparison record that flags a drop, its explanations best first, over
-    the comparison's windows ending by ``complete_before`` (None: every one held)."""
+    """One record per comparison record that flags a drop (``"against": "control"``), its
+    explanations best first, over the comparison's windows ending by ``complete_before`` (None:
+    every one held); then one per arm, comparison segment and measure whose CUSUM against its
+    own trailing baseline crossed (``"against": "baseline"``): the window where it crossed
+    against the baseline windows before it."""
     settings = engine.config.statistics
     comparisons = {c.name: c for c in settings.comparisons}
     out = []
@@ -71,7 +75,53 @@ def attribution_records(
                 "treatment": record["treatment"],
                 "segment": record["segment"],
                 "measure": record["measure"],
+                "against": "control",
+                "arm": record["treatment"],
                 "explanations": [e.to_json() for e in explanations],
             }
         )
+    return out + _baseline_records(engine, scope, records)
+
+
+def _baseline_records(
+    engine: Engine, scope: Scope, records: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The ``"against": "baseline"`` records: an arm's baseline CUSUM is in the comparison
+    record of every treatment, so each (comparison, arm, segment, measure) is listed once."""
+    settings = engine.config.statistics
+    comparisons = {c.name: c for c in settings.comparisons}
+    width = settings.window
+    seen: set[tuple[str, str, tuple[tuple[str, str], ...], str]] = set()
+    out = []
+    for record in records:
+        for arm, (end, windows) in baseline_drops(record).items():
+            segment = record["segment"]
+            key = (record["comparison"], arm, tuple(sorted(segment.items())), record["measure"])
+            if key in seen:
+                continue
+            seen.add(key)
+            comparison = comparisons[record["comparison"]]
+            explanations = attribute_baseline(
+                scope,
+                comparison,
+                arm,
+                segment,
+                record["measure"],
+                width,
+                (end, windows),
+                settings.baseline_windows,
+            )
+            out.append(
+                {
+                    "comparison": record["comparison"],
+                    "treatment": arm,
+                    "segment": segment,
+                    "measure": record["measure"],
+                    "against": "baseline",
+                    "arm": arm,
+                    "window_start": format_timestamp(end - windows * width),
+                    "window_end": format_timestamp(end),
+                    "explanations": [e.to_json() for e in explanations],
+                }
+            )
     return out

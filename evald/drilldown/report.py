@@ -82,6 +82,8 @@ class Scope:
         if aggregates.queries is None:
             raise ValueError("no query summaries are kept (drilldown.capacity is 0)")
         self.windows: QueryWindows = aggregates.queries
+        #: the summaries of the non-segment label pairs (None: not kept)
+        self.labels: QueryWindows | None = aggregates.labels
         self.labels_of = aggregates.segments.labels_of
         self.measures = aggregates.measures
         self._aggregates = aggregates

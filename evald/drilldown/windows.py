@@ -29,8 +29,12 @@ Windows = dict[tuple[int, int], dict[int, Summary]]
 class QueryWindows:
     """The partitions' query summaries; ``capacity`` fixes each summary's memory."""
 
-    def __init__(self, capacity: int, measures: int, widths: Sequence[int]) -> None:
+    def __init__(
+        self, capacity: int, measures: int, widths: Sequence[int], what: str = "query summaries"
+    ) -> None:
         self.capacity = capacity
+        #: what the summaries hold, for a refused snapshot's message
+        self.what = what
         self.measures = measures
         self.widths = list(widths)
         #: the width of the windows kept: every configured width is a multiple of it
@@ -137,11 +141,11 @@ class QueryWindows:
         process's segment id); ValueError when they disagree or are malformed (a restore
         refuses the snapshot). Nothing is replaced yet."""
         if not isinstance(meta, dict):
-            raise ValueError("snapshot's query summaries are malformed")
+            raise ValueError(f"snapshot's {self.what} are malformed")
         try:
             return self._decode(meta, arrays, local)
         except (TypeError, KeyError, IndexError, OverflowError) as exc:
-            raise ValueError(f"snapshot's query summaries are malformed ({exc})") from None
+            raise ValueError(f"snapshot's {self.what} are malformed ({exc})") from None
 
     def _decode(
         self, meta: dict[str, Any], arrays: dict[str, np.ndarray], local: np.ndarray
@@ -149,13 +153,11 @@ class QueryWindows:
         index, table = arrays.get("index"), arrays.get("table")
         queries = meta.get("queries")
         if index is None or table is None or not isinstance(queries, list):
-            raise ValueError("snapshot's query summaries are missing")
+            raise ValueError(f"snapshot's {self.what} are missing")
         if meta.get("capacity") != self.capacity or meta.get("base") != self.base:
-            raise ValueError(
-                "snapshot's query summaries were kept with another capacity or windows"
-            )
+            raise ValueError(f"snapshot's {self.what} were kept with another capacity or windows")
         if table.shape[1:] != (2 + 2 * self.measures,) or index.shape[1:] != (6,):
-            raise ValueError("snapshot's query summaries are misshapen")
+            raise ValueError(f"snapshot's {self.what} are misshapen")
         windows: Windows = {}
         at = 0
         for width, start, row, n, offset, forgotten in (
@@ -173,7 +175,7 @@ class QueryWindows:
                 by_segment[segment] = summary
             at += n
         if at != len(queries) or at != len(table):
-            raise ValueError("snapshot's query summaries do not add up")
+            raise ValueError(f"snapshot's {self.what} do not add up")
         return windows
 
     def replace(self, partition: int, windows: Windows) -> None:

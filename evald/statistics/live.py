@@ -163,8 +163,9 @@ class LiveStatistics:
                 note(key, "below", band)
         for signal, table in (("cusum", state.vs_control), ("baseline", state.vs_baseline)):
             for key, cusum in table.items():
-                if cusum.alarmed:
-                    note(key, signal, {"statistic": cusum.statistic, "windows": cusum.windows})
+                if cusum.alarmed:  # the run: the windows since the statistic was last 0
+                    values = {"statistic": cusum.statistic, "windows": cusum.windows}
+                    note(key, signal, {**values, "run_windows": cusum.run_windows})
 
     def views(self) -> list[ComparisonView]:
         """Every comparison with its state (those with nothing folded yet too)."""

@@ -19,7 +19,8 @@ def test_adtributor_on_hand_computed_slices() -> None:
     ]
     total = Slice("", 1000, 400.0, 1000, 500.0)
     flat = [Slice("x", 1000, 400.0, 1000, 500.0)]  # one value: all of the drop, no surprise
-    only, trivial = explain({"flat": flat, "query": slices}, total)
+    (only,) = explain({"flat": flat, "query": slices}, total)
+    (trivial,) = explain({"flat": flat, "query": slices}, total, min_lift=1.0)[1:]
     assert (trivial.dimension, trivial.power, trivial.surprise) == ("flat", 1.0, 0.0)
     assert (only.dimension, only.value, only.lists) == ("query", "a", 200)
     assert only.power == pytest.approx(1.0)
@@ -33,5 +34,21 @@ def test_adtributor_names_nothing_without_a_drop_or_below_the_power() -> None:
     assert explain({"query": [Slice("a", 100, 60.0, 100, 50.0)]}, up) == []
     total = Slice("", 1000, 400.0, 1000, 500.0)
     even = [Slice(f"q{i}", 100, 40.0, 100, 50.0) for i in range(10)]  # each EP 0.1
-    assert explain({"query": even}, total, min_power=0.11) == []
-    assert len(explain({"query": even}, total, min_power=0.1)) == 7  # 7 x 0.1 >= 0.67
+    assert explain({"query": even}, total, min_power=0.11, min_lift=0) == []
+    assert len(explain({"query": even}, total, min_power=0.1, min_lift=0)) == 7  # 7 x 0.1
+    # each fell exactly as much as the whole (lift 1): not unlike its share of traffic
+    assert explain({"query": even}, total, min_power=0.1) == []
+
+
+def test_a_slice_must_fall_more_than_the_scope_by_the_minimum_lift() -> None:
+    """Three devices of 300, 450 and 250 lists; "a" fell from 0.5 to 0.2 (-90: EP 0.9, its
+    traffic share 0.3: lift 3), "b" from 0.5 to 0.478 (-10: EP 0.1, lift 0.22)."""
+    devices = [
+        Slice("a", 300, 60.0, 300, 150.0),
+        Slice("b", 450, 215.0, 450, 225.0),
+        Slice("c", 250, 125.0, 250, 125.0),
+    ]
+    total = Slice("", 1000, 400.0, 1000, 500.0)
+    (found,) = explain({"device": devices}, total)
+    assert (found.value, found.power) == ("a", pytest.approx(0.9))
+    assert explain({"device": devices}, total, min_lift=3.01) == []
