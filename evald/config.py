@@ -45,6 +45,8 @@ RESERVED_LABELS = frozenset(
         "team_a",
         "team_b",
         "rank",
+        "dimension",
+        "value",
     }
 )
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deploy.generator.rules import across_instances
+from deploy.generator.rules import JOB, across_instances
 from deploy.generator.spec import Spec
 
 Panel = dict[str, Any]
@@ -525,6 +525,42 @@ def _zero_feedback_panels(spec: Spec, q: _Queries) -> list[Panel]:
     ]
 
 
+def _contributor_panels(spec: Spec, q: _Queries) -> list[Panel]:
+    """A table of the top three contributors of each drop a comparison flags (the queries or
+    label values carrying it, with their share), the ones the drop alerts name. Fed from
+    evald's bounded ``evald_drop_contributor`` series, not the /queries JSON endpoint: Grafana
+    reads JSON only through a plugin, and the series need nothing but the Prometheus data
+    source (docs/drilldown.md). Instances aggregated away as the alerts do."""
+    a = spec.arm_label
+    keys = ("comparison", "measure", a, *spec.comparison_labels, "rank", "dimension", "value")
+    filters = ['job=~"$job"'] + [f'{k}=~"${k}"' for k in (a, *spec.comparison_labels)]
+    series = f"evald_drop_contributor{{{', '.join(filters)}}}"
+    # max by every label but the instance's: the instances aggregated away, as the alerts do
+    expr = f"sort_desc(max by ({', '.join((JOB, *keys))}) ({series}))"
+    target = {
+        **_target("A", expr, " ".join(f"{{{{{k}}}}}" for k in keys)),
+        "range": False,
+        "instant": True,
+        "format": "table",
+    }
+    return [
+        {
+            "type": "table",
+            "title": "Drop contributors: share of each flagged drop (top three per drop)",
+            "description": "Per drop a comparison flags (band below 0 or the minimum effect, "
+            "or its CUSUM against control crossed): the three queries or label values that "
+            "carry most of it, best first (rank), with their share of the drop (Adtributor's "
+            "explanatory power, docs/drilldown.md, Drop attribution). Empty while nothing is "
+            "flagged. GET /queries on the metrics port has the full list.",
+            "datasource": DS,
+            "targets": [target],
+            "fieldConfig": {"defaults": {"unit": "percentunit", "decimals": 1}, "overrides": []},
+            "options": {"showHeader": True, "sortBy": [{"displayName": "Value", "desc": True}]},
+            "transformations": [{"id": "organize", "options": {"excludeByName": {"Time": True}}}],
+        }
+    ]
+
+
 def _variables(spec: Spec) -> list[dict[str, Any]]:
     def query_var(name: str, label: str) -> dict[str, Any]:
         query = f"label_values(evald_measure_count, {label})"
@@ -609,6 +645,7 @@ def build(spec: Spec) -> dict[str, Any]:
                 ("Join health", _health_panels(spec, q)),
                 ("Lag and watermark", _lag_panels(spec, q)),
                 ("Before any feedback", _zero_feedback_panels(spec, q)),
+                ("Why it dropped", _contributor_panels(spec, q)),
             ]
         ),
     }

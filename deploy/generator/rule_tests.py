@@ -16,6 +16,7 @@ from typing import Any
 
 from deploy.generator import rules
 from deploy.generator.click_tests import click_tests
+from deploy.generator.contributor_tests import contributor_tests
 from deploy.generator.interleaving_tests import interleaving_tests
 from deploy.generator.spec import Spec
 from deploy.generator.statistics_tests import down_tests, statistics_tests
@@ -78,11 +79,17 @@ class _Alerts:
     def __init__(self, spec: Spec) -> None:
         self.by_name = {r["alert"]: r for g in rules.alert_groups(spec) for r in g["rules"]}
 
-    def expect(self, name: str, labels: Labels) -> dict[str, Any]:
+    def expect(
+        self, name: str, labels: Labels, contributors: Sequence[tuple[str, str, float]] = ()
+    ) -> dict[str, Any]:
+        """The alert promtool must see; a drop alert's ``contributors`` annotation names
+        ``contributors`` (dimension, value, share; none: no ``evald_drop_contributor``)."""
         rule = self.by_name[name]
         exp_labels = {**labels, **rule.get("labels", {})}
         context = {**exp_labels, "alertname": name}
         annotations = {k: _render(v, context) for k, v in rule.get("annotations", {}).items()}
+        if "contributors" in annotations:
+            annotations["contributors"] = rules.contributors_text(list(contributors))
         return {"exp_labels": exp_labels, "exp_annotations": annotations}
 
 
@@ -444,6 +451,7 @@ def build(spec: Spec) -> dict[str, Any]:
             *_ready_tests(alerts),
             *_certificate_tests(alerts),
             *statistics_tests(spec, alerts.expect),
+            *contributor_tests(spec, alerts.expect),
             *interleaving_tests(spec, alerts.expect),
             *zero_feedback_tests(spec, alerts.expect),
             *click_tests(spec, alerts.expect),

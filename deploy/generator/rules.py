@@ -258,6 +258,44 @@ def _srm_ok(spec: Spec) -> str:
     return f"unless on ({_srm_on(spec)})\n({p_value} < {spec.thresholds.srm_alpha:g})"
 
 
+#: how many contributors a drop alert names (evald exports at most three per drop)
+CONTRIBUTORS = 3
+#: the drop alerts' annotation naming the contributors, when evald attributed none (yet)
+NO_CONTRIBUTORS = (
+    "none attributed (no query summaries, no complete window yet, or no slice explains it)"
+)
+
+
+def contributors_annotation(spec: Spec) -> str:
+    """The top contributors of the alert's drop, read from ``evald_drop_contributor`` when the
+    annotation is expanded: ``dimension=value (share of the drop)``, largest share first.
+
+    Instances aggregated away as for the alert itself: each instance attributes over the
+    partitions it owns, and a value is shown with the largest share any instance gives it.
+    """
+    keys = (JOB, "comparison", "measure", spec.arm_label, *spec.comparison_labels)
+    matchers = ", ".join(f"{k}=%q" for k in keys)
+    # rank is aggregated away too: two instances may rank the same value differently
+    inner = f"max without ({_by(*INSTANCE_LABELS, 'rank')}) (evald_drop_contributor{{{matchers}}})"
+    query = f"sort_desc(topk({CONTRIBUTORS}, {inner}))"
+    args = " ".join(f"$labels.{k}" for k in keys)
+    return (
+        f'{{{{ with printf "{query}" {args} | query }}}}'
+        "{{ range $i, $c := . }}{{ if $i }}; {{ end }}"
+        "{{ $c.Labels.dimension }}={{ $c.Labels.value }} "
+        "({{ $c.Value | humanizePercentage }} of the drop){{ end }}"
+        f"{{{{ else }}}}{NO_CONTRIBUTORS}{{{{ end }}}}"
+    )
+
+
+def contributors_text(contributors: list[tuple[str, str, float]]) -> str:
+    """What :func:`contributors_annotation` expands to for ``(dimension, value, share)``
+    rows in the order the query returns them (the promtool scenarios' expected text)."""
+    if not contributors:
+        return NO_CONTRIBUTORS
+    return "; ".join(f"{d}={v} ({share * 100:.4g}% of the drop)" for d, v, share in contributors)
+
+
 def _treatment_below_control(spec: Spec) -> Rule:
     th = spec.thresholds
     on = _by(JOB, "comparison", "measure")
@@ -280,6 +318,7 @@ def _treatment_below_control(spec: Spec) -> Rule:
             "configured minimum effect. Family-wise error rate "
             f"{th.family_alpha * 100:g}% over every treatment, alerting measure and segment of the "
             "comparison, however often it is checked (docs/statistics.md).",
+            "contributors": contributors_annotation(spec),
         },
     }
 
@@ -300,6 +339,7 @@ def _cusum_drop(spec: Spec, name: str, series: str, what: str) -> Rule:
             "{{ $labels.comparison }}) is above its threshold h: a sustained drop of about one "
             "standard error of a window mean or more. One false alarm per ~930 windows on "
             "average without a change, whatever the traffic (docs/statistics.md §4).",
+            "contributors": contributors_annotation(spec),
         },
     }
 

@@ -201,6 +201,28 @@ def comparison_lines(
     return lines
 
 
+def attribution_lines(records: Sequence[dict[str, Any]], measure: str = SHOWN[0]) -> list[str]:
+    """Per flagged drop of ``measure`` (``GET /queries``' attribution records): what carries
+    it, best first, with its share of the drop; ``no slice explains it`` when the attribution
+    names nothing (an even drop). Read from the engine's drill-down, not from the simulator."""
+    lines: list[str] = []
+    for record in records:
+        if record["measure"] != measure:
+            continue
+        where = " ".join(str(v) for v in record["segment"].values()) or "all"
+        named = [
+            f"{e['value']!r} {e['explanatory_power']:.0%}"
+            if e["dimension"] == "query"
+            else f"{e['dimension']}={e['value']} {e['explanatory_power']:.0%}"
+            for e in record["explanations"][:4]
+        ]
+        carried = ", ".join(named) if named else "no slice explains it"
+        lines.append(f"  {record['treatment']} {where} drop carried by: {carried}")
+    if lines:
+        lines.insert(0, f"{measure} drop attribution (queries or labels, share of the drop):")
+    return [_fit(line) for line in lines]
+
+
 def trend(current: Estimate | None, previous: Estimate | None) -> str:
     """UP/DOWN when the change exceeds the combined 95% half-widths, FLAT otherwise.
 

@@ -9,7 +9,8 @@ add-to-cart and a cart to a purchase. Feedback happens seconds to ~20 minutes (e
 after the impression and is delivered with transport jitter; a few events arrive minutes late,
 are duplicated, lost, malformed or name an item that was never served, so the engine's health
 counters have something to count. After ``regress_at_ms`` the treatment arm's ranker degrades
-(its noise grows) and its measures visibly drop.
+(its noise grows) for ``regressed_queries`` (default: every query) and its measures visibly
+drop; the demo degrades a few known queries, which the drill-down's attribution then names.
 
 A share ``interleave`` of the requests is served instead as one team-draft interleaved list of
 the two arms' rankers (``teams`` per item, named by :data:`TEAMS`), labelled with its own arm
@@ -26,7 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -177,6 +178,7 @@ class Simulator:
         regress_at_ms: int | None = None,
         noise: tuple[float, float] = (1.0, 0.7),
         regressed_noise: float = 4.0,
+        regressed_queries: Collection[int] | None = None,
         click_model: ClickModel | None = None,
         faults: Faults | None = None,
         catalogue: Catalogue | None = None,
@@ -204,6 +206,9 @@ class Simulator:
         self.click_model = click_model or ClickModel()
         self.faults = faults if faults is not None else Faults()
         self.catalogue = catalogue or Catalogue()
+        #: the catalogue queries (``q{index}``) the regression degrades; None: every one
+        self.regressed_queries = None if regressed_queries is None else tuple(regressed_queries)
+        self._regressed = _regressed(self.catalogue.queries, regressed_queries)
         #: request ids are ``r{seed}-{n}``, or ``{run_id}-r{seed}-{n}``: a fresh run id keeps a
         #: second run's ids (and event ids) from colliding with the first's
         self._prefix = f"{run_id}-r{seed}-" if run_id else f"r{seed}-"
@@ -313,8 +318,9 @@ class Simulator:
         rel: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Replace a share ``interleave`` of the block's lists, in place, by team-draft lists of
-        the control and treatment rankers (the treatment's degraded after ``regress_at_ms``, as
-        its arm's); returns their rows and each item's team (0: control, 1: treatment)."""
+        the control and treatment rankers (the treatment's degraded after ``regress_at_ms`` for
+        the regressed queries, as its arm's); returns their rows and each item's team (0:
+        control, 1: treatment)."""
         depth = self.catalogue.depth
         if self.interleave == 0.0:
             return np.empty(0, np.int64), np.empty((0, depth), np.int8)
@@ -324,7 +330,8 @@ class Simulator:
         for side in (0, 1):
             sigma = np.full(len(rows), self.noise[side], np.float64)
             if side == 1 and self.regress_at_ms is not None:
-                sigma[ts[rows] >= self.regress_at_ms] = self.regressed_noise
+                hit = (ts[rows] >= self.regress_at_ms) & self._regressed[q[rows]]
+                sigma[hit] = self.regressed_noise
             score = rel_all + mixer.standard_normal(rel_all.shape) * sigma[:, None]
             rankings.append(np.argsort(-score, axis=1, kind="stable").astype(np.int64))
         picks, teams = team_draft_batch(rankings[0], rankings[1], depth, mixer)
@@ -387,7 +394,8 @@ class Simulator:
         surface = np.minimum(surface, len(SURFACES) - 1)
         sigma = np.asarray(self.noise, np.float64)[arm]
         if self.regress_at_ms is not None:
-            sigma[(arm == 1) & (ts >= self.regress_at_ms)] = self.regressed_noise
+            hit = (arm == 1) & (ts >= self.regress_at_ms) & self._regressed[q]
+            sigma[hit] = self.regressed_noise
         items, rel = self._served(rng, q, sigma)
         mixed, teams = self._interleaved(mixer, q, ts, items, rel)
         segment = arm.astype(np.int64)
@@ -505,6 +513,18 @@ class Simulator:
             ),
         )
         return block, end, first + n
+
+
+def _regressed(queries: int, picked: Collection[int] | None) -> np.ndarray:
+    """Per catalogue query: does the regression degrade it (``picked``; None: every one)."""
+    if picked is None:
+        return np.ones(queries, bool)
+    index = np.asarray(sorted(picked), np.int64)
+    if index.size and not 0 <= index[0] <= index[-1] < queries:
+        raise ValueError(f"regressed queries must be catalogue indices, got {index}")
+    out = np.zeros(queries, bool)
+    out[index] = True
+    return out
 
 
 def _arm(user: np.ndarray) -> np.ndarray:

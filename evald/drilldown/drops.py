@@ -63,15 +63,17 @@ def attribute(
     measure: str,
     width: int,
     complete_before: int | None = None,
+    since: int | None = None,
     **thresholds: Any,
 ) -> list[Explanation]:
     """Explanations of the treatment's drop against the control, best first, over the
-    comparison's windows (those ending by ``complete_before``; None: every one held)."""
+    comparison's windows (those ending by ``complete_before``; None: every one held; and
+    starting at ``since`` or later, None: since the comparison's start)."""
     starts = [
         s
         for w, s in scope.windows.windows()
         if w == width
-        and s >= comparison.start
+        and s >= max(comparison.start, since or 0)
         and (complete_before is None or s + w <= complete_before)
     ]
     now, base = Side(treatment, starts), Side(comparison.control, starts)

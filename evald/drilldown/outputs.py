@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from evald.drilldown.drops import attribute, attribute_baseline, baseline_drops, flags_drop
 from evald.drilldown.report import Scope, query_report
-from evald.events import format_timestamp
+from evald.events import format_timestamp, parse_timestamp
 
 if TYPE_CHECKING:
     from evald.engine import Engine
 
-__all__ = ["attribution_records", "document", "every_window"]
+__all__ = ["attribution_records", "document", "every_window", "served_attribution"]
 
 
 def document(
@@ -68,6 +68,7 @@ def attribution_records(
             record["measure"],
             settings.window,
             complete_before,
+            _since(record, settings.window),
         )
         out.append(
             {
@@ -125,3 +126,30 @@ def _baseline_records(
                 }
             )
     return out
+
+
+def _since(record: Mapping[str, Any], width: int) -> int | None:
+    """Where the drop a record flags starts: a band below 0 or the minimum effect is a drop
+    since the comparison's start (None); a drop flagged by the CUSUM alone is the one its
+    current run saw, its last ``cusum_run_windows`` windows (before them a treatment better at
+    first would hide it); once the run ended, since the start again."""
+    upper = record.get("upper")
+    run = record.get("cusum_run_windows") or 0
+    if (upper is not None and upper < 0) or record.get("below_min_effect") or not run:
+        return None
+    return parse_timestamp(record["end"]) - run * width
+
+
+def served_attribution(engine: Engine) -> list[dict[str, Any]]:
+    """The attribution a running engine serves (``GET /queries``, ``evald_drop_contributor``):
+    the folded comparisons' drops over the last complete windows; empty without comparisons,
+    query summaries or a complete window. Read under the scrape lock."""
+    live = engine.statistics
+    before = engine.complete_before()
+    if live is None or engine.aggregates.queries is None or before is None:
+        return []
+    from evald.statistics.live import summary
+
+    alpha = live.settings.alpha
+    records = [rec for view in live.views() for rec in summary(view, alpha)]
+    return attribution_records(engine, Scope(engine.aggregates), records, before)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from evald.drilldown.outputs import attribution_records
+from evald.drilldown.outputs import served_attribution
 from evald.drilldown.report import Scope, query_report
 from evald.durations import format_duration
 
@@ -82,12 +82,6 @@ def _document(engine: Engine, **filters: Any) -> dict[str, Any]:
     scope = Scope(engine.aggregates)
     before = engine.complete_before()
     doc: dict[str, Any] = {"queries": query_report(scope, before, **filters)}
-    live = engine.statistics
-    if live is not None:
-        from evald.statistics.live import summary
-
-        alpha = live.settings.alpha
-        records = [rec for view in live.views() for rec in summary(view, alpha)]
-        complete = before is not None  # no complete window yet: nothing to explain
-        doc["attribution"] = attribution_records(engine, scope, records, before) if complete else []
+    if engine.statistics is not None:
+        doc["attribution"] = served_attribution(engine)
     return doc

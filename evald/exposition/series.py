@@ -808,9 +808,33 @@ IPS_SERIES: tuple[Series, ...] = (
 
 SERIES = SERIES + CLICK_SERIES + IPS_SERIES
 
+
+def _drop_contributors() -> tuple[Series, ...]:
+    # imported here: the drill-down's outputs read the engine, which imports this table
+    from evald.drilldown import contributors as top
+
+    return (
+        Series(
+            "evald_drop_contributor",
+            "gauge",
+            "The top three contributors (rank 1 to 3, best first) of each drop a comparison "
+            "flags, from the drop attribution of GET /queries: dimension is query or a label "
+            "key, value the query text or label value, the value its share of the drop "
+            "(explanatory power); absent while no drop is flagged.",
+            ("comparison", "measure", SEGMENT, "rank", "dimension", "value"),
+            top.contributors,
+            top.contributor_rows,
+            per_segment=top.per_segment,
+        ),
+    )
+
+
+SERIES = SERIES + _drop_contributors()
+
 #: the collector's own family beside the table: how old the engine series of a scrape are
 #: (the last complete page served again while the loop holds the engine: collector.py)
 SERIES_AGE = "evald_engine_series_age_seconds"
+
 
 #: (name, type) of every family the engine collector can yield, for ``describe()``.
 ENGINE_FAMILIES: tuple[tuple[str, str], ...] = (

@@ -245,6 +245,8 @@ def summary(view: ComparisonView, settings_alpha: float) -> Iterator[dict[str, o
             "below_min_effect": effect is not None and bound.high < -effect,
             "cusum_vs_control": vs_control.statistic,
             "cusum_alarm_window": vs_control.alarm_window,
+            # the windows of the CUSUM's current run (since it was last 0): the drop it sees
+            "cusum_run_windows": vs_control.run_windows if vs_control.statistic > 0 else 0,
             "cusum_vs_baseline": {
                 arm: None if c is None else c.statistic for arm, c in baseline.items()
             },

@@ -204,6 +204,68 @@ def test_negative_control_a_per_instance_alert_fires_once_per_instance(
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+#: the drop alerts, whose ``contributors`` annotation names the drop's top three
+DROP_ALERTS = ("EvaldTreatmentBelowControl", "EvaldTreatmentDropDetected", "EvaldArmDropDetected")
+
+
+def _contributor_scenario() -> dict:
+    (case,) = [
+        c for c in load_yaml(TEST_FILES[0])["tests"] if "a drop attributed by two" in c["name"]
+    ]
+    return case
+
+
+def test_the_contributor_scenario_expects_the_three_largest_in_order() -> None:
+    case = _contributor_scenario()
+    assert {c["alertname"] for c in case["alert_rule_test"]} == set(DROP_ALERTS)
+    for check in case["alert_rule_test"]:
+        (alert,) = check["exp_alerts"]
+        assert alert["exp_annotations"]["contributors"] == (
+            "query=running shoes (50% of the drop); query=rain jacket (25% of the drop); "
+            "query=tent (20% of the drop)"
+        )
+
+
+#: the rules' matchers, in the order of the annotation's printf arguments
+_MATCHERS = "job=%q, comparison=%q, measure=%q, arm=%q, surface=%q"
+
+
+@pytest.mark.parametrize(
+    ("what", "query"),
+    [
+        ("every instance's rows, not the top three", f"evald_drop_contributor{{{_MATCHERS}}}"),
+        (
+            "another measure's contributors",
+            "sort_desc(topk(3, max without (instance, pod, rank) (evald_drop_contributor{"
+            + _MATCHERS.replace("measure=", "measure!=")
+            + "})))",
+        ),
+    ],
+)
+def test_negative_control_an_annotation_not_naming_the_top_three_fails(
+    promtool: str, tmp_path: Path, what: str, query: str
+) -> None:
+    """The contributor scenario is not vacuous: promtool expands the annotation's query against
+    its series, and an annotation reading them otherwise is refused."""
+    committed = load_yaml(RULE_FILES[1])
+    for group in committed["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") in DROP_ALERTS:
+                template = rule["annotations"]["contributors"]
+                start, end = template.index('printf "') + 8, template.index('" $labels.job ')
+                rule["annotations"]["contributors"] = template[:start] + query + template[end:]
+    (rules_path := tmp_path / "alerts.rules.yml").write_text(dump(committed))
+    scenario = {
+        "rule_files": [rules_path.name],
+        "evaluation_interval": "1m",
+        "tests": [_contributor_scenario()],
+    }
+    (test_path := tmp_path / "contributors.test.yml").write_text(dump(scenario))
+    proc = _run([promtool, "test", "rules", str(test_path)])
+    assert proc.returncode != 0, what
+    assert "contributors=" in proc.stdout + proc.stderr
+
+
 # -- names ---------------------------------------------------------------------------------
 
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -1,0 +1,67 @@
+"""``evald_drop_contributor``: the top three explanations of each flagged drop as series, for
+the drop alerts' annotations and the dashboard's worst-queries table.
+
+Why series and not the ``/queries`` JSON: Alertmanager receivers and Grafana read Prometheus
+(an alert's annotation can query it; Grafana needs a plugin for JSON), and three series per
+comparison x arm x measure x comparison segment is a bound the series budget can count, so a
+query's text becomes a label only inside this top three (issue 27's rule for query labels).
+
+Derived at scrape time from what the engine serves (the attribution of ``GET /queries``: the
+folded comparisons and the window sums and query summaries, all restored exactly after a
+restart), so it holds no state of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from evald.drilldown.outputs import served_attribution
+
+if TYPE_CHECKING:
+    from evald.config import EngineConfig
+    from evald.engine import Engine
+
+__all__ = ["TOP", "contributor_rows", "contributors", "per_segment"]
+
+#: contributors exported per drop
+TOP = 3
+
+#: ``(comparison, measure, segment label values..., rank, dimension, value)`` and the share
+Contributor = tuple[tuple[str, ...], float]
+
+
+def contributors(engine: Engine) -> list[Contributor]:
+    """Read under the scrape lock: the top ``TOP`` explanations of each drop the served
+    attribution lists, ranked ``"1"`` (best) to ``"3"``, valued by their share of the drop
+    (explanatory power). One drop per comparison, arm, comparison segment and measure: the
+    first record listed for it."""
+    keys = list(engine.config.label_keys)
+    settings = engine.config.statistics
+    labels_of = {c.name: c.label for c in settings.comparisons}
+    out: list[Contributor] = []
+    seen: set[tuple[str, ...]] = set()
+    for record in served_attribution(engine):
+        values = dict(record["segment"])
+        values[labels_of[record["comparison"]]] = record["treatment"]
+        head = (record["comparison"], record["measure"], *(values.get(k, "") for k in keys))
+        if head in seen:
+            continue
+        seen.add(head)
+        for rank, explanation in enumerate(record["explanations"][:TOP], 1):
+            tail = (str(rank), explanation["dimension"], explanation["value"])
+            out.append(((*head, *tail), float(explanation["explanatory_power"])))
+    return out
+
+
+def contributor_rows(state: list[Contributor]) -> Iterable[Contributor]:
+    return state
+
+
+def per_segment(config: EngineConfig) -> int:
+    """At worst ``TOP`` per arm (treatment, or an arm against its own baseline) and measure of
+    each comparison, per comparison segment; none without query summaries."""
+    if not config.drilldown.capacity:
+        return 0
+    arms = sum(1 + len(c.treatments) for c in config.statistics.comparisons)
+    return TOP * arms * len(config.measures)
