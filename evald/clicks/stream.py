@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evald.clicks import listlog
+from evald.clicks.live_measures import DebiasedSums
 from evald.clicks.model import ClickModel
 from evald.clicks.models import build, new_model
 from evald.clicks.sessions import Sessions
@@ -172,7 +173,12 @@ def ips_add(
 class StreamClicks:
     """Per-partition click models and their merged curve (the engine's click component)."""
 
-    def __init__(self, config: ClickModelConfig, segment_index: SegmentIndex) -> None:
+    def __init__(
+        self,
+        config: ClickModelConfig,
+        segment_index: SegmentIndex,
+        measures: Sequence[str] = (),
+    ) -> None:
         assert config.model is not None
         self.settings = ClickSettings(
             model=config.model,
@@ -204,6 +210,8 @@ class StreamClicks:
         self._base_ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
         self._log: dict[int, list[bytes]] = {}
         self._logged: dict[int, int] = {}
+        #: the configured measures scored on the model's relevance (``live_measures``)
+        self.debiased = DebiasedSums(measures)
 
     def wrap(self, decoder: EventDecoder) -> ServedTee:
         self.tee = ServedTee(decoder, self.settings.depth)
@@ -275,6 +283,7 @@ class StreamClicks:
             stop = min(n, start + max(model.next_refit - model.seen, 1))  # lists are batched
             piece = numbered.take(slice(start, stop))
             ips_add(sums, model, piece, self.settings.ips_clip)
+            self.debiased.add(partition, model, piece)
             model.observe(piece)
             start = stop
 
@@ -346,11 +355,15 @@ class StreamClicks:
             base = self._base[partition] = (base64.b64encode(packed).decode(), len(packed))
             self._log[partition], self._logged[partition] = [], 0
             self._base_ips[partition] = {k: list(v) for k, v in self._ips_of(partition).items()}
+            self.debiased.mark(partition)
             logged = 0
         doc: dict[str, Any] = {"snapshot": base[0]}
         ips = self._base_ips.get(partition)
         if ips:
             doc["ips"] = [[list(labels), *sums] for labels, sums in sorted(ips.items())]
+        debiased = self.debiased.state(partition)
+        if debiased is not None:
+            doc["debiased"] = debiased
         if logged:
             doc["log"] = base64.b64encode(b"".join(self._log[partition])).decode()
         return doc
@@ -381,6 +394,7 @@ class StreamClicks:
             raise ValueError(f"the click model's IPS sums are unreadable: {exc}") from None
         self._ips[partition] = {k: list(v) for k, v in ips.items()}
         self._base_ips[partition] = ips
+        self.debiased.load(partition, state.get("debiased"))
         log = base64.b64decode(state.get("log", ""), validate=True)
         batches = list(listlog.decode(log, self.settings.depth))
         for labels, sessions in batches:
@@ -396,6 +410,7 @@ class StreamClicks:
         self._logged.pop(partition, None)
         self._ips.pop(partition, None)
         self._base_ips.pop(partition, None)
+        self.debiased.drop(partition)
 
     def _ips_of(self, partition: int) -> dict[tuple[str, ...], list[int]]:
         return self._ips.get(partition, {})
