@@ -36,11 +36,16 @@ UNIT = float(1 << 32)
 Sums = dict[tuple[str, ...], list[list[int]]]
 
 
-def debiased_scores(model: ClickModel, piece: Sessions, measures: Sequence[Any]) -> np.ndarray:
+def debiased_scores(
+    model: ClickModel, piece: Sessions, measures: Sequence[Any], slots: np.ndarray | None = None
+) -> np.ndarray:
     """float64 (lists, measures): each list scored on the model's relevance (the debiased
-    grade; the ideal is the served grades sorted, as for the raw measures)."""
+    grade; the ideal is the served grades sorted, as for the raw measures); ``slots``: the
+    piece's pairs looked up in the model, when the caller has them."""
     shown = piece.shown()
-    relevance = model.relevance(model.pairs.lookup(piece.pairs)) / model.relevant_at
+    if slots is None:
+        slots = model.pairs.lookup(piece.pairs)
+    relevance = model.relevance(slots) / model.relevant_at
     grades = np.where(shown, relevance, 0.0)
     batch = Batch(grades, piece.lengths.astype(np.int64), -np.sort(-grades, axis=1), shown)
     scored = evaluate(list(measures), batch)
@@ -61,28 +66,35 @@ class DebiasedSums:
         #: as of each partition's last model snapshot
         self._base: dict[int, Sums] = {}
 
-    def add(self, partition: int, model: ClickModel, piece: Sessions) -> None:
-        """Score ``piece``'s lists with ``model`` as it stands (before it observes them)."""
+    def add(
+        self, partition: int, model: ClickModel, piece: Sessions, slots: np.ndarray | None = None
+    ) -> None:
+        """Score ``piece``'s lists with ``model`` as it stands (before it observes them);
+        ``slots``: ``model.pairs.lookup(piece.pairs)``, when the caller has it."""
         if not self.names or not len(piece):
             return
         fitted = model.fitted_shown
         segments = piece.segments
-        ready = [s for s in np.unique(segments).tolist() if s < len(fitted) and fitted[s, 0] > 0]
-        if not ready:
+        counted = segments < len(fitted)
+        counted[counted] = fitted[segments[counted], 0] > 0
+        if not counted.any():
             return
-        keep = np.isin(segments, ready)
-        part = piece if keep.all() else piece.take(keep)
-        values = debiased_scores(model, part, self._measures)
+        part = piece if counted.all() else piece.take(counted)
+        if slots is not None and not counted.all():
+            slots = slots[counted]
+        values = debiased_scores(model, part, self._measures, slots)
         finite = np.isfinite(values)
         clean = np.where(finite, values, 0.0)
-        units = np.rint(clean * UNIT).astype(np.int64)
-        squares = np.rint(clean * clean * UNIT).astype(np.int64)
-        sums = self._sums.setdefault(partition, {})
         m = len(self.names)
-        for s in ready:
-            rows = part.segments == s
+        per = np.zeros((len(fitted), 3, m), np.int64)  # integers: exact in any order
+        cells = np.stack(
+            [np.rint(clean * UNIT), np.rint(clean * clean * UNIT), finite], axis=1
+        ).astype(np.int64)
+        np.add.at(per, part.segments, cells)
+        sums = self._sums.setdefault(partition, {})
+        for s in np.unique(part.segments).tolist():
             row = sums.setdefault(model.segments[s], [[0, 0, 0] for _ in range(m)])
-            total, square, count = (a[rows].sum(axis=0).tolist() for a in (units, squares, finite))
+            total, square, count = per[s].tolist()
             for j in range(m):
                 row[j][0] += total[j]
                 row[j][1] += square[j]

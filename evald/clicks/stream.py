@@ -154,20 +154,30 @@ def ips_add(
     w = min(1 / θ[r], clip) (docs/click-models.md, "IPS in evald run"). A list whose segment
     no refit has read yet is not counted (its curve is still the initial one)."""
     fitted = model.fitted_shown
-    for s in np.unique(piece.segments).tolist():
-        if s >= len(fitted) or fitted[s, 0] <= 0:
-            continue
-        part = piece.take(piece.segments == s)
-        theta = np.nan_to_num(model.curve()[s], nan=0.0)
-        with np.errstate(divide="ignore"):
-            w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), clip), clip)
-        shown = part.shown()
-        clicked = np.rint(w * IPS_UNIT * (part.clicks & shown)).astype(np.int64)
-        expected = np.rint(w * theta * IPS_UNIT * shown).astype(np.int64)
+    segments = piece.segments
+    if not len(segments):
+        return
+    ready = fitted[:, 0] > 0
+    counted = segments < len(fitted)
+    counted[counted] = ready[segments[counted]]
+    if not counted.any():
+        return
+    # w per (segment, rank) once; each list reads its segment's row (the same arithmetic,
+    # element by element, as one segment at a time: the sums do not change by a bit)
+    theta = np.nan_to_num(model.curve(), nan=0.0)
+    with np.errstate(divide="ignore"):
+        w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), clip), clip)
+    part = piece if counted.all() else piece.take(counted)
+    rows, shown = part.segments, part.shown()
+    clicked = np.rint(w[rows] * IPS_UNIT * (part.clicks & shown)).astype(np.int64)
+    expected = np.rint(w[rows] * theta[rows] * IPS_UNIT * shown).astype(np.int64)
+    per = np.zeros((len(fitted), 3), np.int64)
+    np.add.at(per, rows, np.stack([clicked.sum(1), expected.sum(1), shown.sum(1)], axis=1))
+    for s in np.unique(rows).tolist():
         row = sums.setdefault(model.segments[s], [0, 0, 0])
-        row[0] += int(clicked.sum())
-        row[1] += int(expected.sum())
-        row[2] += int(shown.sum())
+        row[0] += int(per[s, 0])
+        row[1] += int(per[s, 1])
+        row[2] += int(per[s, 2])
 
 
 class StreamClicks:
@@ -283,8 +293,9 @@ class StreamClicks:
             stop = min(n, start + max(model.next_refit - model.seen, 1))  # lists are batched
             piece = numbered.take(slice(start, stop))
             ips_add(sums, model, piece, self.settings.ips_clip)
-            self.debiased.add(partition, model, piece)
-            model.observe(piece)
+            slots = model.pairs.lookup(piece.pairs)  # one lookup for the scores and the fit
+            self.debiased.add(partition, model, piece, slots)
+            model.observe(piece, slots)
             start = stop
 
     def prune(self, before: int | None, pending: int) -> None:
