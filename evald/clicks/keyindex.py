@@ -81,18 +81,21 @@ class KeyIndex:
     def _place(self, keys: np.ndarray, values: np.ndarray) -> None:
         pos = self._home(keys)
         todo = np.arange(len(keys))
-        while len(todo) > TAIL:  # one probe step per round; a bucket goes to the first claimant
+        vals = self._vals
+        while len(todo) > TAIL:  # one probe step per round; a free bucket goes to one claimant
             p = pos[todo]
-            free = self._vals[p] < 0
-            where, first = np.unique(p[free], return_index=True)
-            won = todo[free][first]
+            free = vals[p] < 0
+            claims, where = todo[free], p[free]
+            vals[where] = -2 - claims  # each claimant marks its bucket; one mark stays
+            kept = vals[where] == -2 - claims
+            won, where = claims[kept], where[kept]
             self._keys[where] = keys[won]
-            self._vals[where] = values[won]
+            vals[where] = values[won]
             placed = np.zeros(len(keys), bool)
             placed[won] = True
             todo = todo[~placed[todo]]
             pos[todo] = (pos[todo] + 1) & self._mask
-        table, vals, mask = self._keys, self._vals, self._mask
+        table, mask = self._keys, self._mask
         for i, p in zip(todo.tolist(), pos[todo].tolist(), strict=True):  # the last few alone
             while vals[p] >= 0:
                 p = (p + 1) & mask
