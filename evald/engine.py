@@ -138,7 +138,7 @@ class Engine:
         #: the click model fitted on the stream (``click_model``; evald/clicks/stream.py)
         self.clicks: StreamClicks | None = None
         if config.click_model.model is not None:
-            self.clicks = StreamClicks(config.click_model, self.segments)
+            self.clicks = StreamClicks(config.click_model, self.segments, self.measure_names)
             self.decoder = self.clicks.wrap(self.decoder)
             self._decode = self.decoder.decode
 

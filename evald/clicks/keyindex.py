@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+#: keys left of a batch below which ``find`` and ``_place`` probe one key at a time
+TAIL = 24
 #: Knuth's multiplicative constant for 64 bits (odd), as uint64
 _SPREAD = np.uint64(0x9E3779B97F4A7C15)
 
@@ -41,7 +43,7 @@ class KeyIndex:
         out = np.full(len(keys), -1, np.int64)
         todo = np.arange(len(keys))
         pos = self._home(keys)
-        while len(todo):
+        while len(todo) > TAIL:
             p = pos[todo]
             vals = self._vals[p]
             occupied = vals >= 0
@@ -49,7 +51,25 @@ class KeyIndex:
             out[todo[hit]] = vals[hit]
             todo = todo[occupied & ~hit]
             pos[todo] = (pos[todo] + 1) & self._mask
+        if len(todo):
+            self._find_tail(keys, todo, pos, out)
         return out
+
+    def _find_tail(
+        self, keys: np.ndarray, todo: np.ndarray, pos: np.ndarray, out: np.ndarray
+    ) -> None:
+        """The last few keys of ``find``, probed one by one: a vectorised round costs the
+        same for 3 keys as for 300, and the longest probe sets how many rounds run."""
+        table, vals, mask = self._keys, self._vals, self._mask
+        for i, key, p in zip(todo.tolist(), keys[todo].tolist(), pos[todo].tolist(), strict=True):
+            while True:
+                value = int(vals[p])
+                if value < 0:
+                    break
+                if int(table[p]) == key:
+                    out[i] = value
+                    break
+                p = (p + 1) & mask
 
     def add(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Add distinct keys known to be absent, each with its value (>= 0)."""
@@ -61,17 +81,26 @@ class KeyIndex:
     def _place(self, keys: np.ndarray, values: np.ndarray) -> None:
         pos = self._home(keys)
         todo = np.arange(len(keys))
-        while len(todo):  # one probe step per round; a bucket goes to the first claimant
+        vals = self._vals
+        while len(todo) > TAIL:  # one probe step per round; a free bucket goes to one claimant
             p = pos[todo]
-            free = self._vals[p] < 0
-            where, first = np.unique(p[free], return_index=True)
-            won = todo[free][first]
+            free = vals[p] < 0
+            claims, where = todo[free], p[free]
+            vals[where] = -2 - claims  # each claimant marks its bucket; one mark stays
+            kept = vals[where] == -2 - claims
+            won, where = claims[kept], where[kept]
             self._keys[where] = keys[won]
-            self._vals[where] = values[won]
+            vals[where] = values[won]
             placed = np.zeros(len(keys), bool)
             placed[won] = True
             todo = todo[~placed[todo]]
             pos[todo] = (pos[todo] + 1) & self._mask
+        table, mask = self._keys, self._mask
+        for i, p in zip(todo.tolist(), pos[todo].tolist(), strict=True):  # the last few alone
+            while vals[p] >= 0:
+                p = (p + 1) & mask
+            table[p] = keys[i]
+            vals[p] = values[i]
 
     def _regrow(self, size: int) -> None:
         live = self._vals >= 0

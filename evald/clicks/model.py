@@ -90,8 +90,10 @@ class ClickModel(ABC):
 
     # ------------------------------------------------------------------ input
 
-    def observe(self, sessions: Sessions) -> None:
-        """Add ``sessions`` (in order; segments numbered by ``segment``), refitting when due."""
+    def observe(self, sessions: Sessions, slots: np.ndarray | None = None) -> None:
+        """Add ``sessions`` (in order; segments numbered by ``segment``), refitting when due.
+        ``slots``: ``pairs.lookup(sessions.pairs)`` when the caller has it already (it holds
+        until the first piece is added: pairs are inserted and evicted then)."""
         if sessions.depth != self.depth:
             raise ValueError(f"sessions have depth {sessions.depth}, the model {self.depth}")
         if len(sessions) and int(sessions.segments.max()) >= len(self.segments):
@@ -104,7 +106,8 @@ class ClickModel(ABC):
                 jump = start + 1 + self.horizon.first_jump(sessions.ts[start + 1 :])
             stop = min(n, jump, start + self.next_refit - self.seen)
             part = sessions.take(slice(start, stop))
-            self._add_piece(part, self.pairs.lookup(part.pairs))
+            known = slots[start:stop] if slots is not None and start == 0 else None
+            self._add_piece(part, self.pairs.lookup(part.pairs) if known is None else known)
             self.seen += stop - start
             if self.seen >= self.next_refit:
                 self.refit()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evald.clicks import listlog
+from evald.clicks.live_measures import DebiasedSums
 from evald.clicks.model import ClickModel
 from evald.clicks.models import build, new_model
 from evald.clicks.sessions import Sessions
@@ -153,26 +154,41 @@ def ips_add(
     w = min(1 / θ[r], clip) (docs/click-models.md, "IPS in evald run"). A list whose segment
     no refit has read yet is not counted (its curve is still the initial one)."""
     fitted = model.fitted_shown
-    for s in np.unique(piece.segments).tolist():
-        if s >= len(fitted) or fitted[s, 0] <= 0:
-            continue
-        part = piece.take(piece.segments == s)
-        theta = np.nan_to_num(model.curve()[s], nan=0.0)
-        with np.errstate(divide="ignore"):
-            w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), clip), clip)
-        shown = part.shown()
-        clicked = np.rint(w * IPS_UNIT * (part.clicks & shown)).astype(np.int64)
-        expected = np.rint(w * theta * IPS_UNIT * shown).astype(np.int64)
+    segments = piece.segments
+    if not len(segments):
+        return
+    ready = fitted[:, 0] > 0
+    counted = segments < len(fitted)
+    counted[counted] = ready[segments[counted]]
+    if not counted.any():
+        return
+    # w per (segment, rank) once; each list reads its segment's row (the same arithmetic,
+    # element by element, as one segment at a time: the sums do not change by a bit)
+    theta = np.nan_to_num(model.curve(), nan=0.0)
+    with np.errstate(divide="ignore"):
+        w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), clip), clip)
+    part = piece if counted.all() else piece.take(counted)
+    rows, shown = part.segments, part.shown()
+    clicked = np.rint(w[rows] * IPS_UNIT * (part.clicks & shown)).astype(np.int64)
+    expected = np.rint(w[rows] * theta[rows] * IPS_UNIT * shown).astype(np.int64)
+    per = np.zeros((len(fitted), 3), np.int64)
+    np.add.at(per, rows, np.stack([clicked.sum(1), expected.sum(1), shown.sum(1)], axis=1))
+    for s in np.unique(rows).tolist():
         row = sums.setdefault(model.segments[s], [0, 0, 0])
-        row[0] += int(clicked.sum())
-        row[1] += int(expected.sum())
-        row[2] += int(shown.sum())
+        row[0] += int(per[s, 0])
+        row[1] += int(per[s, 1])
+        row[2] += int(per[s, 2])
 
 
 class StreamClicks:
     """Per-partition click models and their merged curve (the engine's click component)."""
 
-    def __init__(self, config: ClickModelConfig, segment_index: SegmentIndex) -> None:
+    def __init__(
+        self,
+        config: ClickModelConfig,
+        segment_index: SegmentIndex,
+        measures: Sequence[str] = (),
+    ) -> None:
         assert config.model is not None
         self.settings = ClickSettings(
             model=config.model,
@@ -204,6 +220,8 @@ class StreamClicks:
         self._base_ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
         self._log: dict[int, list[bytes]] = {}
         self._logged: dict[int, int] = {}
+        #: the configured measures scored on the model's relevance (``live_measures``)
+        self.debiased = DebiasedSums(measures)
 
     def wrap(self, decoder: EventDecoder) -> ServedTee:
         self.tee = ServedTee(decoder, self.settings.depth)
@@ -275,7 +293,9 @@ class StreamClicks:
             stop = min(n, start + max(model.next_refit - model.seen, 1))  # lists are batched
             piece = numbered.take(slice(start, stop))
             ips_add(sums, model, piece, self.settings.ips_clip)
-            model.observe(piece)
+            slots = model.pairs.lookup(piece.pairs)  # one lookup for the scores and the fit
+            self.debiased.add(partition, model, piece, slots)
+            model.observe(piece, slots)
             start = stop
 
     def prune(self, before: int | None, pending: int) -> None:
@@ -346,11 +366,15 @@ class StreamClicks:
             base = self._base[partition] = (base64.b64encode(packed).decode(), len(packed))
             self._log[partition], self._logged[partition] = [], 0
             self._base_ips[partition] = {k: list(v) for k, v in self._ips_of(partition).items()}
+            self.debiased.mark(partition)
             logged = 0
         doc: dict[str, Any] = {"snapshot": base[0]}
         ips = self._base_ips.get(partition)
         if ips:
             doc["ips"] = [[list(labels), *sums] for labels, sums in sorted(ips.items())]
+        debiased = self.debiased.state(partition)
+        if debiased is not None:
+            doc["debiased"] = debiased
         if logged:
             doc["log"] = base64.b64encode(b"".join(self._log[partition])).decode()
         return doc
@@ -381,6 +405,7 @@ class StreamClicks:
             raise ValueError(f"the click model's IPS sums are unreadable: {exc}") from None
         self._ips[partition] = {k: list(v) for k, v in ips.items()}
         self._base_ips[partition] = ips
+        self.debiased.load(partition, state.get("debiased"))
         log = base64.b64decode(state.get("log", ""), validate=True)
         batches = list(listlog.decode(log, self.settings.depth))
         for labels, sessions in batches:
@@ -396,6 +421,7 @@ class StreamClicks:
         self._logged.pop(partition, None)
         self._ips.pop(partition, None)
         self._base_ips.pop(partition, None)
+        self.debiased.drop(partition)
 
     def _ips_of(self, partition: int) -> dict[tuple[str, ...], list[int]]:
         return self._ips.get(partition, {})

@@ -806,7 +806,73 @@ IPS_SERIES: tuple[Series, ...] = (
     ),
 )
 
-SERIES = SERIES + CLICK_SERIES + IPS_SERIES
+
+def _debiased(engine: Engine) -> list[tuple[tuple[str, ...], str, float, float, int]]:
+    """The debiased measure sums per segment and measure (copies)."""
+    clicks = engine.clicks
+    return [] if clicks is None else clicks.debiased.rows()
+
+
+def _relevance(engine: Engine) -> str:
+    clicks = engine.clicks
+    return "" if clicks is None else clicks.settings.model
+
+
+def _debiased_state(
+    engine: Engine,
+) -> tuple[str, list[tuple[tuple[str, ...], str, float, float, int]]]:
+    return _relevance(engine), _debiased(engine)
+
+
+def _debiased_rows(
+    state: tuple[str, list[tuple[tuple[str, ...], str, float, float, int]]],
+) -> Iterable[Row]:
+    relevance, rows = state
+    for labels, measure, total, _squares, n in rows:
+        yield (measure, *labels, relevance), ([n], total)
+
+
+def _debiased_squares(
+    state: tuple[str, list[tuple[tuple[str, ...], str, float, float, int]]],
+) -> Iterable[Row]:
+    relevance, rows = state
+    for labels, measure, _total, squares, _n in rows:
+        yield (measure, *labels, relevance), squares
+
+
+def _debiased_per_segment(config: EngineConfig) -> int:
+    return len(config.measures) if config.click_model.model is not None else 0
+
+
+#: the configured measures scored on the click model's relevance: families of their own, so
+#: that the raw evald_measure keeps its label set (docs/click-models.md)
+DEBIASED_SERIES: tuple[Series, ...] = (
+    Series(
+        "evald_click_measure",
+        "histogram",
+        "Value of each finalized impression's measure scored on the click model's relevance "
+        "(relevance label: the model) instead of the user's actions, per measure and segment; "
+        "mean over time: rate(_sum) / rate(_count) (engine.click_model; docs/click-models.md).",
+        ("measure", SEGMENT, "relevance"),
+        _debiased_state,
+        _debiased_rows,
+        # per measure: the +Inf _bucket, _sum, _count
+        per_segment=lambda c: 3 * _debiased_per_segment(c),
+        bounds=lambda state: (),
+    ),
+    Series(
+        "evald_click_measure_sum_squares",
+        "counter",
+        "Sum of squared evald_click_measure values, per measure and segment: with its _sum and "
+        "_count the variance over any range, across instances.",
+        ("measure", SEGMENT, "relevance"),
+        _debiased_state,
+        _debiased_squares,
+        per_segment=_debiased_per_segment,
+    ),
+)
+
+SERIES = SERIES + CLICK_SERIES + IPS_SERIES + DEBIASED_SERIES
 
 
 def _drop_contributors() -> tuple[Series, ...]:

@@ -94,4 +94,6 @@ def test_the_click_model_after_kills_is_the_uninterrupted_one(
     assert ref_clicks.shown.sum() > 0
     assert clicks.ips_rows() == ref_clicks.ips_rows()  # the IPS sums, to the last bit
     assert all(row[1] > 0 for row in ref_clicks.ips_rows())
+    assert clicks.debiased.rows() == ref_clicks.debiased.rows()  # the debiased sums, too
+    assert ref_clicks.debiased.rows() and all(row[4] > 0 for row in ref_clicks.debiased.rows())
     assert np.nanmin(ref_clicks.curve) > 0 and np.nanmax(ref_clicks.curve) <= 1

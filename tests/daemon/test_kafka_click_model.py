@@ -32,14 +32,14 @@ CLICKS = {"model": "pbm", "refit_every": 100}
 EXTRA = ("--set", f"engine.click_model={json.dumps(CLICKS)}")
 
 
-def exported(instance: Instance) -> dict[tuple[tuple[str, str], ...], float]:
+def exported(instance: Instance, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     status, text = instance.get("/metrics")
     assert status == 200
     return {
         tuple(sorted(sample.labels.items())): sample.value
         for family in parse_text(text)
         for sample in family.samples
-        if sample.name == "evald_click_examination"
+        if sample.name == name
     }
 
 
@@ -67,7 +67,8 @@ def test_kill_9_at_a_commit_leaves_the_examination_curve_of_an_uninterrupted_run
     last = instances("a", extra=EXTRA)
     wait_until(lambda: last.lag_zero(2), 120, "the last life to catch up")
     time.sleep(1.0)
-    got = exported(last)
+    got = exported(last, "evald_click_examination")
+    debiased = {part: exported(last, f"evald_click_measure_{part}") for part in ("sum", "count")}
     for p in PARTITIONS:
         assert committed_checkpoint(kafka_tools, unique, p).state.click_model is not None, p
     assert last.terminate() == 0
@@ -85,3 +86,13 @@ def test_kill_9_at_a_commit_leaves_the_examination_curve_of_an_uninterrupted_run
         if n > 0
     }
     assert want and got == want
+    for part, column in (("sum", 2), ("count", 4)):  # the debiased measures, to the last digit
+        labelled = {
+            tuple(sorted({**dict(zip(keys, row[0], strict=True)), "measure": row[1]}.items())): row
+            for row in clicks.debiased.rows()
+        }
+        want_debiased = {
+            tuple(sorted((*key, ("relevance", "pbm")))): float(row[column])
+            for key, row in labelled.items()
+        }
+        assert want_debiased and debiased[part] == want_debiased, part
