@@ -262,27 +262,23 @@ def _swap(query: str) -> str:
     return re.sub("'control'|'baseline'", lambda m: kinds[m.group()], query)
 
 
+_EVERY_ROW = "every instance's rows, not the top three"
+_MEASURE = "another measure's contributors"
+_BOTH = "both kinds of drop, against not matched"
+_OTHER = "the other kind of drop"
+_CONTROL = "the control arm: both kinds of drop, against not matched"
+
+
 @pytest.mark.parametrize(
     ("what", "scenario", "rewrite"),
     [
-        (
-            "every instance's rows, not the top three",
-            TWO_DROPS,
-            lambda q: f"evald_drop_contributor{{{_MATCHERS}}}",
-        ),
-        (
-            "another measure's contributors",
-            TWO_DROPS,
-            lambda q: q.replace("measure=%q", "measure!=%q"),
-        ),
-        ("both kinds of drop, against not matched", TWO_DROPS, lambda q: f"{_TOP}{_MATCHERS}}})))"),
-        ("the other kind of drop", TWO_DROPS, _swap),
-        (
-            "the control arm: both kinds of drop, against not matched",
-            CONTROL_ARM,
-            lambda q: f"{_TOP}{_MATCHERS}}})))",
-        ),
+        (_EVERY_ROW, TWO_DROPS, lambda q: f"evald_drop_contributor{{{_MATCHERS}}}"),
+        (_MEASURE, TWO_DROPS, lambda q: q.replace("measure=%q", "measure!=%q")),
+        (_BOTH, TWO_DROPS, lambda q: f"{_TOP}{_MATCHERS}}})))"),
+        (_OTHER, TWO_DROPS, _swap),
+        (_CONTROL, CONTROL_ARM, lambda q: f"{_TOP}{_MATCHERS}}})))"),
     ],
+    ids=(_EVERY_ROW, _MEASURE, _BOTH, _OTHER, _CONTROL),
 )
 def test_negative_control_an_annotation_not_naming_the_top_three_fails(
     promtool: str, tmp_path: Path, what: str, scenario: str, rewrite: Callable[[str], str]
