@@ -532,7 +532,8 @@ def _contributor_panels(spec: Spec, q: _Queries) -> list[Panel]:
     reads JSON only through a plugin, and the series need nothing but the Prometheus data
     source (docs/drilldown.md). Instances aggregated away as the alerts do."""
     a = spec.arm_label
-    keys = ("comparison", "measure", a, *spec.comparison_labels, "rank", "dimension", "value")
+    keys = ("comparison", "measure", "against", a, *spec.comparison_labels)
+    keys += ("rank", "dimension", "value")
     filters = ['job=~"$job"'] + [f'{k}=~"${k}"' for k in (a, *spec.comparison_labels)]
     series = f"evald_drop_contributor{{{', '.join(filters)}}}"
     # max by every label but the instance's: the instances aggregated away, as the alerts do
@@ -547,11 +548,13 @@ def _contributor_panels(spec: Spec, q: _Queries) -> list[Panel]:
         {
             "type": "table",
             "title": "Drop contributors: share of each flagged drop (top three per drop)",
-            "description": "Per drop a comparison flags (band below 0 or the minimum effect, "
-            "or its CUSUM against control crossed): the three queries or label values that "
-            "carry most of it, best first (rank), with their share of the drop (Adtributor's "
-            "explanatory power, docs/drilldown.md, Drop attribution). Empty while nothing is "
-            "flagged. GET /queries on the metrics port has the full list.",
+            "description": "Per drop a comparison flags: against control (band below 0 or "
+            "the minimum effect, or the CUSUM against control crossed) or against the arm's "
+            "own baseline (its baseline CUSUM crossed; the control arm too), the against "
+            "column. The three queries or label values that carry most of it, best first "
+            "(rank), with their share of the drop (Adtributor's explanatory power, "
+            "docs/drilldown.md, Drop attribution). Empty while nothing is flagged. GET /queries "
+            "on the metrics port has the full list.",
             "datasource": DS,
             "targets": [target],
             "fieldConfig": {"defaults": {"unit": "percentunit", "decimals": 1}, "overrides": []},

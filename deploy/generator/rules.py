@@ -266,15 +266,18 @@ NO_CONTRIBUTORS = (
 )
 
 
-def contributors_annotation(spec: Spec) -> str:
+def contributors_annotation(spec: Spec, against: str) -> str:
     """The top contributors of the alert's drop, read from ``evald_drop_contributor`` when the
     annotation is expanded: ``dimension=value (share of the drop)``, largest share first.
 
-    Instances aggregated away as for the alert itself: each instance attributes over the
-    partitions it owns, and a value is shown with the largest share any instance gives it.
+    ``against`` is the drop the alert fires on (``control`` or ``baseline``): a treatment can
+    be flagged both ways, each drop with its own explanations. Instances aggregated away as for
+    the alert itself: each instance attributes over the partitions it owns, and a value is
+    shown with the largest share any instance gives it.
     """
     keys = (JOB, "comparison", "measure", spec.arm_label, *spec.comparison_labels)
-    matchers = ", ".join(f"{k}=%q" for k in keys)
+    # a PromQL single-quoted string: the query sits in the template's double-quoted one
+    matchers = ", ".join([*(f"{k}=%q" for k in keys), f"against='{against}'"])
     # rank is aggregated away too: two instances may rank the same value differently
     inner = f"max without ({_by(*INSTANCE_LABELS, 'rank')}) (evald_drop_contributor{{{matchers}}})"
     query = f"sort_desc(topk({CONTRIBUTORS}, {inner}))"
@@ -318,12 +321,12 @@ def _treatment_below_control(spec: Spec) -> Rule:
             "configured minimum effect. Family-wise error rate "
             f"{th.family_alpha * 100:g}% over every treatment, alerting measure and segment of the "
             "comparison, however often it is checked (docs/statistics.md).",
-            "contributors": contributors_annotation(spec),
+            "contributors": contributors_annotation(spec, "control"),
         },
     }
 
 
-def _cusum_drop(spec: Spec, name: str, series: str, what: str) -> Rule:
+def _cusum_drop(spec: Spec, name: str, series: str, what: str, against: str) -> Rule:
     th = spec.thresholds
     return {
         "alert": name,
@@ -339,7 +342,7 @@ def _cusum_drop(spec: Spec, name: str, series: str, what: str) -> Rule:
             "{{ $labels.comparison }}) is above its threshold h: a sustained drop of about one "
             "standard error of a window mean or more. One false alarm per ~930 windows on "
             "average without a change, whatever the traffic (docs/statistics.md §4).",
-            "contributors": contributors_annotation(spec),
+            "contributors": contributors_annotation(spec, against),
         },
     }
 
@@ -511,12 +514,14 @@ def alert_groups(spec: Spec) -> list[Group]:
             "EvaldTreatmentDropDetected",
             "evald_cusum_vs_control",
             f"the {{{{ $labels.{spec.arm_label} }}}} arm against {spec.control}",
+            "control",
         ),
         _cusum_drop(
             spec,
             "EvaldArmDropDetected",
             "evald_cusum_vs_baseline",
             f"the {{{{ $labels.{spec.arm_label} }}}} arm against its own trailing baseline",
+            "baseline",
         ),
         _sample_ratio(spec),
         _interleaving_win(spec, "EvaldInterleavingSecondTeamWins", "upper", "team_b", "team_a"),

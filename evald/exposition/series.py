@@ -884,10 +884,11 @@ def _drop_contributors() -> tuple[Series, ...]:
             "evald_drop_contributor",
             "gauge",
             "The top three contributors (rank 1 to 3, best first) of each drop a comparison "
-            "flags, from the drop attribution of GET /queries: dimension is query or a label "
-            "key, value the query text or label value, the value its share of the drop "
-            "(explanatory power); absent while no drop is flagged.",
-            ("comparison", "measure", SEGMENT, "rank", "dimension", "value"),
+            "flags, from the drop attribution of GET /queries: against is control (a treatment "
+            "against the control) or baseline (an arm against its own trailing baseline), "
+            "dimension is query or a label key, value the query text or label value, the value "
+            "its share of the drop (explanatory power); absent while no drop is flagged.",
+            ("comparison", "measure", "against", SEGMENT, "rank", "dimension", "value"),
             top.contributors,
             top.contributor_rows,
             per_segment=top.per_segment,

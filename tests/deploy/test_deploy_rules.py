@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -206,61 +207,96 @@ def test_negative_control_a_per_instance_alert_fires_once_per_instance(
 
 #: the drop alerts, whose ``contributors`` annotation names the drop's top three
 DROP_ALERTS = ("EvaldTreatmentBelowControl", "EvaldTreatmentDropDetected", "EvaldArmDropDetected")
+#: the contributor scenarios, by the start of their name
+TWO_DROPS, CONTROL_ARM = "fault: a drop attributed by two", "fault: the control arm drops"
 
 
-def _contributor_scenario() -> dict:
-    (case,) = [
-        c for c in load_yaml(TEST_FILES[0])["tests"] if "a drop attributed by two" in c["name"]
-    ]
+def _contributor_scenario(name: str = TWO_DROPS) -> dict:
+    (case,) = [c for c in load_yaml(TEST_FILES[0])["tests"] if c["name"].startswith(name)]
     return case
 
 
-def test_the_contributor_scenario_expects_the_three_largest_in_order() -> None:
-    case = _contributor_scenario()
-    assert {c["alertname"] for c in case["alert_rule_test"]} == set(DROP_ALERTS)
+def _named(case: dict) -> dict[tuple[str, str], str]:
+    """(alert, arm) -> the contributors annotation the scenario expects."""
+    out = {}
     for check in case["alert_rule_test"]:
         (alert,) = check["exp_alerts"]
-        assert alert["exp_annotations"]["contributors"] == (
-            "query=running shoes (50% of the drop); query=rain jacket (25% of the drop); "
-            "query=tent (20% of the drop)"
-        )
+        key = (check["alertname"], alert["exp_labels"]["arm"])
+        out[key] = alert["exp_annotations"]["contributors"]
+    return out
 
 
-#: the rules' matchers, in the order of the annotation's printf arguments
+def test_the_contributor_scenarios_expect_the_three_largest_of_each_drop_in_order() -> None:
+    against_control = (
+        "query=running shoes (50% of the drop); query=rain jacket (25% of the drop); "
+        "query=tent (20% of the drop)"
+    )
+    assert _named(_contributor_scenario()) == {
+        ("EvaldTreatmentBelowControl", "treatment"): against_control,
+        ("EvaldTreatmentDropDetected", "treatment"): against_control,
+        ("EvaldArmDropDetected", "treatment"): "query=hiking boots (55% of the drop); "
+        "query=running shoes (15% of the drop); query=stove (12% of the drop)",
+    }
+    assert _named(_contributor_scenario(CONTROL_ARM)) == {
+        ("EvaldArmDropDetected", "control"): "query=umbrella (40% of the drop); "
+        "surface=app (30% of the drop); query=boots (20% of the drop)",
+    }
+
+
+def test_each_drop_alert_reads_the_contributors_of_the_drop_it_fires_on() -> None:
+    against = {"EvaldArmDropDetected": "baseline"}
+    for rule in load_yaml(RULE_FILES[1])["groups"][0]["rules"]:
+        if rule.get("alert") in DROP_ALERTS:
+            kind = against.get(rule["alert"], "control")
+            assert f"against='{kind}'" in rule["annotations"]["contributors"], rule["alert"]
+
+
+#: the rules' matchers, in the order of the annotation's printf arguments, without ``against``
 _MATCHERS = "job=%q, comparison=%q, measure=%q, arm=%q, surface=%q"
+_TOP = "sort_desc(topk(3, max without (instance, pod, rank) (evald_drop_contributor{"
+
+
+def _swap(query: str) -> str:
+    """The query of the other kind of drop."""
+    kinds = {"'control'": "'baseline'", "'baseline'": "'control'"}
+    return re.sub("'control'|'baseline'", lambda m: kinds[m.group()], query)
+
+
+_EVERY_ROW = "every instance's rows, not the top three"
+_MEASURE = "another measure's contributors"
+_BOTH = "both kinds of drop, against not matched"
+_OTHER = "the other kind of drop"
+_CONTROL = "the control arm: both kinds of drop, against not matched"
 
 
 @pytest.mark.parametrize(
-    ("what", "query"),
+    ("what", "scenario", "rewrite"),
     [
-        ("every instance's rows, not the top three", f"evald_drop_contributor{{{_MATCHERS}}}"),
-        (
-            "another measure's contributors",
-            "sort_desc(topk(3, max without (instance, pod, rank) (evald_drop_contributor{"
-            + _MATCHERS.replace("measure=", "measure!=")
-            + "})))",
-        ),
+        (_EVERY_ROW, TWO_DROPS, lambda q: f"evald_drop_contributor{{{_MATCHERS}}}"),
+        (_MEASURE, TWO_DROPS, lambda q: q.replace("measure=%q", "measure!=%q")),
+        (_BOTH, TWO_DROPS, lambda q: f"{_TOP}{_MATCHERS}}})))"),
+        (_OTHER, TWO_DROPS, _swap),
+        (_CONTROL, CONTROL_ARM, lambda q: f"{_TOP}{_MATCHERS}}})))"),
     ],
+    ids=(_EVERY_ROW, _MEASURE, _BOTH, _OTHER, _CONTROL),
 )
 def test_negative_control_an_annotation_not_naming_the_top_three_fails(
-    promtool: str, tmp_path: Path, what: str, query: str
+    promtool: str, tmp_path: Path, what: str, scenario: str, rewrite: Callable[[str], str]
 ) -> None:
-    """The contributor scenario is not vacuous: promtool expands the annotation's query against
-    its series, and an annotation reading them otherwise is refused."""
+    """The contributor scenarios are not vacuous: promtool expands the annotation's query
+    against their series, and an annotation reading them otherwise is refused."""
     committed = load_yaml(RULE_FILES[1])
     for group in committed["groups"]:
         for rule in group["rules"]:
             if rule.get("alert") in DROP_ALERTS:
                 template = rule["annotations"]["contributors"]
                 start, end = template.index('printf "') + 8, template.index('" $labels.job ')
+                query = rewrite(template[start:end])
                 rule["annotations"]["contributors"] = template[:start] + query + template[end:]
     (rules_path := tmp_path / "alerts.rules.yml").write_text(dump(committed))
-    scenario = {
-        "rule_files": [rules_path.name],
-        "evaluation_interval": "1m",
-        "tests": [_contributor_scenario()],
-    }
-    (test_path := tmp_path / "contributors.test.yml").write_text(dump(scenario))
+    case = _contributor_scenario(scenario)
+    scenario_file = {"rule_files": [rules_path.name], "evaluation_interval": "1m", "tests": [case]}
+    (test_path := tmp_path / "contributors.test.yml").write_text(dump(scenario_file))
     proc = _run([promtool, "test", "rules", str(test_path)])
     assert proc.returncode != 0, what
     assert "contributors=" in proc.stdout + proc.stderr

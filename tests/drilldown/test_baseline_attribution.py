@@ -46,11 +46,11 @@ CONFIG = {
 }
 
 
-def events(seed: int, *, spread: bool, n: int = 13_500) -> list[str]:
+def events(seed: int, *, spread: bool, n: int = 13_500, dropping: str = "treatment") -> list[str]:
     """``n`` lists over 90 minutes, arms alternating, one surface, queries Zipf-like among 100.
-    A click at rank 1 (RR 1) with probability 0.6; from ``ONSET`` on, the treatment's lists of
-    the degraded queries get it at rank 4 (RR 0.25). ``spread``: from ``ONSET`` on, every
-    treatment list is degraded with the probability that gives the same drop instead."""
+    A click at rank 1 (RR 1) with probability 0.6; from ``ONSET`` on, the ``dropping`` arm's
+    lists of the degraded queries get it at rank 4 (RR 0.25). ``spread``: from ``ONSET`` on,
+    every list of that arm is degraded with the probability that gives the same drop instead."""
     rng = np.random.default_rng(seed)
     weights = 1.0 / np.arange(1, 101)
     weights /= weights.sum()
@@ -63,7 +63,7 @@ def events(seed: int, *, spread: bool, n: int = 13_500) -> list[str]:
         body = {"request_id": rid, "ts": ts, "items": list("abcde"), "query": f"Query {q}"}
         lines.append(json.dumps({**body, "labels": {"arm": arm, "surface": "web"}}))
         if rng.random() < 0.6:
-            late = arm == "treatment" and ts >= ONSET
+            late = arm == dropping and ts >= ONSET
             degraded = late and (rng.random() < share if spread else q in (1, 2, 3, 4))
             item = "d" if degraded else "a"
             click = {"request_id": rid, "ts": ts + 1_000, "item": item, "action": "click"}
