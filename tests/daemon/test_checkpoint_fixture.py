@@ -4,8 +4,9 @@ and fields are a contract with every checkpoint topic already written. The run i
 again with today's code, writes the bytes ``data/checkpoints-run.jsonl`` holds: the commit
 cycle gathers the same state. That second file differs from the first only in the size and
 CRC-32 of the snapshots four of its checkpoints name (the drill-down's query summaries joined
-the snapshot, then on 2026-11-28 its label summaries' part, empty in this run) and in the partition's counters each now carries (``counters``, added on
-2026-11-28); rewrite it only for a change that means to change what a run writes."""
+the snapshot, then on 2026-11-28 its label summaries' part, empty in this run) and in the
+partition's counters each now carries (``counters``, added on 2026-11-28); rewrite it only for
+a change that means to change what a run writes."""
 
 from __future__ import annotations
 
