@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from ab_comparison import ab_statistics
 from kafka_harness import Broker, KafkaTools, wait_until
 from kafka_instances import Instance, names
 from label_stream import events
@@ -19,19 +20,7 @@ from evald.config import EngineConfig
 pytestmark = [pytest.mark.kafka, pytest.mark.chaos]
 
 BASE = 1_700_002_800_000  # a whole hour, in the past
-STATISTICS = {
-    "window": "5m",
-    "bootstrap_replicates": 0,
-    "comparisons": [
-        {
-            "name": "ab",
-            "label": "arm",
-            "control": "control",
-            "treatments": ["treatment"],
-            "start": BASE,
-        }
-    ],
-}
+STATISTICS = ab_statistics(BASE)
 EXTRA = (
     "--set",
     f"engine.statistics={json.dumps(STATISTICS)}",

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from ab_comparison import ab_config
 
 from evald.cli import main
 from evald.events import parse_timestamp
@@ -20,30 +21,7 @@ MIN = 60_000
 ONSET = 60 * MIN
 #: the degraded queries: the 2nd to 5th most frequent
 DEGRADED = {f"query {i}" for i in (1, 2, 3, 4)}
-CONFIG = {
-    "min_event_time": 0,
-    "max_event_lead": None,
-    "window": "2m",
-    "lateness": "1m",
-    "measures": "RR",
-    "label_keys": ["arm", "surface"],
-    "windows": ["5m"],
-    "retention": "6h",
-    "statistics": {
-        "window": "5m",
-        "bootstrap_replicates": 0,
-        "baseline_windows": 6,
-        "comparisons": [
-            {
-                "name": "ab",
-                "label": "arm",
-                "control": "control",
-                "treatments": ["treatment"],
-                "start": 0,
-            }
-        ],
-    },
-}
+CONFIG = ab_config(["5m"], baseline_windows=6)
 
 
 def events(seed: int, *, spread: bool, n: int = 13_500, dropping: str = "treatment") -> list[str]:

@@ -11,33 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
+from ab_comparison import ab_config
 from label_stream import events
 
 from evald.cli import main
 
-CONFIG = {
-    "min_event_time": 0,
-    "max_event_lead": None,
-    "window": "2m",
-    "lateness": "1m",
-    "measures": "RR",
-    "label_keys": ["arm", "surface"],
-    "windows": ["5m", "1h"],
-    "retention": "6h",
-    "statistics": {
-        "window": "5m",
-        "bootstrap_replicates": 0,
-        "comparisons": [
-            {
-                "name": "ab",
-                "label": "arm",
-                "control": "control",
-                "treatments": ["treatment"],
-                "start": 0,
-            }
-        ],
-    },
-}
+CONFIG = ab_config()
 
 
 def replay(tmp: Path, lines: list[str], config: dict[str, Any] = CONFIG) -> dict[str, Any]:

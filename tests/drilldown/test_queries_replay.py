@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from ab_comparison import ab_config
 
 from evald.cli import main
 from evald.events import parse_timestamp
@@ -21,29 +22,7 @@ MIN = 60_000
 QUERIES = [f"Query {i}" for i in range(100)]
 #: the degraded queries (normalised): the 2nd to 5th most frequent
 DEGRADED = {f"query {i}" for i in (1, 2, 3, 4)}
-CONFIG = {
-    "min_event_time": 0,
-    "max_event_lead": None,
-    "window": "2m",
-    "lateness": "1m",
-    "measures": "RR",
-    "label_keys": ["arm", "surface"],
-    "windows": ["5m", "1h"],
-    "retention": "6h",
-    "statistics": {
-        "window": "5m",
-        "bootstrap_replicates": 0,
-        "comparisons": [
-            {
-                "name": "ab",
-                "label": "arm",
-                "control": "control",
-                "treatments": ["treatment"],
-                "start": 0,
-            }
-        ],
-    },
-}
+CONFIG = ab_config()
 
 
 def events(seed: int, *, spread: bool, n: int = 12_000) -> list[str]:
