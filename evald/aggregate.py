@@ -374,22 +374,16 @@ class Aggregates:
             "segments": [list(self.segments.segments[row]) for row in rows],
             "tables": sorted(tables),
         }
+        index = {r: i for i, r in enumerate(rows)}
         if self.queries is not None:  # beside the tables: an evald without them ignores it
-            query_meta, query_arrays = self.queries.encode(
-                partition, {r: i for i, r in enumerate(rows)}
-            )
-            meta["queries"] = query_meta
-            arrays.update({f"queries.{name}": arr for name, arr in query_arrays.items()})
+            meta["queries"], part = self.queries.encode(partition, index)
+            arrays.update(_nested("queries", part))
         if self.labels is not None:  # the same way
-            label_meta, label_arrays = self.labels.encode(
-                partition, {r: i for i, r in enumerate(rows)}
-            )
-            meta["labels"] = label_meta
-            arrays.update({f"labels.{name}": arr for name, arr in label_arrays.items()})
+            meta["labels"], part = self.labels.encode(partition, index)
+            arrays.update(_nested("labels", part))
         if self.zero is not None:  # beside the tables too
-            zero_meta, zero_arrays = self.zero.encode(partition, {r: i for i, r in enumerate(rows)})
-            meta["zero_feedback"] = zero_meta
-            arrays.update({f"zero.{name}": arr for name, arr in zero_arrays.items()})
+            meta["zero_feedback"], part = self.zero.encode(partition, index)
+            arrays.update(_nested("zero", part))
         return snapshot_codec.encode(meta, arrays)
 
     def load(self, partition: int, raw: bytes) -> None:
@@ -419,19 +413,15 @@ class Aggregates:
                 np.add.at(arr, local, per_bucket)  # distinct rows: a copy, bit for bit
         summaries = None
         if self.queries is not None and "queries" in meta:
-            parts = {
-                k.removeprefix("queries."): v for k, v in arrays.items() if k.startswith("queries.")
-            }
-            summaries = self.queries.decode(partition, meta["queries"], parts, local)
+            summaries = self.queries.decode(
+                partition, meta["queries"], _part("queries", arrays), local
+            )
         pairs = None
         if self.labels is not None and "labels" in meta:
-            parts = {
-                k.removeprefix("labels."): v for k, v in arrays.items() if k.startswith("labels.")
-            }
-            pairs = self.labels.decode(partition, meta["labels"], parts, local)
+            pairs = self.labels.decode(partition, meta["labels"], _part("labels", arrays), local)
         zero: dict[int, np.ndarray] = {}
         if self.zero is not None and "zero_feedback" in meta:
-            parts = {k.removeprefix("zero."): v for k, v in arrays.items() if k.startswith("zero.")}
+            parts = _part("zero", arrays)
             zero = self.zero.decode(meta["zero_feedback"], parts, local, len(self.segments))
         for name, table in self._tables().items():
             table[partition] = loaded[name]
@@ -539,3 +529,14 @@ class Aggregates:
                     half,
                     clustered,
                 )
+
+
+def _nested(prefix: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A part's arrays as the snapshot stores them, each name under ``prefix.``."""
+    return {f"{prefix}.{name}": arr for name, arr in arrays.items()}
+
+
+def _part(prefix: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The arrays a snapshot stored under ``prefix.`` (:func:`_nested`), by their own names."""
+    head = prefix + "."
+    return {k.removeprefix(head): v for k, v in arrays.items() if k.startswith(head)}
