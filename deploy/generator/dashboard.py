@@ -66,6 +66,11 @@ def _target(ref: str, expr: str, legend: str) -> dict[str, Any]:
     return {"refId": ref, "datasource": DS, "expr": expr, "legendFormat": legend, "range": True}
 
 
+def _table_target(expr: str, legend: str) -> dict[str, Any]:
+    """A table panel's one target: the query's value now, one row per series."""
+    return {**_target("A", expr, legend), "range": False, "instant": True, "format": "table"}
+
+
 def _timeseries(
     title: str,
     targets: list[dict[str, Any]],
@@ -502,12 +507,7 @@ def _zero_feedback_panels(spec: Spec, q: _Queries) -> list[Panel]:
     weight = q.sel("evald_zero_feedback_lists", window)
     mean = q.sel("evald_zero_feedback_mean", window)
     expr = f"sum by ({a}, quantity) ({mean} * {weight})\n/ sum by ({a}, quantity) ({weight})"
-    target = {
-        **_target("A", expr, f"{{{{{a}}}}} {{{{quantity}}}}"),
-        "range": False,
-        "instant": True,
-        "format": "table",
-    }
+    target = _table_target(expr, f"{{{{{a}}}}} {{{{quantity}}}}")
     return [
         {
             "type": "table",
@@ -538,12 +538,7 @@ def _contributor_panels(spec: Spec, q: _Queries) -> list[Panel]:
     series = f"evald_drop_contributor{{{', '.join(filters)}}}"
     # max by every label but the instance's: the instances aggregated away, as the alerts do
     expr = f"sort_desc(max by ({', '.join((JOB, *keys))}) ({series}))"
-    target = {
-        **_target("A", expr, " ".join(f"{{{{{k}}}}}" for k in keys)),
-        "range": False,
-        "instant": True,
-        "format": "table",
-    }
+    target = _table_target(expr, " ".join(f"{{{{{k}}}}}" for k in keys))
     return [
         {
             "type": "table",
