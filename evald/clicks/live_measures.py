@@ -73,10 +73,7 @@ class DebiasedSums:
         ``slots``: ``model.pairs.lookup(piece.pairs)``, when the caller has it."""
         if not self.names or not len(piece):
             return
-        fitted = model.fitted_shown
-        segments = piece.segments
-        counted = segments < len(fitted)
-        counted[counted] = fitted[segments[counted], 0] > 0
+        counted = model.refit_read(piece.segments)
         if not counted.any():
             return
         part = piece if counted.all() else piece.take(counted)
@@ -86,7 +83,7 @@ class DebiasedSums:
         finite = np.isfinite(values)
         clean = np.where(finite, values, 0.0)
         m = len(self.names)
-        per = np.zeros((len(fitted), 3, m), np.int64)  # integers: exact in any order
+        per = np.zeros((len(model.fitted_shown), 3, m), np.int64)  # integers: exact in any order
         cells = np.stack(
             [np.rint(clean * UNIT), np.rint(clean * clean * UNIT), finite], axis=1
         ).astype(np.int64)

@@ -88,6 +88,14 @@ class ClickModel(ABC):
     def _new_segment(self) -> None:
         """Grow the per-segment parameters by one segment."""
 
+    def refit_read(self, segments: np.ndarray) -> np.ndarray:
+        """Per list of ``segments``, whether a refit has read its segment: until one has, its
+        parameters are the initial ones, so the IPS and debiased sums leave the list out."""
+        fitted = self.fitted_shown
+        read = segments < len(fitted)
+        read[read] = fitted[segments[read], 0] > 0
+        return read
+
     # ------------------------------------------------------------------ input
 
     def observe(self, sessions: Sessions, slots: np.ndarray | None = None) -> None:

@@ -157,9 +157,7 @@ def ips_add(
     segments = piece.segments
     if not len(segments):
         return
-    ready = fitted[:, 0] > 0
-    counted = segments < len(fitted)
-    counted[counted] = ready[segments[counted]]
+    counted = model.refit_read(segments)
     if not counted.any():
         return
     # w per (segment, rank) once; each list reads its segment's row (the same arithmetic,
