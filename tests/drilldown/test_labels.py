@@ -8,6 +8,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from summary_restore import State, restored_at, summaries
 
 from evald import snapshot as codec
 from evald.config import load_config
@@ -82,33 +83,15 @@ def stream(seed: int, n: int = 900) -> list[tuple[str, int, bytes]]:
     return out
 
 
-def state(engine: Engine) -> dict[tuple[int, int, int], tuple[list[str], bytes, list[int]]]:
-    windows = engine.aggregates.labels
-    assert windows is not None
-    out = {}
-    for width, start in windows.windows():
-        for segment, summary in windows.merged(width, start).items():
-            keys, table, scalars = summary.to_arrays()
-            out[(width, start, segment)] = (keys, table.tobytes(), scalars)
-    return out
+def state(engine: Engine) -> State:
+    return summaries(engine.aggregates.labels)
 
 
 @pytest.mark.parametrize("cut", [100, 800, 1300])
 def test_a_snapshot_plus_later_results_equals_the_uninterrupted_label_summaries(cut: int) -> None:
     """The results carry every label of their list: a loaded snapshot plus the results after
     it rebuild the label summaries exactly (purges included), as for the queries."""
-    reference, results = make()
-    snap, before = b"", 0
-    for position, (kind, offset, raw) in enumerate(stream(11)):
-        reference.feed(raw, kind=kind, offset=offset)
-        reference.tick()
-        if position == cut:
-            snap, before = reference.snapshot(0), len(results)
-    reference.drain()
-    restored, _ = make()
-    restored.load_snapshot(0, snap)
-    later = [json.loads(json.dumps(r.to_json())) for r in results[before:]]
-    assert restored.absorb_results(later, 0) == len(later)
+    reference, restored, snap, later = restored_at(make, stream(11), cut)
     want = state(reference)
     assert want and state(restored) == want
     # and without the snapshot's label part (when it held any), the restore does not get there

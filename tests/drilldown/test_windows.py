@@ -7,6 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from summary_restore import State, restored_at, summaries
 
 from evald.config import load_config
 from evald.engine import Engine, Result
@@ -56,35 +57,15 @@ def stream(seed: int, n: int = 900) -> list[tuple[str, int, bytes]]:
     return out
 
 
-def state(engine: Engine) -> dict[tuple[int, int, int], tuple[list[str], bytes, list[int]]]:
-    """Every window's summaries, merged per segment, as exact arrays."""
-    windows = engine.aggregates.queries
-    assert windows is not None
-    out = {}
-    for width, start in windows.windows():
-        for segment, summary in windows.merged(width, start).items():
-            keys, table, scalars = summary.to_arrays()
-            out[(width, start, segment)] = (keys, table.tobytes(), scalars)
-    return out
+def state(engine: Engine) -> State:
+    return summaries(engine.aggregates.queries)
 
 
 @pytest.mark.parametrize("cut", [100, 800, 1300])
 def test_a_snapshot_plus_later_results_equals_the_uninterrupted_summaries(cut: int) -> None:
     """As the window sums: loaded snapshot + the results after it == uninterrupted, with ==
     (the restore absorbs the later results in one batch, the first life in many)."""
-    events = stream(11)
-    reference, results = make()
-    snap, before = b"", 0
-    for position, (kind, offset, raw) in enumerate(events):
-        reference.feed(raw, kind=kind, offset=offset)
-        reference.tick()
-        if position == cut:
-            snap, before = reference.snapshot(0), len(results)
-    reference.drain()
-    restored, _ = make()
-    restored.load_snapshot(0, snap)
-    later = [json.loads(json.dumps(r.to_json())) for r in results[before:]]
-    assert restored.absorb_results(later, 0) == len(later)
+    reference, restored, _, _ = restored_at(make, stream(11), cut)
     want = state(reference)
     assert want and state(restored) == want
     windows = reference.aggregates.queries
