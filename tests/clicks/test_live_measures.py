@@ -3,8 +3,6 @@ the exported sums against an offline computation over the same lists."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -14,7 +12,7 @@ from evald.clicks.models import new_model
 from evald.clicks.sessions import Sessions
 from evald.config import load_config
 from evald.engine import Engine
-from tests.clicks.test_stream import ENGINE, THETA, events, keys_of, named
+from tests.clicks.test_stream import ENGINE, THETA, events, named, offline_lists
 
 MEASURES = ["nDCG@6", "RR", "P@3"]
 
@@ -39,17 +37,8 @@ def offline(engine: Engine) -> dict[tuple[str, str], list[float]]:
     fed the lists between refits in one piece. Per (arm, measure): Σ value, Σ value², n."""
     clicks = engine.clicks
     assert clicks is not None
-    docs = [json.loads(raw) for raw in events(3, THETA)]
-    clicked: dict[str, set[str]] = {}
-    for doc in docs:
-        if "item" in doc:
-            clicked.setdefault(doc["request_id"], set()).add(doc["item"])
     model = new_model(clicks.settings)
-    lists = [d for d in docs if "items" in d]
-    pairs = np.asarray([keys_of(d["query"], d["items"]) for d in lists])
-    hit = np.asarray([[i in clicked.get(d["request_id"], ()) for i in d["items"]] for d in lists])
-    segments = np.asarray([model.segment((d["labels"]["arm"],)) for d in lists])
-    ts = np.asarray([d["ts"] for d in lists], np.int64)
+    lists, pairs, hit, segments, ts = offline_lists(model)
     lengths = np.full(len(lists), 6)
     everything = Sessions(pairs, hit, lengths, segments, ts, np.ones(len(lists)))
     sums: dict[tuple[str, str], list[float]] = {}

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from evald.clicks import simulate as sim
 from evald.clicks import stream
+from evald.clicks.model import ClickModel
 from evald.clicks.models import new_model
 from evald.clicks.sessions import Sessions
 from evald.clicks.stream import ServedTee, pair_keys, stable_key
@@ -209,6 +211,23 @@ def test_a_checkpoint_is_the_last_snapshot_plus_the_lists_logged_since(
         loaded.load(0, {**last, "log": base64.b64encode(b"\x05\x00\x00\x00{oops").decode()})
 
 
+def offline_lists(model: ClickModel) -> tuple[list[dict[str, Any]], Any, Any, Any, Any]:
+    """The lists of ``events(3, THETA)`` as a plain offline loop reads them: (the impression
+    documents, their pair keys, which items were clicked, their segments in ``model``,
+    their times), in stream order."""
+    docs = [json.loads(raw) for raw in events(3, THETA)]
+    clicked: dict[str, set[str]] = {}
+    for doc in docs:
+        if "item" in doc:
+            clicked.setdefault(doc["request_id"], set()).add(doc["item"])
+    lists = [d for d in docs if "items" in d]
+    pairs = np.asarray([keys_of(d["query"], d["items"]) for d in lists])
+    hit = np.asarray([[i in clicked.get(d["request_id"], ()) for i in d["items"]] for d in lists])
+    segments = np.asarray([model.segment((d["labels"]["arm"],)) for d in lists])
+    ts = np.asarray([d["ts"] for d in lists], np.int64)
+    return lists, pairs, hit, segments, ts
+
+
 def test_the_ips_sums_equal_an_offline_computation() -> None:
     """The exported IPS sums against a plain loop over the same lists, in the order they were
     scored: each list weighed by the curve of the model's last refit before it, min(1/θ, 10)
@@ -217,17 +236,8 @@ def test_the_ips_sums_equal_an_offline_computation() -> None:
     engine = run(THETA)
     clicks = engine.clicks
     assert clicks is not None
-    docs = [json.loads(raw) for raw in events(3, THETA)]
-    clicked: dict[str, set[str]] = {}
-    for doc in docs:
-        if "item" in doc:
-            clicked.setdefault(doc["request_id"], set()).add(doc["item"])
     model = new_model(clicks.settings)
-    lists = [d for d in docs if "items" in d]
-    pairs = np.asarray([keys_of(d["query"], d["items"]) for d in lists])
-    hit = np.asarray([[i in clicked.get(d["request_id"], ()) for i in d["items"]] for d in lists])
-    segments = np.asarray([model.segment((d["labels"]["arm"],)) for d in lists])
-    ts = np.asarray([d["ts"] for d in lists], np.int64)
+    lists, pairs, hit, segments, ts = offline_lists(model)
     sums: dict[tuple[str, ...], list[float]] = {}
     raw_clicks, start = 0, 0
     while start < len(lists):
