@@ -202,9 +202,10 @@ def comparison_lines(
 
 
 def attribution_lines(records: Sequence[dict[str, Any]], measure: str = SHOWN[0]) -> list[str]:
-    """Per flagged drop of ``measure`` (``GET /queries``' attribution records): what carries
-    it, best first, with its share of the drop; ``no slice explains it`` when the attribution
-    names nothing (an even drop). Read from the engine's drill-down, not from the simulator."""
+    """Per flagged drop of ``measure`` (``GET /queries``' attribution records, against the
+    control or the arm's own baseline): what carries it, best first, with its share of the
+    drop; ``no slice explains it`` when the attribution names nothing (an even drop). Read
+    from the engine's drill-down, not from the simulator."""
     lines: list[str] = []
     for record in records:
         if record["measure"] != measure:
@@ -217,7 +218,10 @@ def attribution_lines(records: Sequence[dict[str, Any]], measure: str = SHOWN[0]
             for e in record["explanations"][:4]
         ]
         carried = ", ".join(named) if named else "no slice explains it"
-        lines.append(f"  {record['treatment']} {where} drop carried by: {carried}")
+        # a treatment's drop can be flagged against the control and against its own baseline:
+        # two records, each explained over its own windows
+        against = "vs its baseline" if record.get("against") == "baseline" else "vs control"
+        lines.append(f"  {record['treatment']} {where} ({against}) drop carried by: {carried}")
     if lines:
         lines.insert(0, f"{measure} drop attribution (queries or labels, share of the drop):")
     return [_fit(line) for line in lines]

@@ -62,6 +62,9 @@ def test_the_screen_names_the_degraded_queries_found_by_the_attribution(degraded
     assert "nDCG@10 drop attribution" in screen
     shown = named(screen)
     assert shown and shown <= DEGRADED, screen
+    # a drop flagged both ways is two lines, each saying which drop it explains
+    assert "treatment web (vs control) drop carried by: 'q0'" in screen, screen
+    assert "treatment web (vs its baseline) drop carried by: 'q0'" in screen, screen
     # what the screen shows is the engine's drill-down (GET /queries), not the simulator
     found = {
         e["value"]
