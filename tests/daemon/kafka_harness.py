@@ -19,6 +19,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -61,6 +62,22 @@ def wait_until(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+SERVING = re.compile(rb"serving /metrics /healthz /readyz on http://127\.0\.0\.1:(\d+)")
+
+
+def served_port(log: Path, start: int) -> int | None:
+    """The /metrics port an `evald run` child logged after byte ``start`` of its log (it binds
+    port 0, so no other process can take its port between choosing and binding); None until
+    it has logged it."""
+    try:
+        with log.open("rb") as f:
+            f.seek(start)
+            found = SERVING.search(f.read())
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from child_processes import die_with_parent
-from kafka_harness import ENGINE, KafkaTools, free_port
+from kafka_harness import ENGINE, KafkaTools, served_port
 
 from evald.daemon.crash import CRASH_ENV
 from evald.daemon.main.runner import Daemon
@@ -138,7 +138,8 @@ def settled(daemon: Daemon, tools: KafkaTools, unique: str) -> bool:
 
 
 class Instance:
-    """`python -m evald run` as a child process with its own /metrics port."""
+    """`python -m evald run` as a child process with its own /metrics port (bound to port 0,
+    read from its log)."""
 
     def __init__(
         self,
@@ -150,7 +151,7 @@ class Instance:
         extra: tuple[str, ...] = (),
         crash_at: str | None = None,
     ) -> None:
-        self.port = free_port()
+        self._port: int | None = None
         self.windows = tmp_path / f"windows-{instance}.jsonl"
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
         env.update(
@@ -164,7 +165,7 @@ class Instance:
         if crash_at is not None:
             env[CRASH_ENV] = crash_at
         args = [
-            *run_argv(bootstrap, unique, f"127.0.0.1:{self.port}"),
+            *run_argv(bootstrap, unique, "127.0.0.1:0"),
             "--instance-id",
             instance,
             "--set",
@@ -183,12 +184,23 @@ class Instance:
             args += ["--set", f"engine.{key}={json.dumps(value)}"]
         self.log_path = tmp_path / f"{instance}.log"
         self.log = self.log_path.open("ab")
+        self._log_start = self.log.tell()
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             args, env=env, stdout=self.log, stderr=self.log, preexec_fn=die_with_parent
         )
 
+    @property
+    def port(self) -> int | None:
+        """The bound /metrics port; None until the child has logged it."""
+        if self._port is None:
+            self.log.flush()
+            self._port = served_port(self.log_path, self._log_start)
+        return self._port
+
     def get(self, path: str, timeout: float = 2) -> tuple[int, str]:
+        if self.port is None:
+            return 0, ""
         try:
             url = f"http://127.0.0.1:{self.port}{path}"
             with urllib.request.urlopen(url, timeout=timeout) as r:

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from child_processes import die_with_parent
-from kafka_harness import ENGINE, Broker, CommittedReader, KafkaTools, free_port, wait_until
+from kafka_harness import ENGINE, Broker, CommittedReader, KafkaTools, served_port, wait_until
 
 from evald.config import EngineConfig
 from evald.daemon.crash import CRASH_ENV
@@ -139,7 +139,6 @@ class Evald:
         self, broker: Broker, unique: str, tmp_path: Path, crash_at: str | None = None
     ) -> None:
         topics = topics_of(unique)
-        self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
         env.pop(CRASH_ENV, None)
         if crash_at is not None:
@@ -149,7 +148,7 @@ class Evald:
             "--impressions-topic", topics["impressions"], "--feedback-topic", topics["feedback"],
             "--results-topic", topics["results"], "--dlq-topic", topics["dlq"],
             "--group-id", topics["group"], "--instance-id", "a",
-            "--metrics-address", f"127.0.0.1:{self.port}",
+            "--metrics-address", "127.0.0.1:0",
             "--set", "input.repartition=true",
             "--set", "daemon.commit_interval_ms=300",
             "--set", "daemon.retry_backoff_max_ms=1000",
@@ -161,14 +160,19 @@ class Evald:
         self.log_path = tmp_path / "run.log"
         with self.log_path.open("ab") as log:
             log.write(f"--- start (crash at {crash_at})\n".encode())
+            self._log_start = log.tell()
+            log.flush()
             self.proc = subprocess.Popen(
                 argv, env=env, stdout=log, stderr=log, preexec_fn=die_with_parent
             )
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of a family's samples with these labels on /metrics (0 when absent)."""
+        port = served_port(self.log_path, self._log_start)
+        if port is None:
+            return 0.0
         try:
-            url = f"http://127.0.0.1:{self.port}/metrics"
+            url = f"http://127.0.0.1:{port}/metrics"
             with urllib.request.urlopen(url, timeout=2) as response:
                 text = response.read().decode()
         except (urllib.error.URLError, OSError):
