@@ -91,6 +91,18 @@ def run_argv(bootstrap: str, unique: str, metrics_address: str) -> list[str]:
     ]
 
 
+def group_state(bootstrap: str, group: str) -> tuple[str, int]:
+    """The group's state and how many members its coordinator lists."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        described: dict[str, Any] = admin.describe_groups([group]).get(group) or {}
+    finally:
+        admin.close()
+    return str(described.get("group_state")), len(described.get("members") or ())
+
+
 def run_to_exit(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """`evald run` as a child; a daemon that keeps retrying instead of exiting fails the test."""
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
@@ -152,6 +164,7 @@ class Instance:
         crash_at: str | None = None,
     ) -> None:
         self._port: int | None = None
+        self._bootstrap, self._group = bootstrap, f"g-{unique}"
         self.windows = tmp_path / f"windows-{instance}.jsonl"
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
         env.update(
@@ -250,6 +263,26 @@ class Instance:
                 inside = line.split("partitions [", 1)[1].split("]", 1)[0]
                 found = {int(p) for p in inside.split(",") if p.strip()}
         return found
+
+    def alone(self, partitions: int) -> bool:
+        """The only member of a settled group, its last rebalance gave it all ``partitions``,
+        all restored since and caught up: what it holds now is everything. (Owning them all
+        is not enough: a member that joined and died unseen, or one leaving, still moves them
+        once more, and a process stopped in that rebalance holds only a part.)"""
+        if group_state(self._bootstrap, self._group) != ("Stable", 1):
+            return False
+        self.log.flush()
+        with self.log_path.open("rb") as f:
+            f.seek(self._log_start)
+            lines = f.read().decode(errors="replace").splitlines()
+        marks = [i for i, x in enumerate(lines) if x.rstrip().endswith("] assigned")]
+        last = marks[-1] if marks else -1
+        if last < 0 or self.assigned() != set(range(partitions)):
+            return False
+        since = lines[last + 1 :]
+        if any(x.rstrip().endswith(("] revoked", "] lost")) for x in since):
+            return False
+        return any("partitions restored in" in x for x in since) and self.lag_zero(partitions)
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

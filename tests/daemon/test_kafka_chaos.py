@@ -214,9 +214,8 @@ def test_kill_9_at_each_step_of_the_commit_cycle_is_exact(
         survivor = heir
         ready = recovered.ready([heir])
         flowing = recovered.flowing(reader)
-    wait_until(lambda: survivor.lag_zero(4), 180, "one instance owning everything, caught up")
+    wait_until(lambda: survivor.alone(4), 180, "one instance owning everything, caught up")
     caught_up = time.monotonic() - recovered.killed_at
-    time.sleep(1.0)
     assert survivor.terminate() == 0
     seen = reader.stop()
     assert_matches_an_uninterrupted_run(kafka_tools, unique, survivor.windows)
@@ -358,8 +357,7 @@ def test_twenty_seeded_random_kill_9s_alternating_restart_and_takeover_are_exact
     last, other = live["a"], live["b"]
     wait_until(lambda: covered([last, other], partitions), 150, "both members back")
     assert other.terminate() == 0
-    wait_until(lambda: last.lag_zero(4), 180, "one instance owning everything, caught up")
-    time.sleep(1.0)
+    wait_until(lambda: last.alone(4), 180, "one instance owning everything, caught up")
     assert last.terminate() == 0
     seen = reader.stop()
     assert_matches_an_uninterrupted_run(kafka_tools, unique, last.windows)
@@ -417,8 +415,7 @@ def test_scale_out_1_to_3_and_back_to_1_during_the_stream_is_exact(
     wait_until(lambda: covered([a], partitions), 150, "one instance owning everything again")
     back_to_one = time.monotonic() - killed_at
     traffic(3)
-    wait_until(lambda: a.lag_zero(6), 180, "one instance caught up")
-    time.sleep(1.0)
+    wait_until(lambda: a.alone(6), 180, "one instance caught up")
     assert a.terminate() == 0
     seen = reader.stop()
     assert_matches_an_uninterrupted_run(kafka_tools, unique, a.windows)

@@ -7,21 +7,9 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from typing import Any
 
-from kafka import KafkaAdminClient
 from kafka_harness import Broker, KafkaTools, wait_until
-from kafka_instances import Instance, names
-
-
-def members(broker: Broker, group: str) -> tuple[str, int]:
-    """The group's state and how many members the coordinator lists."""
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        described: dict[str, Any] = admin.describe_groups([group]).get(group) or {}
-    finally:
-        admin.close()
-    return str(described.get("group_state")), len(described.get("members") or ())
+from kafka_instances import Instance, group_state, names
 
 
 def test_sigint_leaves_the_group_and_sigkill_does_not(
@@ -32,7 +20,7 @@ def test_sigint_leaves_the_group_and_sigkill_does_not(
 ) -> None:
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
-    group = f"g-{unique}"
+    group, bootstrap = f"g-{unique}", broker.bootstrap
     for sig, left in ((signal.SIGINT, True), (signal.SIGKILL, False)):
         inst = instances(instance=f"i-{sig.name}")
 
@@ -40,12 +28,12 @@ def test_sigint_leaves_the_group_and_sigkill_does_not(
             return inst.get("/readyz")[0] == 200
 
         wait_until(ready, 90, "evald run to be ready")
-        assert members(broker, group) == ("Stable", 1)
+        assert group_state(bootstrap, group) == ("Stable", 1)
         inst.proc.send_signal(sig)
         status = inst.proc.wait(40)
         # asked at once: the harness's session timeout (6 s) has not run out for a member
         # that did not leave
-        state, count = members(broker, group)
+        state, count = group_state(bootstrap, group)
         if left:
             assert status == 0
             assert (state, count) == ("Empty", 0), (state, inst.log_path.read_text()[-2000:])
@@ -53,4 +41,4 @@ def test_sigint_leaves_the_group_and_sigkill_does_not(
             assert status == -signal.SIGKILL
             assert count == 1, state
             # the coordinator drops it when its session times out
-            wait_until(lambda: members(broker, group)[1] == 0, 60, "the dead member to expire")
+            wait_until(lambda: group_state(bootstrap, group)[1] == 0, 60, "the dead one to expire")
