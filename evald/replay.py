@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -598,7 +599,8 @@ def run(args: argparse.Namespace) -> int:
         paths = list(args.files)
         for path in paths:
             if path != "-" and not os.access(path, os.R_OK):
-                raise UsageError(f"cannot read {path}")
+                code = errno.EACCES if os.path.exists(path) else errno.ENOENT
+                raise UsageError(f"cannot read {path}: {os.strerror(code)}")
         sort = _sort_options(args)
         sizes = [os.path.getsize(p) for p in paths if p != "-" and _plain(p)]
         total = sum(sizes) if paths and len(sizes) == len(paths) else None
