@@ -73,6 +73,7 @@ comparing arms (A/B): add a `statistics` block at the top level of the --config 
         control: control
         treatments: [treatment]
         start: 2026-01-01      # declared before looking
+        arm_scoped_labels: [model]    # labels each arm fixes (its ranker), summed away
         min_effect: {nDCG@10: 0.01}   # alert when treatment is this much worse
 
   evald replay events.jsonl --config ab.yaml            the verdicts, and when each fired
