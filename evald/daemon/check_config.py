@@ -1,9 +1,9 @@
 """`evald check-config`: validate the settings of `evald run` and print them, secrets masked.
 
 Every error is reported at once (a misspelt key with its likely meaning), engine durations are
-printed as durations (``30m``) and instants as RFC 3339, and ``--connect`` asks the brokers whether `evald run` would
-start: topics, partition counts, co-partitioning, permissions. The report of ``--connect``
-follows the settings as YAML comments, so stdout stays valid YAML.
+printed as durations (``30m``) and instants as RFC 3339, and ``--connect`` asks the brokers
+whether `evald run` would start: topics, partition counts, co-partitioning, permissions. The
+report of ``--connect`` follows the settings as YAML comments, so stdout stays valid YAML.
 """
 
 from __future__ import annotations
