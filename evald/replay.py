@@ -58,6 +58,7 @@ impression: {"request_id": "r1", "ts": "2024-05-01T12:00:00Z", "items": ["a", "b
 feedback:   {"request_id": "r1", "ts": 1714564800000, "item": "b", "action": "click"}
 results line: {"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures": {name: value}}
               + "cluster" (16 hex digits) when the impression had a user_id
+              + "query" (normalised) when it had a query
 
 comparing arms (A/B): add a `statistics` block at the top level of the --config file
 (docs/semantics.md §7, docs/statistics.md); the arms are the values of a segment label:
