@@ -73,7 +73,7 @@ test: $(STAMP) tools java
 # comparison shares, the repartition stage through an outage, a test broker whose port was taken,
 # rolling SIGTERM and kill -9 restarts of two instances during replays, six seeded kills of
 # `evald run --mapping ubi` while lists assemble, the zero-feedback signals and the click model
-# through a kill -9, kills around the first interleaving credit share (35 tests; measured figures
+# through a kill -9, kills around the first interleaving credit share (36 tests; measured figures
 # in docs/performance.md).
 test-chaos: $(STAMP) java
 	$(BIN)/python -m pytest -q -m chaos

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -57,6 +58,7 @@ impression: {"request_id": "r1", "ts": "2024-05-01T12:00:00Z", "items": ["a", "b
 feedback:   {"request_id": "r1", "ts": 1714564800000, "item": "b", "action": "click"}
 results line: {"request_id", "ts" (RFC 3339 UTC, ms), "labels", "measures": {name: value}}
               + "cluster" (16 hex digits) when the impression had a user_id
+              + "query" (normalised) when it had a query
 
 comparing arms (A/B): add a `statistics` block at the top level of the --config file
 (docs/semantics.md §7, docs/statistics.md); the arms are the values of a segment label:
@@ -72,6 +74,7 @@ comparing arms (A/B): add a `statistics` block at the top level of the --config 
         control: control
         treatments: [treatment]
         start: 2026-01-01      # declared before looking
+        arm_scoped_labels: [model]    # labels each arm fixes (its ranker), summed away
         min_effect: {nDCG@10: 0.01}   # alert when treatment is this much worse
 
   evald replay events.jsonl --config ab.yaml            the verdicts, and when each fired
@@ -598,7 +601,8 @@ def run(args: argparse.Namespace) -> int:
         paths = list(args.files)
         for path in paths:
             if path != "-" and not os.access(path, os.R_OK):
-                raise UsageError(f"cannot read {path}")
+                code = errno.EACCES if os.path.exists(path) else errno.ENOENT
+                raise UsageError(f"cannot read {path}: {os.strerror(code)}")
         sort = _sort_options(args)
         sizes = [os.path.getsize(p) for p in paths if p != "-" and _plain(p)]
         total = sum(sizes) if paths and len(sizes) == len(paths) else None

@@ -125,6 +125,14 @@ def test_strict_exit_status_and_usage_errors(tmp_path, capsys):
     assert f"--config: {config}: the top level must be a mapping" in capsys.readouterr().err
 
 
+def test_a_missing_file_is_named_with_why_as_evald_score_names_it(tmp_path, capsys):
+    missing = tmp_path / "missing.jsonl"
+    assert main(["replay", str(missing)]) == 2
+    assert capsys.readouterr().err == (
+        f"evald replay: cannot read {missing}: No such file or directory\n"
+    )
+
+
 def test_a_mapping_reading_the_kafka_record_timestamp_is_refused(tmp_path, capsys):
     """Lines of a file have no record timestamp: exit 2, saying why, before reading them."""
     events = write_jsonl(tmp_path / "e.jsonl", [imp("r1", 0, ["a"])])

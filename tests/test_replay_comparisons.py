@@ -178,3 +178,26 @@ def test_help_shows_a_comparison_that_is_valid_as_written(
     (comparison,) = config.statistics.comparisons
     assert comparison.treatments == ["treatment"] and comparison.min_effect == {"nDCG@10": 0.01}
     assert "--looks" in text
+
+
+def test_the_help_comparison_compares_the_arms_of_the_traffic_evald_produce_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Copied onto the demo's traffic, where each arm has its own model, the help's block
+    must compare the arms: with `model` a segment key not summed away, every comparison
+    segment held one arm only (n 0/881, SRM p 1e-209)."""
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    text = capsys.readouterr().out
+    start = text.index("  label_keys:")
+    block = yaml.safe_load(text[start : text.index("  evald replay events.jsonl --config", start)])
+    block["statistics"]["window"] = "5m"
+    block["statistics"]["comparisons"][0]["start"] = 0
+    sim = Simulator(3, rate=1500, speed=60, stop_ms=DEFAULT_START_MS + 8 * 60_000)
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"".join(e.value + b"\n" for e in sim))
+    config = tmp_path / "ab.yaml"
+    config.write_text(yaml.safe_dump(block))
+    assert main(["replay", str(events), "--config", str(config), "--format", "json"]) == 0
+    looks = json.loads(capsys.readouterr().out)["comparisons"]
+    assert looks and all(look["n_control"] > 0 and look["n_treatment"] > 0 for look in looks)

@@ -1,9 +1,9 @@
 """`evald check-config`: validate the settings of `evald run` and print them, secrets masked.
 
 Every error is reported at once (a misspelt key with its likely meaning), engine durations are
-printed as durations (``30m``), and ``--connect`` asks the brokers whether `evald run` would
-start: topics, partition counts, co-partitioning, permissions. The report of ``--connect``
-follows the settings as YAML comments, so stdout stays valid YAML.
+printed as durations (``30m``) and instants as RFC 3339, and ``--connect`` asks the brokers
+whether `evald run` would start: topics, partition counts, co-partitioning, permissions. The
+report of ``--connect`` follows the settings as YAML comments, so stdout stays valid YAML.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, get_args
 
 import yaml
 
@@ -58,25 +59,48 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_as_written(engine: Any) -> dict[str, Any]:
-    """The engine section with every duration spelt like the configuration (``30m``)."""
-    from evald.durations import format_duration
+    """The engine section with every duration spelt like the configuration (``30m``) and every
+    instant as RFC 3339, the nested blocks (statistics, interleaving, click model) included."""
+    return _as_written(engine, engine.model_dump(mode="json"))
 
-    data = engine.model_dump(mode="json")
-    for name, field in type(engine).model_fields.items():
-        if _is_duration(field.metadata):
-            data[name] = format_duration(data[name])
-        elif getattr(field.annotation, "__origin__", None) is list:
-            (item,) = getattr(field.annotation, "__args__", (None,))
-            if _is_duration(getattr(item, "__metadata__", ())):
-                data[name] = [format_duration(value) for value in data[name]]
+
+def _as_written(model: Any, data: dict[str, Any]) -> dict[str, Any]:
+    from pydantic import BaseModel
+
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        spell = _spelling(field.annotation, field.metadata)
+        if spell is not None and value is not None:
+            data[name] = (
+                [spell(item) for item in value] if isinstance(value, list) else spell(value)
+            )
+        elif isinstance(value, BaseModel):
+            data[name] = _as_written(value, data[name])
+        elif isinstance(value, list) and value and isinstance(value[0], BaseModel):
+            data[name] = [
+                _as_written(item, out) for item, out in zip(value, data[name], strict=True)
+            ]
     return data
 
 
-def _is_duration(metadata: Any) -> bool:
-    from evald.config import Duration
+def _spelling(annotation: Any, metadata: Any) -> Callable[[int], str] | None:
+    """How a field typed ``annotation`` is written: durations as ``30m``, instants as RFC 3339,
+    also inside ``X | None`` and ``list[X]``; None for any other field."""
+    from evald.config import Duration, Instant
+    from evald.durations import format_duration
+    from evald.events import format_timestamp
 
-    (marker,) = Duration.__metadata__  # type: ignore[attr-defined]
-    return any(item is marker for item in metadata)
+    (duration,) = Duration.__metadata__  # type: ignore[attr-defined]
+    instant = Instant.__metadata__[0]  # type: ignore[attr-defined]
+    candidates = [metadata, *(getattr(a, "__metadata__", ()) for a in get_args(annotation))]
+    for inner in get_args(annotation):  # list[Duration]: the item's metadata
+        candidates.extend(getattr(a, "__metadata__", ()) for a in get_args(inner))
+    for found in candidates:
+        if any(item is duration for item in found):
+            return format_duration
+        if any(item is instant for item in found):
+            return format_timestamp
+    return None
 
 
 def run(args: argparse.Namespace) -> int:

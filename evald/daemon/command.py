@@ -27,8 +27,9 @@ EXAMPLES = """\
   evald run --bootstrap-servers kafka:9092 --group-id evald
   evald run --config /etc/evald/evald.yaml --metrics-address :9464
   EVALD_KAFKA__SASL_PASSWORD=... evald run --config evald.yaml --sasl-username svc
-exit status: 0 stopped by SIGTERM/SIGINT/SIGHUP, 2 invalid settings, input topics missing,
-not co-partitioned or changed under the running daemon, or a record no retry can write
+exit status: 0 stopped by SIGTERM/SIGINT/SIGHUP, 2 invalid settings, the metrics address
+taken, input topics missing, not co-partitioned or changed under the running daemon, or a
+record no retry can write
 """
 
 log = logging.getLogger("evald.daemon")
@@ -59,6 +60,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="log a status line (consumed/s, results/s, lag, watermark delay, pending, rejects) "
         "this often; 0 = never (default: %(default)s)",
     )
+
+
+def _listen(server: Any) -> bool:
+    """Start the metrics server; False, said on stderr, when it cannot listen (the port taken,
+    say by a `make demo` still running): no retry fixes that."""
+    try:
+        server.start()
+    except OSError as exc:
+        print(
+            f"evald run: {exc.strerror or exc}; is another evald serving it? Choose another "
+            "with --metrics-address or daemon.metrics_address (port 0: any free one)",
+            file=sys.stderr,
+        )
+        return False
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
         web=web,
         pages={"/queries": queries},
     )
-    server.start()
+    if not _listen(server):
+        return 2
     timeout = settings.daemon.shutdown_timeout_s
 
     signals = _stop_on_signals(daemon, stages, timeout)

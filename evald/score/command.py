@@ -163,7 +163,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=_positive_int,
         default=DEFAULT_BATCH_SIZE,
         metavar="N",
-        help=f"lists scored per batch (default {DEFAULT_BATCH_SIZE}); memory is bounded by it",
+        help=f"lists scored per batch (default {DEFAULT_BATCH_SIZE}); it bounds the memory of "
+        "JSON Lines input (a TREC run is read whole first, as trec_eval reads it)",
     )
 
 

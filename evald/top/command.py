@@ -121,9 +121,19 @@ def metrics_url(text: str) -> str:
     host, _, path = rest.partition("/")
     if not host:
         raise ValueError(f"no host in {text!r}")
+    if "@" in host:  # not echoed: the part before the @ may be a password
+        raise ValueError(
+            "a URL with credentials: evald top sends none (and a password on the command line "
+            "shows in ps); watch an address of evald without basic auth (docs/security.md)"
+        )
     if not path:
         path = "metrics"
     return f"{scheme}://{host}/{path}"
+
+
+class Unreachable(OSError):
+    """Nothing answered at the URL (refused, unknown host, timeout), as opposed to an answer
+    that was not the metrics."""
 
 
 class Scraper:
@@ -152,10 +162,15 @@ class Scraper:
             with self.opener(request, timeout=self.timeout) as response:  # type: ignore[attr-defined]
                 body = response.read().decode("utf-8", "replace")
         except urllib.error.HTTPError as exc:
+            if exc.code == 401:
+                raise OSError(
+                    f"{self.url} answered HTTP 401: it asks for basic auth "
+                    "(daemon.web_config_file, docs/security.md), which evald top does not send"
+                ) from None
             raise OSError(f"{self.url} answered HTTP {exc.code}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise OSError(f"cannot reach {self.url}: {reason}") from None
+            raise Unreachable(f"cannot reach {self.url}: {reason}") from None
         try:
             return parse(body, self.clock())
         except ValueError as exc:
@@ -273,11 +288,13 @@ class Top:
             self.sleep(interval)
             view = self.view(self.scraper.scrape())
         except (OSError, ValueError) as exc:
-            print(
-                f"evald top: {exc}; is evald running there? `evald run` and `evald demo` "
-                "print their metrics URL when they start",
-                file=sys.stderr,
+            hint = (
+                "; is evald running there? `evald run` and `evald demo` print their metrics "
+                "URL when they start"
+                if isinstance(exc, Unreachable)
+                else ""
             )
+            print(f"evald top: {exc}{hint}", file=sys.stderr)
             return 1
         self.stream.write(render(view, 80, unicode=self.unicode))
         self.stream.flush()

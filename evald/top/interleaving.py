@@ -57,13 +57,16 @@ def preferences(series: Mapping[str, Mapping[LabelKey, float]]) -> list[Preferen
     return out
 
 
-def line(p: Preference) -> str:
-    """``interleaving surface=web: A vs B +0.120±0.041 A beats B``."""
-    head = f"interleaving {p.segment}: {p.team_a} vs {p.team_b} {p.preference:+.3f}"
+def parts(p: Preference) -> tuple[str, str]:
+    """``interleaving surface=web:`` and ``A vs B +0.120±0.041 A beats B``: the line's segment
+    and what it says of the pair, apart, so that a line too long for the terminal wraps between
+    them rather than losing the verdict."""
+    head = f"interleaving {p.segment}:"
+    body = f"{p.team_a} vs {p.team_b} {p.preference:+.3f}"
     if not math.isfinite(p.lower):
-        return f"{head} (band after interleaving.min_n compared lists)"
+        return head, f"{body} (band after interleaving.min_n compared lists)"
     half = (p.upper - p.lower) / 2
     if p.winner is None:
-        return f"{head}±{half:.3f} undecided"
+        return head, f"{body}±{half:.3f} undecided"
     loser = p.team_b if p.winner == p.team_a else p.team_a
-    return f"{head}±{half:.3f} {p.winner} beats {loser}"
+    return head, f"{body}±{half:.3f} {p.winner} beats {loser}"

@@ -57,9 +57,11 @@ def render_queries(doc: dict[str, Any], measure: str | None, width: int = 80) ->
     out = []
     for row in rows:
         labels = " ".join(f"{k}={v}" for k, v in row["labels"].items())
-        out.append(
-            _cut(f"{labels}  {row['window']} to {row['end']}  {row['lists']:,} lists", width)
-        )
+        where = f"{row['window']} to {row['end']}  {row['lists']:,} lists"
+        if len(labels) + 2 + len(where) <= width:
+            out.append(f"{labels}  {where}")
+        else:  # the segment on a line of its own: the window and its lists stay whole
+            out += [_cut(labels, width), _cut(f"  {where}", width)]
         name = measure if measure is not None else next(iter(row["fallen"]), None)
         fallen = row["fallen"].get(name, []) if name is not None else []
         if not fallen:

@@ -91,6 +91,15 @@ def _verdicts(view: View, width: int) -> tuple[list[str], list[str]]:
     return lines, [_fit(verdict, width), _fit(legend, width)]
 
 
+def _preference(p: interleaving.Preference, width: int) -> list[str]:
+    """One interleaving line, or, too long, its segment and then the pair's verdict indented,
+    as the verdicts since the start wrap."""
+    head, body = interleaving.parts(p)
+    if len(head) + 1 + len(body) <= width:
+        return [f"{head} {body}"]
+    return [_fit(head, width), _fit("  " + body, width)]
+
+
 def _shorten(lines: list[str], over: int, width: int) -> list[str]:
     """``lines`` less ``over`` of them, the last ones, said in one line of their own."""
     if over <= 0 or not lines:
@@ -242,7 +251,7 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
     head = [*_header(view, width), ""]
     tables = _tables(view, width, plain)
     verdict_lines, legends = _verdicts(view, width)
-    verdict_lines += [_fit(interleaving.line(p), width) for p in view.preferences]
+    verdict_lines += [text for p in view.preferences for text in _preference(p, width)]
     # the window's zero-feedback lines first: when the frame is too tall, they give way after
     # the verdicts since the start and before the health lines
     zero = [

@@ -302,3 +302,36 @@ def test_connect_reports_the_statistics_topics_config(
         f"# note  statistics.comparisons snew-{unique}.checkpoints.statistics: does not exist; "
         "`evald run` creates it (1 partition, compacted)" in out
     )
+
+
+def test_nested_and_optional_durations_and_instants_print_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not only the engine's own fields: the statistics, interleaving and click-model blocks,
+    the optional max_event_lead and the instants read as what a person writes in the file."""
+    comparison = {"name": "ab", "label": "arm", "control": "c", "treatments": ["t"]}
+    argv = ["--set", "engine.statistics.window=1h", "--set", "engine.max_event_lead=90m"]
+    argv += [
+        "--set",
+        f"engine.statistics.comparisons=[{json.dumps({**comparison, 'start': '2026-01-01'})}]",
+    ]
+    assert check_config.run(_parse(argv)) == 0
+    printed = capsys.readouterr().out
+    engine = yaml.safe_load(printed)["engine"]
+    assert engine["max_event_lead"] == "1h30m"
+    assert engine["min_event_time"] == "2000-01-01T00:00:00.000Z"
+    assert engine["statistics"]["window"] == engine["interleaving"]["window"] == "1h"
+    assert engine["statistics"]["comparisons"][0]["start"] == "2026-01-01T00:00:00.000Z"
+    assert engine["interleaving"]["start"] == "1970-01-01T00:00:00.000Z"
+    assert engine["click_model"]["half_life"] == "1d"
+    saved = tmp_path / "evald.yaml"
+    saved.write_text(printed)
+    flags = {"engine": {"statistics": {"window": "1h"}, "max_event_lead": "90m"}}
+    flags["engine"]["statistics"]["comparisons"] = [{**comparison, "start": "2026-01-01"}]
+    want = load_settings(environ={}, flags=flags).engine_config()
+    assert load_settings(file=saved, environ={}).engine_config() == want
+
+
+def test_a_max_event_lead_of_null_stays_null(capsys: pytest.CaptureFixture[str]) -> None:
+    assert check_config.run(_parse(["--set", "engine.max_event_lead=null"])) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["engine"]["max_event_lead"] is None

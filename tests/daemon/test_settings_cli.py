@@ -103,3 +103,20 @@ def test_a_writable_windows_file_passes_and_leaves_no_probe(tmp_path: Path) -> N
     done = evald("check-config", "--set", f"daemon.windows_file={path}")
     assert done.returncode == 0, done.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_metrics_port_already_taken_exits_2_saying_what_to_do() -> None:
+    """`make demo` still serving 9464 while the README's `evald run` starts is the first hour's
+    likeliest clash: it must read as one line that says what to do, not a traceback."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = evald("run", "--bootstrap-servers", CLOSED, "--metrics-address", address)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    (last,) = done.stderr.strip().splitlines()[-1:]
+    assert f"cannot listen on {address}: Address already in use" in last, done.stderr
+    assert "--metrics-address" in last and "daemon.metrics_address" in last, done.stderr

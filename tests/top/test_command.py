@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
 import io
 import os
 import shlex
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -174,6 +176,42 @@ def test_once_against_nothing_listening_exits_1_with_a_hint(
 def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["top", *argv, "--once"]) == 2
     assert capsys.readouterr().err.startswith("evald top: ")
+
+
+def test_once_against_an_endpoint_asking_for_credentials_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A 401 is an evald (or a proxy) that is running and wants basic auth: saying "is evald
+    running there?" sends the user looking for the wrong problem."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="evald"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            argv = ["top", f"127.0.0.1:{server.server_port}", "--once", "--interval", "0.1"]
+            assert cli.main(argv) == 1
+        finally:
+            server.shutdown()
+    err = capsys.readouterr().err
+    assert "answered HTTP 401" in err and "basic auth" in err, err
+    assert "is evald running" not in err, err
+
+
+def test_a_url_with_credentials_is_refused_without_echoing_the_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["top", "http://prometheus:s3cret@127.0.0.1:9", "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("evald top: ") and "credentials" in err and "s3cret" not in err, err
 
 
 def test_urls_are_normalised_to_the_metrics_path() -> None:

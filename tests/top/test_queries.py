@@ -83,3 +83,26 @@ def test_long_queries_are_cut_to_the_width() -> None:
     text = render_queries({"queries": [row]}, None, width=80)
     assert max(len(line) for line in text.splitlines()) <= 80
     assert render_queries({"queries": []}, "RR").startswith("no complete window")
+
+
+def test_a_segment_header_too_long_keeps_its_window_and_list_count() -> None:
+    """Three segment labels, as `evald produce`'s traffic has, and an RFC 3339 end pass 80
+    columns: the window and the lists go to the next line rather than losing the count."""
+    fallen = {"query": "q0", "lists": 217, "mean": 0.7, "baseline_mean": 0.8, "contribution": -0.1}
+    row: dict[str, Any] = {
+        "labels": {"model": "ranker-v2", "arm": "treatment", "surface": "web"},
+        "window": "5m",
+        "end": "2026-11-28T07:45:00.000Z",
+        "lists": 1447,
+        "fallen": {"nDCG@10": [fallen]},
+    }
+    lines = render_queries({"queries": [row]}, "nDCG@10").splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert lines[:2] == [
+        "model=ranker-v2 arm=treatment surface=web",
+        "  5m to 2026-11-28T07:45:00.000Z  1,447 lists",
+    ]
+    short = {**row, "labels": {"arm": "t"}}
+    assert render_queries({"queries": [short]}, "nDCG@10").splitlines()[0] == (
+        "arm=t  5m to 2026-11-28T07:45:00.000Z  1,447 lists"
+    )
