@@ -464,6 +464,14 @@ def comparisons(engine: Engine) -> list[str]:
     return rows
 
 
+def _why_list(r: dict[str, Any]) -> str:
+    """Why a comparison's variance is the list-level one: an arm with too few lists is not
+    lists without user ids (a segment holding one arm only has users and no band)."""
+    if min(r["n_treatment"], r["n_control"]) < 2:
+        return "too few lists in an arm"
+    return "no user ids" if r["lists_with_user"] == 0 else "no replicate sums"
+
+
 def _comparison_lines(r: dict[str, Any]) -> list[str]:
     segment = " ".join(f"{k}={v}" for k, v in r["segment"].items())
     low, high = r["lower"], r["upper"]
@@ -476,7 +484,7 @@ def _comparison_lines(r: dict[str, Any]) -> list[str]:
     verdict = ""
     if r["min_effect"] is not None:
         verdict = f"; {'BELOW' if r['below_min_effect'] else 'not below'} −{r['min_effect']}"
-    variance = "clustered by user" if r["variance"] == "user" else "list level (no user ids)"
+    variance = "clustered by user" if r["variance"] == "user" else f"list level ({_why_list(r)})"
     first = r["first"]
     baseline = r["cusum_vs_baseline"]
     lines = [

@@ -201,3 +201,25 @@ def test_the_help_comparison_compares_the_arms_of_the_traffic_evald_produce_writ
     assert main(["replay", str(events), "--config", str(config), "--format", "json"]) == 0
     looks = json.loads(capsys.readouterr().out)["comparisons"]
     assert looks and all(look["n_control"] > 0 and look["n_treatment"] > 0 for look in looks)
+
+
+def test_a_segment_with_one_arm_is_list_level_for_too_few_lists_not_for_user_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each arm of the demo's traffic has its own model: with `model` a segment key, each
+    comparison segment holds one arm. Its lists have user ids; the text must not say they
+    have none (it did: "variance list level (no user ids)" beside 881 lists with a user)."""
+    comparison = {"name": "ab", "label": "arm", "control": "control", "treatments": ["treatment"]}
+    config = {
+        "label_keys": ["arm", "model", "surface"],
+        "statistics": {"window": "5m", "comparisons": [{**comparison, "start": 0}]},
+    }
+    sim = Simulator(3, rate=1500, speed=60, stop_ms=DEFAULT_START_MS + 8 * 60_000)
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"".join(e.value + b"\n" for e in sim))
+    path = tmp_path / "ab.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["replay", str(events), "--config", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "variance list level (too few lists in an arm)" in text, text
+    assert "no user ids" not in text

@@ -80,7 +80,9 @@ def _verdicts(view: View, width: int) -> tuple[list[str], list[str]]:
     for name, segment in dict.fromkeys((v.comparison, v.segment) for v in view.verdicts):
         shown = [v for v in view.verdicts if (v.comparison, v.segment) == (name, segment)]
         level = ""
-        if all(v.clustered is False for v in shown):
+        # a band not yet defined (too few lists) is list level for that reason, not users
+        defined = [v for v in shown if not math.isnan(v.lower)]
+        if defined and all(v.clustered is False for v in defined):
             level = " (list-level variance: no user ids)"
         head, items = f"since start, {name} {segment}{level}:", [_verdict(v) for v in shown]
         if len(head) + 1 + len(items[0]) <= width:

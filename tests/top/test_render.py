@@ -267,3 +267,12 @@ def test_an_interleaving_line_too_long_wraps_and_keeps_its_verdict() -> None:
     assert "interleaving surface=app: A vs B +0.120±0.041 A beats B\n" in render(
         _view(preferences=[short]), width=80
     )
+
+
+def test_a_segment_whose_bands_wait_for_lists_does_not_blame_user_ids() -> None:
+    """Before any band is defined the variance is list level because an arm has too few
+    lists; saying "no user ids" there sent users looking for a defect in their events."""
+    verdicts = [Verdict("ab", "surface=app", "nDCG@10", 0.01, math.nan, math.nan, False)]
+    text = render(_view(verdicts=verdicts))
+    assert "since start, ab surface=app" in text
+    assert "no user ids" not in text
