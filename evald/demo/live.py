@@ -170,7 +170,7 @@ def comparison_lines(
             bound = state.bounds[key]
             where = " ".join(v for _, v in rest) or "all"
             band = (
-                "band after 100 lists per arm"
+                "band after statistics.min_n lists per arm"
                 if math.isnan(bound.low)
                 else f"[{bound.low:+.3f}, {bound.high:+.3f}]"
             )
