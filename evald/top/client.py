@@ -69,7 +69,7 @@ def from_args(
     *,
     environ: Mapping[str, str] = os.environ,
     tty: Callable[[], bool] | None = None,
-    prompt: Callable[[str], str] = getpass.getpass,
+    prompt: Callable[[str], str] | None = None,
     timeout: float = 5.0,
 ) -> Client:
     """The client for ``url``; ``ValueError`` (exit 2) names the option or variable at fault.
@@ -84,7 +84,8 @@ def from_args(
         if not args.user or ":" in args.user:
             raise ValueError("--user: a name, non-empty and without ':'")
         is_tty = tty if tty is not None else (lambda: sys.stdin is not None and sys.stdin.isatty())
-        auth = (args.user, _password(args.user, url, environ, is_tty, prompt))
+        ask = prompt if prompt is not None else getpass.getpass
+        auth = (args.user, _password(args.user, url, environ, is_tty, ask))
     context = _context(args) if url.startswith("https://") else None
     return Client(
         auth=auth, context=context, ca_file=args.ca_file, cert_file=args.cert_file, timeout=timeout
@@ -122,8 +123,8 @@ def _context(args: argparse.Namespace) -> ssl.SSLContext:
             context.load_cert_chain(args.cert_file, args.key_file, password=lambda: b"")
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(
-                f"--cert-file {args.cert_file} / --key-file {args.key_file}: not a certificate "
-                f"and its unencrypted key, PEM ({exc})"
+                f"--cert-file {args.cert_file} / --key-file {args.key_file}: not a PEM "
+                f"certificate and its matching, unencrypted key ({exc})"
             ) from None
     return context
 
@@ -162,7 +163,9 @@ class Client:
         except urllib.error.HTTPError as exc:
             raise self._http_error(url, exc) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            raise self._transport_error(url, getattr(exc, "reason", exc)) from None
+            # (an SSLError has a .reason too: a string, so only a URLError's is unwrapped)
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            raise self._transport_error(url, reason) from None
 
     def _http_error(self, url: str, exc: urllib.error.HTTPError) -> OSError:
         if exc.code == 401 and self.auth is not None:
@@ -188,7 +191,11 @@ class Client:
                 f"{url}: the server asks for a client certificate ({text}): pass --cert-file "
                 "and --key-file"
             )
-        if isinstance(reason, ssl.SSLError) and "ALERT" in text.upper():
+        # an alert, or a server that hung up mid-handshake (evald's does when it refuses a
+        # client certificate)
+        if isinstance(reason, ssl.SSLEOFError) or (
+            isinstance(reason, ssl.SSLError) and "ALERT" in text.upper()
+        ):
             if self.cert_file:
                 return Refused(
                     f"{url}: the server refused the client certificate --cert-file "
