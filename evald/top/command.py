@@ -37,7 +37,7 @@ EXAMPLES = """\
   evald top http://evald:9464 --group-by arm,model
   evald top --once > snapshot.txt             # one snapshot (two scrapes --interval apart)
   evald top --queries --measures nDCG@10      # the treatment's queries that fell most
-  EVALD_TOP_PASSWORD=... evald top evald:9464 --user prometheus --ca-file ca.crt   # TLS, auth
+  evald top evald:9464 --user prometheus --ca-file ca.crt  # TLS + basic auth (prompts)
 """
 
 DEFAULT_URL = "127.0.0.1:9464"
