@@ -191,24 +191,29 @@ class Client:
                 f"{url}: the server asks for a client certificate ({text}): pass --cert-file "
                 "and --key-file"
             )
-        # an alert, or a server that hung up mid-handshake (evald's does when it refuses a
-        # client certificate)
-        if isinstance(reason, ssl.SSLEOFError) or (
-            isinstance(reason, ssl.SSLError) and "ALERT" in text.upper()
-        ):
+        hung_up = isinstance(reason, ssl.SSLEOFError)
+        if hung_up or (isinstance(reason, ssl.SSLError) and "ALERT" in text.upper()):
+            # evald's server hangs up on a refused client certificate, often before its alert
+            # arrives; a hang-up alone may also be a restart, so only an alert is Refused
+            kind = OSError if hung_up else Refused
             if self.cert_file:
-                return Refused(
-                    f"{url}: the server refused the client certificate --cert-file "
-                    f"{self.cert_file} ({text}): is it signed by the web config's client_ca_file, "
-                    "and does it name one of client_allowed_sans?"
+                return kind(
+                    f"{url}: the server ended the TLS handshake ({text}): it may refuse the "
+                    f"client certificate --cert-file {self.cert_file}: is it signed by the web "
+                    "config's client_ca_file, and does it name one of client_allowed_sans?"
                 )
-            return Refused(
+            return kind(
                 f"{url}: the server ended the TLS handshake ({text}): does it want a client "
                 "certificate (--cert-file and --key-file)?"
             )
         if isinstance(reason, ssl.SSLError) and "WRONG_VERSION_NUMBER" in text.upper():
             return Refused(f"{url}: the server does not speak TLS ({text}): use http://")
         text = text or type(reason).__name__
+        if url.startswith("https://") and "handshake operation timed out" in text:
+            # evald's plain-HTTP server waits for a request line, never answering a TLS hello
+            return OSError(
+                f"{url}: the TLS handshake timed out: if it serves plain HTTP, use http://"
+            )
         if url.startswith("http://") and isinstance(
             reason, (ConnectionResetError, http.client.HTTPException)
         ):  # something listens there, but hung up on plain HTTP

@@ -159,6 +159,18 @@ def test_a_certificate_for_another_name_says_which_address_to_use(
     assert "--ca-file" not in err, err  # the CA is right: naming it would mislead
 
 
+def test_https_to_a_plain_http_endpoint_suggests_http(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """evald's plain server never answers a TLS hello (it waits for a request line): the
+    handshake times out, after one second with --interval 0.1."""
+    with MetricsServer("127.0.0.1:0") as server:
+        assert _top(f"https://127.0.0.1:{server.port}") == 1
+    err = capsys.readouterr().err
+    assert "TLS handshake timed out" in err and "use http://" in err, err
+    assert "is evald running" not in err, err
+
+
 @pytest.mark.usefixtures("password")
 def test_plain_http_to_a_tls_endpoint_suggests_https(
     secured: str, capsys: pytest.CaptureFixture[str]
@@ -213,7 +225,8 @@ def test_a_client_certificate_is_sent_and_its_absence_named(
         _top(*base, "--cert-file", str(other.client_cert), "--key-file", str(other.client_key)) == 1
     )
     err = capsys.readouterr().err
-    assert f"refused the client certificate --cert-file {other.client_cert}" in err, err
+    assert f"refuse the client certificate --cert-file {other.client_cert}" in err, err
+    assert "client_ca_file" in err, err
 
 
 def test_credentials_do_not_follow_a_redirect(
