@@ -87,6 +87,13 @@ def expired_server_cert(ca: Authority) -> tuple[Path, Path]:
     )
 
 
+def server_cert_for(ca: Authority, name: str, san: str) -> tuple[Path, Path]:
+    """Another server certificate the CA signed, naming only ``san`` (e.g. "DNS:evald.example")."""
+    return _leaf(
+        ca.ca_cert.parent, name, "/CN=evald", f"subjectAltName={san}\nextendedKeyUsage=serverAuth"
+    )
+
+
 def openssl_dates(cert: Path) -> tuple[str, str]:
     """notBefore and notAfter as the openssl command prints them ("Nov 26 15:49:46 2026 GMT")."""
     done = subprocess.run(

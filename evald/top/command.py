@@ -12,12 +12,19 @@ import math
 import shutil
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from evald.terminal import can_encode
+from evald.top.client import (
+    PASSWORD_ENV,
+    Client,
+    Refused,
+    Unreachable,
+    add_arguments,
+    from_args,
+    wants_tls,
+)
 
 if TYPE_CHECKING:
     from evald.top.model import Scrape, View
@@ -30,9 +37,10 @@ EXAMPLES = """\
   evald top http://evald:9464 --group-by arm,model
   evald top --once > snapshot.txt             # one snapshot (two scrapes --interval apart)
   evald top --queries --measures nDCG@10      # the treatment's queries that fell most
+  evald top evald:9464 --user prometheus --ca-file ca.crt  # TLS + basic auth (prompts)
 """
 
-DEFAULT_URL = "http://127.0.0.1:9464"
+DEFAULT_URL = "127.0.0.1:9464"
 
 _HIDE_CURSOR, _SHOW_CURSOR, _HOME_CLEAR = "\x1b[?25l", "\x1b[?25h", "\x1b[H\x1b[J"
 
@@ -60,7 +68,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         default=DEFAULT_URL,
         metavar="URL",
-        help="the evald to watch: HOST:PORT or http://HOST:PORT[/metrics] (default: %(default)s)",
+        help="the evald to watch: HOST:PORT (http, or https with --ca-file/--cert-file) or "
+        "http(s)://HOST:PORT[/metrics] (default: %(default)s)",
     )
     parser.add_argument(
         "--interval",
@@ -108,13 +117,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "first --group-by label) queries that fell most against the window before, for the "
         "first of --measures, from the evald's /queries (docs/drilldown.md)",
     )
+    add_arguments(parser)
 
 
-def metrics_url(text: str) -> str:
-    """``HOST:PORT``, ``http://HOST:PORT`` or a full ``.../metrics`` URL -> the metrics URL."""
+def metrics_url(text: str, *, tls: bool = False) -> str:
+    """``HOST:PORT``, ``http(s)://HOST:PORT`` or a full ``.../metrics`` URL -> the metrics URL;
+    without a scheme it is https when ``tls`` (a CA or client certificate was given)."""
     url = text.strip()
     if "://" not in url:
-        url = "http://" + url
+        url = ("https://" if tls else "http://") + url
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"not an http(s) URL: {text!r}")
     scheme, rest = url.split("://", 1)
@@ -123,54 +134,35 @@ def metrics_url(text: str) -> str:
         raise ValueError(f"no host in {text!r}")
     if "@" in host:  # not echoed: the part before the @ may be a password
         raise ValueError(
-            "a URL with credentials: evald top sends none (and a password on the command line "
-            "shows in ps); watch an address of evald without basic auth (docs/security.md)"
+            "a URL with credentials is refused (a password on the command line shows in ps and "
+            f"the shell's history): pass --user NAME, the password in ${PASSWORD_ENV} or typed "
+            "at the prompt"
         )
     if not path:
         path = "metrics"
     return f"{scheme}://{host}/{path}"
 
 
-class Unreachable(OSError):
-    """Nothing answered at the URL (refused, unknown host, timeout), as opposed to an answer
-    that was not the metrics."""
-
-
 class Scraper:
-    """Fetches and parses ``/metrics``; the clock and the opener are injectable for tests."""
+    """Fetches and parses ``/metrics``; the clock and the client are injectable for tests."""
 
     def __init__(
         self,
         url: str,
         *,
-        timeout: float = 5.0,
+        client: Client | None = None,
         clock: Callable[[], float] = time.time,
-        opener: Callable[..., object] = urllib.request.urlopen,
     ) -> None:
         self.url = url
-        self.timeout = timeout
+        self.client = client if client is not None else Client()
         self.clock = clock
-        self.opener = opener
 
     def scrape(self) -> Scrape:
-        """One scrape; raises ``OSError`` (unreachable, HTTP error) or ``ValueError`` (not an
-        exposition) with a message fit for the screen."""
+        """One scrape; raises ``OSError`` (unreachable, HTTP error; :class:`Refused` when no
+        retry helps) or ``ValueError`` (not an exposition) with a message fit for the screen."""
         from evald.top.model import parse
 
-        request = urllib.request.Request(self.url, headers={"Accept": "text/plain"})
-        try:
-            with self.opener(request, timeout=self.timeout) as response:  # type: ignore[attr-defined]
-                body = response.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as exc:
-            if exc.code == 401:
-                raise OSError(
-                    f"{self.url} answered HTTP 401: it asks for basic auth "
-                    "(daemon.web_config_file, docs/security.md), which evald top does not send"
-                ) from None
-            raise OSError(f"{self.url} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise Unreachable(f"cannot reach {self.url}: {reason}") from None
+        body = self.client.get(self.url, "text/plain").decode("utf-8", "replace")
         try:
             return parse(body, self.clock())
         except ValueError as exc:
@@ -187,8 +179,9 @@ def run(args: argparse.Namespace) -> int:
     from evald.durations import DurationError, format_duration, parse_duration
 
     try:
-        url = metrics_url(args.url)
+        url = metrics_url(args.url, tls=wants_tls(args))
         window = format_duration(parse_duration(args.window))
+        client = from_args(args, url, timeout=min(5.0, max(1.0, args.interval)))
     except (ValueError, DurationError) as exc:
         print(f"evald top: {exc}", file=sys.stderr)
         return 2
@@ -203,8 +196,16 @@ def run(args: argparse.Namespace) -> int:
             url, window=window, label=args.group_by[0], arm=args.arms[1], measure=measure
         )
         tty = sys.stdout.isatty()
-        return watch(page, measure, sys.stdout, once=args.once, interval=args.interval, tty=tty)
-    scraper = Scraper(url, timeout=min(5.0, max(1.0, args.interval)))
+        return watch(
+            page,
+            measure,
+            sys.stdout,
+            once=args.once,
+            interval=args.interval,
+            tty=tty,
+            client=client,
+        )
+    scraper = Scraper(url, client=client)
     top = Top(
         scraper,
         window=window,
@@ -268,12 +269,14 @@ class Top:
 
     def frame(self, *, fit: bool = True) -> str:
         """Scrape once and render, to the terminal's size when ``fit`` (its width always); an
-        unreachable evald becomes a one-line frame."""
+        unreachable evald becomes a one-line frame (:class:`Refused` is raised: no retry helps)."""
         from evald.top.render import render
 
         width, height = max(40, self.width()), (max(10, self.height()) if fit else None)
         try:
             scrape = self.scraper.scrape()
+        except Refused:
+            raise
         except (OSError, ValueError) as exc:
             self._prev = None
             return f"evald top: {exc} (retrying)\n"
@@ -301,7 +304,8 @@ class Top:
         return 0
 
     def live(self, interval: float, *, tty: bool) -> int:
-        """Redraw in place on a terminal (frames one after another on a pipe) until Ctrl-C."""
+        """Redraw in place on a terminal (frames one after another on a pipe) until Ctrl-C; 1 on
+        an answer no retry changes (credentials or certificate refused)."""
         if tty:
             self.stream.write(_HIDE_CURSOR)
         try:
@@ -313,7 +317,11 @@ class Top:
                 self.sleep(interval)
         except KeyboardInterrupt:
             return 0
+        except Refused as exc:
+            message = f"evald top: {exc}"  # printed below the frame, once the cursor is back
         finally:
             if tty:
                 self.stream.write("\n" + _SHOW_CURSOR)
                 self.stream.flush()
+        print(message, file=sys.stderr)
+        return 1

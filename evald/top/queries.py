@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from typing import Any, TextIO
+
+from evald.top.client import Client, Refused
 
 __all__ = ["fetch", "queries_url", "render_queries", "watch"]
 
@@ -29,16 +29,12 @@ def queries_url(metrics_url: str, *, window: str, label: str, arm: str, measure:
     return f"{base}/queries?{urllib.parse.urlencode(params)}"
 
 
-def fetch(url: str, opener: Callable[..., Any] = urllib.request.urlopen) -> dict[str, Any]:
-    """The page's document; OSError with a message fit for the screen."""
+def fetch(url: str, client: Client | None = None) -> dict[str, Any]:
+    """The page's document; OSError with a message fit for the screen (:class:`Refused` when
+    no retry helps)."""
+    body = (client if client is not None else Client()).get(url, "application/json")
     try:
-        with opener(url, timeout=5.0) as response:
-            return dict(json.loads(response.read().decode("utf-8")))
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", "replace")[:200]
-        raise OSError(f"{url} answered HTTP {exc.code}: {detail.strip()}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise OSError(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
+        return dict(json.loads(body.decode("utf-8")))
     except ValueError:
         raise OSError(f"{url} did not answer with JSON (an evald before /queries?)") from None
 
@@ -88,11 +84,13 @@ def watch(
     interval: float,
     tty: bool,
     sleep: Callable[[float], None] = time.sleep,
+    client: Client | None = None,
 ) -> int:
-    """One frame (``once``: 1 if unreachable) or a redraw every ``interval`` until Ctrl-C."""
+    """One frame (``once``: 1 if unreachable) or a redraw every ``interval`` until Ctrl-C; 1
+    on an answer no retry changes (credentials or certificate refused)."""
     if once:
         try:
-            stream.write(render_queries(fetch(url), measure))
+            stream.write(render_queries(fetch(url, client), measure))
         except OSError as exc:
             print(f"evald top: {exc}", file=sys.stderr)
             return 1
@@ -100,7 +98,10 @@ def watch(
     try:
         while True:
             try:
-                text = render_queries(fetch(url), measure)
+                text = render_queries(fetch(url, client), measure)
+            except Refused as exc:
+                print(f"evald top: {exc}", file=sys.stderr)
+                return 1
             except OSError as exc:
                 text = f"evald top: {exc} (retrying)\n"
             stream.write(("\x1b[H\x1b[J" + text) if tty else text + "\n")
