@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from evald.clicks.counts import RankCounts
-from evald.clicks.model import ClickModel, grown
+from evald.clicks.model import MAX_ITERATIONS, TOLERANCE, ClickModel, grown
 from evald.clicks.sessions import Sessions
 from evald.clicks.settings import ClickSettings
 
@@ -79,6 +79,16 @@ class PBM(ClickModel):
 
     def _add(self, sessions: Sessions, slots: np.ndarray, weights: np.ndarray) -> None:
         self.counts.add_cells(slots >= 0, slots, sessions.segments, sessions.clicks, weights)
+
+    def refit(self, iterations: int | None = None) -> None:
+        super().refit(iterations)
+        self._cached = None  # the rows change before the next refit: hold no copies till then
+
+    def fit(self, tolerance: float = TOLERANCE, max_iterations: int = MAX_ITERATIONS) -> int:
+        try:
+            return super().fit(tolerance, max_iterations)
+        finally:
+            self._cached = None
 
     def _rows(self) -> _Rows:
         """The rows as EM reads them, with what its iterations do not change: computed once
