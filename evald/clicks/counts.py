@@ -31,6 +31,9 @@ class RankCounts:
         self.n = np.zeros(0, np.float64)
         self.c = np.zeros(0, np.float64)
         self._used = 0
+        #: changes whenever a row is added, scaled or dropped: what a fit derived from the
+        #: rows (e.g. PBM's per-refit denominators) is still valid for while it is the same
+        self.version = 0
 
     def __len__(self) -> int:
         return self._used
@@ -72,6 +75,7 @@ class RankCounts:
             rows[cells] = new[which]
         np.add.at(self.n, rows, n.astype(np.float64))
         np.add.at(self.c, rows, c.astype(np.float64))
+        self.version += 1
 
     def _append(self, keys: np.ndarray) -> np.ndarray:
         start, count = self._used, len(keys)
@@ -98,13 +102,17 @@ class RankCounts:
         """Remove every row of ``slots`` (evicted pairs); the others keep their order."""
         if not len(slots) or not self._used:
             return
-        keep = ~np.isin(self.slot[: self._used], slots)
+        slot = self.slot[: self._used]
+        dropped = np.zeros(max(int(slot.max()), int(np.max(slots))) + 1, bool)
+        dropped[slots] = True  # a mask by slot: a gather where ``isin`` sorts
+        keep = ~dropped[slot]
         self._load(*(column[keep] for column in self.view()))
 
     def scale(self, factor: float) -> None:
         if factor != 1.0:
             self.n *= factor
             self.c *= factor
+            self.version += 1
 
     def _load(
         self, slot: np.ndarray, segment: np.ndarray, rank: np.ndarray, n: np.ndarray, c: np.ndarray
@@ -113,6 +121,7 @@ class RankCounts:
         self.n, self.c = n.astype(np.float64), c.astype(np.float64)
         self._used = len(slot)
         self._index.rebuild(_key(self.slot, self.segment, self.rank), np.arange(self._used))
+        self.version += 1
 
     # ------------------------------------------------------------------ state
 

@@ -28,16 +28,34 @@ Conventions (docs/click-models.md):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from evald.clicks.counts import RankCounts
-from evald.clicks.model import ClickModel, grown
+from evald.clicks.model import MAX_ITERATIONS, TOLERANCE, ClickModel, grown
 from evald.clicks.sessions import Sessions
 from evald.clicks.settings import ClickSettings
 
 START = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """What an EM iteration reads of ``RankCounts`` (``PBM._rows``), valid while ``counts``
+    is at ``key`` (its version, the slots allocated, the segments)."""
+
+    counts: RankCounts
+    key: tuple[int, int, int]
+    slot: np.ndarray
+    cells: np.ndarray  # segment * depth + rank: the row's (segment, rank) in θ, flat
+    n: np.ndarray
+    c: np.ndarray
+    rest: np.ndarray  # n - c: the impressions without a click
+    total: float  # Σ n
+    pair_n: np.ndarray  # Σ n per slot (the M-step's denominator of α)
+    cell_n: np.ndarray  # Σ n per (segment, rank) (that of θ)
 
 
 class PBM(ClickModel):
@@ -51,6 +69,7 @@ class PBM(ClickModel):
         self.alpha = np.zeros(0)
         self.theta = np.zeros((0, self.depth))
         self.mu = START
+        self._cached: _Rows | None = None
 
     def _new_segment(self) -> None:
         self.theta = np.vstack([self.theta, np.full((1, self.depth), START)])
@@ -61,13 +80,49 @@ class PBM(ClickModel):
     def _add(self, sessions: Sessions, slots: np.ndarray, weights: np.ndarray) -> None:
         self.counts.add_cells(slots >= 0, slots, sessions.segments, sessions.clicks, weights)
 
+    def refit(self, iterations: int | None = None) -> None:
+        super().refit(iterations)
+        self._cached = None  # the rows change before the next refit: hold no copies till then
+
+    def fit(self, tolerance: float = TOLERANCE, max_iterations: int = MAX_ITERATIONS) -> int:
+        try:
+            return super().fit(tolerance, max_iterations)
+        finally:
+            self._cached = None
+
+    def _rows(self) -> _Rows:
+        """The rows as EM reads them, with what its iterations do not change: computed once
+        per refit (of 20 iterations) instead of once per iteration."""
+        key = (self.counts.version, self.pairs.size, len(self.segments))
+        rows = self._cached
+        if rows is None or rows.counts is not self.counts or rows.key != key:
+            slot, segment, rank, n, c = self.counts.view()
+            cells = segment * self.depth + rank
+            rows = self._cached = _Rows(
+                self.counts,
+                key,
+                slot,
+                cells,
+                n,
+                c,
+                n - c,
+                float(n.sum()),
+                np.bincount(slot, n, minlength=self.pairs.size),
+                np.bincount(cells, n, minlength=len(self.segments) * self.depth).reshape(
+                    -1, self.depth
+                ),
+            )
+        return rows
+
     def _posteriors(self) -> tuple[np.ndarray, np.ndarray]:
         """Expected attracted and examined counts of every row under the current parameters."""
-        slot, segment, rank, n, c = self.counts.view()
-        a = self.alpha[slot]
-        t = self.theta[segment, rank]
-        rest = n - c
+        rows = self._rows()
+        c, rest = rows.c, rows.rest
+        a = self.alpha[rows.slot]
+        t = self.theta.reshape(-1)[rows.cells]
         d = 1.0 - a * t
+        if (d > 0).all():  # the usual case: the same values as below without the masks
+            return c + rest * a * (1.0 - t) / d, c + rest * t * (1.0 - a) / d
         safe = np.where(d > 0, d, 1.0)
         attracted = c + np.where(d > 0, rest * a * (1.0 - t) / safe, 0.0)
         examined = c + np.where(d > 0, rest * t * (1.0 - a) / safe, 0.0)
@@ -75,12 +130,10 @@ class PBM(ClickModel):
 
     def _attractiveness(self, attracted: np.ndarray) -> tuple[np.ndarray, float]:
         """α per slot from the rows' expected attracted counts (the prior included), and μ."""
-        slot, _, _, n, _ = self.counts.view()
-        size = self.pairs.size
-        total = float(n.sum())
-        mu = float(attracted.sum()) / total if total > 0 else self.mu
-        num = np.bincount(slot, attracted, minlength=size)
-        den = np.bincount(slot, n, minlength=size)
+        rows = self._rows()
+        mu = float(attracted.sum()) / rows.total if rows.total > 0 else self.mu
+        num = np.bincount(rows.slot, attracted, minlength=self.pairs.size)
+        den = rows.pair_n
         m = self.settings.prior_strength
         with np.errstate(invalid="ignore", divide="ignore"):
             alpha = np.where(den + m > 0, (num + m * mu) / (den + m), mu)
@@ -88,11 +141,10 @@ class PBM(ClickModel):
 
     def _examination(self, examined: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """θ per (segment, rank) from the rows' expected examined counts, and where data was."""
-        _, segment, rank, n, _ = self.counts.view()
-        cells = segment * self.depth + rank
+        rows = self._rows()
         size = len(self.segments) * self.depth
-        num = np.bincount(cells, examined, minlength=size).reshape(-1, self.depth)
-        den = np.bincount(cells, n, minlength=size).reshape(-1, self.depth)
+        num = np.bincount(rows.cells, examined, minlength=size).reshape(-1, self.depth)
+        den = rows.cell_n
         data = den > 0
         theta = np.where(data, num / np.where(data, den, 1.0), self.theta)
         return theta, data

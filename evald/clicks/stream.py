@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -76,18 +77,22 @@ class StableKeys:
         self._known: dict[str, int] = {}
 
     def many(self, texts: list[str]) -> np.ndarray:
-        """int64 keys of ``texts``, looked up in one pass; the unknown ones digested."""
+        """int64 keys of ``texts``, looked up in one pass; the unknown ones digested. An
+        unknown text reads as 0 and the zeros are found by numpy (a key that is 0 itself is
+        digested again each time: the same key, found slower)."""
         known = self._known
-        keys = list(map(known.get, texts))
-        if None in keys:
+        keys = np.fromiter(map(known.get, texts, repeat(0)), np.int64, len(texts))
+        missing = np.flatnonzero(keys == 0)
+        if len(missing):
             if len(known) + len(texts) > CACHED_KEYS:
                 known.clear()
-            for i, key in enumerate(keys):
+            for i in missing.tolist():
+                text = texts[i]
+                key = known.get(text)
                 if key is None:
-                    text = texts[i]
-                    key = known.get(text)
-                    keys[i] = known[text] = stable_key(text) if key is None else key
-        return np.asarray(keys, np.int64)
+                    key = known[text] = stable_key(text)
+                keys[i] = key
+        return keys
 
 
 def pair_keys(queries: np.ndarray, items: np.ndarray) -> np.ndarray:

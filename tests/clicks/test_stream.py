@@ -20,7 +20,7 @@ from evald.clicks import stream
 from evald.clicks.model import ClickModel
 from evald.clicks.models import new_model
 from evald.clicks.sessions import Sessions
-from evald.clicks.stream import ServedTee, pair_keys, stable_key
+from evald.clicks.stream import ServedTee, StableKeys, pair_keys, stable_key
 from evald.config import ConfigError, load_config
 from evald.decode import Decoder
 from evald.engine import Engine
@@ -145,6 +145,19 @@ def test_pair_keys_are_the_same_in_another_process() -> None:
     # the pair, not its parts: the same item under two queries, two items under one
     keys = [*keys_of("shoes", ["d1", "d2"]), *keys_of("boots", ["d1"])]
     assert len(set(keys)) == 3 and 0 not in keys
+
+
+def test_remembered_keys_are_the_digests_also_when_new_repeated_forgotten_or_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keys = StableKeys()
+    texts = ["q", "a", "b", "a", "q"]
+    assert keys.many(texts).tolist() == [stable_key(t) for t in texts]
+    assert keys.many(["b", "c"]).tolist() == [stable_key("b"), stable_key("c")]
+    monkeypatch.setattr(stream, "CACHED_KEYS", 3)  # the cache starts over: the same keys
+    assert keys.many(["d", "a", "e"]).tolist() == [stable_key(t) for t in "dae"]
+    monkeypatch.setattr(stream, "stable_key", lambda text: 0 if text == "z" else 7)
+    assert keys.many(["z", "y", "z"]).tolist() == [0, 7, 0]  # a key of 0 is a key too
 
 
 def test_the_tee_forgets_lists_that_can_no_longer_be_scored() -> None:
