@@ -90,9 +90,17 @@ class ListMemory:
         qlist = [memo(q) or self._query_key(q) for q in lists.queries]
         qkeys = np.asarray(qlist, np.int64).view(np.uint64)
         with np.errstate(over="ignore"):  # wrapping is the mix
-            pairs = (qkeys[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)).tolist()
+            mixed = qkeys[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)
+        pairs = mixed.tolist()
         keys_all = lists.keys.tolist()
-        hit_rows: list[bool] = np.any(lists.judged, axis=1).tolist()
+        # the pairs each list writes (had feedback), back to back: a slice per list in the
+        # loop rather than a walk over every rank's flag
+        counts = np.asarray(lists.key_lengths, np.int64)
+        write = lists.judged & (np.arange(lists.keys.shape[1]) < counts[:, None])
+        writes = mixed[write].tolist()
+        per_list = write.sum(axis=1)
+        ends = np.cumsum(per_list)
+        firsts, ends = (ends - per_list).tolist(), ends.tolist()
         unjudged = [math.nan] * n
         compared: list[tuple[int, tuple[int, ...]]] = []  # (list, its reference's keys)
         judged, references, retention = self._judged, self._references, self.retention
@@ -117,14 +125,14 @@ class ListMemory:
                 ref = references.get(qlist[i])
                 if ref is not None and ref[0] >= horizon:
                     compared.append((i, ref[1]))
-            if hit_rows[i]:
-                for pair, hit in zip(row, lists.judged[i].tolist(), strict=False):
-                    if hit:  # the newest write last: the least recent is dropped first
-                        if contains(pair):
-                            to_end(pair)
-                        judged[pair] = ts
-                        if len(judged) > capacity:
-                            judged.popitem(last=False)
+            first, end = firsts[i], ends[i]
+            if first != end:
+                for pair in writes[first:end]:
+                    if contains(pair):  # the newest write last: the least recent goes first
+                        to_end(pair)
+                    judged[pair] = ts
+                    if len(judged) > capacity:
+                        judged.popitem(last=False)
         out[:, UNJUDGED] = unjudged
         out[:, RBO] = self._rbo(lists.keys, lists.key_lengths, compared)
         return out
