@@ -6,11 +6,11 @@ in the partition's checkpoint) needs a key a restarted process computes alike. C
 Adler-32 of the UTF-8 bytes side by side (good enough for ids not crafted to collide: a
 collision only merges two items' judged state).
 
-The arena computes them late and in bulk: a pending list keeps the UTF-8 of its first ids (one
-``join`` and ``encode``, a microsecond), and ``take`` computes the keys of a whole finalized
-batch with numpy (``keys_of``: the two checksums' byte loops run across all the batch's ids at
-once), bit for bit ``item_key``'s; one ``zlib`` call pair per id from Python cost more than
-the rest of the signals together.
+The arena computes them late and in bulk: a pending list keeps its first ids joined into one
+string (one ``join``), and ``take`` encodes and keys a whole finalized batch with numpy
+(``keys_of``: the two checksums' byte loops run across all the batch's ids at once), bit for
+bit ``item_key``'s; one ``zlib`` call pair per id from Python cost more than the rest of the
+signals together.
 """
 
 from __future__ import annotations
@@ -86,104 +86,81 @@ def keys_of(raw: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndar
 
 
 class KeyArena:
-    """The first ``depth`` ids of each pending slot as UTF-8, keyed only when taken.
+    """The first ``depth`` ids of each pending slot, keyed only when taken.
 
-    Two flat arenas, compacted together when half garbage: ``_raw`` (the ids' bytes back to
-    back) and ``_sizes`` (each id's byte count); per-slot columns (``array``: a plain index is
-    several times cheaper from Python than a numpy scalar's, and numpy reads them without a
-    copy) give each slot's first id, id count and first byte."""
+    A slot holds its first ids joined by NUL into one str and their count (a slice and a
+    ``join`` per list, nothing per id: encoding each list and counting its ids' bytes while it
+    was pending cost a fifth of the signals' time). ``take`` joins a whole batch's strings,
+    encodes them once, splits the bytes at the NULs (UTF-8 has a NUL byte only for U+0000)
+    and keys every id with ``keys_of``. An id holding a U+0000 itself (JSON allows
+    ``"\\u0000"``) would split wrongly: such a slot keeps its ids as a tuple instead, keyed one
+    by one with ``item_key``."""
 
     def __init__(self, depth: int) -> None:
         self.depth = depth
-        self._raw = bytearray()
-        self._sizes = array("q")
-        self._garbage = 0
-        self._start = array("q")
-        self._length = array("q")
-        self._byte = array("q")
+        self._heads: list[str | None] = []
+        self._count = array("q")  # per slot: a plain index is cheaper than a numpy scalar's
+        self._odd: dict[int, tuple[str, ...]] = {}  # slots with an id holding a U+0000
+        self._held = 0
 
     def __len__(self) -> int:
-        """Ids in the arena, garbage included (compaction keeps it under twice the live)."""
-        return len(self._sizes)
+        """Ids held."""
+        return self._held
 
     def set(self, slot: int, item_ids: Sequence[str]) -> None:
         """Give ``slot`` its first ids (replacing any it had)."""
-        start, length = self._start, self._length
-        if slot >= len(start):
-            grow = max(slot + 1 - len(start), len(start), 1024)
-            start.extend([0] * grow)
-            length.extend([0] * grow)
-            self._byte.extend([0] * grow)
+        heads, count = self._heads, self._count
+        if slot >= len(heads):
+            grow = max(slot + 1 - len(heads), len(heads), 1024)
+            heads.extend([None] * grow)
+            count.extend([0] * grow)
         head = item_ids[: self.depth]
-        raw = "".join(head).encode()
-        sizes = list(map(len, head))
-        if len(raw) != sum(sizes):  # not all ASCII: a character is not a byte
-            sizes = [len(item.encode()) for item in head]
-        self._garbage += length[slot]
-        start[slot] = len(self._sizes)
-        length[slot] = len(sizes)
-        self._byte[slot] = len(self._raw)
-        self._sizes.fromlist(sizes)
-        self._raw += raw
+        n = len(head)
+        text = "\0".join(head)
+        self._held += n - count[slot]
+        count[slot] = n
+        if self._odd:
+            self._odd.pop(slot, None)
+        if n and text.count("\0") != n - 1:
+            self._odd[slot] = tuple(head)
+            heads[slot] = None
+        else:
+            heads[slot] = text
 
     def take(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(keys 0-padded (n, depth), how many each slot has) of slots ``idx``."""
         idx = np.asarray(idx, np.intp)
-        starts, lengths, bytes_at = self._columns()
-        held = idx < len(lengths)
-        safe = np.where(held, idx, 0)
-        count = np.where(held, lengths[safe], 0)
-        mask = np.arange(self.depth) < count[:, None]
-        pos = np.where(mask, starts[safe][:, None] + np.arange(self.depth), 0)
-        keys = np.zeros(mask.shape, np.int64)
-        if mask.any():
-            sizes = np.where(mask, np.frombuffer(self._sizes, np.int64)[pos], 0)
-            first = bytes_at[safe][:, None] + np.cumsum(sizes, axis=1) - sizes
-            raw = np.frombuffer(self._raw, np.uint8)
-            keys[mask] = keys_of(raw, first[mask], sizes[mask])
-            del raw
-        return keys, count.copy()
+        held = idx < len(self._count)
+        count = np.zeros(len(idx), np.int64)
+        if held.any():
+            count[held] = np.frombuffer(self._count, np.int64)[idx[held]]
+        keys = np.zeros((len(idx), self.depth), np.int64)
+        rows = np.flatnonzero(count)
+        slots = idx[rows].tolist()
+        texts = [self._heads[slot] for slot in slots]
+        if self._odd:
+            for row, slot in zip(rows.tolist(), slots, strict=True):
+                if slot in self._odd:
+                    keys[row, : count[row]] = [item_key(item) for item in self._odd[slot]]
+            rows = rows[[text is not None for text in texts]]
+            texts = [text for text in texts if text is not None]
+        if texts:
+            raw = np.frombuffer("\0".join(texts).encode(), np.uint8)
+            ends = np.append(np.flatnonzero(raw == 0), len(raw))
+            starts = np.concatenate([[0], ends[:-1] + 1])
+            cells = np.arange(self.depth) < count[rows, None]  # row-major: the ids' order
+            block = np.zeros(cells.shape, np.int64)
+            block[cells] = keys_of(raw, starts, ends - starts)
+            keys[rows] = block
+        return keys, count
 
-    def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if not len(self._start):
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-        cols = (self._start, self._length, self._byte)
-        return tuple(np.frombuffer(col, np.int64) for col in cols)  # type: ignore[return-value]
-
-    def release(self, idx: np.ndarray, live: np.ndarray) -> None:
-        """Forget slots ``idx``; compact when half garbage (``live``: the slots still held)."""
-        idx = np.asarray(idx, np.intp)
-        starts, lengths, bytes_at = self._columns()
-        idx = idx[idx < len(lengths)]
-        self._garbage += int(lengths[idx].sum())
-        lengths[idx] = 0
-        if self._garbage > max(len(self._sizes) // 2, 1 << 16):
-            live = live[live < len(lengths)]
-            sizes = np.frombuffer(self._sizes, np.int64)
-            lens = lengths[live]
-            src = _spans(starts[live], lens)
-            total = np.concatenate([[0], np.cumsum(sizes)])
-            nbytes = total[starts[live] + lens] - total[starts[live]]
-            kept_sizes = sizes[src].tobytes()
-            kept_raw = np.frombuffer(self._raw, np.uint8)[_spans(bytes_at[live], nbytes)].tobytes()
-            starts[live] = _firsts(lens)
-            bytes_at[live] = _firsts(nbytes)
-            del starts, lengths, bytes_at, sizes
-            self._sizes = array("q")
-            self._sizes.frombytes(kept_sizes)
-            self._raw = bytearray(kept_raw)
-            self._garbage = 0
-
-
-def _firsts(lens: np.ndarray) -> np.ndarray:
-    """Where each of back-to-back spans of ``lens`` starts."""
-    out = np.zeros(len(lens), np.int64)
-    if len(lens):
-        np.cumsum(lens[:-1], out=out[1:])
-    return out
-
-
-def _spans(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """The indices of spans ``[start, start + len)``, back to back."""
-    lens = np.asarray(lens, np.int64)
-    return np.repeat(starts - _firsts(lens), lens) + np.arange(int(lens.sum()))
+    def release(self, idx: np.ndarray) -> None:
+        """Forget slots ``idx``."""
+        heads, count, odd = self._heads, self._count, self._odd
+        for slot in np.asarray(idx, np.intp).tolist():
+            if slot < len(heads):
+                self._held -= count[slot]
+                count[slot] = 0
+                heads[slot] = None
+                if odd:
+                    odd.pop(slot, None)

@@ -235,7 +235,7 @@ class PendingImpressions:
         a["head"][idx] = 0
         a["offset"][idx] = 0
         if self.keys is not None:
-            self.keys.release(idx, self.live_slots())
+            self.keys.release(idx)
         self._free.extend(slots)
 
     def compact_items(self) -> None:

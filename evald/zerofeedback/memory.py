@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from evald.join.item_keys import item_key
-from evald.zerofeedback.rbo import rbo_ext
+from evald.zerofeedback.rbo import rbo_ext, rbo_ext_rows
 
 __all__ = ["EMPTY", "QUANTITIES", "RBO", "UNJUDGED", "ListMemory", "Scored"]
 
@@ -90,12 +90,21 @@ class ListMemory:
         qlist = [memo(q) or self._query_key(q) for q in lists.queries]
         qkeys = np.asarray(qlist, np.int64).view(np.uint64)
         with np.errstate(over="ignore"):  # wrapping is the mix
-            pairs = (qkeys[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)).tolist()
+            mixed = qkeys[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)
+        pairs = mixed.tolist()
         keys_all = lists.keys.tolist()
-        hit_rows: list[bool] = np.any(lists.judged, axis=1).tolist()
-        unjudged, rbo = [math.nan] * n, [math.nan] * n
+        # the pairs each list writes (had feedback), back to back: a slice per list in the
+        # loop rather than a walk over every rank's flag
+        counts = np.asarray(lists.key_lengths, np.int64)
+        write = lists.judged & (np.arange(lists.keys.shape[1]) < counts[:, None])
+        writes = mixed[write].tolist()
+        per_list = write.sum(axis=1)
+        ends = np.cumsum(per_list)
+        firsts, ends = (ends - per_list).tolist(), ends.tolist()
+        unjudged = [math.nan] * n
+        compared: list[tuple[int, tuple[int, ...]]] = []  # (list, its reference's keys)
         judged, references, retention = self._judged, self._references, self.retention
-        reference, p, capacity = self.reference, self.p, self.judged_capacity
+        reference, capacity = self.reference, self.judged_capacity
         get, contains, to_end = judged.get, judged.__contains__, judged.move_to_end
         for i, (query, arm, ts, length, count) in enumerate(
             zip(lists.queries, lists.arms, lists.ts, lists.lengths, lists.key_lengths, strict=True)
@@ -115,17 +124,37 @@ class ListMemory:
             elif arm is not None:
                 ref = references.get(qlist[i])
                 if ref is not None and ref[0] >= horizon:
-                    rbo[i] = rbo_ext(keys_all[i][:count], ref[1], p)
-            if hit_rows[i]:
-                for pair, hit in zip(row, lists.judged[i].tolist(), strict=False):
-                    if hit:  # the newest write last: the least recent is dropped first
-                        if contains(pair):
-                            to_end(pair)
-                        judged[pair] = ts
-                        if len(judged) > capacity:
-                            judged.popitem(last=False)
+                    compared.append((i, ref[1]))
+            first, end = firsts[i], ends[i]
+            if first != end:
+                for pair in writes[first:end]:
+                    if contains(pair):  # the newest write last: the least recent goes first
+                        to_end(pair)
+                    judged[pair] = ts
+                    if len(judged) > capacity:
+                        judged.popitem(last=False)
         out[:, UNJUDGED] = unjudged
-        out[:, RBO] = rbo
+        out[:, RBO] = self._rbo(lists.keys, lists.key_lengths, compared)
+        return out
+
+    def _rbo(
+        self, keys: np.ndarray, counts: Sequence[int], compared: list[tuple[int, tuple[int, ...]]]
+    ) -> np.ndarray:
+        """Each list's RBO against the reference it was compared with (NaN: none), those of
+        equal lengths together (``rbo_ext_rows``: the same bits as ``rbo_ext``, at a fraction
+        of a call per list), the others one by one. The reference's keys are a tuple taken
+        when the list was reached, so computing after the batch's loop changes nothing."""
+        out = np.full(len(counts), math.nan)
+        by_length: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+        for i, ref in compared:
+            if counts[i] == len(ref) and ref:
+                by_length.setdefault(len(ref), []).append((i, ref))
+            else:
+                out[i] = rbo_ext(keys[i, : counts[i]].tolist(), ref, self.p)
+        for length, group in by_length.items():
+            rows = [i for i, _ in group]
+            refs = np.asarray([ref for _, ref in group], np.int64)
+            out[rows] = rbo_ext_rows(keys[rows, :length], refs, self.p)
         return out
 
     def _query_key(self, query: str) -> int:

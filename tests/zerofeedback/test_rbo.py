@@ -84,3 +84,22 @@ def test_the_equal_length_path_gives_the_general_loop_s_bits() -> None:
         a, b = (rng.integers(0, 14, size=n).tolist() for _ in range(2))
         p = float(rng.choice([0.1, 0.5, 0.9, 0.98]))
         assert rbo_ext(a, b, p) == _rbo_ext_any(a, b, p), (a, b, p)
+
+
+def test_many_rows_at_once_are_the_same_bits_as_one_at_a_time() -> None:
+    """The engine computes a batch's RBO of equal lengths with ``rbo_ext_rows``: the values
+    must be ``rbo_ext``'s to the bit (the window sums and the results are compared with ==),
+    repeated items, every overlap and lengths 1 to 12 included."""
+    from evald.zerofeedback.rbo import rbo_ext_rows
+
+    rng = np.random.default_rng(11)
+    for length in range(1, 13):
+        for _ in range(20):
+            m = int(rng.integers(1, 30))
+            universe = int(rng.integers(1, 3 * length + 2))
+            a = rng.integers(0, universe, (m, length))
+            b = rng.integers(0, universe, (m, length))
+            b[: m // 3] = a[: m // 3]  # identical prefixes: 1
+            p = float(rng.uniform(0.05, 0.99))
+            want = [rbo_ext(x, y, p) for x, y in zip(a.tolist(), b.tolist(), strict=True)]
+            assert rbo_ext_rows(a, b, p).tolist() == want
