@@ -45,12 +45,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def proc_state(pid: int) -> str:
+    """The process's state, signal masks and where it waits in the kernel (Linux /proc)."""
+    lines = []
+    for name in ("status", "wchan", "stack"):
+        try:
+            text = Path(f"/proc/{pid}/{name}").read_text(errors="replace")
+        except OSError as exc:
+            text = f"({exc})"
+        if name == "status":
+            keys = ("State", "Threads", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+            text = "\n".join(x for x in text.splitlines() if x.startswith(keys))
+        lines.append(f"{name}: {text.strip()}")
+    return "\n".join(lines)
+
+
 class Terminal:
     """One of the walk-through's terminals: a process in a session of its own (Ctrl-C there
     reaches every process of it), its output collected in a file."""
 
     def __init__(self, argv: list[str], out: Path, env: dict[str, str] | None = None) -> None:
         self.out = out
+        self.hung = ""
         with out.open("wb") as sink:
             self.proc = subprocess.Popen(
                 argv,
@@ -86,11 +102,13 @@ class Terminal:
                 time.sleep(0.05)
 
     def stop(self, timeout: float = 60.0) -> int | None:
-        """Ctrl-C, then kill -9 if it does not end in ``timeout`` seconds."""
+        """Ctrl-C, then kill -9 if it does not end in ``timeout`` seconds (what the kernel said
+        of the process then is kept in ``hung``, for the failure's message)."""
         self.ctrl_c()
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.hung = proc_state(self.proc.pid)
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             return None
@@ -157,7 +175,7 @@ def test_the_kafka_walk_through_gives_numbers_in_evald_top(
     print("  each step done at: " + ", ".join(steps))
 
     top, run, kafka = terminals[-1], terminals[-2], terminals[0]
-    assert top.stop() is not None
+    assert top.stop() is not None, f"evald top ignored Ctrl-C for 60 s:\n{top.hung}"
     assert run.stop() == 0, run.text()
     kafka.ctrl_c(times=3)  # pressed again while it stops: still a clean stop
     kafka.proc.wait(120)
