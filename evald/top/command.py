@@ -29,10 +29,6 @@ from evald.top.client import (
 if TYPE_CHECKING:
     from evald.top.model import Scrape, View
 
-#: End the process as soon as the view stops (evald.cli): it holds no open connection or file
-#: to release by then, and finalizing numpy's modules and threads is work for nothing
-EXIT_AT_ONCE = True
-
 SUMMARY = "live terminal view of a running evald (daemon or demo), read from its /metrics"
 
 EXAMPLES = """\
