@@ -17,6 +17,16 @@ def die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def like_a_terminal() -> None:
+    """In the child (``preexec_fn``): what a process started from a terminal has, for tests of
+    Ctrl-C. A test run started in the background by a shell without job control (``cmd &``)
+    ignores SIGINT and SIGQUIT, its children inherit that, and Python installs no
+    KeyboardInterrupt handler for a signal ignored at start: Ctrl-C would then do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    die_with_parent()
+
+
 def announced_url(output: str) -> str | None:
     """The metrics URL a child evald announced in ``output`` ("serving http://.../metrics"),
     so a test can start it on port 0 and ask it which port it got."""

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from child_processes import die_with_parent
+from child_processes import like_a_terminal
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -76,7 +76,7 @@ class Terminal:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},
                 start_new_session=True,
-                preexec_fn=die_with_parent,
+                preexec_fn=like_a_terminal,
             )
 
     def text(self) -> str:
