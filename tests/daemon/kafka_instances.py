@@ -103,6 +103,14 @@ def group_state(bootstrap: str, group: str) -> tuple[str, int]:
     return str(described.get("group_state")), len(described.get("members") or ())
 
 
+def assignment(line: str) -> set[int] | None:
+    """The partitions of an "assigned" line of the daemon's log; None for any other line."""
+    if not line.rstrip().endswith("] assigned") or "partitions [" not in line:
+        return None
+    inside = line.split("partitions [", 1)[1].split("]", 1)[0]
+    return {int(p) for p in inside.split(",") if p.strip()}
+
+
 def run_to_exit(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """`evald run` as a child; a daemon that keeps retrying instead of exiting fails the test."""
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EVALD_")}
@@ -259,9 +267,9 @@ class Instance:
         self.log.flush()
         found: set[int] = set()
         for line in self.log_path.read_text(errors="replace").splitlines():
-            if line.rstrip().endswith("] assigned") and "partitions [" in line:
-                inside = line.split("partitions [", 1)[1].split("]", 1)[0]
-                found = {int(p) for p in inside.split(",") if p.strip()}
+            partitions = assignment(line)
+            if partitions is not None:
+                found = partitions
         return found
 
     def alone(self, partitions: int) -> bool:
@@ -275,11 +283,10 @@ class Instance:
         with self.log_path.open("rb") as f:
             f.seek(self._log_start)
             lines = f.read().decode(errors="replace").splitlines()
-        marks = [i for i, x in enumerate(lines) if x.rstrip().endswith("] assigned")]
-        last = marks[-1] if marks else -1
-        if last < 0 or self.assigned() != set(range(partitions)):
+        marks = [i for i, x in enumerate(lines) if assignment(x) is not None]
+        if not marks or assignment(lines[marks[-1]]) != set(range(partitions)):
             return False
-        since = lines[last + 1 :]
+        since = lines[marks[-1] + 1 :]
         if any(x.rstrip().endswith(("] revoked", "] lost")) for x in since):
             return False
         return any("partitions restored in" in x for x in since) and self.lag_zero(partitions)

@@ -158,6 +158,7 @@ class Evald:
         for key, value in ENGINE.items():
             argv += ["--set", f"engine.{key}={json.dumps(value)}"]
         self.log_path = tmp_path / "run.log"
+        self._port: int | None = None  # bound by the child, read from its log
         with self.log_path.open("ab") as log:
             log.write(f"--- start (crash at {crash_at})\n".encode())
             self._log_start = log.tell()
@@ -168,7 +169,9 @@ class Evald:
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of a family's samples with these labels on /metrics (0 when absent)."""
-        port = served_port(self.log_path, self._log_start)
+        if self._port is None:
+            self._port = served_port(self.log_path, self._log_start)
+        port = self._port
         if port is None:
             return 0.0
         try:
