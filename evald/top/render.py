@@ -84,11 +84,8 @@ def _verdicts(view: View, width: int) -> tuple[list[str], list[str]]:
         defined = [v for v in shown if not math.isnan(v.lower)]
         if defined and all(v.clustered is False for v in defined):
             level = " (list-level variance: no user ids)"
-        head, items = f"since start, {name} {segment}{level}:", [_verdict(v) for v in shown]
-        if len(head) + 1 + len(items[0]) <= width:
-            lines += _wrap([f"{head} {items[0]}", *items[1:]], width)
-        else:
-            lines += [_fit(head, width), *_wrap(["  " + items[0], *items[1:]], width)]
+        head = f"since start, {name} {segment}{level}:"
+        lines += _headed(head, [_verdict(v) for v in shown], width)
     verdict = "▲▼: the always-valid band since the start excludes 0 (a verdict)"
     return lines, [_fit(verdict, width), _fit(legend, width)]
 
@@ -97,9 +94,16 @@ def _preference(p: interleaving.Preference, width: int) -> list[str]:
     """One interleaving line, or, too long, its segment and then the pair's verdict indented,
     as the verdicts since the start wrap."""
     head, body = interleaving.parts(p)
-    if len(head) + 1 + len(body) <= width:
-        return [f"{head} {body}"]
-    return [_fit(head, width), _fit("  " + body, width)]
+    return _headed(head, [body], width)
+
+
+def _headed(head: str, items: Sequence[str], width: int) -> list[str]:
+    """``head`` and ``items`` wrapped (:func:`_wrap`) on its line when the first item fits
+    beside it, else ``head`` alone and the items indented below: a line too long breaks
+    after its segment rather than losing what it says."""
+    if len(head) + 1 + len(items[0]) <= width:
+        return _wrap([f"{head} {items[0]}", *items[1:]], width)
+    return [_fit(head, width), *_wrap(["  " + items[0], *items[1:]], width)]
 
 
 def _shorten(lines: list[str], over: int, width: int) -> list[str]:
