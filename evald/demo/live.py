@@ -20,6 +20,7 @@ import numpy as np
 
 from evald.aggregate import Aggregates
 from evald.durations import readable
+from evald.interleaving.report import reversed_to
 from evald.statistics.live import ComparisonView
 from evald.stats import Stats, mean_ci95
 from evald.terminal import can_encode
@@ -128,7 +129,8 @@ def interleaving_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     """Per interleaved segment and pair of teams (``interleaving.report.record``'s records): the
     preference since the start with its always-valid band, ▲ when team_a won, ▼ when team_b
     won (the test's verdict, kept from the look that decided: the band may hold 0 again after
-    the rankers change) and the verdict in words."""
+    the rankers change) and the verdict in words; below it, once the band excludes 0 for the
+    other team, ``reversed since`` and the team it now favours."""
     lines: list[str] = []
     for pair in sorted({(r["team_a"], r["team_b"]) for r in records}):
         lines.append(f"interleaving: {pair[0]} vs {pair[1]}, preference since the start:")
@@ -147,6 +149,9 @@ def interleaving_lines(records: Sequence[dict[str, Any]]) -> list[str]:
             pref = r["preference"]
             value = "n/a" if pref is None else f"{pref:+.4f}"
             lines.append(f"  {where or 'all':<6} {value} {band}  {said} ({r['compared']:,} lists)")
+            now = reversed_to(winner, pair[0], pair[1], r["lower"], r["upper"])
+            if now is not None:  # a line of its own: the verdict's line has no room left
+                lines.append(f"  {where or 'all':<6} reversed since: the band now favours {now}")
     return lines
 
 

@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from evald.interleaving.report import reversed_to
+
 LabelKey = tuple[tuple[str, str], ...]
 
 #: the series read (beside what model.READ lists)
@@ -57,16 +59,21 @@ def preferences(series: Mapping[str, Mapping[LabelKey, float]]) -> list[Preferen
     return out
 
 
-def parts(p: Preference) -> tuple[str, str]:
+def parts(p: Preference) -> tuple[str, list[str]]:
     """``interleaving surface=web:`` and ``A vs B +0.120±0.041 A beats B``: the line's segment
     and what it says of the pair, apart, so that a line too long for the terminal wraps between
-    them rather than losing the verdict."""
+    them rather than losing the verdict. A verdict the band since the start now contradicts
+    (the rankers changed after the test stopped) reads ``B won`` and a second item,
+    ``reversed since: A ahead``."""
     head = f"interleaving {p.segment}:"
     body = f"{p.team_a} vs {p.team_b} {p.preference:+.3f}"
     if not math.isfinite(p.lower):
-        return head, f"{body} (band after interleaving.min_n compared lists)"
+        return head, [f"{body} (band after interleaving.min_n compared lists)"]
     half = (p.upper - p.lower) / 2
     if p.winner is None:
-        return head, f"{body}±{half:.3f} undecided"
+        return head, [f"{body}±{half:.3f} undecided"]
+    now = reversed_to(p.winner, p.team_a, p.team_b, p.lower, p.upper)
+    if now is not None:
+        return head, [f"{body}±{half:.3f} {p.winner} won", f"reversed since: {now} ahead"]
     loser = p.team_b if p.winner == p.team_a else p.team_a
-    return head, f"{body}±{half:.3f} {p.winner} beats {loser}"
+    return head, [f"{body}±{half:.3f} {p.winner} beats {loser}"]

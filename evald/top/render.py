@@ -93,8 +93,8 @@ def _verdicts(view: View, width: int) -> tuple[list[str], list[str]]:
 def _preference(p: interleaving.Preference, width: int) -> list[str]:
     """One interleaving line, or, too long, its segment and then the pair's verdict indented,
     as the verdicts since the start wrap."""
-    head, body = interleaving.parts(p)
-    return _headed(head, [body], width)
+    head, items = interleaving.parts(p)
+    return _headed(head, items, width)
 
 
 def _headed(head: str, items: Sequence[str], width: int) -> list[str]:

@@ -357,3 +357,23 @@ def test_interleaving_lines_show_band_verdict_and_who_won() -> None:
         "  car    +0.5000 band after interleaving.min_n compared lists  undecided (1,234 lists)",
     ]
     assert interleaving_lines([]) == []
+
+
+def test_interleaving_lines_say_when_the_band_since_reverses_the_kept_verdict() -> None:
+    """ranker-v2 won at 00:10:00 (the test stops at its verdict); after the regression the band
+    since the start excludes 0 for ranker-v1: a line of its own says the preference reversed."""
+    turned = _pair(
+        "web",
+        preference=0.0535,
+        lower=0.035,
+        upper=0.072,
+        winner="ranker-v2",
+        decided_at="2026-01-01T00:10:00.000Z",
+        compared=12345,
+    )
+    lines = interleaving_lines([turned])
+    assert lines[1:] == [
+        "  web    +0.0535 [+0.035, +0.072] ▼  ranker-v2 won at 00:10:00 (12,345 lists)",
+        "  web    reversed since: the band now favours ranker-v1",
+    ]
+    assert all(len(line) <= 80 for line in lines)

@@ -269,6 +269,30 @@ def test_an_interleaving_line_too_long_wraps_and_keeps_its_verdict() -> None:
     )
 
 
+def test_a_verdict_the_band_since_reverses_says_so_within_80_columns() -> None:
+    """The test stopped at ranker-v2's verdict and keeps it; after the rankers changed the band
+    since the start excludes 0 for ranker-v1: the line says ranker-v2 won and that the
+    preference has reversed since, rather than a band and a "beats" that disagree."""
+    from evald.top.interleaving import Preference
+
+    segment = "arm=interleaved model=team-draft surface=web"
+    turned = Preference(segment, "ranker-v1", "ranker-v2", 0.0535, 0.035, 0.072, "ranker-v2")
+    for width in (80, 160):
+        text = render(_view(preferences=[turned]), width=width)
+        assert all(len(line) <= width for line in text.splitlines())
+        assert "…" not in text and "beats" not in text
+    assert (
+        f"interleaving {segment}: ranker-v1 vs ranker-v2 +0.053±0.018 ranker-v2 won"
+        " · reversed since: ranker-v1 ahead\n"
+    ) in render(_view(preferences=[turned]), width=160)
+    lines = render(_view(preferences=[turned]), width=80).splitlines()
+    at = lines.index(f"interleaving {segment}:")
+    assert lines[at + 1 : at + 3] == [
+        "  ranker-v1 vs ranker-v2 +0.053±0.018 ranker-v2 won",
+        "  reversed since: ranker-v1 ahead",
+    ]
+
+
 def test_a_segment_whose_bands_wait_for_lists_does_not_blame_user_ids() -> None:
     """Before any band is defined the variance is list level because an arm has too few
     lists; saying "no user ids" there sent users looking for a defect in their events."""
