@@ -1,4 +1,7 @@
-"""``python -m deploy.generator [--check] [--control A --treatment B ...]``."""
+"""``python -m deploy.generator [--check] [--control A --treatment B ... --out DIR]``.
+
+Without overrides it (re)renders the committed files under deploy/; a spec with overrides
+renders into the directory named by ``--out``, never over the committed files."""
 
 from __future__ import annotations
 
@@ -31,7 +34,12 @@ def build_spec(argv: Sequence[str] | None = None) -> tuple[Spec, argparse.Namesp
     parser.add_argument("--measures", type=_labels, default=base.measures)
     parser.add_argument("--image", default=base.image)
     parser.add_argument("--namespace", default=base.namespace)
-    parser.add_argument("--out", type=Path, default=DEPLOY_DIR, help="deploy/ directory")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEPLOY_DIR,
+        help="where the files go (default: the committed deploy/, for the default spec only)",
+    )
     args = parser.parse_args(argv)
     spec = replace(
         base,
@@ -53,8 +61,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    files = render_all(spec)
     out: Path = args.out
+    if spec != Spec() and out.resolve() == DEPLOY_DIR:
+        # the committed files are the default spec's, checked by the tests: another spec
+        # written over them dirties the checkout and fails those checks
+        print(
+            "error: the files under deploy/ are rendered from the default spec "
+            "(deploy/generator/spec.py) and the tests check them against it; name a directory "
+            "for this spec's files with --out DIR (e.g. --out out/deploy, ignored by git)",
+            file=sys.stderr,
+        )
+        return 2
+    files = render_all(spec)
     stale = [name for name, text in files.items() if _read(out / name) != text]
     if args.check:
         for name in stale:

@@ -84,6 +84,35 @@ def test_the_cli_passes_overrides_through(tmp_path: Path) -> None:
     assert '"/^cand( |$)/"' in (out / render.DASHBOARD).read_text()
 
 
+def test_overrides_never_rewrite_the_committed_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--control baseline --treatment candidate` without `--out` once rewrote deploy/ in place:
+    a dirty checkout whose manifests no longer matched the tests. It now exits 2 and names
+    --out; with --out the files go there. (deploy/ stands in as a copy: a failure here must
+    not dirty the checkout.)"""
+    import deploy.generator.__main__ as cli
+
+    committed = tmp_path / "deploy"
+    assert main(["--out", str(committed)]) == 0
+    monkeypatch.setattr(cli, "DEPLOY_DIR", committed.resolve())
+    before = {p: p.read_bytes() for p in committed.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    for argv in (["--control", "baseline", "--treatment", "candidate"], ["--measures", "RR"]):
+        assert main(argv) == 2
+        assert main([*argv, "--check"]) == 2
+        assert main([*argv, "--out", str(committed)]) == 2
+        assert "--out DIR" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in committed.rglob("*") if p.is_file()} == before
+    assert main([]) == 0 and main(["--check"]) == 0  # the default spec: the committed files
+    mine = tmp_path / "mine"
+    assert main(["--control", "baseline", "--treatment", "candidate", "--out", str(mine)]) == 0
+    assert 'arm="candidate"' in (mine / render.RECORDING_RULES).read_text()
+    assert sorted(p.relative_to(mine) for p in mine.rglob("*") if p.is_file()) == sorted(
+        p.relative_to(committed) for p in before
+    )
+
+
 @pytest.mark.parametrize(
     "changes",
     [
