@@ -3,8 +3,10 @@ request (``/metrics`` and ``/queries``), and each failure turned into a message 
 to do.
 
 The password never comes from the command line (it would land in shell history and ``ps``):
-it is read from ``EVALD_TOP_PASSWORD`` or, on a terminal, prompted for. Redirects are not
-followed, so the credentials go only to the URL given. See docs/security.md.
+it is read from the first line of ``--password-file``, from ``EVALD_TOP_PASSWORD`` or, on a
+terminal, prompted for. Redirects are not followed, so the credentials go only to the URL given;
+sending them over plain http:// to another host than this one is warned about. See
+docs/security.md.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import argparse
 import base64
 import getpass
 import http.client
+import ipaddress
 import os
 import ssl
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,8 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--user",
         metavar="NAME",
-        help=f"basic auth user; the password is read from ${PASSWORD_ENV} or, on a terminal, "
-        "prompted for (never an option: it would show in ps and the shell's history)",
+        help=f"basic auth user; the password is read from --password-file, ${PASSWORD_ENV} "
+        "or, on a terminal, prompted for (never an option: it would show in ps and the shell's "
+        "history)",
+    )
+    parser.add_argument(
+        "--password-file",
+        metavar="PATH",
+        help=f"--user's password: the file's first line (a mounted secret; before ${PASSWORD_ENV})",
     )
     parser.add_argument(
         "--ca-file",
@@ -70,26 +80,77 @@ def from_args(
     environ: Mapping[str, str] = os.environ,
     tty: Callable[[], bool] | None = None,
     prompt: Callable[[str], str] | None = None,
+    warn: Callable[[str], None] | None = None,
     timeout: float = 5.0,
 ) -> Client:
     """The client for ``url``; ``ValueError`` (exit 2) names the option or variable at fault.
-    ``tty`` (default: whether stdin is a terminal) says whether a prompt can be answered."""
+    ``tty`` (default: whether stdin is a terminal) says whether a prompt can be answered;
+    ``warn`` (default: a line on stderr) gets what is allowed but unsafe."""
+    say = warn if warn is not None else _warn
     if url.startswith("http://") and wants_tls(args):
         option = "--ca-file" if args.ca_file else "--cert-file"
         raise ValueError(f"{option} is for TLS: use an https:// URL (or HOST:PORT)")
     if bool(args.cert_file) != bool(args.key_file):
         raise ValueError("--cert-file and --key-file go together")
+    if args.password_file is not None and args.user is None:
+        raise ValueError("--password-file is --user's password: pass --user NAME too")
     auth = None
     if args.user is not None:
         if not args.user or ":" in args.user:
             raise ValueError("--user: a name, non-empty and without ':'")
+        host = urllib.parse.urlsplit(url).hostname or ""
+        if url.startswith("http://") and not _loopback(host):
+            # warned before the password is typed, so that it need not be
+            say(
+                f"warning: --user {args.user}'s password goes to {host} over plain http://, "
+                "readable on the way: serve TLS and use https:// (docs/security.md)"
+            )
         is_tty = tty if tty is not None else (lambda: sys.stdin is not None and sys.stdin.isatty())
         ask = prompt if prompt is not None else getpass.getpass
-        auth = (args.user, _password(args.user, url, environ, is_tty, ask))
+        if args.password_file is not None:
+            auth = (args.user, _password_file(args.password_file, say))
+        else:
+            auth = (args.user, _password(args.user, url, environ, is_tty, ask))
     context = _context(args) if url.startswith("https://") else None
     return Client(
         auth=auth, context=context, ca_file=args.ca_file, cert_file=args.cert_file, timeout=timeout
     )
+
+
+def _warn(text: str) -> None:
+    print(f"evald top: {text}", file=sys.stderr)
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` is this machine by its address or by the name ``localhost`` (other names
+    are not resolved: a name that is loopback here is warned about, harmlessly)."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _password_file(path: str, warn: Callable[[str], None]) -> str:
+    """The first line of ``path``, its line ending removed (a secret written with or without a
+    final newline reads the same). Readable by everyone is warned about, not refused: Docker's
+    secrets are mounted 0444 and Kubernetes' 0644 by default."""
+    try:
+        with open(path, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            first = fh.readline()
+    except OSError as exc:
+        raise ValueError(f"--password-file {path}: {exc.strerror or exc}") from None
+    try:
+        password = first.decode("utf-8").removesuffix("\n").removesuffix("\r")
+    except UnicodeDecodeError:
+        raise ValueError(f"--password-file {path}: its first line is not UTF-8 text") from None
+    if not password:
+        raise ValueError(f"--password-file {path}: its first line is empty")
+    if mode & 0o004:
+        warn(f"warning: --password-file {path} is readable by every user (chmod 600 it)")
+    return password
 
 
 def _password(

@@ -15,8 +15,9 @@ import pytest
 from tls_support import PASSWORD, USER, Authority, make_ca, server_cert_for, write_web_config
 
 from evald import cli
+from evald.cli import build_parser
 from evald.http import MetricsServer
-from evald.top.client import PASSWORD_ENV
+from evald.top.client import PASSWORD_ENV, Client, from_args
 from evald.webconfig import load_web_config
 
 ONCE = ["--once", "--interval", "0.1"]
@@ -264,3 +265,127 @@ def test_credentials_do_not_follow_a_redirect(
                 other.shutdown()
     assert seen == []
     assert "answered HTTP 302" in capsys.readouterr().err
+
+
+def _secret(path: Path, text: str, mode: int = 0o600) -> str:
+    path.write_text(text, encoding="utf-8", newline="")
+    path.chmod(mode)
+    return str(path)
+
+
+def test_the_password_is_read_from_the_first_line_of_password_file(
+    secured: str,
+    ca: Authority,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """For scripts and secrets mounted as files: no terminal, and the file wins over a stale
+    $EVALD_TOP_PASSWORD; with or without a final newline, LF or CRLF."""
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False, raising=False)
+    monkeypatch.setenv(PASSWORD_ENV, "not-the-password")
+    base = [secured, "--user", USER, "--ca-file", str(ca.ca_cert)]
+    for i, text in enumerate([PASSWORD, f"{PASSWORD}\n", f"{PASSWORD}\r\nsecond line\n"]):
+        secret = _secret(tmp_path / f"password{i}", text)
+        assert _top(*base, "--password-file", secret) == 0
+        out, err = capsys.readouterr()
+        assert out.startswith(f"evald top · {secured} · ") and err == "", (out, err)
+    # a password with spaces, read as written: the server refuses this one, and says so
+    assert _top(*base, "--password-file", _secret(tmp_path / "spaced", f" {PASSWORD}\n")) == 1
+    assert "refused the credentials" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (None, "No such file or directory"),
+        ("", "its first line is empty"),
+        ("\nsecret\n", "its first line is empty"),
+        (b"\xff\xfe\n", "its first line is not UTF-8 text"),
+    ],
+)
+def test_a_password_file_without_a_password_exits_2_naming_it(
+    tmp_path: Path, text: str | bytes | None, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "password"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    elif text is not None:
+        _secret(path, text)
+    assert _top("127.0.0.1:9", "--user", USER, "--password-file", str(path)) == 2
+    assert capsys.readouterr().err == f"evald top: --password-file {path}: {says}\n"
+
+
+def test_a_password_file_needs_a_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    secret = _secret(tmp_path / "password", PASSWORD)
+    assert _top("127.0.0.1:9", "--password-file", secret) == 2
+    assert capsys.readouterr().err.startswith("evald top: --password-file is --user's password")
+
+
+def _client(url: str, *extra: str, seen: list[str] | None = None) -> Client:
+    args = build_parser().parse_args(["top", url, "--user", USER, *extra])
+    return from_args(
+        args, url, environ={PASSWORD_ENV: PASSWORD}, warn=seen.append if seen is not None else None
+    )
+
+
+def test_a_password_file_readable_by_everyone_is_warned_about(tmp_path: Path) -> None:
+    """Warned, not refused: Docker mounts secrets 0444 and Kubernetes 0644 by default."""
+    url = "https://127.0.0.1:9/metrics"
+    for mode, warned in ((0o600, False), (0o640, False), (0o644, True), (0o444, True)):
+        seen: list[str] = []
+        secret = _secret(tmp_path / f"password{mode:o}", PASSWORD, mode)
+        assert _client(url, "--password-file", secret, seen=seen).auth == (USER, PASSWORD)
+        assert seen == (
+            [f"warning: --password-file {secret} is readable by every user (chmod 600 it)"]
+            if warned
+            else []
+        ), oct(mode)
+
+
+@pytest.mark.parametrize(
+    ("url", "warned"),
+    [
+        ("http://evald.example:9464/metrics", "evald.example"),
+        ("http://10.0.0.7:9464/metrics", "10.0.0.7"),
+        ("http://[2001:db8::1]:9464/metrics", "2001:db8::1"),
+        ("http://127.0.0.1:9464/metrics", None),
+        ("http://127.3.2.1:9464/metrics", None),
+        ("http://localhost:9464/metrics", None),
+        ("http://LOCALHOST:9464/metrics", None),
+        ("http://[::1]:9464/metrics", None),
+        ("https://evald.example:9464/metrics", None),
+    ],
+)
+def test_credentials_over_plain_http_to_another_host_are_warned_about(
+    url: str, warned: str | None
+) -> None:
+    seen: list[str] = []
+    assert _client(url, seen=seen).auth == (USER, PASSWORD)
+    assert seen == (
+        []
+        if warned is None
+        else [
+            f"warning: --user {USER}'s password goes to {warned} over plain http://, readable "
+            "on the way: serve TLS and use https:// (docs/security.md)"
+        ]
+    )
+
+
+def test_the_plain_http_warning_is_one_line_on_stderr_before_the_prompt(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    order: list[str] = []
+
+    def ask(prompt: str) -> str:
+        order.append(capsys.readouterr().err)
+        return PASSWORD
+
+    args = build_parser().parse_args(["top", "evald.example:9464", "--user", USER])
+    url = "http://evald.example:9464/metrics"
+    from_args(args, url, environ={}, tty=lambda: True, prompt=ask)
+    assert len(order) == 1 and order[0].startswith("evald top: warning: --user ")
+    assert order[0].count("\n") == 1 and order[0].endswith("(docs/security.md)\n")
+    # without --user nothing is sent, so nothing is said
+    from_args(build_parser().parse_args(["top", "evald.example:9464"]), url)
+    assert capsys.readouterr().err == ""
