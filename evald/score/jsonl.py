@@ -187,13 +187,12 @@ def grade_problem(grade: object) -> str | None:
 
 
 def _duplicate_reason(ranking: list[str]) -> str:
+    """Where the docid repeats, as ranks: 1 is the first served, as every rank evald prints."""
     first: dict[str, int] = {}
-    for pos, doc in enumerate(ranking):
+    for rank, doc in enumerate(ranking, start=1):
         if doc in first:
-            return (
-                f'duplicate docid {json.dumps(doc)} in "ranking" (positions {first[doc]} and {pos})'
-            )
-        first[doc] = pos
+            return f'duplicate docid {json.dumps(doc)} in "ranking" (ranks {first[doc]} and {rank})'
+        first[doc] = rank
     raise AssertionError("called without a duplicate")  # pragma: no cover
 
 

@@ -114,7 +114,8 @@ def test_bad_lines_are_reported_skipped_and_make_the_status_1(
     err = result.err.splitlines()
     assert [line.split(": ", 1)[0] for line in err[:6]] == [f"{path}:{n}" for n in range(2, 8)]
     assert "not JSON" in err[0]
-    assert 'duplicate docid "a"' in err[1]
+    # ranks as the user counts them, rank 1 first (docs/score.md), not list indices
+    assert err[1] == f'{path}:3: duplicate docid "a" in "ranking" (ranks 1 and 3)'
     assert "must be ≥ 0" in err[2]
     assert "must be finite" in err[3]
     assert "got boolean" in err[4]

@@ -51,7 +51,7 @@ def test_unknown_keys_are_ignored_and_empty_lists_are_fine() -> None:
         (line(ranking={"a": 1}), '"ranking" must be an array of strings, got object'),
         (line(ranking=["a", 3]), '"ranking"[1] must be a string, got number'),
         (line(ranking=["a", None]), '"ranking"[1] must be a string, got null'),
-        (line(ranking=["a", "b", "a"]), 'duplicate docid "a" in "ranking" (positions 0 and 2)'),
+        (line(ranking=["a", "b", "a"]), 'duplicate docid "a" in "ranking" (ranks 1 and 3)'),
         (line(qrels=["a"]), '"qrels" must be an object, got array'),
         (line(qrels={"a": -1}), 'grade of "a" must be ≥ 0, got -1'),
         (line(qrels={"a": -0.5}), 'grade of "a" must be ≥ 0, got -0.5'),

@@ -122,7 +122,7 @@ def test_grades_too_large_for_a_float_and_repeated_docids_are_rejected() -> None
     assert queries == [Query("q1", ["a", "b"], {"a": 1})]
     assert [str(r) for r in rejections] == [
         'in.jsonl:1: grade of "a" must be finite, got an integer too large for a float',
-        'in.jsonl:2: duplicate docid "a" in "ranking" (positions 0 and 2)',
+        'in.jsonl:2: duplicate docid "a" in "ranking" (ranks 1 and 3)',
     ]
 
 
