@@ -47,6 +47,18 @@ the next one's ``init_transactions()`` settles the transaction (a commit the coo
 completes, an undecided one is aborted), which is the "commit in flight" case of the crash
 tests.
 
+``StopEvent``: kafka-python 3.0.12's clients bootstrap in their constructor and, against a broker
+that is away, wait there up to ``request_timeout_ms`` (30 s; its backoff sleeps up to ~22 s at
+once), deaf to the daemon's stop: a SIGTERM at start-up took 20-30 s, until the bootstrap gave
+up or the shutdown watchdog fired. The daemon's stop is this event; setting it closes the
+connection manager of every client made through its ``client`` whose bootstrap is under way:
+the bootstrap loop runs while the manager is not closed, and the close wakes its wait (through
+the I/O loop's thread-safe call), so the constructor raises at once, with the "Unable to
+bootstrap" of any failed bootstrap. While it waits out a backoff the manager holds no connection,
+so the close touches nothing the I/O thread is using; a connection attempt under way (to a host
+that drops packets) ends at its own timeout first. Clients that finished bootstrapping (the
+session's, shutting down cleanly) are left alone.
+
 ``without_auto_create``: kafka-python 3.0.12 drops ``allow_auto_create_topics``. The consumer and
 the producer hand their whole config to ``KafkaNetClient``, whose ``KafkaConnectionManager``
 copies only the keys of its own ``DEFAULT_CONFIG`` (which lacks that one) and builds the
@@ -66,6 +78,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -76,6 +89,7 @@ from kafka.net.compat import KafkaNetClient
 __all__ = [
     "FetchWatch",
     "RecordAppender",
+    "StopEvent",
     "abort_within",
     "close_quietly",
     "commit_within",
@@ -112,6 +126,45 @@ def net_client(**configs: Any) -> KafkaNetClient:
     else:
         log.warning("cannot turn off topic auto-creation in this kafka-python's metadata client")
     return client
+
+
+class StopEvent(threading.Event):
+    """The daemon's stop, which also ends the bootstraps under way of the clients made by
+    :meth:`client` (see the module doc)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._clients: weakref.WeakSet[KafkaNetClient] = weakref.WeakSet()
+        self._guard = threading.Lock()
+
+    def client(self, **configs: Any) -> KafkaNetClient:
+        """``net_client``, remembered (weakly) so that :meth:`set` can end its bootstrap."""
+        client = net_client(**configs)
+        with self._guard:
+            self._clients.add(client)
+        return client
+
+    def set(self) -> None:
+        super().set()
+        with self._guard:
+            clients = list(self._clients)
+        for client in clients:
+            _end_bootstrap(client)
+
+
+def _end_bootstrap(client: KafkaNetClient) -> None:
+    """Close ``client``'s connection manager if its bootstrap is under way: the bootstrap loop
+    runs while the manager is not ``closed``, and ``close`` wakes its wait (through the I/O
+    loop's thread-safe call), so the constructor raises ``KafkaTimeoutError`` at once."""
+    manager = getattr(client, "_manager", None)
+    future = getattr(manager, "_bootstrap_future", None)
+    close = getattr(manager, "close", None)
+    if future is None or getattr(future, "is_done", True) or close is None:
+        return
+    try:
+        close()
+    except Exception:
+        log.debug("closing a bootstrapping client's connections failed", exc_info=True)
 
 
 def without_auto_create() -> dict[str, Any]:

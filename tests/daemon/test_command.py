@@ -1,14 +1,31 @@
-"""`evald run`'s start-up, short of a broker: what it sets up before the loop runs."""
+"""`evald run`'s start-up, short of a broker: what it sets up before the loop runs, and a stop
+while it waits for one."""
 
 from __future__ import annotations
 
 import gc
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from child_processes import die_with_parent
+from kafka import KafkaAdminClient
+from kafka.errors import KafkaTimeoutError
 
 from evald import cli
 from evald.daemon import command
+from evald.daemon.kafka_compat import StopEvent
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = [sys.executable, "-m", "evald", "run", "--metrics-address", "127.0.0.1:0"]
 
 
 @pytest.fixture
@@ -35,3 +52,79 @@ def test_start_up_objects_are_frozen_before_the_loop(
     )
     assert status == 0
     assert frozen_at_loop and frozen_at_loop[0] > 10_000
+
+
+def _away() -> str:
+    """HOST:PORT of a loopback port nothing listens on: a broker that is away."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_sigterm_while_bootstrapping_against_an_away_broker_ends_the_process(
+    tmp_path: Path,
+) -> None:
+    """kafka-python bootstraps in its clients' constructors, for up to request_timeout_ms (30 s)
+    with backoff sleeps of ~20 s: a SIGTERM there was acted on only when the bootstrap gave up
+    or the shutdown watchdog (shutdown_timeout_s, 30 s) fired, 20-30 s later. The stop now ends
+    the bootstrap. 15 s is a generous bound on a shared machine, not a speed claim."""
+    log_path = tmp_path / "stderr.txt"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [*RUN, "--bootstrap-servers", _away()],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            preexec_fn=die_with_parent,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        # the first connection attempt was refused: the first session's bootstrap is under way
+        while "ECONNREFUSED" not in log_path.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log_path.read_text()
+            time.sleep(0.05)
+        assert "ECONNREFUSED" in log_path.read_text()
+        os.kill(proc.pid, signal.SIGTERM)
+        status = proc.wait(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log_path.read_text()
+    assert status == 0, text
+    assert "stopped while connecting" in text and "did not finish within" not in text, text
+
+
+def test_the_stop_ends_a_bootstrap_under_way_and_leaves_other_clients_alone() -> None:
+    """In-process: an admin client bootstrapping against an away broker raises as soon as the
+    stop is set; a client made after the stop, or whose bootstrap has not started, is not
+    touched."""
+    stop = StopEvent()
+    away = _away()
+    raised: list[BaseException] = []
+
+    def admin() -> None:
+        try:
+            KafkaAdminClient(bootstrap_servers=[away], kafka_client=stop.client)
+        except BaseException as exc:
+            raised.append(exc)
+
+    idle = stop.client(bootstrap_servers=[away])  # made, never bootstrapped
+    worker = threading.Thread(target=admin, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(_bootstrapping(c) for c in stop._clients):
+        time.sleep(0.01)
+    assert any(_bootstrapping(c) for c in stop._clients)
+    stop.set()
+    worker.join(timeout=15)
+    assert not worker.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], KafkaTimeoutError), raised
+    assert not idle._manager.closed
+    idle.close()
+
+
+def _bootstrapping(client: Any) -> bool:
+    future = client._manager._bootstrap_future
+    return future is not None and not future.is_done

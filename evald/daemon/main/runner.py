@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +44,12 @@ from evald.daemon.backoff import Backoff
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.fatal import Fatal, unrecoverable
 from evald.daemon.health import Health
-from evald.daemon.kafka_compat import close_quietly, unpark_resumed, without_auto_create
+from evald.daemon.kafka_compat import (
+    StopEvent,
+    close_quietly,
+    unpark_resumed,
+    without_auto_create,
+)
 from evald.daemon.main.backpressure import Action, Backpressure
 from evald.daemon.main.comparisons import ComparisonReader, publishes_statistics, statistics_topic
 from evald.daemon.main.engine_lock import EngineLock
@@ -114,7 +118,8 @@ class Daemon:
         self.stats = stats or DaemonStats()
         self.clock = clock
         self.on_engine = on_engine
-        self._stop = threading.Event()
+        #: a stop also ends the bootstraps of the session's clients (their ``kafka_client``)
+        self._stop = StopEvent()
         #: held around every engine access; scrapes take it to copy a consistent state. Never
         #: held across consumer.poll()/close() (the rebalance callbacks take it there), and let
         #: go of while a commit waits on the broker
@@ -184,6 +189,9 @@ class Daemon:
                 log.error("%s", exc)
                 return exc.status
             except (KafkaError, OSError, RestoreError, TimeoutError) as exc:
+                if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
+                    log.info("stopped while connecting (%s: %s)", type(exc).__name__, exc)
+                    return 0
                 advice = unrecoverable(exc, self._denied)
                 if advice is not None:
                     log.error("evald run: cannot continue: %s", advice)
@@ -285,7 +293,7 @@ class Daemon:
 
     def _session(self) -> None:
         cfg = self.settings
-        client = cfg.kafka.client_config()
+        client = {**cfg.kafka.client_config(), "kafka_client": self._stop.client}
         self.stats.sessions += 1
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self.dead_letters.limit = self.topics.start(self._admin)
