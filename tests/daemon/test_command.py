@@ -93,7 +93,7 @@ def test_sigterm_while_bootstrapping_against_an_away_broker_ends_the_process(
             proc.wait()
     text = log_path.read_text()
     assert status == 0, text
-    assert "stopped while connecting" in text and "did not finish within" not in text, text
+    assert "stopping: the session ended on" in text and "did not finish within" not in text, text
 
 
 def test_the_stop_ends_a_bootstrap_under_way_and_leaves_other_clients_alone() -> None:

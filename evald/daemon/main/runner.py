@@ -189,13 +189,13 @@ class Daemon:
                 log.error("%s", exc)
                 return exc.status
             except (KafkaError, OSError, RestoreError, TimeoutError) as exc:
-                if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
-                    log.info("stopped while connecting (%s: %s)", type(exc).__name__, exc)
-                    return 0
                 advice = unrecoverable(exc, self._denied)
                 if advice is not None:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
+                if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
+                    log.info("stopping: the session ended on %s (%s)", type(exc).__name__, exc)
+                    return 0
                 if isinstance(exc, FENCING_ERRORS):
                     with self.stats.lock:
                         self.stats.fenced_sessions += 1
