@@ -57,7 +57,11 @@ the I/O loop's thread-safe call), so the constructor raises at once, with the "U
 bootstrap" of any failed bootstrap. While it waits out a backoff the manager holds no connection,
 so the close touches nothing the I/O thread is using; a connection attempt under way (to a host
 that drops packets) ends at its own timeout first. Clients that finished bootstrapping (the
-session's, shutting down cleanly) are left alone.
+session's, shutting down cleanly) are left alone. It also holds every client it made until
+``close_clients`` at the session's end: the admin client and the consumer start their client's
+I/O thread before they bootstrap, and one whose constructor raised (the broker away) is closed
+by nobody, so each failed session left a thread running (one per retry, for as long as an outage
+lasts). Nothing else refers to that client, so it is held strongly, not weakly.
 
 ``without_auto_create``: kafka-python 3.0.12 drops ``allow_auto_create_topics``. The consumer and
 the producer hand their whole config to ``KafkaNetClient``, whose ``KafkaConnectionManager``
@@ -78,7 +82,6 @@ import logging
 import math
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -130,19 +133,34 @@ def net_client(**configs: Any) -> KafkaNetClient:
 
 class StopEvent(threading.Event):
     """The daemon's stop, which also ends the bootstraps under way of the clients made by
-    :meth:`client` (see the module doc)."""
+    :meth:`client`; :meth:`close_clients` closes them when their session ends (see the module
+    doc)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._clients: weakref.WeakSet[KafkaNetClient] = weakref.WeakSet()
+        self._clients: list[KafkaNetClient] = []
         self._guard = threading.Lock()
 
     def client(self, **configs: Any) -> KafkaNetClient:
-        """``net_client``, remembered (weakly) so that :meth:`set` can end its bootstrap."""
+        """``net_client``, remembered so that :meth:`set` can end its bootstrap and
+        :meth:`close_clients` close it."""
         client = net_client(**configs)
         with self._guard:
-            self._clients.add(client)
+            self._clients.append(client)
         return client
+
+    def close_clients(self) -> None:
+        """Close (and forget) every client made since the last call, stopping its I/O thread:
+        those of a constructor that raised, which nobody else can close, and those their owner
+        closed already (a second close does nothing). Call it after the owners' own closes,
+        which still need their client (a producer's close aborts its pending records)."""
+        with self._guard:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            try:
+                client.close()
+            except Exception:
+                log.debug("closing a session's network client failed", exc_info=True)
 
     def set(self) -> None:
         super().set()

@@ -23,6 +23,8 @@ from kafka.errors import KafkaTimeoutError
 from evald import cli
 from evald.daemon import command
 from evald.daemon.kafka_compat import StopEvent
+from evald.daemon.main.runner import Daemon
+from evald.daemon.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = [sys.executable, "-m", "evald", "run", "--metrics-address", "127.0.0.1:0"]
@@ -128,3 +130,48 @@ def test_the_stop_ends_a_bootstrap_under_way_and_leaves_other_clients_alone() ->
 def _bootstrapping(client: Any) -> bool:
     future = client._manager._bootstrap_future
     return future is not None and not future.is_done
+
+
+def test_failed_sessions_against_an_away_broker_leave_no_thread_behind() -> None:
+    """kafka-python's admin client and consumer start their client's I/O thread before they
+    bootstrap; one whose constructor raised (the broker away) was closed by nobody, so every
+    failed session left one more thread, for as long as the outage lasted. Each session's
+    clients are now closed when it ends, on a retry and on a stop during a bootstrap alike."""
+    settings = load_settings(
+        environ={},
+        flags={
+            "kafka": {"bootstrap_servers": [_away()], "request_timeout_ms": 1_000},
+            "daemon": {"retry_backoff_initial_ms": 1, "retry_backoff_max_ms": 10},
+        },
+    )
+    before = set(threading.enumerate())
+
+    def new_threads() -> list[str]:
+        return sorted(t.name for t in set(threading.enumerate()) - before if t.is_alive())
+
+    left: list[list[str]] = []  # the threads left after each failed session
+    stopper = threading.Thread(target=lambda: _stop_while_bootstrapping(daemon, before))
+
+    def retrying() -> None:  # the daemon's heartbeat, called after each failed session
+        left.append(new_threads())
+        if len(left) == 3:
+            stopper.start()  # the 4th session is stopped while it bootstraps
+
+    daemon = Daemon(
+        settings, lambda _cb: pytest.fail("no session gets that far"), heartbeat=retrying
+    )
+    status = daemon.run()
+    stopper.join(timeout=30)
+    assert status == 0
+    assert left == [[], [], []], left
+    assert new_threads() == []
+
+
+def _stop_while_bootstrapping(daemon: Daemon, before: set[threading.Thread]) -> None:
+    """Stop ``daemon`` once a client's I/O thread runs (it starts just before the bootstrap)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if any(t.name.startswith("kafka-io") for t in set(threading.enumerate()) - before):
+            break
+        time.sleep(0.01)
+    daemon.stop()

@@ -118,7 +118,8 @@ class Daemon:
         self.stats = stats or DaemonStats()
         self.clock = clock
         self.on_engine = on_engine
-        #: a stop also ends the bootstraps of the session's clients (their ``kafka_client``)
+        #: a stop also ends the bootstraps of the session's clients (their ``kafka_client``),
+        #: and each session's teardown closes them all
         self._stop = StopEvent()
         #: held around every engine access; scrapes take it to copy a consistent state. Never
         #: held across consumer.poll()/close() (the rebalance callbacks take it there), and let
@@ -529,6 +530,8 @@ class Daemon:
             self._restorer.close()
             self._restorer = None
         self.transaction.close()
+        # last: also those whose constructor raised, each with an I/O thread still running
+        self._stop.close_clients()
         self.inputs.clear()
         self.inputs.connect(None)
         self.backpressure.reset()
