@@ -4,6 +4,7 @@ while it waits for one."""
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import signal
 import socket
@@ -21,9 +22,12 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaTimeoutError
 
 from evald import cli
+from evald.config import EngineConfig
 from evald.daemon import command
 from evald.daemon.kafka_compat import StopEvent
+from evald.daemon.main.comparisons import ComparisonReader
 from evald.daemon.main.runner import Daemon
+from evald.daemon.repartition.stage import Repartitioner
 from evald.daemon.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,3 +179,61 @@ def _stop_while_bootstrapping(daemon: Daemon, before: set[threading.Thread]) -> 
             break
         time.sleep(0.01)
     daemon.stop()
+
+
+def test_the_statistics_reader_retrying_an_away_broker_leaves_no_thread_behind() -> None:
+    """The statistics topic's reader outlives the sessions and retries on its own: a consumer
+    whose constructor raised (the broker away) kept its I/O thread, one more per attempt. Each
+    attempt's clients are now closed when it ends, and a stop ends a bootstrap under way."""
+    reader = ComparisonReader(_away_settings(), EngineConfig(), ["nDCG@10"], 1)
+    _retries_leave_no_thread(reader.start, lambda: reader.stop(timeout=10), "evald-statistics")
+
+
+def test_the_repartition_stage_retrying_an_away_broker_leaves_no_thread_behind() -> None:
+    """The repartition stage retries its sessions on a thread of its own, as the main stage:
+    its admin client's constructor raising kept that client's I/O thread, one per attempt."""
+    stage = Repartitioner(_away_settings())
+    _retries_leave_no_thread(stage.start, lambda: stage.stop(timeout=10), "evald-repartition")
+
+
+def _away_settings() -> Any:
+    return load_settings(
+        environ={},
+        flags={
+            "kafka": {"bootstrap_servers": [_away()], "request_timeout_ms": 1_000},
+            "daemon": {"retry_backoff_initial_ms": 1, "retry_backoff_max_ms": 10},
+        },
+    )
+
+
+def _retries_leave_no_thread(start: Any, stop: Any, thread: str) -> None:
+    """Start a loop that retries against a broker that is away, count the kafka-python threads
+    at each of its first three "retrying" warnings, stop it: the count must not grow (it is
+    logged while the failed attempt's own client is still open: one thread then, not one more
+    each time), and the loop's thread and every client's are gone after the stop."""
+    before = set(threading.enumerate())
+
+    def io_threads() -> list[str]:
+        return [t.name for t in set(threading.enumerate()) - before if t.name.startswith("kafka")]
+
+    failures: list[int] = []
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno == logging.WARNING and "retrying" in record.getMessage():
+                failures.append(len(io_threads()))
+
+    handler = Count()
+    logging.getLogger("evald.daemon").addHandler(handler)
+    try:
+        start()
+        deadline = time.monotonic() + 30
+        while len(failures) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop()
+    finally:
+        logging.getLogger("evald.daemon").removeHandler(handler)
+    assert len(failures) >= 3, failures
+    assert len(set(failures[:3])) == 1, failures
+    assert thread not in [t.name for t in threading.enumerate()], "not stopped within 10 s"
+    assert io_threads() == []

@@ -35,7 +35,7 @@ from prometheus_client.metrics_core import Metric
 from evald.config import EngineConfig
 from evald.daemon import names
 from evald.daemon.backoff import Backoff
-from evald.daemon.kafka_compat import close_quietly, without_auto_create
+from evald.daemon.kafka_compat import StopEvent, close_quietly, without_auto_create
 from evald.daemon.settings import Settings, TopicSettings
 from evald.interleaving.fold import Settings as PreferenceSettings
 from evald.interleaving.live import LiveCredit
@@ -107,12 +107,14 @@ class ComparisonReader:
         self.live = LiveStatistics(config, measures)
         #: the interleaving preference test, from the credit shares
         self.credit = preference_fold(config)
-        self._client = settings.kafka.client_config()
+        #: the reader's stop, which also ends a bootstrap under way and closes the clients of
+        #: each attempt (a consumer whose constructor raised keeps its I/O thread otherwise)
+        self._stop = StopEvent()
+        self._client = {**settings.kafka.client_config(), "kafka_client": self._stop.client}
         self._backoff = Backoff(
             settings.daemon.retry_backoff_initial_ms / 1000,
             settings.daemon.retry_backoff_max_ms / 1000,
         )
-        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="evald-statistics", daemon=True)
         #: the next offset to read (kept across reconnects: the fold is never reset)
         self.position = 0
@@ -138,6 +140,7 @@ class ComparisonReader:
                     # offset 0 may be compacted away: start at the oldest record kept
                     auto_offset_reset="earliest",
                     isolation_level="read_committed",
+                    bootstrap_timeout_ms=self._client["request_timeout_ms"],  # as the session's
                     **without_auto_create(),
                     **self._client,
                 )
@@ -165,6 +168,7 @@ class ComparisonReader:
             finally:
                 if consumer is not None:
                     close_quietly(consumer)
+                self._stop.close_clients()
 
     def _note_waiting(self) -> None:
         """Log when the partitions holding the fold back change (no final mark: no event yet,

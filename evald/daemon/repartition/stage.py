@@ -73,6 +73,7 @@ from evald.daemon.fatal import unrecoverable
 from evald.daemon.kafka_compat import (
     FetchWatch,
     RecordAppender,
+    StopEvent,
     close_quietly,
     commit_within,
     send_offsets_within,
@@ -252,7 +253,9 @@ class Repartitioner:
         self.on_fatal = on_fatal or (lambda: None)
         self.topics_ready = threading.Event()
         self.status: int | None = None
-        self._stop = threading.Event()
+        #: the stage's stop, which also ends a bootstrap under way; it closes each session's
+        #: clients at its end (one whose constructor raised keeps its I/O thread otherwise)
+        self._stop = StopEvent()
         self._notes = _RebalanceNotes()
         self._thread: threading.Thread | None = None
         self._ids = RequestIdReader(settings.input.mapping)
@@ -335,7 +338,7 @@ class Repartitioner:
 
     def _session(self) -> None:
         cfg = self.settings
-        client = cfg.kafka.client_config()
+        client = {**cfg.kafka.client_config(), "kafka_client": self._stop.client}
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self._prepare_topics(self._admin)
         # the static member id in the stage's own group (the transactional id: names.py)
@@ -597,6 +600,7 @@ class Repartitioner:
         self._buffer.clear()
         self._paused.clear()
         self._notes.take()
+        self._stop.close_clients()
 
 
 def _partition_counts(admin: KafkaAdminClient, names: tuple[str, ...]) -> dict[str, int | None]:
