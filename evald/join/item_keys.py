@@ -15,6 +15,7 @@ signals together.
 
 from __future__ import annotations
 
+import sys
 import zlib
 from array import array
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ _SIGN = 1 << 63
 _WRAP = 1 << 64
 _ADLER = 65521
 _VECTOR_BYTES = 64  # longer ids (rare): zlib per id, so the byte loop stays short
+_LITTLE = sys.byteorder == "little"  # where a uint32's low byte is
 
 
 def _crc_table() -> np.ndarray:
@@ -66,17 +68,18 @@ def keys_of(raw: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndar
     long_ids = np.flatnonzero(lengths > _VECTOR_BYTES)
     for i in long_ids.tolist():
         out[i] = item_key(raw[starts[i] : starts[i] + lengths[i]].tobytes().decode())
-    order = np.argsort(-np.minimum(lengths, _VECTOR_BYTES + 1), kind="stable")
+    # int8 keys: numpy's stable sort is a radix sort for them (a merge sort for int64)
+    order = np.argsort(-np.minimum(lengths, _VECTOR_BYTES + 1).astype(np.int8), kind="stable")
     order = order[lengths[order] <= _VECTOR_BYTES]
     lens, at = lengths[order], np.asarray(starts, np.int64)[order]
     crc = np.full(len(order), 0xFFFFFFFF, np.uint32)
+    low = crc.view(np.uint8)[::4] if _LITTLE else crc.view(np.uint8)[3::4]  # its low byte
     a = np.ones(len(order), np.int64)
     b = np.zeros(len(order), np.int64)
     active = np.searchsorted(-lens, -np.arange(int(lens.max(initial=0))), side="left")
     for pos, k in enumerate(active.tolist()):
         byte = raw[at[:k] + pos]
-        c = crc[:k]
-        crc[:k] = _CRC[(c ^ byte) & 0xFF] ^ (c >> 8)
+        crc[:k] = _CRC[low[:k] ^ byte] ^ (crc[:k] >> 8)  # no mask, no widening of the bytes
         a[:k] += byte
         b[:k] += a[:k]
     crc ^= np.uint32(0xFFFFFFFF)

@@ -88,10 +88,10 @@ class ZeroFeedback:
         lists = Scored(
             joined.queries,
             [labels.get(arm) for labels in joined.labels],
-            joined.ts.tolist(),
-            joined.lengths.tolist(),
+            np.asarray(joined.ts, np.int64),
+            np.asarray(joined.lengths, np.int64),
             keys,
-            counts.tolist(),
+            np.asarray(counts, np.int64),
             judged,
         )
         return self._memory(partition).score(lists)
