@@ -31,16 +31,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 
 import numpy as np
 
 __all__ = ["Entry", "Summary"]
 
 
-@cache
+@lru_cache(maxsize=32)
 def _cells(rows: int, width: int) -> np.ndarray:
-    """The flat index of every cell of a (rows, width) table, by row (a table's few sizes)."""
+    """The flat index of every cell of a (rows, width) table, by row (a table has few sizes)."""
     cells = np.arange(rows * width).reshape(rows, width)
     cells.flags.writeable = False
     return cells
