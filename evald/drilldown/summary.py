@@ -31,10 +31,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 __all__ = ["Entry", "Summary"]
+
+
+@lru_cache(maxsize=32)
+def _cells(rows: int, width: int) -> np.ndarray:
+    """The flat index of every cell of a (rows, width) table, by row (a table has few sizes)."""
+    cells = np.arange(rows * width).reshape(rows, width)
+    cells.flags.writeable = False
+    return cells
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,29 +65,19 @@ class Entry:
 
 class Summary:
     """Heavy hitters of one stream: at most ``2 * capacity`` queries held, ``capacity`` after a
-    purge; arrays grow by doubling up to that, so memory is fixed by ``capacity``."""
+    purge; the table grows by doubling up to that, so memory is fixed by ``capacity``.
 
-    __slots__ = (
-        "_counts",
-        "_finite",
-        "_forgotten",
-        "_keys",
-        "_rows",
-        "_seen",
-        "_sums",
-        "capacity",
-        "offset",
-    )
+    One float64 table holds a row per query: its counter, ``seen``, the measure sums and the
+    finite counts (the snapshot's layout; the integers are exact far beyond any count), so
+    adding a batch is one ``np.add.at`` and a purge one compaction."""
+
+    __slots__ = ("_forgotten", "_keys", "_rows", "_table", "capacity", "offset")
 
     def __init__(self, capacity: int, measures: int) -> None:
         self.capacity = capacity
         self._rows: dict[str, int] = {}
         self._keys: list[str] = []
-        size = min(8, 2 * capacity + 1)
-        self._counts = np.zeros(size, np.int64)
-        self._seen = np.zeros(size, np.int64)
-        self._sums = np.zeros((size, measures))
-        self._finite = np.zeros((size, measures), np.int64)
+        self._table = np.zeros((min(8, 2 * capacity + 1), 2 + 2 * measures))
         #: the sum of every purge's subtraction: the counters' largest possible shortfall
         self.offset = 0
         #: the lists seen of the queries purges forgot (so ``total`` stays exact)
@@ -89,80 +88,97 @@ class Summary:
 
     @property
     def measures(self) -> int:
-        return int(self._sums.shape[1])
+        return (self._table.shape[1] - 2) // 2
+
+    @property
+    def _counts(self) -> np.ndarray:
+        """The counters of every row the table holds (a view)."""
+        return self._table[:, 0]
 
     @property
     def total(self) -> int:
         """Lists added in all (N): held counters plus everything purges took, exact."""
-        return int(self._seen[: len(self._keys)].sum()) + self._forgotten
+        return int(self._table[: len(self._keys), 1].sum()) + self._forgotten
 
     # ---------------------------------------------------------------- writing
+
+    @staticmethod
+    def rows(values: np.ndarray, finite: np.ndarray) -> np.ndarray:
+        """The table rows ``add_rows`` takes for lists with ``values`` (n, measures; 0 where
+        not ``finite``): a counter and ``seen`` of 1, the values, the finite flags."""
+        n, m = values.shape
+        out = np.empty((n, 2 + 2 * m))
+        out[:, :2] = 1.0
+        out[:, 2 : 2 + m] = values
+        out[:, 2 + m :] = finite
+        return out
 
     def add(self, queries: Sequence[str], values: np.ndarray, finite: np.ndarray) -> None:
         """Add one list per query (``values``: (n, measures), 0 where not ``finite``), as if one
         at a time: a query that makes more than ``2 * capacity`` held purges right after it."""
-        rows, keys = self._rows, self._keys
-        limit = 2 * self.capacity
-        idx = np.empty(len(queries), np.intp)
-        lo = 0
+        self.add_rows(queries, self.rows(values, finite))
+
+    def add_rows(self, queries: Sequence[str], rows: np.ndarray) -> None:
+        """``add`` of the lists whose :meth:`rows` are ``rows``: the rows of a batch's queries
+        found in order (a plain loop: cheaper than any numpy call at a batch's few dozen), then
+        added at once, up to each purge."""
+        held, keys = self._rows, self._keys
+        limit, lo = 2 * self.capacity, 0
+        idx: list[int] = []
         for pos, query in enumerate(queries):
-            row = rows.get(query)
+            row = held.get(query)
             if row is None:
-                row = rows[query] = len(keys)
+                row = held[query] = len(keys)
                 keys.append(query)
                 if row >= limit:
-                    idx[pos] = row
-                    self._apply(idx[lo : pos + 1], values[lo : pos + 1], finite[lo : pos + 1])
+                    idx.append(row)
+                    self._apply(idx, rows[lo : pos + 1])
                     self.purge()
-                    lo = pos + 1
+                    idx, lo = [], pos + 1
                     continue
-            idx[pos] = row
-        if lo < len(queries):
-            self._apply(idx[lo:], values[lo:], finite[lo:])
+            idx.append(row)
+        if idx:
+            self._apply(idx, rows[lo:])
 
-    def _apply(self, idx: np.ndarray, values: np.ndarray, finite: np.ndarray) -> None:
+    def _apply(self, idx: list[int], rows: np.ndarray) -> None:
         self._fit(len(self._keys))
-        size = len(self._counts)
-        hits = np.bincount(idx, minlength=size)
-        self._counts += hits
-        self._seen += hits
-        np.add.at(self._sums, idx, values)  # one value at a time, in order: exact across batchings
-        np.add.at(self._finite, idx, finite.astype(np.int64))
+        # one row at a time, in order: the float sums are exact across batchings. On the flat
+        # table: numpy's one-dimensional ``at`` is several times cheaper than the
+        # two-dimensional one, with the same additions in the same order
+        table = self._table
+        cells = _cells(*table.shape)[idx].reshape(-1)
+        np.add.at(table.reshape(-1), cells, rows.reshape(-1))
 
     def _fit(self, rows: int) -> None:
-        size = len(self._counts)
-        if rows <= size:
-            return
-        new = min(max(rows, 2 * size), 2 * self.capacity + 1)
-        grow = new - size
-        self._counts = np.concatenate([self._counts, np.zeros(grow, np.int64)])
-        self._seen = np.concatenate([self._seen, np.zeros(grow, np.int64)])
-        self._sums = np.concatenate([self._sums, np.zeros((grow, self.measures))])
-        self._finite = np.concatenate([self._finite, np.zeros((grow, self.measures), np.int64)])
+        size = len(self._table)
+        if rows > size:
+            self._grow(min(max(rows, 2 * size), 2 * self.capacity + 1) - size)
+
+    def _grow(self, extra: int) -> None:
+        self._table = np.concatenate([self._table, np.zeros((extra, self._table.shape[1]))])
 
     def purge(self) -> None:
         """Subtract the (capacity+1)-th largest counter from every counter and forget the
-        queries at zero or below (at most ``capacity`` are left), keeping the others' order."""
-        n, k = len(self._keys), self.capacity
+        queries at zero or below (at most ``capacity`` are left), keeping the others' order.
+        Chosen in plain Python: at ``2 * capacity`` rows, cheaper than numpy's calls."""
+        keys, n, k = self._keys, len(self._keys), self.capacity
         if n <= k:
             return
-        counts = self._counts[:n]
-        cut = int(np.partition(counts, n - k - 1)[n - k - 1])
-        self.offset += cut
-        keep = np.flatnonzero(counts > cut)
-        gone = np.flatnonzero(counts <= cut)
-        self._forgotten += int(self._seen[gone].sum())
+        table = self._table
+        counts = table[:n, 0].tolist()
+        cut = sorted(counts)[n - k - 1]
+        self.offset += int(cut)
+        keep = [i for i, count in enumerate(counts) if count > cut]
+        seen = table[:n, 1].tolist()
+        self._forgotten += int(sum(seen) - sum([seen[i] for i in keep]))  # integers: exact
         m = len(keep)
-        self._counts[:m] = counts[keep] - cut
-        self._seen[:m] = self._seen[keep]
-        self._sums[:m] = self._sums[keep]
-        self._finite[:m] = self._finite[keep]
-        for arr in (self._counts, self._seen, self._sums, self._finite):
-            arr[m:] = 0
-        # in place: ``add`` holds both while it purges
-        self._keys[:] = [self._keys[i] for i in keep.tolist()]
+        table[:m] = table[keep]
+        table[:m, 0] -= cut
+        table[m:n] = 0.0
+        # in place: ``add_rows`` holds both while it purges
+        keys[:] = [keys[i] for i in keep]
         self._rows.clear()
-        self._rows.update((key, i) for i, key in enumerate(self._keys))
+        self._rows.update(zip(keys, range(m), strict=True))
 
     def merge(self, other: Summary) -> None:
         """Add ``other`` (same measures) query by query, in its order, without a purge: the
@@ -171,19 +187,9 @@ class Summary:
             raise ValueError("summaries of different measures do not merge")
         self.offset += other.offset
         self._forgotten += other._forgotten
-        n = len(other._keys)
-        self._merge_rows(
-            other._keys, other._counts[:n], other._seen[:n], other._sums[:n], other._finite[:n]
-        )
+        self._merge_rows(other._keys, other._table[: len(other._keys)])
 
-    def _merge_rows(
-        self,
-        keys: list[str],
-        counts: np.ndarray,
-        seen: np.ndarray,
-        sums: np.ndarray,
-        finite: np.ndarray,
-    ) -> None:
+    def _merge_rows(self, keys: list[str], table: np.ndarray) -> None:
         rows = self._rows
         idx = np.empty(len(keys), np.intp)
         for i, key in enumerate(keys):
@@ -192,20 +198,9 @@ class Summary:
                 row = rows[key] = len(self._keys)
                 self._keys.append(key)
             idx[i] = row
-        self._fit_unbounded(len(self._keys))
-        self._counts[idx] += counts
-        self._seen[idx] += seen
-        self._sums[idx] += sums
-        self._finite[idx] += finite
-
-    def _fit_unbounded(self, rows: int) -> None:
-        """A merged summary holds the union of its parts (for reading only)."""
-        grow = rows - len(self._counts)
-        if grow > 0:
-            self._counts = np.concatenate([self._counts, np.zeros(grow, np.int64)])
-            self._seen = np.concatenate([self._seen, np.zeros(grow, np.int64)])
-            self._sums = np.concatenate([self._sums, np.zeros((grow, self.measures))])
-            self._finite = np.concatenate([self._finite, np.zeros((grow, self.measures), np.int64)])
+        # a merged summary holds the union of its parts (for reading only)
+        self._grow(max(len(self._keys) - len(self._table), 0))
+        self._table[idx] += table
 
     # ---------------------------------------------------------------- reading
 
@@ -214,18 +209,19 @@ class Summary:
         return None if row is None else self._entry(row)
 
     def _entry(self, row: int) -> Entry:
+        m, values = self.measures, self._table[row]
         return Entry(
             self._keys[row],
-            int(self._seen[row]),
-            int(self._counts[row]) + self.offset,
-            self._sums[row].copy(),
-            self._finite[row].copy(),
+            int(values[1]),
+            int(values[0]) + self.offset,
+            values[2 : 2 + m].copy(),
+            values[2 + m :].astype(np.int64),
         )
 
     def entries(self) -> list[Entry]:
         """Every held query, most lists seen first (ties: by query text)."""
-        n = len(self._keys)
-        order = sorted(range(n), key=lambda r: (-int(self._seen[r]), self._keys[r]))
+        seen, keys = self._table[: len(self._keys), 1].tolist(), self._keys
+        order = sorted(range(len(keys)), key=lambda r: (-seen[r], keys[r]))
         return [self._entry(r) for r in order]
 
     # ---------------------------------------------------------------- snapshots
@@ -234,22 +230,14 @@ class Summary:
         """(queries in row order, float64 (rows, 2 + 2 * measures) of counter, seen, sums and
         finite counts, [offset, forgotten]): exact (the integers are far below 2**53)."""
         n = len(self._keys)
-        table = np.concatenate(
-            [
-                self._counts[:n, None].astype(np.float64),
-                self._seen[:n, None].astype(np.float64),
-                self._sums[:n],
-                self._finite[:n].astype(np.float64),
-            ],
-            axis=1,
-        )
-        return list(self._keys), table, [self.offset, self._forgotten]
+        return list(self._keys), self._table[:n].copy(), [self.offset, self._forgotten]
 
     @classmethod
     def from_arrays(
         cls, capacity: int, keys: list[str], table: np.ndarray, scalars: Sequence[int]
     ) -> Summary:
-        """The summary ``to_arrays`` described (ValueError when the parts disagree)."""
+        """The summary ``to_arrays`` described (ValueError when the parts disagree); the
+        counts are taken as integers (truncated), as they were written."""
         measures = (table.shape[1] - 2) // 2
         if table.ndim != 2 or table.shape != (len(keys), 2 + 2 * measures):
             raise ValueError("summary table does not match its queries")
@@ -260,9 +248,8 @@ class Summary:
         n = len(keys)
         out._keys = list(keys)
         out._rows = {key: i for i, key in enumerate(keys)}
-        out._counts[:n] = table[:, 0].astype(np.int64)
-        out._seen[:n] = table[:, 1].astype(np.int64)
-        out._sums[:n] = table[:, 2 : 2 + measures]
-        out._finite[:n] = table[:, 2 + measures :].astype(np.int64)
+        counts = np.r_[0:2, 2 + measures : 2 + 2 * measures]
+        out._table[:n] = table
+        out._table[:n, counts] = table[:, counts].astype(np.int64)
         out.offset, out._forgotten = int(scalars[0]), int(scalars[1])
         return out

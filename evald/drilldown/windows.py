@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -52,26 +53,28 @@ class QueryWindows:
     ) -> None:
         """Add each list with a query to its segment's summary of its base window, in the given
         order (the order of the results: what makes a restore exact)."""
-        has = np.fromiter((bool(q) for q in queries), bool, len(queries))
+        has = np.fromiter(map(bool, queries), bool, len(queries))
         if not has.any():
             return
         at = np.flatnonzero(has)
         windows = self._parts.setdefault(partition, {})
-        seg_a, ts_a = seg[at], ts[at]
         width = self.base
-        start = ts_a // width * width
-        order = np.lexsort((start, seg_a))  # stable: each group keeps the results' order
-        s, w = seg_a[order], start[order]
+        start = ts[at] // width * width
+        order = np.lexsort((start, seg[at]))  # stable: each group keeps the results' order
+        # the lists in group order, once: each group is then a slice
+        at = at[order]
+        s, w = seg[at], start[order]
+        items = list(map(queries.__getitem__, at.tolist()))
+        rows = Summary.rows(clean[at], finite[at])
         cut = np.flatnonzero((s[1:] != s[:-1]) | (w[1:] != w[:-1])) + 1
-        for group in np.split(order, cut):
-            rows = at[group]
-            key = (width, int(start[group[0]]))
-            by_segment = windows.setdefault(key, {})
-            segment = int(seg_a[group[0]])
+        bounds = [0, *cut.tolist(), len(at)]
+        for lo, hi in pairwise(bounds):
+            by_segment = windows.setdefault((width, int(w[lo])), {})
+            segment = int(s[lo])
             summary = by_segment.get(segment)
             if summary is None:
                 summary = by_segment[segment] = Summary(self.capacity, self.measures)
-            summary.add([queries[i] for i in rows.tolist()], clean[rows], finite[rows])
+            summary.add_rows(items[lo:hi], rows[lo:hi])
 
     def prune(self, partition: int, before_ms: int) -> None:
         """Drop the partition's windows that end at or before ``before_ms``."""

@@ -35,6 +35,20 @@ def test_a_list_s_pairs_are_its_other_keys_in_code_point_order_the_first_max_key
     assert rows.tolist() == [0, 0, 2] and items == [pair("x", "1"), pair("y", "2"), pair("x", "3")]
 
 
+def test_a_batch_sharing_one_key_set_gets_the_pairs_of_each_list_in_order() -> None:
+    """The batch path (every list with the same keys, in any insertion order) equals the
+    pairs list by list, rows included; a batch mixing key sets too."""
+    pairs = LabelPairs(["arm"], max_keys=2)
+    same = [{"arm": "a", "z": str(i), "query": "q", "b": f"v{i}", "a": "x" * i} for i in range(5)]
+    reordered = [dict(reversed(list(labels.items()))) for labels in same]
+    for batch in (same, same[:1], reordered, [*same, *reordered, {}, {"b": "1"}]):
+        rows, items = pairs.expand(batch)
+        expected = [(i, p) for i, labels in enumerate(batch) for p in pairs.pairs(labels)]
+        assert rows.dtype == np.intp
+        assert list(zip(rows.tolist(), items, strict=True)) == expected
+    assert pairs.expand([{"arm": "a"}] * 3)[1] == []
+
+
 def make(label_capacity: int = 2, label_keys: int = 8) -> tuple[Engine, list[Result]]:
     results: list[Result] = []
     config = load_config(

@@ -86,6 +86,28 @@ def test_the_state_does_not_depend_on_how_the_stream_is_cut_into_batches(seed: i
     assert keys == keys2 and scalars == scalars2 and np.array_equal(table, table2)
 
 
+def test_a_new_query_on_every_list_purges_where_one_list_at_a_time_would() -> None:
+    """The label summaries' worst case (a session id new on every list, some repeated within
+    the batch, among a few heavy pairs; values not all finite): one batch, purging dozens of
+    times inside it, equals the lists added one at a time, bit for bit."""
+    rng = np.random.default_rng(11)
+    queries: list[str] = []
+    for i in range(2_000):
+        queries += [f"device {rng.integers(3)}", f"session {i}", f"session {i // 2}"]
+    finite = rng.random((len(queries), 2)) > 0.1
+    values = np.where(finite, rng.random((len(queries), 2)), 0.0)
+    one = Summary(4, 2)
+    for i in range(len(queries)):
+        one.add(queries[i : i + 1], values[i : i + 1], finite[i : i + 1])
+    batch = Summary(4, 2)
+    batch.add(queries, values, finite)
+    keys, table, scalars = one.to_arrays()
+    keys2, table2, scalars2 = batch.to_arrays()
+    assert one.offset > 100 and one.total == len(queries)
+    assert keys == keys2 and scalars == scalars2 and np.array_equal(table, table2)
+    assert [e.finite.dtype for e in batch.entries()] == [np.dtype(np.int64)] * len(batch)
+
+
 def test_a_merge_keeps_the_bounds_over_both_streams() -> None:
     a_q, a_v = zipf_stream(7, 8_000, 1_000)
     b_q, b_v = zipf_stream(8, 8_000, 1_000)
