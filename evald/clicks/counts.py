@@ -106,7 +106,14 @@ class RankCounts:
         dropped = np.zeros(max(int(slot.max()), int(np.max(slots))) + 1, bool)
         dropped[slots] = True  # a mask by slot: a gather where ``isin`` sorts
         keep = ~dropped[slot]
-        self._load(*(column[keep] for column in self.view()))
+        u = self._used
+        for name in _COLUMNS:  # the rows kept, in their order
+            setattr(self, name, getattr(self, name)[:u][keep])
+        self._used = len(self.slot)
+        renumber = np.cumsum(keep) - 1
+        renumber[~keep] = -1
+        self._index.remap(renumber)
+        self.version += 1
 
     def scale(self, factor: float) -> None:
         if factor != 1.0:

@@ -5,7 +5,10 @@ of lists to a row of their statistics. A dict costs a Python call per cell (abou
 list); here a batch is probed in a few vectorised rounds (linear probing, at most half full, so
 most keys are found in the first round). Keys are spread by a multiplicative hash first:
 structured keys (a slot in the high bits, a rank in the low ones) would otherwise cluster.
-Removal is a rebuild from the entries kept (``rebuild``), which is how models evict: in bulk.
+Models evict in bulk, and an eviction renumbers the entries kept (``remap``): one pass over the
+buckets, where removed entries leave a tombstone (a probe walks past it, an insert may reuse
+it) instead of the table being rebuilt from the entries kept; tombstones count towards the
+load, and an insert that would fill the table past half rebuilds it without them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,10 @@ import numpy as np
 
 #: keys left of a batch below which ``find`` and ``_place`` probe one key at a time
 TAIL = 24
+#: a bucket's value when it never held an entry (a probe stops there), and when its entry
+#: was removed (a probe walks on); values >= 0 are entries
+EMPTY = -1
+TOMB = np.iinfo(np.int64).min
 #: Knuth's multiplicative constant for 64 bits (odd), as uint64
 _SPREAD = np.uint64(0x9E3779B97F4A7C15)
 
@@ -30,6 +37,7 @@ class KeyIndex:
         self._vals = np.full(capacity, -1, np.int64)
         self._shift = np.uint64(64 - (capacity.bit_length() - 1))
         self._mask = capacity - 1
+        self._dead = 0  # tombstones (at most: one reused by an insert still counts)
 
     def __len__(self) -> int:
         return self._live
@@ -46,10 +54,9 @@ class KeyIndex:
         while len(todo) > TAIL:
             p = pos[todo]
             vals = self._vals[p]
-            occupied = vals >= 0
-            hit = occupied & (self._keys[p] == keys[todo])
+            hit = (self._keys[p] == keys[todo]) & (vals >= 0)
             out[todo[hit]] = vals[hit]
-            todo = todo[occupied & ~hit]
+            todo = todo[(vals != EMPTY) & ~hit]
             pos[todo] = (pos[todo] + 1) & self._mask
         if len(todo):
             self._find_tail(keys, todo, pos, out)
@@ -64,19 +71,31 @@ class KeyIndex:
         for i, key, p in zip(todo.tolist(), keys[todo].tolist(), pos[todo].tolist(), strict=True):
             while True:
                 value = int(vals[p])
-                if value < 0:
+                if value == EMPTY:
                     break
-                if int(table[p]) == key:
+                if value >= 0 and int(table[p]) == key:
                     out[i] = value
                     break
                 p = (p + 1) & mask
 
     def add(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Add distinct keys known to be absent, each with its value (>= 0)."""
-        if (self._live + len(keys)) * 2 > self._mask + 1:
+        if (self._live + self._dead + len(keys)) * 2 > self._mask + 1:
             self._regrow(self._live + len(keys))
         self._place(keys.astype(np.int64), values.astype(np.int64))
         self._live += len(keys)
+
+    def remap(self, values: np.ndarray) -> None:
+        """Give each entry the value ``values[its value]``, and remove those where that is
+        -1 (an eviction: the rows kept renumbered in one pass, the rest left as tombstones)."""
+        vals = self._vals
+        where = np.flatnonzero(vals >= 0)
+        new = values[vals[where]]
+        gone = new < 0
+        vals[where] = np.where(gone, TOMB, new)
+        removed = int(gone.sum())
+        self._live -= removed
+        self._dead += removed
 
     def _place(self, keys: np.ndarray, values: np.ndarray) -> None:
         pos = self._home(keys)

@@ -32,6 +32,33 @@ def test_key_index_answers_as_a_dict(first: list[int], probes: list[int]) -> Non
     assert len(index) == len(reference)
 
 
+@settings(max_examples=60, deadline=None)
+@given(keys_strategy, st.lists(st.booleans(), max_size=300), keys_strategy)
+def test_key_index_remap_renumbers_and_removes_as_a_dict(
+    first: list[int], removed: list[bool], later: list[int]
+) -> None:
+    """Evictions remove entries in place (tombstones); finds and later inserts still answer
+    as a dict, through as many rounds as fill the table past its rebuild."""
+    index = KeyIndex()
+    reference: dict[int, int] = {}
+    for round_ in range(4):
+        chunk = first if round_ == 0 else [k ^ round_ for k in later]
+        fresh = [k for k in dict.fromkeys(chunk) if k not in reference]
+        values = np.arange(len(reference), len(reference) + len(fresh))
+        index.add(np.asarray(fresh, np.int64), values)
+        reference.update(zip(fresh, values.tolist(), strict=True))
+        gone = [
+            i < len(removed) and removed[(i + round_) % len(removed)] for i in range(len(reference))
+        ]
+        renumber = np.full(len(reference), -1)
+        renumber[~np.asarray(gone, bool)] = np.arange(len(reference) - sum(gone))
+        index.remap(renumber)
+        reference = {k: int(renumber[v]) for k, v in reference.items() if renumber[v] >= 0}
+        asked = np.asarray(first + later + chunk, np.int64)
+        assert index.find(asked).tolist() == [reference.get(k, -1) for k in asked.tolist()]
+        assert len(index) == len(reference)
+
+
 def test_key_index_rebuild_forgets_the_rest() -> None:
     index = KeyIndex()
     index.add(np.arange(1000, dtype=np.int64), np.arange(1000))
