@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evald.clicks.keyindex import KeyIndex, first_appearance
+from evald.clicks.keyindex import KeyIndex, first_appearances
 
 _RANK_BITS = 8
 _SEGMENT_BITS = 24
@@ -66,12 +66,12 @@ class RankCounts:
         if segments.size and int(segments.max()) >= 1 << _SEGMENT_BITS:
             raise ValueError("too many segments for a rank-count row key")
         keys = _key(slots.astype(np.int64), segments.astype(np.int64), ranks.astype(np.int64))
-        rows = self._index.find(keys)
+        rows, ends = self._index.probe(keys)
         cells = np.flatnonzero(rows < 0)
         if len(cells):
-            fresh, which = first_appearance(keys[cells])
+            fresh, which, first = first_appearances(keys[cells])
             new = self._append(fresh)
-            self._index.add(fresh, new)
+            self._index.add(fresh, new, ends[cells[first]])  # placed where their probe ended
             rows[cells] = new[which]
         np.add.at(self.n, rows, n.astype(np.float64))
         np.add.at(self.c, rows, c.astype(np.float64))

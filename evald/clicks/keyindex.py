@@ -48,6 +48,11 @@ class KeyIndex:
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """int64 values of ``keys`` (1-D), -1 where a key is absent."""
+        return self.probe(keys)[0]
+
+    def probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(``find``'s values, the bucket where each absent key's probe ended): an empty
+        bucket, where ``add`` may start placing it while the index is unchanged."""
         out = np.full(len(keys), -1, np.int64)
         todo = np.arange(len(keys))
         pos = self._home(keys)
@@ -60,7 +65,7 @@ class KeyIndex:
             pos[todo] = (pos[todo] + 1) & self._mask
         if len(todo):
             self._find_tail(keys, todo, pos, out)
-        return out
+        return out, pos
 
     def _find_tail(
         self, keys: np.ndarray, todo: np.ndarray, pos: np.ndarray, out: np.ndarray
@@ -72,17 +77,21 @@ class KeyIndex:
             while True:
                 value = int(vals[p])
                 if value == EMPTY:
+                    pos[i] = p
                     break
                 if value >= 0 and int(table[p]) == key:
                     out[i] = value
                     break
                 p = (p + 1) & mask
 
-    def add(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Add distinct keys known to be absent, each with its value (>= 0)."""
+    def add(self, keys: np.ndarray, values: np.ndarray, ends: np.ndarray | None = None) -> None:
+        """Add distinct keys known to be absent, each with its value (>= 0); ``ends``: where
+        their ``probe`` ended, if the index did not change since (a probe from there on is
+        the rest of the one from their home bucket)."""
         if (self._live + self._dead + len(keys)) * 2 > self._mask + 1:
             self._regrow(self._live + len(keys))
-        self._place(keys.astype(np.int64), values.astype(np.int64))
+            ends = None
+        self._place(keys.astype(np.int64), values.astype(np.int64), ends)
         self._live += len(keys)
 
     def remap(self, values: np.ndarray) -> None:
@@ -97,8 +106,8 @@ class KeyIndex:
         self._live -= removed
         self._dead += removed
 
-    def _place(self, keys: np.ndarray, values: np.ndarray) -> None:
-        pos = self._home(keys)
+    def _place(self, keys: np.ndarray, values: np.ndarray, ends: np.ndarray | None = None) -> None:
+        pos = self._home(keys) if ends is None else ends.astype(np.intp)
         todo = np.arange(len(keys))
         vals = self._vals
         while len(todo) > TAIL:  # one probe step per round; a free bucket goes to one claimant
@@ -142,8 +151,14 @@ class KeyIndex:
 
 def first_appearance(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the distinct ``keys`` in order of first appearance, each element's index in it)."""
+    distinct, position, _ = first_appearances(keys)
+    return distinct, position
+
+
+def first_appearances(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``first_appearance``, and the index in ``keys`` of each distinct key's first."""
     distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
     position = np.empty(len(order), np.intp)
     position[order] = np.arange(len(order))
-    return distinct[order], position[inverse.reshape(-1)]
+    return distinct[order], position[inverse.reshape(-1)], first[order]

@@ -21,10 +21,13 @@ keys_strategy = st.lists(st.integers(-(2**63), 2**63 - 1), max_size=300)
 def test_key_index_answers_as_a_dict(first: list[int], probes: list[int]) -> None:
     index = KeyIndex()
     reference: dict[int, int] = {}
-    for chunk in (first[: len(first) // 2], first[len(first) // 2 :]):
+    for half, chunk in enumerate((first[: len(first) // 2], first[len(first) // 2 :])):
         fresh = [k for k in dict.fromkeys(chunk) if k not in reference]
         values = np.arange(len(reference), len(reference) + len(fresh))
-        index.add(np.asarray(fresh, np.int64), values)
+        keys = np.asarray(fresh, np.int64)
+        found, ends = index.probe(keys)
+        assert (found == -1).all()
+        index.add(keys, values, ends if half else None)  # placed from where the probes ended
         reference.update(zip(fresh, values.tolist(), strict=True))
     asked = np.asarray(first + probes, np.int64)
     expected = [reference.get(k, -1) for k in asked.tolist()]
