@@ -86,12 +86,10 @@ class StableKeys:
         if len(missing):
             if len(known) + len(texts) > CACHED_KEYS:
                 known.clear()
-            for i in missing.tolist():
-                text = texts[i]
-                key = known.get(text)
-                if key is None:
-                    key = known[text] = stable_key(text)
-                keys[i] = key
+            unknown = [texts[i] for i in missing.tolist()]
+            fresh = [text for text in dict.fromkeys(unknown) if text not in known]
+            known.update(zip(fresh, map(stable_key, fresh), strict=True))
+            keys[missing] = np.fromiter(map(known.__getitem__, unknown), np.int64, len(unknown))
         return keys
 
 
@@ -240,24 +238,21 @@ class StreamClicks:
         """Add a scored batch of the partition's lists (the engine's ``_score``)."""
         served = self.tee.served if self.tee is not None else {}
         depth = self.settings.depth
-        rows: list[int] = []
+        found = list(map(served.pop, joined.request_ids, repeat(None)))
+        rows: list[int] | slice = slice(None)  # the lists modelled: all, or those found
+        if None in found:
+            rows = [i for i, entry in enumerate(found) if entry is not None]
+            self.unmodelled += len(found) - len(rows)
+            found = [found[i] for i in rows]
+            if not rows:
+                return
+        n = len(found)
         texts: list[str] = []  # per list its query, then its items
-        lengths: list[int] = []
-        for i, request_id in enumerate(joined.request_ids):
-            found = served.pop(request_id, None)
-            if found is None:
-                self.unmodelled += 1
-                continue
-            _, query, shown = found
-            rows.append(i)
+        for _, query, shown in found:
             texts.append(query)
             texts += shown
-            lengths.append(len(shown))
-        if not rows:
-            return
-        n = len(rows)
         keys = self._keys.many(texts)
-        length = np.asarray(lengths, np.int64)
+        length = np.fromiter(map(len, (entry[2] for entry in found)), np.int64, n)
         starts = np.cumsum(length + 1) - (length + 1)  # each list's query in ``keys``
         mask = np.arange(depth) < length[:, None]
         at = np.where(mask, starts[:, None] + 1 + np.arange(depth), 0)
@@ -267,11 +262,13 @@ class StreamClicks:
         clicks = np.zeros((n, depth), bool)
         clicks[:, :width] = grades[:, :width] > 0
         clicks &= mask
-        distinct, inverse = np.unique(joined.segment_ids[rows], return_inverse=True)
+        ids = joined.segment_ids[rows]
+        distinct = np.unique(ids)
+        inverse = np.searchsorted(distinct, ids).astype(np.intp)
         table = self.segment_index.segments
-        labels = [table[int(i)] for i in distinct]
+        labels = [table[i] for i in distinct.tolist()]
         ts = joined.ts[rows].astype(np.int64)
-        sessions = Sessions(pairs, clicks, length, inverse.reshape(-1), ts, np.ones(n))
+        sessions = Sessions(pairs, clicks, length, inverse, ts, np.ones(n))
         self._observe(partition, labels, sessions)
         batch = listlog.encode(sessions, labels, sessions.segments)
         self._log.setdefault(partition, []).append(batch)
