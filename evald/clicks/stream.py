@@ -156,25 +156,39 @@ def ips_add(
     of ``piece``, weighed by the curve of the model's last refit: at a shown rank r,
     w = min(1 / θ[r], clip) (docs/click-models.md, "IPS in evald run"). A list whose segment
     no refit has read yet is not counted (its curve is still the initial one)."""
-    fitted = model.fitted_shown
-    segments = piece.segments
-    if not len(segments):
+    if not len(piece):
         return
-    counted = model.refit_read(segments)
-    if not counted.any():
-        return
-    # w per (segment, rank) once; each list reads its segment's row (the same arithmetic,
-    # element by element, as one segment at a time: the sums do not change by a bit)
+    counted = model.refit_read(piece.segments)
+    if counted.any():
+        part = piece if counted.all() else piece.take(counted)
+        _ips_sums(sums, model, part, ips_weights(model, clip))
+
+
+def ips_weights(model: ClickModel, clip: float) -> tuple[np.ndarray, np.ndarray]:
+    """(w · 2^32, w · θ · 2^32) per (segment, rank), from the curve of the model's last
+    refit (``ips_add``): what every list of a segment reads, the same until the next refit."""
     theta = np.nan_to_num(model.curve(), nan=0.0)
     with np.errstate(divide="ignore"):
         w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), clip), clip)
-    part = piece if counted.all() else piece.take(counted)
+    return w * IPS_UNIT, w * theta * IPS_UNIT
+
+
+def _ips_sums(
+    sums: dict[tuple[str, ...], list[int]],
+    model: ClickModel,
+    part: Sessions,
+    weights: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """``ips_add`` of lists every one of which a refit has read. Each list reads its
+    segment's row of ``ips_weights`` (the same arithmetic, element by element, as one
+    segment at a time: the sums do not change by a bit)."""
+    clicked_w, expected_w = weights
     rows, shown = part.segments, part.shown()
-    clicked = np.rint(w[rows] * IPS_UNIT * (part.clicks & shown)).astype(np.int64)
-    expected = np.rint(w[rows] * theta[rows] * IPS_UNIT * shown).astype(np.int64)
-    per = np.zeros((len(fitted), 3), np.int64)
+    clicked = np.rint(clicked_w[rows] * (part.clicks & shown)).astype(np.int64)
+    expected = np.rint(expected_w[rows] * shown).astype(np.int64)
+    per = np.zeros((len(model.fitted_shown), 3), np.int64)
     np.add.at(per, rows, np.stack([clicked.sum(1), expected.sum(1), shown.sum(1)], axis=1))
-    for s in np.unique(rows).tolist():
+    for s in np.flatnonzero(np.bincount(rows, minlength=len(per))).tolist():
         row = sums.setdefault(model.segments[s], [0, 0, 0])
         row[0] += int(per[s, 0])
         row[1] += int(per[s, 1])
@@ -220,6 +234,8 @@ class StreamClicks:
         self._ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
         self._base_ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
         self._log: dict[int, list[bytes]] = {}
+        #: per partition ``ips_weights`` and the (model, refits, segments) they are of
+        self._weights: dict[int, tuple[tuple[ClickModel, int, int], Any]] = {}
         self._logged: dict[int, int] = {}
         #: the configured measures scored on the model's relevance (``live_measures``)
         self.debiased = DebiasedSums(measures)
@@ -238,13 +254,13 @@ class StreamClicks:
         """Add a scored batch of the partition's lists (the engine's ``_score``)."""
         served = self.tee.served if self.tee is not None else {}
         depth = self.settings.depth
-        found = list(map(served.pop, joined.request_ids, repeat(None)))
+        popped = list(map(served.pop, joined.request_ids, repeat(None)))
+        found = [entry for entry in popped if entry is not None]
         rows: list[int] | slice = slice(None)  # the lists modelled: all, or those found
-        if None in found:
-            rows = [i for i, entry in enumerate(found) if entry is not None]
-            self.unmodelled += len(found) - len(rows)
-            found = [found[i] for i in rows]
-            if not rows:
+        if len(found) < len(popped):
+            rows = [i for i, entry in enumerate(popped) if entry is not None]
+            self.unmodelled += len(popped) - len(found)
+            if not found:
                 return
         n = len(found)
         texts: list[str] = []  # per list its query, then its items
@@ -292,11 +308,23 @@ class StreamClicks:
         while start < n:  # cut where the model refits: a list's weight is the same however
             stop = min(n, start + max(model.next_refit - model.seen, 1))  # lists are batched
             piece = numbered.take(slice(start, stop))
-            ips_add(sums, model, piece, self.settings.ips_clip)
             slots = model.pairs.lookup(piece.pairs)  # one lookup for the scores and the fit
-            self.debiased.add(partition, model, piece, slots)
+            counted = model.refit_read(piece.segments)  # the lists IPS and debiased sums read
+            if counted.any():
+                every = counted.all()
+                part = piece if every else piece.take(counted)
+                _ips_sums(sums, model, part, self._ips_weights(partition, model))
+                self.debiased.add_read(partition, model, part, slots if every else slots[counted])
             model.observe(piece, slots)
             start = stop
+
+    def _ips_weights(self, partition: int, model: ClickModel) -> tuple[np.ndarray, np.ndarray]:
+        """``ips_weights`` of the partition's model, computed once per refit."""
+        key = (model, model.fits, len(model.segments))
+        held = self._weights.get(partition)
+        if held is None or held[0] != key:
+            held = self._weights[partition] = (key, ips_weights(model, self.settings.ips_clip))
+        return held[1]
 
     def prune(self, before: int | None, pending: int) -> None:
         """Forget remembered lists older than ``before`` (the engine's complete_before) once
@@ -421,6 +449,7 @@ class StreamClicks:
         self._logged.pop(partition, None)
         self._ips.pop(partition, None)
         self._base_ips.pop(partition, None)
+        self._weights.pop(partition, None)
         self.debiased.drop(partition)
 
     def _ips_of(self, partition: int) -> dict[tuple[str, ...], list[int]]:
