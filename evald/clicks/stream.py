@@ -130,9 +130,10 @@ class ServedTee:
         return event
 
     def decode_many(self, raws: Sequence[bytes], *args: Any, **kwargs: Any) -> Iterator[Any]:
-        keep = self._keep
+        served, depth = self.served, self.depth  # ``_keep`` inlined: a call per event saved
         for position, event in self.decoder.decode_many(raws, *args, **kwargs):
-            keep(event)
+            if isinstance(event, Impression) and event.items and event.request_id not in served:
+                served[event.request_id] = (event.ts, event.query or "", event.items[:depth])
             yield position, event
 
     def prune(self, before: int) -> int:
