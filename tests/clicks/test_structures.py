@@ -41,7 +41,7 @@ def test_key_index_remap_renumbers_and_removes_as_a_dict(
     first: list[int], removed: list[bool], later: list[int]
 ) -> None:
     """Evictions remove entries in place (tombstones); finds and later inserts still answer
-    as a dict, through as many rounds as fill the table past its rebuild."""
+    as a dict, through rounds of inserts (reusing tombstones, growing the table) and removals."""
     index = KeyIndex()
     reference: dict[int, int] = {}
     for round_ in range(4):
@@ -60,6 +60,16 @@ def test_key_index_remap_renumbers_and_removes_as_a_dict(
         asked = np.asarray(first + later + chunk, np.int64)
         assert index.find(asked).tolist() == [reference.get(k, -1) for k in asked.tolist()]
         assert len(index) == len(reference)
+
+
+def test_key_index_rebuilds_without_its_tombstones_once_they_fill_it() -> None:
+    index = KeyIndex()  # 64 buckets
+    index.add(np.arange(30, dtype=np.int64), np.arange(30))
+    index.remap(np.where(np.arange(30) < 25, -1, np.arange(30) - 25))  # 25 tombstones, 5 kept
+    index.add(np.arange(100, 105, dtype=np.int64), np.arange(5, 10))  # 35 + 5 > 32: rebuilt
+    asked = np.asarray([*range(30), *range(100, 105)], np.int64)
+    assert index.find(asked).tolist() == [-1] * 25 + list(range(10))
+    assert len(index) == 10
 
 
 def test_key_index_rebuild_forgets_the_rest() -> None:
