@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evald.clicks.keyindex import KeyIndex, first_appearance
+from evald.clicks.keyindex import KeyIndex, first_appearances
 
 _RANK_BITS = 8
 _SEGMENT_BITS = 24
@@ -66,12 +66,12 @@ class RankCounts:
         if segments.size and int(segments.max()) >= 1 << _SEGMENT_BITS:
             raise ValueError("too many segments for a rank-count row key")
         keys = _key(slots.astype(np.int64), segments.astype(np.int64), ranks.astype(np.int64))
-        rows = self._index.find(keys)
+        rows, ends = self._index.probe(keys)
         cells = np.flatnonzero(rows < 0)
         if len(cells):
-            fresh, which = first_appearance(keys[cells])
+            fresh, which, first = first_appearances(keys[cells])
             new = self._append(fresh)
-            self._index.add(fresh, new)
+            self._index.add(fresh, new, ends[cells[first]])  # placed where their probe ended
             rows[cells] = new[which]
         np.add.at(self.n, rows, n.astype(np.float64))
         np.add.at(self.c, rows, c.astype(np.float64))
@@ -106,7 +106,14 @@ class RankCounts:
         dropped = np.zeros(max(int(slot.max()), int(np.max(slots))) + 1, bool)
         dropped[slots] = True  # a mask by slot: a gather where ``isin`` sorts
         keep = ~dropped[slot]
-        self._load(*(column[keep] for column in self.view()))
+        u = self._used
+        for name in _COLUMNS:  # the rows kept, in their order
+            setattr(self, name, getattr(self, name)[:u][keep])
+        self._used = len(self.slot)
+        renumber = np.cumsum(keep) - 1
+        renumber[~keep] = -1
+        self._index.remap(renumber)
+        self.version += 1
 
     def scale(self, factor: float) -> None:
         if factor != 1.0:

@@ -5,7 +5,10 @@ of lists to a row of their statistics. A dict costs a Python call per cell (abou
 list); here a batch is probed in a few vectorised rounds (linear probing, at most half full, so
 most keys are found in the first round). Keys are spread by a multiplicative hash first:
 structured keys (a slot in the high bits, a rank in the low ones) would otherwise cluster.
-Removal is a rebuild from the entries kept (``rebuild``), which is how models evict: in bulk.
+Models evict in bulk, and an eviction renumbers the entries kept (``remap``): one pass over the
+buckets, where removed entries leave a tombstone (a probe walks past it, an insert may reuse
+it) instead of the table being rebuilt from the entries kept; tombstones count towards the
+load, and an insert that would fill the table past half rebuilds it without them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,10 @@ import numpy as np
 
 #: keys left of a batch below which ``find`` and ``_place`` probe one key at a time
 TAIL = 24
+#: a bucket's value when it never held an entry (a probe stops there), and when its entry
+#: was removed (a probe walks on); values >= 0 are entries
+EMPTY = -1
+TOMB = np.iinfo(np.int64).min
 #: Knuth's multiplicative constant for 64 bits (odd), as uint64
 _SPREAD = np.uint64(0x9E3779B97F4A7C15)
 
@@ -30,6 +37,7 @@ class KeyIndex:
         self._vals = np.full(capacity, -1, np.int64)
         self._shift = np.uint64(64 - (capacity.bit_length() - 1))
         self._mask = capacity - 1
+        self._dead = 0  # tombstones (at most: one reused by an insert still counts)
 
     def __len__(self) -> int:
         return self._live
@@ -40,20 +48,24 @@ class KeyIndex:
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """int64 values of ``keys`` (1-D), -1 where a key is absent."""
+        return self.probe(keys)[0]
+
+    def probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(``find``'s values, the bucket where each absent key's probe ended): an empty
+        bucket, where ``add`` may start placing it while the index is unchanged."""
         out = np.full(len(keys), -1, np.int64)
         todo = np.arange(len(keys))
         pos = self._home(keys)
         while len(todo) > TAIL:
             p = pos[todo]
             vals = self._vals[p]
-            occupied = vals >= 0
-            hit = occupied & (self._keys[p] == keys[todo])
+            hit = (self._keys[p] == keys[todo]) & (vals >= 0)
             out[todo[hit]] = vals[hit]
-            todo = todo[occupied & ~hit]
+            todo = todo[(vals != EMPTY) & ~hit]
             pos[todo] = (pos[todo] + 1) & self._mask
         if len(todo):
             self._find_tail(keys, todo, pos, out)
-        return out
+        return out, pos
 
     def _find_tail(
         self, keys: np.ndarray, todo: np.ndarray, pos: np.ndarray, out: np.ndarray
@@ -64,22 +76,38 @@ class KeyIndex:
         for i, key, p in zip(todo.tolist(), keys[todo].tolist(), pos[todo].tolist(), strict=True):
             while True:
                 value = int(vals[p])
-                if value < 0:
+                if value == EMPTY:
+                    pos[i] = p
                     break
-                if int(table[p]) == key:
+                if value >= 0 and int(table[p]) == key:
                     out[i] = value
                     break
                 p = (p + 1) & mask
 
-    def add(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Add distinct keys known to be absent, each with its value (>= 0)."""
-        if (self._live + len(keys)) * 2 > self._mask + 1:
+    def add(self, keys: np.ndarray, values: np.ndarray, ends: np.ndarray | None = None) -> None:
+        """Add distinct keys known to be absent, each with its value (>= 0); ``ends``: where
+        their ``probe`` ended, if the index did not change since (a probe from there on is
+        the rest of the one from their home bucket)."""
+        if (self._live + self._dead + len(keys)) * 2 > self._mask + 1:
             self._regrow(self._live + len(keys))
-        self._place(keys.astype(np.int64), values.astype(np.int64))
+            ends = None
+        self._place(keys.astype(np.int64), values.astype(np.int64), ends)
         self._live += len(keys)
 
-    def _place(self, keys: np.ndarray, values: np.ndarray) -> None:
-        pos = self._home(keys)
+    def remap(self, values: np.ndarray) -> None:
+        """Give each entry the value ``values[its value]``, and remove those where that is
+        -1 (an eviction: the rows kept renumbered in one pass, the rest left as tombstones)."""
+        vals = self._vals
+        where = np.flatnonzero(vals >= 0)
+        new = values[vals[where]]
+        gone = new < 0
+        vals[where] = np.where(gone, TOMB, new)
+        removed = int(gone.sum())
+        self._live -= removed
+        self._dead += removed
+
+    def _place(self, keys: np.ndarray, values: np.ndarray, ends: np.ndarray | None = None) -> None:
+        pos = self._home(keys) if ends is None else ends.astype(np.intp)
         todo = np.arange(len(keys))
         vals = self._vals
         while len(todo) > TAIL:  # one probe step per round; a free bucket goes to one claimant
@@ -123,8 +151,14 @@ class KeyIndex:
 
 def first_appearance(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the distinct ``keys`` in order of first appearance, each element's index in it)."""
+    distinct, position, _ = first_appearances(keys)
+    return distinct, position
+
+
+def first_appearances(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``first_appearance``, and the index in ``keys`` of each distinct key's first."""
     distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
     position = np.empty(len(order), np.intp)
     position[order] = np.arange(len(order))
-    return distinct[order], position[inverse.reshape(-1)]
+    return distinct[order], position[inverse.reshape(-1)], first[order]

@@ -79,6 +79,14 @@ class DebiasedSums:
         part = piece if counted.all() else piece.take(counted)
         if slots is not None and not counted.all():
             slots = slots[counted]
+        self.add_read(partition, model, part, slots)
+
+    def add_read(
+        self, partition: int, model: ClickModel, part: Sessions, slots: np.ndarray | None = None
+    ) -> None:
+        """``add`` of lists every one of which a refit of ``model`` has read."""
+        if not self.names:
+            return
         values = debiased_scores(model, part, self._measures, slots)
         finite = np.isfinite(values)
         clean = np.where(finite, values, 0.0)
@@ -89,7 +97,7 @@ class DebiasedSums:
         ).astype(np.int64)
         np.add.at(per, part.segments, cells)
         sums = self._sums.setdefault(partition, {})
-        for s in np.unique(part.segments).tolist():
+        for s in np.flatnonzero(np.bincount(part.segments, minlength=len(per))).tolist():
             row = sums.setdefault(model.segments[s], [[0, 0, 0] for _ in range(m)])
             total, square, count = per[s].tolist()
             for j in range(m):

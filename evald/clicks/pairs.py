@@ -86,9 +86,10 @@ class PairTable:
         self.keys[drop] = 0
         self.born[drop] = -1
         self.weight[drop] = 0.0
-        self._free = np.union1d(self._free, drop).astype(np.int64)
-        kept = self.live()
-        self._index.rebuild(self.keys[kept], kept)
+        self._free = np.sort(np.concatenate([self._free, drop]))  # disjoint: free and used
+        renumber = np.arange(len(self.keys))
+        renumber[drop] = -1
+        self._index.remap(renumber)  # the pairs kept keep their slots
         return drop
 
     def scale(self, factor: float) -> None:

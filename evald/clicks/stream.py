@@ -86,12 +86,10 @@ class StableKeys:
         if len(missing):
             if len(known) + len(texts) > CACHED_KEYS:
                 known.clear()
-            for i in missing.tolist():
-                text = texts[i]
-                key = known.get(text)
-                if key is None:
-                    key = known[text] = stable_key(text)
-                keys[i] = key
+            unknown = [texts[i] for i in missing.tolist()]
+            fresh = [text for text in dict.fromkeys(unknown) if text not in known]
+            known.update(zip(fresh, map(stable_key, fresh), strict=True))
+            keys[missing] = np.fromiter(map(known.__getitem__, unknown), np.int64, len(unknown))
         return keys
 
 
@@ -132,9 +130,10 @@ class ServedTee:
         return event
 
     def decode_many(self, raws: Sequence[bytes], *args: Any, **kwargs: Any) -> Iterator[Any]:
-        keep = self._keep
+        served, depth = self.served, self.depth  # ``_keep`` inlined: a call per event saved
         for position, event in self.decoder.decode_many(raws, *args, **kwargs):
-            keep(event)
+            if isinstance(event, Impression) and event.items and event.request_id not in served:
+                served[event.request_id] = (event.ts, event.query or "", event.items[:depth])
             yield position, event
 
     def prune(self, before: int) -> int:
@@ -158,25 +157,39 @@ def ips_add(
     of ``piece``, weighed by the curve of the model's last refit: at a shown rank r,
     w = min(1 / θ[r], clip) (docs/click-models.md, "IPS in evald run"). A list whose segment
     no refit has read yet is not counted (its curve is still the initial one)."""
-    fitted = model.fitted_shown
-    segments = piece.segments
-    if not len(segments):
+    if not len(piece):
         return
-    counted = model.refit_read(segments)
-    if not counted.any():
-        return
-    # w per (segment, rank) once; each list reads its segment's row (the same arithmetic,
-    # element by element, as one segment at a time: the sums do not change by a bit)
+    counted = model.refit_read(piece.segments)
+    if counted.any():
+        part = piece if counted.all() else piece.take(counted)
+        _ips_sums(sums, model, part, ips_weights(model, clip))
+
+
+def ips_weights(model: ClickModel, clip: float) -> tuple[np.ndarray, np.ndarray]:
+    """(w · 2^32, w · θ · 2^32) per (segment, rank), from the curve of the model's last
+    refit (``ips_add``): what every list of a segment reads, the same until the next refit."""
     theta = np.nan_to_num(model.curve(), nan=0.0)
     with np.errstate(divide="ignore"):
         w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), clip), clip)
-    part = piece if counted.all() else piece.take(counted)
+    return w * IPS_UNIT, w * theta * IPS_UNIT
+
+
+def _ips_sums(
+    sums: dict[tuple[str, ...], list[int]],
+    model: ClickModel,
+    part: Sessions,
+    weights: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """``ips_add`` of lists every one of which a refit has read. Each list reads its
+    segment's row of ``ips_weights`` (the same arithmetic, element by element, as one
+    segment at a time: the sums do not change by a bit)."""
+    clicked_w, expected_w = weights
     rows, shown = part.segments, part.shown()
-    clicked = np.rint(w[rows] * IPS_UNIT * (part.clicks & shown)).astype(np.int64)
-    expected = np.rint(w[rows] * theta[rows] * IPS_UNIT * shown).astype(np.int64)
-    per = np.zeros((len(fitted), 3), np.int64)
+    clicked = np.rint(clicked_w[rows] * (part.clicks & shown)).astype(np.int64)
+    expected = np.rint(expected_w[rows] * shown).astype(np.int64)
+    per = np.zeros((len(model.fitted_shown), 3), np.int64)
     np.add.at(per, rows, np.stack([clicked.sum(1), expected.sum(1), shown.sum(1)], axis=1))
-    for s in np.unique(rows).tolist():
+    for s in np.flatnonzero(np.bincount(rows, minlength=len(per))).tolist():
         row = sums.setdefault(model.segments[s], [0, 0, 0])
         row[0] += int(per[s, 0])
         row[1] += int(per[s, 1])
@@ -222,6 +235,8 @@ class StreamClicks:
         self._ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
         self._base_ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
         self._log: dict[int, list[bytes]] = {}
+        #: per partition ``ips_weights`` and the (model, refits, segments) they are of
+        self._weights: dict[int, tuple[tuple[ClickModel, int, int], Any]] = {}
         self._logged: dict[int, int] = {}
         #: the configured measures scored on the model's relevance (``live_measures``)
         self.debiased = DebiasedSums(measures)
@@ -240,24 +255,21 @@ class StreamClicks:
         """Add a scored batch of the partition's lists (the engine's ``_score``)."""
         served = self.tee.served if self.tee is not None else {}
         depth = self.settings.depth
-        rows: list[int] = []
+        popped = list(map(served.pop, joined.request_ids, repeat(None)))
+        found = [entry for entry in popped if entry is not None]
+        rows: list[int] | slice = slice(None)  # the lists modelled: all, or those found
+        if len(found) < len(popped):
+            rows = [i for i, entry in enumerate(popped) if entry is not None]
+            self.unmodelled += len(popped) - len(found)
+            if not found:
+                return
+        n = len(found)
         texts: list[str] = []  # per list its query, then its items
-        lengths: list[int] = []
-        for i, request_id in enumerate(joined.request_ids):
-            found = served.pop(request_id, None)
-            if found is None:
-                self.unmodelled += 1
-                continue
-            _, query, shown = found
-            rows.append(i)
+        for _, query, shown in found:
             texts.append(query)
             texts += shown
-            lengths.append(len(shown))
-        if not rows:
-            return
-        n = len(rows)
         keys = self._keys.many(texts)
-        length = np.asarray(lengths, np.int64)
+        length = np.fromiter(map(len, (entry[2] for entry in found)), np.int64, n)
         starts = np.cumsum(length + 1) - (length + 1)  # each list's query in ``keys``
         mask = np.arange(depth) < length[:, None]
         at = np.where(mask, starts[:, None] + 1 + np.arange(depth), 0)
@@ -267,11 +279,13 @@ class StreamClicks:
         clicks = np.zeros((n, depth), bool)
         clicks[:, :width] = grades[:, :width] > 0
         clicks &= mask
-        distinct, inverse = np.unique(joined.segment_ids[rows], return_inverse=True)
+        ids = joined.segment_ids[rows]
+        distinct = np.unique(ids)
+        inverse = np.searchsorted(distinct, ids).astype(np.intp)
         table = self.segment_index.segments
-        labels = [table[int(i)] for i in distinct]
+        labels = [table[i] for i in distinct.tolist()]
         ts = joined.ts[rows].astype(np.int64)
-        sessions = Sessions(pairs, clicks, length, inverse.reshape(-1), ts, np.ones(n))
+        sessions = Sessions(pairs, clicks, length, inverse, ts, np.ones(n))
         self._observe(partition, labels, sessions)
         batch = listlog.encode(sessions, labels, sessions.segments)
         self._log.setdefault(partition, []).append(batch)
@@ -295,11 +309,23 @@ class StreamClicks:
         while start < n:  # cut where the model refits: a list's weight is the same however
             stop = min(n, start + max(model.next_refit - model.seen, 1))  # lists are batched
             piece = numbered.take(slice(start, stop))
-            ips_add(sums, model, piece, self.settings.ips_clip)
             slots = model.pairs.lookup(piece.pairs)  # one lookup for the scores and the fit
-            self.debiased.add(partition, model, piece, slots)
+            counted = model.refit_read(piece.segments)  # the lists IPS and debiased sums read
+            if counted.any():
+                every = counted.all()
+                part = piece if every else piece.take(counted)
+                _ips_sums(sums, model, part, self._ips_weights(partition, model))
+                self.debiased.add_read(partition, model, part, slots if every else slots[counted])
             model.observe(piece, slots)
             start = stop
+
+    def _ips_weights(self, partition: int, model: ClickModel) -> tuple[np.ndarray, np.ndarray]:
+        """``ips_weights`` of the partition's model, computed once per refit."""
+        key = (model, model.fits, len(model.segments))
+        held = self._weights.get(partition)
+        if held is None or held[0] != key:
+            held = self._weights[partition] = (key, ips_weights(model, self.settings.ips_clip))
+        return held[1]
 
     def prune(self, before: int | None, pending: int) -> None:
         """Forget remembered lists older than ``before`` (the engine's complete_before) once
@@ -424,6 +450,7 @@ class StreamClicks:
         self._logged.pop(partition, None)
         self._ips.pop(partition, None)
         self._base_ips.pop(partition, None)
+        self._weights.pop(partition, None)
         self.debiased.drop(partition)
 
     def _ips_of(self, partition: int) -> dict[tuple[str, ...], list[int]]:

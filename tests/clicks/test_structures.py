@@ -21,15 +21,55 @@ keys_strategy = st.lists(st.integers(-(2**63), 2**63 - 1), max_size=300)
 def test_key_index_answers_as_a_dict(first: list[int], probes: list[int]) -> None:
     index = KeyIndex()
     reference: dict[int, int] = {}
-    for chunk in (first[: len(first) // 2], first[len(first) // 2 :]):
+    for half, chunk in enumerate((first[: len(first) // 2], first[len(first) // 2 :])):
         fresh = [k for k in dict.fromkeys(chunk) if k not in reference]
         values = np.arange(len(reference), len(reference) + len(fresh))
-        index.add(np.asarray(fresh, np.int64), values)
+        keys = np.asarray(fresh, np.int64)
+        found, ends = index.probe(keys)
+        assert (found == -1).all()
+        index.add(keys, values, ends if half else None)  # placed from where the probes ended
         reference.update(zip(fresh, values.tolist(), strict=True))
     asked = np.asarray(first + probes, np.int64)
     expected = [reference.get(k, -1) for k in asked.tolist()]
     assert index.find(asked).tolist() == expected
     assert len(index) == len(reference)
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys_strategy, st.lists(st.booleans(), max_size=300), keys_strategy)
+def test_key_index_remap_renumbers_and_removes_as_a_dict(
+    first: list[int], removed: list[bool], later: list[int]
+) -> None:
+    """Evictions remove entries in place (tombstones); finds and later inserts still answer
+    as a dict, through rounds of inserts (reusing tombstones, growing the table) and removals."""
+    index = KeyIndex()
+    reference: dict[int, int] = {}
+    for round_ in range(4):
+        chunk = first if round_ == 0 else [k ^ round_ for k in later]
+        fresh = [k for k in dict.fromkeys(chunk) if k not in reference]
+        values = np.arange(len(reference), len(reference) + len(fresh))
+        index.add(np.asarray(fresh, np.int64), values)
+        reference.update(zip(fresh, values.tolist(), strict=True))
+        gone = [
+            i < len(removed) and removed[(i + round_) % len(removed)] for i in range(len(reference))
+        ]
+        renumber = np.full(len(reference), -1)
+        renumber[~np.asarray(gone, bool)] = np.arange(len(reference) - sum(gone))
+        index.remap(renumber)
+        reference = {k: int(renumber[v]) for k, v in reference.items() if renumber[v] >= 0}
+        asked = np.asarray(first + later + chunk, np.int64)
+        assert index.find(asked).tolist() == [reference.get(k, -1) for k in asked.tolist()]
+        assert len(index) == len(reference)
+
+
+def test_key_index_rebuilds_without_its_tombstones_once_they_fill_it() -> None:
+    index = KeyIndex()  # 64 buckets
+    index.add(np.arange(30, dtype=np.int64), np.arange(30))
+    index.remap(np.where(np.arange(30) < 25, -1, np.arange(30) - 25))  # 25 tombstones, 5 kept
+    index.add(np.arange(100, 105, dtype=np.int64), np.arange(5, 10))  # 35 + 5 > 32: rebuilt
+    asked = np.asarray([*range(30), *range(100, 105)], np.int64)
+    assert index.find(asked).tolist() == [-1] * 25 + list(range(10))
+    assert len(index) == 10
 
 
 def test_key_index_rebuild_forgets_the_rest() -> None:
