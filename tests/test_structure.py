@@ -153,3 +153,19 @@ def test_the_rules_are_the_ones_docs_architecture_states() -> None:
     assert f"more than {MAX_ATTRIBUTES} distinct attributes" in rules
     assert f"more than {MAX_CODE_LINES} lines of code" in rules
     assert f"`{MARKER}`" in rules
+
+
+def test_no_two_test_modules_outside_packages_share_a_name() -> None:
+    """pytest imports a test file of a folder without ``__init__.py`` by its bare name, so a
+    second one of that name elsewhere fails to collect ("import file mismatch") in a run that
+    collects both (``make test``), while each folder alone passes."""
+    tests = Path(__file__).resolve().parent
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted(tests.rglob("test_*.py")):
+        if (path.parent / "__init__.py").exists():
+            continue
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(tests)} and {path.relative_to(tests)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, clashes
