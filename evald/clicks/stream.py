@@ -34,6 +34,7 @@ from evald.clicks import listlog
 from evald.clicks.live_measures import DebiasedSums
 from evald.clicks.model import ClickModel
 from evald.clicks.models import build, new_model
+from evald.clicks.pbm import PBM
 from evald.clicks.sessions import Sessions
 from evald.clicks.settings import ClickSettings
 from evald.events import Impression
@@ -320,7 +321,11 @@ class StreamClicks:
             start = stop
 
     def _ips_weights(self, partition: int, model: ClickModel) -> tuple[np.ndarray, np.ndarray]:
-        """``ips_weights`` of the partition's model, computed once per refit."""
+        """``ips_weights`` of the partition's model, computed once per refit: PBM's curve moves
+        only when it refits (a cascade's or DBN's reads counts every list updates, so one of
+        those, were the stream to fit it, is weighed afresh each time)."""
+        if not isinstance(model, PBM):
+            return ips_weights(model, self.settings.ips_clip)
         key = (model, model.fits, len(model.segments))
         held = self._weights.get(partition)
         if held is None or held[0] != key:
