@@ -50,18 +50,20 @@ tests.
 ``StopEvent``: kafka-python 3.0.12's clients bootstrap in their constructor and, against a broker
 that is away, wait there up to ``request_timeout_ms`` (30 s; its backoff sleeps up to ~22 s at
 once), deaf to the daemon's stop: a SIGTERM at start-up took 20-30 s, until the bootstrap gave
-up or the shutdown watchdog fired. The daemon's stop is this event; setting it closes the
-connection manager of every client made through its ``client`` whose bootstrap is under way:
-the bootstrap loop runs while the manager is not closed, and the close wakes its wait (through
-the I/O loop's thread-safe call), so the constructor raises at once, with the "Unable to
-bootstrap" of any failed bootstrap. While it waits out a backoff the manager holds no connection,
-so the close touches nothing the I/O thread is using; a connection attempt under way (to a host
-that drops packets) ends at its own timeout first. Clients that finished bootstrapping (the
-session's, shutting down cleanly) are left alone. It also holds every client it made until
-``close_clients`` at the session's end: the admin client and the consumer start their client's
-I/O thread before they bootstrap, and one whose constructor raised (the broker away) is closed
-by nobody, so each failed session left a thread running (one per retry, for as long as an outage
-lasts). Nothing else refers to that client, so it is held strongly, not weakly.
+up or the shutdown watchdog fired. The daemon's stop is this event. Setting it closes the
+connection manager of every client its ``client`` made while the session was connecting whose
+bootstrap has not finished (under way, or not yet begun: a client made after the stop is closed
+at once); the bootstrap loop runs while the manager is not closed, and the close wakes its wait
+and closes a connection attempt under way, so the constructor raises at once, with the "Unable
+to bootstrap" of any failed bootstrap. A host name lookup is not interrupted (kafka-python
+resolves on its I/O thread with a blocking ``getaddrinfo``): a stop then waits for the lookup.
+Once the session runs (``running``), clients made later (a restore's readers, mid-session) are
+not ended: the session is stopping cleanly, and its final commit needs its restore finished.
+Clients that finished bootstrapping are left alone either way. It also holds every client it
+made until ``close_clients`` at the session's end: the admin client and the consumer start
+their client's I/O thread before they bootstrap, and one whose constructor raised (the broker
+away) is closed by nobody, so each failed session left a thread running (one per retry, for as
+long as an outage lasts). Nothing else refers to that client, so it is held strongly, not weakly.
 
 ``without_auto_create``: kafka-python 3.0.12 drops ``allow_auto_create_topics``. The consumer and
 the producer hand their whole config to ``KafkaNetClient``, whose ``KafkaConnectionManager``
@@ -132,30 +134,43 @@ def net_client(**configs: Any) -> KafkaNetClient:
 
 
 class StopEvent(threading.Event):
-    """The daemon's stop, which also ends the bootstraps under way of the clients made by
-    :meth:`client`; :meth:`close_clients` closes them when their session ends (see the module
-    doc)."""
+    """The daemon's stop, which also ends the bootstraps not finished of the clients made by
+    :meth:`client` while connecting; :meth:`close_clients` closes them all when their session
+    ends (see the module doc)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._clients: list[KafkaNetClient] = []
+        self._connecting: list[KafkaNetClient] | None = []  # None: the session runs
         self._guard = threading.Lock()
 
     def client(self, **configs: Any) -> KafkaNetClient:
-        """``net_client``, remembered so that :meth:`set` can end its bootstrap and
-        :meth:`close_clients` close it."""
+        """``net_client``, remembered so that :meth:`set` can end its bootstrap (one made after
+        the stop, at once) and :meth:`close_clients` close it."""
         client = net_client(**configs)
         with self._guard:
             self._clients.append(client)
+            connecting = self._connecting
+            if connecting is not None:
+                connecting.append(client)
+        if connecting is not None and self.is_set():
+            _end_bootstrap(client)
         return client
+
+    def running(self) -> None:
+        """The session's clients are up: a stop from now on leaves the bootstraps of clients
+        made later to finish (the session stops cleanly and commits)."""
+        with self._guard:
+            self._connecting = None
 
     def close_clients(self) -> None:
         """Close (and forget) every client made since the last call, stopping its I/O thread:
         those of a constructor that raised, which nobody else can close, and those their owner
         closed already (a second close does nothing). Call it after the owners' own closes,
-        which still need their client (a producer's close aborts its pending records)."""
+        which still need their client (a producer's close aborts its pending records). The
+        next session connects anew."""
         with self._guard:
-            clients, self._clients = self._clients, []
+            clients, self._clients, self._connecting = self._clients, [], []
         for client in clients:
             try:
                 client.close()
@@ -165,19 +180,19 @@ class StopEvent(threading.Event):
     def set(self) -> None:
         super().set()
         with self._guard:
-            clients = list(self._clients)
+            clients = list(self._connecting or ())
         for client in clients:
             _end_bootstrap(client)
 
 
 def _end_bootstrap(client: KafkaNetClient) -> None:
-    """Close ``client``'s connection manager if its bootstrap is under way: the bootstrap loop
-    runs while the manager is not ``closed``, and ``close`` wakes its wait (through the I/O
-    loop's thread-safe call), so the constructor raises ``KafkaTimeoutError`` at once."""
+    """Close ``client``'s connection manager unless its bootstrap finished: the bootstrap loop
+    runs while the manager is not ``closed`` (one closed before it begins does not run), and
+    ``close`` wakes its wait, so the constructor raises ``KafkaTimeoutError`` at once."""
     manager = getattr(client, "_manager", None)
     future = getattr(manager, "_bootstrap_future", None)
     close = getattr(manager, "close", None)
-    if future is None or getattr(future, "is_done", True) or close is None:
+    if close is None or (future is not None and getattr(future, "is_done", True)):
         return
     try:
         close()

@@ -104,8 +104,9 @@ def test_sigterm_while_bootstrapping_against_an_away_broker_ends_the_process(
 
 def test_the_stop_ends_a_bootstrap_under_way_and_leaves_other_clients_alone() -> None:
     """In-process: an admin client bootstrapping against an away broker raises as soon as the
-    stop is set; a client made after the stop, or whose bootstrap has not started, is not
-    touched."""
+    stop is set, and so does one made after the stop (its bootstrap would begin after it: a
+    stop between two constructors was missed); a client of the running session, made after
+    ``running``, is not touched (a restore's reader must finish so the session commits)."""
     stop = StopEvent()
     away = _away()
     raised: list[BaseException] = []
@@ -116,7 +117,6 @@ def test_the_stop_ends_a_bootstrap_under_way_and_leaves_other_clients_alone() ->
         except BaseException as exc:
             raised.append(exc)
 
-    idle = stop.client(bootstrap_servers=[away])  # made, never bootstrapped
     worker = threading.Thread(target=admin, daemon=True)
     worker.start()
     deadline = time.monotonic() + 30
@@ -127,8 +127,20 @@ def test_the_stop_ends_a_bootstrap_under_way_and_leaves_other_clients_alone() ->
     worker.join(timeout=15)
     assert not worker.is_alive()
     assert len(raised) == 1 and isinstance(raised[0], KafkaTimeoutError), raised
-    assert not idle._manager.closed
-    idle.close()
+    late = threading.Thread(target=admin, daemon=True)  # made after the stop, still connecting
+    late.start()
+    late.join(timeout=15)
+    assert not late.is_alive(), "a client made after the stop bootstrapped on"
+    assert len(raised) == 2 and isinstance(raised[1], KafkaTimeoutError), raised
+    stop.close_clients()
+
+    running = StopEvent()
+    running.running()
+    kept = running.client(bootstrap_servers=[away])  # a client of the running session
+    running.set()
+    assert not kept._manager.closed
+    running.close_clients()
+    assert kept._manager.closed
 
 
 def _bootstrapping(client: Any) -> bool:
@@ -196,11 +208,49 @@ def test_the_repartition_stage_retrying_an_away_broker_leaves_no_thread_behind()
     _retries_leave_no_thread(stage.start, lambda: stage.stop(timeout=10), "evald-repartition")
 
 
-def _away_settings() -> Any:
+@pytest.mark.parametrize("which", ["statistics-reader", "repartition-stage"])
+def test_a_stop_during_their_first_bootstrap_ends_the_background_loops_without_a_retry(
+    which: str,
+) -> None:
+    """The reader and the stage, stopped while their first client bootstraps (for up to
+    30 s), end at once and say they stop: before, they logged a failed session "retrying"."""
+    settings = _away_settings(request_timeout_ms=30_000)
+    before = set(threading.enumerate())
+    if which == "statistics-reader":
+        reader = ComparisonReader(settings, EngineConfig(), ["nDCG@10"], 1)
+        start, stop, name = reader.start, lambda: reader.stop(timeout=10), "evald-statistics"
+    else:
+        stage = Repartitioner(settings)
+        start, stop, name = stage.start, lambda: stage.stop(timeout=10), "evald-repartition"
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep()
+    logging.getLogger("evald.daemon").addHandler(handler)
+    try:
+        start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+            t.name.startswith("kafka-io") for t in set(threading.enumerate()) - before
+        ):
+            time.sleep(0.01)
+        stop()
+    finally:
+        logging.getLogger("evald.daemon").removeHandler(handler)
+    assert name not in [t.name for t in threading.enumerate()], "not stopped within 10 s"
+    said = [(r.levelname, r.getMessage()) for r in records]
+    assert not [m for level, m in said if level == "WARNING"], said
+    assert any(level == "INFO" and "stopping" in m for level, m in said), said
+
+
+def _away_settings(request_timeout_ms: int = 1_000) -> Any:
     return load_settings(
         environ={},
         flags={
-            "kafka": {"bootstrap_servers": [_away()], "request_timeout_ms": 1_000},
+            "kafka": {"bootstrap_servers": [_away()], "request_timeout_ms": request_timeout_ms},
             "daemon": {"retry_backoff_initial_ms": 1, "retry_backoff_max_ms": 10},
         },
     )

@@ -156,6 +156,9 @@ class ComparisonReader:
                     self._note_waiting()
                     self._backoff.reset()
             except KafkaError as exc:
+                if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
+                    log.info("statistics topic %s: reader stopping (%r)", self.topic, exc)
+                    break
                 delay = self._backoff.next_delay()
                 log.warning("statistics topic %s: %s; retrying in %.1fs", self.topic, exc, delay)
                 self._stop.wait(delay)

@@ -337,6 +337,7 @@ class Daemon:
             self.lock, self.inputs, self.transaction, engine, self.health, self.stats
         )
         consumer.subscribe([cfg.topics.impressions, cfg.topics.feedback], listener=listener)
+        self._stop.running()  # a stop now ends the session cleanly, restores included
         started = self.clock()
         self.health.session_started(started)  # an outage is not a stall
         self.transaction.start_cycle(started)

@@ -312,6 +312,9 @@ class Repartitioner:
                 advice = unrecoverable(exc)
                 if advice is not None:
                     return self._fail(f"evald run: repartition stage cannot continue: {advice}")
+                if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
+                    log.info("repartition stage stopping: the session ended on %r", exc)
+                    return 0
                 delay = self._backoff.next_delay()
                 log.warning(
                     "repartition session failed (%s: %s); retrying in %.1fs",
