@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_harness import KafkaTools
+from kafka_harness import KafkaTools, wait_until
 from kafka_instances import make_settings, names
 
 from evald.daemon.main.checkpoint import Checkpoint
@@ -248,6 +248,45 @@ def assert_consumed_to_the_end(tools: KafkaTools, unique: str) -> dict[int, Chec
         for kind, topic in (("impression", "impressions"), ("feedback", "feedback")):
             assert offsets.get((topics[topic], p)) == checkpoint.committed[kind], (p, kind)
     return last
+
+
+def wait_killed_transactions_aborted(
+    tools: KafkaTools, unique: str, *killed: str, timeout: float = 60.0
+) -> None:
+    """Wait until the broker has ended the transactions of the ``killed`` instances.
+
+    An instance killed with a transaction open keeps the partitions that transaction wrote
+    behind their last stable offset until the coordinator aborts it at
+    ``transaction_timeout_ms`` (a survivor has its own transactional id and cannot fence it):
+    a ``read_committed`` reader sees nothing past it, the survivor's committed results
+    included, until then. A survivor that catches up sooner than that timeout (the instances'
+    10 s) must not be read before: what a downstream reader sees eventually is what counts."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import TransactionState
+
+    done = {
+        TransactionState.EMPTY,
+        TransactionState.COMPLETE_COMMIT,
+        TransactionState.COMPLETE_ABORT,
+    }
+    ids = {f"evald/g-{unique}/{name}" for name in killed}
+    admin = KafkaAdminClient(bootstrap_servers=tools.bootstrap)
+
+    def ended() -> bool:
+        listed = [
+            listing
+            for listings in admin.list_transactions(
+                transactional_id_pattern=f"evald/g-{unique}/.*"
+            ).values()
+            for listing in listings
+            if listing.transactional_id in ids
+        ]
+        return all(t.state in done for t in listed)
+
+    try:
+        wait_until(ended, timeout, f"the killed instances' transactions ended: {sorted(ids)}")
+    finally:
+        admin.close()
 
 
 def assert_no_transaction_left_open(tools: KafkaTools, unique: str) -> None:

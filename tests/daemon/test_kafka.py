@@ -38,6 +38,7 @@ from kafka_oracle import (
     assert_windows_equal,
     read_windows,
     results_by_id,
+    wait_killed_transactions_aborted,
 )
 
 from evald.daemon.main import snapshots
@@ -259,6 +260,7 @@ def test_two_instances_one_killed_partitions_move_exact(
     takeover = time.monotonic() - killed_at
     wait_until(lambda: b.alone(4), 150, "the survivor alone in the group")
     assert b.terminate() == 0
+    wait_killed_transactions_aborted(kafka_tools, unique, "a")
     assert_matches_an_uninterrupted_run(kafka_tools, unique, b.windows)
     print(f"kill -9, takeover by a live instance: kill -> survivor caught up {takeover:.1f}s")
 

@@ -35,6 +35,7 @@ from kafka_oracle import (
     expected_results,
     read_windows,
     results_by_id,
+    wait_killed_transactions_aborted,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.chaos]
@@ -418,6 +419,7 @@ def test_scale_out_1_to_3_and_back_to_1_during_the_stream_is_exact(
     wait_until(lambda: a.alone(6), 180, "one instance caught up")
     assert a.terminate() == 0
     seen = reader.stop()
+    wait_killed_transactions_aborted(kafka_tools, unique, "c")
     assert_matches_an_uninterrupted_run(kafka_tools, unique, a.windows)
     expected = expected_results(kafka_tools, unique)
     during = assert_seen_during_chaos_stands(seen, expected, kafka_tools, topics["results"])
