@@ -250,6 +250,17 @@ def assert_consumed_to_the_end(tools: KafkaTools, unique: str) -> dict[int, Chec
     return last
 
 
+def _group_transactions(admin: Any, unique: str) -> list[Any]:
+    """Every transaction listing (ListTransactions) of the group's transactional ids."""
+    return [
+        listing
+        for listings in admin.list_transactions(
+            transactional_id_pattern=f"evald/g-{unique}/.*"
+        ).values()
+        for listing in listings
+    ]
+
+
 def wait_killed_transactions_aborted(
     tools: KafkaTools, unique: str, *killed: str, timeout: float = 60.0
 ) -> None:
@@ -273,15 +284,8 @@ def wait_killed_transactions_aborted(
     admin = KafkaAdminClient(bootstrap_servers=tools.bootstrap)
 
     def ended() -> bool:
-        listed = [
-            listing
-            for listings in admin.list_transactions(
-                transactional_id_pattern=f"evald/g-{unique}/.*"
-            ).values()
-            for listing in listings
-            if listing.transactional_id in ids
-        ]
-        return all(t.state in done for t in listed)
+        listed = _group_transactions(admin, unique)
+        return all(t.state in done for t in listed if t.transactional_id in ids)
 
     try:
         wait_until(ended, timeout, f"the killed instances' transactions ended: {sorted(ids)}")
@@ -303,13 +307,7 @@ def assert_no_transaction_left_open(tools: KafkaTools, unique: str) -> None:
     }
     admin = KafkaAdminClient(bootstrap_servers=tools.bootstrap)
     try:
-        listed = [
-            listing
-            for listings in admin.list_transactions(
-                transactional_id_pattern=f"evald/g-{unique}/.*"
-            ).values()
-            for listing in listings
-        ]
+        listed = _group_transactions(admin, unique)
         assert listed, "evald's transactional ids are not listed: the check is not effective"
         still_open = [(t.transactional_id, t.state) for t in listed if t.state not in done]
         assert not still_open, f"transactions left open: {still_open}"
