@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +166,7 @@ def test_failed_sessions_against_an_away_broker_leave_no_thread_behind() -> None
         return sorted(t.name for t in set(threading.enumerate()) - before if t.is_alive())
 
     left: list[list[str]] = []  # the threads left after each failed session
-    stopper = threading.Thread(target=lambda: _stop_while_bootstrapping(daemon, before))
+    stopper = threading.Thread(target=lambda: _stop_while_bootstrapping(daemon.stop, before))
 
     def retrying() -> None:  # the daemon's heartbeat, called after each failed session
         left.append(new_threads())
@@ -183,14 +183,14 @@ def test_failed_sessions_against_an_away_broker_leave_no_thread_behind() -> None
     assert new_threads() == []
 
 
-def _stop_while_bootstrapping(daemon: Daemon, before: set[threading.Thread]) -> None:
-    """Stop ``daemon`` once a client's I/O thread runs (it starts just before the bootstrap)."""
+def _stop_while_bootstrapping(stop: Callable[[], None], before: set[threading.Thread]) -> None:
+    """Call ``stop`` once a client's I/O thread runs (it starts just before the bootstrap)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if any(t.name.startswith("kafka-io") for t in set(threading.enumerate()) - before):
             break
         time.sleep(0.01)
-    daemon.stop()
+    stop()
 
 
 def test_the_statistics_reader_retrying_an_away_broker_leaves_no_thread_behind() -> None:
@@ -232,12 +232,7 @@ def test_a_stop_during_their_first_bootstrap_ends_the_background_loops_without_a
     logging.getLogger("evald.daemon").addHandler(handler)
     try:
         start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(
-            t.name.startswith("kafka-io") for t in set(threading.enumerate()) - before
-        ):
-            time.sleep(0.01)
-        stop()
+        _stop_while_bootstrapping(stop, before)
     finally:
         logging.getLogger("evald.daemon").removeHandler(handler)
     assert name not in [t.name for t in threading.enumerate()], "not stopped within 10 s"
