@@ -294,7 +294,7 @@ class Daemon:
 
     def _session(self) -> None:
         cfg = self.settings
-        client = {**cfg.kafka.client_config(), "kafka_client": self._stop.client}
+        client = cfg.kafka.client_config(self._stop.client)
         self.stats.sessions += 1
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self.dead_letters.limit = self.topics.start(self._admin)
