@@ -1,7 +1,8 @@
-"""The README's walk-through as executable documentation: its command lines, parsed from the
-README and run in order as written, against a broker of the test's own, must end in numbers in
-`evald top`. Only the ports change (the walk-through's fixed 9092 and 9464 may be taken on a
-shared machine) and where the broker keeps its data.
+"""The README's walk-throughs as executable documentation: the Kafka one's command lines, parsed
+from the README and run in order as written, against a broker of the test's own, must end in
+numbers in `evald top`. Only the ports change (the walk-through's fixed 9092 and 9464 may be
+taken on a shared machine) and where the broker keeps its data. The offline scoring one's run
+on the example data set, with docs/score.md's runner.
 
 A command the runner does not know fails the test: a new line in the walk-through needs a
 rule here saying how to tell it worked.
@@ -124,6 +125,22 @@ def terminals() -> Iterator[list[Terminal]]:
             if terminal.proc.poll() is None:
                 os.killpg(terminal.proc.pid, signal.SIGKILL)
                 terminal.proc.wait()
+
+
+def test_the_score_walk_through_runs_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The offline scoring lines run on the example data set, in a directory holding the
+    checkout's ``evald/`` (``out/`` is made there), with the page runner of docs/score.md."""
+    from score.test_docs import Page
+
+    (tmp_path / "evald").symlink_to(ROOT / "evald")
+    page = Page(tmp_path, capsys, monkeypatch)
+    lines = [line.replace(".venv/bin/evald ", "evald ") for line in walk_through("score")]
+    outputs = [out for line in lines for out in page.line(line)]
+    assert len(lines) == 7 and len(outputs) == 6 and all(outputs)
+    assert len((tmp_path / "out/per_query.jsonl").read_text().splitlines()) == 30
+    assert '"run": "out/last.run"' in outputs[-1]  # the comparison JSON (stdout is no terminal)
 
 
 @pytest.mark.kafka

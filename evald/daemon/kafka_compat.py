@@ -64,6 +64,10 @@ made until ``close_clients`` at the session's end: the admin client and the cons
 their client's I/O thread before they bootstrap, and one whose constructor raised (the broker
 away) is closed by nobody, so each failed session left a thread running (one per retry, for as
 long as an outage lasts). Nothing else refers to that client, so it is held strongly, not weakly.
+A client's ``close`` joins its I/O thread with no time limit, and a thread stuck in a host name
+lookup held the session's teardown (and every retry after it) for as long as the lookup took;
+``close_clients`` waits ``CLOSE_WAIT_S`` for them all, warns of each one still closing, and goes
+on (the thread is a daemon thread and ends with its lookup).
 
 ``without_auto_create``: kafka-python 3.0.12 drops ``allow_auto_create_topics``. The consumer and
 the producer hand their whole config to ``KafkaNetClient``, whose ``KafkaConnectionManager``
@@ -118,6 +122,13 @@ log = logging.getLogger("evald.daemon")
 #: stall worth a warning.
 SLOW_TASK_S = 1.0
 
+#: How long ``StopEvent.close_clients`` waits for a session's clients to close. A close stops
+#: the client's I/O thread, which takes milliseconds unless the thread is stuck in a call that
+#: nothing interrupts (a blocking host name lookup); no setting bounds that (the request timeout,
+#: 30 s by default, bounds a broker's answer, and the shutdown timeout only a stop), and a
+#: teardown that waits longer only delays the next session's retry.
+CLOSE_WAIT_S = 5.0
+
 
 def net_client(**configs: Any) -> KafkaNetClient:
     """kafka-python's ``KafkaNetClient`` with ``SLOW_TASK_S`` as its slow-step threshold (a
@@ -140,7 +151,7 @@ class StopEvent(threading.Event):
 
     def __init__(self) -> None:
         super().__init__()
-        self._clients: list[KafkaNetClient] = []
+        self._clients: dict[KafkaNetClient, str] = {}  # -> its name for a log
         self._connecting: list[KafkaNetClient] | None = []  # None: the session runs
         self._guard = threading.Lock()
 
@@ -148,8 +159,13 @@ class StopEvent(threading.Event):
         """``net_client``, remembered so that :meth:`set` can end its bootstrap (one made after
         the stop, at once) and :meth:`close_clients` close it."""
         client = net_client(**configs)
+        name = "{} client {!r} of {}".format(
+            configs.get("metric_group_prefix", "kafka"),
+            configs.get("client_id"),
+            ",".join(map(str, configs.get("bootstrap_servers") or ())),
+        )
         with self._guard:
-            self._clients.append(client)
+            self._clients[client] = name
             connecting = self._connecting
             if connecting is not None:
                 connecting.append(client)
@@ -168,14 +184,27 @@ class StopEvent(threading.Event):
         those of a constructor that raised, which nobody else can close, and those their owner
         closed already (a second close does nothing). Call it after the owners' own closes,
         which still need their client (a producer's close aborts its pending records). The
-        next session connects anew."""
+        closes run side by side, waited for ``CLOSE_WAIT_S`` in all; a client still closing
+        then is logged and left to finish on its own. The next session connects anew."""
         with self._guard:
-            clients, self._clients, self._connecting = self._clients, [], []
-        for client in clients:
-            try:
-                client.close()
-            except Exception:
-                log.debug("closing a session's network client failed", exc_info=True)
+            clients, self._clients, self._connecting = self._clients, {}, []
+        closing = []
+        for client, name in clients.items():
+            closer = threading.Thread(
+                target=_close_client, args=(client,), name=f"evald-close {name}", daemon=True
+            )
+            closer.start()
+            closing.append((closer, name))
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        for closer, name in closing:
+            closer.join(max(0.0, deadline - time.monotonic()))
+            if closer.is_alive():
+                log.warning(
+                    "the %s did not close within %.0fs (its I/O thread is stuck, e.g. in a host"
+                    " name lookup); going on without waiting for it",
+                    name,
+                    CLOSE_WAIT_S,
+                )
 
     def set(self) -> None:
         super().set()
@@ -183,6 +212,13 @@ class StopEvent(threading.Event):
             clients = list(self._connecting or ())
         for client in clients:
             _end_bootstrap(client)
+
+
+def _close_client(client: KafkaNetClient) -> None:
+    try:
+        client.close()
+    except Exception:
+        log.debug("closing a session's network client failed", exc_info=True)
 
 
 def _end_bootstrap(client: KafkaNetClient) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import yaml
@@ -116,12 +116,14 @@ class KafkaSettings(_Strict):
             raise ValueError("heartbeat_interval_ms must be at most a third of session_timeout_ms")
         return self
 
-    def client_config(self) -> dict[str, Any]:
-        """Keyword arguments shared by kafka-python's consumer, producer and admin client."""
+    def client_config(self, kafka_client: Callable[..., Any] | None = None) -> dict[str, Any]:
+        """Keyword arguments shared by kafka-python's consumer, producer and admin client;
+        ``kafka_client`` (default ``net_client``) builds their network client (a session's
+        ``StopEvent.client``, so that its stop ends their bootstraps and its end closes them)."""
         from evald.daemon.kafka_compat import net_client
 
         config: dict[str, Any] = {
-            "kafka_client": net_client,
+            "kafka_client": kafka_client if kafka_client is not None else net_client,
             "bootstrap_servers": list(self.bootstrap_servers),
             "client_id": self.client_id,
             "security_protocol": self.security_protocol,

@@ -34,7 +34,7 @@ class DaemonStats:
     sessions: int = 0  # runner
     restores: int = 0  # runner
     #: sessions that failed because the broker rejected a commit as stale (fenced producer or
-    #: generation); runner
+    #: generation), a stop's last session too; runner
     fenced_sessions: int = 0
     #: open transactions given up because another member had taken the partitions over (lost
     #: partitions); rebalance

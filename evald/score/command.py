@@ -24,22 +24,25 @@ if TYPE_CHECKING:
 SUMMARY = "score ranked lists offline (JSON Lines or TREC run/qrels) with trec_eval-exact measures"
 
 EXAMPLES = """\
+  # (paths from the root of evald's source checkout, where the example data set is)
   # per-query JSON Lines on stdout, the default measures
-  evald score lists.jsonl
+  evald score evald/data/example.jsonl
   # the mean of each measure (an aligned table on a terminal, JSON otherwise)
-  evald score lists.jsonl --mean
+  evald score evald/data/example.jsonl --mean
   # chosen measures, from stdin
-  cat lists.jsonl | evald score --measures 'nDCG@10,RR,P(rel=2)@5,RBP(p=0.9)'
+  cat evald/data/example.jsonl | evald score --measures 'nDCG@10,RR,P(rel=2)@5,RBP(p=0.9)'
   # TREC files, like trec_eval (and with --complete, like trec_eval -c)
-  evald score --run run.txt --qrels qrels.txt --mean
+  evald score --run evald/data/example.run --qrels evald/data/example.qrels --mean
   # per-query rows to a file and the means to stdout
-  evald score lists.jsonl --output per_query.jsonl --mean
-  # the small example data set bundled with evald
+  mkdir -p out && evald score evald/data/example.jsonl --output out/per_query.jsonl --mean
+  # the same example.jsonl, from any directory
   evald score --example --mean
   # trec_eval's measure names and output lines (-q rows, then 'all'); -J and -M as in trec_eval
-  evald score --run run.txt --qrels qrels.txt -m P.5,10,map,ndcg_cut.10 --format trec
-  # a run against a baseline: paired t-test, randomization test, Holm correction
-  evald score --compare base.run new.run --qrels qrels.txt -m map,ndcg_cut.10
+  evald score --run evald/data/example.run --qrels evald/data/example.qrels -m P.5,map --format trec
+  # a run against a baseline (here, each query's top document moved last): paired t-test,
+  # randomization test, Holm correction
+  mkdir -p out && awk '$4 == 1 { $5 = -100 } 1' evald/data/example.run > out/last.run
+  evald score --compare evald/data/example.run out/last.run --qrels evald/data/example.qrels -m map
 
 input line: {"qid": "q1", "ranking": ["d3", "d1", "d7"], "qrels": {"d1": 2, "d9": 1}}
 exit status: 0 all lines scored, 1 some lines rejected (reported on stderr), 2 usage error

@@ -12,7 +12,7 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from evald.terminal import can_encode
@@ -178,10 +178,18 @@ def run(args: argparse.Namespace) -> int:
 
     from evald.durations import DurationError, format_duration, parse_duration
 
+    warnings: list[str] = []
+
+    def warn(text: str) -> None:
+        """On stderr at once (before a password prompt), and kept for the live view's frames,
+        whose first redraw wipes the line."""
+        print(f"evald top: {text}", file=sys.stderr)
+        warnings.append(text)
+
     try:
         url = metrics_url(args.url, tls=wants_tls(args))
         window = format_duration(parse_duration(args.window))
-        client = from_args(args, url, timeout=min(5.0, max(1.0, args.interval)))
+        client = from_args(args, url, warn=warn, timeout=min(5.0, max(1.0, args.interval)))
     except (ValueError, DurationError) as exc:
         print(f"evald top: {exc}", file=sys.stderr)
         return 2
@@ -204,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
             interval=args.interval,
             tty=tty,
             client=client,
+            warnings=warnings,
         )
     scraper = Scraper(url, client=client)
     top = Top(
@@ -213,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         measures=args.measures,
         arms=(args.arms[0], args.arms[1]),
         stream=sys.stdout,
+        warnings=warnings,
     )
     if args.once:
         return top.once(args.interval)
@@ -225,7 +235,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 class Top:
-    """The scrape-render loop. ``sleep`` is injectable so tests do not wait."""
+    """The scrape-render loop. ``sleep`` is injectable so tests do not wait. ``warnings``, printed
+    on stderr before the view started, end every frame redrawn on a terminal."""
 
     def __init__(
         self,
@@ -239,6 +250,7 @@ class Top:
         sleep: Callable[[float], None] = time.sleep,
         width: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).columns,
         height: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).lines,
+        warnings: Sequence[str] = (),
     ) -> None:
         self.scraper = scraper
         self.window = window
@@ -250,6 +262,7 @@ class Top:
         self.width = width
         self.height = height
         self.unicode = can_encode(stream, "±·▲▼−…")
+        self.warnings = tuple(warnings)
         self._prev: Scrape | None = None
 
     def view(self, scrape: Scrape) -> View:
@@ -268,19 +281,24 @@ class Top:
         return view
 
     def frame(self, *, fit: bool = True) -> str:
-        """Scrape once and render, to the terminal's size when ``fit`` (its width always); an
-        unreachable evald becomes a one-line frame (:class:`Refused` is raised: no retry helps)."""
-        from evald.top.render import render
+        """Scrape once and render, to the terminal's size when ``fit`` (its width always), and
+        then the warnings; an unreachable evald becomes a one-line frame (:class:`Refused` is
+        raised: no retry helps)."""
+        from evald.top.render import notes, render
 
         width, height = max(40, self.width()), (max(10, self.height()) if fit else None)
+        footer = notes(self.warnings, width) if fit else []
         try:
             scrape = self.scraper.scrape()
         except Refused:
             raise
         except (OSError, ValueError) as exc:
             self._prev = None
-            return f"evald top: {exc} (retrying)\n"
-        return render(self.view(scrape), width, unicode=self.unicode, height=height)
+            return "\n".join([f"evald top: {exc} (retrying)", *footer]) + "\n"
+        if height is not None:
+            height = max(1, height - len(footer))
+        text = render(self.view(scrape), width, unicode=self.unicode, height=height)
+        return text + "".join(line + "\n" for line in footer)
 
     def once(self, interval: float) -> int:
         """Two scrapes ``interval`` apart (for rates), one plain frame; 1 if unreachable."""

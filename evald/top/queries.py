@@ -12,7 +12,7 @@ import json
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from evald.top.client import Client, Refused
@@ -85,9 +85,14 @@ def watch(
     tty: bool,
     sleep: Callable[[float], None] = time.sleep,
     client: Client | None = None,
+    warnings: Sequence[str] = (),
 ) -> int:
     """One frame (``once``: 1 if unreachable) or a redraw every ``interval`` until Ctrl-C; 1
-    on an answer no retry changes (credentials or certificate refused)."""
+    on an answer no retry changes (credentials or certificate refused). ``warnings``, printed
+    on stderr before, end every frame redrawn on a terminal (the redraw wipes them)."""
+    from evald.top.render import notes
+
+    footer = "".join(line + "\n" for line in notes(warnings, 80)) if tty else ""
     if once:
         try:
             stream.write(render_queries(fetch(url, client), measure))
@@ -104,7 +109,7 @@ def watch(
                 return 1
             except OSError as exc:
                 text = f"evald top: {exc} (retrying)\n"
-            stream.write(("\x1b[H\x1b[J" + text) if tty else text + "\n")
+            stream.write(("\x1b[H\x1b[J" + text + footer) if tty else text + "\n")
             stream.flush()
             sleep(interval)
     except KeyboardInterrupt:

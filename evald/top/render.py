@@ -13,6 +13,7 @@ says which mark is which. Health lines wrap at the width instead of overflowing 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
@@ -20,7 +21,7 @@ from evald.durations import format_duration, readable
 from evald.top import interleaving, zerofeedback
 from evald.top.model import Comparison, Estimate, Verdict, View
 
-__all__ = ["ascii_only", "render"]
+__all__ = ["ascii_only", "notes", "render"]
 
 _MEASURE_W = 12
 _CELL_W = 16
@@ -279,6 +280,13 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
     if not unicode:
         lines = [ascii_only(_fit(ascii_only(line), width)) for line in lines]
     return "\n".join(lines) + "\n"
+
+
+def notes(texts: Sequence[str], width: int) -> list[str]:
+    """The warnings printed before a live view started, as lines at most ``width`` wide, each
+    warning whole (wrapped, not cut): the view's first redraw wipes the screen they were on,
+    and a password going over plain http:// stays true for as long as the view runs."""
+    return [line for text in texts for line in textwrap.wrap(text, width, subsequent_indent="  ")]
 
 
 def ascii_only(text: str) -> str:

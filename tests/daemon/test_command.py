@@ -23,7 +23,7 @@ from kafka.errors import KafkaTimeoutError
 
 from evald import cli
 from evald.config import EngineConfig
-from evald.daemon import command
+from evald.daemon import command, kafka_compat
 from evald.daemon.kafka_compat import StopEvent
 from evald.daemon.main.comparisons import ComparisonReader
 from evald.daemon.main.runner import Daemon
@@ -141,6 +141,51 @@ def test_the_stop_ends_a_bootstrap_under_way_and_leaves_other_clients_alone() ->
     assert not kept._manager.closed
     running.close_clients()
     assert kept._manager.closed
+
+
+def test_a_client_whose_close_hangs_holds_the_teardown_only_for_a_bounded_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client's close joins its I/O thread with no time limit; one stuck in a host name
+    lookup held the session's teardown for as long as the lookup took. The teardown now waits
+    a bounded time, warns naming the client, and goes on (the other clients are closed)."""
+
+    class Client:
+        def __init__(self, hangs: bool) -> None:
+            self.hangs, self.closed = hangs, threading.Event()
+
+        def close(self) -> None:
+            if self.hangs:
+                release.wait()
+            self.closed.set()
+
+    release = threading.Event()
+    made = iter([Client(hangs=True), Client(hangs=False)])
+    monkeypatch.setattr(kafka_compat, "net_client", lambda **_: next(made))
+    monkeypatch.setattr(kafka_compat, "CLOSE_WAIT_S", 0.2, raising=False)
+    stop = StopEvent()
+    stuck = stop.client(client_id="evald", bootstrap_servers=["stuck.invalid:9092"])
+    fine = stop.client(client_id="evald", bootstrap_servers=["fine.invalid:9092"])
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.WARNING)
+    logging.getLogger("evald.daemon").addHandler(handler)
+    teardown = threading.Thread(target=stop.close_clients, daemon=True)
+    try:
+        teardown.start()
+        teardown.join(timeout=10)
+        assert not teardown.is_alive(), "the teardown waited for a client that never closes"
+        assert fine.closed.is_set() and not stuck.closed.is_set()
+        warnings = [r.getMessage() for r in records]
+        assert len(warnings) == 1 and "stuck.invalid:9092" in warnings[0], warnings
+    finally:
+        logging.getLogger("evald.daemon").removeHandler(handler)
+        release.set()
+    assert stuck.closed.wait(10)  # left to finish on its own
 
 
 def _bootstrapping(client: Any) -> bool:

@@ -5,15 +5,17 @@ feeds a real ``Engine``, so each case is compared with an engine fed the uninter
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections import namedtuple
 from typing import Any
 
 from kafka import TopicPartition
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import KafkaTimeoutError, ProducerFencedError
 from settable_clock import SettableClock
 
 from evald.config import load_config
+from evald.daemon.backoff import Backoff
 from evald.daemon.main.inputs import InputPartition
 from evald.daemon.main.merge import Merger
 from evald.daemon.main.runner import Daemon
@@ -383,3 +385,32 @@ def test_a_broker_that_does_not_answer_the_probe_makes_the_daemon_not_ready() ->
     assert not h.daemon.health.probe(SilentBroker(), h.daemon.inputs)
     assert not h.daemon.health.broker_ok and not h.daemon.stats.ready
     assert h.daemon.stats.lag == {("imp", 1): 3}
+
+
+def test_a_fence_is_counted_when_it_ends_a_session_at_a_stop_as_on_a_retry(caplog: Any) -> None:
+    """A session fenced as the stop arrives (its successor took the transactional id during a
+    rolling restart) abandoned its open transaction like any other fence: it was logged at
+    INFO (not alarming at a stop) but left out of ``evald_transactions_fenced``. A timeout at
+    a stop is not a fence and is not counted."""
+    h = Harness()
+    ends = [
+        (False, ProducerFencedError()),  # retried
+        (False, KafkaTimeoutError("away")),  # retried, not a fence
+        (True, ProducerFencedError()),  # the stop's
+    ]
+
+    def session() -> None:
+        stop, exc = ends.pop(0)
+        if stop:
+            h.daemon.stop()
+        raise exc
+
+    h.daemon._session = session  # type: ignore[method-assign]
+    h.daemon._backoff = Backoff(0.001, 0.001)
+    with caplog.at_level(logging.INFO, logger="evald.daemon"):
+        assert h.daemon.run() == 0
+    assert ends == []
+    assert h.daemon.stats.fenced_sessions == 2
+    stopping = [r for r in caplog.records if r.getMessage().startswith("stopping:")]
+    assert [r.levelno for r in stopping] == [logging.INFO], stopping
+    assert "ProducerFencedError" in stopping[0].getMessage()

@@ -285,7 +285,7 @@ def test_help_shows_examples_and_the_real_default_measures(
         evald_main("score", "--help")
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    assert "examples:" in text and "--run run.txt --qrels qrels.txt" in text
+    assert "examples:" in text and "--run evald/data/example.run --qrels evald/data/" in text
     assert DEFAULT_MEASURES in text.replace("\n", "").replace(" ", "")
 
 

@@ -72,13 +72,15 @@ class Page:
                 at = argv.index("|")
                 assert argv[:1] == ["cat"] and at == 2, f"a pipe the runner does not know: {line}"
                 stdin, argv = (self.cwd / argv[1]).read_bytes(), argv[at + 1 :]
-            if argv[0] == "evald":
-                outputs.append(self.evald(argv[1:], stdin))
-                continue
-            assert argv[0] in TOOLS, f"a command the runner does not know: {line}"
             target = None
             if ">" in argv:
                 argv, target = argv[: argv.index(">")], argv[argv.index(">") + 1]
+            if argv[0] == "evald":
+                outputs.append(self.evald(argv[1:], stdin))
+                if target is not None:
+                    (self.cwd / target).write_text(outputs[-1])
+                continue
+            assert argv[0] in TOOLS, f"a command the runner does not know: {line}"
             done = subprocess.run(argv, cwd=self.cwd, capture_output=True, check=True, timeout=30)
             if target is not None:
                 (self.cwd / target).write_bytes(done.stdout)
@@ -122,6 +124,19 @@ def test_every_command_of_the_page_runs_as_written(page: Page) -> None:
     run = page.evald(["score", "--run", "out/swap.run", "--qrels", "evald/data/example.qrels"])
     assert run == page.evald(["score", "out/swap.jsonl"])
     assert run != page.evald(["score", "evald/data/example.jsonl"])
+
+
+def test_every_example_of_the_help_runs_as_written(page: Page) -> None:
+    """`evald score --help`'s examples use the example data set's files, so that they can be
+    pasted into a shell at the checkout's root (they named files nobody had)."""
+    from evald.score.command import EXAMPLES
+
+    lines = [line.strip() for line in EXAMPLES.split("\n\n")[0].splitlines()]
+    commands = [line for line in lines if not line.startswith("#")]
+    outputs = [out for line in commands for out in page.line(line)]
+    assert len(commands) == 9 and len(outputs) == 8 and all(outputs)
+    assert len((page.cwd / "out/per_query.jsonl").read_text().splitlines()) == 30
+    assert '"run": "out/last.run"' in outputs[-1]  # the comparison, JSON (no terminal)
 
 
 def test_the_outputs_shown_are_what_evald_prints(page: Page) -> None:

@@ -260,3 +260,79 @@ def test_live_frames_fit_the_terminal_rows_and_a_pipe_gets_them_whole() -> None:
             whole = len(text.split("\n\n\n")[0].splitlines())
             assert "\x1b" not in text and "more lines" not in text
     assert whole > render_lines == 10
+
+
+#: what ``from_args`` warns of before a live view starts (the password file's path varies)
+HTTP_WARNING = (
+    "warning: --user prometheus's password goes to evald.invalid over plain http://, readable "
+    "on the way: serve TLS and use https:// (docs/security.md)"
+)
+
+
+def test_the_warnings_printed_before_the_live_view_end_each_of_its_frames() -> None:
+    """The live view's first redraw wiped the warnings printed on stderr before it (a password
+    going over plain http://, a password file readable by everyone): on a terminal they now end
+    every frame, whole and within its rows and columns; a pipe keeps them on stderr only."""
+    from evald.top.command import Top
+    from evald.top.model import Scrape, parse
+    from top.test_model import _exposition, _values
+
+    page = _exposition(_values(), events=100, at_end=900.0)
+    warnings = [HTTP_WARNING, "warning: --password-file /run/s is readable by every user"]
+
+    class Page:
+        url = "http://evald.invalid:9464/metrics"
+
+        def scrape(self) -> Scrape:
+            return parse(page, 1000.0)
+
+    for tty in (True, False):
+        out = io.StringIO()
+        calls = iter([False, True])
+
+        def sleep(_seconds: float, calls: Iterator[bool] = calls) -> None:
+            if next(calls):
+                raise KeyboardInterrupt
+
+        top = Top(Page(), window="5m", group_by=["arm", "surface"], measures=None,  # type: ignore[arg-type]
+                  stream=out, sleep=sleep, width=lambda: 80, height=lambda: 12,
+                  warnings=warnings)  # fmt: skip
+        assert top.live(0.1, tty=tty) == 0
+        text = out.getvalue()
+        if not tty:
+            assert "warning" not in text  # on stderr, not wiped
+            continue
+        frames = text.split("\x1b[H\x1b[J")[1:]
+        assert len(frames) == 2
+        for frame in frames:
+            lines = frame.removesuffix("\n\x1b[?25h").split("\n")
+            assert len(lines) == 12 and max(map(len, lines)) <= 80, lines
+            assert lines[0].startswith("evald top · evald.invalid:9464")
+            assert lines[-4].endswith("more lines: a taller terminal shows them")
+            assert lines[-3:] == [
+                "warning: --user prometheus's password goes to evald.invalid over plain http://,",
+                "  readable on the way: serve TLS and use https:// (docs/security.md)",
+                "warning: --password-file /run/s is readable by every user",
+            ]
+
+
+def test_evald_top_hands_its_warnings_to_the_live_views(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Printed on stderr at once (before a prompt would be) and kept for the live view's
+    frames, for the metrics view and the queries view alike."""
+    from evald.top import command, queries
+
+    secret = tmp_path / "secret"
+    secret.write_text("pw\n")
+    secret.chmod(0o644)
+    kept: list[tuple[str, ...]] = []
+    monkeypatch.setattr(command.Top, "live", lambda self, *_, **__: kept.append(self.warnings) or 0)
+    monkeypatch.setattr(queries, "watch", lambda *_, **kw: kept.append(tuple(kw["warnings"])) or 0)
+    argv = ["top", "http://evald.invalid:9464", "--user", "prometheus", "--password-file"]
+    assert cli.main([*argv, str(secret)]) == 0
+    assert cli.main([*argv, str(secret), "--queries"]) == 0
+    printed = f"warning: --password-file {secret} is readable by every user (chmod 600 it)"
+    assert kept == [(HTTP_WARNING, printed)] * 2
+    err = capsys.readouterr().err
+    assert err.count(f"evald top: {HTTP_WARNING}\n") == 2 and err.count(printed) == 2, err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from typing import Any
@@ -106,3 +107,27 @@ def test_a_segment_header_too_long_keeps_its_window_and_list_count() -> None:
     assert render_queries({"queries": [short]}, "nDCG@10").splitlines()[0] == (
         "arm=t  5m to 2026-11-28T07:45:00.000Z  1,447 lists"
     )
+
+
+def test_the_live_queries_view_ends_each_frame_with_the_warnings_printed_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its redraws wiped them from the terminal; a pipe keeps them on stderr only."""
+    from evald.top import queries
+
+    monkeypatch.setattr(queries, "fetch", lambda url, client: {"queries": []})
+    warning = "warning: --password-file /run/s is readable by every user (chmod 600 it)"
+    for tty in (True, False):
+        out, naps = io.StringIO(), iter([False, True])
+
+        def sleep(_seconds: float, naps: Any = naps) -> None:
+            if next(naps):  # Ctrl-C after the second frame
+                raise KeyboardInterrupt
+
+        assert queries.watch("u", None, out, once=False, interval=0.1, tty=tty, sleep=sleep,
+                             warnings=[warning]) == 0  # fmt: skip
+        frames = out.getvalue().split("\x1b[H\x1b[J")
+        if tty:
+            assert frames[1:] == [render_queries({}, None) + warning + "\n"] * 2
+        else:
+            assert frames == [(render_queries({}, None) + "\n") * 2]

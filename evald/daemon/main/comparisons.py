@@ -110,7 +110,7 @@ class ComparisonReader:
         #: the reader's stop, which also ends a bootstrap under way and closes the clients of
         #: each attempt (a consumer whose constructor raised keeps its I/O thread otherwise)
         self._stop = StopEvent()
-        self._client = {**settings.kafka.client_config(), "kafka_client": self._stop.client}
+        self._client = settings.kafka.client_config(self._stop.client)
         self._backoff = Backoff(
             settings.daemon.retry_backoff_initial_ms / 1000,
             settings.daemon.retry_backoff_max_ms / 1000,

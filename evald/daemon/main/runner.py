@@ -194,12 +194,12 @@ class Daemon:
                 if advice is not None:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
+                if isinstance(exc, FENCING_ERRORS):  # at a stop too: its transaction is lost
+                    with self.stats.lock:
+                        self.stats.fenced_sessions += 1
                 if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
                     log.info("stopping: the session ended on %s (%s)", type(exc).__name__, exc)
                     return 0
-                if isinstance(exc, FENCING_ERRORS):
-                    with self.stats.lock:
-                        self.stats.fenced_sessions += 1
                 self.health.set_ready(False)
                 delay = self._backoff.next_delay()
                 self.health.retry(f"retrying after {type(exc).__name__}: {exc}")
@@ -294,7 +294,7 @@ class Daemon:
 
     def _session(self) -> None:
         cfg = self.settings
-        client = {**cfg.kafka.client_config(), "kafka_client": self._stop.client}
+        client = cfg.kafka.client_config(self._stop.client)
         self.stats.sessions += 1
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self.dead_letters.limit = self.topics.start(self._admin)

@@ -341,7 +341,7 @@ class Repartitioner:
 
     def _session(self) -> None:
         cfg = self.settings
-        client = {**cfg.kafka.client_config(), "kafka_client": self._stop.client}
+        client = cfg.kafka.client_config(self._stop.client)
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self._prepare_topics(self._admin)
         # the static member id in the stage's own group (the transactional id: names.py)
