@@ -26,61 +26,67 @@ __all__ = ["batch"]
 #: reads x writes compared at once (bools) before the exact loop takes over (a batch that
 #: writes many keys to a small map: not a setting anyone runs, but a config may say so)
 _AT_ONCE = 1 << 18
-_BITS = 16  # buckets of the keys' top bits: most reads of a key not held stop at its bucket
-_SHIFT = np.uint64(64 - _BITS)
+_BITS = 16  # at most, buckets of the keys' top bits: most reads of a key not held stop there
 
 
 def batch(
-    old: np.ndarray, capacity: int, writes: np.ndarray, reads: np.ndarray, read_at: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    old: np.ndarray,
+    order: np.ndarray,
+    capacity: int,
+    writes: np.ndarray,
+    reads: np.ndarray,
+    read_at: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read and write a batch: (for each read, the position of its key's held write or -1;
-    the positions the map holds after the batch, oldest first).
+    the positions the map holds after the batch, oldest first; their ``order``).
 
     Positions index ``old`` (the map's distinct keys, oldest first) followed by ``writes``
-    (in order). ``reads[k]`` is read after the first ``read_at[k]`` writes (non-decreasing).
-    A map over ``capacity`` (a checkpoint of a larger one) keeps its size: one key leaves
-    per key that comes in, as before it shrank."""
-    n_old, n_writes = len(old), len(writes)
+    (in order); ``order`` sorts ``old`` (``np.argsort``; kept from batch to batch by a merge,
+    as sorting the whole map again cost more than the rest of a batch's reads). ``reads[k]``
+    is read after the first ``read_at[k]`` writes (non-decreasing). A map over ``capacity``
+    (a checkpoint of a larger one) keeps its size: one key leaves per key that comes in, as
+    before it shrank."""
+    n_old, n_writes, n_reads = len(old), len(writes), len(reads)
     capacity = max(capacity, n_old)
-    src = np.full(len(reads), -1, np.int64)
-    old_at = np.full(n_writes, -1, np.int64)  # each write's key's position in old (-1: none)
     asked = np.concatenate([reads, writes])
-    top = asked.view(np.uint64) >> _SHIFT
+    at = np.full(len(asked), -1, np.int64)  # each key's position in old (-1: none)
+    src, old_at = at[:n_reads], at[n_reads:]  # views: the reads', the writes'
+    bits = min(max((8 * (n_old + n_writes)).bit_length(), 8), _BITS)  # 1/8 of buckets or less
+    top = (asked.view(np.uint64) >> np.uint64(64 - bits)).astype(np.intp)
+    ranked = old[order]
     if n_old:
-        maybe = np.flatnonzero(_marks(old)[top])  # a key whose bucket old has none: not held
-        order = np.argsort(old)
-        ranked = old[order]
+        maybe = np.flatnonzero(_marks(old, bits)[top])  # a key whose bucket old has none: not held
         found = np.minimum(np.searchsorted(ranked, asked[maybe]), n_old - 1)
-        at = np.full(len(asked), -1, np.int64)
         at[maybe] = np.where(ranked[found] == asked[maybe], order[found], -1)
-        src[:], old_at[:] = at[: len(reads)], at[len(reads) :]
     if not n_writes:
-        return src, np.arange(n_old)
+        return src, np.arange(n_old), order
     index = np.argsort(writes, kind="stable")  # by key, then write
-    ranked = writes[index]
+    ranked_writes = writes[index]
     first = np.ones(n_writes, bool)
-    np.not_equal(ranked[1:], ranked[:-1], out=first[1:])
+    np.not_equal(ranked_writes[1:], ranked_writes[:-1], out=first[1:])
     # each write's previous write of its key: in this batch, else in old (-1: none)
     previous = np.empty(n_writes, np.int64)
-    previous[index[first]] = old_at[index[first]]
-    previous[index[1:][~first[1:]]] = n_old + index[:-1][~first[1:]]
-    last = np.ones(n_writes, bool)
-    last[:-1] = first[1:]
-    if len(reads):
-        maybe = np.flatnonzero(_marks(writes)[top[: len(reads)]])
+    previous[index] = np.where(first, old_at[index], n_old + np.roll(index, 1))
+    if n_reads:
+        maybe = np.flatnonzero(_marks(writes, bits)[top[:n_reads]])
         if len(maybe):
-            _read_writes(src, ranked, first, index, n_old, reads, read_at, maybe)
+            _read_writes(src, ranked_writes, first, index, n_old, reads, read_at, maybe)
         _drop_evicted(src, capacity, previous, n_old, read_at)
     live = np.ones(n_old, bool)
     live[old_at[old_at >= 0]] = False
-    held = np.concatenate([np.flatnonzero(live), n_old + np.sort(index[last])])
-    return src, held[-capacity:]
+    last = np.append(first[1:], True)
+    held = np.concatenate([np.flatnonzero(live), n_old + np.sort(index[last])])[-capacity:]
+    # the new order: old's and the writes' sorted positions merged, those held renumbered
+    slot = np.full(n_old + n_writes, -1, np.intp)
+    slot[held] = np.arange(len(held))
+    merged = slot[np.insert(order, np.searchsorted(ranked, ranked_writes), n_old + index)]
+    return src, held, merged[merged >= 0]
 
 
-def _marks(keys: np.ndarray) -> np.ndarray:
-    """Per bucket of the keys' top bits, whether any key is in it."""
-    marks = np.zeros(1 << _BITS, bool)
-    marks[keys.view(np.uint64) >> _SHIFT] = True
+def _marks(keys: np.ndarray, bits: int) -> np.ndarray:
+    """Per bucket of the keys' top ``bits``, whether any key is in it."""
+    marks = np.zeros(1 << bits, bool)
+    marks[(keys.view(np.uint64) >> np.uint64(64 - bits)).astype(np.intp)] = True
     return marks
 
 

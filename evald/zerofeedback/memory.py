@@ -19,6 +19,7 @@ import base64
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -77,7 +78,9 @@ class ListMemory:
         self._queries: dict[str, int] = {}  # a memo of item_key, not state
         self._judged = np.zeros(0, np.uint64)
         self._judged_ts = np.zeros(0, np.int64)
+        self._judged_order = np.zeros(0, np.intp)  # sorts _judged (lru.batch)
         self._refs = np.zeros(0, np.int64)  # query keys: no text is checkpointed
+        self._refs_order = np.zeros(0, np.intp)
         self._ref_ts = np.zeros(0, np.int64)
         self._ref_keys = np.zeros((0, 0), np.int64)
         self._ref_lengths = np.zeros(0, np.int64)
@@ -122,8 +125,13 @@ class ListMemory:
         rows = np.nonzero(held)[0]  # row-major: each list's pairs in rank order
         per_list = writes.sum(axis=1)
         written_before = np.cumsum(per_list) - per_list
-        src, keep = lru.batch(
-            self._judged, self.judged_capacity, pairs[writes], pairs[held], written_before[rows]
+        src, keep, self._judged_order = lru.batch(
+            self._judged,
+            self._judged_order,
+            self.judged_capacity,
+            pairs[writes],
+            pairs[held],
+            written_before[rows],
         )
         # the times by position, then _ABSENT where a read's -1 (not held) lands
         times = np.concatenate([self._judged_ts, np.repeat(ts, per_list), [_ABSENT]])
@@ -148,13 +156,17 @@ class ListMemory:
         """A reference arm's list becomes its query's reference, another arm's list is
         compared with its query's reference then (the newest one within the retention).
         (The lists compared, their references' keys (0-padded rows) and lengths.)"""
-        reference = self.reference
         n = len(ts)
-        writes = np.fromiter((arm == reference for arm in arms), bool, n) & scored
-        reads = np.fromiter((arm is not None for arm in arms), bool, n) & scored & ~writes
+        kind = np.fromiter(map({self.reference: 1, None: 0}.get, arms, repeat(2)), np.int8, n)
+        writes, reads = (kind == 1) & scored, (kind == 2) & scored
         wrote, read = np.flatnonzero(writes), np.flatnonzero(reads)
-        src, keep = lru.batch(
-            self._refs, self.reference_capacity, qkeys[wrote], qkeys[read], np.cumsum(writes)[read]
+        src, keep, self._refs_order = lru.batch(
+            self._refs,
+            self._refs_order,
+            self.reference_capacity,
+            qkeys[wrote],
+            qkeys[read],
+            np.cumsum(writes)[read],
         )
         width = max(keys.shape[1], self._ref_keys.shape[1])
         both = np.zeros((len(self._refs) + len(wrote), width), np.int64)
@@ -187,7 +199,7 @@ class ListMemory:
         for k in np.flatnonzero(~equal).tolist():
             i, count = int(compared[k]), int(first_size[k])
             out[i] = rbo_ext(keys[i, :count].tolist(), second[k, : size[k]].tolist(), self.p)
-        for length in np.unique(size[equal]).tolist():
+        for length in sorted(set(size[equal].tolist())):
             pick = equal & (size == length)
             out[compared[pick]] = rbo_ext_rows(
                 keys[compared[pick], :length], second[pick, :length], self.p
@@ -238,11 +250,13 @@ class ListMemory:
             raise ValueError(f"zero_feedback state is malformed ({exc})") from None
         at, newest = _distinct(judged[:, 0])
         self._judged, self._judged_ts = judged[at, 0].view(np.uint64), judged[newest, 1]
+        self._judged_order = np.argsort(self._judged)
         at, newest = _distinct(rows[:, 0])
         keys = rows[newest, 3:]
         lengths = np.clip(rows[newest, 2], 0, keys.shape[1])
         keys[np.arange(keys.shape[1]) >= lengths[:, None]] = 0
         self._refs, self._ref_ts = rows[at, 0], rows[newest, 1]
+        self._refs_order = np.argsort(self._refs)
         self._ref_keys, self._ref_lengths = keys, lengths
 
 

@@ -175,6 +175,9 @@ def test_lru_batch_equals_writing_one_by_one(monkeypatch: pytest.MonkeyPatch, at
         read_at = np.sort(rng.integers(0, len(writes) + 1, int(rng.integers(0, 80))))
         reads = rng.integers(0, universe, len(read_at))
         args = [a.astype(np.uint64) for a in (old, writes, reads)]
-        src, held = lru.batch(args[0], capacity, args[1], args[2], read_at)
+        src, held, order = lru.batch(
+            args[0], np.argsort(args[0]), capacity, args[1], args[2], read_at
+        )
+        assert order.tolist() == np.argsort(np.concatenate(args[:2])[held]).tolist()
         want = plain_batch(*(a.tolist() for a in (old, np.int64(capacity), writes, reads, read_at)))
         assert (src.tolist(), held.tolist()) == want
