@@ -19,7 +19,6 @@ import base64
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -79,9 +78,10 @@ class ListMemory:
         self._judged = np.zeros(0, np.uint64)
         self._judged_ts = np.zeros(0, np.int64)
         self._judged_order = np.zeros(0, np.intp)  # sorts _judged (lru.batch)
-        self._refs = np.zeros(0, np.int64)  # query keys: no text is checkpointed
-        self._refs_order = np.zeros(0, np.intp)
-        self._ref_ts = np.zeros(0, np.int64)
+        #: query key -> slot, oldest first (the query as its key: no text is checkpointed);
+        #: per slot the reference's time, keys (0-padded rows) and length
+        self._refs: dict[int, int] = {}
+        self._ref_ts: list[int] = []
         self._ref_keys = np.zeros((0, 0), np.int64)
         self._ref_lengths = np.zeros(0, np.int64)
 
@@ -108,7 +108,7 @@ class ListMemory:
             pairs = qkeys.view(np.uint64)[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)
         held = (np.arange(lists.keys.shape[1]) < counts[:, None]) & scored[:, None]
         out[:, UNJUDGED] = self._unjudged(pairs, held, held & lists.judged, ts, counts)
-        compared, second, size = self._compare(qkeys, lists.arms, ts, scored, lists.keys, counts)
+        compared, second, size = self._compare(qlist, lists.arms, ts, scored, lists.keys, counts)
         out[:, RBO] = self._rbo(lists.keys, counts, compared, second, size)
         return out
 
@@ -146,39 +146,88 @@ class ListMemory:
 
     def _compare(
         self,
-        qkeys: np.ndarray,
+        qlist: list[int],
         arms: Sequence[str | None],
         ts: np.ndarray,
         scored: np.ndarray,
         keys: np.ndarray,
         counts: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A reference arm's list becomes its query's reference, another arm's list is
-        compared with its query's reference then (the newest one within the retention).
-        (The lists compared, their references' keys (0-padded rows) and lengths.)"""
-        n = len(ts)
-        kind = np.fromiter(map({self.reference: 1, None: 0}.get, arms, repeat(2)), np.int8, n)
-        writes, reads = (kind == 1) & scored, (kind == 2) & scored
-        wrote, read = np.flatnonzero(writes), np.flatnonzero(reads)
-        src, keep, self._refs_order = lru.batch(
-            self._refs,
-            self._refs_order,
-            self.reference_capacity,
-            qkeys[wrote],
-            qkeys[read],
-            np.cumsum(writes)[read],
-        )
+        """In the lists' order: a reference arm's list becomes its query's reference (noted
+        as its batch row until the end of the batch), another arm's list is compared with its
+        query's reference then, if within the retention. (The lists compared, their
+        references' keys (0-padded rows) and lengths.)
+
+        A short loop of dict operations: the references' map is small and a batch writes a
+        third of it, where numpy's fixed cost per call outweighs its speed."""
+        refs, retention, reference = self._refs, self.retention, self.reference
+        capacity, get, pop = self.reference_capacity, refs.get, refs.pop
+        times, ref_ts = ts.tolist(), self._ref_ts
+        pending: dict[int, int] = {}  # slot -> the batch row written to it last
+        compared: list[int] = []
+        source: list[int] = []  # per list compared: its reference's batch row, else -1 - slot
+        for i in np.flatnonzero(scored).tolist():
+            arm = arms[i]
+            if arm == reference:
+                query = qlist[i]
+                slot = pop(query, None)
+                if slot is None:
+                    slot = pop(next(iter(refs))) if len(refs) >= capacity else len(refs)
+                refs[query], pending[slot] = slot, i
+            elif arm is not None:
+                slot = get(qlist[i])
+                if slot is not None:
+                    row = pending.get(slot, -1)
+                    if (times[row] if row >= 0 else ref_ts[slot]) >= times[i] - retention:
+                        compared.append(i)
+                        source.append(row if row >= 0 else -1 - slot)
+        second, size = self._references_of(keys, counts, source)
+        if pending:
+            self._set_references(list(pending), list(pending.values()), keys, counts, times)
+        return np.asarray(compared, np.intp), second, size
+
+    def _references_of(
+        self, keys: np.ndarray, counts: np.ndarray, source: list[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The references' keys (0-padded rows) and lengths: batch rows (>= 0) or the slots
+        (-1 - slot) of earlier lists' references."""
+        src = np.asarray(source, np.intp)
         width = max(keys.shape[1], self._ref_keys.shape[1])
-        both = np.zeros((len(self._refs) + len(wrote), width), np.int64)
-        times = np.concatenate([self._ref_ts, ts[wrote]])
-        lengths = np.concatenate([self._ref_lengths, counts[wrote]])
-        both[: len(self._refs), : self._ref_keys.shape[1]] = self._ref_keys
-        both[len(self._refs) :, : keys.shape[1]] = keys[wrote]
-        self._refs = np.concatenate([self._refs, qkeys[wrote]])[keep]
-        self._ref_ts, self._ref_lengths, self._ref_keys = times[keep], lengths[keep], both[keep]
-        found = src >= 0
-        found[found] = times[src[found]] >= ts[read[found]] - self.retention
-        return read[found], both[src[found]], lengths[src[found]]
+        second = np.zeros((len(src), width), np.int64)
+        size = np.zeros(len(src), np.int64)
+        batch = src >= 0
+        second[batch, : keys.shape[1]] = keys[src[batch]]
+        size[batch] = counts[src[batch]]
+        slots = -1 - src[~batch]
+        second[~batch, : self._ref_keys.shape[1]] = self._ref_keys[slots]
+        size[~batch] = self._ref_lengths[slots]
+        return second, size
+
+    def _set_references(
+        self,
+        slots: list[int],
+        rows: list[int],
+        keys: np.ndarray,
+        counts: np.ndarray,
+        times: list[int],
+    ) -> None:
+        """The batch's newest reference lists into their slots (the store grown as needed)."""
+        held, width = self._ref_keys.shape
+        need = max(slots) + 1
+        if need > held or keys.shape[1] > width:
+            grown = np.zeros((max(need, held), max(width, keys.shape[1])), np.int64)
+            grown[:held, :width] = self._ref_keys
+            self._ref_keys = grown
+            self._ref_lengths = np.concatenate(
+                [self._ref_lengths, np.zeros(max(need, held) - held, np.int64)]
+            )
+            self._ref_ts.extend([0] * (max(need, held) - held))
+        row_keys = np.zeros((len(rows), self._ref_keys.shape[1]), np.int64)
+        row_keys[:, : keys.shape[1]] = keys[rows]
+        self._ref_keys[slots] = row_keys
+        self._ref_lengths[slots] = counts[rows]
+        for slot, row in zip(slots, rows, strict=True):
+            self._ref_ts[slot] = times[row]
 
     def _rbo(
         self,
@@ -235,10 +284,14 @@ class ListMemory:
         (key, ts), the references as base64 int64 rows (query key, ts, n, keys...), both
         oldest first."""
         judged = np.stack([self._judged.view(np.int64), self._judged_ts], axis=1)
-        width = 3 + int(self._ref_lengths.max(initial=0))
-        rows = np.zeros((len(self._refs), width), np.int64)
-        rows[:, 0], rows[:, 1], rows[:, 2] = self._refs, self._ref_ts, self._ref_lengths
-        rows[:, 3:] = self._ref_keys[:, : width - 3]
+        slots = list(self._refs.values())
+        lengths = self._ref_lengths[slots]
+        width = 3 + int(lengths.max(initial=0))
+        rows = np.zeros((len(slots), width), np.int64)
+        rows[:, 0], rows[:, 2] = list(self._refs), lengths
+        rows[:, 1] = [self._ref_ts[slot] for slot in slots]
+        keys = self._ref_keys[slots, : width - 3]
+        rows[:, 3:] = np.where(np.arange(width - 3) < lengths[:, None], keys, 0)
         return {"judged": _b64(judged), "references": _b64(rows), "width": width}
 
     def load(self, doc: dict[str, Any]) -> None:
@@ -255,8 +308,8 @@ class ListMemory:
         keys = rows[newest, 3:]
         lengths = np.clip(rows[newest, 2], 0, keys.shape[1])
         keys[np.arange(keys.shape[1]) >= lengths[:, None]] = 0
-        self._refs, self._ref_ts = rows[at, 0], rows[newest, 1]
-        self._refs_order = np.argsort(self._refs)
+        self._refs = dict(zip(rows[at, 0].tolist(), range(len(at)), strict=True))
+        self._ref_ts = rows[newest, 1].tolist()
         self._ref_keys, self._ref_lengths = keys, lengths
 
 
