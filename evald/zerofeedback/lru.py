@@ -66,7 +66,7 @@ def batch(
     np.not_equal(ranked_writes[1:], ranked_writes[:-1], out=first[1:])
     # each write's previous write of its key: in this batch, else in old (-1: none)
     previous = np.empty(n_writes, np.int64)
-    previous[index] = np.where(first, old_at[index], n_old + np.roll(index, 1))
+    previous[index] = np.where(first, old_at[index], n_old + np.concatenate([[0], index[:-1]]))
     if n_reads:
         maybe = np.flatnonzero(_marks(writes, bits)[top[:n_reads]])
         if len(maybe):
@@ -76,10 +76,12 @@ def batch(
     live[old_at[old_at >= 0]] = False
     last = np.append(first[1:], True)
     held = np.concatenate([np.flatnonzero(live), n_old + np.sort(index[last])])[-capacity:]
-    # the new order: old's and the writes' sorted positions merged, those held renumbered
+    # the new order: old's and the writes' sorted positions merged (a stable sort of two
+    # sorted runs is a merge), those held renumbered
     slot = np.full(n_old + n_writes, -1, np.intp)
     slot[held] = np.arange(len(held))
-    merged = slot[np.insert(order, np.searchsorted(ranked, ranked_writes), n_old + index)]
+    runs = np.argsort(np.concatenate([ranked, ranked_writes]), kind="stable")
+    merged = slot[np.concatenate([order, n_old + index])[runs]]
     return src, held, merged[merged >= 0]
 
 
