@@ -125,18 +125,19 @@ class ListMemory:
         rows = np.nonzero(held)[0]  # row-major: each list's pairs in rank order
         per_list = writes.sum(axis=1)
         written_before = np.cumsum(per_list) - per_list
+        written = pairs[writes]
         src, keep, self._judged_order = lru.batch(
             self._judged,
             self._judged_order,
             self.judged_capacity,
-            pairs[writes],
+            written,
             pairs[held],
             written_before[rows],
         )
         # the times by position, then _ABSENT where a read's -1 (not held) lands
         times = np.concatenate([self._judged_ts, np.repeat(ts, per_list), [_ABSENT]])
         seen = times[src]
-        self._judged = np.concatenate([self._judged, pairs[writes]])[keep]
+        self._judged = np.concatenate([self._judged, written])[keep]
         self._judged_ts = times[keep]
         fresh = np.bincount(rows, weights=seen < (ts - self.retention)[rows], minlength=len(ts))
         out = np.full(len(ts), math.nan)
