@@ -104,8 +104,8 @@ class ListMemory:
         # scored: a query, and the keys of its items kept (or no items; docs/drilldown.md)
         scored = np.fromiter(map(bool, lists.queries), bool, n) & ((lengths == 0) | (counts > 0))
         qkeys = np.fromiter(qlist, np.int64, n)
-        with np.errstate(over="ignore"):  # wrapping is the mix
-            pairs = qkeys.view(np.uint64)[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)
+        # wrapping is the mix (array integer arithmetic wraps without a warning)
+        pairs = qkeys.view(np.uint64)[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)
         held = (np.arange(lists.keys.shape[1]) < counts[:, None]) & scored[:, None]
         out[:, UNJUDGED] = self._unjudged(pairs, held, held & lists.judged, ts, counts)
         compared, second, size = self._compare(qlist, lists.arms, ts, scored, lists.keys, counts)
