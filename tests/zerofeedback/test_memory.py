@@ -97,18 +97,27 @@ def random_batch(rng: np.random.Generator, n: int, t0: int, queries: int, items:
 
 
 @pytest.mark.parametrize(
-    ("seed", "judged_capacity", "ref_capacity", "batch", "queries", "items"),
+    ("seed", "judged_capacity", "ref_capacity", "batch", "queries", "items", "at_once"),
     [
-        (1, 4096, 512, 200, 300, 50),  # the defaults: nothing evicted for a while
-        (2, 40, 8, 150, 60, 20),  # evictions in every batch
-        (3, 1, 1, 80, 10, 5),  # a map of one: every new key evicts (the exact loop)
-        (4, 7, 3, 400, 2000, 2000),  # a batch writing far more than fits
-        (5, 300, 20, 1, 30, 10),  # batches of one list
+        (1, 4096, 512, 200, 300, 50, lru._AT_ONCE),  # the defaults: nothing evicted for a while
+        (2, 40, 8, 150, 60, 20, lru._AT_ONCE),  # evictions in every batch
+        (3, 1, 1, 80, 10, 5, lru._AT_ONCE),  # a map of one: every new key evicts
+        (3, 1, 1, 80, 10, 5, 0),  # the same through the exact loop
+        (4, 7, 3, 400, 2000, 2000, lru._AT_ONCE),  # a batch writing far more than fits
+        (5, 300, 20, 1, 30, 10, lru._AT_ONCE),  # batches of one list
     ],
 )
 def test_equals_the_list_by_list_definition(
-    seed: int, judged_capacity: int, ref_capacity: int, batch: int, queries: int, items: int
+    monkeypatch: pytest.MonkeyPatch,
+    seed: int,
+    judged_capacity: int,
+    ref_capacity: int,
+    batch: int,
+    queries: int,
+    items: int,
+    at_once: int,
 ) -> None:
+    monkeypatch.setattr(lru, "_AT_ONCE", at_once)
     rng = np.random.default_rng(seed)
     kwargs = {"p": 0.9, "reference": "control", "retention": 20_000}
     memory = ListMemory(**kwargs, judged_capacity=judged_capacity, reference_capacity=ref_capacity)
@@ -116,7 +125,7 @@ def test_equals_the_list_by_list_definition(
     from evald.join.item_keys import item_key
 
     t = 0
-    for b in range(60 if batch > 1 else 300):
+    for b in range(24 if batch > 1 else 120):
         lists = random_batch(rng, int(rng.integers(0, batch + 1)), t, queries, items)
         t += 3_000
         got = memory.score(lists)
@@ -167,7 +176,7 @@ def plain_batch(
 def test_lru_batch_equals_writing_one_by_one(monkeypatch: pytest.MonkeyPatch, at_once: int) -> None:
     monkeypatch.setattr(lru, "_AT_ONCE", at_once)
     rng = np.random.default_rng(11)
-    for _ in range(400):
+    for _ in range(150):
         capacity = int(rng.integers(1, 30))
         universe = int(rng.integers(1, 60))
         old = rng.permutation(universe)[: int(rng.integers(0, capacity + 5))]  # may be over
