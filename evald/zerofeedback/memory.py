@@ -59,9 +59,9 @@ class Scored:
 class ListMemory:
     """One partition's judged pairs and reference lists; ``score`` reads and updates them.
 
-    Both maps are arrays in the order of their last write, oldest first, read and written a
-    batch at a time (evald/zerofeedback/lru.py): the judged pairs' keys and times, the
-    references' query keys, times, item keys (0-padded rows) and lengths."""
+    The judged pairs are arrays in the order of their last write, oldest first, read and
+    written a batch at a time (evald/zerofeedback/lru.py); the references a dict of query
+    keys to slots in that order, their times, item keys and lengths in per-slot stores."""
 
     def __init__(
         self,
