@@ -190,3 +190,23 @@ def test_lru_batch_equals_writing_one_by_one(monkeypatch: pytest.MonkeyPatch, at
         assert order.tolist() == np.argsort(np.concatenate(args[:2])[held]).tolist()
         want = plain_batch(*(a.tolist() for a in (old, np.int64(capacity), writes, reads, read_at)))
         assert (src.tolist(), held.tolist()) == want
+
+
+def test_a_checkpoint_of_a_greater_depth_scores_against_its_longer_references() -> None:
+    """``zero_feedback.depth`` lowered across a restart: the references kept at the former
+    depth stay whole (an unequal-length RBO), where the former code failed to broadcast."""
+    kwargs = {"p": 0.9, "reference": "control", "retention": 10**9}
+    caps = {"judged_capacity": 8, "reference_capacity": 4}
+
+    def one(depth: int, arm: str) -> Scored:
+        keys = np.arange(1, depth + 1, dtype=np.int64)[None, :]
+        lengths = np.array([depth])
+        return Scored(["q"], [arm], np.array([1000]), lengths, keys, lengths, keys == 2)
+
+    before = ListMemory(**kwargs, **caps)
+    before.score(one(8, "control"))
+    after = ListMemory(**kwargs, **caps)
+    after.load(before.state())
+    got = after.score(one(6, "treatment"))
+    assert got[0, 2] == rbo_ext([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7, 8], 0.9)
+    assert state_rows(after.state()) == state_rows(before.state())
