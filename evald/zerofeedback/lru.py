@@ -1,11 +1,12 @@
 """A bounded map ordered by last write, read and written a batch at a time in numpy.
 
-The zero-feedback memory's two maps (judged pairs, reference lists) keep the ``capacity`` keys
-written most recently: a write moves its key to the newest end, a write of a key not held
-drops the oldest once the map is over capacity, a read changes nothing. A batch interleaves
-them: each list's reads see the writes of the lists before it. Writing them one by one from
-Python (an OrderedDict's ``move_to_end`` and ``popitem`` per write) was most of the signals'
-cost; ``batch`` finds the same answers with a few array operations per batch.
+The zero-feedback memory's judged pairs keep the ``capacity`` keys written most recently: a
+write moves its key to the newest end, a write of a key not held drops the oldest once the
+map is over capacity, a read changes nothing. A batch interleaves them: each list's reads see
+the writes of the lists before it. Writing them one by one from Python (an OrderedDict's
+``move_to_end`` and ``popitem`` per write, about a write a list) and replaying the batch's
+evictions for the reads after them was the largest part of ``ListMemory.score``; ``batch``
+finds the same answers with a few dozen array operations per batch.
 
 Why that is possible: with writes only, what such a map holds after a sequence of writes is
 the ``capacity`` distinct keys whose last write is the newest (the least-recently-used
