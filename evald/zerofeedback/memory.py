@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import base64
 import math
-from array import array
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from evald.join.item_keys import item_key
+from evald.zerofeedback import lru
 from evald.zerofeedback.rbo import rbo_ext, rbo_ext_rows
 
 __all__ = ["EMPTY", "QUANTITIES", "RBO", "UNJUDGED", "ListMemory", "Scored"]
@@ -37,12 +35,7 @@ EMPTY, UNJUDGED, RBO = range(3)
 
 _MIX = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
-#: a reference during a batch: the keys of an earlier list, or a row of the batch's keys
-_Ref = tuple[int, ...] | int
-_NONE = (0, ())
-_ABSENT = -(1 << 63)
-_BUCKET_BITS = 15  # 32,768 buckets of the judged pairs' top bits (64 KiB a partition)
-_BUCKET_SHIFT = 64 - _BUCKET_BITS  # the judged time of a pair not held: before every horizon
+_ABSENT = -(1 << 63)  # the judged time of a pair not held: before every horizon
 
 
 def pair_key(query_key: int, item: int) -> int:
@@ -64,7 +57,11 @@ class Scored:
 
 
 class ListMemory:
-    """One partition's judged pairs and reference lists; ``score`` reads and updates them."""
+    """One partition's judged pairs and reference lists; ``score`` reads and updates them.
+
+    The judged pairs are arrays in the order of their last write, oldest first, read and
+    written a batch at a time (evald/zerofeedback/lru.py); the references a dict of query
+    keys to slots in that order, their times, item keys and lengths in per-slot stores."""
 
     def __init__(
         self,
@@ -77,24 +74,24 @@ class ListMemory:
     ) -> None:
         self.p, self.reference, self.retention = p, reference, retention
         self.judged_capacity, self.reference_capacity = judged_capacity, reference_capacity
-        #: ordered by last write; an OrderedDict, as popping the oldest of a plain dict that
-        #: churns walks the deleted entries before it (a tenth of the stage's time measured)
-        self._judged: OrderedDict[int, int] = OrderedDict()
         self._queries: dict[str, int] = {}  # a memo of item_key, not state
-        #: per bucket of the judged pairs' top bits, how many it holds (derived, not state):
-        #: a pair in an empty bucket is not held, so most reads skip the dict
-        self._buckets = array("H", bytes(2 << _BUCKET_BITS))
-        #: query key -> (ts, keys): the query as its stable key, so no text is checkpointed
-        self._references: dict[int, tuple[int, _Ref]] = {}  # tuples between batches
+        self._judged = np.zeros(0, np.uint64)
+        self._judged_ts = np.zeros(0, np.int64)
+        self._judged_order = np.zeros(0, np.intp)  # sorts _judged (lru.batch)
+        #: query key -> slot, oldest first (the query as its key: no text is checkpointed);
+        #: per slot the reference's time, keys (0-padded rows) and length
+        self._refs: dict[int, int] = {}
+        self._ref_ts: list[int] = []
+        self._ref_keys = np.zeros((0, 0), np.int64)
+        self._ref_lengths = np.zeros(0, np.int64)
 
     def score(self, lists: Scored) -> np.ndarray:
         """(n, 3) values per list in ``QUANTITIES`` order (NaN: not defined for it), each
         list scored against the memory the lists before it left, then remembered.
 
         The batch at once rather than list by list (a Python loop per list was the stage's
-        cost): the unjudged shares from the judged pairs read in bulk and corrected for the
-        batch's own writes (``_unjudged``), the references in one short loop (``_compare``),
-        RBO after it (``_rbo``)."""
+        cost): the judged pairs and the references each read and written in one ``lru.batch``
+        (``_unjudged``, ``_compare``), RBO after it (``_rbo``)."""
         n = len(lists.ts)
         out = np.full((n, 3), math.nan)
         lengths = np.asarray(lists.lengths, np.int64)
@@ -106,16 +103,13 @@ class ListMemory:
         ts = np.asarray(lists.ts, np.int64)
         # scored: a query, and the keys of its items kept (or no items; docs/drilldown.md)
         scored = np.fromiter(map(bool, lists.queries), bool, n) & ((lengths == 0) | (counts > 0))
-        qkeys = np.fromiter(qlist, np.int64, n).view(np.uint64)
-        with np.errstate(over="ignore"):  # wrapping is the mix
-            pairs = qkeys[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)
+        qkeys = np.fromiter(qlist, np.int64, n)
+        # wrapping is the mix (array integer arithmetic wraps without a warning)
+        pairs = qkeys.view(np.uint64)[:, None] * np.uint64(_MIX) + lists.keys.view(np.uint64)
         held = (np.arange(lists.keys.shape[1]) < counts[:, None]) & scored[:, None]
         out[:, UNJUDGED] = self._unjudged(pairs, held, held & lists.judged, ts, counts)
-        compared, against, kept = self._compare(
-            qlist, lists.arms, ts.tolist(), np.flatnonzero(scored).tolist()
-        )
-        out[:, RBO] = self._rbo(lists.keys, counts, compared, against)
-        self._keep(kept, lists.keys, counts)
+        compared, second, size = self._compare(qlist, lists.arms, ts, scored, lists.keys, counts)
+        out[:, RBO] = self._rbo(lists.keys, counts, compared, second, size)
         return out
 
     def _unjudged(
@@ -126,136 +120,141 @@ class ListMemory:
         ts: np.ndarray,
         counts: np.ndarray,
     ) -> np.ndarray:
-        """Each list's share of held pairs not judged within the retention (NaN: no pair).
-
-        1. Every held pair's judged time before the batch, read at once (absent: ``_ABSENT``).
-        2. The batch's writes, one by one in the lists' order as the loop did (``_write``),
-           noting what each evicted.
-        3. A pair that a list before it wrote or evicted within the batch takes that newest
-           event's value instead (``_replay``)."""
+        """Each list's share of held pairs not judged within the retention (NaN: no pair):
+        its pairs read after the lists before it wrote theirs (``lru.batch``)."""
         rows = np.nonzero(held)[0]  # row-major: each list's pairs in rank order
-        read = pairs[held]
-        bucket = read >> np.uint64(64 - _BUCKET_BITS)
-        maybe = np.flatnonzero(np.frombuffer(self._buckets, np.uint16)[bucket])
-        seen = np.full(len(read), _ABSENT, np.int64)
-        get = self._judged.get
-        seen[maybe] = np.fromiter(
-            map(get, read[maybe].tolist(), repeat(_ABSENT)), np.int64, len(maybe)
-        )
+        per_list = writes.sum(axis=1)
+        written_before = np.cumsum(per_list) - per_list
         written = pairs[writes]
-        if len(written):
-            by = np.nonzero(writes)[0]
-            evicted = self._write(written.tolist(), ts[by].tolist())
-            _replay(seen, read, bucket, rows, written, by, ts, evicted)
+        src, keep, self._judged_order = lru.batch(
+            self._judged,
+            self._judged_order,
+            self.judged_capacity,
+            written,
+            pairs[held],
+            written_before[rows],
+        )
+        # the times by position, then _ABSENT where a read's -1 (not held) lands
+        times = np.concatenate([self._judged_ts, np.repeat(ts, per_list), [_ABSENT]])
+        seen = times[src]
+        self._judged = np.concatenate([self._judged, written])[keep]
+        self._judged_ts = times[keep]
         fresh = np.bincount(rows, weights=seen < (ts - self.retention)[rows], minlength=len(ts))
         out = np.full(len(ts), math.nan)
         has = held[:, 0]  # a list's held pairs are a prefix: any, the first
         out[has] = fresh[has] / counts[has]
         return out
 
-    def _write(self, pairs: list[int], times: list[int]) -> list[tuple[int, int]]:
-        """Write the pairs in order (the newest write last: the least recent goes first);
-        (write index, pair) of each eviction."""
-        judged, capacity, buckets = self._judged, self.judged_capacity, self._buckets
-        to_end, pop = judged.move_to_end, judged.popitem
-        evicted = []
-        for w, (pair, t) in enumerate(zip(pairs, times, strict=True)):
-            if pair in judged:
-                to_end(pair)
-            else:
-                buckets[pair >> _BUCKET_SHIFT] += 1
-            judged[pair] = t
-            if len(judged) > capacity:
-                gone = pop(last=False)[0]
-                buckets[gone >> _BUCKET_SHIFT] -= 1
-                evicted.append((w, gone))
-        return evicted
-
     def _compare(
-        self, qlist: list[int], arms: Sequence[str | None], times: Sequence[int], rows: list[int]
-    ) -> tuple[list[int], list[_Ref], list[int]]:
-        """In the lists' order: a reference arm's list becomes its query's reference (held as
-        its batch row until ``_keep``), another arm's list notes the reference it is compared
-        with (a row of this batch or an earlier list's keys). (The lists compared, their
-        references, the queries given one.)"""
-        refs, retention, reference = self._references, self.retention, self.reference
+        self,
+        qlist: list[int],
+        arms: Sequence[str | None],
+        ts: np.ndarray,
+        scored: np.ndarray,
+        keys: np.ndarray,
+        counts: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """In the lists' order: a reference arm's list becomes its query's reference (noted
+        as its batch row until the end of the batch), another arm's list is compared with its
+        query's reference then, if within the retention. (The lists compared, their
+        references' keys (0-padded rows) and lengths.)
+
+        A short loop of dict operations: the references' map is small and a batch writes a
+        third of it, where numpy's fixed cost per call outweighs its speed."""
+        refs, retention, reference = self._refs, self.retention, self.reference
         capacity, get, pop = self.reference_capacity, refs.get, refs.pop
+        times, ref_ts = ts.tolist(), self._ref_ts
+        pending: dict[int, int] = {}  # slot -> the batch row written to it last
         compared: list[int] = []
-        against: list[_Ref] = []
-        kept: list[int] = []
-        for i in rows:
+        source: list[int] = []  # per list compared: its reference's batch row, else -1 - slot
+        for i in np.flatnonzero(scored).tolist():
             arm = arms[i]
             if arm == reference:
                 query = qlist[i]
-                pop(query, None)
-                refs[query] = (times[i], i)
-                kept.append(query)
-                if len(refs) > capacity:
-                    del refs[next(iter(refs))]
+                slot = pop(query, None)
+                if slot is None:
+                    slot = pop(next(iter(refs))) if len(refs) >= capacity else len(refs)
+                refs[query], pending[slot] = slot, i
             elif arm is not None:
-                ref = get(qlist[i])
-                if ref is not None and ref[0] >= times[i] - retention:
-                    compared.append(i)
-                    against.append(ref[1])
-        return compared, against, kept
+                slot = get(qlist[i])
+                if slot is not None:
+                    row = pending.get(slot, -1)
+                    if (times[row] if row >= 0 else ref_ts[slot]) >= times[i] - retention:
+                        compared.append(i)
+                        source.append(row if row >= 0 else -1 - slot)
+        second, size = self._references_of(keys, counts, source)
+        if pending:
+            self._set_references(list(pending), list(pending.values()), keys, counts, times)
+        return np.asarray(compared, np.intp), second, size
 
-    def _keep(self, kept: list[int], keys: np.ndarray, counts: np.ndarray) -> None:
-        """The references of queries ``kept`` still held as rows of this batch become tuples
-        of keys, as the checkpoint and the next batches read them."""
-        refs = self._references
-        held = [(query, ref) for query in kept if type((ref := refs.get(query, _NONE))[1]) is int]
-        if held:
-            rows = [ref[1] for _, ref in held]
-            for (query, (ts, _)), values, count in zip(
-                held, keys[rows].tolist(), counts[rows].tolist(), strict=True
-            ):
-                refs[query] = (ts, tuple(values[:count]))
+    def _references_of(
+        self, keys: np.ndarray, counts: np.ndarray, source: list[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The references' keys (0-padded rows) and lengths: batch rows (>= 0) or the slots
+        (-1 - slot) of earlier lists' references."""
+        src = np.asarray(source, np.intp)
+        width = max(keys.shape[1], self._ref_keys.shape[1])
+        second = np.zeros((len(src), width), np.int64)
+        size = np.zeros(len(src), np.int64)
+        batch = src >= 0
+        second[batch, : keys.shape[1]] = keys[src[batch]]
+        size[batch] = counts[src[batch]]
+        slots = -1 - src[~batch]
+        second[~batch, : self._ref_keys.shape[1]] = self._ref_keys[slots]
+        size[~batch] = self._ref_lengths[slots]
+        return second, size
+
+    def _set_references(
+        self,
+        slots: list[int],
+        rows: list[int],
+        keys: np.ndarray,
+        counts: np.ndarray,
+        times: list[int],
+    ) -> None:
+        """The batch's newest reference lists into their slots (the store grown as needed)."""
+        held, width = self._ref_keys.shape
+        need = max(slots) + 1
+        if need > held or keys.shape[1] > width:
+            grown = np.zeros((max(need, held), max(width, keys.shape[1])), np.int64)
+            grown[:held, :width] = self._ref_keys
+            self._ref_keys = grown
+            self._ref_lengths = np.concatenate(
+                [self._ref_lengths, np.zeros(max(need, held) - held, np.int64)]
+            )
+            self._ref_ts.extend([0] * (max(need, held) - held))
+        row_keys = np.zeros((len(rows), self._ref_keys.shape[1]), np.int64)
+        row_keys[:, : keys.shape[1]] = keys[rows]
+        self._ref_keys[slots] = row_keys
+        self._ref_lengths[slots] = counts[rows]
+        for slot, row in zip(slots, rows, strict=True):
+            self._ref_ts[slot] = times[row]
 
     def _rbo(
-        self, keys: np.ndarray, counts: np.ndarray, compared: list[int], against: list[_Ref]
+        self,
+        keys: np.ndarray,
+        counts: np.ndarray,
+        compared: np.ndarray,
+        second: np.ndarray,
+        size: np.ndarray,
     ) -> np.ndarray:
         """Each list's RBO against the reference it was compared with (NaN: none), those of
         equal lengths together (``rbo_ext_rows``: the same bits as ``rbo_ext``, at a fraction
-        of a call per list), the others one by one. A reference is a row of this batch's keys
-        or an earlier list's tuple, both fixed when the list was reached."""
+        of a call per list), the others one by one."""
         out = np.full(len(counts), math.nan)
-        if not compared:
+        if not len(compared):
             return out
-        second, size = self._references_of(keys, counts, against)
         first_size = counts[compared]
-        rows = np.asarray(compared)
         equal = (first_size == size) & (size > 0)
         for k in np.flatnonzero(~equal).tolist():
-            i, count = compared[k], int(first_size[k])
+            i, count = int(compared[k]), int(first_size[k])
             out[i] = rbo_ext(keys[i, :count].tolist(), second[k, : size[k]].tolist(), self.p)
-        for length in np.unique(size[equal]).tolist():
+        for length in sorted(set(size[equal].tolist())):
             pick = equal & (size == length)
-            out[rows[pick]] = rbo_ext_rows(keys[rows[pick], :length], second[pick, :length], self.p)
+            out[compared[pick]] = rbo_ext_rows(
+                keys[compared[pick], :length], second[pick, :length], self.p
+            )
         return out
-
-    @staticmethod
-    def _references_of(
-        keys: np.ndarray, counts: np.ndarray, against: list[_Ref]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The references' keys (0-padded rows) and lengths: this batch's rows gathered, the
-        earlier lists' tuples of the full depth stacked, the shorter ones one by one."""
-        depth = keys.shape[1]
-        second = np.zeros((len(against), depth), np.int64)
-        size = np.empty(len(against), np.int64)
-        batch = [k for k, ref in enumerate(against) if type(ref) is int]
-        if batch:
-            rows = [against[k] for k in batch]
-            second[batch], size[batch] = keys[rows], counts[rows]
-        if len(batch) < len(against):
-            full = [k for k, ref in enumerate(against) if type(ref) is tuple and len(ref) == depth]
-            if full:  # one flat iterable: a list of tuples is read far more slowly
-                flat = chain.from_iterable([cast("tuple[int, ...]", against[k]) for k in full])
-                second[full] = np.fromiter(flat, np.int64, len(full) * depth).reshape(-1, depth)
-                size[full] = depth
-            for k, ref in enumerate(against):
-                if type(ref) is tuple and len(ref) != depth:
-                    second[k, : len(ref)], size[k] = ref, len(ref)
-        return second, size
 
     def _query_keys(self, queries: Sequence[str]) -> list[int]:
         """The queries' stable keys ("" for none: 0), from the memo where it has them."""
@@ -277,22 +276,23 @@ class ListMemory:
 
     def sizes(self) -> tuple[int, int]:
         """(judged pairs, reference queries) held."""
-        return len(self._judged), len(self._references)
+        return len(self._judged), len(self._refs)
 
     # ---------------------------------------------------------------- checkpoint
 
     def state(self) -> dict[str, Any]:
         """The memory as JSON for the checkpoint: the judged pairs as base64 int64 rows
-        (key, ts), the references as base64 int64 rows (query key, ts, n, keys...)."""
-        judged = np.asarray([(_signed(k), ts) for k, ts in self._judged.items()], np.int64).reshape(
-            -1, 2
-        )
-        refs = cast("dict[int, tuple[int, tuple[int, ...]]]", self._references)  # kept: tuples
-        width = 3 + max((len(keys) for _, keys in refs.values()), default=0)
-        rows = np.zeros((len(refs), width), np.int64)
-        for row, (query, (ts, keys)) in zip(rows, refs.items(), strict=True):
-            row[0], row[1], row[2] = _signed(query), ts, len(keys)
-            row[3 : 3 + len(keys)] = keys
+        (key, ts), the references as base64 int64 rows (query key, ts, n, keys...), both
+        oldest first."""
+        judged = np.stack([self._judged.view(np.int64), self._judged_ts], axis=1)
+        slots = list(self._refs.values())
+        lengths = self._ref_lengths[slots]
+        width = 3 + int(lengths.max(initial=0))
+        rows = np.zeros((len(slots), width), np.int64)
+        rows[:, 0], rows[:, 2] = list(self._refs), lengths
+        rows[:, 1] = [self._ref_ts[slot] for slot in slots]
+        keys = self._ref_keys[slots, : width - 3]
+        rows[:, 3:] = np.where(np.arange(width - 3) < lengths[:, None], keys, 0)
         return {"judged": _b64(judged), "references": _b64(rows), "width": width}
 
     def load(self, doc: dict[str, Any]) -> None:
@@ -302,53 +302,25 @@ class ListMemory:
             rows = _unb64(doc["references"]).reshape(-1, int(doc["width"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"zero_feedback state is malformed ({exc})") from None
-        self._judged = OrderedDict((k & _MASK, ts) for k, ts in judged.tolist())
-        self._buckets = array("H", bytes(2 << _BUCKET_BITS))
-        for key in self._judged:
-            self._buckets[key >> _BUCKET_SHIFT] += 1
-        self._references = {row[0]: (row[1], tuple(row[3 : 3 + row[2]])) for row in rows.tolist()}
+        at, newest = _distinct(judged[:, 0])
+        self._judged, self._judged_ts = judged[at, 0].view(np.uint64), judged[newest, 1]
+        self._judged_order = np.argsort(self._judged)
+        at, newest = _distinct(rows[:, 0])
+        keys = rows[newest, 3:]
+        lengths = np.clip(rows[newest, 2], 0, keys.shape[1])
+        keys[np.arange(keys.shape[1]) >= lengths[:, None]] = 0
+        self._refs = dict(zip(rows[at, 0].tolist(), range(len(at)), strict=True))
+        self._ref_ts = rows[newest, 1].tolist()
+        self._ref_keys, self._ref_lengths = keys, lengths
 
 
-def _replay(
-    seen: np.ndarray,
-    read: np.ndarray,
-    bucket: np.ndarray,
-    rows: np.ndarray,
-    written: np.ndarray,
-    by: np.ndarray,
-    ts: np.ndarray,
-    evicted: list[tuple[int, int]],
-) -> None:
-    """Correct ``seen`` (each read pair's judged time before the batch; ``rows``: the list
-    that reads it) for the batch's own events: a pair a list before the reader wrote (at
-    that list's time, ``written`` by lists ``by``) or evicted (after write ``evicted[k][0]``)
-    takes the newest such event's value, as the list-by-list loop would have read it."""
-    pair, row, value = written, by, ts[by]
-    if evicted:
-        at = np.asarray([w for w, _ in evicted], np.intp)
-        order = np.argsort(np.concatenate([2 * np.arange(len(written)), 2 * at + 1]), kind="stable")
-        pair = np.concatenate([written, np.asarray([p for _, p in evicted], np.uint64)])[order]
-        row = np.concatenate([by, by[at]])[order]
-        value = np.concatenate([value, np.full(len(at), _ABSENT)])[order]
-    touched = np.zeros(1 << _BUCKET_BITS, bool)  # np.isin cost ten times these buckets
-    touched[pair >> np.uint64(64 - _BUCKET_BITS)] = True
-    hit = np.flatnonzero(touched[bucket])
-    held = np.sort(pair)
-    hit = hit[held[np.minimum(np.searchsorted(held, read[hit]), len(held) - 1)] == read[hit]]
-    if not len(hit):
-        return
-    events = len(pair)
-    pair = np.concatenate([pair, read[hit]])
-    # a list's events sort after its own reads and before the next list's: 2j + 1 vs 2i
-    order = np.lexsort((np.concatenate([2 * row + 1, 2 * rows[hit]]), pair))  # stable
-    pair = pair[order]
-    is_event = order < events
-    last = np.maximum.accumulate(np.where(is_event, np.arange(len(order)), -1))
-    reads = np.flatnonzero(~is_event)
-    prior = last[reads]
-    found = prior >= 0
-    found[found] = pair[prior[found]] == pair[reads[found]]
-    seen[hit[order[reads[found]] - events]] = value[order[prior[found]]]
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of rows with these keys, read into a dict in order: each key's first row (where the
+    dict holds it) and last row (the value it holds)."""
+    _, first = np.unique(keys, return_index=True)
+    _, last = np.unique(keys[::-1], return_index=True)
+    order = np.argsort(first)
+    return first[order], (len(keys) - 1 - last)[order]
 
 
 def _signed(key: int) -> int:

@@ -64,9 +64,9 @@ def rbo_ext_rows(first: np.ndarray, second: np.ndarray, p: float) -> np.ndarray:
     ranks = np.arange(c)
     across = first[:, :, None] == second[:, None, :]  # [row, rank in first, rank in second]
     in_second = across.argmax(axis=2)  # the first rank in second holding it (0: none)
-    # an item of first's that second holds, at its first rank in first (argmax and a gather:
-    # two .any over the short last axis cost twice as much)
-    shared = np.take_along_axis(across, in_second[:, :, None], axis=2)[:, :, 0]
+    # an item of first's that second holds, at its first rank in first (argmax and a gather
+    # of second at it: two .any over the short last axis cost twice as much)
+    shared = second[np.arange(m)[:, None], in_second] == first
     shared &= (first[:, :, None] == first[:, None, :]).argmax(axis=2) == ranks
     joins = np.maximum(ranks, in_second)  # the deeper first rank
     rows, at = np.nonzero(shared)
