@@ -19,6 +19,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -97,73 +98,77 @@ class KeyArena:
     encodes them once, splits the bytes at the NULs (UTF-8 has a NUL byte only for U+0000)
     and keys every id with ``keys_of``. An id holding a U+0000 itself (JSON allows
     ``"\\u0000"``) would split wrongly: such a slot keeps its ids as a tuple instead, keyed one
-    by one with ``item_key``."""
+    by one with ``item_key``. ``set`` is paid per impression, so it does only that: the
+    columns grow when a slot past them comes, and an empty list takes the rare branch too."""
 
     def __init__(self, depth: int) -> None:
         self.depth = depth
-        self._heads: list[str | None] = []
+        self._heads: list[str | None] = []  # None: no ids, or the slot's ids are in _odd
         self._count = array("q")  # per slot: a plain index is cheaper than a numpy scalar's
         self._odd: dict[int, tuple[str, ...]] = {}  # slots with an id holding a U+0000
-        self._held = 0
 
     def __len__(self) -> int:
         """Ids held."""
-        return self._held
+        return int(np.frombuffer(self._count, np.int64).sum()) if self._count else 0
 
     def set(self, slot: int, item_ids: Sequence[str]) -> None:
         """Give ``slot`` its first ids (replacing any it had)."""
-        heads, count = self._heads, self._count
-        if slot >= len(heads):
-            grow = max(slot + 1 - len(heads), len(heads), 1024)
-            heads.extend([None] * grow)
-            count.extend([0] * grow)
         head = item_ids[: self.depth]
-        n = len(head)
         text = "\0".join(head)
-        self._held += n - count[slot]
-        count[slot] = n
-        if self._odd:
-            self._odd.pop(slot, None)
-        if n and text.count("\0") != n - 1:
-            self._odd[slot] = tuple(head)
-            heads[slot] = None
+        n = len(head)
+        try:
+            self._count[slot] = n
+        except IndexError:
+            self._grow(slot)
+            self._count[slot] = n
+        if text.count("\0") + 1 == n:  # no id holds a NUL (and the list has ids)
+            self._heads[slot] = text
         else:
-            heads[slot] = text
+            self._heads[slot] = None
+            if n:
+                self._odd[slot] = tuple(head)
+            else:
+                self._odd.pop(slot, None)
+
+    def _grow(self, slot: int) -> None:
+        grow = max(slot + 1 - len(self._heads), len(self._heads), 1024)
+        self._heads.extend([None] * grow)
+        self._count.extend([0] * grow)
 
     def take(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(keys 0-padded (n, depth), how many each slot has) of slots ``idx``."""
         idx = np.asarray(idx, np.intp)
-        held = idx < len(self._count)
         count = np.zeros(len(idx), np.int64)
-        if held.any():
-            count[held] = np.frombuffer(self._count, np.int64)[idx[held]]
+        held = idx < len(self._count)
+        count[held] = np.frombuffer(self._count, np.int64)[idx[held]] if self._count else 0
         keys = np.zeros((len(idx), self.depth), np.int64)
+        heads = self._heads
         rows = np.flatnonzero(count)
-        slots = idx[rows].tolist()
-        texts = [self._heads[slot] for slot in slots]
-        if self._odd:
-            for row, slot in zip(rows.tolist(), slots, strict=True):
-                if slot in self._odd:
-                    keys[row, : count[row]] = [item_key(item) for item in self._odd[slot]]
-            rows = rows[[text is not None for text in texts]]
+        texts = list(map(heads.__getitem__, idx[rows].tolist()))
+        cells = np.arange(self.depth) < count[:, None]  # row-major: the ids' order
+        if self._odd and None in texts:
+            plain = [text is not None for text in texts]
+            odd = self._odd
+            for row in rows[np.logical_not(plain)].tolist():
+                keys[row, : count[row]] = [item_key(item) for item in odd[int(idx[row])]]
+                cells[row] = False
             texts = [text for text in texts if text is not None]
         if texts:
-            raw = np.frombuffer("\0".join(texts).encode(), np.uint8)
+            raw = np.frombuffer("\0".join(cast("list[str]", texts)).encode(), np.uint8)
             ends = np.append(np.flatnonzero(raw == 0), len(raw))
             starts = np.concatenate([[0], ends[:-1] + 1])
-            cells = np.arange(self.depth) < count[rows, None]  # row-major: the ids' order
-            block = np.zeros(cells.shape, np.int64)
-            block[cells] = keys_of(raw, starts, ends - starts)
-            keys[rows] = block
+            keys[cells] = keys_of(raw, starts, ends - starts)
         return keys, count
 
     def release(self, idx: np.ndarray) -> None:
         """Forget slots ``idx``."""
-        heads, count, odd = self._heads, self._count, self._odd
-        for slot in np.asarray(idx, np.intp).tolist():
-            if slot < len(heads):
-                self._held -= count[slot]
-                count[slot] = 0
-                heads[slot] = None
-                if odd:
-                    odd.pop(slot, None)
+        idx = np.asarray(idx, np.intp)
+        idx = idx[idx < len(self._count)]
+        np.frombuffer(self._count, np.int64)[idx] = 0
+        heads, odd = self._heads, self._odd
+        slots = idx.tolist()
+        for slot in slots:
+            heads[slot] = None
+        if odd:
+            for slot in slots:
+                odd.pop(slot, None)

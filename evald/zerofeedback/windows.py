@@ -35,23 +35,36 @@ class ZeroWindows:
         self._parts: dict[int, dict[int, np.ndarray]] = {}
 
     def observe(self, partition: int, seg: np.ndarray, ts: np.ndarray, values: np.ndarray) -> None:
-        """Add lists' values (n, 3), NaN left out of both count and sum."""
-        if not len(seg):
+        """Add lists' values (n, 3), NaN left out of both count and sum.
+
+        Each list's six cells are added to their flat positions in one 1-D ``np.add.at`` (numpy's
+        fast path; a row index into the 3-D table took its slow one): still one addition per
+        cell per list in the lists' order, so the sums are the same bits."""
+        n = len(seg)
+        if not n:
             return
         buckets = self._parts.setdefault(partition, {})
         finite = np.isfinite(values)
-        parts = np.stack([finite.astype(np.float64), np.where(finite, values, 0.0)], axis=-1)
+        parts = np.empty((n, _Q, 2))
+        parts[:, :, 0] = finite
+        parts[:, :, 1] = np.where(finite, values, 0.0)
+        # the tables are C-contiguous (np.zeros here and in decode): reshape(-1) is a view
+        cells = np.asarray(seg, np.intp)[:, None] * (_Q * 2) + np.arange(_Q * 2)
         keys = np.asarray(ts, np.int64) // self.bucket_ms
         rows = int(seg.max()) + 1
-        for key in np.unique(keys).tolist():
-            sel = keys == key
+        first, last = int(keys.min()), int(keys.max())
+        for key in [first] if first == last else np.unique(keys).tolist():
             arr = buckets.get(key)
             if arr is None or arr.shape[0] < rows:
                 grown = np.zeros((max(rows, 8), _Q, 2))
                 if arr is not None:
                     grown[: arr.shape[0]] = arr
                 arr = buckets[key] = grown
-            np.add.at(arr, seg[sel], parts[sel])
+            if first == last:
+                np.add.at(arr.reshape(-1), cells.ravel(), parts.ravel())
+            else:
+                sel = keys == key
+                np.add.at(arr.reshape(-1), cells[sel].ravel(), parts[sel].ravel())
 
     def prune(self, partition: int, reach_ms: int) -> None:
         """Drop the buckets ending by ``reach_ms`` (``Aggregates.reach``: windows kept whole)."""
