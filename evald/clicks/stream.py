@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Iterator, Sequence
-from itertools import chain, repeat
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -93,20 +93,6 @@ class StableKeys:
             keys[missing] = np.fromiter(map(known.__getitem__, unknown), np.int64, len(unknown))
         return keys
 
-    def row(self, query: str, items: list[str]) -> list[int]:
-        """``[key of query, *keys of items]``, one list's keys (the tee's, as it decodes); an
-        unknown text reads as 0, as in ``many``."""
-        known = self._known
-        keys = [known.get(query, 0), *map(known.get, items, repeat(0))]
-        if 0 in keys:
-            if len(known) + len(items) + 1 > CACHED_KEYS:
-                known.clear()
-            for text in (query, *items):
-                if text not in known:
-                    known[text] = stable_key(text)
-            keys = [known[query], *map(known.__getitem__, items)]
-        return keys
-
 
 def pair_keys(queries: np.ndarray, items: np.ndarray) -> np.ndarray:
     """int64 keys of (query, item) pairs from their ``stable_key``s (broadcast): splitmix64's
@@ -124,25 +110,20 @@ def pair_keys(queries: np.ndarray, items: np.ndarray) -> np.ndarray:
 
 class ServedTee:
     """An ``EventDecoder`` that passes everything through and remembers, per request id, the
-    event time and the stable keys of the query and first ``depth`` served items of each
-    impression (``StableKeys.row``): taken as it is decoded, while its strings are still in
-    the CPU's cache; looked up when its list is scored, they were fetched from memory again,
-    a cache miss or two per string, the largest part of the keys' cost."""
+    event time, query and first ``depth`` served items of each impression."""
 
-    def __init__(self, decoder: EventDecoder, depth: int, keys: StableKeys | None = None) -> None:
+    def __init__(self, decoder: EventDecoder, depth: int) -> None:
         self.decoder = decoder
         self.depth = depth
-        self.keys = keys or StableKeys()
         self.action_grades = decoder.action_grades
-        self.served: dict[str, tuple[int, list[int]]] = {}
+        self.served: dict[str, tuple[int, str, list[str]]] = {}
 
     def __getattr__(self, name: str) -> Any:  # merges_repeats, reads_record_time, ...
         return getattr(self.decoder, name)
 
     def _keep(self, event: object) -> None:
         if isinstance(event, Impression) and event.items and event.request_id not in self.served:
-            row = self.keys.row(event.query or "", event.items[: self.depth])
-            self.served[event.request_id] = (event.ts, row)
+            self.served[event.request_id] = (event.ts, event.query or "", event.items[: self.depth])
 
     def decode(self, raw: bytes, *args: Any, **kwargs: Any) -> Any:
         event = self.decoder.decode(raw, *args, **kwargs)
@@ -150,16 +131,16 @@ class ServedTee:
         return event
 
     def decode_many(self, raws: Sequence[bytes], *args: Any, **kwargs: Any) -> Iterator[Any]:
-        served, depth, row = self.served, self.depth, self.keys.row  # ``_keep`` inlined
+        served, depth = self.served, self.depth  # ``_keep`` inlined: a call per event saved
         for position, event in self.decoder.decode_many(raws, *args, **kwargs):
             if isinstance(event, Impression) and event.items and event.request_id not in served:
-                served[event.request_id] = (event.ts, row(event.query or "", event.items[:depth]))
+                served[event.request_id] = (event.ts, event.query or "", event.items[:depth])
             yield position, event
 
     def prune(self, before: int) -> int:
         """Forget entries older than ``before`` (ms): every list that old was scored, so what
         is left of them was re-fed after its list was emitted. Returns how many."""
-        stale = [rid for rid, (ts, _) in self.served.items() if ts < before]
+        stale = [rid for rid, (ts, _, _) in self.served.items() if ts < before]
         for rid in stale:
             del self.served[rid]
         return len(stale)
@@ -263,7 +244,7 @@ class StreamClicks:
         self.debiased = DebiasedSums(measures)
 
     def wrap(self, decoder: EventDecoder) -> ServedTee:
-        self.tee = ServedTee(decoder, self.settings.depth, self._keys)
+        self.tee = ServedTee(decoder, self.settings.depth)
         return self.tee
 
     def _model(self, partition: int) -> ClickModel:
@@ -285,9 +266,12 @@ class StreamClicks:
             if not found:
                 return
         n = len(found)
-        rows_keys = [entry[1] for entry in found]  # per list its query's key, then its items'
-        keys = np.fromiter(chain.from_iterable(rows_keys), np.int64)
-        length = np.fromiter(map(len, rows_keys), np.int64, n) - 1
+        texts: list[str] = []  # per list its query, then its items
+        for _, query, shown in found:
+            texts.append(query)
+            texts += shown
+        keys = self._keys.many(texts)
+        length = np.fromiter(map(len, (entry[2] for entry in found)), np.int64, n)
         starts = np.cumsum(length + 1) - (length + 1)  # each list's query in ``keys``
         mask = np.arange(depth) < length[:, None]
         at = np.where(mask, starts[:, None] + 1 + np.arange(depth), 0)

@@ -158,14 +158,6 @@ def test_remembered_keys_are_the_digests_also_when_new_repeated_forgotten_or_zer
     assert keys.many(["d", "a", "e"]).tolist() == [stable_key(t) for t in "dae"]
     monkeypatch.setattr(stream, "stable_key", lambda text: 0 if text == "z" else 7)
     assert keys.many(["z", "y", "z"]).tolist() == [0, 7, 0]  # a key of 0 is a key too
-    assert keys.row("z", ["w", "z"]) == [0, 7, 0]
-
-
-def test_a_lists_row_of_keys_is_its_query_and_items_keys() -> None:
-    keys = StableKeys()
-    assert keys.row("q", ["a", "b", "a"]) == [stable_key(t) for t in "qaba"]
-    assert keys.row("", ["b", "c"]) == [stable_key(t) for t in ("", "b", "c")]
-    assert keys.many(["c", "q"]).tolist() == [stable_key("c"), stable_key("q")]
 
 
 def test_the_tee_forgets_lists_that_can_no_longer_be_scored() -> None:
