@@ -15,6 +15,7 @@ its segment in ``labels`` (uint32) and its event time (int64 ms).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from evald.clicks.sessions import Sessions
 
-__all__ = ["decode", "encode"]
+__all__ = ["Base64Log", "decode", "encode"]
 
 
 def encode(sessions: Sessions, labels: list[tuple[str, ...]], inverse: np.ndarray) -> bytes:
@@ -78,3 +79,29 @@ def decode(raw: bytes, depth: int) -> Iterator[tuple[list[tuple[str, ...]], Sess
                 np.ones(n),
             ),
         )
+
+
+class Base64Log:
+    """The base64 of a log that only grows (batches appended) between snapshots, encoded
+    once per byte: every checkpoint carries the whole log since the last snapshot, and
+    encoding it anew at each commit cost as much as the rest of the checkpoint. Base64 of
+    the log is the base64 of its first 3k bytes followed by that of the rest, so the text
+    equals ``b64encode(b"".join(batches))`` to the last character."""
+
+    def __init__(self) -> None:
+        self._of: list[bytes] | None = None  # the batches list encoded (a new one: start over)
+        self._used = 0  # how many of its batches
+        self._text = ""  # base64 of all their bytes but the last len(bytes) % 3
+        self._carry = b""  # those last bytes
+
+    def text(self, batches: list[bytes]) -> str:
+        """base64 of ``b"".join(batches)``; ``batches`` is the list last passed with
+        batches appended since, or another list (encoded from the start)."""
+        if batches is not self._of or self._used > len(batches):
+            self._of, self._used, self._text, self._carry = batches, 0, "", b""
+        fresh = self._carry + b"".join(batches[self._used :])
+        cut = len(fresh) - len(fresh) % 3
+        if cut:
+            self._text += base64.b64encode(fresh[:cut]).decode()
+        self._used, self._carry = len(batches), fresh[cut:]
+        return self._text + base64.b64encode(self._carry).decode()

@@ -236,6 +236,7 @@ class StreamClicks:
         self._ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
         self._base_ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
         self._log: dict[int, list[bytes]] = {}
+        self._log_text: dict[int, listlog.Base64Log] = {}
         #: per partition ``ips_weights`` and the (model, refits, segments) they are of
         self._weights: dict[int, tuple[tuple[ClickModel, int, int], Any]] = {}
         self._logged: dict[int, int] = {}
@@ -410,7 +411,8 @@ class StreamClicks:
         if debiased is not None:
             doc["debiased"] = debiased
         if logged:
-            doc["log"] = base64.b64encode(b"".join(self._log[partition])).decode()
+            text = self._log_text.setdefault(partition, listlog.Base64Log())
+            doc["log"] = text.text(self._log[partition])
         return doc
 
     def load(self, partition: int, state: dict[str, Any] | None) -> bool:
@@ -452,6 +454,7 @@ class StreamClicks:
         self.models.pop(partition, None)
         self._base.pop(partition, None)
         self._log.pop(partition, None)
+        self._log_text.pop(partition, None)
         self._logged.pop(partition, None)
         self._ips.pop(partition, None)
         self._base_ips.pop(partition, None)

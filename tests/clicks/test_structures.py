@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from evald.clicks.counts import RankCounts
 from evald.clicks.horizon import SPAN, Horizon
 from evald.clicks.keyindex import KeyIndex, first_appearance
+from evald.clicks.listlog import Base64Log
 from evald.clicks.pairs import EVICT_SHARE, PairTable
 from evald.clicks.sessions import Sessions, Vocabulary, concat, dedupe, pair_keys
 
@@ -169,3 +172,16 @@ def test_pair_keys_and_vocabulary() -> None:
     vocab = Vocabulary()
     assert [vocab.id("a"), vocab.id("b"), vocab.id("a"), vocab.get("zz")] == [1, 2, 1, 0]
     assert len(vocab) == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.binary(max_size=7), max_size=6), max_size=4))
+def test_base64_log_equals_encoding_the_whole_log_each_time(runs: list[list[bytes]]) -> None:
+    text = Base64Log()
+    for run in runs:  # each run is a new log (a snapshot started it over) grown batch by batch
+        batches: list[bytes] = []
+        assert text.text(batches) == ""
+        for batch in run:
+            batches.append(batch)
+            assert text.text(batches) == base64.b64encode(b"".join(batches)).decode()
+            assert text.text(batches) == base64.b64encode(b"".join(batches)).decode()
