@@ -296,16 +296,18 @@ class ListMemory:
         return {"judged": _b64(judged), "references": _b64(rows), "width": width}
 
     def load(self, doc: dict[str, Any]) -> None:
-        """Replace the memory by a :meth:`state`; ValueError for a malformed one."""
+        """Replace the memory by a :meth:`state`; ValueError for a malformed one. A map
+        holding more than its capacity now allows keeps the entries written most recently."""
         try:
             judged = _unb64(doc["judged"]).reshape(-1, 2)
             rows = _unb64(doc["references"]).reshape(-1, int(doc["width"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"zero_feedback state is malformed ({exc})") from None
-        at, newest = _distinct(judged[:, 0])
+        # a map over its capacity (the capacity lowered across a restart) keeps its newest
+        at, newest = (kept[-self.judged_capacity :] for kept in _distinct(judged[:, 0]))
         self._judged, self._judged_ts = judged[at, 0].view(np.uint64), judged[newest, 1]
         self._judged_order = np.argsort(self._judged)
-        at, newest = _distinct(rows[:, 0])
+        at, newest = (kept[-self.reference_capacity :] for kept in _distinct(rows[:, 0]))
         keys = rows[newest, 3:]
         lengths = np.clip(rows[newest, 2], 0, keys.shape[1])
         keys[np.arange(keys.shape[1]) >= lengths[:, None]] = 0

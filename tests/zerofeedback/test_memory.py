@@ -210,3 +210,29 @@ def test_a_checkpoint_of_a_greater_depth_scores_against_its_longer_references() 
     got = after.score(one(6, "treatment"))
     assert got[0, 2] == rbo_ext([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7, 8], 0.9)
     assert state_rows(after.state()) == state_rows(before.state())
+
+
+def test_a_checkpoint_over_the_capacity_keeps_its_newest_entries() -> None:
+    """The capacities lowered across a restart: the loaded maps hold at most the new
+    capacities (the entries written most recently), as the docs promise, and score so."""
+    kwargs = {"p": 0.9, "reference": "control", "retention": 10**9}
+
+    def one(query: str, item: int, t: int) -> Scored:
+        keys = np.array([[item]], np.int64)
+        lengths = np.array([1])
+        return Scored([query], ["control"], np.array([t]), lengths, keys, lengths, keys > 0)
+
+    before = ListMemory(**kwargs, judged_capacity=8, reference_capacity=8)
+    for t, (query, item) in enumerate([("a", 1), ("b", 2), ("c", 3)]):
+        before.score(one(query, item, t))
+    assert before.sizes() == (3, 3)
+    after = ListMemory(**kwargs, judged_capacity=2, reference_capacity=2)
+    after.load(before.state())
+    assert after.sizes() == (2, 2)
+    judged, refs = state_rows(after.state())
+    assert (judged, refs) == tuple(rows[1:] for rows in state_rows(before.state()))
+    # the oldest pair is gone: never judged; a newer one still is; a rewrite does not shrink it
+    after.score(one("c", 3, 10))
+    assert after.score(one("a", 1, 11))[0, 1] == 1.0
+    assert after.sizes() == (2, 2)
+    assert after.score(one("a", 1, 12))[0, 1] == 0.0
