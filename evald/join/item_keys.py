@@ -123,6 +123,8 @@ class KeyArena:
             self._count[slot] = n
         if text.count("\0") + 1 == n:  # no id holds a NUL (and the list has ids)
             self._heads[slot] = text
+            if self._odd:  # the slot's former ids may have held one
+                self._odd.pop(slot, None)
         else:
             self._heads[slot] = None
             if n:

@@ -162,7 +162,7 @@ def test_a_client_whose_close_hangs_holds_the_teardown_only_for_a_bounded_wait(
     release = threading.Event()
     made = iter([Client(hangs=True), Client(hangs=False)])
     monkeypatch.setattr(kafka_compat, "net_client", lambda **_: next(made))
-    monkeypatch.setattr(kafka_compat, "CLOSE_WAIT_S", 0.2, raising=False)
+    monkeypatch.setattr(kafka_compat, "CLOSE_WAIT_S", 0.2)
     stop = StopEvent()
     stuck = stop.client(client_id="evald", bootstrap_servers=["stuck.invalid:9092"])
     fine = stop.client(client_id="evald", bootstrap_servers=["fine.invalid:9092"])
