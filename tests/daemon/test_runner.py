@@ -11,7 +11,7 @@ from collections import namedtuple
 from typing import Any
 
 from kafka import TopicPartition
-from kafka.errors import KafkaTimeoutError, ProducerFencedError
+from kafka.errors import KafkaError, KafkaTimeoutError, ProducerFencedError
 from settable_clock import SettableClock
 
 from evald.config import load_config
@@ -391,11 +391,13 @@ def test_a_fence_is_counted_when_it_ends_a_session_at_a_stop_as_on_a_retry(caplo
     """A session fenced as the stop arrives (its successor took the transactional id during a
     rolling restart) abandoned its open transaction like any other fence: it was logged at
     INFO (not alarming at a stop) but left out of ``evald_transactions_fenced``. A timeout at
-    a stop is not a fence and is not counted."""
+    a stop is not a fence and is not counted; a fence carried in a later send's error is."""
     h = Harness()
     ends = [
         (False, ProducerFencedError()),  # retried
         (False, KafkaTimeoutError("away")),  # retried, not a fence
+        # a later send's error carrying the fence, as kafka-python raises it
+        (False, KafkaError("Cannot perform send because ...", ProducerFencedError())),
         (True, ProducerFencedError()),  # the stop's
     ]
 
@@ -410,7 +412,7 @@ def test_a_fence_is_counted_when_it_ends_a_session_at_a_stop_as_on_a_retry(caplo
     with caplog.at_level(logging.INFO, logger="evald.daemon"):
         assert h.daemon.run() == 0
     assert ends == []
-    assert h.daemon.stats.fenced_sessions == 2
+    assert h.daemon.stats.fenced_sessions == 3
     stopping = [r for r in caplog.records if r.getMessage().startswith("stopping:")]
     assert [r.levelno for r in stopping] == [logging.INFO], stopping
     assert "ProducerFencedError" in stopping[0].getMessage()

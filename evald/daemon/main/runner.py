@@ -42,7 +42,7 @@ from kafka.errors import (
 
 from evald.daemon.backoff import Backoff
 from evald.daemon.dead_letters import DeadLetters
-from evald.daemon.fatal import Fatal, unrecoverable
+from evald.daemon.fatal import Fatal, causes, unrecoverable
 from evald.daemon.health import Health
 from evald.daemon.kafka_compat import (
     StopEvent,
@@ -194,7 +194,9 @@ class Daemon:
                 if advice is not None:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
-                if isinstance(exc, FENCING_ERRORS):  # at a stop too: its transaction is lost
+                # at a stop too (its transaction is lost), and wrapped as kafka-python
+                # wraps a failed transactional request's error in a later send's
+                if any(isinstance(cause, FENCING_ERRORS) for cause in causes(exc)):
                     with self.stats.lock:
                         self.stats.fenced_sessions += 1
                 if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
