@@ -238,12 +238,7 @@ def test_live_frames_fit_the_terminal_rows_and_a_pipe_gets_them_whole() -> None:
     whole = render_lines = 0
     for tty in (True, False):
         out = io.StringIO()
-        calls = iter([False, True])
-
-        def sleep(_seconds: float, calls: Iterator[bool] = calls) -> None:
-            if next(calls):
-                raise KeyboardInterrupt
-
+        sleep = _interrupt_second_sleep()
         top = Top(Page(), window="5m", group_by=["arm", "surface"], measures=None,  # type: ignore[arg-type]
                   stream=out, sleep=sleep, width=lambda: 80, height=lambda: 10)  # fmt: skip
         assert top.live(0.1, tty=tty) == 0
@@ -260,6 +255,17 @@ def test_live_frames_fit_the_terminal_rows_and_a_pipe_gets_them_whole() -> None:
             whole = len(text.split("\n\n\n")[0].splitlines())
             assert "\x1b" not in text and "more lines" not in text
     assert whole > render_lines == 10
+
+
+def _interrupt_second_sleep() -> Callable[[float], None]:
+    """``Top.live``'s sleep: the first returns, the second interrupts (two frames drawn)."""
+    calls = iter([False, True])
+
+    def sleep(_seconds: float) -> None:
+        if next(calls):
+            raise KeyboardInterrupt
+
+    return sleep
 
 
 #: what ``from_args`` warns of before a live view starts (the password file's path varies)
@@ -288,12 +294,7 @@ def test_the_warnings_printed_before_the_live_view_end_each_of_its_frames() -> N
 
     for tty in (True, False):
         out = io.StringIO()
-        calls = iter([False, True])
-
-        def sleep(_seconds: float, calls: Iterator[bool] = calls) -> None:
-            if next(calls):
-                raise KeyboardInterrupt
-
+        sleep = _interrupt_second_sleep()
         top = Top(Page(), window="5m", group_by=["arm", "surface"], measures=None,  # type: ignore[arg-type]
                   stream=out, sleep=sleep, width=lambda: 80, height=lambda: 12,
                   warnings=warnings)  # fmt: skip
