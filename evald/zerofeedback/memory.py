@@ -214,15 +214,13 @@ class ListMemory:
     ) -> None:
         """The batch's newest reference lists into their slots (the store grown as needed)."""
         held, width = self._ref_keys.shape
-        need = max(slots) + 1
+        need = max(held, max(slots) + 1)
         if need > held or keys.shape[1] > width:
-            grown = np.zeros((max(need, held), max(width, keys.shape[1])), np.int64)
+            grown = np.zeros((need, max(width, keys.shape[1])), np.int64)
             grown[:held, :width] = self._ref_keys
             self._ref_keys = grown
-            self._ref_lengths = np.concatenate(
-                [self._ref_lengths, np.zeros(max(need, held) - held, np.int64)]
-            )
-            self._ref_ts.extend([0] * (max(need, held) - held))
+            self._ref_lengths = np.concatenate([self._ref_lengths, np.zeros(need - held, np.int64)])
+            self._ref_ts.extend([0] * (need - held))
         row_keys = np.zeros((len(rows), self._ref_keys.shape[1]), np.int64)
         row_keys[:, : keys.shape[1]] = keys[rows]
         self._ref_keys[slots] = row_keys
@@ -323,10 +321,6 @@ def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     _, last = np.unique(keys[::-1], return_index=True)
     order = np.argsort(first)
     return first[order], (len(keys) - 1 - last)[order]
-
-
-def _signed(key: int) -> int:
-    return key - (1 << 64) if key >= 1 << 63 else key
 
 
 def _b64(arr: np.ndarray) -> str:

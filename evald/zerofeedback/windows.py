@@ -60,11 +60,8 @@ class ZeroWindows:
                 if arr is not None:
                     grown[: arr.shape[0]] = arr
                 arr = buckets[key] = grown
-            if first == last:
-                np.add.at(arr.reshape(-1), cells.ravel(), parts.ravel())
-            else:
-                sel = keys == key
-                np.add.at(arr.reshape(-1), cells[sel].ravel(), parts[sel].ravel())
+            sel = slice(None) if first == last else keys == key
+            np.add.at(arr.reshape(-1), cells[sel].ravel(), parts[sel].ravel())
 
     def prune(self, partition: int, reach_ms: int) -> None:
         """Drop the buckets ending by ``reach_ms`` (``Aggregates.reach``: windows kept whole)."""
