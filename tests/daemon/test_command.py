@@ -144,7 +144,7 @@ def test_the_stop_ends_a_bootstrap_under_way_and_leaves_other_clients_alone() ->
 
 
 def test_a_client_whose_close_hangs_holds_the_teardown_only_for_a_bounded_wait(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A client's close joins its I/O thread with no time limit; one stuck in a host name
     lookup held the session's teardown for as long as the lookup took. The teardown now waits
@@ -166,24 +166,16 @@ def test_a_client_whose_close_hangs_holds_the_teardown_only_for_a_bounded_wait(
     stop = StopEvent()
     stuck = stop.client(client_id="evald", bootstrap_servers=["stuck.invalid:9092"])
     fine = stop.client(client_id="evald", bootstrap_servers=["fine.invalid:9092"])
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler = Keep(logging.WARNING)
-    logging.getLogger("evald.daemon").addHandler(handler)
     teardown = threading.Thread(target=stop.close_clients, daemon=True)
     try:
-        teardown.start()
-        teardown.join(timeout=10)
+        with caplog.at_level(logging.WARNING, logger="evald.daemon"):
+            teardown.start()
+            teardown.join(timeout=10)
         assert not teardown.is_alive(), "the teardown waited for a client that never closes"
         assert fine.closed.is_set() and not stuck.closed.is_set()
-        warnings = [r.getMessage() for r in records]
+        warnings = [r.getMessage() for r in _daemon_records(caplog, logging.WARNING)]
         assert len(warnings) == 1 and "stuck.invalid:9092" in warnings[0], warnings
     finally:
-        logging.getLogger("evald.daemon").removeHandler(handler)
         release.set()
     assert stuck.closed.wait(10)  # left to finish on its own
 
@@ -255,7 +247,7 @@ def test_the_repartition_stage_retrying_an_away_broker_leaves_no_thread_behind()
 
 @pytest.mark.parametrize("which", ["statistics-reader", "repartition-stage"])
 def test_a_stop_during_their_first_bootstrap_ends_the_background_loops_without_a_retry(
-    which: str,
+    which: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The reader and the stage, stopped while their first client bootstraps (for up to
     30 s), end at once and say they stop: before, they logged a failed session "retrying"."""
@@ -267,23 +259,22 @@ def test_a_stop_during_their_first_bootstrap_ends_the_background_loops_without_a
     else:
         stage = Repartitioner(settings)
         start, stop, name = stage.start, lambda: stage.stop(timeout=10), "evald-repartition"
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler = Keep()
-    logging.getLogger("evald.daemon").addHandler(handler)
-    try:
+    with caplog.at_level(logging.INFO, logger="evald.daemon"):
         start()
         _stop_while_bootstrapping(stop, before)
-    finally:
-        logging.getLogger("evald.daemon").removeHandler(handler)
     assert name not in [t.name for t in threading.enumerate()], "not stopped within 10 s"
-    said = [(r.levelname, r.getMessage()) for r in records]
+    said = [(r.levelname, r.getMessage()) for r in _daemon_records(caplog, logging.DEBUG)]
     assert not [m for level, m in said if level == "WARNING"], said
     assert any(level == "INFO" and "stopping" in m for level, m in said), said
+
+
+def _daemon_records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
+    """The records of evald's daemon loggers at ``level`` or above (not kafka-python's)."""
+    return [
+        r
+        for r in caplog.records
+        if r.levelno >= level and (r.name == "evald.daemon" or r.name.startswith("evald.daemon."))
+    ]
 
 
 def _away_settings(request_timeout_ms: int = 1_000) -> Any:
