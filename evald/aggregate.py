@@ -36,6 +36,7 @@ from evald.statistics.bootstrap import (
     DEFAULT_SEED,
     BootstrapState,
     poisson_weights,
+    replicate_sums,
 )
 from evald.statistics.intervals import Moments
 from evald.stats import mean_ci95
@@ -254,8 +255,8 @@ class Aggregates:
         keys: np.ndarray,
         weights: np.ndarray | None = None,
     ) -> None:
-        """Replicate sums per (window, segment): one (2M, n) @ (n, B) product per run of results
-        sharing a segment and every width's window, which BLAS does far faster than an add.at
+        """Replicate sums per (window, segment): one ``replicate_sums`` of (n, 2M) by (n, B) per
+        run of results sharing a segment and every width's window, far faster than an add.at
         over n x M x B cells. Σw counts, per measure, only the lists with a finite value, like
         the window count."""
         order = np.lexsort((ts, seg))  # by segment, then time: every window is one run
@@ -271,7 +272,7 @@ class Aggregates:
         cuts = [0, *(np.flatnonzero(cut) + 1).tolist(), len(seg_s)]
         n_m = len(self.measures)
         for lo, hi in itertools.pairwise(cuts):
-            sums = y[lo:hi].T @ w[lo:hi]  # (2M, B): Σ w·y per measure, then Σ w
+            sums = replicate_sums(y[lo:hi], w[lo:hi])  # (2M, B): Σ w·y per measure, then Σ w
             segment, when = int(seg_s[lo]), int(ts_s[lo])
             for width in self.windows_ms:
                 arr = self._boot_array(partition, width, when // width * width)

@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from evald.interleaving.sums import PairSums
+from evald.statistics.bootstrap import replicate_sums
 
 #: (segment label values, team a, team b), a < b by name
 Cell = tuple[tuple[str, ...], str, str]
@@ -77,7 +78,7 @@ class PartitionCredit:
         if weights is not None and kept and sums.weighted is not None:
             w = weights[kept].astype(np.float64)
             d = np.asarray([ds[i] for i in kept], dtype=np.float64)
-            sums.weighted += d @ w
+            sums.weighted += replicate_sums(d, w)
             sums.weights += w.sum(axis=0)
 
     def take(self, before: int | None, *, final: bool = False) -> Windows:

@@ -29,6 +29,7 @@ __all__ = [
     "list_cluster",
     "list_clusters",
     "poisson_weights",
+    "replicate_sums",
     "request_clusters",
     "user_cluster",
 ]
@@ -151,6 +152,17 @@ def poisson_weights(
     return weights
 
 
+def replicate_sums(y: NDArray[np.float64], w: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Σ_i y[i] ⊗ w[i] for ``y`` (n,) or (n, m) and replicate weights ``w`` (n, B): each
+    product rounded alone and the rows added in order, so the bits are the same on every
+    machine. A BLAS product (``y.T @ w``) is faster, but its rounding depends on the kernel
+    the CPU selects (fused multiply-adds, blocking): a checkpoint written on one machine and
+    the same run's on another differed in the last digits of these sums."""
+    if y.ndim == 1:
+        return (y[:, None] * w).sum(axis=0)
+    return (y[:, :, None] * w[:, None, :]).sum(axis=0)
+
+
 def _poisson_weights_reference(
     keys: ArrayLike, replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED
 ) -> NDArray[np.int64]:
@@ -210,7 +222,13 @@ class BootstrapState:
         per_cluster_y = np.bincount(inverse, weights=y, minlength=uniq.size)
         per_cluster_n = np.bincount(inverse, minlength=uniq.size).astype(np.float64)
         w = poisson_weights(uniq, replicates, seed).astype(np.float64)
-        return cls(replicates, seed, per_cluster_y @ w, per_cluster_n @ w, Moments.of(y))
+        return cls(
+            replicates,
+            seed,
+            replicate_sums(per_cluster_y, w),
+            replicate_sums(per_cluster_n, w),
+            Moments.of(y),
+        )
 
     def __add__(self, other: BootstrapState) -> BootstrapState:
         if (self.replicates, self.seed) != (other.replicates, other.seed):

@@ -31,6 +31,7 @@ import numpy as np
 
 from evald.join.window import complete_before
 from evald.segments import SegmentIndex
+from evald.statistics.bootstrap import replicate_sums
 from evald.statistics.clustered import LIST_COLUMNS, row_width
 
 __all__ = [
@@ -259,7 +260,7 @@ class PartitionShares:
         finite: np.ndarray,
         weights: np.ndarray,
     ) -> None:
-        """Replicate sums per (window, segment): one (2M, n) @ (n, B) product per run of
+        """Replicate sums per (window, segment): one ``replicate_sums`` per run of
         results sharing both (as the aggregates' bootstrap sums); Σw counts, per measure, the
         lists with a finite value."""
         order = np.lexsort((starts, seg))
@@ -270,7 +271,7 @@ class PartitionShares:
         cuts = [0, *(np.flatnonzero(cut) + 1).tolist(), len(seg_s)]
         m, lo_col = self.measures, LIST_COLUMNS + 1
         for lo, hi in itertools.pairwise(cuts):
-            sums = y[lo:hi].T @ w[lo:hi]  # (2M, B): Σ w·y per measure, then Σ w
+            sums = replicate_sums(y[lo:hi], w[lo:hi])  # (2M, B): Σ w·y per measure, then Σ w
             arr = windows[int(starts_s[lo])]
             cell = arr[int(seg_s[lo])]
             cell[:, lo_col : lo_col + self.replicates] += sums[:m]

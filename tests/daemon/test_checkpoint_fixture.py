@@ -5,13 +5,17 @@ again with today's code, writes the bytes ``data/checkpoints-run.jsonl`` holds: 
 cycle gathers the same state. That second file differs from the first only in the size and
 CRC-32 of the snapshots four of its checkpoints name (the drill-down's query summaries joined
 the snapshot, then on 2026-11-28 its label summaries' part, empty in this run) and in the
-partition's counters each now carries (``counters``, added on 2026-11-28); rewrite it only for
-a change that means to change what a run writes."""
+partition's counters each now carries (``counters``, added on 2026-11-28) and in the last
+digits of the comparison's replicate sums (rewritten on 2026-11-28, when they stopped
+depending on the machine's BLAS kernel); rewrite it only for a change that means to change what
+a run writes."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from checkpoint_traffic import written
@@ -49,8 +53,23 @@ def test_the_same_run_writes_the_same_checkpoints_today(today: list[bytes]) -> N
     assert today == recorded(RUN)
 
 
+def close(a: Any, b: Any) -> bool:
+    """Equal JSON, floats to 1e-12 relative (the replicate sums' last digits)."""
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(close, a, b))
+    return bool(a == b)
+
+
 def test_the_run_s_checkpoints_differ_from_the_first_ones_only_in_snapshots_and_counters() -> None:
-    newer = ("snapshot", "counters")
+    """And in the last digits of the comparison's replicate sums: since 2026-11-28 they are
+    added row by row (``replicate_sums``), the same on every machine, where a BLAS product's
+    rounding depended on the CPU; so the statistics a record names by reference are compared
+    by where they are, not by their CRC."""
+    newer = ("snapshot", "counters", "statistics")
     for first, now in zip(recorded(), recorded(RUN), strict=True):
         a, b = json.loads(first), json.loads(now)
         assert {k: v for k, v in a.items() if k not in newer} == {
@@ -58,6 +77,23 @@ def test_the_run_s_checkpoints_differ_from_the_first_ones_only_in_snapshots_and_
         }
         assert ("snapshot" in a) == ("snapshot" in b)
         assert "counters" not in a and b["counters"]["events/impression/accepted"] > 0
+        old, new = a.get("statistics"), b.get("statistics")
+        if old is not None and "records" in old:
+            assert old["records"]["offsets"] == new["records"]["offsets"]
+        else:
+            assert close(old, new)
+
+
+def test_the_statistics_comparison_sees_more_than_the_last_digits() -> None:
+    """Negative control for ``close``: a replicate sum moved by 1e-9 is caught."""
+    doc = next(
+        json.loads(raw) for raw in recorded(RUN) if "open" in json.loads(raw).get("statistics", {})
+    )
+    moved = json.loads(json.dumps(doc))
+    row = moved["statistics"]["open"][0][1][0][1][0]
+    row[5] += 1e-9 * max(abs(row[5]), 1.0)
+    assert close(doc, json.loads(json.dumps(doc)))
+    assert not close(doc, moved)
 
 
 def test_a_changed_field_is_caught(today: list[bytes]) -> None:

@@ -16,6 +16,7 @@ from evald.statistics.bootstrap import (
     list_cluster,
     normal_quantile,
     poisson_weights,
+    replicate_sums,
 )
 from evald.statistics.intervals import t_interval
 
@@ -41,6 +42,22 @@ def test_cluster_key_is_stable_across_processes() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True)
     assert int(out.stdout) == cluster_key("user-42")
     assert cluster_key("user-42") != cluster_key("user-43")
+
+
+def test_replicate_sums_round_each_product_and_add_the_rows_in_order() -> None:
+    """The plain loop's bits, whatever BLAS kernel the CPU would select: a checkpoint must not
+    depend on the machine that wrote it (tests/daemon/test_checkpoint_fixture.py)."""
+    rng = np.random.default_rng(7)
+    y = np.round(rng.random((57, 14)), 5)
+    w = poisson_weights(np.arange(57), 100).astype(np.float64)
+    rows = np.zeros((14, 100))
+    column = np.zeros(100)
+    for i in range(57):
+        rows = rows + np.multiply.outer(y[i], w[i])
+        column = column + y[i, 3] * w[i]
+    assert replicate_sums(y, w).tobytes() == rows.tobytes()
+    assert replicate_sums(y[:, 3], w).tobytes() == column.tobytes()
+    assert replicate_sums(y[:0], w[:0]).tobytes() == np.zeros((14, 100)).tobytes()
 
 
 def test_lists_without_a_user_id_fall_back_to_their_request_id() -> None:
