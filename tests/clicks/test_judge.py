@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import ir_measures
 import numpy as np
 import pytest
+import pytrec_eval
 
 from evald.cli import main
 from evald.clicks import simulate as sim
@@ -135,6 +137,59 @@ def test_bad_lines_are_reported_and_skipped(
     assert "4 line(s) rejected" in err
 
 
+def test_lines_that_would_break_the_judgments_are_rejected_by_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty id leaves a qrels line a column short (no TREC reader takes it), a lone
+    surrogate cannot be written as UTF-8, a repeated key is ambiguous and bytes that are not
+    UTF-8 are no line at all: each is its line's rejection, and the qrels written read back
+    in `evald score`, pytrec_eval and ir_measures."""
+    log, qrels = tmp_path / "s.jsonl", tmp_path / "j.qrels"
+    good = json.dumps({"query": "q", "served": ["a", "b"], "clicked": ["a"]})
+    log.write_bytes(
+        b"\n".join(
+            [
+                good.encode(),
+                json.dumps({"query": "", "served": ["a"], "clicked": ["a"]}).encode(),
+                json.dumps({"query": "q1", "served": ["", "b"], "clicked": [""]}).encode(),
+                b'{"query": "q\\ud800", "served": ["a"], "clicked": []}',
+                b'{"query": "q", "served": ["c\\udfff"], "clicked": []}',
+                b'{"query": "q", "query": "r", "served": ["a"], "clicked": []}',
+                b'\xff{"query": "q", "served": ["a"], "clicked": []}',
+                good.encode(),
+            ]
+        )
+    )
+    assert main(["judge", str(log), "--qrels", str(qrels)]) == 1
+    err = capsys.readouterr().err
+    assert f'{log}:2: "query" is empty' in err
+    assert f'{log}:3: an empty id in "served"' in err
+    assert f"{log}:4: a lone surrogate in an id" in err
+    assert f"{log}:5: a lone surrogate in an id" in err
+    assert f'{log}:6: duplicate key "query"' in err
+    assert f"{log}:7: not valid UTF-8 (byte 0)" in err
+    assert "6 line(s) rejected" in err
+    assert [line.split()[:3] for line in qrels.read_text().splitlines()] == [
+        ["q", "0", "a"],
+        ["q", "0", "b"],
+    ]
+    assert set(pytrec_eval.parse_qrel(qrels.open())["q"]) == {"a", "b"}
+    assert [(q.query_id, q.doc_id) for q in ir_measures.read_trec_qrels(str(qrels))] == [
+        ("q", "a"),
+        ("q", "b"),
+    ]
+
+
+def test_every_line_rejected_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "s.jsonl"
+    log.write_bytes(b'{"query": "q", "served": ["a"], "clicked": ["b"]}\n\xfe\n')
+    assert main(["judge", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert f"{log}:1: clicked id 'b' is not in \"served\"" in err
+    assert f"{log}:2: not valid UTF-8" in err
+    assert "no session to fit" in err
+
+
 @pytest.mark.parametrize(
     ("flag", "message"),
     [
@@ -142,6 +197,7 @@ def test_bad_lines_are_reported_and_skipped(
         (["--thresholds", "a"], "--thresholds: not a list of numbers"),
         (["--holdout", "1"], "--holdout: must be in [0, 1)"),
         (["--max-pairs", "3"], "max_pairs: must be >= 16, got 3"),
+        (["--holdout", "0.9999"], "--holdout 0.9999 leaves none of the 1 lists to fit"),
     ],
 )
 def test_bad_options_exit_2_naming_them(
