@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import ir_measures
@@ -219,3 +220,24 @@ def test_min_impressions_and_thresholds(tmp_path: Path, capsys: pytest.CaptureFi
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert records and all(r["impressions"] >= 100 for r in records)
     assert all(r["grade"] == (r["relevance"] >= 0.5) for r in records)
+
+
+def test_the_held_out_fit_table_of_the_docs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/click-models.md's table of each model's held-out fit on this file's log is what
+    `evald judge --holdout 0.2` prints, to the digits shown."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "click-models.md").read_text()
+    table = doc[doc.index("On `tests/clicks/test_judge.py`'s simulated log") :]
+    rows = re.findall(r"^\| (pbm|coec|dbn|cascade) \| (.*) \|$", table, re.M)
+    assert [model for model, _ in rows] == ["pbm", "coec", "dbn", "cascade"]
+    session_log(tmp_path / "s.jsonl")
+    for model, cells in rows:
+        assert main(["judge", str(tmp_path / "s.jsonl"), "--model", model, "--holdout", "0.2"]) == 0
+        fit = json.loads(capsys.readouterr().out)["fit"]
+        shown = [cell.strip().replace("\u2212", "-") for cell in cells.split("|")]
+        assert shown == [
+            f"{fit['log_likelihood']:.3f}",
+            f"{fit['perplexity']:.4f}",
+            " ".join(f"{p:.3f}" for p in fit["perplexity_at"]),
+        ], model
