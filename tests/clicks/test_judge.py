@@ -241,3 +241,25 @@ def test_the_held_out_fit_table_of_the_docs(
             f"{fit['perplexity']:.4f}",
             " ".join(f"{p:.3f}" for p in fit["perplexity_at"]),
         ], model
+
+
+@pytest.mark.parametrize("model", ["pbm", "coec", "cascade", "dbn"])
+def test_ranks_no_list_reached_have_no_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str
+) -> None:
+    """Lists of three, read to depth 10: the curve is null from rank 4 on, not PBM's start
+    value 0.5 or COEC's 0, which would read as examined half the time or never clicked."""
+    rng = np.random.default_rng(5)
+    log = tmp_path / "s.jsonl"
+    with log.open("w") as out:
+        for _ in range(600):
+            served = [f"d{d}" for d in rng.choice(8, 3, replace=False)]
+            clicked = [d for d in served if rng.random() < 0.3]
+            out.write(
+                json.dumps({"query": f"q{rng.integers(3)}", "served": served, "clicked": clicked})
+            )
+            out.write("\n")
+    assert main(["judge", str(log), "--model", model]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    curve = summary["rank_ctr" if model == "coec" else "examination"]
+    assert len(curve) == 10 and None not in curve[:3] and curve[3:] == [None] * 7
