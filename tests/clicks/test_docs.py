@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +56,43 @@ def test_the_replay_example_is_what_replay_prints(
     capsys.readouterr()
     assert main(["replay", output, "--click-model", "pbm", "--format", "json"]) == 0
     agrees(shown, json.loads(capsys.readouterr().out)["click_model"])
+
+
+def test_the_judge_example_and_its_qrels_in_trec_eval_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's `evald judge` then `evald score` lines, on test_judge's log and a run of its
+    items: the qrels judge writes give evald score's nDCG@10 in pytrec_eval and ir_measures."""
+    import ir_measures
+    import pytrec_eval
+
+    from tests.clicks.test_judge import session_log
+
+    block = re.search(r"```sh\n(evald judge .*?)```", DOC, re.S)
+    assert block is not None
+    commands = [shlex.split(line) for line in block.group(1).splitlines()]
+    assert [c[:2] for c in commands] == [["evald", "judge"], ["evald", "score"]]
+    monkeypatch.chdir(tmp_path)
+    world = session_log(tmp_path / commands[0][2], lists=4_000)
+    run = commands[1][commands[1].index("--run") + 1]
+    (tmp_path / run).write_text(
+        "".join(
+            f"q{q} Q0 d{d} {r + 1} {15 - r} x\n"
+            for q, row in enumerate(world.attractiveness)
+            for r, d in enumerate(row.argsort()[::-1])
+        )
+    )
+    for argv in commands:
+        capsys.readouterr()
+        assert main(argv[1:]) == 0, argv
+    ndcg = json.loads(capsys.readouterr().out)["nDCG@10"]
+    qrels = commands[1][commands[1].index("--qrels") + 1]
+    with open(qrels) as q, open(run) as r:
+        judged, ranked = pytrec_eval.parse_qrel(q), pytrec_eval.parse_run(r)
+    per_query = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10"}).evaluate(ranked)
+    mean = sum(v["ndcg_cut_10"] for v in per_query.values()) / len(per_query)
+    assert ndcg == pytest.approx(mean, abs=1e-12)
+    measured = ir_measures.calc_aggregate(
+        [ir_measures.nDCG @ 10], ir_measures.read_trec_qrels(qrels), ir_measures.read_trec_run(run)
+    )
+    assert ndcg == pytest.approx(measured[ir_measures.nDCG @ 10], abs=1e-12)
