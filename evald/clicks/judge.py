@@ -104,30 +104,30 @@ def read_line(text: str) -> tuple[str, list[str], set[str]]:
         raise BadLine("not JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise BadLine("expected a JSON object")
-    found: dict[str, Any] = {}
+    key: dict[str, str] = {}  # field -> the name the line spells it with
     for field, names in KEYS.items():
-        value = next((doc[n] for n in names if n in doc), None)
-        if value is None:
-            raise BadLine(f'missing "{names[0]}"')
-        found[field] = value
-    query, served, clicked = found["query"], found["served"], found["clicked"]
+        spelt = next((n for n in names if n in doc), None)
+        if spelt is None:
+            raise BadLine(f'missing "{names[0]}" (or "{names[1]}")')
+        key[field] = spelt
+    query, served, clicked = (doc[key[f]] for f in ("query", "served", "clicked"))
     if isinstance(query, bool) or not isinstance(query, str | int):
-        raise BadLine('"query" must be a string or an integer')
-    for name, ids in (("served", served), ("clicked", clicked)):
+        raise BadLine(f'"{key["query"]}" must be a string or an integer')
+    for field, ids in (("served", served), ("clicked", clicked)):
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise BadLine(f'"{name}" must be an array of strings')
+            raise BadLine(f'"{key[field]}" must be an array of strings')
     # an empty id would leave a qrels line a column short, which no TREC reader accepts
     if query == "":
-        raise BadLine('"query" is empty')
+        raise BadLine(f'"{key["query"]}" is empty')
     if "" in served:
-        raise BadLine('an empty id in "served"')
+        raise BadLine(f'an empty id in "{key["served"]}"')
     if not all(map(_unicode, [str(query), *served])):
         raise BadLine("a lone surrogate in an id: not Unicode text")
     if len(set(served)) != len(served):
-        raise BadLine('an id appears twice in "served"')
+        raise BadLine(f'an id appears twice in "{key["served"]}"')
     missing = set(clicked) - set(served)
     if missing:
-        raise BadLine(f'clicked id {sorted(missing)[0]!r} is not in "served"')
+        raise BadLine(f'clicked id {sorted(missing)[0]!r} is not in "{key["served"]}"')
     return str(query), served, set(clicked)
 
 

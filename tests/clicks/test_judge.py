@@ -126,6 +126,8 @@ def test_bad_lines_are_reported_and_skipped(
                 json.dumps({"query": "q", "served": ["a"], "clicked": ["z"]}),
                 json.dumps({"qid": 7, "items": ["a", "b"], "clicks": []}),
                 2 * BOM_TEXT + json.dumps(good),  # only one
+                json.dumps({"qid": 7, "items": ["a", "b"], "clicks": 1}),  # a count, not ids
+                json.dumps({"qid": 7, "items": ["a", "b"]}),
             ]
         )
     )
@@ -135,7 +137,9 @@ def test_bad_lines_are_reported_and_skipped(
     assert f'{log}:3: an id appears twice in "served"' in err
     assert f"{log}:4: clicked id 'z' is not in \"served\"" in err
     assert f"{log}:6: not JSON" in err
-    assert "4 line(s) rejected" in err
+    assert f'{log}:7: "clicks" must be an array of strings' in err  # the field as spelt
+    assert f'{log}:8: missing "clicked" (or "clicks")' in err
+    assert "6 line(s) rejected" in err
 
 
 def test_lines_that_would_break_the_judgments_are_rejected_by_line(
