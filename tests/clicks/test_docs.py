@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +98,37 @@ def test_the_judge_example_and_its_qrels_in_trec_eval_tools(
         [ir_measures.nDCG @ 10], ir_measures.read_trec_qrels(qrels), ir_measures.read_trec_run(run)
     )
     assert ndcg == pytest.approx(measured[ir_measures.nDCG @ 10], abs=1e-12)
+
+
+def test_the_yandex_converter_of_the_docs_feeds_judge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The page's converter, run as written on a few sessions in the challenge's form (a click
+    back on an earlier page, a click twice, a click on no shown URL): every line it writes is
+    one evald judge reads."""
+    block = re.search(r"```python\n(.*?def convert\(records, out\):.*?)```", DOC, re.S)
+    assert block is not None
+    script = tmp_path / "convert.py"
+    script.write_text(block.group(1))
+    records = [
+        "0\t0\tQ\t174\t0\t11\t12\t13",
+        "0\t5\tC\t12",
+        "0\t9\tQ\t175\t0\t21\t22\t23",
+        "0\t14\tC\t13",  # back on the first page: its list, not the newest Q's
+        "0\t15\tC\t21",
+        "0\t16\tC\t21",  # twice
+        "0\t17\tC\t99",  # no list of the session showed it
+        "1\t0\tQ\t174\t0\t13\t11\t12",
+    ]
+    tsv = "".join(r + "\n" for r in records)
+    done = subprocess.run(
+        [sys.executable, str(script)], input=tsv, capture_output=True, text=True, check=True
+    )
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+        {"query": "174", "served": ["11", "12", "13"], "clicked": ["12", "13"]},
+        {"query": "175", "served": ["21", "22", "23"], "clicked": ["21"]},
+        {"query": "174", "served": ["13", "11", "12"], "clicked": []},
+    ]
+    (tmp_path / "sessions.jsonl").write_text(done.stdout)
+    assert main(["judge", str(tmp_path / "sessions.jsonl"), "--depth", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["lists"] == 3
