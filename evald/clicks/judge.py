@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
@@ -156,6 +157,8 @@ def thresholds_of(args: argparse.Namespace) -> tuple[float, ...]:
         values = tuple(float(v) for v in args.thresholds.split(","))
     except ValueError:
         raise ValueError(f"--thresholds: not a list of numbers: {args.thresholds!r}") from None
+    if not all(map(math.isfinite, values)):  # NaN would grade every pair 0, silently
+        raise ValueError(f"--thresholds: not finite numbers: {args.thresholds!r}")
     if list(values) != sorted(set(values)):
         raise ValueError("--thresholds: must be increasing")
     return values

@@ -200,6 +200,7 @@ def test_every_line_rejected_says_why(tmp_path: Path, capsys: pytest.CaptureFixt
     [
         (["--thresholds", "0.5,0.2"], "--thresholds: must be increasing"),
         (["--thresholds", "a"], "--thresholds: not a list of numbers"),
+        (["--thresholds", "0.2,nan"], "--thresholds: not finite numbers: '0.2,nan'"),
         (["--holdout", "1"], "--holdout: must be in [0, 1)"),
         (["--max-pairs", "3"], "max_pairs: must be >= 16, got 3"),
         (["--holdout", "0.9999"], "--holdout 0.9999 leaves none of the 1 lists to fit"),
