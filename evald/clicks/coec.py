@@ -101,7 +101,7 @@ class COEC(ClickModel):
         return q, q
 
     def parameters(self, segment: int = 0) -> dict[str, Any]:
-        return {"rank_ctr": self.ctr[segment].tolist()}
+        return {"rank_ctr": self.by_rank(self.ctr[segment], segment)}
 
     # ------------------------------------------------------------------ state
 

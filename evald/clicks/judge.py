@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
-from evald.input_rule import BOM_TEXT
+from evald.input_rule import BOM_TEXT, repeated_key
 
 SUMMARY = "fit a click model on a session log and write judgments (TREC qrels, JSON Lines)"
 EXAMPLES = """\
@@ -76,38 +77,70 @@ class BadLine(ValueError):
     """A session line that cannot be read (its reason)."""
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when it repeats a key (the input rule of every command)."""
+    key = repeated_key(pairs)
+    if key is not None:
+        raise BadLine(f"duplicate key {json.dumps(key)}")
+    return dict(pairs)
+
+
+def _unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate (an unpaired \\ud800-\\udfff escape):
+    not Unicode text, so it could not be written to the judgment files."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def read_line(text: str) -> tuple[str, list[str], set[str]]:
     """(query, served, clicked) of one line; BadLine naming what is wrong."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
         raise BadLine(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise BadLine("not JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise BadLine("expected a JSON object")
-    found: dict[str, Any] = {}
+    key: dict[str, str] = {}  # field -> the name the line spells it with
     for field, names in KEYS.items():
-        value = next((doc[n] for n in names if n in doc), None)
-        if value is None:
-            raise BadLine(f'missing "{names[0]}"')
-        found[field] = value
-    query, served, clicked = found["query"], found["served"], found["clicked"]
+        spelt = next((n for n in names if n in doc), None)
+        if spelt is None:
+            raise BadLine(f'missing "{names[0]}" (or "{names[1]}")')
+        key[field] = spelt
+    query, served, clicked = (doc[key[f]] for f in ("query", "served", "clicked"))
     if isinstance(query, bool) or not isinstance(query, str | int):
-        raise BadLine('"query" must be a string or an integer')
-    for name, ids in (("served", served), ("clicked", clicked)):
+        raise BadLine(f'"{key["query"]}" must be a string or an integer')
+    for field, ids in (("served", served), ("clicked", clicked)):
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise BadLine(f'"{name}" must be an array of strings')
+            raise BadLine(f'"{key[field]}" must be an array of strings')
+    # an empty id would leave a qrels line a column short, which no TREC reader accepts
+    if query == "":
+        raise BadLine(f'"{key["query"]}" is empty')
+    if "" in served:
+        raise BadLine(f'an empty id in "{key["served"]}"')
+    if not all(map(_unicode, [str(query), *served])):
+        raise BadLine("a lone surrogate in an id: not Unicode text")
     if len(set(served)) != len(served):
-        raise BadLine('an id appears twice in "served"')
+        raise BadLine(f'an id appears twice in "{key["served"]}"')
     missing = set(clicked) - set(served)
     if missing:
-        raise BadLine(f'clicked id {sorted(missing)[0]!r} is not in "served"')
+        raise BadLine(f'clicked id {sorted(missing)[0]!r} is not in "{key["served"]}"')
     return str(query), served, set(clicked)
 
 
 def lines(
-    stream: IO[str], name: str, errors: list[str]
+    stream: IO[bytes], name: str, errors: list[str]
 ) -> Iterator[tuple[str, list[str], set[str]]]:
-    for number, text in enumerate(stream, 1):
+    for number, raw in enumerate(stream, 1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            errors.append(f"{name}:{number}: not valid UTF-8 (byte {exc.start})")
+            continue
         text = text.removeprefix(BOM_TEXT).strip()
         if not text:
             continue
@@ -124,6 +157,8 @@ def thresholds_of(args: argparse.Namespace) -> tuple[float, ...]:
         values = tuple(float(v) for v in args.thresholds.split(","))
     except ValueError:
         raise ValueError(f"--thresholds: not a list of numbers: {args.thresholds!r}") from None
+    if not all(map(math.isfinite, values)):  # NaN would grade every pair 0, silently
+        raise ValueError(f"--thresholds: not finite numbers: {args.thresholds!r}")
     if list(values) != sorted(set(values)):
         raise ValueError("--thresholds: must be increasing")
     return values
@@ -133,20 +168,20 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``evald judge``."""
     from evald.clicks.judgments import judge
 
+    errors: list[str] = []
     try:
         thresholds = thresholds_of(args)
         if not 0 <= args.holdout < 1:
             raise ValueError("--holdout: must be in [0, 1)")
-        errors: list[str] = []
         name = "<stdin>" if args.file == "-" else args.file
         with contextlib.ExitStack() as stack:
             stream = (
-                sys.stdin
-                if args.file == "-"
-                else stack.enter_context(open(args.file, encoding="utf-8"))
+                sys.stdin.buffer if args.file == "-" else stack.enter_context(open(args.file, "rb"))
             )
             summary = judge(lines(stream, name, errors), args, thresholds)
     except (ValueError, OSError) as exc:
+        for error in errors:  # the lines read so far: why none was left to fit, say
+            print(error, file=sys.stderr)
         print(f"evald judge: {exc}", file=sys.stderr)
         return 2
     for error in errors:

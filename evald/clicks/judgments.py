@@ -51,6 +51,10 @@ def judge(
     if not len(sessions):
         raise ValueError("no session to fit (every line empty or rejected)")
     cut = len(sessions) - round(len(sessions) * args.holdout)
+    if not cut:
+        raise ValueError(
+            f"--holdout {args.holdout:g} leaves none of the {len(sessions)} lists to fit"
+        )
     train, test = sessions.take(slice(0, cut)), sessions.take(slice(cut, None))
     model = fit_log(settings, train, [("all",)])
     written = write(model, train, vocab, args, thresholds)

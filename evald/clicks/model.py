@@ -238,7 +238,15 @@ class ClickModel(ABC):
 
     def parameters(self, segment: int = 0) -> dict[str, Any]:
         """The fitted parameters of a segment as plain values (the summary's)."""
-        return {self.curve_name: self.curve()[segment].tolist()}
+        return {self.curve_name: self.by_rank(self.curve()[segment], segment)}
+
+    def by_rank(self, values: np.ndarray, segment: int) -> list[float | None]:
+        """A segment's per-rank values for a summary: null at a rank none of its lists reached
+        (what a fit holds there is its start value or 0, which would read as a measurement)."""
+        return [
+            float(v) if shown > 0 and v == v else None
+            for v, shown in zip(values.tolist(), self.shown[segment].tolist(), strict=True)
+        ]
 
     # ------------------------------------------------------------------ state
 

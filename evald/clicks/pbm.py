@@ -194,7 +194,10 @@ class PBM(ClickModel):
         return q, q
 
     def parameters(self, segment: int = 0) -> dict[str, Any]:
-        return {"examination": self.theta[segment].tolist(), "prior_attractiveness": self.mu}
+        return {
+            "examination": self.by_rank(self.theta[segment], segment),
+            "prior_attractiveness": self.mu,
+        }
 
     # ------------------------------------------------------------------ state
 

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 #: the models replay offers (regression EM needs pair features, which events do not carry)
 REPLAY_MODELS = ("pbm", "dbn", "cascade", "coec")
+#: ranks read by default
+DEPTH = 10
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -28,14 +30,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--click-depth",
         type=int,
-        default=10,
         metavar="N",
-        help="ranks the click model reads (default 10)",
+        help=f"ranks the click model reads (default {DEPTH})",
     )
     parser.add_argument(
         "--ips-clip",
         type=float,
-        default=IPS_CLIP,
         metavar="M",
         help=f"inverse-propensity weights are clipped at M (default {IPS_CLIP:g})",
     )
@@ -45,14 +45,17 @@ def settings_of(args: argparse.Namespace) -> ClickSettings | None:
     """The click model's settings from the options (None: no --click-model); ValueError
     naming the option when one is out of range."""
     if args.click_model is None:
+        for flag, value in (("--click-depth", args.click_depth), ("--ips-clip", args.ips_clip)):
+            if value is not None:  # it would change nothing: say so rather than ignore it
+                raise ValueError(f"{flag}: only with --click-model")
         return None
-    if not 1 <= args.click_depth <= MAX_CLICK_DEPTH:
+    depth = DEPTH if args.click_depth is None else args.click_depth
+    clip = IPS_CLIP if args.ips_clip is None else args.ips_clip
+    if not 1 <= depth <= MAX_CLICK_DEPTH:
         raise ValueError(f"--click-depth: must be between 1 and {MAX_CLICK_DEPTH}")
-    if not args.ips_clip >= 1:
-        raise ValueError(f"--ips-clip: must be >= 1, got {args.ips_clip:g}")
-    return ClickSettings(
-        model=args.click_model, depth=args.click_depth, ips_clip=args.ips_clip
-    ).check()
+    if not clip >= 1:
+        raise ValueError(f"--ips-clip: must be >= 1, got {clip:g}")
+    return ClickSettings(model=args.click_model, depth=depth, ips_clip=clip).check()
 
 
 def attach(engine: Engine, label_keys: list[str], depth: int) -> Collector:

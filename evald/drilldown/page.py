@@ -65,7 +65,8 @@ def _filters(engine: Engine, params: dict[str, list[str]]) -> dict[str, Any]:
                 raise ValueError(f"measure: {value!r} is not one of {engine.measure_names}")
             out["measure"] = value
         elif name == "k":
-            if not value.isdigit() or not 1 <= int(value) <= 1000:
+            # isdigit alone takes '²', which int() refuses: the 400 would not name `k`
+            if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 1000:
                 raise ValueError(f"k: {value!r} is not a whole number from 1 to 1000")
             out["k"] = int(value)
         elif name in config.label_keys:

@@ -59,9 +59,13 @@ def render_queries(doc: dict[str, Any], measure: str | None, width: int = 80) ->
         else:  # the segment on a line of its own: the window and its lists stay whole
             out += [_cut(labels, width), _cut(f"  {where}", width)]
         name = measure if measure is not None else next(iter(row["fallen"]), None)
-        fallen = row["fallen"].get(name, []) if name is not None else []
-        if not fallen:
+        if name is None or name not in row["fallen"]:
             out.append("  (no window before to compare with)")
+            continue
+        # the page lists every query held in both windows; the view is of those that fell
+        fallen = [f for f in row["fallen"][name] if f["contribution"] < 0]
+        if not fallen:
+            out.append(f"  {name}: no query fell against the window before")
             continue
         out.append(
             f"  {name} {'query':<{q - len(str(name)) - 1}} {'lists':>7} {'mean':>7} "

@@ -136,6 +136,9 @@ def test_replay_click_options_name_the_bad_one(
     assert "--click-depth: must be between 1 and" in capsys.readouterr().err
     assert main(["replay", str(events), "--click-model", "pbm", "--ips-clip", "0.5"]) == 2
     assert "--ips-clip: must be >= 1, got 0.5" in capsys.readouterr().err
+    for flag in (["--click-depth", "5"], ["--ips-clip", "3"]):  # without a model: no effect
+        assert main(["replay", str(events), *flag]) == 2
+        assert f"{flag[0]}: only with --click-model" in capsys.readouterr().err
 
 
 def test_settings_default_clip_is_the_documented_one() -> None:

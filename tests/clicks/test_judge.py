@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import ir_measures
 import numpy as np
 import pytest
+import pytrec_eval
 
 from evald.cli import main
 from evald.clicks import simulate as sim
@@ -123,6 +126,8 @@ def test_bad_lines_are_reported_and_skipped(
                 json.dumps({"query": "q", "served": ["a"], "clicked": ["z"]}),
                 json.dumps({"qid": 7, "items": ["a", "b"], "clicks": []}),
                 2 * BOM_TEXT + json.dumps(good),  # only one
+                json.dumps({"qid": 7, "items": ["a", "b"], "clicks": 1}),  # a count, not ids
+                json.dumps({"qid": 7, "items": ["a", "b"]}),
             ]
         )
     )
@@ -132,7 +137,62 @@ def test_bad_lines_are_reported_and_skipped(
     assert f'{log}:3: an id appears twice in "served"' in err
     assert f"{log}:4: clicked id 'z' is not in \"served\"" in err
     assert f"{log}:6: not JSON" in err
-    assert "4 line(s) rejected" in err
+    assert f'{log}:7: "clicks" must be an array of strings' in err  # the field as spelt
+    assert f'{log}:8: missing "clicked" (or "clicks")' in err
+    assert "6 line(s) rejected" in err
+
+
+def test_lines_that_would_break_the_judgments_are_rejected_by_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty id leaves a qrels line a column short (no TREC reader takes it), a lone
+    surrogate cannot be written as UTF-8, a repeated key is ambiguous and bytes that are not
+    UTF-8 are no line at all: each is its line's rejection, and the qrels written read back
+    in `evald score`, pytrec_eval and ir_measures."""
+    log, qrels = tmp_path / "s.jsonl", tmp_path / "j.qrels"
+    good = json.dumps({"query": "q", "served": ["a", "b"], "clicked": ["a"]})
+    log.write_bytes(
+        b"\n".join(
+            [
+                good.encode(),
+                json.dumps({"query": "", "served": ["a"], "clicked": ["a"]}).encode(),
+                json.dumps({"query": "q1", "served": ["", "b"], "clicked": [""]}).encode(),
+                b'{"query": "q\\ud800", "served": ["a"], "clicked": []}',
+                b'{"query": "q", "served": ["c\\udfff"], "clicked": []}',
+                b'{"query": "q", "query": "r", "served": ["a"], "clicked": []}',
+                b'\xff{"query": "q", "served": ["a"], "clicked": []}',
+                good.encode(),
+            ]
+        )
+    )
+    assert main(["judge", str(log), "--qrels", str(qrels)]) == 1
+    err = capsys.readouterr().err
+    assert f'{log}:2: "query" is empty' in err
+    assert f'{log}:3: an empty id in "served"' in err
+    assert f"{log}:4: a lone surrogate in an id" in err
+    assert f"{log}:5: a lone surrogate in an id" in err
+    assert f'{log}:6: duplicate key "query"' in err
+    assert f"{log}:7: not valid UTF-8 (byte 0)" in err
+    assert "6 line(s) rejected" in err
+    assert [line.split()[:3] for line in qrels.read_text().splitlines()] == [
+        ["q", "0", "a"],
+        ["q", "0", "b"],
+    ]
+    assert set(pytrec_eval.parse_qrel(qrels.open())["q"]) == {"a", "b"}
+    assert [(q.query_id, q.doc_id) for q in ir_measures.read_trec_qrels(str(qrels))] == [
+        ("q", "a"),
+        ("q", "b"),
+    ]
+
+
+def test_every_line_rejected_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "s.jsonl"
+    log.write_bytes(b'{"query": "q", "served": ["a"], "clicked": ["b"]}\n\xfe\n')
+    assert main(["judge", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert f"{log}:1: clicked id 'b' is not in \"served\"" in err
+    assert f"{log}:2: not valid UTF-8" in err
+    assert "no session to fit" in err
 
 
 @pytest.mark.parametrize(
@@ -140,8 +200,10 @@ def test_bad_lines_are_reported_and_skipped(
     [
         (["--thresholds", "0.5,0.2"], "--thresholds: must be increasing"),
         (["--thresholds", "a"], "--thresholds: not a list of numbers"),
+        (["--thresholds", "0.2,nan"], "--thresholds: not finite numbers: '0.2,nan'"),
         (["--holdout", "1"], "--holdout: must be in [0, 1)"),
         (["--max-pairs", "3"], "max_pairs: must be >= 16, got 3"),
+        (["--holdout", "0.9999"], "--holdout 0.9999 leaves none of the 1 lists to fit"),
     ],
 )
 def test_bad_options_exit_2_naming_them(
@@ -163,3 +225,46 @@ def test_min_impressions_and_thresholds(tmp_path: Path, capsys: pytest.CaptureFi
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert records and all(r["impressions"] >= 100 for r in records)
     assert all(r["grade"] == (r["relevance"] >= 0.5) for r in records)
+
+
+def test_the_held_out_fit_table_of_the_docs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/click-models.md's table of each model's held-out fit on this file's log is what
+    `evald judge --holdout 0.2` prints, to the digits shown."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "click-models.md").read_text()
+    table = doc[doc.index("On `tests/clicks/test_judge.py`'s simulated log") :]
+    rows = re.findall(r"^\| (pbm|coec|dbn|cascade) \| (.*) \|$", table, re.M)
+    assert [model for model, _ in rows] == ["pbm", "coec", "dbn", "cascade"]
+    session_log(tmp_path / "s.jsonl")
+    for model, cells in rows:
+        assert main(["judge", str(tmp_path / "s.jsonl"), "--model", model, "--holdout", "0.2"]) == 0
+        fit = json.loads(capsys.readouterr().out)["fit"]
+        shown = [cell.strip().replace("\u2212", "-") for cell in cells.split("|")]
+        assert shown == [
+            f"{fit['log_likelihood']:.3f}",
+            f"{fit['perplexity']:.4f}",
+            " ".join(f"{p:.3f}" for p in fit["perplexity_at"]),
+        ], model
+
+
+@pytest.mark.parametrize("model", ["pbm", "coec", "cascade", "dbn"])
+def test_ranks_no_list_reached_have_no_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str
+) -> None:
+    """Lists of three, read to depth 10: the curve is null from rank 4 on, not PBM's start
+    value 0.5 or COEC's 0, which would read as examined half the time or never clicked."""
+    rng = np.random.default_rng(5)
+    log = tmp_path / "s.jsonl"
+    with log.open("w") as out:
+        for _ in range(600):
+            served = [f"d{d}" for d in rng.choice(8, 3, replace=False)]
+            clicked = [d for d in served if rng.random() < 0.3]
+            out.write(
+                json.dumps({"query": f"q{rng.integers(3)}", "served": served, "clicked": clicked})
+            )
+            out.write("\n")
+    assert main(["judge", str(log), "--model", model]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    curve = summary["rank_ctr" if model == "coec" else "examination"]
+    assert len(curve) == 10 and None not in curve[:3] and curve[3:] == [None] * 7

@@ -96,6 +96,7 @@ def test_the_page_answers_the_report_with_its_filters(engine: Engine) -> None:
             ("/queries?window=7m", "window: '7m' is not one of"),
             ("/queries?measure=nDCG", "measure: 'nDCG' is not one of"),
             ("/queries?k=0", "k: '0' is not a whole number"),
+            ("/queries?k=%C2%B2", "k: '\u00b2' is not a whole number"),  # a digit to isdigit
             ("/queries?color=red", "unknown parameter 'color'"),
         ]:
             status, doc = get(server, path)

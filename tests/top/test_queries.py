@@ -56,6 +56,29 @@ def test_the_view_names_the_query_that_fell(capsys: pytest.CaptureFixture[str]) 
     first = lines[2].split()
     assert first[0] == "lamp" and first[2:4] == ["0.000", "1.000"]
     assert first[4] == "-0.3333"  # 100 of 300 lists, mean 1 -> 0
+    assert len(lines) == 3  # desk and chair did not fall: not listed as if they had
+
+
+def test_queries_that_did_not_fall_are_not_shown_as_fallen() -> None:
+    def row(contributions: list[float]) -> dict[str, Any]:
+        fallen = [
+            {"query": f"q{i}", "lists": 10, "mean": 0.5, "baseline_mean": 0.5, "contribution": c}
+            for i, c in enumerate(contributions)
+        ]
+        return {
+            "window": "5m",
+            "end": "E",
+            "labels": {"arm": "t"},
+            "lists": 10,
+            "fallen": {"RR": fallen},
+        }
+
+    text = render_queries({"queries": [row([-0.2, 0.0, 0.1])]}, "RR")
+    assert [line.split()[0] for line in text.splitlines()[2:]] == ["q0"]
+    text = render_queries({"queries": [row([0.0, 0.1])]}, "RR")
+    assert text.splitlines()[1:] == ["  RR: no query fell against the window before"]
+    text = render_queries({"queries": [{**row([]), "fallen": {}}]}, "RR")
+    assert text.splitlines()[1:] == ["  (no window before to compare with)"]
 
 
 def test_an_unreachable_evald_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
