@@ -371,7 +371,14 @@ class Restorer:
                 model = {k: v for k, v in held.items() if k != "records"}  # its "log" kept
                 model["snapshot"] = base64.b64encode(chunks["click_model"][p]).decode()
                 state = dataclasses.replace(state, click_model=model)
-            engine.resume(p, state, dict(checkpoint.consumed))
+            try:
+                engine.resume(p, state, dict(checkpoint.consumed))
+            except ValueError as exc:  # a loader's word for a damaged part (never retried)
+                raise checks.Refusal(
+                    f"the committed checkpoint of partition {p} holds engine state this evald "
+                    f"cannot load: {exc}. Find what else writes to "
+                    f"{self._topics.checkpoint_topic}, then {checks.ways_out(self._where, p)}"
+                ) from None
             final = self._statistics_lost(p, checkpoint, state.statistics) if compares else None
             if final is not None:
                 lost[p] = final
