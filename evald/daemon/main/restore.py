@@ -391,9 +391,10 @@ class Restorer:
                 except ValueError as exc:
                     raise checks.Refusal(
                         f"the snapshot of partition {p}'s window aggregates does not fit this "
-                        f"evald ({exc}): were engine.measures, engine.bucket or the label keys "
-                        "changed? That needs a new daemon.group_id and new results and "
-                        "checkpoint topics"
+                        f"evald ({exc}): were engine.measures, engine.bucket, the label keys, "
+                        "engine.windows, drilldown.capacity or drilldown.label_capacity "
+                        "changed? Set them back, or start with a new daemon.group_id and new "
+                        "results and checkpoint topics"
                     ) from None
         self._warn_lost(lost, credit_lost)
         return self._absorb(found, starts, read, progress)
