@@ -245,3 +245,19 @@ def test_a_damaged_click_model_state_is_a_value_error_naming_the_part(
     clicks = engine.clicks
     assert clicks is not None and not clicks.models and not clicks.ips_rows()
     assert not clicks.debiased.rows()
+
+
+def test_a_click_model_switched_off_across_a_restart_is_dropped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    records = tagged(4)
+    cut = int(len(records) * 0.8)
+    _, state = committed_run(records, cut)
+    assert state.click_model is not None
+    engine = Engine(load_config(ENGINE), clock=lambda: 0.0)
+    with caplog.at_level(logging.WARNING, logger="evald.engine"):
+        engine.resume(0, state, consumed(records[:cut]))
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("partition 0: ") and "engine.click_model, which is off" in message
+    refeed(engine, records, state)
+    assert engine.clicks is None and engine.state(0, consumed(records)).click_model is None
