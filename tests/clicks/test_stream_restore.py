@@ -10,9 +10,11 @@ import json
 import logging
 from typing import Any
 
+import lz4.frame
 import pytest
 from test_stream import ENGINE, THETA, events, named
 
+from evald import snapshot as codec
 from evald.clicks import stream
 from evald.config import load_config
 from evald.engine import Engine
@@ -210,7 +212,19 @@ def damaged(doc: dict[str, Any], how: str) -> Any:
         "log cut short": {**doc, "log": base64.b64encode(log[:-7]).decode()},
         "ips rows short": {**doc, "ips": [[["a0"], 1]]},
         "debiased rows short": {**doc, "debiased": {"measures": ["nDCG@6"], "rows": [[["a0"]]]}},
+        "settings unknown": {**doc, "snapshot": with_settings(snapshot, {"future": 1})},
+        "no pairs": {**doc, "snapshot": with_settings(snapshot, {}, drop="pairs")},
     }[how]
+
+
+def with_settings(packed: bytes, extra: dict[str, Any], drop: str = "") -> str:
+    """A checkpointed snapshot with ``extra`` settings (a later evald's) and its meta's
+    ``drop`` field left out."""
+    meta, arrays = codec.decode(lz4.frame.decompress(packed[len(stream.LZ4) :]))
+    meta["settings"] = {**meta["settings"], **extra}
+    meta.pop(drop, None)
+    raw = stream.LZ4 + lz4.frame.compress(codec.encode(meta, arrays))
+    return base64.b64encode(raw).decode()
 
 
 @pytest.mark.parametrize(
@@ -225,6 +239,8 @@ def damaged(doc: dict[str, Any], how: str) -> Any:
         ("log cut short", "click-model log batch"),
         ("ips rows short", "click model's IPS sums are unreadable"),
         ("debiased rows short", "click model's debiased sums are unreadable"),
+        ("settings unknown", "click-model snapshot this evald cannot read"),
+        ("no pairs", "click-model snapshot this evald cannot read"),
     ],
 )
 def test_a_damaged_click_model_state_is_a_value_error_naming_the_part(
