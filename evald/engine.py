@@ -16,6 +16,7 @@ per-field reads ``state`` is made of (``low_offsets``, ``checkpoint``, ``evicted
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +51,8 @@ from evald.statistics.shares import Frozen, PartitionShares
 from evald.stats import Stats
 from evald.zerofeedback.component import ZeroFeedback, parse_field, result_fields
 from evald.zerofeedback.windows import ZeroRow, last_rows
+
+log = logging.getLogger(__name__)
 
 
 def _first(pair: tuple[int, Rejection]) -> int:
@@ -659,6 +662,17 @@ class Engine:
         self.zero_feedback.load(partition, state.zero_feedback)
         if self.clicks is not None:
             self.clicks.load(partition, state.click_model)
+        for setting, held, on in (
+            ("engine.click_model", state.click_model, self.clicks is not None),
+            ("engine.zero_feedback.depth", state.zero_feedback, self.zero_feedback.enabled),
+        ):
+            if held is not None and not on:  # switched off across the restart
+                log.warning(
+                    "partition %d: its checkpoint holds state of %s, which is off now: "
+                    "dropped (switched on again, it starts afresh)",
+                    partition,
+                    setting,
+                )
 
     def final_shares(self, partition: int) -> list[Frozen | CreditFrozen]:
         """The partition's comparison shares and interleaving credit shares the watermark made

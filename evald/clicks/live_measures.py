@@ -118,12 +118,13 @@ class DebiasedSums:
         rows = [[list(labels), sums] for labels, sums in sorted(base.items())]
         return {"measures": self.names, "rows": rows}
 
-    def load(self, partition: int, doc: dict[str, Any] | None) -> None:
+    def load(self, partition: int, doc: dict[str, Any] | None) -> bool:
         """Put back sums of ``state``; sums of other measures (engine.measures changed) are
-        dropped: the series start again. ValueError when unreadable."""
+        dropped: the series start again. Returns whether sums were put back. ValueError when
+        unreadable."""
         self.drop(partition)
         if not doc or doc.get("measures") != self.names:
-            return
+            return False
         m = len(self.names)
         try:
             sums: Sums = {}
@@ -136,6 +137,7 @@ class DebiasedSums:
             raise ValueError(f"the click model's debiased sums are unreadable: {exc}") from None
         self._base[partition] = sums
         self._sums[partition] = _copy(sums)
+        return True
 
     def drop(self, partition: int) -> None:
         self._sums.pop(partition, None)

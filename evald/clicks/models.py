@@ -31,10 +31,14 @@ def new_model(settings: ClickSettings) -> ClickModel:
 
 
 def build(raw: bytes) -> ClickModel:
-    """The model a ``snapshot()`` holds, exactly; ValueError if ``raw`` is not one."""
+    """The model a ``snapshot()`` holds, exactly; ValueError if ``raw`` is not one (or one
+    this evald cannot read: settings or fields it does not know)."""
     meta, arrays = snapshot.decode(raw)
     if meta.get("kind") != KIND or meta.get("model") not in _CLASSES:
         raise ValueError("not a click-model snapshot")
-    model = _CLASSES[meta["model"]](ClickSettings.from_json(meta["settings"]))
-    model.restore(meta, arrays)
+    try:
+        model = _CLASSES[meta["model"]](ClickSettings.from_json(meta["settings"]))
+        model.restore(meta, arrays)
+    except (KeyError, TypeError, IndexError) as exc:
+        raise ValueError(f"a click-model snapshot this evald cannot read: {exc!r}") from None
     return model

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 from collections.abc import Iterator, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from evald.segments import SegmentIndex
 
 __all__ = ["ServedTee", "StableKeys", "StreamClicks", "ips_add", "pair_keys", "stable_key"]
+
+log = logging.getLogger(__name__)
 
 
 #: splitmix64's multipliers (Steele, Lea & Flood 2014), to mix a query's and an item's keys
@@ -418,39 +421,90 @@ class StreamClicks:
     def load(self, partition: int, state: dict[str, Any] | None) -> bool:
         """Put back a partition's model from :meth:`state`: its snapshot, then its log
         observed again; None, or a model of other settings (engine.click_model was changed),
-        starts it empty. Returns whether it was put back. ValueError if the snapshot is not
-        a click model's or the log not a log of lists."""
-        self.drop(partition)
+        starts it empty, and says so in a warning naming the settings. Returns whether it was
+        put back. ValueError naming the part when the state is damaged (not base64, a
+        snapshot that is not a click model's, a log that is not a log of lists, sums that are
+        not sums): never a model silently started empty. The exported curve is recomputed
+        (``refresh``), so it counts the partition as loaded, as a drop leaves it."""
+        self._forget(partition)
+        try:
+            return self._load(partition, state)
+        except ValueError:
+            self._forget(partition)  # nothing half-loaded stays behind the error
+            raise
+        finally:
+            self.refresh()
+
+    def _load(self, partition: int, state: dict[str, Any] | None) -> bool:
         if state is None:
             return False
-        raw = base64.b64decode(state["snapshot"], validate=True)
+        try:
+            text = state["snapshot"]
+            raw = base64.b64decode(text, validate=True)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"the click model's snapshot is not base64 text: {exc!r}") from None
         size = len(raw)
         if raw.startswith(LZ4):
             import lz4.frame
 
-            raw = lz4.frame.decompress(raw[len(LZ4) :])
+            try:
+                raw = lz4.frame.decompress(raw[len(LZ4) :])
+            except RuntimeError as exc:  # what the lz4 binding raises on a damaged frame
+                raise ValueError(f"the click model's snapshot is damaged: {exc}") from None
         model = build(raw)
         if model.settings != self.settings:
+            changed = [
+                f"{name} {getattr(model.settings, name)!r} -> {getattr(self.settings, name)!r}"
+                for name in model.settings.to_json()
+                if getattr(model.settings, name) != getattr(self.settings, name)
+            ]
+            log.warning(
+                "partition %d: its checkpointed click model has other settings (%s): its fit, "
+                "IPS and debiased sums start afresh",
+                partition,
+                ", ".join(changed),
+            )
             return False
         self.models[partition] = model
         try:
             ips = {
-                tuple(map(str, row[0])): [int(x) for x in row[1:4]] for row in state.get("ips", [])
+                tuple(map(str, row[0])): [int(x) for x in row[1:]] for row in state.get("ips", [])
             }
+            if any(len(sums) != 3 for sums in ips.values()):
+                raise ValueError("[labels, clicks, expected, ranks] per segment expected")
         except (TypeError, ValueError, IndexError) as exc:
             raise ValueError(f"the click model's IPS sums are unreadable: {exc}") from None
         self._ips[partition] = {k: list(v) for k, v in ips.items()}
         self._base_ips[partition] = ips
-        self.debiased.load(partition, state.get("debiased"))
-        log = base64.b64decode(state.get("log", ""), validate=True)
-        batches = list(listlog.decode(log, self.settings.depth))
+        debiased = state.get("debiased")
+        if not self.debiased.load(partition, debiased) and debiased:
+            log.warning(
+                "partition %d: its checkpointed debiased sums are of the measures %s, not %s: "
+                "they start again",
+                partition,
+                debiased.get("measures"),
+                self.debiased.names,
+            )
+        try:
+            log_bytes = base64.b64decode(state.get("log", ""), validate=True)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"the click model's log is not base64 text: {exc!r}") from None
+        batches = list(listlog.decode(log_bytes, self.settings.depth))
         for labels, sessions in batches:
             self._observe(partition, labels, sessions)
-        self._base[partition] = (state["snapshot"], size)
-        self._log[partition], self._logged[partition] = [log] if log else [], len(log)
+        self._base[partition] = (text, size)
+        self._log[partition] = [log_bytes] if log_bytes else []
+        self._logged[partition] = len(log_bytes)
         return True
 
     def drop(self, partition: int) -> None:
+        """Forget a partition (revoked): its model, sums and its share of the exported curve,
+        at once (not at the next ``refresh`` of a tick: a scrape before it would still see
+        the partition in the curve and not in the IPS sums)."""
+        self._forget(partition)
+        self.refresh()
+
+    def _forget(self, partition: int) -> None:
         self.models.pop(partition, None)
         self._base.pop(partition, None)
         self._log.pop(partition, None)

@@ -158,7 +158,11 @@ class QueryWindows:
         if index is None or table is None or not isinstance(queries, list):
             raise ValueError(f"snapshot's {self.what} are missing")
         if meta.get("capacity") != self.capacity or meta.get("base") != self.base:
-            raise ValueError(f"snapshot's {self.what} were kept with another capacity or windows")
+            raise ValueError(
+                f"snapshot's {self.what} were kept with another capacity or windows (capacity "
+                f"{meta.get('capacity')} and base window {meta.get('base')} ms there, "
+                f"{self.capacity} and {self.base} ms here)"
+            )
         if table.shape[1:] != (2 + 2 * self.measures,) or index.shape[1:] != (6,):
             raise ValueError(f"snapshot's {self.what} are misshapen")
         windows: Windows = {}

@@ -298,7 +298,10 @@ class ListMemory:
         holding more than its capacity now allows keeps the entries written most recently."""
         try:
             judged = _unb64(doc["judged"]).reshape(-1, 2)
-            rows = _unb64(doc["references"]).reshape(-1, int(doc["width"]))
+            width = int(doc["width"])
+            if width < 3:  # query key, time, length, then the keys
+                raise ValueError(f"width {width} below 3")
+            rows = _unb64(doc["references"]).reshape(-1, width)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"zero_feedback state is malformed ({exc})") from None
         # a map over its capacity (the capacity lowered across a restart) keeps its newest

@@ -4,6 +4,7 @@ what to do (the same cases run through `evald run` on Apache Kafka in test_kafka
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from typing import Any
@@ -327,6 +328,20 @@ def test_a_damaged_snapshot_is_refused(change: str, says: str) -> None:
         cluster.starts[tp(CKPT)] = 1
     cluster.save(checkpoint(snapshot=SnapshotRef(offsets, len(raw), crc, NOW_MS)), at=3)
     cluster.refused(says)
+
+
+def test_a_damaged_click_model_is_refused_naming_the_partition() -> None:
+    """A checkpoint whose engine state a loader cannot read (here the click model's snapshot,
+    inline, not base64: no CRC guards the inline parts) ends the restore with exit 2 naming
+    the partition, the part and the ways out; before, the ValueError escaped the restore and
+    every retry of the Kafka loop failed on it again, without end."""
+    cluster = Cluster(engine={"click_model": {"model": "pbm"}})
+    cp = checkpoint()
+    cp = dataclasses.replace(cp, state=dataclasses.replace(cp.state, click_model={"snapshot": "@"}))
+    cluster.save(cp)
+    message = cluster.refused("of partition 0 holds engine state this evald cannot load")
+    assert "the click model's snapshot is not base64" in message
+    assert "resume from an earlier checkpoint of partition 0" in message
 
 
 def test_results_that_are_not_results_are_left_out_and_the_restore_goes_on() -> None:

@@ -131,7 +131,7 @@ def test_a_snapshot_without_summaries_loads_with_none_and_a_capacity_change_is_r
         engine.feed(raw, kind=kind, offset=offset)
     engine.drain()
     other, _ = make(capacity=5)
-    with pytest.raises(ValueError, match="capacity"):
+    with pytest.raises(ValueError, match=r"capacity \d+ and base window \d+ ms there, 5 and"):
         other.load_snapshot(0, engine.snapshot(0))
     off, _ = make(capacity=0)
     off.load_snapshot(0, engine.snapshot(0))  # an evald keeping no summaries ignores them

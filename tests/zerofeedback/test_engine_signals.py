@@ -293,3 +293,17 @@ def test_the_batch_s_result_fields_equal_one_field_per_row() -> None:
     assert got == [result_field(row) for row in values.tolist()]
     assert got[0] == {"empty": 0.0, "unjudged": None, "rbo": 0.25}
     assert all(type(v) in (float, type(None)) for row in got for v in row.values())
+
+
+def test_a_memory_switched_off_across_a_restart_is_dropped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first, _ = make()
+    feed(first, stream(5)[:200])
+    state = first.state(0, {"impression": 0, "feedback": 0})
+    assert state.zero_feedback is not None
+    off, _ = make(zero_feedback={"depth": 0})
+    with caplog.at_level("WARNING", logger="evald.engine"):
+        off.resume(0, state, {"impression": 0, "feedback": 0})
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "partition 0" in message and "engine.zero_feedback.depth, which is off" in message

@@ -6,6 +6,7 @@ and through ``state``/``load`` mid-stream."""
 
 from __future__ import annotations
 
+import base64
 import math
 from collections import OrderedDict
 from typing import Any
@@ -236,3 +237,16 @@ def test_a_checkpoint_over_the_capacity_keeps_its_newest_entries() -> None:
     assert after.score(one("a", 1, 11))[0, 1] == 1.0
     assert after.sizes() == (2, 2)
     assert after.score(one("a", 1, 12))[0, 1] == 0.0
+
+
+@pytest.mark.parametrize("width", [0, 1, 2, "x", None])
+def test_a_malformed_state_is_a_value_error(width: object) -> None:
+    """Every malformed state a ValueError (the restore refuses it, exit 2), never another
+    error every retry would meet again: a width below the three leading columns was an
+    IndexError."""
+    memory = ListMemory(
+        p=0.9, reference="control", retention=10**9, judged_capacity=8, reference_capacity=4
+    )
+    references = base64.b64encode(np.arange(4, dtype="<i8").tobytes()).decode()
+    with pytest.raises(ValueError, match="zero_feedback state is malformed"):
+        memory.load({"judged": "", "references": references, "width": width})

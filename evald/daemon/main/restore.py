@@ -371,7 +371,14 @@ class Restorer:
                 model = {k: v for k, v in held.items() if k != "records"}  # its "log" kept
                 model["snapshot"] = base64.b64encode(chunks["click_model"][p]).decode()
                 state = dataclasses.replace(state, click_model=model)
-            engine.resume(p, state, dict(checkpoint.consumed))
+            try:
+                engine.resume(p, state, dict(checkpoint.consumed))
+            except ValueError as exc:  # a loader's word for a damaged part (never retried)
+                raise checks.Refusal(
+                    f"the committed checkpoint of partition {p} holds engine state this evald "
+                    f"cannot load: {exc}. Find what else writes to "
+                    f"{self._topics.checkpoint_topic}, then {checks.ways_out(self._where, p)}"
+                ) from None
             final = self._statistics_lost(p, checkpoint, state.statistics) if compares else None
             if final is not None:
                 lost[p] = final
@@ -384,9 +391,10 @@ class Restorer:
                 except ValueError as exc:
                     raise checks.Refusal(
                         f"the snapshot of partition {p}'s window aggregates does not fit this "
-                        f"evald ({exc}): were engine.measures, engine.bucket or the label keys "
-                        "changed? That needs a new daemon.group_id and new results and "
-                        "checkpoint topics"
+                        f"evald ({exc}): were engine.measures, engine.bucket, the label keys, "
+                        "engine.windows, drilldown.capacity or drilldown.label_capacity "
+                        "changed? Set them back, or start with a new daemon.group_id and new "
+                        "results and checkpoint topics"
                     ) from None
         self._warn_lost(lost, credit_lost)
         return self._absorb(found, starts, read, progress)
