@@ -152,7 +152,7 @@ def poisson_weights(
     return weights
 
 
-def replicate_sums(y: NDArray[np.float64], w: NDArray[np.float64]) -> NDArray[np.float64]:
+def replicate_sums(y: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Σ_i y[i] ⊗ w[i] for ``y`` (n,) or (n, m) and replicate weights ``w`` (n, B): each
     product rounded alone and the rows added in order, so the bits are the same on every
     machine. A BLAS product (``y.T @ w``) is faster, but its rounding depends on the kernel
