@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -167,6 +168,16 @@ def test_ips_weighs_a_rank_never_shown_at_the_clip() -> None:
     log = Sessions.build([[1, 2]], [[0, 1]], depth=2)
     sums = ips(log, np.asarray([[1.0, np.nan]]), clip=4.0)
     assert (sums.weighted_clicks, sums.expected_weight, sums.slots) == (4.0, 1.0, 2.0)
+
+
+def test_ips_weighs_a_subnormal_examination_at_the_clip_without_a_warning() -> None:
+    """θ = 1e-320 at rank 2: 1 / θ would overflow (a numpy warning on the replay's stderr);
+    the weight is the clip, as for θ = 0."""
+    log = Sessions.build([[1, 2]], [[1, 1]], depth=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sums = ips(log, np.asarray([[1.0, 1e-320]]), clip=4.0)
+    assert (sums.weighted_clicks, sums.expected_weight, sums.slots) == (5.0, 1.0 + 4e-320, 2.0)
 
 
 def test_replay_text_summary_names_the_curve_and_the_relevance(
