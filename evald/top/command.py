@@ -284,10 +284,12 @@ class Top:
         """Scrape once and render, to the terminal's size when ``fit`` (its width always), and
         then the warnings; an unreachable evald becomes a one-line frame (:class:`Refused` is
         raised: no retry helps)."""
-        from evald.top.render import notes, render
+        from evald.top.render import ascii_only, notes, render
 
         width, height = max(40, self.width()), (max(10, self.height()) if fit else None)
         footer = notes(self.warnings, width) if fit else []
+        if not self.unicode:
+            footer = [ascii_only(line) for line in footer]
         try:
             scrape = self.scraper.scrape()
         except Refused:

@@ -13,7 +13,6 @@ says which mark is which. Health lines wrap at the width instead of overflowing 
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
@@ -283,10 +282,10 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
 
 
 def notes(texts: Sequence[str], width: int) -> list[str]:
-    """The warnings printed before a live view started, as lines at most ``width`` wide, each
-    warning whole (wrapped, not cut): the view's first redraw wipes the screen they were on,
-    and a password going over plain http:// stays true for as long as the view runs."""
-    return [line for text in texts for line in textwrap.wrap(text, width, subsequent_indent="  ")]
+    """The warnings printed before a live view started, a line each, cut at ``width`` like
+    the rows: the view's first redraw wipes the screen they were on, and a password going
+    over plain http:// stays true for as long as the view runs (stderr has them whole)."""
+    return [_fit(text, width) for text in texts]
 
 
 def ascii_only(text: str) -> str:
