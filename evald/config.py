@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from evald.durations import parse_duration
-from evald.events import MAX_TS_MS, Limits, parse_timestamp
+from evald.events import MAX_GRADE, MAX_TS_MS, Limits, parse_timestamp
 
 #: label names the exposition itself uses; a segment key with one of these names would clash
 RESERVED_LABELS = frozenset(
@@ -446,8 +446,8 @@ class EngineConfig(BaseModel):
                 raise ValueError("'judgment' is built in (its grade comes from the event)")
             if not action:
                 raise ValueError("action names must not be empty")
-            if isinstance(grade, bool) or not math.isfinite(grade) or grade < 0:
-                raise ValueError(f"grade of {action!r} must be a finite number >= 0")
+            if isinstance(grade, bool) or not 0 <= grade <= MAX_GRADE:
+                raise ValueError(f"grade of {action!r} must be a number from 0 to {MAX_GRADE:g}")
         return value
 
     @field_validator("histogram_bounds")

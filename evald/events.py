@@ -74,7 +74,11 @@ else:
         | Annotated[StrictStr, AfterValidator(parse_timestamp)],
         Field(union_mode="left_to_right"),
     ]
-NonNegativeGrade = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+#: The largest grade: the measures' sums (2^grade - 1 gains, sums of squares over a window of
+#: lists) stay far from float overflow, where a grade of 1e308 made them infinite (and nDCG
+#: NaN); relevance scales are 0-4 or 1-5, percentages at most 100.
+MAX_GRADE = 100.0
+NonNegativeGrade = Annotated[float, Field(ge=0, le=MAX_GRADE, allow_inf_nan=False, strict=True)]
 
 
 class Limits(BaseModel):
