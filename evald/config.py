@@ -141,6 +141,11 @@ class ComparisonConfig(BaseModel):
                 raise ValueError("split: one weight per arm (control and every treatment)")
             if any(not (math.isfinite(w) and w > 0) for w in self.split.values()):
                 raise ValueError("split: weights must be finite and > 0")
+            # the guard reads each arm's share: 1e-300 of 1e300 (or of a total past the
+            # largest float) is 0, whose logarithm is a numpy warning and an infinite e-value
+            total = sum(self.split.values())
+            if not math.isfinite(total) or min(self.split.values()) / total == 0:
+                raise ValueError("split: every arm's share of the weights' total must be > 0")
         for measure, effect in self.min_effect.items():
             if not (math.isfinite(effect) and effect >= 0):
                 raise ValueError(f"min_effect: {measure}: must be a finite number >= 0")

@@ -75,6 +75,14 @@ def test_durations_and_measures_are_normalised():
             "statistics.comparisons.0",
         ),
         ({"statistics": {"comparisons": [{**AB, "split": {"A": 1}}]}}, "statistics.comparisons.0"),
+        (  # shares of 1e-600 and of a total past the largest float: 0, whose log warned
+            {"statistics": {"comparisons": [{**AB, "split": {"A": 1e-300, "B": 1e300}}]}},
+            "statistics.comparisons.0",
+        ),
+        (
+            {"statistics": {"comparisons": [{**AB, "split": {"A": 1e308, "B": 1e308}}]}},
+            "statistics.comparisons.0",
+        ),
         ({"statistics": {"comparisons": [AB, AB]}}, "statistics"),
     ],
 )
