@@ -6,6 +6,7 @@ Kept here so ``evald/replay.py`` only declares, attaches and prints (three call 
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING, Any
 
 from evald.clicks.settings import IPS_CLIP, MAX_CLICK_DEPTH, ClickSettings
@@ -48,8 +49,8 @@ def settings_of(args: argparse.Namespace) -> ClickSettings | None:
         return None
     if not 1 <= args.click_depth <= MAX_CLICK_DEPTH:
         raise ValueError(f"--click-depth: must be between 1 and {MAX_CLICK_DEPTH}")
-    if not args.ips_clip >= 1:
-        raise ValueError(f"--ips-clip: must be >= 1, got {args.ips_clip:g}")
+    if not 1 <= args.ips_clip < math.inf:  # an infinite clip weighs a rank never examined inf
+        raise ValueError(f"--ips-clip: must be a finite number >= 1, got {args.ips_clip:g}")
     return ClickSettings(
         model=args.click_model, depth=args.click_depth, ips_clip=args.ips_clip
     ).check()

@@ -136,7 +136,10 @@ def test_replay_click_options_name_the_bad_one(
     assert main(["replay", str(events), "--click-model", "pbm", "--click-depth", "0"]) == 2
     assert "--click-depth: must be between 1 and" in capsys.readouterr().err
     assert main(["replay", str(events), "--click-model", "pbm", "--ips-clip", "0.5"]) == 2
-    assert "--ips-clip: must be >= 1, got 0.5" in capsys.readouterr().err
+    assert "--ips-clip: must be a finite number >= 1, got 0.5" in capsys.readouterr().err
+    # an infinite clip weighed a rank never examined inf: the summary's JSON said Infinity
+    assert main(["replay", str(events), "--click-model", "pbm", "--ips-clip", "inf"]) == 2
+    assert "--ips-clip: must be a finite number >= 1, got inf" in capsys.readouterr().err
 
 
 def test_settings_default_clip_is_the_documented_one() -> None:
