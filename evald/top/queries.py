@@ -16,6 +16,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from evald.terminal import shown
 from evald.top.client import Client, Refused
 
 __all__ = ["fetch", "queries_url", "render_queries", "watch"]
@@ -47,7 +48,8 @@ def _cut(text: str, width: int) -> str:
 def render_queries(doc: dict[str, Any], measure: str | None, width: int = 80) -> str:
     """Plain text, ``width`` columns: per segment row, its most fallen queries of ``measure``
     (None: the first measure the page reports). Narrower than the table's 48 columns, its
-    lines are cut (``~``) rather than wrapped: a wrapped line scrolls a redrawn frame."""
+    lines are cut (``~``) rather than wrapped: a wrapped line scrolls a redrawn frame; what
+    the page says is shown as text only (``terminal.shown``: a control character is a ``?``)."""
     rows = doc.get("queries") or []
     if not rows:
         return (
@@ -76,7 +78,7 @@ def render_queries(doc: dict[str, Any], measure: str | None, width: int = 80) ->
                 f"  {_cut(f['query'], q):<{q}} {f['lists']:>7,} {f['mean']:>7.3f} "
                 f"{f['baseline_mean']:>7.3f} {f['contribution']:>+9.4f}"
             )
-    return "".join(_cut(line, width) + "\n" for line in out)
+    return "".join(shown(line, width, "~") + "\n" for line in out)
 
 
 def watch(
@@ -106,7 +108,7 @@ def watch(
     try:
         while True:
             columns = max(40, width())
-            footer = "".join(_cut(text, columns) + "\n" for text in warnings) if tty else ""
+            footer = "".join(shown(text, columns, "~") + "\n" for text in warnings) if tty else ""
             try:
                 text = render_queries(fetch(url, client), measure, columns)
             except Refused as exc:

@@ -177,3 +177,21 @@ def test_the_live_queries_view_cuts_its_rows_and_warnings_to_the_terminal_width(
         assert lines[-2:] == [LONG_WARNING[: columns - 1] + "~", "warning: short"]
         assert lines[0].startswith("model=ranker-v2 arm=treatment surface=web"[: columns - 1])
         assert any(line.startswith("  qqq") for line in lines)
+
+
+def test_the_queries_view_shows_labels_as_text_and_cuts_lines_in_terminal_columns() -> None:
+    """A label value's escape sequence reached the terminal; a query of wide characters took
+    twice its length in columns: ``?`` for the controls, every line cut in columns."""
+    import unicodedata
+
+    def columns(line: str) -> int:
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+    fallen = {"query": "検索語" * 20, "lists": 3, "mean": 0.0, "baseline_mean": 1.0,
+              "contribution": -1.0}  # fmt: skip
+    row = {"labels": {"arm": "\x1b[2J" + "実" * 40}, "window": "5m", "end": "x", "lists": 3,
+           "fallen": {"RR": [fallen]}}  # fmt: skip
+    for width in (80, 40):
+        text = render_queries({"queries": [row]}, None, width)
+        assert "\x1b" not in text and "?[2J実" in text
+        assert all(columns(line) <= width for line in text.splitlines()), text
