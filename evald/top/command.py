@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from evald.terminal import can_encode
+from evald.terminal import can_encode, shown
 from evald.top.client import (
     PASSWORD_ENV,
     Client,
@@ -296,7 +296,7 @@ class Top:
             raise
         except (OSError, ValueError) as exc:
             self._prev = None
-            return "\n".join([f"evald top: {exc} (retrying)", *footer]) + "\n"
+            return "\n".join([shown(f"evald top: {exc} (retrying)", width), *footer]) + "\n"
         if height is not None:
             height = max(1, height - len(footer))
         text = render(self.view(scrape), width, unicode=self.unicode, height=height)

@@ -341,6 +341,23 @@ def test_a_terminal_without_unicode_gets_the_warnings_cut_in_ascii() -> None:
     assert top.frame().splitlines()[-1] == HTTP_WARNING[:39] + "~"
 
 
+def test_an_unreachable_evald_is_one_line_of_the_terminal_width() -> None:
+    """The retry line names the URL and the error, past 40 columns: it wrapped, and the
+    redrawn frame scrolled."""
+    from evald.top.command import Top
+
+    class Down:
+        url = "http://evald.invalid:9464/metrics"
+
+        def scrape(self) -> None:
+            raise OSError("cannot reach http://evald.invalid:9464/metrics: connection refused")
+
+    top = Top(Down(), window="5m", group_by=["arm"], measures=None, stream=io.StringIO(),  # type: ignore[arg-type]
+              width=lambda: 40, height=lambda: 12, warnings=["warning: short"])  # fmt: skip
+    lines = top.frame().splitlines()
+    assert lines == ["evald top: cannot reach http://evald.in…", "warning: short"]
+
+
 def test_evald_top_hands_its_warnings_to_the_live_views(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
