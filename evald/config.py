@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from evald.durations import parse_duration
-from evald.events import MAX_TS_MS, Limits, parse_timestamp
+from evald.events import MAX_GRADE, MAX_TS_MS, Limits, parse_timestamp
 
 #: label names the exposition itself uses; a segment key with one of these names would clash
 RESERVED_LABELS = frozenset(
@@ -141,6 +141,11 @@ class ComparisonConfig(BaseModel):
                 raise ValueError("split: one weight per arm (control and every treatment)")
             if any(not (math.isfinite(w) and w > 0) for w in self.split.values()):
                 raise ValueError("split: weights must be finite and > 0")
+            # the guard reads each arm's share: 1e-300 of 1e300 (or of a total past the
+            # largest float) is 0, whose logarithm is a numpy warning and an infinite e-value
+            total = sum(self.split.values())
+            if not math.isfinite(total) or min(self.split.values()) / total == 0:
+                raise ValueError("split: every arm's share of the weights' total must be > 0")
         for measure, effect in self.min_effect.items():
             if not (math.isfinite(effect) and effect >= 0):
                 raise ValueError(f"min_effect: {measure}: must be a finite number >= 0")
@@ -446,8 +451,8 @@ class EngineConfig(BaseModel):
                 raise ValueError("'judgment' is built in (its grade comes from the event)")
             if not action:
                 raise ValueError("action names must not be empty")
-            if isinstance(grade, bool) or not math.isfinite(grade) or grade < 0:
-                raise ValueError(f"grade of {action!r} must be a finite number >= 0")
+            if isinstance(grade, bool) or not 0 <= grade <= MAX_GRADE:
+                raise ValueError(f"grade of {action!r} must be a number from 0 to {MAX_GRADE:g}")
         return value
 
     @field_validator("histogram_bounds")

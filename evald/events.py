@@ -58,10 +58,19 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def format_timestamp(ms: int) -> str:
-    """RFC 3339 UTC with millisecond precision: ``2024-05-01T12:00:00.250Z``."""
+    """RFC 3339 UTC with millisecond precision: ``2024-05-01T12:00:00.250Z``. Past 9999 (the
+    end of a window whose events were in range) the year has five digits, as in ISO 8601's
+    expanded years: 400 Gregorian years are 146,097 days, so the date is that of 400 years
+    before with the year told apart (Python's dates end at 9999)."""
     seconds, millis = divmod(ms, 1_000)
-    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{millis:03d}Z"
+    if ms <= MAX_TS_MS:
+        stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{stamp}.{millis:03d}Z"
+    early = datetime.fromtimestamp(seconds - _400_YEARS_S, tz=timezone.utc)
+    return f"{early.year + 400}{early:-%m-%dT%H:%M:%S}.{millis:03d}Z"
+
+
+_400_YEARS_S = 146_097 * 86_400
 
 
 #: ints are checked inside pydantic-core; only RFC 3339 strings need the Python parser. A
@@ -74,7 +83,11 @@ else:
         | Annotated[StrictStr, AfterValidator(parse_timestamp)],
         Field(union_mode="left_to_right"),
     ]
-NonNegativeGrade = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+#: The largest grade: the measures' sums (2^grade - 1 gains, sums of squares over a window of
+#: lists) stay far from float overflow, where a grade of 1e308 made them infinite (and nDCG
+#: NaN); relevance scales are 0-4 or 1-5, percentages at most 100.
+MAX_GRADE = 100.0
+NonNegativeGrade = Annotated[float, Field(ge=0, le=MAX_GRADE, allow_inf_nan=False, strict=True)]
 
 
 class Limits(BaseModel):

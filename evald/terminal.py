@@ -1,7 +1,9 @@
-"""What a terminal stream can show: the live views fall back to ASCII where it cannot."""
+"""What a terminal stream can show: the live views fall back to ASCII where it cannot, and
+show data (label values, queries) as text only, cut to the terminal's columns."""
 
 from __future__ import annotations
 
+import unicodedata
 from typing import TextIO
 
 
@@ -18,3 +20,36 @@ def can_encode(stream: TextIO, text: str) -> bool:
     except (UnicodeEncodeError, LookupError):
         return False
     return True
+
+
+#: characters a terminal must not be sent from data: controls (an escape sequence in a label
+#: value clears the screen or moves the cursor), format characters (a bidi override turns
+#: the line around), lone surrogates (no encoding takes them), line and paragraph separators
+_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _columns(char: str) -> int:
+    """Terminal columns of one character: 2 wide (East Asian), 0 combining, else 1."""
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in "WF" else 1
+
+
+def shown(line: str, width: int, ellipsis: str = "…") -> str:
+    """``line`` as it may go to a terminal of ``width`` columns: every unsafe character a
+    ``?``, and cut (ending in ``ellipsis``) where its columns, not its characters, pass the
+    width (a wide character takes two: a line of them longer than the terminal wraps, and the
+    redrawn frame scrolls)."""
+    if line.isascii() and line.isprintable():
+        return line if len(line) <= width else line[: width - 1] + ellipsis
+    chars = ["?" if unicodedata.category(c) in _UNSAFE else c for c in line]
+    columns = [_columns(c) for c in chars]
+    if sum(columns) <= width:
+        return "".join(chars)
+    kept, used = [], 0
+    for char, wide in zip(chars, columns, strict=True):
+        if used + wide > width - 1:
+            break
+        kept.append(char)
+        used += wide
+    return "".join(kept) + ellipsis

@@ -54,6 +54,7 @@ def test_durations_and_measures_are_normalised():
         ({"label_keys": ["bad-name"]}, "label_keys"),
         ({"label_keys": ["__x"]}, "label_keys"),
         ({"action_grades": {"like": float("nan")}}, "action_grades"),
+        ({"action_grades": {"like": 1e308}}, "action_grades"),
         ({"action_grades": {"judgment": 1}}, "action_grades"),
         ({"limits": {"max_items": 0}}, "limits.max_items"),
         ({"max_pending": 0}, "max_pending"),
@@ -74,6 +75,14 @@ def test_durations_and_measures_are_normalised():
             "statistics.comparisons.0",
         ),
         ({"statistics": {"comparisons": [{**AB, "split": {"A": 1}}]}}, "statistics.comparisons.0"),
+        (  # shares of 1e-600 and of a total past the largest float: 0, whose log warned
+            {"statistics": {"comparisons": [{**AB, "split": {"A": 1e-300, "B": 1e300}}]}},
+            "statistics.comparisons.0",
+        ),
+        (
+            {"statistics": {"comparisons": [{**AB, "split": {"A": 1e308, "B": 1e308}}]}},
+            "statistics.comparisons.0",
+        ),
         ({"statistics": {"comparisons": [AB, AB]}}, "statistics"),
     ],
 )

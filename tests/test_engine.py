@@ -876,3 +876,36 @@ def test_absorb_result_adds_a_result_s_query_to_the_summaries_and_the_same_windo
     ] == ["lamp"]
     assert not without.aggregates.queries.windows()  # type: ignore[union-attr]
     assert not with_query.absorb_result({**doc, "query": 5}, 0)  # not a result evald wrote
+
+
+def test_a_grade_above_100_is_bad_grade_and_grades_of_100_score_finite_without_a_warning():
+    """A grade of 1e308 made DCG's sums overflow (a numpy warning per batch, nDCG NaN, the
+    window sums infinite): it is rejected as ``bad_grade``. A list of 1,000 items all graded
+    100, the most there is, scores finite numbers in every measure that sums gains, with
+    2^100 - 1 gains too, and its window exports finite sums."""
+    import math
+    import warnings
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from evald.exposition import Encoder, build_registry
+
+    measures = "nDCG@10,DCG,DCG(dcg='exp-log2'),nDCG(dcg='exp-log2'),CG,ERR@10,KendallTau"
+    engine, results = make(measures=measures, windows=[WINDOW], bucket=WINDOW)
+    items = [f"d{i}" for i in range(1000)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        engine.feed(imp("r", 0, items, arm="t"))
+        engine.feed(fb("r", 1, "d0", grade=1e308))
+        for i, item in enumerate(items):
+            engine.feed(fb("r", 1, item, grade=100.0 if i % 2 else 50.0))
+        engine.feed(imp("later", 3 * WINDOW, ["x"]))
+        engine.drain()
+        registry, _ = build_registry(engine, ready=lambda: True, process=False)
+        body, _ = Encoder().encode(registry, None)
+    assert engine.stats.rejected["bad_grade"] == 1
+    values = results[0].measures
+    assert all(math.isfinite(v) for v in values.values()), values
+    assert 0 < values["nDCG@10"] <= 1 and 0 < values["nDCG(dcg='exp-log2')"] <= 1
+    samples = [s for f in text_string_to_metric_families(body.decode()) for s in f.samples]
+    assert samples and all(math.isfinite(s.value) for s in samples)

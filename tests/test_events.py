@@ -41,6 +41,15 @@ def test_format_then_parse_is_identity(ms):
     assert parse_timestamp(text) == ms
 
 
+def test_an_instant_past_9999_is_spelt_with_a_five_digit_year():
+    """The end of a window holding an event of 9999-12-31 is in year 10000, which Python's
+    dates cannot hold: it is spelt, not a ValueError (a replay of such events crashed)."""
+    assert format_timestamp(MAX_TS_MS + 1) == "10000-01-01T00:00:00.000Z"
+    day = 86_400_000
+    assert format_timestamp(MAX_TS_MS + 1 + 59 * day + 3_723_456) == "10000-02-29T01:02:03.456Z"
+    assert format_timestamp(MAX_TS_MS + 1 + 366 * day) == "10001-01-01T00:00:00.000Z"
+
+
 def test_models_normalise_ts_to_int_ms():
     imp = Impression.model_validate_json(
         b'{"request_id":"r","ts":"1970-01-01T00:00:02Z","items":["a"],"labels":{"arm":"b"}}'

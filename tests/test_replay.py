@@ -407,3 +407,32 @@ def test_bounded_lines_splits_like_readlines_and_never_returns_more_than_the_lim
             len(body) if length <= limit else len(raw) - raw.endswith(b"\n") - raw.endswith(b"\r\n")
         )
         assert line == (body if length <= limit else raw[:limit])
+
+
+def test_events_of_the_last_day_there_is_replay_with_their_windows_past_it(tmp_path, capsys):
+    """Events at 9999-12-31T23:59 (in range, with no bound on how far ahead they are): their
+    5-minute window ends in year 10000; the queries report, the windows and the comparison's
+    looks name it rather than crash."""
+    from evald.events import MAX_TS_MS
+
+    last = MAX_TS_MS - 30_000
+    rows: list[dict | bytes] = []
+    for i in range(40):
+        arm = ("control", "treatment")[i % 2]
+        rows.append({**imp(f"r{i}", last + i, ["a", "b"], arm=arm), "query": "q"})
+        rows.append(fb(f"r{i}", last + i + 1, "b"))
+    events = write_jsonl(tmp_path / "events.jsonl", rows)
+    comparison = {"name": "ab", "label": "arm", "control": "control",
+                  "treatments": ["treatment"], "start": 0}  # fmt: skip
+    config = {"max_event_lead": None, "windows": ["5m"], "label_keys": ["arm"],
+              "statistics": {"window": "5m", "bootstrap_replicates": 0, "min_n": 2,
+                             "comparisons": [comparison]}}  # fmt: skip
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    outputs = [f"--{name}={tmp_path / name}.jsonl" for name in ("queries", "windows", "looks")]
+    config_file = f"--config={tmp_path / 'c.json'}"
+    argv = ["replay", str(events), config_file, "--format=json", "--progress=never", *outputs]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary
+    ends = {row["end"] for row in read_jsonl(tmp_path / "queries.jsonl")}
+    assert ends == {"10000-01-01T00:00:00.000Z"}

@@ -69,12 +69,26 @@ class IPS:
         return self.weighted_clicks / self.expected_weight if self.expected_weight else float("nan")
 
 
+#: the smallest examination whose inverse is finite: 1 / 2^-1024 rounds to infinity, and any
+#: larger double (a subnormal one too) has an inverse at most the largest double
+_INVERTIBLE = float(np.ldexp(1.0, -1024))
+
+
+def inverse_propensity(theta: np.ndarray, clip: float) -> np.ndarray:
+    """min(1 / θ, ``clip``) per cell; θ <= 0 or NaN (never examined, never shown) weighs
+    ``clip``. The inverse is taken only where it is finite: a fitted θ of a subnormal 1e-320
+    would overflow (a numpy warning in the daemon's log) to a weight that is clipped anyway,
+    so the weights are those of the plain formula to the bit, with no warning."""
+    w = np.full(theta.shape, clip, dtype=np.float64)
+    np.divide(1.0, theta, out=w, where=theta > _INVERTIBLE)
+    return np.minimum(w, clip)
+
+
 def ips(sessions: Sessions, examination: np.ndarray, clip: float) -> IPS:
     """IPS sums of ``sessions`` with examination (segments, depth), weights clipped at
     ``clip`` (a rank never examined, θ = 0, or never shown, NaN, weighs ``clip``)."""
     theta = np.nan_to_num(examination, nan=0.0)[sessions.segments]
-    with np.errstate(divide="ignore"):
-        w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), np.inf), clip)
+    w = inverse_propensity(theta, clip)
     shown = sessions.shown()
     weight = sessions.weights[:, None] * shown
     return IPS(

@@ -6,6 +6,7 @@ Kept here so ``evald/replay.py`` only declares, attaches and prints (three call 
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING, Any
 
 from evald.clicks.settings import IPS_CLIP, MAX_CLICK_DEPTH, ClickSettings
@@ -53,8 +54,8 @@ def settings_of(args: argparse.Namespace) -> ClickSettings | None:
     clip = IPS_CLIP if args.ips_clip is None else args.ips_clip
     if not 1 <= depth <= MAX_CLICK_DEPTH:
         raise ValueError(f"--click-depth: must be between 1 and {MAX_CLICK_DEPTH}")
-    if not clip >= 1:
-        raise ValueError(f"--ips-clip: must be >= 1, got {clip:g}")
+    if not 1 <= clip < math.inf:  # an infinite clip weighs a rank never examined inf
+        raise ValueError(f"--ips-clip: must be a finite number >= 1, got {clip:g}")
     return ClickSettings(model=args.click_model, depth=depth, ips_clip=clip).check()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 #: the deepest rank a click model reads (ranks are stored in one byte of a row key)
@@ -53,8 +54,8 @@ class ClickSettings:
             raise ValueError(f"iterations: must be >= 1, got {self.iterations}")
         if not self.prior_strength >= 0:
             raise ValueError(f"prior_strength: must be >= 0, got {self.prior_strength}")
-        if not self.ips_clip >= 1:
-            raise ValueError(f"ips_clip: must be >= 1, got {self.ips_clip}")
+        if not 1 <= self.ips_clip < math.inf:  # an infinite clip: Σ w θ is inf · 0 = NaN
+            raise ValueError(f"ips_clip: must be a finite number >= 1, got {self.ips_clip}")
         return self
 
     def to_json(self) -> dict[str, object]:

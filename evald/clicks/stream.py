@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evald.clicks import listlog
+from evald.clicks import debias, listlog
 from evald.clicks.live_measures import DebiasedSums
 from evald.clicks.model import ClickModel
 from evald.clicks.models import build, new_model
@@ -173,8 +173,7 @@ def ips_weights(model: ClickModel, clip: float) -> tuple[np.ndarray, np.ndarray]
     """(w · 2^32, w · θ · 2^32) per (segment, rank), from the curve of the model's last
     refit (``ips_add``): what every list of a segment reads, the same until the next refit."""
     theta = np.nan_to_num(model.curve(), nan=0.0)
-    with np.errstate(divide="ignore"):
-        w = np.minimum(np.where(theta > 0, 1.0 / np.where(theta > 0, theta, 1.0), clip), clip)
+    w = debias.inverse_propensity(theta, clip)
     return w * IPS_UNIT, w * theta * IPS_UNIT
 
 

@@ -21,7 +21,6 @@ namespace; :func:`fast_source` shows it.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +29,7 @@ from pydantic import BaseModel
 from pydantic_core import from_json
 
 from evald.decode import Skipped
-from evald.events import MAX_TS_MS, Feedback, Impression, Limits, Shown, limited_models
+from evald.events import MAX_GRADE, MAX_TS_MS, Feedback, Impression, Limits, Shown, limited_models
 from evald.mapping.keys import encode, maybe_repeated
 from evald.mapping.labels import flatten, label_text
 from evald.mapping.pointer import MISSING, parse_pointer, resolve
@@ -360,8 +359,8 @@ def _feedback(w: _Writer, spec: FeedbackSpec) -> None:
             w(f"    {name} = None")
             optional[name] = name
     sure = _texts(("rid", "item", "action"), w.limits.max_string_length)
-    if spec.grade is not None:  # a grade the record gives: a finite float >= 0 as it is
-        sure.append("type(grade) is float and 0.0 <= grade <= _MAX_FLOAT")
+    if spec.grade is not None:  # a grade the record gives: a float from 0 to MAX_GRADE as it is
+        sure.append("type(grade) is float and 0.0 <= grade <= _MAX_GRADE")
     if spec.position is not None:
         sure.append("(position is None or (type(position) is int and position >= 0))")
     if spec.event_id is not None:
@@ -433,7 +432,7 @@ def _bind_names(w: _Writer, limits: Limits) -> None:
         _set_given=BaseModel.__dict__["__pydantic_fields_set__"].__set__,
         _set_extra=BaseModel.__dict__["__pydantic_extra__"].__set__,
         _set_private=BaseModel.__dict__["__pydantic_private__"].__set__,
-        _MAX_FLOAT=sys.float_info.max,
+        _MAX_GRADE=MAX_GRADE,
         _floor=math.floor,
         _max_bytes=limits.max_event_bytes,
     )

@@ -8,13 +8,13 @@ keys (a key set to null is removed, so ``actions: {add_to_cart: null}`` drops on
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from evald.events import MAX_GRADE
 from evald.mapping.pointer import parse_pointer
 from evald.mapping.presets import BUILTIN, NATIVE
 from evald.mapping.times import Formats, TimeFormat, check_formats
@@ -81,8 +81,8 @@ class LabelSpec(_Strict):
 
 
 def _grade(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise ValueError("a grade is a finite number >= 0")
+    if not 0 <= value <= MAX_GRADE:
+        raise ValueError(f"a grade is a number from 0 to {MAX_GRADE:g}")
     return value
 
 

@@ -86,8 +86,14 @@ def _grade_cap(value: Any) -> int:
     return value
 
 
+#: the largest gain of a gain map, that of grade 100 (the largest a stream gives) under
+#: ``dcg='exp-log2'``: a DCG's sum of 1e308 gains overflowed (a numpy warning, NaN nDCG)
+MAX_GAIN = 2.0**100
+
+
 def _gain_map(value: Any) -> tuple[tuple[int, float | int], ...] | None:
-    """trec_eval's ``ndcg.1=3,2=9``: relevance level (an integer ≥ 0) → gain (any finite number)."""
+    """trec_eval's ``ndcg.1=3,2=9``: relevance level (an integer ≥ 0) → gain (a finite number
+    of magnitude at most ``MAX_GAIN``)."""
     if value is None:
         return None
     if not isinstance(value, dict) or not value:
@@ -96,8 +102,11 @@ def _gain_map(value: Any) -> tuple[tuple[int, float | int], ...] | None:
     for level, gain in value.items():
         if isinstance(level, bool) or not isinstance(level, int) or level < 0:
             raise ValueError(f"has level {level!r}: levels are integers ≥ 0")
-        if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not math.isfinite(gain):
-            raise ValueError(f"has gain {gain!r} for level {level}: gains are finite numbers")
+        number = isinstance(gain, (int, float)) and not isinstance(gain, bool)
+        if not number or not abs(gain) <= MAX_GAIN:
+            raise ValueError(
+                f"has gain {gain!r} for level {level}: gains are numbers from -2^100 to 2^100"
+            )
         pairs.append((level, int(gain) if float(gain).is_integer() else float(gain)))
     return tuple(sorted(pairs))
 

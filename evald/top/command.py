@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from evald.terminal import can_encode
+from evald.terminal import can_encode, shown
 from evald.top.client import (
     PASSWORD_ENV,
     Client,
@@ -284,17 +284,19 @@ class Top:
         """Scrape once and render, to the terminal's size when ``fit`` (its width always), and
         then the warnings; an unreachable evald becomes a one-line frame (:class:`Refused` is
         raised: no retry helps)."""
-        from evald.top.render import notes, render
+        from evald.top.render import ascii_only, notes, render
 
         width, height = max(40, self.width()), (max(10, self.height()) if fit else None)
         footer = notes(self.warnings, width) if fit else []
+        if not self.unicode:
+            footer = [ascii_only(line) for line in footer]
         try:
             scrape = self.scraper.scrape()
         except Refused:
             raise
         except (OSError, ValueError) as exc:
             self._prev = None
-            return "\n".join([f"evald top: {exc} (retrying)", *footer]) + "\n"
+            return "\n".join([shown(f"evald top: {exc} (retrying)", width), *footer]) + "\n"
         if height is not None:
             height = max(1, height - len(footer))
         text = render(self.view(scrape), width, unicode=self.unicode, height=height)

@@ -9,12 +9,14 @@ query texts are already normalised (no control or format character) and are cut 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from evald.terminal import shown
 from evald.top.client import Client, Refused
 
 __all__ = ["fetch", "queries_url", "render_queries", "watch"]
@@ -45,10 +47,14 @@ def _cut(text: str, width: int) -> str:
 
 def render_queries(doc: dict[str, Any], measure: str | None, width: int = 80) -> str:
     """Plain text, ``width`` columns: per segment row, its most fallen queries of ``measure``
-    (None: the first measure the page reports)."""
+    (None: the first measure the page reports). Narrower than the table's 48 columns, its
+    lines are cut (``~``) rather than wrapped: a wrapped line scrolls a redrawn frame; what
+    the page says is shown as text only (``terminal.shown``: a control character is a ``?``)."""
     rows = doc.get("queries") or []
     if not rows:
-        return "no complete window with queries yet (or drilldown.capacity is 0)\n"
+        return (
+            _cut("no complete window with queries yet (or drilldown.capacity is 0)", width) + "\n"
+        )
     q = max(12, width - 46)
     out = []
     for row in rows:
@@ -76,7 +82,7 @@ def render_queries(doc: dict[str, Any], measure: str | None, width: int = 80) ->
                 f"  {_cut(f['query'], q):<{q}} {f['lists']:>7,} {f['mean']:>7.3f} "
                 f"{f['baseline_mean']:>7.3f} {f['contribution']:>+9.4f}"
             )
-    return "\n".join(out) + "\n"
+    return "".join(shown(line, width, "~") + "\n" for line in out)
 
 
 def watch(
@@ -90,13 +96,12 @@ def watch(
     sleep: Callable[[float], None] = time.sleep,
     client: Client | None = None,
     warnings: Sequence[str] = (),
+    width: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).columns,
 ) -> int:
-    """One frame (``once``: 1 if unreachable) or a redraw every ``interval`` until Ctrl-C; 1
-    on an answer no retry changes (credentials or certificate refused). ``warnings``, printed
-    on stderr before, end every frame redrawn on a terminal (the redraw wipes them)."""
-    from evald.top.render import notes
-
-    footer = "".join(line + "\n" for line in notes(warnings, 80)) if tty else ""
+    """One frame (``once``: 1 if unreachable; 80 columns) or a redraw every ``interval``
+    until Ctrl-C, to the terminal's width (at least 40); 1 on an answer no retry changes
+    (credentials or certificate refused). ``warnings``, printed on stderr before, end every
+    frame redrawn on a terminal (the redraw wipes them), a line each, cut like the rows."""
     if once:
         try:
             stream.write(render_queries(fetch(url, client), measure))
@@ -106,13 +111,15 @@ def watch(
         return 0
     try:
         while True:
+            columns = max(40, width())
+            footer = "".join(shown(text, columns, "~") + "\n" for text in warnings) if tty else ""
             try:
-                text = render_queries(fetch(url, client), measure)
+                text = render_queries(fetch(url, client), measure, columns)
             except Refused as exc:
                 print(f"evald top: {exc}", file=sys.stderr)
                 return 1
             except OSError as exc:
-                text = f"evald top: {exc} (retrying)\n"
+                text = _cut(f"evald top: {exc} (retrying)", columns) + "\n"
             stream.write(("\x1b[H\x1b[J" + text + footer) if tty else text + "\n")
             stream.flush()
             sleep(interval)

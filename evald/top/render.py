@@ -13,11 +13,11 @@ says which mark is which. Health lines wrap at the width instead of overflowing 
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from evald.durations import format_duration, readable
+from evald.terminal import shown
 from evald.top import interleaving, zerofeedback
 from evald.top.model import Comparison, Estimate, Verdict, View
 
@@ -249,10 +249,12 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
     """The whole frame, every line at most ``width`` characters, ending in a newline.
 
     ``unicode=False`` spells ``±``, ``·``, arrows and ellipses in ASCII, for a terminal or pipe
-    that cannot encode them. ``height`` (a terminal's rows) bounds the frame: a taller one
-    scrolls its header away on every redraw. The verdicts since the start give way first
-    (the window's table and the health lines say what is happening now), then the last lines,
-    each cut said in a line of its own.
+    that cannot encode them. Data (label values) is shown as text only: a control character
+    (an escape sequence in an event's label) is a ``?``, and each line is cut at the width
+    in terminal columns (a wide character takes two). ``height`` (a terminal's rows) bounds
+    the frame: a taller one scrolls its header away on every redraw. The verdicts since the
+    start give way first (the window's table and the health lines say what is happening now),
+    then the last lines, each cut said in a line of its own.
     """
     plain = (lambda text: text) if unicode else ascii_only
     head = [*_header(view, width), ""]
@@ -277,16 +279,22 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
             *lines[: height - 1],
             _fit(f"… {cut} more lines: a taller terminal shows them", width),
         ]
-    if not unicode:
-        lines = [ascii_only(_fit(ascii_only(line), width)) for line in lines]
+    if unicode:
+        lines = [shown(line, width) for line in lines]
+    else:  # what ascii_only does not spell (a label value's own letters) as "?"
+        lines = [_ascii(shown(ascii_only(line), width, "~")) for line in lines]
     return "\n".join(lines) + "\n"
 
 
+def _ascii(text: str) -> str:
+    return text.encode("ascii", "replace").decode("ascii")
+
+
 def notes(texts: Sequence[str], width: int) -> list[str]:
-    """The warnings printed before a live view started, as lines at most ``width`` wide, each
-    warning whole (wrapped, not cut): the view's first redraw wipes the screen they were on,
-    and a password going over plain http:// stays true for as long as the view runs."""
-    return [line for text in texts for line in textwrap.wrap(text, width, subsequent_indent="  ")]
+    """The warnings printed before a live view started, a line each, cut at ``width`` like
+    the rows: the view's first redraw wipes the screen they were on, and a password going
+    over plain http:// stays true for as long as the view runs (stderr has them whole)."""
+    return [shown(text, width) for text in texts]
 
 
 def ascii_only(text: str) -> str:

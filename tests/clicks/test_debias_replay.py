@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -135,7 +136,10 @@ def test_replay_click_options_name_the_bad_one(
     assert main(["replay", str(events), "--click-model", "pbm", "--click-depth", "0"]) == 2
     assert "--click-depth: must be between 1 and" in capsys.readouterr().err
     assert main(["replay", str(events), "--click-model", "pbm", "--ips-clip", "0.5"]) == 2
-    assert "--ips-clip: must be >= 1, got 0.5" in capsys.readouterr().err
+    assert "--ips-clip: must be a finite number >= 1, got 0.5" in capsys.readouterr().err
+    # an infinite clip weighed a rank never examined inf: the summary's JSON said Infinity
+    assert main(["replay", str(events), "--click-model", "pbm", "--ips-clip", "inf"]) == 2
+    assert "--ips-clip: must be a finite number >= 1, got inf" in capsys.readouterr().err
     for flag in (["--click-depth", "5"], ["--ips-clip", "3"]):  # without a model: no effect
         assert main(["replay", str(events), *flag]) == 2
         assert f"{flag[0]}: only with --click-model" in capsys.readouterr().err
@@ -170,6 +174,16 @@ def test_ips_weighs_a_rank_never_shown_at_the_clip() -> None:
     log = Sessions.build([[1, 2]], [[0, 1]], depth=2)
     sums = ips(log, np.asarray([[1.0, np.nan]]), clip=4.0)
     assert (sums.weighted_clicks, sums.expected_weight, sums.slots) == (4.0, 1.0, 2.0)
+
+
+def test_ips_weighs_a_subnormal_examination_at_the_clip_without_a_warning() -> None:
+    """θ = 1e-320 at rank 2: 1 / θ would overflow (a numpy warning on the replay's stderr);
+    the weight is the clip, as for θ = 0."""
+    log = Sessions.build([[1, 2]], [[1, 1]], depth=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sums = ips(log, np.asarray([[1.0, 1e-320]]), clip=4.0)
+    assert (sums.weighted_clicks, sums.expected_weight, sums.slots) == (5.0, 1.0 + 4e-320, 2.0)
 
 
 def test_replay_text_summary_names_the_curve_and_the_relevance(

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from evald.clicks import stream
 from evald.clicks.model import ClickModel
 from evald.clicks.models import new_model
 from evald.clicks.sessions import Sessions
+from evald.clicks.settings import ClickSettings
 from evald.clicks.stream import ServedTee, StableKeys, pair_keys, stable_key
 from evald.config import ConfigError, load_config
 from evald.decode import Decoder
@@ -283,3 +285,49 @@ def test_the_ips_sums_equal_an_offline_computation() -> None:
     assert sum(row[0] for row in got.values()) > 1.5 * raw_clicks  # the weights matter
     exported = named(engine, "evald_click_ips_clicks_total")
     assert exported[frozenset({("arm", "a0")})] == got[("a0",)][0]
+
+
+def test_ips_weights_of_a_subnormal_examination_are_clipped_without_a_warning() -> None:
+    """A fitted examination of 1e-320 (a rank never clicked, driven down refit after refit)
+    weighs the clip, as 0 and NaN do, and numpy warns of no overflow: in the daemon a
+    warning is a line in its log per refit."""
+    model = new_model(ClickSettings(depth=6))
+    model.segment(("a",))
+    model.theta[0] = [1.0, 1e-320, 5e-324, 0.0, np.nan, 0.25]  # type: ignore[attr-defined]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clicked, expected = stream.ips_weights(model, 10.0)
+    unit = stream.IPS_UNIT
+    assert (clicked / unit).tolist() == [[1.0, 10.0, 10.0, 10.0, 10.0, 4.0]]
+    assert (expected / unit).tolist() == [[1.0, 1e-319, 5e-323, 0.0, 0.0, 1.0]]
+
+
+@pytest.mark.parametrize("clip", [1.0, 10.0, 1e6])
+def test_ips_weights_are_min_of_the_inverse_and_the_clip_to_the_bit(clip: float) -> None:
+    """On curves ordinary and not (every power of two down to the least subnormal, the
+    neighbours of the last one whose inverse is finite), the weights are the bits of
+    min(1 / θ, clip) (θ <= 0 or NaN: the clip) as numpy computes it, overflow and all."""
+    rng = np.random.default_rng(7)
+    edge = np.ldexp(1.0, -1024)
+    theta = np.concatenate(
+        [
+            rng.random(6000),
+            rng.random(6000) ** 40,
+            np.ldexp(1.0, np.arange(-1074, 1)),
+            [edge, np.nextafter(edge, 0), np.nextafter(edge, 1), 0.0, -0.0, np.nan, 0.1, 1.0],
+            [0.5, 1e-300, 3e-10],
+        ]
+    ).reshape(-1, 6)
+    model = new_model(ClickSettings(depth=6))
+    for s in range(len(theta)):
+        model.segment((str(s),))
+    model.theta[:] = theta  # type: ignore[attr-defined]
+    with np.errstate(all="ignore"):
+        plain = np.nan_to_num(theta, nan=0.0)
+        w = np.minimum(np.where(plain > 0, 1.0 / np.where(plain > 0, plain, 1.0), clip), clip)
+        want = (w * stream.IPS_UNIT, w * plain * stream.IPS_UNIT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = stream.ips_weights(model, clip)
+    assert got[0].tobytes() == want[0].tobytes()
+    assert got[1].tobytes() == want[1].tobytes()

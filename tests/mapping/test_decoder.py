@@ -88,6 +88,23 @@ def test_feedback_with_the_action_grade_an_explicit_grade_and_a_position() -> No
     assert isinstance(starred, Feedback) and starred.grade == 4.0  # explicit grade wins
 
 
+def test_a_grade_above_100_is_bad_grade_on_both_paths_and_in_the_mapping() -> None:
+    """A record's grade of 1e308 overflowed the measures' sums: it is ``bad_grade`` as a
+    negative one is, on the fast path and the exact one; 100 is a grade."""
+    d = decoder()
+    for stars, accepted in ((100.0, True), (100.5, False), (1e308, False)):
+        record = raw(act(what="rate", stars=stars))
+        exact, fast = d.decode(record, None, NOW), d.decode_fast(record, None, NOW, None)
+        if accepted:
+            assert isinstance(exact, Feedback) and exact.grade == stars and fast == exact
+        else:  # the fast path steps aside (None) for what it does not accept
+            assert isinstance(exact, Rejection) and exact.reason == "bad_grade"
+            assert fast is None or fast == exact
+    tree = {**NESTED, "feedback": {**NESTED["feedback"], "actions": {"click": 1e308}}}
+    with pytest.raises(ValueError, match="a grade is a number from 0 to 100"):
+        MappingSpec.model_validate(tree)
+
+
 def test_unmapped_actions_are_skipped_not_rejected() -> None:
     d = decoder()
     assert d.decode(raw(act(what="hover")), None, NOW) == Skipped("hover")

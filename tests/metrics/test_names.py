@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import pytest
 
 from evald.metrics import (
     DEFAULT_MEASURES,
     FAMILIES,
+    Batch,
     MeasureError,
+    evaluate,
     make_measure,
     parse_measure,
     parse_measures,
@@ -158,6 +163,19 @@ def test_trec_eval_measures_have_ir_measures_names(text: str, canonical: str) ->
 def test_bad_trec_eval_measure_forms_are_refused(text: str) -> None:
     with pytest.raises(MeasureError):
         parse_measure(text)
+
+
+def test_a_gain_past_2_to_the_100_is_refused_and_2_to_the_100_scores_finite() -> None:
+    """A gain map of 1e308 summed past the largest float in DCG (a numpy warning, nDCG
+    NaN): gains are at most 2^100 in magnitude, the exponential gain of grade 100."""
+    for text in ["DCG(gains={1:1e308})", "nDCG(gains={1:-1e31})@3", "DCG(gains={1:1e400})"]:
+        with pytest.raises(MeasureError, match="gains are numbers from -2\\^100 to 2\\^100"):
+            parse_measure(text)
+    measures = parse_measures(f"DCG(gains={{1:{2.0**100!r}}}),nDCG(gains={{1:{2**100}}})@5")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        values = evaluate(measures, Batch.from_served_grades([[1.0] * 1000, [0.0, 1.0]]))
+    assert all(np.isfinite(v).all() for v in values.values())
 
 
 def test_counts_read_no_rank_and_whole_list_measures_read_all() -> None:

@@ -275,10 +275,12 @@ HTTP_WARNING = (
 )
 
 
-def test_the_warnings_printed_before_the_live_view_end_each_of_its_frames() -> None:
+@pytest.mark.parametrize("columns", [80, 40])
+def test_the_warnings_printed_before_the_live_view_end_each_of_its_frames(columns: int) -> None:
     """The live view's first redraw wiped the warnings printed on stderr before it (a password
     going over plain http://, a password file readable by everyone): on a terminal they now end
-    every frame, whole and within its rows and columns; a pipe keeps them on stderr only."""
+    every frame, a line each cut to the width like the rows (a wrapped one scrolled the frame),
+    within its rows and columns; a pipe keeps them on stderr only."""
     from evald.top.command import Top
     from evald.top.model import Scrape, parse
     from top.test_model import _exposition, _values
@@ -296,7 +298,7 @@ def test_the_warnings_printed_before_the_live_view_end_each_of_its_frames() -> N
         out = io.StringIO()
         sleep = _interrupt_second_sleep()
         top = Top(Page(), window="5m", group_by=["arm", "surface"], measures=None,  # type: ignore[arg-type]
-                  stream=out, sleep=sleep, width=lambda: 80, height=lambda: 12,
+                  stream=out, sleep=sleep, width=lambda: columns, height=lambda: 12,
                   warnings=warnings)  # fmt: skip
         assert top.live(0.1, tty=tty) == 0
         text = out.getvalue()
@@ -307,14 +309,53 @@ def test_the_warnings_printed_before_the_live_view_end_each_of_its_frames() -> N
         assert len(frames) == 2
         for frame in frames:
             lines = frame.removesuffix("\n\x1b[?25h").split("\n")
-            assert len(lines) == 12 and max(map(len, lines)) <= 80, lines
-            assert lines[0].startswith("evald top · evald.invalid:9464")
-            assert lines[-4].endswith("more lines: a taller terminal shows them")
-            assert lines[-3:] == [
-                "warning: --user prometheus's password goes to evald.invalid over plain http://,",
-                "  readable on the way: serve TLS and use https:// (docs/security.md)",
-                "warning: --password-file /run/s is readable by every user",
+            assert len(lines) == 12 and max(map(len, lines)) <= columns, lines
+            assert lines[0].startswith("evald top · evald.invalid:9464"[:columns])
+            assert lines[-3].startswith("… ")  # the frame's own cut, above the warnings
+            assert lines[-2:] == [
+                HTTP_WARNING[: columns - 1] + "…",
+                "warning: --password-file /run/s is readable by every user"[: columns - 1]
+                + ("…" if columns < 57 else ""),
             ]
+
+
+def test_a_terminal_without_unicode_gets_the_warnings_cut_in_ascii() -> None:
+    """The cut warning's ellipsis is spelt ``~`` where the frame's are: an ASCII terminal
+    cannot encode ``…``."""
+    from evald.top.command import Top
+    from evald.top.model import Scrape, parse
+    from top.test_model import _exposition, _values
+
+    page = _exposition(_values(), events=100, at_end=900.0)
+
+    class Page:
+        url = "http://evald.invalid:9464/metrics"
+
+        def scrape(self) -> Scrape:
+            return parse(page, 1000.0)
+
+    out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    top = Top(Page(), window="5m", group_by=["arm"], measures=None, stream=out,  # type: ignore[arg-type]
+              width=lambda: 40, height=lambda: 12, warnings=[HTTP_WARNING])  # fmt: skip
+    assert not top.unicode
+    assert top.frame().splitlines()[-1] == HTTP_WARNING[:39] + "~"
+
+
+def test_an_unreachable_evald_is_one_line_of_the_terminal_width() -> None:
+    """The retry line names the URL and the error, past 40 columns: it wrapped, and the
+    redrawn frame scrolled."""
+    from evald.top.command import Top
+
+    class Down:
+        url = "http://evald.invalid:9464/metrics"
+
+        def scrape(self) -> None:
+            raise OSError("cannot reach http://evald.invalid:9464/metrics: connection refused")
+
+    top = Top(Down(), window="5m", group_by=["arm"], measures=None, stream=io.StringIO(),  # type: ignore[arg-type]
+              width=lambda: 40, height=lambda: 12, warnings=["warning: short"])  # fmt: skip
+    lines = top.frame().splitlines()
+    assert lines == ["evald top: cannot reach http://evald.in…", "warning: short"]
 
 
 def test_evald_top_hands_its_warnings_to_the_live_views(

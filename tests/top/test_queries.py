@@ -154,3 +154,67 @@ def test_the_live_queries_view_ends_each_frame_with_the_warnings_printed_before_
             assert frames[1:] == [render_queries({}, None) + warning + "\n"] * 2
         else:
             assert frames == [(render_queries({}, None) + "\n") * 2]
+
+
+#: a warning longer than the 80 columns of a terminal, as ``from_args`` prints them
+LONG_WARNING = (
+    "warning: --user prometheus's password goes to evald.invalid over plain http://, readable "
+    "on the way: serve TLS and use https:// (docs/security.md)"
+)
+
+
+@pytest.mark.parametrize("columns", [80, 40])
+def test_the_live_queries_view_cuts_its_rows_and_warnings_to_the_terminal_width(
+    monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    """A line wider than the terminal wraps, and the redrawn frame scrolls: every line of
+    the frame, the warnings kept as its footer too, is cut (``~``) to the terminal's width,
+    one line a warning, as wide as the terminal when it is cut."""
+    from evald.top import queries
+
+    fallen = {"query": "q" * 90, "lists": 217, "mean": 0.7, "baseline_mean": 0.8,
+              "contribution": -0.1}  # fmt: skip
+    row = {
+        "labels": {"model": "ranker-v2", "arm": "treatment", "surface": "web"},
+        "window": "5m",
+        "end": "2026-11-28T07:45:00.000Z",
+        "lists": 1447,
+        "fallen": {"nDCG@10": [fallen]},
+    }
+    monkeypatch.setattr(queries, "fetch", lambda url, client: {"queries": [row]})
+    naps = iter([False, True])
+
+    def sleep(_seconds: float) -> None:
+        if next(naps):  # Ctrl-C after the second frame
+            raise KeyboardInterrupt
+
+    out = io.StringIO()
+    warnings = [LONG_WARNING, "warning: short"]
+    assert queries.watch("u", None, out, once=False, interval=0.1, tty=True, sleep=sleep,
+                         warnings=warnings, width=lambda: columns) == 0  # fmt: skip
+    frames = out.getvalue().split("\x1b[H\x1b[J")[1:]
+    assert len(frames) == 2
+    for frame in frames:
+        lines = frame.removesuffix("\n").split("\n")
+        assert max(map(len, lines)) <= columns, lines
+        assert lines[-2:] == [LONG_WARNING[: columns - 1] + "~", "warning: short"]
+        assert lines[0].startswith("model=ranker-v2 arm=treatment surface=web"[: columns - 1])
+        assert any(line.startswith("  qqq") for line in lines)
+
+
+def test_the_queries_view_shows_labels_as_text_and_cuts_lines_in_terminal_columns() -> None:
+    """A label value's escape sequence reached the terminal; a query of wide characters took
+    twice its length in columns: ``?`` for the controls, every line cut in columns."""
+    import unicodedata
+
+    def columns(line: str) -> int:
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+    fallen = {"query": "検索語" * 20, "lists": 3, "mean": 0.0, "baseline_mean": 1.0,
+              "contribution": -1.0}  # fmt: skip
+    row = {"labels": {"arm": "\x1b[2J" + "実" * 40}, "window": "5m", "end": "x", "lists": 3,
+           "fallen": {"RR": [fallen]}}  # fmt: skip
+    for width in (80, 40):
+        text = render_queries({"queries": [row]}, None, width)
+        assert "\x1b" not in text and "?[2J実" in text
+        assert all(columns(line) <= width for line in text.splitlines()), text

@@ -300,3 +300,37 @@ def test_a_segment_whose_bands_wait_for_lists_does_not_blame_user_ids() -> None:
     text = render(_view(verdicts=verdicts))
     assert "since start, ab surface=app" in text
     assert "no user ids" not in text
+
+
+def columns(line: str) -> int:
+    """Terminal columns of a line: East Asian wide characters take two, combining ones none."""
+    import unicodedata
+
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in line
+    )
+
+
+#: label values an event may carry: an escape sequence (clear the screen, turn red), a bidi
+#: override, twelve wide characters (24 columns in 12 characters), combining accents
+HOSTILE_ARMS = ["\x1b[2J\x1b[31mtreat", "a\u202eb", "実験群" * 4, "e\u0301\u0301\u0301x"]
+
+
+def test_label_values_are_shown_as_text_and_lines_cut_in_terminal_columns() -> None:
+    """An escape sequence in an arm's value reached the terminal as it was (it cleared the
+    screen), and a line of wide characters within 80 characters but past 80 columns wrapped
+    (the frame scrolled): controls and format characters are ``?``, each line is cut in
+    columns, at 80 and at 40, in Unicode and in ASCII."""
+    groups = _view().groups
+    rows = [GroupRow(name, groups[0].estimates) for name in HOSTILE_ARMS]
+    view = _view(groups=rows, arms=("control", HOSTILE_ARMS[0]))
+    for width in (80, 40):
+        for unicode in (True, False):
+            text = render(view, width, unicode=unicode)
+            assert "\x1b" not in text and "\u202e" not in text
+            assert all(columns(line) <= width for line in text.splitlines()), text
+            assert "?[2J?[31m" in text
+            if not unicode:
+                assert text.isascii()
+    assert "実験群実験群" in render(view, 80)
