@@ -27,6 +27,7 @@ import numpy as np
 
 from evald.aggregate import Aggregates, WindowRow
 from evald.clicks.stream import StreamClicks
+from evald.clicks.totals import ClickTotals
 from evald.config import EngineConfig
 from evald.decode import Decoder, EventDecoder, Rejection, Skipped
 from evald.events import Feedback, Impression, Shown
@@ -192,6 +193,15 @@ class Engine:
         if self._committed is None:
             return self.scored()
         return self._committed.histograms or empty_like(self.scored())
+
+    def click_totals(self) -> ClickTotals | None:
+        """The click counters ``/metrics`` shows (None without the click model): what this
+        engine's click model scored, or what :meth:`export_committed` named has committed."""
+        if self.clicks is None:
+            return None
+        if self._committed is None:
+            return self.clicks.scored()
+        return self._committed.clicks or ClickTotals(tuple(self.clicks.debiased.names))
 
     def export_committed(self, committed: Committed) -> None:
         """Show what ``committed`` holds as this engine's counters and histograms on

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evald.aggregate import Aggregates
+from evald.clicks.totals import ClickTotals
 from evald.stats import Stats
 
 __all__ = ["Committed", "Histograms", "empty_like"]
@@ -101,11 +102,14 @@ def empty_like(histograms: Histograms) -> Histograms:
 class Committed:
     """What a process's commits held: the engine counters (``counted``, each commit adding
     what its checkpoints count beyond the last ones, ``Ledger.committed``), and the measure
-    histograms and finalization lag of every session, each as of its last commit.
+    histograms, finalization lag and click counters (IPS and debiased sums) of every session,
+    each as of its last commit.
 
     Every session starts a fresh engine that scores only what it emits; a commit covers all
     of it. So the process's histograms after a commit are those at the session's start plus
     a copy of the engine's; a session that ends without a commit leaves nothing of its tail.
+    The click counters likewise (``StreamClicks.scored``: what the engine's click model
+    scored, not the checkpointed histories it loaded).
     """
 
     def __init__(self) -> None:
@@ -114,21 +118,34 @@ class Committed:
         self.histograms: Histograms | None = None
         self._base: Histograms | None = None
         self._base_lag = (list(self.counted.lag_counts), 0.0, 0)
+        #: None until the first commit with the click model on
+        self.clicks: ClickTotals | None = None
+        self._base_clicks: ClickTotals | None = None
 
     def session_started(self) -> None:
         """A new engine: from now on its commits add to what the process committed so far."""
         self._base = self.histograms
+        self._base_clicks = self.clicks
         counted = self.counted
         self._base_lag = (list(counted.lag_counts), counted.lag_sum, counted.lag_count)
 
-    def commit(self, histograms: Histograms, lag: Stats, deltas: list[dict[str, int]]) -> None:
-        """A transaction committed: ``histograms`` and ``lag`` are the engine's now (all it
-        scored since the session started), ``deltas`` what its checkpoints counted beyond the
-        last ones."""
+    def commit(
+        self,
+        histograms: Histograms,
+        lag: Stats,
+        deltas: list[dict[str, int]],
+        clicks: ClickTotals | None = None,
+    ) -> None:
+        """A transaction committed: ``histograms``, ``lag`` and ``clicks`` (None without the
+        click model) are the engine's now (all it scored since the session started),
+        ``deltas`` what its checkpoints counted beyond the last ones."""
         for delta in deltas:
             self.counted.add(delta)
         own = histograms.copy()
         self.histograms = own if self._base is None else self._base.plus(own)
+        if clicks is not None:
+            base = self._base_clicks
+            self.clicks = clicks.copy() if base is None else base.plus(clicks)
         counts, total, n = self._base_lag
         counted = self.counted
         counted.lag_counts = [a + b for a, b in zip(counts, lag.lag_counts, strict=True)]

@@ -13,7 +13,8 @@ its partition, never on the clock.
 Sums are kept as integers in units of 2^-32 (each list's value, and its square, rounded), so
 they add up the same in any grouping and through any restart, to the last bit. A partition's
 sums as of its model's last snapshot ride in its checkpointed click-model state; a restore
-loads them and observes the logged lists again, which adds the rest.
+loads them and observes the logged lists again, which adds the rest. The counters export not
+these histories but what the process scored beyond them (``scored``, evald/clicks/totals.py).
 """
 
 from __future__ import annotations
@@ -25,15 +26,13 @@ import numpy as np
 
 from evald.clicks.model import ClickModel
 from evald.clicks.sessions import Sessions
+from evald.clicks.totals import UNIT, DebiasedCells, add_debiased
 from evald.metrics import Batch, evaluate, parse_measures
 
 __all__ = ["UNIT", "DebiasedSums", "debiased_scores"]
 
-#: the sums' unit: 2^-32 (as the IPS sums)
-UNIT = float(1 << 32)
-
 #: per segment (label values): per measure, [Σ value, Σ value², lists], in units of 2^-32
-Sums = dict[tuple[str, ...], list[list[int]]]
+Sums = DebiasedCells
 
 
 def debiased_scores(
@@ -56,7 +55,8 @@ def debiased_scores(
 
 
 class DebiasedSums:
-    """Per partition, the debiased measure sums; the checkpoint's part of them."""
+    """Per partition, the debiased measure sums; the checkpoint's part of them; and what this
+    process scored of them (``scored``: the counters' values, evald/clicks/totals.py)."""
 
     def __init__(self, measures: Sequence[str]) -> None:
         self._measures = parse_measures(list(measures)) if measures else []
@@ -65,6 +65,10 @@ class DebiasedSums:
         self._sums: dict[int, Sums] = {}
         #: as of each partition's last model snapshot
         self._base: dict[int, Sums] = {}
+        #: as each partition was loaded (its earlier lives' share), and what this process
+        #: scored of the partitions it no longer owns
+        self._loaded: dict[int, Sums] = {}
+        self._retired: Sums = {}
 
     def add(
         self, partition: int, model: ClickModel, piece: Sessions, slots: np.ndarray | None = None
@@ -139,13 +143,37 @@ class DebiasedSums:
         self._sums[partition] = _copy(sums)
         return True
 
+    def loaded(self, partition: int) -> None:
+        """The partition's sums now are its earlier lives' (loaded, its log observed again):
+        :meth:`scored` counts only what is added after."""
+        self._loaded[partition] = _copy(self._sums.get(partition, {}))
+
+    def retire(self, partition: int) -> None:
+        """The partition leaves (dropped, or loaded again): what this process scored of it
+        stays in :meth:`scored`."""
+        m = len(self.names)
+        add_debiased(self._retired, self._sums.get(partition, {}), m)
+        add_debiased(self._retired, self._loaded.pop(partition, {}), m, -1)
+
     def drop(self, partition: int) -> None:
         self._sums.pop(partition, None)
         self._base.pop(partition, None)
+        self._loaded.pop(partition, None)
+
+    def scored(self) -> Sums:
+        """What this process scored, per segment: the partitions' sums beyond those loaded,
+        and the share of the partitions retired (a new value; a segment once in it stays)."""
+        m = len(self.names)
+        total = _copy(self._retired)
+        for partition, sums in self._sums.items():
+            add_debiased(total, sums, m)
+            add_debiased(total, self._loaded.get(partition, {}), m, -1)
+        return total
 
     def rows(self) -> list[tuple[tuple[str, ...], str, float, float, int]]:
         """Per segment (label values, sorted) and measure, over the partitions this process
-        owns: (labels, measure, Σ value, Σ value², lists with a finite value)."""
+        owns, their whole history (what their checkpoints carry): (labels, measure, Σ value,
+        Σ value², lists with a finite value)."""
         total: Sums = {}
         for sums in self._sums.values():
             for labels, row in sums.items():

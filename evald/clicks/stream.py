@@ -18,6 +18,11 @@ string changes per process): the query and the item each get an 8-byte BLAKE2b d
 item hashes, not ids, so ``ServedTee`` wraps the decoder and remembers each impression's query
 and items by request id until its list is scored; entries whose list can no longer be scored
 (re-fed by a restore after their list was emitted) are pruned by event time.
+
+A partition's IPS and debiased sums are its whole history (checkpointed, they move with it);
+the counters export what this process scored (``scored``: each partition's sums beyond those
+it loaded, a dropped partition's share kept), so that summed over instances each list counts
+once through rebalances and restarts (evald/clicks/totals.py).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from evald.clicks.models import build, new_model
 from evald.clicks.pbm import PBM
 from evald.clicks.sessions import Sessions
 from evald.clicks.settings import ClickSettings
+from evald.clicks.totals import ClickTotals, IpsSums, add_ips
 from evald.events import Impression
 
 if TYPE_CHECKING:
@@ -235,8 +241,12 @@ class StreamClicks:
         self._base: dict[int, tuple[str, int]] = {}
         #: per partition and segment (label values) the IPS sums (``ips_add``), and as of
         #: the partition's last snapshot (what its checkpoint carries beside the log)
-        self._ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
-        self._base_ips: dict[int, dict[tuple[str, ...], list[int]]] = {}
+        self._ips: dict[int, IpsSums] = {}
+        self._base_ips: dict[int, IpsSums] = {}
+        #: per partition its IPS sums as loaded (its earlier lives'), and what this process
+        #: scored of the partitions it dropped (``scored``)
+        self._loaded_ips: dict[int, IpsSums] = {}
+        self._retired_ips: IpsSums = {}
         self._log: dict[int, list[bytes]] = {}
         self._log_text: dict[int, listlog.Base64Log] = {}
         #: per partition ``ips_weights`` and the (model, refits, segments) they are of
@@ -424,15 +434,21 @@ class StreamClicks:
         put back. ValueError naming the part when the state is damaged (not base64, a
         snapshot that is not a click model's, a log that is not a log of lists, sums that are
         not sums): never a model silently started empty. The exported curve is recomputed
-        (``refresh``), so it counts the partition as loaded, as a drop leaves it."""
+        (``refresh``), so it counts the partition as loaded, as a drop leaves it. What this
+        process scored of the partition before stays in :meth:`scored`, the sums loaded (its
+        earlier lives') are not counted there."""
+        self._retire(partition)
         self._forget(partition)
         try:
-            return self._load(partition, state)
+            loaded = self._load(partition, state)
         except ValueError:
             self._forget(partition)  # nothing half-loaded stays behind the error
             raise
         finally:
             self.refresh()
+        self._loaded_ips[partition] = {k: list(v) for k, v in self._ips_of(partition).items()}
+        self.debiased.loaded(partition)
+        return loaded
 
     def _load(self, partition: int, state: dict[str, Any] | None) -> bool:
         if state is None:
@@ -499,9 +515,17 @@ class StreamClicks:
     def drop(self, partition: int) -> None:
         """Forget a partition (revoked): its model, sums and its share of the exported curve,
         at once (not at the next ``refresh`` of a tick: a scrape before it would still see
-        the partition in the curve and not in the IPS sums)."""
+        the partition in the curve and not in the IPS sums). What this process scored of it
+        stays in :meth:`scored`."""
+        self._retire(partition)
         self._forget(partition)
         self.refresh()
+
+    def _retire(self, partition: int) -> None:
+        """Keep what this process scored of the partition's sums (they leave with it)."""
+        add_ips(self._retired_ips, self._ips_of(partition))
+        add_ips(self._retired_ips, self._loaded_ips.pop(partition, {}), -1)
+        self.debiased.retire(partition)
 
     def _forget(self, partition: int) -> None:
         self.models.pop(partition, None)
@@ -511,15 +535,28 @@ class StreamClicks:
         self._logged.pop(partition, None)
         self._ips.pop(partition, None)
         self._base_ips.pop(partition, None)
+        self._loaded_ips.pop(partition, None)
         self._weights.pop(partition, None)
         self.debiased.drop(partition)
 
     def _ips_of(self, partition: int) -> dict[tuple[str, ...], list[int]]:
         return self._ips.get(partition, {})
 
+    def scored(self) -> ClickTotals:
+        """The IPS and debiased sums this process scored (a new value): per partition owned
+        its sums beyond those it loaded, plus the share of the partitions it dropped. What
+        the counters show (``Engine.click_totals``): they never go down within the process,
+        and summed over processes they count each list once, by the one that scored it."""
+        ips = {labels: list(row) for labels, row in self._retired_ips.items()}
+        for partition, sums in self._ips.items():
+            add_ips(ips, sums)
+            add_ips(ips, self._loaded_ips.get(partition, {}), -1)
+        return ClickTotals(tuple(self.debiased.names), ips, self.debiased.scored())
+
     def ips_rows(self) -> list[tuple[tuple[str, ...], float, float, float]]:
-        """Per segment (label values, sorted), over the partitions this process owns: the
-        IPS-weighted clicks, their expected weight and the ranks shown (``ips_add``)."""
+        """Per segment (label values, sorted), over the partitions this process owns, their
+        whole history (what their checkpoints carry): the IPS-weighted clicks, their expected
+        weight and the ranks shown (``ips_add``)."""
         total: dict[tuple[str, ...], list[int]] = {}
         for sums in self._ips.values():
             for labels, row in sums.items():

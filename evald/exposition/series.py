@@ -764,9 +764,10 @@ CLICK_SERIES: tuple[Series, ...] = (
 
 
 def _ips(engine: Engine) -> list[tuple[tuple[str, ...], float, float, float]]:
-    """The click model's IPS sums per segment (copies): clicks, expected weight, ranks."""
-    clicks = engine.clicks
-    return [] if clicks is None else clicks.ips_rows()
+    """The IPS sums per segment the process scored (``Engine.click_totals``, copies): clicks,
+    expected weight, ranks."""
+    totals = engine.click_totals()
+    return [] if totals is None else totals.ips_rows()
 
 
 def _ips_column(i: int) -> Callable[[list[tuple[tuple[str, ...], float, float, float]]], Any]:
@@ -808,9 +809,9 @@ IPS_SERIES: tuple[Series, ...] = (
 
 
 def _debiased(engine: Engine) -> list[tuple[tuple[str, ...], str, float, float, int]]:
-    """The debiased measure sums per segment and measure (copies)."""
-    clicks = engine.clicks
-    return [] if clicks is None else clicks.debiased.rows()
+    """The debiased measure sums per segment and measure the process scored (copies)."""
+    totals = engine.click_totals()
+    return [] if totals is None else totals.debiased_rows()
 
 
 def _relevance(engine: Engine) -> str:

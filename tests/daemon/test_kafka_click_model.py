@@ -24,6 +24,7 @@ from replay_traffic import traffic
 from test_kafka import committed_checkpoint
 
 from evald.config import ClickModelConfig
+from evald.engine import Engine
 
 pytestmark = [pytest.mark.kafka, pytest.mark.chaos]
 
@@ -63,19 +64,33 @@ def test_kill_9_at_a_commit_leaves_the_examination_curve_of_an_uninterrupted_run
     second = instances("a", extra=EXTRA, crash_at="committed")
     wait_until(lambda: second.proc.poll() is not None, 120, "the kill -9 at a commit")
     assert second.proc.returncode == -9
+    config = make_settings(kafka_tools.bootstrap, unique).engine_config()
+    config = config.model_copy(update={"click_model": ClickModelConfig(**CLICKS)})  # type: ignore[arg-type]
+    restored = Engine(config)  # the click models the third life restores
+    assert restored.clicks is not None
+    for p in PARTITIONS:
+        held = committed_checkpoint(kafka_tools, unique, p).state.click_model
+        assert held is not None and "records" not in held, "a model past the inline limit"
+        restored.clicks.load(p, held)
+    assert any(row[4] for row in restored.clicks.debiased.rows())  # earlier lives scored some
     kafka_tools.produce_rows(topics["impressions"], topics["feedback"], thirds[2])
     last = instances("a", extra=EXTRA)
     wait_until(lambda: last.lag_zero(2), 120, "the last life to catch up")
     time.sleep(1.0)
     got = exported(last, "evald_click_examination")
-    debiased = {part: exported(last, f"evald_click_measure_{part}") for part in ("sum", "count")}
+    _, engine = kafka_tools.expected(config, topics["impressions"], topics["feedback"])
+    want_debiased = debiased_beyond(engine, restored)
+    assert all(any(v > 0 for v in part.values()) for part in want_debiased.values())
+
+    def debiased() -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        return {part: exported(last, f"evald_click_measure_{part}") for part in want_debiased}
+
+    # the counters show what the last life's commits held: the commit after the end
+    wait_until(lambda: debiased() == want_debiased, 60, "the debiased counters")
     for p in PARTITIONS:
         assert committed_checkpoint(kafka_tools, unique, p).state.click_model is not None, p
     assert last.terminate() == 0
 
-    config = make_settings(kafka_tools.bootstrap, unique).engine_config()
-    config = config.model_copy(update={"click_model": ClickModelConfig(**CLICKS)})  # type: ignore[arg-type]
-    _, engine = kafka_tools.expected(config, topics["impressions"], topics["feedback"])
     clicks = engine.clicks
     assert clicks is not None and all(m.fits >= 3 for m in clicks.models.values())
     keys = list(engine.config.label_keys)
@@ -86,13 +101,21 @@ def test_kill_9_at_a_commit_leaves_the_examination_curve_of_an_uninterrupted_run
         if n > 0
     }
     assert want and got == want
-    for part, column in (("sum", 2), ("count", 4)):  # the debiased measures, to the last digit
-        labelled = {
-            tuple(sorted({**dict(zip(keys, row[0], strict=True)), "measure": row[1]}.items())): row
-            for row in clicks.debiased.rows()
-        }
-        want_debiased = {
-            tuple(sorted((*key, ("relevance", "pbm")))): float(row[column])
-            for key, row in labelled.items()
-        }
-        assert want_debiased and debiased[part] == want_debiased, part
+
+
+def debiased_beyond(
+    engine: Engine, restored: Engine
+) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Per part (``sum``, ``count``) the debiased series of what ``engine`` scored beyond the
+    sums ``restored`` loaded: what a process restored from them counts itself, to the last
+    digit (integers of 2^-32 apart)."""
+    assert engine.clicks is not None and restored.clicks is not None
+    keys = list(engine.config.label_keys)
+    loaded = {(row[0], row[1]): row for row in restored.clicks.debiased.rows()}
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {"sum": {}, "count": {}}
+    for row in engine.clicks.debiased.rows():
+        labels = {**dict(zip(keys, row[0], strict=True)), "measure": row[1], "relevance": "pbm"}
+        before = loaded.get((row[0], row[1]), (row[0], row[1], 0.0, 0.0, 0))
+        for part, column in (("sum", 2), ("count", 4)):
+            out[part][tuple(sorted(labels.items()))] = float(row[column] - before[column])
+    return out

@@ -518,7 +518,8 @@ class Transaction:
             self._stats.dlq.update(reasons)
             self._stats.commits += 1
             engine = self._engine_of()
-            self._stats.committed.commit(engine.scored(), engine.stats, counted)
+            clicks = None if engine.clicks is None else engine.clicks.scored()
+            self._stats.committed.commit(engine.scored(), engine.stats, counted, clicks)
         self._uncommitted = 0
         self._backoff.reset()
 
