@@ -159,7 +159,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--queries",
         metavar="OUT",
         help="one JSON line per window still in retention and segment: its top queries and, "
-        "per measure, the queries that fell most against the window before (docs/drilldown.md)",
+        "per measure, the queries that fell most against the window before (docs/drilldown.md;"
+        " needs drilldown.capacity above 0, as by default)",
     )
     parser.add_argument(
         "--tick-every",
@@ -588,12 +589,23 @@ def _engine(mapping: str, config: EngineConfig) -> Engine:
     return Engine(config, clock=lambda: 0.0, decoder=decoder, global_statistics=True)
 
 
+def _check_flags(args: argparse.Namespace, config: EngineConfig) -> None:
+    """Flags out of range, or needing a feature the settings turn off (UsageError naming the
+    flag), before any output file is opened."""
+    if args.tick_every < 1:
+        raise UsageError("--tick-every must be >= 1")
+    if args.queries is not None and config.drilldown.capacity == 0:
+        raise UsageError(
+            "--queries: the drill-down is off (drilldown.capacity: 0 in --config), so "
+            "there are no query summaries to write: set a capacity above 0 or drop --queries"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``evald replay``."""
     try:
         config = build_config(args)
-        if args.tick_every < 1:
-            raise UsageError("--tick-every must be >= 1")
+        _check_flags(args, config)
         from evald.moments import SegmentMoments
 
         engine = _engine(args.mapping, config)

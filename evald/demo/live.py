@@ -20,7 +20,7 @@ import numpy as np
 
 from evald.aggregate import Aggregates
 from evald.durations import readable
-from evald.interleaving.report import reversed_to
+from evald.interleaving.report import NONE_NOW, NONE_YET, band_favours
 from evald.statistics.live import ComparisonView
 from evald.stats import Stats, mean_ci95
 from evald.terminal import can_encode
@@ -129,8 +129,9 @@ def interleaving_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     """Per interleaved segment and pair of teams (``interleaving.report.record``'s records): the
     preference since the start with its always-valid band, ▲ when team_a won, ▼ when team_b
     won (the test's verdict, kept from the look that decided: the band may hold 0 again after
-    the rankers change) and the verdict in words; below it, once the band excludes 0 for the
-    other team, ``reversed since`` and the team it now favours."""
+    the rankers change) and the verdict in words: who won and when, or ``no difference shown
+    yet``; below a verdict the band no longer shows, ``no difference shown now`` while it holds
+    0 again, ``reversed since`` and the team it now favours once it excludes 0 for the other."""
     lines: list[str] = []
     for pair in sorted({(r["team_a"], r["team_b"]) for r in records}):
         lines.append(f"interleaving: {pair[0]} vs {pair[1]}, preference since the start:")
@@ -145,12 +146,18 @@ def interleaving_lines(records: Sequence[dict[str, Any]]) -> list[str]:
             winner = r["winner"]
             band += "" if winner is None else " ▲" if winner == pair[0] else " ▼"
             # decided_at: RFC 3339 UTC, its time of day as the view's other times
-            said = "undecided" if winner is None else f"{winner} won at {r['decided_at'][11:19]}"
+            said = NONE_YET if winner is None else f"{winner} won at {r['decided_at'][11:19]}"
             pref = r["preference"]
             value = "n/a" if pref is None else f"{pref:+.4f}"
             lines.append(f"  {where or 'all':<6} {value} {band}  {said} ({r['compared']:,} lists)")
-            now = reversed_to(winner, pair[0], pair[1], r["lower"], r["upper"])
-            if now is not None:  # a line of its own: the verdict's line has no room left
+            if winner is None:
+                continue
+            # what the band shows now beside the kept verdict, unless it agrees: a line of its
+            # own, the verdict's line has no room left
+            now = band_favours(pair[0], pair[1], r["lower"], r["upper"])
+            if now is None:
+                lines.append(f"  {where or 'all':<6} {NONE_NOW}: the band holds 0 again")
+            elif now != winner:
                 lines.append(f"  {where or 'all':<6} reversed since: the band now favours {now}")
     return lines
 

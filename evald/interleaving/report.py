@@ -84,31 +84,43 @@ def records(
     return [record(state, cell, label_keys, settings) for cell in sorted(state.pairs)]
 
 
-def reversed_to(
-    winner: str | None, team_a: str, team_b: str, lower: float | None, upper: float | None
-) -> str | None:
-    """The team the band since the start favours when that is not the decided winner, else
-    None. The test stops at its verdict and keeps it, but the rankers may change after it
-    (the demo's regression): the band then excludes 0 on the other side, and a view showing
-    both says so rather than a band and a verdict that disagree."""
-    if winner is None or lower is None or upper is None:
+#: what the views say of a pair while its band since the start holds 0: before the test
+#: decides, and after it decided when the band has come back to 0 (the rankers changed, or
+#: the estimate moved within the test's error): the decision stands, a difference now is not
+#: shown
+NONE_YET = "no difference shown yet"
+NONE_NOW = "no difference shown now"
+
+
+def band_favours(team_a: str, team_b: str, lower: float | None, upper: float | None) -> str | None:
+    """The team the band since the start excludes 0 for; None while it holds 0 (or there is
+    none yet). A view says a team beats the other only for the decided winner and only while
+    this is it: the band is what the view prints beside the words. The test stops at its
+    verdict and keeps it, but the rankers may change after it (the demo's regression): the
+    band then holds 0 again, or excludes it on the other side, and a view showing both says
+    so rather than a band and a verdict that disagree."""
+    if lower is None or upper is None:
         return None
-    favoured = team_a if lower > 0 else team_b if upper < 0 else None  # NaN: neither
-    return None if favoured in (None, winner) else favoured
+    return team_a if lower > 0 else team_b if upper < 0 else None  # NaN: neither
 
 
 def verdict(r: dict[str, Any]) -> str:
-    """The record's verdict in words: who won and when (and whether the band has turned to
-    the other team since), or what it is waiting for."""
+    """The record's verdict in words: who won and when, and whether the band since the start
+    still shows it (``beats``), holds 0 again or has turned to the other team since; or what
+    it is waiting for."""
     a, b = r["team_a"], r["team_b"]
-    if r["winner"] is not None:
-        loser = b if r["winner"] == a else a
-        said = f"{r['winner']} beats {loser} (decided at {r['decided_at']})"
-        now = reversed_to(r["winner"], a, b, r["lower"], r["upper"])
-        return said if now is None else f"{said}; reversed since: the band now favours {now}"
+    winner = r["winner"]
+    if winner is not None:
+        decided = f"(decided at {r['decided_at']})"
+        favoured = band_favours(a, b, r["lower"], r["upper"])
+        if favoured == winner:
+            return f"{winner} beats {b if winner == a else a} {decided}"
+        if favoured is None:
+            return f"{winner} won {decided}; {NONE_NOW} (the band holds 0)"
+        return f"{winner} won {decided}; reversed since: the band now favours {favoured}"
     if r["lower"] is None:
         return "no band yet (fewer compared lists than interleaving.min_n)"
-    return "undecided (the band holds 0)"
+    return f"{NONE_YET} (the band holds 0)"
 
 
 def lines(

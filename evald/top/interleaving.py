@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from evald.interleaving.report import reversed_to
+from evald.interleaving.report import NONE_NOW, NONE_YET, band_favours
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -62,18 +62,22 @@ def preferences(series: Mapping[str, Mapping[LabelKey, float]]) -> list[Preferen
 def parts(p: Preference) -> tuple[str, list[str]]:
     """``interleaving surface=web:`` and ``A vs B +0.120±0.041 A beats B``: the line's segment
     and what it says of the pair, apart, so that a line too long for the terminal wraps between
-    them rather than losing the verdict. A verdict the band since the start now contradicts
-    (the rankers changed after the test stopped) reads ``B won`` and a second item,
-    ``reversed since: A ahead``."""
+    them rather than losing the verdict. ``beats`` only for the test's winner while the printed
+    band still excludes 0 for it: before the test decides the pair reads ``no difference shown
+    yet``; a verdict whose band since the start has come back to 0 (the test keeps its
+    decision) reads ``B won`` and a second item, ``no difference shown now``, and one the band
+    contradicts (the rankers changed after the test stopped) ``B won`` and ``reversed since: A
+    ahead``."""
     head = f"interleaving {p.segment}:"
     body = f"{p.team_a} vs {p.team_b} {p.preference:+.3f}"
     if not math.isfinite(p.lower):
         return head, [f"{body} (band after interleaving.min_n compared lists)"]
-    half = (p.upper - p.lower) / 2
+    body += f"±{(p.upper - p.lower) / 2:.3f}"
     if p.winner is None:
-        return head, [f"{body}±{half:.3f} undecided"]
-    now = reversed_to(p.winner, p.team_a, p.team_b, p.lower, p.upper)
-    if now is not None:
-        return head, [f"{body}±{half:.3f} {p.winner} won", f"reversed since: {now} ahead"]
-    loser = p.team_b if p.winner == p.team_a else p.team_a
-    return head, [f"{body}±{half:.3f} {p.winner} beats {loser}"]
+        return head, [f"{body} {NONE_YET}"]
+    favoured = band_favours(p.team_a, p.team_b, p.lower, p.upper)
+    if favoured == p.winner:
+        loser = p.team_b if p.winner == p.team_a else p.team_a
+        return head, [f"{body} {p.winner} beats {loser}"]
+    now = NONE_NOW if favoured is None else f"reversed since: {favoured} ahead"
+    return head, [f"{body} {p.winner} won", now]

@@ -10,6 +10,7 @@ partition's checkpoint (``PartitionState.zero_feedback``).
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -20,6 +21,8 @@ from evald.join import Joined
 from evald.zerofeedback.memory import QUANTITIES, ListMemory, Scored
 
 __all__ = ["ZeroFeedback", "result_field", "result_fields"]
+
+log = logging.getLogger(__name__)
 
 
 def result_field(row: list[float]) -> dict[str, float | None]:
@@ -68,6 +71,7 @@ class ZeroFeedback:
             cfg = self.config
             memory = self._memories[partition] = ListMemory(
                 p=cfg.p,
+                arm_label=cfg.arm_label,
                 reference=cfg.reference,
                 retention=self.retention,
                 judged_capacity=cfg.judged_capacity,
@@ -103,12 +107,26 @@ class ZeroFeedback:
         return self._memory(partition).state()
 
     def load(self, partition: int, doc: dict[str, Any] | None) -> None:
-        """Put back a :meth:`state` (None: a checkpoint without one, an empty memory)."""
+        """Put back a :meth:`state` (None: a checkpoint without one, an empty memory); its
+        references dropped, with a warning, when they are of another arm than the settings'
+        (``ListMemory.load``)."""
         if not self.enabled:
             return
         self._memories.pop(partition, None)
-        if doc is not None:
-            self._memory(partition).load(doc)
+        if doc is None:
+            return
+        dropped = self._memory(partition).load(doc)
+        if dropped is not None:
+            log.warning(
+                "partition %d: its checkpointed zero-feedback references are of another arm "
+                "(zero_feedback.arm_label %r -> %r, zero_feedback.reference %r -> %r): dropped, "
+                "the RBO of each query waits for the new reference arm's next list",
+                partition,
+                dropped[0],
+                self.config.arm_label,
+                dropped[1],
+                self.config.reference,
+            )
 
     def drop(self, partition: int) -> None:
         self._memories.pop(partition, None)

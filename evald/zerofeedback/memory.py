@@ -7,7 +7,10 @@ restart scores the next lists exactly as the uninterrupted run would:
   each with the newest such list's event time; at most ``judged_capacity`` pairs, the pair
   written least recently dropped first.
 * **references**: per query, the newest list the reference arm served (its first ``depth``
-  stable item keys and event time); at most ``reference_capacity`` queries, likewise.
+  stable item keys and event time); at most ``reference_capacity`` queries, likewise. The
+  state names the arm (``arm_label``, ``reference``): references of another arm, the settings
+  changed across a restart, are dropped on load, or that arm's lists would be compared with
+  their own.
 
 An entry older than ``retention`` before the list being scored counts as absent. Lists are
 scored in the order the engine finalizes them, which a restore reproduces.
@@ -67,12 +70,14 @@ class ListMemory:
         self,
         *,
         p: float,
+        arm_label: str,
         reference: str,
         retention: int,
         judged_capacity: int,
         reference_capacity: int,
     ) -> None:
         self.p, self.reference, self.retention = p, reference, retention
+        self.arm_label = arm_label  # not read here (the caller picks the arms): for the state
         self.judged_capacity, self.reference_capacity = judged_capacity, reference_capacity
         self._queries: dict[str, int] = {}  # a memo of item_key, not state
         self._judged = np.zeros(0, np.uint64)
@@ -281,7 +286,7 @@ class ListMemory:
     def state(self) -> dict[str, Any]:
         """The memory as JSON for the checkpoint: the judged pairs as base64 int64 rows
         (key, ts), the references as base64 int64 rows (query key, ts, n, keys...), both
-        oldest first."""
+        oldest first, and the arm the references are of (label key and value)."""
         judged = np.stack([self._judged.view(np.int64), self._judged_ts], axis=1)
         slots = list(self._refs.values())
         lengths = self._ref_lengths[slots]
@@ -291,19 +296,35 @@ class ListMemory:
         rows[:, 1] = [self._ref_ts[slot] for slot in slots]
         keys = self._ref_keys[slots, : width - 3]
         rows[:, 3:] = np.where(np.arange(width - 3) < lengths[:, None], keys, 0)
-        return {"judged": _b64(judged), "references": _b64(rows), "width": width}
+        return {
+            "arm_label": self.arm_label,
+            "reference": self.reference,
+            "judged": _b64(judged),
+            "references": _b64(rows),
+            "width": width,
+        }
 
-    def load(self, doc: dict[str, Any]) -> None:
+    def load(self, doc: dict[str, Any]) -> tuple[str, str] | None:
         """Replace the memory by a :meth:`state`; ValueError for a malformed one. A map
-        holding more than its capacity now allows keeps the entries written most recently."""
+        holding more than its capacity now allows keeps the entries written most recently.
+        References of another arm (``arm_label`` or ``reference`` changed since) are dropped,
+        the judged pairs kept (they do not depend on the arm): the (arm_label, reference) they
+        were of is returned, else None. A state that names no arm (written before it did) is
+        taken as of this one."""
         try:
             judged = _unb64(doc["judged"]).reshape(-1, 2)
             width = int(doc["width"])
             if width < 3:  # query key, time, length, then the keys
                 raise ValueError(f"width {width} below 3")
             rows = _unb64(doc["references"]).reshape(-1, width)
+            held = (doc.get("arm_label", self.arm_label), doc.get("reference", self.reference))
+            if not all(isinstance(value, str) for value in held):
+                raise ValueError(f"arm {held!r} is not two strings")
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"zero_feedback state is malformed ({exc})") from None
+        dropped = None if held == (self.arm_label, self.reference) else held
+        if dropped is not None:
+            rows = rows[:0]
         # a map over its capacity (the capacity lowered across a restart) keeps its newest
         at, newest = (kept[-self.judged_capacity :] for kept in _distinct(judged[:, 0]))
         self._judged, self._judged_ts = judged[at, 0].view(np.uint64), judged[newest, 1]
@@ -315,6 +336,7 @@ class ListMemory:
         self._refs = dict(zip(rows[at, 0].tolist(), range(len(at)), strict=True))
         self._ref_ts = rows[newest, 1].tolist()
         self._ref_keys, self._ref_lengths = keys, lengths
+        return dropped
 
 
 def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

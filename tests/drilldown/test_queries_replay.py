@@ -187,3 +187,21 @@ def test_hostile_queries_never_break_an_output(tmp_path: Path) -> None:
         assert "\n" not in line and "\x1b" not in line and "\u202e" not in line
         row = json.loads(line)
         assert {t["query"] for t in row["top"]} <= texts
+
+
+def test_queries_with_the_drill_down_off_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``drilldown.capacity: 0`` keeps no summaries: ``--queries FILE`` wrote an empty file
+    without a word. Like ``--looks`` without comparisons and ``--click-depth`` without
+    ``--click-model``, the flag needing a feature that is off exits 2 naming both, and writes
+    no file."""
+    stream, config = tmp_path / "events.jsonl", tmp_path / "config.yaml"
+    stream.write_text("\n".join(events(28, spread=False, n=300)) + "\n")
+    config.write_text(yaml.safe_dump({**CONFIG, "drilldown": {"capacity": 0}}))
+    queries = tmp_path / "queries.jsonl"
+    argv = ["replay", str(stream), "--config", str(config), "--queries", str(queries)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("evald replay: --queries: ") and "drilldown.capacity: 0" in err
+    assert not queries.exists()

@@ -56,7 +56,7 @@ def test_the_winner_is_null_before_a_decision_and_the_text_says_so(tmp_path: Pat
     assert [e["winner"] for e in doc["interleaving"]] == [None, None]
     assert all(e["lower"] < 0 < e["upper"] for e in doc["interleaving"])
     text = replay(tmp_path, events(n=1500, same=True))
-    assert text.count("verdict: undecided (the band holds 0)") == 2
+    assert text.count("verdict: no difference shown yet (the band holds 0)") == 2
     text = replay(tmp_path, events(n=1500))
     assert text.count("verdict: A beats B (decided at ") == 2
 

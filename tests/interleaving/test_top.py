@@ -36,5 +36,5 @@ def test_the_verdict_and_the_undecided_are_shown() -> None:
     text = frame(events(n=1500))
     assert text.count(" A beats B") == 2 and "interleaving surface=app: A vs B +" in text
     text = frame(events(n=1500, same=True))
-    assert text.count(" undecided") == 2 and "beats" not in text
+    assert text.count(" no difference shown yet") == 2 and "beats" not in text
     assert all(len(line) <= 80 for line in text.splitlines())

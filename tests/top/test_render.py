@@ -252,20 +252,28 @@ def test_a_terminal_too_short_for_the_rest_cuts_the_last_lines_and_says_so() -> 
 
 def test_an_interleaving_line_too_long_wraps_and_keeps_its_verdict() -> None:
     """The demo's segments (arm, model, surface) and team names take most of 80 columns: the
-    preference, its band and who beats whom go on the next line rather than under an ellipsis."""
+    preference, its band and who beats whom go on the next line rather than under an ellipsis;
+    a kept verdict whose band holds 0 again says so rather than who beats whom."""
     from evald.top.interleaving import Preference
 
     segment = "arm=interleaved model=team-draft surface=web"
-    decided = Preference(segment, "ranker-v1", "ranker-v2", -0.0314, -0.0880, 0.0252, "ranker-v2")
+    decided = Preference(segment, "ranker-v1", "ranker-v2", -0.0566, -0.0880, -0.0252, "ranker-v2")
     early = Preference(segment, "ranker-v1", "ranker-v2", 0.25, math.nan, math.nan, None)
     text = render(_view(preferences=[decided, early]), width=80)
     assert all(len(line) <= 80 for line in text.splitlines())
     assert "…" not in text
-    assert f"interleaving {segment}:\n  ranker-v1 vs ranker-v2 -0.031±0.057 ranker-v2 beats" in text
+    assert f"interleaving {segment}:\n  ranker-v1 vs ranker-v2 -0.057±0.031 ranker-v2 beats" in text
     assert "ranker-v1 vs ranker-v2 +0.250 (band after interleaving.min_n compared lists)" in text
     short = Preference("surface=app", "A", "B", 0.12, 0.079, 0.161, "A")
     assert "interleaving surface=app: A vs B +0.120±0.041 A beats B\n" in render(
         _view(preferences=[short]), width=80
+    )
+    again = Preference(segment, "ranker-v1", "ranker-v2", -0.0314, -0.0880, 0.0252, "ranker-v2")
+    lines = render(_view(preferences=[again]), width=80).splitlines()
+    at = lines.index(f"interleaving {segment}:")
+    assert (
+        lines[at + 1]
+        == "  ranker-v1 vs ranker-v2 -0.031±0.057 ranker-v2 won · no difference shown now"
     )
 
 

@@ -196,10 +196,11 @@ def test_the_values_go_through_the_result_record_and_back() -> None:
 
 
 def restored_run(
-    events: list[tuple[str, int, dict]], cut: int, *, keep_memory: bool = True
+    events: list[tuple[str, int, dict]], cut: int, *, keep_memory: bool = True, **second_over: Any
 ) -> tuple[list[Result], Engine]:
     """A first engine fed ``events[:cut]``, committed (results, state, snapshot), killed; a
-    second resumed from the commit and fed again from the state's low offsets."""
+    second (with the settings ``second_over`` changes) resumed from the commit and fed again
+    from the state's low offsets. (The results committed, the second's, the second.)"""
     first, first_results = make()
     consumed = {"impression": 0, "feedback": 0}
     for kind, off, body in events[:cut]:
@@ -212,7 +213,7 @@ def restored_run(
     if not keep_memory:
         state = PartitionState(**{**state.__dict__, "zero_feedback": None})
     state = PartitionState.from_json(json.loads(json.dumps(state.to_json())))
-    second, second_results = make()
+    second, second_results = make(**second_over)
     second.resume(0, state, consumed)
     second.load_snapshot(0, snapshot)
     for kind, off, body in events:
@@ -220,7 +221,7 @@ def restored_run(
             second.feed(json.dumps(body).encode(), kind=kind, offset=off)
             second.tick()
     second.drain()
-    return committed + second_results, second
+    return committed, second_results, second
 
 
 @pytest.mark.parametrize("cut", [150, 420, 700])
@@ -229,7 +230,8 @@ def test_a_restore_from_a_commit_equals_the_uninterrupted_run_exactly(cut: int) 
     reference, want = make()
     feed(reference, events)
     reference.drain()
-    got, restored = restored_run(events, cut)
+    committed, after, restored = restored_run(events, cut)
+    got = committed + after
     assert [r.request_id for r in got] == [r.request_id for r in want]
     assert [r.to_json() for r in got] == [r.to_json() for r in want]
     assert [r.to_json() for r in restored.zero_feedback_rows()] == [
@@ -253,7 +255,8 @@ def test_a_restore_without_the_memory_in_the_state_differs() -> None:
     reference, want = make()
     feed(reference, events)
     reference.drain()
-    got, _ = restored_run(events, 420, keep_memory=False)
+    committed, after, _ = restored_run(events, 420, keep_memory=False)
+    got = committed + after
     assert [r.to_json() for r in got] != [r.to_json() for r in want]
 
 
@@ -307,3 +310,33 @@ def test_a_memory_switched_off_across_a_restart_is_dropped_with_a_warning(
         off.resume(0, state, {"impression": 0, "feedback": 0})
     (message,) = [r.getMessage() for r in caplog.records]
     assert "partition 0" in message and "engine.zero_feedback.depth, which is off" in message
+
+
+@pytest.mark.parametrize("changed", [{"reference": "treatment"}, {"arm_label": "variant"}])
+def test_references_of_another_arm_are_dropped_across_a_restart_with_a_warning(
+    changed: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``zero_feedback.reference`` (or ``arm_label``) changed across a restart: no list after
+    it is compared with the old arm's references. Each RBO is the one a run with the new
+    settings throughout gives, or none yet (that run had the new arm's references from before
+    the restart); the old code compared the old arm's lists with their own (RBO 0.8 where the
+    new settings give none)."""
+    events = stream(5)
+    for kind, _, body in events:  # another split of the lists under another label
+        if kind == "impression":
+            k = int(body["request_id"][1:])
+            body["labels"]["variant"] = "control" if k % 3 == 0 else "treatment"
+    new = {"zero_feedback": {**SETTINGS["zero_feedback"], **changed}}
+    throughout, want = make(**new)
+    feed(throughout, events)
+    throughout.drain()
+    wanted = {r.request_id: values(r)[2] for r in want}
+    with caplog.at_level("WARNING", logger="evald.zerofeedback.component"):
+        _, after, _ = restored_run(events, 420, **new)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("partition 0: its checkpointed zero-feedback references")
+    assert "zero_feedback.arm_label 'arm' -> " in message
+    assert "zero_feedback.reference 'control' -> " in message
+    compared = [values(r)[2] for r in after]
+    assert all(x != x or x == wanted[r.request_id] for x, r in zip(compared, after, strict=True))
+    assert sum(x == x for x in compared) > 50  # the new arm's references did come

@@ -120,7 +120,7 @@ def test_equals_the_list_by_list_definition(
 ) -> None:
     monkeypatch.setattr(lru, "_AT_ONCE", at_once)
     rng = np.random.default_rng(seed)
-    kwargs = {"p": 0.9, "reference": "control", "retention": 20_000}
+    kwargs = {"p": 0.9, "arm_label": "arm", "reference": "control", "retention": 20_000}
     memory = ListMemory(**kwargs, judged_capacity=judged_capacity, reference_capacity=ref_capacity)
     plain = PlainMemory(0.9, 20_000, judged_capacity, ref_capacity)
     from evald.join.item_keys import item_key
@@ -196,7 +196,7 @@ def test_lru_batch_equals_writing_one_by_one(monkeypatch: pytest.MonkeyPatch, at
 def test_a_checkpoint_of_a_greater_depth_scores_against_its_longer_references() -> None:
     """``zero_feedback.depth`` lowered across a restart: the references kept at the former
     depth stay whole (an unequal-length RBO), where the former code failed to broadcast."""
-    kwargs = {"p": 0.9, "reference": "control", "retention": 10**9}
+    kwargs = {"p": 0.9, "arm_label": "arm", "reference": "control", "retention": 10**9}
     caps = {"judged_capacity": 8, "reference_capacity": 4}
 
     def one(depth: int, arm: str) -> Scored:
@@ -216,7 +216,7 @@ def test_a_checkpoint_of_a_greater_depth_scores_against_its_longer_references() 
 def test_a_checkpoint_over_the_capacity_keeps_its_newest_entries() -> None:
     """The capacities lowered across a restart: the loaded maps hold at most the new
     capacities (the entries written most recently), as the docs promise, and score so."""
-    kwargs = {"p": 0.9, "reference": "control", "retention": 10**9}
+    kwargs = {"p": 0.9, "arm_label": "arm", "reference": "control", "retention": 10**9}
 
     def one(query: str, item: int, t: int) -> Scored:
         keys = np.array([[item]], np.int64)
@@ -244,9 +244,70 @@ def test_a_malformed_state_is_a_value_error(width: object) -> None:
     """Every malformed state a ValueError (the restore refuses it, exit 2), never another
     error every retry would meet again: a width below the three leading columns was an
     IndexError."""
-    memory = ListMemory(
-        p=0.9, reference="control", retention=10**9, judged_capacity=8, reference_capacity=4
-    )
+    memory = ListMemory(**ARM, p=0.9, retention=10**9, judged_capacity=8, reference_capacity=4)
     references = base64.b64encode(np.arange(4, dtype="<i8").tobytes()).decode()
     with pytest.raises(ValueError, match="zero_feedback state is malformed"):
         memory.load({"judged": "", "references": references, "width": width})
+
+
+ARM = {"arm_label": "arm", "reference": "control"}
+
+
+def two_lists() -> ListMemory:
+    """A memory holding one judged pair and one reference list (of arm=control)."""
+    memory = ListMemory(**ARM, p=0.9, retention=10**9, judged_capacity=8, reference_capacity=4)
+    keys = np.array([[1, 2, 3]], np.int64)
+    lengths = np.array([3])
+    memory.score(Scored(["q"], ["control"], np.array([1000]), lengths, keys, lengths, keys == 2))
+    assert memory.sizes() == (1, 1)
+    return memory
+
+
+def treatment_rbo(memory: ListMemory, arm: str = "treatment") -> float:
+    keys = np.array([[1, 2, 4]], np.int64)
+    lengths = np.array([3])
+    lists = Scored(["q"], [arm], np.array([2000]), lengths, keys, lengths, keys < 0)
+    return float(memory.score(lists)[0, 2])
+
+
+@pytest.mark.parametrize(
+    "arm",
+    [
+        {"reference": "treatment"},
+        {"arm_label": "variant"},
+        {"arm_label": "variant", "reference": "x"},
+    ],
+)
+def test_references_of_another_arm_are_dropped_on_load_and_the_judged_pairs_kept(
+    arm: dict[str, str],
+) -> None:
+    """``arm_label`` or ``reference`` changed across a restart: the old arm's lists would be
+    compared with their own lists (an RBO the new settings never give)."""
+    after = ListMemory(
+        **{**ARM, **arm}, p=0.9, retention=10**9, judged_capacity=8, reference_capacity=4
+    )
+    assert after.load(two_lists().state()) == ("arm", "control")
+    assert after.sizes() == (1, 0)
+    other = "control" if after.reference != "control" else "treatment"
+    assert math.isnan(treatment_rbo(after, other))  # no reference to compare it with yet
+    assert after.state()["reference"] == after.reference
+    assert after.state()["arm_label"] == after.arm_label
+
+
+def test_references_of_the_same_arm_and_of_a_state_naming_none_are_kept() -> None:
+    """A state written before it named its arm is read as before: of the settings' arm."""
+    state = two_lists().state()
+    older = {k: v for k, v in state.items() if k not in ARM}
+    for doc in (state, older):
+        after = ListMemory(**ARM, p=0.9, retention=10**9, judged_capacity=8, reference_capacity=4)
+        assert after.load(doc) is None
+        assert after.sizes() == (1, 1)
+        assert treatment_rbo(after) == rbo_ext([1, 2, 4], [1, 2, 3], 0.9)
+
+
+@pytest.mark.parametrize("field", ["arm_label", "reference"])
+def test_an_arm_not_a_string_is_a_value_error(field: str) -> None:
+    doc = {**two_lists().state(), field: 3}
+    memory = ListMemory(**ARM, p=0.9, retention=10**9, judged_capacity=8, reference_capacity=4)
+    with pytest.raises(ValueError, match="zero_feedback state is malformed"):
+        memory.load(doc)
