@@ -127,6 +127,8 @@ class DebiasedSums:
         dropped: the series start again. Returns whether sums were put back. ValueError when
         unreadable."""
         self.drop(partition)
+        if doc is not None and not isinstance(doc, dict):
+            raise ValueError("the click model's debiased sums are not an object")
         if not doc or doc.get("measures") != self.names:
             return False
         m = len(self.names)
@@ -137,7 +139,7 @@ class DebiasedSums:
                 if len(values) != m or any(len(cell) != 3 for cell in values):
                     raise ValueError("one [sum, squares, lists] per measure expected")
                 sums[tuple(map(str, labels))] = values
-        except (TypeError, ValueError, KeyError) as exc:
+        except (TypeError, ValueError, KeyError, OverflowError) as exc:  # inf: OverflowError
             raise ValueError(f"the click model's debiased sums are unreadable: {exc}") from None
         self._base[partition] = sums
         self._sums[partition] = _copy(sums)

@@ -453,6 +453,8 @@ class StreamClicks:
     def _load(self, partition: int, state: dict[str, Any] | None) -> bool:
         if state is None:
             return False
+        if not isinstance(state, dict):
+            raise ValueError(f"the click model's state is not an object: {type(state).__name__}")
         try:
             text = state["snapshot"]
             raw = base64.b64decode(text, validate=True)
@@ -487,7 +489,7 @@ class StreamClicks:
             }
             if any(len(sums) != 3 for sums in ips.values()):
                 raise ValueError("[labels, clicks, expected, ranks] per segment expected")
-        except (TypeError, ValueError, IndexError) as exc:
+        except (TypeError, ValueError, IndexError, OverflowError) as exc:  # inf: OverflowError
             raise ValueError(f"the click model's IPS sums are unreadable: {exc}") from None
         self._ips[partition] = {k: list(v) for k, v in ips.items()}
         self._base_ips[partition] = ips
