@@ -97,6 +97,9 @@ Instant = Annotated[int, BeforeValidator(_instant), Field(ge=0, le=MAX_TS_MS, st
 
 #: 2000-01-01T00:00:00Z: no event of a live system is older; epoch-0 and small-int clock bugs are
 DEFAULT_MIN_EVENT_TIME = 946_684_800_000
+#: the smallest share of a comparison's split an arm may have: one list in a trillion, far
+#: below any real split, far above where the sample-ratio guard's arithmetic breaks
+MIN_SHARE = 1e-12
 
 
 class ConfigError(ValueError):
@@ -142,10 +145,13 @@ class ComparisonConfig(BaseModel):
             if any(not (math.isfinite(w) and w > 0) for w in self.split.values()):
                 raise ValueError("split: weights must be finite and > 0")
             # the guard reads each arm's share: 1e-300 of 1e300 (or of a total past the
-            # largest float) is 0, whose logarithm is a numpy warning and an infinite e-value
+            # largest float) is 0, whose logarithm is a numpy warning and an infinite e-value,
+            # and a subnormal share (1e-311) makes its prior's log-gamma infinite
             total = sum(self.split.values())
-            if not math.isfinite(total) or min(self.split.values()) / total == 0:
-                raise ValueError("split: every arm's share of the weights' total must be > 0")
+            if not math.isfinite(total) or min(self.split.values()) / total < MIN_SHARE:
+                raise ValueError(
+                    f"split: every arm's share of the weights' total must be >= {MIN_SHARE:g}"
+                )
         for measure, effect in self.min_effect.items():
             if not (math.isfinite(effect) and effect >= 0):
                 raise ValueError(f"min_effect: {measure}: must be a finite number >= 0")

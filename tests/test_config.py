@@ -83,6 +83,10 @@ def test_durations_and_measures_are_normalised():
             {"statistics": {"comparisons": [{**AB, "split": {"A": 1e308, "B": 1e308}}]}},
             "statistics.comparisons.0",
         ),
+        (  # a subnormal share: its prior's log-gamma was infinite, the guard silently off
+            {"statistics": {"comparisons": [{**AB, "split": {"A": 1e-311, "B": 1}}]}},
+            "statistics.comparisons.0",
+        ),
         ({"statistics": {"comparisons": [AB, AB]}}, "statistics"),
     ],
 )
