@@ -99,7 +99,9 @@ def read_line(text: str) -> tuple[str, list[str], set[str]]:
     """(query, served, clicked) of one line; BadLine naming what is wrong."""
     try:
         doc = json.loads(text, object_pairs_hook=_object)
-    except json.JSONDecodeError as exc:
+    except BadLine:  # a repeated key (``_object``)
+        raise
+    except ValueError as exc:  # JSONDecodeError, and an integer past Python's 4,300 digits
         raise BadLine(f"not JSON: {exc}") from None
     except RecursionError:
         raise BadLine("not JSON: nested too deeply") from None

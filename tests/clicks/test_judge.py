@@ -147,7 +147,8 @@ def test_lines_that_would_break_the_judgments_are_rejected_by_line(
 ) -> None:
     """An empty id leaves a qrels line a column short (no TREC reader takes it), a lone
     surrogate cannot be written as UTF-8, a repeated key is ambiguous and bytes that are not
-    UTF-8 are no line at all: each is its line's rejection, and the qrels written read back
+    UTF-8 are no line at all, and an integer of 5,000 digits is past what Python's JSON reads:
+    each is its line's rejection, and the qrels written read back
     in `evald score`, pytrec_eval and ir_measures."""
     log, qrels = tmp_path / "s.jsonl", tmp_path / "j.qrels"
     good = json.dumps({"query": "q", "served": ["a", "b"], "clicked": ["a"]})
@@ -161,6 +162,7 @@ def test_lines_that_would_break_the_judgments_are_rejected_by_line(
                 b'{"query": "q", "served": ["c\\udfff"], "clicked": []}',
                 b'{"query": "q", "query": "r", "served": ["a"], "clicked": []}',
                 b'\xff{"query": "q", "served": ["a"], "clicked": []}',
+                b'{"query": ' + b"9" * 5000 + b', "served": ["a"], "clicked": []}',
                 good.encode(),
             ]
         )
@@ -173,7 +175,8 @@ def test_lines_that_would_break_the_judgments_are_rejected_by_line(
     assert f"{log}:5: a lone surrogate in an id" in err
     assert f'{log}:6: duplicate key "query"' in err
     assert f"{log}:7: not valid UTF-8 (byte 0)" in err
-    assert "6 line(s) rejected" in err
+    assert f"{log}:8: not JSON: Exceeds the limit" in err  # Python's bound on integer digits
+    assert "7 line(s) rejected" in err
     assert [line.split()[:3] for line in qrels.read_text().splitlines()] == [
         ["q", "0", "a"],
         ["q", "0", "b"],
