@@ -35,6 +35,25 @@ def _columns(char: str) -> int:
     return 2 if unicodedata.east_asian_width(char) in "WF" else 1
 
 
+def columns(text: str) -> int:
+    """Terminal columns ``text`` takes as :func:`shown` shows it (an unsafe character is a
+    ``?``, one column)."""
+    if text.isascii() and text.isprintable():
+        return len(text)
+    return sum(1 if unicodedata.category(c) in _UNSAFE else _columns(c) for c in text)
+
+
+def ljust(text: str, width: int) -> str:
+    """``text`` padded on the right to ``width`` terminal columns, not characters: padded by
+    characters, the table's columns after a wide character stand out of line."""
+    return text + " " * (width - columns(text))
+
+
+def rjust(text: str, width: int) -> str:
+    """``text`` padded on the left to ``width`` terminal columns (see :func:`ljust`)."""
+    return " " * (width - columns(text)) + text
+
+
 def shown(line: str, width: int, ellipsis: str = "…") -> str:
     """``line`` as it may go to a terminal of ``width`` columns: every unsafe character a
     ``?``, and cut (ending in ``ellipsis``) where its columns, not its characters, pass the

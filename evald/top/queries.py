@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from evald.terminal import shown
+from evald.terminal import columns, ljust, shown
 from evald.top.client import Client, Refused
 
 __all__ = ["fetch", "queries_url", "render_queries", "watch"]
@@ -74,12 +74,12 @@ def render_queries(doc: dict[str, Any], measure: str | None, width: int = 80) ->
             out.append(f"  {name}: no query fell against the window before")
             continue
         out.append(
-            f"  {name} {'query':<{q - len(str(name)) - 1}} {'lists':>7} {'mean':>7} "
+            f"  {name} {ljust('query', q - columns(str(name)) - 1)} {'lists':>7} {'mean':>7} "
             f"{'before':>7} {'contrib':>9}"
         )
-        for f in fallen:
+        for f in fallen:  # padded in columns: a wide character takes two
             out.append(
-                f"  {_cut(f['query'], q):<{q}} {f['lists']:>7,} {f['mean']:>7.3f} "
+                f"  {ljust(shown(f['query'], q, '~'), q)} {f['lists']:>7,} {f['mean']:>7.3f} "
                 f"{f['baseline_mean']:>7.3f} {f['contribution']:>+9.4f}"
             )
     return "".join(shown(line, width, "~") + "\n" for line in out)

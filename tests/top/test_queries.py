@@ -218,3 +218,31 @@ def test_the_queries_view_shows_labels_as_text_and_cuts_lines_in_terminal_column
         text = render_queries({"queries": [row]}, None, width)
         assert "\x1b" not in text and "?[2J実" in text
         assert all(columns(line) <= width for line in text.splitlines()), text
+
+
+def test_the_columns_after_a_query_of_wide_characters_stand_in_line() -> None:
+    """A wide character takes two columns and the query was padded by characters: the lists,
+    means and contribution after a CJK query stood further right than after an ASCII one."""
+    import unicodedata
+
+    def ends(line: str) -> list[int]:
+        """The terminal column after each space-separated cell."""
+        out, at = [], 0
+        for cell in line.split(" "):
+            at += sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in cell)
+            if cell:
+                out.append(at)
+            at += 1
+        return out
+
+    fallen = [
+        {"query": query, "lists": 217, "mean": 0.7, "baseline_mean": 0.8, "contribution": -0.1}
+        for query in ("lamp", "電気スタンド", "検索語" * 20)
+    ]
+    row = {"labels": {"arm": "t"}, "window": "5m", "end": "x", "lists": 3,
+           "fallen": {"適合率": fallen}}  # fmt: skip
+    for width in (80, 40):
+        head, *rows = render_queries({"queries": [row]}, None, width).splitlines()[1:]
+        assert [line.split()[0] for line in rows[:2]] == ["lamp", "電気スタンド"]
+        assert rows[2].startswith("  検索語検索") and rows[2].split()[0].endswith("~")
+        assert ends(rows[0])[1:] == ends(rows[1])[1:] == ends(rows[2])[1:] == ends(head)[2:]
