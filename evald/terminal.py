@@ -72,3 +72,13 @@ def shown(line: str, width: int, ellipsis: str = "…") -> str:
         kept.append(char)
         used += wide
     return "".join(kept) + ellipsis
+
+
+def fitted(lines: list[str], height: int, ellipsis: str = "…") -> list[str]:
+    """``lines``, at most ``height`` of them: the last ones, past the terminal's rows, said
+    in a last line of their own (a frame taller than the terminal scrolls on every redraw,
+    its first lines out of sight)."""
+    if len(lines) <= height:
+        return lines
+    cut = len(lines) - height + 1
+    return [*lines[: height - 1], f"{ellipsis} {cut} more lines: a taller terminal shows them"]

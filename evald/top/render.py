@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from evald.durations import format_duration, readable
-from evald.terminal import columns, ljust, rjust, shown
+from evald.terminal import columns, fitted, ljust, rjust, shown
 from evald.top import interleaving, zerofeedback
 from evald.top.model import Comparison, Estimate, Verdict, View
 
@@ -277,12 +277,8 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
         verdict_lines = _shorten(verdict_lines, rows - height, width)
     marks = [plain(line) for line in [*verdict_lines, *legends]]
     lines = [*head, *tables, *marks, *tail]
-    if height is not None and len(lines) > height:
-        cut = len(lines) - height + 1
-        lines = [
-            *lines[: height - 1],
-            _fit(f"… {cut} more lines: a taller terminal shows them", width),
-        ]
+    if height is not None:
+        lines = fitted(lines, height)
     if unicode:
         lines = [shown(line, width) for line in lines]
     else:  # what ascii_only does not spell (a label value's own letters) as "?"
