@@ -421,11 +421,7 @@ def watch_looks(engine: Engine, out: IO[str] | None) -> None:
     if out is None:
         return
     live = engine.statistics
-    if live is None:
-        raise UsageError(
-            "--looks: no comparison is configured (a statistics block with comparisons in "
-            "--config; see evald replay --help)"
-        )
+    assert live is not None, "_check_flags refuses --looks without a comparison"
     from evald.statistics.live import summary as comparison_summary
 
     alpha = live.settings.alpha
@@ -598,6 +594,11 @@ def _check_flags(args: argparse.Namespace, config: EngineConfig) -> None:
         raise UsageError(
             "--queries: the drill-down is off (drilldown.capacity: 0 in --config), so "
             "there are no query summaries to write: set a capacity above 0 or drop --queries"
+        )
+    if args.looks is not None and not config.statistics.comparisons:
+        raise UsageError(
+            "--looks: no comparison is configured (a statistics block with comparisons in "
+            "--config; see evald replay --help)"
         )
 
 

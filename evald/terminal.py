@@ -35,6 +35,25 @@ def _columns(char: str) -> int:
     return 2 if unicodedata.east_asian_width(char) in "WF" else 1
 
 
+def columns(text: str) -> int:
+    """Terminal columns ``text`` takes as :func:`shown` shows it (an unsafe character is a
+    ``?``, one column)."""
+    if text.isascii() and text.isprintable():
+        return len(text)
+    return sum(1 if unicodedata.category(c) in _UNSAFE else _columns(c) for c in text)
+
+
+def ljust(text: str, width: int) -> str:
+    """``text`` padded on the right to ``width`` terminal columns, not characters: padded by
+    characters, the table's columns after a wide character stand out of line."""
+    return text + " " * (width - columns(text))
+
+
+def rjust(text: str, width: int) -> str:
+    """``text`` padded on the left to ``width`` terminal columns (see :func:`ljust`)."""
+    return " " * (width - columns(text)) + text
+
+
 def shown(line: str, width: int, ellipsis: str = "…") -> str:
     """``line`` as it may go to a terminal of ``width`` columns: every unsafe character a
     ``?``, and cut (ending in ``ellipsis``) where its columns, not its characters, pass the
@@ -53,3 +72,13 @@ def shown(line: str, width: int, ellipsis: str = "…") -> str:
         kept.append(char)
         used += wide
     return "".join(kept) + ellipsis
+
+
+def fitted(lines: list[str], height: int, ellipsis: str = "…") -> list[str]:
+    """``lines``, at most ``height`` of them: the last ones, past the terminal's rows, said
+    in a last line of their own (a frame taller than the terminal scrolls on every redraw,
+    its first lines out of sight)."""
+    if len(lines) <= height:
+        return lines
+    cut = len(lines) - height + 1
+    return [*lines[: height - 1], f"{ellipsis} {cut} more lines: a taller terminal shows them"]

@@ -151,8 +151,16 @@ def test_looks_without_a_comparison_and_misplaced_settings_exit_2(
 ) -> None:
     events = tmp_path / "e.jsonl"
     events.write_text("")
-    assert main(["replay", str(events), "--looks", str(tmp_path / "l.jsonl")]) == 2
-    assert "--looks: no comparison is configured" in capsys.readouterr().err
+    names = ("looks", "results", "windows", "queries", "rejected")
+    outputs = {name: tmp_path / f"{name}.jsonl" for name in names}
+    argv = [f"--{name}={path}" for name, path in outputs.items()]
+    assert main(["replay", str(events), *argv]) == 2
+    assert capsys.readouterr().err == (
+        "evald replay: --looks: no comparison is configured (a statistics block with "
+        "comparisons in --config; see evald replay --help)\n"
+    )
+    # refused before any output is opened: no empty file left to mistake for a replay's
+    assert [path for path in outputs.values() if path.exists()] == []
     wrong = {
         "comparisons": CONFIG["statistics"]["comparisons"],  # type: ignore[index]
         "statistics": {"window": "5m", "alpah": 0.1},

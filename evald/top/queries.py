@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from evald.terminal import shown
+from evald.terminal import columns, fitted, ljust, shown
 from evald.top.client import Client, Refused
 
 __all__ = ["fetch", "queries_url", "render_queries", "watch"]
@@ -45,11 +45,16 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
 
 
-def render_queries(doc: dict[str, Any], measure: str | None, width: int = 80) -> str:
+def render_queries(
+    doc: dict[str, Any], measure: str | None, width: int = 80, height: int | None = None
+) -> str:
     """Plain text, ``width`` columns: per segment row, its most fallen queries of ``measure``
     (None: the first measure the page reports). Narrower than the table's 48 columns, its
     lines are cut (``~``) rather than wrapped: a wrapped line scrolls a redrawn frame; what
-    the page says is shown as text only (``terminal.shown``: a control character is a ``?``)."""
+    the page says is shown as text only (``terminal.shown``: a control character is a ``?``).
+    ``height`` (the terminal's rows less the warnings below) bounds it for the same reason:
+    the last lines give way, their count said in the last line, the first segment's header
+    stays."""
     rows = doc.get("queries") or []
     if not rows:
         return (
@@ -74,14 +79,16 @@ def render_queries(doc: dict[str, Any], measure: str | None, width: int = 80) ->
             out.append(f"  {name}: no query fell against the window before")
             continue
         out.append(
-            f"  {name} {'query':<{q - len(str(name)) - 1}} {'lists':>7} {'mean':>7} "
+            f"  {name} {ljust('query', q - columns(str(name)) - 1)} {'lists':>7} {'mean':>7} "
             f"{'before':>7} {'contrib':>9}"
         )
-        for f in fallen:
+        for f in fallen:  # padded in columns: a wide character takes two
             out.append(
-                f"  {_cut(f['query'], q):<{q}} {f['lists']:>7,} {f['mean']:>7.3f} "
+                f"  {ljust(shown(f['query'], q, '~'), q)} {f['lists']:>7,} {f['mean']:>7.3f} "
                 f"{f['baseline_mean']:>7.3f} {f['contribution']:>+9.4f}"
             )
+    if height is not None:
+        out = fitted(out, height, "~")
     return "".join(shown(line, width, "~") + "\n" for line in out)
 
 
@@ -97,11 +104,13 @@ def watch(
     client: Client | None = None,
     warnings: Sequence[str] = (),
     width: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).columns,
+    height: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).lines,
 ) -> int:
-    """One frame (``once``: 1 if unreachable; 80 columns) or a redraw every ``interval``
-    until Ctrl-C, to the terminal's width (at least 40); 1 on an answer no retry changes
-    (credentials or certificate refused). ``warnings``, printed on stderr before, end every
-    frame redrawn on a terminal (the redraw wipes them), a line each, cut like the rows."""
+    """One frame (``once``: 1 if unreachable; 80 columns, every line) or a redraw every
+    ``interval`` until Ctrl-C, to the terminal's width (at least 40) and rows (at least 10,
+    as the metrics view); 1 on an answer no retry changes (credentials or certificate
+    refused). ``warnings``, printed on stderr before, end every frame redrawn on a terminal
+    (the redraw wipes them), a line each, cut like the rows."""
     if once:
         try:
             stream.write(render_queries(fetch(url, client), measure))
@@ -111,17 +120,29 @@ def watch(
         return 0
     try:
         while True:
-            columns = max(40, width())
-            footer = "".join(shown(text, columns, "~") + "\n" for text in warnings) if tty else ""
+            cols = max(40, width())
+            footer = [shown(text, cols, "~") for text in warnings] if tty else []
+            rows = max(1, max(10, height()) - len(footer)) if tty else None
             try:
-                text = render_queries(fetch(url, client), measure, columns)
-            except Refused as exc:
-                print(f"evald top: {exc}", file=sys.stderr)
-                return 1
+                text = render_queries(fetch(url, client), measure, cols, rows)
+            except Refused:
+                raise
             except OSError as exc:
-                text = _cut(f"evald top: {exc} (retrying)", columns) + "\n"
-            stream.write(("\x1b[H\x1b[J" + text + footer) if tty else text + "\n")
+                text = _cut(f"evald top: {exc} (retrying)", cols) + "\n"
+            if tty:  # without the last newline: after the terminal's last row it scrolls
+                frame = text + "".join(line + "\n" for line in footer)
+                stream.write("\x1b[H\x1b[J" + frame.rstrip("\n"))
+            else:
+                stream.write(text + "\n")
             stream.flush()
             sleep(interval)
     except KeyboardInterrupt:
         return 0
+    except Refused as exc:
+        message = f"evald top: {exc}"  # printed below the frame
+    finally:
+        if tty:
+            stream.write("\n")
+            stream.flush()
+    print(message, file=sys.stderr)
+    return 1

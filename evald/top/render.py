@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from evald.durations import format_duration, readable
-from evald.terminal import shown
+from evald.terminal import columns, fitted, ljust, rjust, shown
 from evald.top import interleaving, zerofeedback
 from evald.top.model import Comparison, Estimate, Verdict, View
 
@@ -184,34 +184,36 @@ def _window_seconds(window: str) -> float:
 
 
 def _tables(view: View, width: int, plain: Callable[[str], str]) -> list[str]:
-    """The measure tables; ``plain`` spells each cell for the terminal before it is padded."""
+    """The measure tables; ``plain`` spells each cell for the terminal before it is cut and
+    padded, both in terminal columns: a wide character in a label value takes two, and
+    padded by characters the columns after it stood out of line."""
     if not view.groups:
         return ["(no scored impression in the window yet)"]
     compare = view.comparison is not None
     control, treatment = view.arms
     delta_title = plain(f"{treatment}−{control}")
-    delta_w = min(max(_DELTA_W, len(delta_title) + 2), 32)
+    delta_w = min(max(_DELTA_W, columns(delta_title) + 2), 32)
     room = width - _MEASURE_W - (delta_w if compare else 0)
     per_table = max(1, room // _CELL_W)
     lines: list[str] = []
     for start in range(0, len(view.groups), per_table):
         chunk = view.groups[start : start + per_table]
         with_delta = compare and start == 0
-        head = f"{'measure':<{_MEASURE_W}}" + "".join(
-            f"{_fit(plain(g.name), _CELL_W - 1):>{_CELL_W}}" for g in chunk
+        head = ljust("measure", _MEASURE_W) + "".join(
+            rjust(shown(plain(g.name), _CELL_W - 1), _CELL_W) for g in chunk
         )
-        counts = f"{'n':<{_MEASURE_W}}" + "".join(f"{g.n:>{_CELL_W},}" for g in chunk)
+        counts = ljust("n", _MEASURE_W) + "".join(rjust(f"{g.n:,}", _CELL_W) for g in chunk)
         if with_delta:
-            head += f"{_fit(delta_title, delta_w - 2):>{delta_w}}"
+            head += rjust(shown(delta_title, delta_w - 2), delta_w)
         if lines:
             lines.append("")
         lines += [head, counts]
         for measure in view.measures:
-            row = f"{_fit(measure, _MEASURE_W - 1):<{_MEASURE_W}}" + "".join(
-                f"{plain(_estimate(g.estimates.get(measure))):>{_CELL_W}}" for g in chunk
+            row = ljust(shown(plain(measure), _MEASURE_W - 1), _MEASURE_W) + "".join(
+                rjust(plain(_estimate(g.estimates.get(measure))), _CELL_W) for g in chunk
             )
             if with_delta and view.comparison is not None:
-                row += f"{plain(_comparison(view.comparison.get(measure))):>{delta_w}}"
+                row += rjust(plain(_comparison(view.comparison.get(measure))), delta_w)
             lines.append(row.rstrip())
     return [_fit(line, width) for line in lines]
 
@@ -256,7 +258,9 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
     start give way first (the window's table and the health lines say what is happening now),
     then the last lines, each cut said in a line of its own.
     """
-    plain = (lambda text: text) if unicode else ascii_only
+    # in ASCII, a label value's own letters are a "?" before the cells are padded (one
+    # column, where a wide letter took two)
+    plain = (lambda text: text) if unicode else (lambda text: _ascii(ascii_only(text)))
     head = [*_header(view, width), ""]
     tables = _tables(view, width, plain)
     verdict_lines, legends = _verdicts(view, width)
@@ -273,12 +277,8 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
         verdict_lines = _shorten(verdict_lines, rows - height, width)
     marks = [plain(line) for line in [*verdict_lines, *legends]]
     lines = [*head, *tables, *marks, *tail]
-    if height is not None and len(lines) > height:
-        cut = len(lines) - height + 1
-        lines = [
-            *lines[: height - 1],
-            _fit(f"… {cut} more lines: a taller terminal shows them", width),
-        ]
+    if height is not None:
+        lines = fitted(lines, height)
     if unicode:
         lines = [shown(line, width) for line in lines]
     else:  # what ascii_only does not spell (a label value's own letters) as "?"

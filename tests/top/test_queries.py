@@ -150,8 +150,9 @@ def test_the_live_queries_view_ends_each_frame_with_the_warnings_printed_before_
         assert queries.watch("u", None, out, once=False, interval=0.1, tty=tty, sleep=sleep,
                              warnings=[warning]) == 0  # fmt: skip
         frames = out.getvalue().split("\x1b[H\x1b[J")
-        if tty:
-            assert frames[1:] == [render_queries({}, None) + warning + "\n"] * 2
+        if tty:  # no newline after a frame's last row (it scrolls), one after the last frame
+            frame = render_queries({}, None) + warning
+            assert frames[1:] == [frame, frame + "\n"]
         else:
             assert frames == [(render_queries({}, None) + "\n") * 2]
 
@@ -218,3 +219,71 @@ def test_the_queries_view_shows_labels_as_text_and_cuts_lines_in_terminal_column
         text = render_queries({"queries": [row]}, None, width)
         assert "\x1b" not in text and "?[2J実" in text
         assert all(columns(line) <= width for line in text.splitlines()), text
+
+
+def test_the_columns_after_a_query_of_wide_characters_stand_in_line() -> None:
+    """A wide character takes two columns and the query was padded by characters: the lists,
+    means and contribution after a CJK query stood further right than after an ASCII one."""
+    import unicodedata
+
+    def ends(line: str) -> list[int]:
+        """The terminal column after each space-separated cell."""
+        out, at = [], 0
+        for cell in line.split(" "):
+            at += sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in cell)
+            if cell:
+                out.append(at)
+            at += 1
+        return out
+
+    fallen = [
+        {"query": query, "lists": 217, "mean": 0.7, "baseline_mean": 0.8, "contribution": -0.1}
+        for query in ("lamp", "電気スタンド", "検索語" * 20)
+    ]
+    row = {"labels": {"arm": "t"}, "window": "5m", "end": "x", "lists": 3,
+           "fallen": {"適合率": fallen}}  # fmt: skip
+    for width in (80, 40):
+        head, *rows = render_queries({"queries": [row]}, None, width).splitlines()[1:]
+        assert [line.split()[0] for line in rows[:2]] == ["lamp", "電気スタンド"]
+        assert rows[2].startswith("  検索語検索") and rows[2].split()[0].endswith("~")
+        assert ends(rows[0])[1:] == ends(rows[1])[1:] == ends(rows[2])[1:] == ends(head)[2:]
+
+
+def test_the_live_queries_view_fits_the_terminal_rows_keeping_its_header_and_warnings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A frame taller than the terminal scrolled on every redraw, its header out of sight: the
+    last rows give way to a line saying how many, above the warnings; a pipe gets it whole."""
+    from evald.top import queries
+
+    fallen = [
+        {"query": f"q{i}", "lists": 10, "mean": 0.5, "baseline_mean": 0.6, "contribution": -0.01}
+        for i in range(30)
+    ]
+    row = {"labels": {"arm": "t"}, "window": "5m", "end": "x", "lists": 300,
+           "fallen": {"RR": fallen}}  # fmt: skip
+    monkeypatch.setattr(queries, "fetch", lambda url, client: {"queries": [row, row]})
+    whole = render_queries({"queries": [row, row]}, None).splitlines()
+    assert len(whole) == 64
+    warnings = ["warning: one", "warning: two"]
+    for tty in (True, False):
+        out, naps = io.StringIO(), iter([False, True])
+
+        def sleep(_seconds: float, naps: Any = naps) -> None:
+            if next(naps):  # Ctrl-C after the second frame
+                raise KeyboardInterrupt
+
+        size = {"width": lambda: 80, "height": lambda: 12}
+        assert queries.watch("u", None, out, once=False, interval=0.1, tty=tty, sleep=sleep,
+                             warnings=warnings, **size) == 0  # fmt: skip
+        if not tty:
+            assert out.getvalue() == "\n".join(whole) + "\n\n" + "\n".join(whole) + "\n\n"
+            continue
+        frames = out.getvalue().split("\x1b[H\x1b[J")[1:]
+        assert len(frames) == 2 and frames[1].endswith("\n") and not frames[0].endswith("\n")
+        for frame in frames:
+            lines = frame.removesuffix("\n").split("\n")
+            assert len(lines) == 12, lines
+            assert lines[:9] == whole[:9]  # the segment, its column heads, the first rows
+            assert lines[9] == "~ 55 more lines: a taller terminal shows them"
+            assert lines[10:] == warnings

@@ -342,3 +342,38 @@ def test_label_values_are_shown_as_text_and_lines_cut_in_terminal_columns() -> N
             if not unicode:
                 assert text.isascii()
     assert "実験群実験群" in render(view, 80)
+
+
+def _ends(line: str) -> list[int]:
+    """The terminal column after each space-separated cell of a table row."""
+    ends, at = [], 0
+    for cell in line.split(" "):
+        at += columns(cell)
+        if cell:
+            ends.append(at)
+        at += 1
+    return ends
+
+
+def test_columns_after_a_wide_label_value_stand_in_line() -> None:
+    """A wide character takes two columns and a cell was padded by characters: after an arm
+    or a measure named in CJK every column stood further right than in the rows without one.
+    Padded in columns, each cell ends at the same column in every row, in Unicode and ASCII."""
+    estimate, comparison = Estimate(0.5, 0.005, 12345), Comparison(-0.0142, 0.0059)
+    measures = ["RR", "適合率@10"]
+    rows = [GroupRow(name, dict.fromkeys(measures, estimate)) for name in ("control", "処理群")]
+    view = _view(
+        groups=rows,
+        measures=measures,
+        arms=("control", "処理群"),
+        comparison=dict.fromkeys(measures, comparison),
+    )
+    for unicode in (True, False):
+        lines = render(view, 80, unicode=unicode).splitlines()
+        head, n, ascii_row, wide_row = lines[3:7]
+        assert [row.split()[0] for row in lines[3:6]] == ["measure", "n", "RR"], lines
+        assert ("処理群" in head) is unicode, lines
+        # the two arms' cells, then the difference's (its "*" a column after the title)
+        assert _ends(ascii_row)[1:] == _ends(wide_row)[1:], lines
+        assert _ends(n)[1:] == _ends(ascii_row)[1:3] == _ends(head)[1:3], lines
+        assert _ends(ascii_row)[-1] == _ends(head)[-1], lines
