@@ -22,6 +22,19 @@ def can_encode(stream: TextIO, text: str) -> bool:
     return True
 
 
+def encodable(text: str, stream: TextIO) -> str:
+    """``text`` as ``stream`` can print it: a character its encoding lacks (a query or label
+    value on an ASCII terminal, an error message's ellipsis) becomes '?', where writing it
+    raised UnicodeEncodeError and ended the live view."""
+    encoding = getattr(stream, "encoding", None)
+    if encoding is None:
+        return text
+    try:
+        return text.encode(encoding, "replace").decode(encoding)
+    except LookupError:
+        return text
+
+
 #: characters a terminal must not be sent from data: controls (an escape sequence in a label
 #: value clears the screen or moves the cursor), format characters (a bidi override turns
 #: the line around), lone surrogates (no encoding takes them), line and paragraph separators

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from evald.terminal import can_encode, shown
+from evald.terminal import can_encode, encodable, shown
 from evald.top.client import (
     PASSWORD_ENV,
     Client,
@@ -319,7 +319,7 @@ class Top:
             )
             print(f"evald top: {exc}{hint}", file=sys.stderr)
             return 1
-        self.stream.write(render(view, 80, unicode=self.unicode))
+        self.stream.write(encodable(render(view, 80, unicode=self.unicode), self.stream))
         self.stream.flush()
         return 0
 
@@ -332,6 +332,7 @@ class Top:
             while True:
                 text = self.frame(fit=tty)
                 # (on a terminal without the last newline: after the last row it scrolls)
+                text = encodable(text, self.stream)
                 self.stream.write((_HOME_CLEAR + text.rstrip("\n")) if tty else text + "\n")
                 self.stream.flush()
                 self.sleep(interval)

@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from evald.terminal import columns, fitted, ljust, shown
+from evald.terminal import columns, encodable, fitted, ljust, shown
 from evald.top.client import Client, Refused
 
 __all__ = ["fetch", "queries_url", "render_queries", "watch"]
@@ -113,7 +113,7 @@ def watch(
     (the redraw wipes them), a line each, cut like the rows."""
     if once:
         try:
-            stream.write(render_queries(fetch(url, client), measure))
+            stream.write(encodable(render_queries(fetch(url, client), measure), stream))
         except OSError as exc:
             print(f"evald top: {exc}", file=sys.stderr)
             return 1
@@ -129,8 +129,9 @@ def watch(
                 raise
             except OSError as exc:
                 text = _cut(f"evald top: {exc} (retrying)", cols) + "\n"
+            text = encodable(text, stream)
             if tty:  # without the last newline: after the terminal's last row it scrolls
-                frame = text + "".join(line + "\n" for line in footer)
+                frame = text + encodable("".join(line + "\n" for line in footer), stream)
                 stream.write("\x1b[H\x1b[J" + frame.rstrip("\n"))
             else:
                 stream.write(text + "\n")

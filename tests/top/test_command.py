@@ -378,3 +378,32 @@ def test_evald_top_hands_its_warnings_to_the_live_views(
     assert kept == [(HTTP_WARNING, printed)] * 2
     err = capsys.readouterr().err
     assert err.count(f"evald top: {HTTP_WARNING}\n") == 2 and err.count(printed) == 2, err
+
+
+def test_a_terminal_without_unicode_gets_the_retry_line_and_warnings_it_can_print() -> None:
+    """The retry line's ellipsis and a warning's non-ASCII path raised UnicodeEncodeError on
+    an ASCII terminal and ended the live view: they come out with '?' instead."""
+    from evald.top.command import Top
+
+    class Down:
+        url = "http://evald.invalid:9464/metrics"
+
+        def scrape(self) -> None:
+            raise OSError("cannot reach http://evald.invalid:9464/metrics: connection refused")
+
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="ascii")
+    naps = iter([False, True])
+
+    def sleep(_seconds: float) -> None:
+        if next(naps):
+            raise KeyboardInterrupt
+
+    top = Top(Down(), window="5m", group_by=["arm"], measures=None, stream=out,  # type: ignore[arg-type]
+              width=lambda: 40, height=lambda: 12, sleep=sleep,
+              warnings=["warning: /run/sécret is readable"])  # fmt: skip
+    assert top.live(0.1, tty=True) == 0
+    out.flush()
+    text = raw.getvalue().decode("ascii")
+    assert "evald top: cannot reach http://evald.in" in text
+    assert "/run/s?cret" in text

@@ -287,3 +287,49 @@ def test_the_live_queries_view_fits_the_terminal_rows_keeping_its_header_and_war
             assert lines[:9] == whole[:9]  # the segment, its column heads, the first rows
             assert lines[9] == "~ 55 more lines: a taller terminal shows them"
             assert lines[10:] == warnings
+
+
+def test_a_terminal_that_cannot_encode_a_query_gets_question_marks_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A query (or warning, or error) holding characters an ASCII terminal lacks raised
+    UnicodeEncodeError on write and ended the view; each such character is a '?'."""
+    from evald.top import queries
+
+    doc = {
+        "queries": [
+            {
+                "labels": {"arm": "t"},
+                "window": "5m",
+                "end": "2026-01-01T00:05:00.000Z",
+                "lists": 10,
+                "fallen": {
+                    "nDCG@10": [
+                        {
+                            "query": "lámpara 電気",
+                            "lists": 3,
+                            "mean": 0.5,
+                            "baseline_mean": 0.6,
+                            "contribution": -0.1,
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    monkeypatch.setattr(queries, "fetch", lambda url, client: doc)
+    for tty, once in ((True, False), (False, False), (False, True)):
+        raw = io.BytesIO()
+        out = io.TextIOWrapper(raw, encoding="ascii")
+        naps = iter([False, True])
+
+        def sleep(_seconds: float, naps: Any = naps) -> None:
+            if next(naps):
+                raise KeyboardInterrupt
+
+        assert queries.watch("u", None, out, once=once, interval=0.1, tty=tty, sleep=sleep,
+                             warnings=["warning: /run/sécret is readable"]) == 0  # fmt: skip
+        out.flush()
+        text = raw.getvalue().decode("ascii")
+        assert "l?mpara ??" in text
+        assert ("/run/s?cret" in text) == tty
