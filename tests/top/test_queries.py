@@ -333,3 +333,36 @@ def test_a_terminal_that_cannot_encode_a_query_gets_question_marks_not_a_crash(
         text = raw.getvalue().decode("ascii")
         assert "l?mpara ??" in text
         assert ("/run/s?cret" in text) == tty
+
+
+@pytest.mark.parametrize("width", [40, 57])
+def test_a_measure_name_longer_than_the_query_column_is_no_crash(width: int) -> None:
+    """At the terminal's width (not a fixed 80 any more) the header's padding went negative
+    for a long measure name: a ValueError from the format that ended the live view."""
+    from evald.terminal import columns
+
+    long = "nDCG(dcg='exp-log2')@10"
+    doc = {
+        "queries": [
+            {
+                "labels": {"arm": "t"},
+                "window": "5m",
+                "end": "2026-01-01T00:05:00.000Z",
+                "lists": 10,
+                "fallen": {
+                    long: [
+                        {
+                            "query": "q",
+                            "lists": 3,
+                            "mean": 0.5,
+                            "baseline_mean": 0.6,
+                            "contribution": -0.1,
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    lines = render_queries(doc, long, width).splitlines()
+    assert any(line.startswith(f"  {long} ") for line in lines)
+    assert all(columns(line) <= width for line in lines)
