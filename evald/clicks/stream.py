@@ -205,6 +205,38 @@ def _ips_sums(
         row[2] += int(per[s, 2])
 
 
+def _snapshot_of(state: Any) -> tuple[str, int, bytes]:
+    """A checkpointed state's snapshot: its base64 text, its packed size and its bytes
+    unpacked; ValueError naming what is damaged."""
+    if not isinstance(state, dict):
+        raise ValueError(f"the click model's state is not an object: {type(state).__name__}")
+    try:
+        text = state["snapshot"]
+        raw = base64.b64decode(text, validate=True)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"the click model's snapshot is not base64 text: {exc!r}") from None
+    size = len(raw)
+    if raw.startswith(LZ4):
+        import lz4.frame
+
+        try:
+            raw = lz4.frame.decompress(raw[len(LZ4) :])
+        except RuntimeError as exc:  # what the lz4 binding raises on a damaged frame
+            raise ValueError(f"the click model's snapshot is damaged: {exc}") from None
+    return text, size, raw
+
+
+def _ips_of(state: dict[str, Any]) -> dict[tuple[str, ...], list[int]]:
+    """A checkpointed state's IPS sums per segment; ValueError when they are not sums."""
+    try:
+        ips = {tuple(map(str, row[0])): [int(x) for x in row[1:]] for row in state.get("ips", [])}
+        if any(len(sums) != 3 for sums in ips.values()):
+            raise ValueError("[labels, clicks, expected, ranks] per segment expected")
+    except (TypeError, ValueError, IndexError, OverflowError) as exc:  # inf: OverflowError
+        raise ValueError(f"the click model's IPS sums are unreadable: {exc}") from None
+    return ips
+
+
 class StreamClicks:
     """Per-partition click models and their merged curve (the engine's click component)."""
 
@@ -453,21 +485,7 @@ class StreamClicks:
     def _load(self, partition: int, state: dict[str, Any] | None) -> bool:
         if state is None:
             return False
-        if not isinstance(state, dict):
-            raise ValueError(f"the click model's state is not an object: {type(state).__name__}")
-        try:
-            text = state["snapshot"]
-            raw = base64.b64decode(text, validate=True)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"the click model's snapshot is not base64 text: {exc!r}") from None
-        size = len(raw)
-        if raw.startswith(LZ4):
-            import lz4.frame
-
-            try:
-                raw = lz4.frame.decompress(raw[len(LZ4) :])
-            except RuntimeError as exc:  # what the lz4 binding raises on a damaged frame
-                raise ValueError(f"the click model's snapshot is damaged: {exc}") from None
+        text, size, raw = _snapshot_of(state)
         model = build(raw)
         if model.settings != self.settings:
             changed = [
@@ -483,14 +501,7 @@ class StreamClicks:
             )
             return False
         self.models[partition] = model
-        try:
-            ips = {
-                tuple(map(str, row[0])): [int(x) for x in row[1:]] for row in state.get("ips", [])
-            }
-            if any(len(sums) != 3 for sums in ips.values()):
-                raise ValueError("[labels, clicks, expected, ranks] per segment expected")
-        except (TypeError, ValueError, IndexError, OverflowError) as exc:  # inf: OverflowError
-            raise ValueError(f"the click model's IPS sums are unreadable: {exc}") from None
+        ips = _ips_of(state)
         self._ips[partition] = {k: list(v) for k, v in ips.items()}
         self._base_ips[partition] = ips
         debiased = state.get("debiased")
