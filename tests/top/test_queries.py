@@ -289,6 +289,13 @@ def test_the_live_queries_view_fits_the_terminal_rows_keeping_its_header_and_war
             assert lines[10:] == warnings
 
 
+def one_fallen(query: str, measure: str) -> dict[str, Any]:
+    """A /queries page of one segment with one query fallen in ``measure``."""
+    fallen = {"query": query, "lists": 3, "mean": 0.5, "baseline_mean": 0.6, "contribution": -0.1}
+    window = {"window": "5m", "end": "2026-01-01T00:05:00.000Z", "lists": 10}
+    return {"queries": [{"labels": {"arm": "t"}, **window, "fallen": {measure: [fallen]}}]}
+
+
 def test_a_terminal_that_cannot_encode_a_query_gets_question_marks_not_a_crash(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -296,27 +303,7 @@ def test_a_terminal_that_cannot_encode_a_query_gets_question_marks_not_a_crash(
     UnicodeEncodeError on write and ended the view; each such character is a '?'."""
     from evald.top import queries
 
-    doc = {
-        "queries": [
-            {
-                "labels": {"arm": "t"},
-                "window": "5m",
-                "end": "2026-01-01T00:05:00.000Z",
-                "lists": 10,
-                "fallen": {
-                    "nDCG@10": [
-                        {
-                            "query": "lámpara 電気",
-                            "lists": 3,
-                            "mean": 0.5,
-                            "baseline_mean": 0.6,
-                            "contribution": -0.1,
-                        }
-                    ]
-                },
-            }
-        ]
-    }
+    doc = one_fallen("lámpara 電気", "nDCG@10")
     monkeypatch.setattr(queries, "fetch", lambda url, client: doc)
     for tty, once in ((True, False), (False, False), (False, True)):
         raw = io.BytesIO()
@@ -342,27 +329,7 @@ def test_a_measure_name_longer_than_the_query_column_is_no_crash(width: int) -> 
     from evald.terminal import columns
 
     long = "nDCG(dcg='exp-log2')@10"
-    doc = {
-        "queries": [
-            {
-                "labels": {"arm": "t"},
-                "window": "5m",
-                "end": "2026-01-01T00:05:00.000Z",
-                "lists": 10,
-                "fallen": {
-                    long: [
-                        {
-                            "query": "q",
-                            "lists": 3,
-                            "mean": 0.5,
-                            "baseline_mean": 0.6,
-                            "contribution": -0.1,
-                        }
-                    ]
-                },
-            }
-        ]
-    }
+    doc = one_fallen("q", long)
     lines = render_queries(doc, long, width).splitlines()
     assert any(line.startswith(f"  {long} ") for line in lines)
     assert all(columns(line) <= width for line in lines)
