@@ -41,10 +41,6 @@ def fetch(url: str, client: Client | None = None) -> dict[str, Any]:
         raise OSError(f"{url} did not answer with JSON (an evald before /queries?)") from None
 
 
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "~"
-
-
 def render_queries(
     doc: dict[str, Any], measure: str | None, width: int = 80, height: int | None = None
 ) -> str:
@@ -58,7 +54,8 @@ def render_queries(
     rows = doc.get("queries") or []
     if not rows:
         return (
-            _cut("no complete window with queries yet (or drilldown.capacity is 0)", width) + "\n"
+            shown("no complete window with queries yet (or drilldown.capacity is 0)", width, "~")
+            + "\n"
         )
     q = max(12, width - 46)
     out = []
@@ -68,7 +65,7 @@ def render_queries(
         if len(labels) + 2 + len(where) <= width:
             out.append(f"{labels}  {where}")
         else:  # the segment on a line of its own: the window and its lists stay whole
-            out += [_cut(labels, width), _cut(f"  {where}", width)]
+            out += [labels, f"  {where}"]  # each cut to the width below
         name = measure if measure is not None else next(iter(row["fallen"]), None)
         if name is None or name not in row["fallen"]:
             out.append("  (no window before to compare with)")
@@ -128,13 +125,12 @@ def watch(
             except Refused:
                 raise
             except OSError as exc:
-                text = _cut(f"evald top: {exc} (retrying)", cols) + "\n"
-            text = encodable(text, stream)
+                text = shown(f"evald top: {exc} (retrying)", cols, "~") + "\n"
             if tty:  # without the last newline: after the terminal's last row it scrolls
-                frame = text + encodable("".join(line + "\n" for line in footer), stream)
-                stream.write("\x1b[H\x1b[J" + frame.rstrip("\n"))
+                frame = text + "".join(line + "\n" for line in footer)
+                stream.write(encodable("\x1b[H\x1b[J" + frame.rstrip("\n"), stream))
             else:
-                stream.write(text + "\n")
+                stream.write(encodable(text + "\n", stream))
             stream.flush()
             sleep(interval)
     except KeyboardInterrupt:

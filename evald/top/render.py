@@ -76,19 +76,19 @@ def _verdicts(view: View, width: int) -> tuple[list[str], list[str]]:
     the legend of both marks."""
     legend = "*: the window's difference is outside its own 95% interval (descriptive)"
     if not view.verdicts:
-        return [], ([] if view.comparison is None else [_fit(legend, width)])
+        return [], ([] if view.comparison is None else [shown(legend, width)])
     lines = []
     for name, segment in dict.fromkeys((v.comparison, v.segment) for v in view.verdicts):
-        shown = [v for v in view.verdicts if (v.comparison, v.segment) == (name, segment)]
+        group = [v for v in view.verdicts if (v.comparison, v.segment) == (name, segment)]
         level = ""
         # a band not yet defined (too few lists) is list level for that reason, not users
-        defined = [v for v in shown if not math.isnan(v.lower)]
+        defined = [v for v in group if not math.isnan(v.lower)]
         if defined and all(v.clustered is False for v in defined):
             level = " (list-level variance: no user ids)"
         head = f"since start, {name} {segment}{level}:"
-        lines += _headed(head, [_verdict(v) for v in shown], width)
+        lines += _headed(head, [_verdict(v) for v in group], width)
     verdict = "▲▼: the always-valid band since the start excludes 0 (a verdict)"
-    return lines, [_fit(verdict, width), _fit(legend, width)]
+    return lines, [shown(verdict, width), shown(legend, width)]
 
 
 def _preference(p: interleaving.Preference, width: int) -> list[str]:
@@ -104,7 +104,7 @@ def _headed(head: str, items: Sequence[str], width: int) -> list[str]:
     after its segment rather than losing what it says."""
     if len(head) + 1 + len(items[0]) <= width:
         return _wrap([f"{head} {items[0]}", *items[1:]], width)
-    return [_fit(head, width), *_wrap(["  " + items[0], *items[1:]], width)]
+    return [shown(head, width), *_wrap(["  " + items[0], *items[1:]], width)]
 
 
 def _shorten(lines: list[str], over: int, width: int) -> list[str]:
@@ -114,11 +114,7 @@ def _shorten(lines: list[str], over: int, width: int) -> list[str]:
     keep = max(0, len(lines) - over - 1)
     hidden = len(lines) - keep
     note = f"… {hidden} lines of verdicts: a taller terminal or `evald top --once` shows them"
-    return [*lines[:keep], _fit(note, width)]
-
-
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return [*lines[:keep], shown(note, width)]
 
 
 def _wrap(items: Sequence[str], width: int, indent: str = "  ") -> list[str]:
@@ -134,14 +130,14 @@ def _wrap(items: Sequence[str], width: int, indent: str = "  ") -> list[str]:
             line = candidate
     if line:
         lines.append(line)
-    return [_fit(text, width) for text in lines]
+    return [shown(text, width) for text in lines]
 
 
 def _header(view: View, width: int) -> list[str]:
     state = {None: "", True: "ready", False: "NOT READY"}[view.ready]
     title = [f"evald top · {view.source}", *([state] if state else []), f"{_clock(view.at)} UTC"]
     if view.window_end is None:
-        return [*_wrap(title, width), *(_fit(line, width) for line in _waiting(view))]
+        return [*_wrap(title, width), *(shown(line, width) for line in _waiting(view))]
     start = view.window_end - _window_seconds(view.window)
     where = (
         f"{view.window} window {_clock(start)}-{_clock(view.window_end)} UTC (event time)"
@@ -215,7 +211,7 @@ def _tables(view: View, width: int, plain: Callable[[str], str]) -> list[str]:
             if with_delta and view.comparison is not None:
                 row += rjust(plain(_comparison(view.comparison.get(measure))), delta_w)
             lines.append(row.rstrip())
-    return [_fit(line, width) for line in lines]
+    return [shown(line, width) for line in lines]
 
 
 def _health(view: View, width: int) -> list[str]:
