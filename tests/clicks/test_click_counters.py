@@ -9,6 +9,7 @@ next one (docs/metrics-reference.md, "Click model")."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 from test_stream_restore import Tagged, consumed, feed, make, tagged
@@ -208,3 +209,36 @@ def test_evald_run_shows_the_counters_its_commits_held_over_its_engines() -> Non
         assert all(now.get(key, -1.0) >= value for key, value in held.items()), i
         held = now
     assert held == want
+
+
+def test_a_restored_partition_shows_every_segment_of_its_history() -> None:
+    """An arm served only in the first fifth of a partition's stream, a restore at two thirds:
+    the new owner shows that arm's counters (at 0) from its restore on, as it does the other
+    arm's, though no list of the arm is in the checkpoint's log since its last snapshot. The
+    checkpoint's sums carry the segments (docs/click-models.md, "What the counters count");
+    the same checkpoint without them loses the arm (the control)."""
+    records = tagged(4)
+    early = len(records) // 5
+    records = [
+        (k, o, r.replace(b'"arm": "a1"', b'"arm": "early"') if i < early else r)
+        for i, (k, o, r) in enumerate(records)
+    ]
+    fed = len(records) * 2 // 3
+    source, _ = make()
+    feed(source, records[:fed])
+    state = source.state(0, consumed(records[:fed]))
+    want = {sample for sample in scrape(source) if ("arm", "early") in sample[1]}
+    assert want
+
+    def restored(strip: bool) -> dict[Sample, float]:
+        assert state.click_model is not None
+        kept = ("snapshot", "log")
+        clicks = {k: v for k, v in state.click_model.items() if not strip or k in kept}
+        engine = make()[0]
+        engine.resume(0, replace(state, click_model=clicks), consumed(records[:fed]))
+        feed(engine, [r for r in records[:fed] if r[1] >= state.committed[r[0]]])
+        return scrape(engine)
+
+    shown = restored(strip=False)
+    assert want <= set(shown) and not any(shown[sample] for sample in want)
+    assert not want & set(restored(strip=True))  # the control: no sums, no arm
