@@ -87,6 +87,23 @@ def shown(line: str, width: int, ellipsis: str = "…") -> str:
     return "".join(kept) + ellipsis
 
 
+def wrapped(text: str, width: int, indent: str = "") -> list[str]:
+    """``text`` in lines of at most ``width`` terminal columns (:func:`columns`), broken
+    between words (at spaces), each line after the first starting with ``indent``: cut at the
+    width, a line lost its end. A word wider than a line by itself stays whole on its own line,
+    for :func:`shown` to cut."""
+    lead = text[: len(text) - len(text.lstrip(" "))]
+    first, *words = text[len(lead) :].split(" ")
+    lines, line = [], lead + first
+    for word in words:
+        if columns(f"{line} {word}") <= width or not line.strip():
+            line = f"{line} {word}"
+        else:
+            lines.append(line)
+            line = indent + word
+    return [*lines, line]
+
+
 def fitted(lines: list[str], height: int, ellipsis: str = "…") -> list[str]:
     """``lines``, at most ``height`` of them: the last ones, past the terminal's rows, said
     in a last line of their own (a frame taller than the terminal scrolls on every redraw,
