@@ -26,6 +26,8 @@ from pydantic import (
     create_model,
 )
 
+from evald.input_rule import MAX_GRADE as MAX_GRADE  # the one bound on grades, read here too
+
 #: Latest accepted timestamp (9999-12-31T23:59:59.999Z): beyond it RFC 3339 cannot spell it.
 MAX_TS_MS = 253_402_300_799_999
 
@@ -83,10 +85,6 @@ else:
         | Annotated[StrictStr, AfterValidator(parse_timestamp)],
         Field(union_mode="left_to_right"),
     ]
-#: The largest grade: the measures' sums (2^grade - 1 gains, sums of squares over a window of
-#: lists) stay far from float overflow, where a grade of 1e308 made them infinite (and nDCG
-#: NaN); relevance scales are 0-4 or 1-5, percentages at most 100.
-MAX_GRADE = 100.0
 NonNegativeGrade = Annotated[float, Field(ge=0, le=MAX_GRADE, allow_inf_nan=False, strict=True)]
 
 

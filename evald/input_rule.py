@@ -17,6 +17,7 @@ __all__ = [
     "BOM",
     "BOM_TEXT",
     "JOIN_REASONS",
+    "MAX_GRADE",
     "REASONS",
     "duplicate_key",
     "implausibility",
@@ -50,6 +51,12 @@ REASONS: tuple[str, ...] = (
     "bad_teams",
     *JOIN_REASONS,
 )
+
+#: The largest grade, in events, configurations and ``evald score``'s qrels alike: the measures'
+#: sums (2^grade - 1 gains, sums of squares over a window of lists or over a file's queries)
+#: stay far from float overflow, where a grade of 1e308 made them infinite (and nDCG NaN);
+#: relevance scales are 0-4 or 1-5, percentages at most 100.
+MAX_GRADE = 100.0
 
 #: a UTF-8 byte-order mark: ignored at the start of a record (bytes) or a line (text), only there
 BOM = b"\xef\xbb\xbf"

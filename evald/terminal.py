@@ -87,11 +87,45 @@ def shown(line: str, width: int, ellipsis: str = "…") -> str:
     return "".join(kept) + ellipsis
 
 
+def wrapped(text: str, width: int, indent: str = "") -> list[str]:
+    """``text`` in lines of at most ``width`` terminal columns (:func:`columns`), broken
+    between words (at spaces), each line after the first starting with ``indent``: cut at the
+    width, a line lost its end. A word wider than a line by itself stays whole on its own line,
+    for :func:`shown` to cut."""
+    lead = text[: len(text) - len(text.lstrip(" "))]
+    first, *words = text[len(lead) :].split(" ")
+    lines, line = [], lead + first
+    for word in words:
+        if columns(f"{line} {word}") <= width or not line.strip():
+            line = f"{line} {word}"
+        else:
+            lines.append(line)
+            line = indent + word
+    return [*lines, line]
+
+
 def fitted(lines: list[str], height: int, ellipsis: str = "…") -> list[str]:
     """``lines``, at most ``height`` of them: the last ones, past the terminal's rows, said
     in a last line of their own (a frame taller than the terminal scrolls on every redraw,
-    its first lines out of sight)."""
+    its first lines out of sight); on one row that line alone, on none nothing."""
     if len(lines) <= height:
         return lines
+    if height <= 0:
+        return []
     cut = len(lines) - height + 1
     return [*lines[: height - 1], f"{ellipsis} {cut} more lines: a taller terminal shows them"]
+
+
+#: The fewest rows a live view is drawn to fit with its content: its first line and the line
+#: saying how many more a taller terminal shows. A terminal of one row gets that line alone.
+MIN_ROWS = 2
+
+
+def rows(height: int, footer: int) -> tuple[int, int]:
+    """(the view's rows, its footer's rows) on a terminal of ``height`` rows whose frames end
+    in ``footer`` lines (the warnings printed before the view): the view keeps ``MIN_ROWS``
+    (one on a terminal of one row, as on one that says it has none), the footer what is left,
+    so the whole frame fits (a taller one scrolls on every redraw)."""
+    height = max(1, height)
+    view = max(min(height, MIN_ROWS), height - footer)
+    return view, height - view

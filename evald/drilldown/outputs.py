@@ -132,12 +132,14 @@ def _since(record: Mapping[str, Any], width: int) -> int | None:
     """Where the drop a record flags starts: a band below 0 or the minimum effect is a drop
     since the comparison's start (None); a drop flagged by the CUSUM alone is the one its
     current run saw, its last ``cusum_run_windows`` windows (before them a treatment better at
-    first would hide it); once the run ended, since the start again."""
+    first would hide it); once the run ended, since the start again. The run ends at
+    ``end_ms`` (a record without it, from before it was written, at its RFC 3339 ``end``)."""
     upper = record.get("upper")
     run = record.get("cusum_run_windows") or 0
     if (upper is not None and upper < 0) or record.get("below_min_effect") or not run:
         return None
-    return parse_timestamp(record["end"]) - run * width
+    end = record.get("end_ms")
+    return (parse_timestamp(record["end"]) if end is None else int(end)) - run * width
 
 
 def served_attribution(engine: Engine) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
-from evald.input_rule import BOM_TEXT, repeated_key
+from evald.input_rule import BOM_TEXT, MAX_GRADE, repeated_key
 from evald.score.records import Query, Rejection
 
 #: pydantic-core's parser, imported at the first line that needs it: most files are read by the
@@ -70,8 +70,8 @@ def parse_line(text: str) -> Query | str:
     """One JSONL line -> a :class:`Query`, or the reason it is rejected.
 
     Conventions: ``qid`` is a string or an integer (booleans and floats are not ids);
-    ``ranking`` is an array of distinct strings; ``qrels`` maps docids to finite numbers ≥ 0
-    (booleans are not numbers). Unknown keys are ignored.
+    ``ranking`` is an array of distinct strings; ``qrels`` maps docids to numbers from 0 to
+    ``MAX_GRADE`` (booleans are not numbers). Unknown keys are ignored.
     """
     try:
         obj = _DECODER.decode(text)
@@ -155,7 +155,7 @@ _NUMBERS = frozenset({int, float})
 
 
 def _plain_grades(grades: list[object]) -> bool:
-    """Fast path: True if every grade is surely valid (numbers, sum finite, minimum ≥ 0).
+    """Fast path: True if every grade is surely valid (numbers, sum finite, from 0 to 100).
 
     False only means "look closer": :func:`grade_problem` then checks each grade, so a false
     alarm (finite grades whose sum overflows) costs time, never a wrong rejection.
@@ -166,13 +166,14 @@ def _plain_grades(grades: list[object]) -> bool:
         return False
     numbers = cast("list[float]", grades)  # int, float or bool, checked above
     try:
-        return math.isfinite(sum(numbers)) and min(numbers) >= 0
+        return math.isfinite(sum(numbers)) and min(numbers) >= 0 and max(numbers) <= MAX_GRADE
     except OverflowError:
         return False
 
 
 def grade_problem(grade: object) -> str | None:
-    """Why ``grade`` is not a valid JSONL grade (a finite number ≥ 0), or None if it is."""
+    """Why ``grade`` is not a valid JSONL grade (a number from 0 to ``MAX_GRADE``, as in events:
+    above it the measures' sums of squares overflow), or None if it is."""
     if isinstance(grade, bool) or not isinstance(grade, (int, float)):
         return f"must be a number, got {json_type(grade)}"
     try:
@@ -183,6 +184,8 @@ def grade_problem(grade: object) -> str | None:
         return f"must be finite, got {grade}"
     if grade < 0:
         return f"must be ≥ 0, got {grade}"
+    if grade > MAX_GRADE:
+        return f"must be ≤ {MAX_GRADE:g}, got {grade}"
     return None
 
 

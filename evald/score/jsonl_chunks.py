@@ -3,8 +3,8 @@
 The per-line reader (:mod:`evald.score.jsonl`) parses to Python dicts and then checks each
 decoded line in Python, which costs more than the parse itself. Here msgspec decodes each line
 straight into a typed record: the types (``qid`` a string or a non-boolean integer, ``ranking``
-an array of strings, grades non-boolean numbers ≥ 0) are checked in C while parsing, and the
-checks that remain (distinct docids, no repeated key, grades that fit a float) run once over
+an array of strings, grades non-boolean numbers from 0 to 100) are checked in C while parsing,
+and the checks that remain (distinct docids, no repeated key, grades that fit a float) run once over
 the whole chunk with C-level maps.
 
 This path only ever *accepts*. A line it does not accept, or any line of a chunk-level check
@@ -23,10 +23,14 @@ from typing import Annotated
 import msgspec
 import numpy as np
 
+from evald.input_rule import MAX_GRADE
 from evald.score.jsonl import read_line
 from evald.score.records import Chunk, Query, Rejection
 
-_Grade = Annotated[int, msgspec.Meta(ge=0)] | Annotated[float, msgspec.Meta(ge=0)]
+_Grade = (
+    Annotated[int, msgspec.Meta(ge=0, le=int(MAX_GRADE))]
+    | Annotated[float, msgspec.Meta(ge=0, le=MAX_GRADE)]
+)
 
 
 class _Line(msgspec.Struct):

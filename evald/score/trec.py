@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from operator import attrgetter
 
-from evald.input_rule import BOM_TEXT
+from evald.input_rule import BOM_TEXT, MAX_GRADE
 from evald.score.records import Query, Rejection
 
 # ASCII decimal numbers only: float() alone would also take "1_000", "nan" and non-ASCII digits,
@@ -122,6 +122,10 @@ def read_qrels(lines: Iterable[bytes], source: str) -> tuple[Qrels, list[Rejecti
         grade = parse_grade(grade_text)
         if grade is None:
             reason = f"grade {grade_text!r} is not a finite number"
+            _reject(rejections, qrels.bad, source, number, reason, qid)
+            continue
+        if grade > MAX_GRADE:
+            reason = f"grade {grade_text!r} is above {MAX_GRADE:g}, the largest grade"
             _reject(rejections, qrels.bad, source, number, reason, qid)
             continue
         if doc in judged or (qid, doc) in negatives:

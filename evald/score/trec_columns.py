@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evald.input_rule import MAX_GRADE
 from evald.score.batching import Lists
 from evald.score.trec import JoinStats
 
@@ -130,8 +131,8 @@ def read_columnar(run: bytes, qrels: bytes, *, complete: bool) -> Columnar | Non
     # + 0.0 turns -0.0 into 0.0: the two tie in Python and C, not in Arrow's sort
     scores = _numpy(run_t["score"].chunks, np.float64) + 0.0
     grades = _numpy(qrels_t["grade"].chunks, np.float64)
-    if np.isnan(scores).any() or not np.isfinite(grades).all():
-        return None  # the exact reader rejects a NaN score and a grade that is not finite
+    if np.isnan(scores).any() or not (np.isfinite(grades) & (grades <= MAX_GRADE)).all():
+        return None  # the exact reader rejects a NaN score and a grade not finite or above 100
     n_run = run_t.num_rows
     qids = _call("dictionary_encode", pa.chunked_array(run_t["qid"].chunks + qrels_t["qid"].chunks))
     docs = _call("dictionary_encode", pa.chunked_array(run_t["doc"].chunks + qrels_t["doc"].chunks))

@@ -229,6 +229,8 @@ def summary(view: ComparisonView, settings_alpha: float) -> Iterator[dict[str, o
             "measure": measure,
             "window": state.windows,
             "end": None if view.last_end_ms is None else _rfc3339(view.last_end_ms),
+            # the same instant as an int: a window ending past 9999 has a five-digit year
+            "end_ms": view.last_end_ms,
             "variance": "user" if bound.clustered else "request",
             "lists_with_user": seq.control.users + seq.treatment.users,
             "difference": finite(bound.difference),

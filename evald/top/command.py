@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from evald.terminal import can_encode, encodable, shown
+from evald.terminal import can_encode, encodable, fitted, rows, shown
 from evald.top.client import (
     PASSWORD_ENV,
     Client,
@@ -286,8 +286,10 @@ class Top:
         raised: no retry helps)."""
         from evald.top.render import ascii_only, notes, render
 
-        width, height = max(40, self.width()), (max(10, self.height()) if fit else None)
-        footer = notes(self.warnings, width) if fit else []
+        width, height, footer = max(40, self.width()), None, list[str]()
+        if fit:  # the view's rows, then the warnings in what is left (terminal.rows)
+            height, room = rows(self.height(), len(self.warnings))
+            footer = notes(fitted(list(self.warnings), room), width)
         if not self.unicode:
             footer = [ascii_only(line) for line in footer]
         try:
@@ -297,8 +299,6 @@ class Top:
         except (OSError, ValueError) as exc:
             self._prev = None
             return "\n".join([shown(f"evald top: {exc} (retrying)", width), *footer]) + "\n"
-        if height is not None:
-            height = max(1, height - len(footer))
         text = render(self.view(scrape), width, unicode=self.unicode, height=height)
         return text + "".join(line + "\n" for line in footer)
 

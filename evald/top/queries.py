@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from evald.terminal import columns, encodable, fitted, ljust, shown
+from evald.terminal import columns, encodable, fitted, ljust, rows, shown
 from evald.top.client import Client, Refused
 
 __all__ = ["fetch", "queries_url", "render_queries", "watch"]
@@ -104,10 +104,12 @@ def watch(
     height: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).lines,
 ) -> int:
     """One frame (``once``: 1 if unreachable; 80 columns, every line) or a redraw every
-    ``interval`` until Ctrl-C, to the terminal's width (at least 40) and rows (at least 10,
-    as the metrics view); 1 on an answer no retry changes (credentials or certificate
-    refused). ``warnings``, printed on stderr before, end every frame redrawn on a terminal
-    (the redraw wipes them), a line each, cut like the rows."""
+    ``interval`` until Ctrl-C, to the terminal's width (at least 40) and rows (any number, as
+    the metrics view: from ``terminal.MIN_ROWS``, 2, the segment's header and a count of the
+    rows cut; on one row that count alone); 1 on an answer no retry changes (credentials or
+    certificate refused). ``warnings``, printed on stderr before, end every frame redrawn on
+    a terminal (the redraw wipes them), a line each, cut like the rows; on a terminal too
+    short for them and two rows of the view, the last give way."""
     if once:
         try:
             stream.write(encodable(render_queries(fetch(url, client), measure), stream))
@@ -118,10 +120,13 @@ def watch(
     try:
         while True:
             cols = max(40, width())
-            footer = [shown(text, cols, "~") for text in warnings] if tty else []
-            rows = max(1, max(10, height()) - len(footer)) if tty else None
+            view_rows: int | None = None
+            footer: list[str] = []
+            if tty:
+                view_rows, room = rows(height(), len(warnings))
+                footer = [shown(text, cols, "~") for text in fitted(list(warnings), room, "~")]
             try:
-                text = render_queries(fetch(url, client), measure, cols, rows)
+                text = render_queries(fetch(url, client), measure, cols, view_rows)
             except Refused:
                 raise
             except OSError as exc:

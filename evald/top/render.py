@@ -7,7 +7,8 @@ is outside its own interval (descriptive); groups that do not fit the width cont
 table below. Below the tables, a line per group of the window's zero-feedback values (when
 evald exports them), then the comparison since its start: the always-valid band per
 comparison segment and measure, marked ▲/▼ when it excludes 0 (the verdict), then a legend that
-says which mark is which. Health lines wrap at the width instead of overflowing it.
+says which mark is which. A line wider than the width (verdicts, legends, health) wraps between
+its items, then between words, in terminal columns; only a word wider than the width is cut.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from evald.durations import format_duration, readable
-from evald.terminal import columns, fitted, ljust, rjust, shown
+from evald.terminal import columns, fitted, ljust, rjust, shown, wrapped
 from evald.top import interleaving, zerofeedback
 from evald.top.model import Comparison, Estimate, Verdict, View
 
@@ -71,12 +72,15 @@ def _verdict(v: Verdict) -> str:
     return f"{v.measure} {v.difference:+.3f}±{half:.3f}{_MARKS[v.mark]}"
 
 
-def _verdicts(view: View, width: int) -> tuple[list[str], list[str]]:
+def _verdicts(view: View, width: int, plain: Callable[[str], str]) -> tuple[list[str], list[str]]:
     """The comparison since the start, one wrapped line per (comparison, segment), and apart
-    the legend of both marks."""
-    legend = "*: the window's difference is outside its own 95% interval (descriptive)"
+    the legend of both marks; ``plain`` spells them for the terminal before they are wrapped
+    (in ASCII, ``±`` takes two columns)."""
+    legend = _wrap(
+        [plain("*: the window's difference is outside its own 95% interval (descriptive)")], width
+    )
     if not view.verdicts:
-        return [], ([] if view.comparison is None else [shown(legend, width)])
+        return [], ([] if view.comparison is None else legend)
     lines = []
     for name, segment in dict.fromkeys((v.comparison, v.segment) for v in view.verdicts):
         group = [v for v in view.verdicts if (v.comparison, v.segment) == (name, segment)]
@@ -85,26 +89,26 @@ def _verdicts(view: View, width: int) -> tuple[list[str], list[str]]:
         defined = [v for v in group if not math.isnan(v.lower)]
         if defined and all(v.clustered is False for v in defined):
             level = " (list-level variance: no user ids)"
-        head = f"since start, {name} {segment}{level}:"
-        lines += _headed(head, [_verdict(v) for v in group], width)
-    verdict = "▲▼: the always-valid band since the start excludes 0 (a verdict)"
-    return lines, [shown(verdict, width), shown(legend, width)]
+        head = plain(f"since start, {name} {segment}{level}:")
+        lines += _headed(head, [plain(_verdict(v)) for v in group], width)
+    verdict = plain("▲▼: the always-valid band since the start excludes 0 (a verdict)")
+    return lines, [*_wrap([verdict], width), *legend]
 
 
-def _preference(p: interleaving.Preference, width: int) -> list[str]:
+def _preference(p: interleaving.Preference, width: int, plain: Callable[[str], str]) -> list[str]:
     """One interleaving line, or, too long, its segment and then the pair's verdict indented,
-    as the verdicts since the start wrap."""
+    as the verdicts since the start wrap (spelt by ``plain`` first, as they are)."""
     head, items = interleaving.parts(p)
-    return _headed(head, items, width)
+    return _headed(plain(head), [plain(item) for item in items], width)
 
 
 def _headed(head: str, items: Sequence[str], width: int) -> list[str]:
     """``head`` and ``items`` wrapped (:func:`_wrap`) on its line when the first item fits
-    beside it, else ``head`` alone and the items indented below: a line too long breaks
-    after its segment rather than losing what it says."""
-    if len(head) + 1 + len(items[0]) <= width:
+    beside it, else ``head`` alone (itself wrapped by words) and the items indented below: a
+    line too long breaks after its segment rather than losing what it says."""
+    if columns(f"{head} {items[0]}") <= width:
         return _wrap([f"{head} {items[0]}", *items[1:]], width)
-    return [shown(head, width), *_wrap(["  " + items[0], *items[1:]], width)]
+    return [*_wrap([head], width), *_wrap(["  " + items[0], *items[1:]], width)]
 
 
 def _shorten(lines: list[str], over: int, width: int) -> list[str]:
@@ -118,16 +122,22 @@ def _shorten(lines: list[str], over: int, width: int) -> list[str]:
 
 
 def _wrap(items: Sequence[str], width: int, indent: str = "  ") -> list[str]:
-    """Join ``items`` with `` · `` into lines no wider than ``width`` (items never split)."""
+    """Join ``items`` with `` · `` into lines no wider than ``width`` terminal columns (a wide
+    character takes two): an item that does not fit beside the ones before starts a line of
+    its own, indented; one wider than a line by itself is broken between its words
+    (``terminal.wrapped``), where it was cut and lost its end. Only a word wider than a line
+    is cut (``terminal.shown``)."""
     lines: list[str] = []
     line = ""
     for item in items:
         candidate = item if not line else line + _SEP + item
-        if line and len(candidate) > width:
-            lines.append(line)
-            line = indent + item
-        else:
-            line = candidate
+        if columns(candidate) > width:
+            if line:
+                lines.append(line)
+                candidate = indent + item
+            *full, candidate = wrapped(candidate, width, indent + "  ")
+            lines += full
+        line = candidate
     if line:
         lines.append(line)
     return [shown(text, width) for text in lines]
@@ -137,7 +147,10 @@ def _header(view: View, width: int) -> list[str]:
     state = {None: "", True: "ready", False: "NOT READY"}[view.ready]
     title = [f"evald top · {view.source}", *([state] if state else []), f"{_clock(view.at)} UTC"]
     if view.window_end is None:
-        return [*_wrap(title, width), *(shown(line, width) for line in _waiting(view))]
+        return [
+            *_wrap(title, width),
+            *(text for line in _waiting(view) for text in _wrap([line], width)),
+        ]
     start = view.window_end - _window_seconds(view.window)
     where = (
         f"{view.window} window {_clock(start)}-{_clock(view.window_end)} UTC (event time)"
@@ -259,8 +272,8 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
     plain = (lambda text: text) if unicode else (lambda text: _ascii(ascii_only(text)))
     head = [*_header(view, width), ""]
     tables = _tables(view, width, plain)
-    verdict_lines, legends = _verdicts(view, width)
-    verdict_lines += [text for p in view.preferences for text in _preference(p, width)]
+    verdict_lines, legends = _verdicts(view, width, plain)
+    verdict_lines += [text for p in view.preferences for text in _preference(p, width, plain)]
     # the window's zero-feedback lines first: when the frame is too tall, they give way after
     # the verdicts since the start and before the health lines
     zero = [

@@ -123,6 +123,30 @@ def test_bad_lines_are_reported_skipped_and_make_the_status_1(
     assert err[6] == "evald score: 6 line(s) rejected; 2 queries scored"
 
 
+@pytest.mark.filterwarnings("error")  # numpy's overflow warning fails the test
+@pytest.mark.parametrize("trec", [False, True])
+def test_a_grade_above_100_is_rejected_by_line_and_field_as_in_events(
+    evald_main: Evald, jsonl_file: WriteJsonl, tmp_path: Path, trec: bool
+) -> None:
+    """A finite grade of 1e308 overflowed the sums of squares of ``--mean``'s interval (numpy
+    warned, the interval was null) and 2^grade gains; grades stop at 100, as in events."""
+    measures = ["-m", "DCG@10,nDCG(dcg='exp-log2')@10", "--mean", "--format", "json"]
+    if trec:
+        (tmp_path / "run").write_text("q1 Q0 a 1 2 t\nq1 Q0 b 2 1 t\nq2 Q0 a 1 1 t\n")
+        (tmp_path / "qrels").write_text("q1 0 a 1e308\nq1 0 b 1\nq2 0 a 100\nq3 0 a 2\n")
+        files = ["--run", str(tmp_path / "run"), "--qrels", str(tmp_path / "qrels")]
+        where = f"{tmp_path / 'qrels'}:1: grade '1e308' is above 100, the largest grade"
+    else:
+        path = jsonl_file(row("q1", ["a", "b"], {"a": 1e308, "b": 1}), row("q2", ["a"], {"a": 100}))
+        files, where = [path], f'{path}:1: grade of "a" must be ≤ 100, got 1e+308'
+    result = evald_main("score", *files, *measures)
+    assert result.status == 1
+    assert result.err.splitlines()[0].startswith(where)
+    (mean,) = result.rows()
+    assert mean["n"] == 1 and mean["DCG@10"] == 100.0  # q2 alone
+    assert mean["nDCG(dcg='exp-log2')@10"] == 1.0
+
+
 def test_gauc_is_only_in_the_mean(evald_main: Evald, jsonl_file: WriteJsonl) -> None:
     path = jsonl_file(
         row("a", ["r", "n"], {"r": 1, "n": 0}),

@@ -126,6 +126,8 @@ def test_duplicate_docid_in_a_run_query_rejects_that_query_only() -> None:
         ("q1 0 d1 high", "grade 'high' is not a finite number"),
         ("q1 0 d1 nan", "grade 'nan' is not a finite number"),
         ("q1 0 d1 inf", "grade 'inf' is not a finite number"),
+        ("q1 0 d1 101", "grade '101' is above 100, the largest grade"),
+        ("q1 0 d1 1e308", "grade '1e308' is above 100, the largest grade"),
         ("q1 0 a 0", "docid 'a' is judged twice for query 'q1'"),
     ],
 )

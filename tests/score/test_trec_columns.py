@@ -119,7 +119,7 @@ def test_the_input_gives_the_same_lists_and_notes_on_either_reader(
 
 tokens = st.sampled_from(
     ["1", "q3", "Q0", "a", "b", "B", "é", "#", "#c", "1.5", "-0", "nan", "NaN", "inf", "1e",
-     "x", "0x1", "1_0", "\ufeff1", "-2", "t"]
+     "x", "0x1", "1_0", "\ufeff1", "-2", "t", "101"]
 )  # fmt: skip
 separators = st.sampled_from([" ", " ", " ", "\t", "  ", " \t", "\x0b", "\x1f", "\xa0", "\r"])
 endings = st.sampled_from(["\n", "\n", "\r\n", " \n", "\r", "\x0c\n", "\u2028\n"])
@@ -152,7 +152,7 @@ def test_any_lines_give_the_exact_readers_lists_rejections_and_notes(
 
 snippets = st.sampled_from(
     [" ", "\t", "\r", "\n", "\n ", " \n", "\x0b", "\x1c", "\xa0", "\u2003", "\ufeff", "#",
-     "nan", "inf", "x", "é", "\x00", "0"]
+     "nan", "inf", "x", "é", "\x00", "0", "1e308"]
 )  # fmt: skip
 
 
@@ -215,9 +215,11 @@ def test_declined_run_files(run: str) -> None:
     assert columnar(run, QRELS) is None
 
 
-@pytest.mark.parametrize(
-    "qrels", ["q 0 a 1\nq 0 a 2\n", "q 0 a inf\n", "q 0 a nan\n", "q 0 a 1 x\n", "q 0 a\n"]
-)
+DECLINED_QRELS = ["q 0 a 1\nq 0 a 2\n", "q 0 a inf\n", "q 0 a nan\n", "q 0 a 1 x\n", "q 0 a\n",
+                  "q 0 a 101\n", "q 0 a 1e308\n", "q 0 a -inf\n"]  # fmt: skip
+
+
+@pytest.mark.parametrize("qrels", DECLINED_QRELS)
 def test_declined_qrels_files(qrels: str) -> None:
     assert columnar("q Q0 a 1 1 t\n", qrels) is None
 

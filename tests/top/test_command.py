@@ -257,6 +257,42 @@ def test_live_frames_fit_the_terminal_rows_and_a_pipe_gets_them_whole() -> None:
     assert whole > render_lines == 10
 
 
+@pytest.mark.parametrize("rows", range(1, 12))
+def test_frames_fit_a_terminal_of_any_rows_from_two_with_the_warnings_below(rows: int) -> None:
+    """Frames were drawn for at least 10 rows, so a shorter terminal scrolled on every
+    redraw. From 2 rows (``terminal.MIN_ROWS``) a frame keeps its first line and a count of
+    the lines cut; on 1, that count alone; the warnings take what is left after 2 rows of the
+    view, the last giving way first, every line cut to the width (in ASCII too)."""
+    from evald.top.command import Top
+    from evald.top.model import Scrape, parse
+    from top.test_model import _exposition, _values
+
+    page = _exposition(_values(), events=100, at_end=900.0)
+
+    class Page:
+        url = "http://127.0.0.1:9/metrics"
+
+        def scrape(self) -> Scrape:
+            return parse(page, 1000.0)
+
+    warnings = [HTTP_WARNING, "warning: two"]
+    for shown, out in (([], io.StringIO()), (warnings, io.TextIOWrapper(io.BytesIO(), "ascii"))):
+        top = Top(Page(), window="5m", group_by=["arm"], measures=None, stream=out,  # type: ignore[arg-type]
+                  width=lambda: 40, height=lambda: rows, warnings=shown)  # fmt: skip
+        lines = top.frame().splitlines()
+        assert len(lines) == rows and max(map(len, lines)) <= 40, lines
+        view = lines[: max(min(rows, 2), rows - len(shown))]
+        footer = lines[len(view) :]
+        assert "more lines: a taller terminal" in view[-1]
+        assert rows == 1 or view[0].startswith("evald top")
+        if shown and rows >= 4:
+            assert footer == [HTTP_WARNING[:39] + "~", "warning: two"]
+        elif shown and rows == 3:
+            assert footer == ["~ 2 more lines: a taller terminal shows~"]
+        else:
+            assert footer == []
+
+
 def _interrupt_second_sleep() -> Callable[[float], None]:
     """``Top.live``'s sleep: the first returns, the second interrupts (two frames drawn)."""
     calls = iter([False, True])

@@ -289,6 +289,51 @@ def test_the_live_queries_view_fits_the_terminal_rows_keeping_its_header_and_war
             assert lines[10:] == warnings
 
 
+@pytest.mark.parametrize("rows", range(1, 12))
+def test_the_live_queries_view_fits_a_terminal_of_any_rows_from_two(
+    monkeypatch: pytest.MonkeyPatch, rows: int
+) -> None:
+    """Frames were drawn for at least 10 rows: a shorter terminal scrolled on every redraw.
+    From 2 rows (``terminal.MIN_ROWS``) the segment's header and a count of the rows cut; on
+    1, that count alone; the warnings take what is left after 2 rows of the view."""
+    from evald.terminal import shown
+    from evald.top import queries
+
+    fallen = [
+        {"query": f"q{i}", "lists": 10, "mean": 0.5, "baseline_mean": 0.6, "contribution": -0.01}
+        for i in range(30)
+    ]
+    row = {"labels": {"arm": "t"}, "window": "5m", "end": "x", "lists": 300,
+           "fallen": {"RR": fallen}}  # fmt: skip
+    monkeypatch.setattr(queries, "fetch", lambda url, client: {"queries": [row]})
+    whole = render_queries({"queries": [row]}, None, 40).splitlines()
+    warnings = ["warning: one", "warning: two"]
+    for given in ([], warnings):
+        out, naps = io.StringIO(), iter([True])
+
+        def sleep(_seconds: float, naps: Any = naps) -> None:
+            if next(naps):  # Ctrl-C after the first frame
+                raise KeyboardInterrupt
+
+        size = {"width": lambda: 40, "height": lambda: rows}
+        assert queries.watch("u", None, out, once=False, interval=0.1, tty=True, sleep=sleep,
+                             warnings=given, **size) == 0  # fmt: skip
+        (frame,) = out.getvalue().split("\x1b[H\x1b[J")[1:]
+        lines = frame.removesuffix("\n").split("\n")
+        assert len(lines) == rows and max(map(len, lines)) <= 40, lines
+        view = max(min(rows, 2), rows - len(given))
+        assert lines[: view - 1] == whole[: view - 1]  # the segment's header first
+        cut = f"~ {len(whole) - view + 1} more lines: a taller terminal shows them"
+        assert lines[view - 1] == shown(cut, 40, "~")
+        footer = lines[view:]
+        if given and rows >= 4:
+            assert footer == warnings
+        elif given and rows == 3:
+            assert footer == ["~ 2 more lines: a taller terminal shows~"]
+        else:
+            assert footer == []
+
+
 def one_fallen(query: str, measure: str) -> dict[str, Any]:
     """A /queries page of one segment with one query fallen in ``measure``."""
     fallen = {"query": query, "lists": 3, "mean": 0.5, "baseline_mean": 0.6, "contribution": -0.1}

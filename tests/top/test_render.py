@@ -377,3 +377,36 @@ def test_columns_after_a_wide_label_value_stand_in_line() -> None:
         assert _ends(ascii_row)[1:] == _ends(wide_row)[1:], lines
         assert _ends(n)[1:] == _ends(ascii_row)[1:3] == _ends(head)[1:3], lines
         assert _ends(ascii_row)[-1] == _ends(head)[-1], lines
+
+
+def test_long_lines_wrap_between_words_in_terminal_columns() -> None:
+    """The verdict lines were wrapped counting characters and then cut in columns: after a
+    segment of wide characters a line that fit in characters lost its last verdict under an
+    ellipsis, and a verdict, a legend or a waiting line wider than the terminal lost its end.
+    Wrapped between words in columns, every word is shown, at 40 to 80 columns, in Unicode
+    and in ASCII (where ``±`` takes two columns)."""
+    verdicts = [
+        Verdict("ab", "surface=検索結果ページ", m, -0.011, -0.015, -0.007, True) for m in ALL
+    ]
+    verdicts.append(Verdict("ab", "surface=app", "nDCG@10", 0.01, math.nan, math.nan, False))
+    for width in range(40, 81):
+        for unicode in (True, False):
+            lines = render(_view(verdicts=verdicts), width, unicode=unicode).splitlines()
+            start = next(i for i, line in enumerate(lines) if line.startswith("since start"))
+            block = lines[start : lines.index("", start)]
+            assert all(columns(line) <= width for line in block), block
+            assert not any(line.endswith(("…", "~")) for line in block), block
+            words = " ".join(" ".join(block).split())
+            band = "-0.011±0.004 ▼" if unicode else "-0.011+-0.004 v"
+            for measure in ALL:
+                assert f"{measure} {band}" in words, block
+            assert "nDCG@10 +0.010 (band after statistics.min_n lists)" in words
+            assert "since the start excludes 0 (a verdict)" in words
+            assert "outside its own 95% interval (descriptive)" in words
+    progress = Progress(attribution_s=1800.0, oldest_open=130.0, watermark=600.0)
+    waiting = _view(groups=[], comparison=None, window_end=None, progress=progress)
+    lines = render(waiting, 40).splitlines()
+    assert not any(line.endswith("…") for line in lines), lines
+    assert "complete at watermark 00:35:00 (its end + the 30m attribution window);" in " ".join(
+        " ".join(lines).split()
+    )
