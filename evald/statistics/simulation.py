@@ -192,7 +192,7 @@ def sequence_flags(
     difference, variance, _ = _contrast(cumulative[0], cumulative[1], list_level)
     n_c, n_t = cumulative[0, ..., 0], cumulative[1, ..., 0]
     half = half_width(n_c + n_t, variance, alpha, tuning_n)
-    looked = (np.minimum(n_c, n_t) >= max(min_n, 2)) & np.isfinite(half)
+    looked = (np.minimum(n_c, n_t) >= max(min_n, 2)) & np.isfinite(half) & (variance > 0)
     excluded = looked & (np.abs(difference) > half)
     return first_true(excluded)
 
