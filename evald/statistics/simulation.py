@@ -8,7 +8,8 @@ ranking measure: 0 unless the user found something (probability p_u), then Beta(
 are assigned to an arm for good; ``shift`` lowers the treatment's measure by that share from
 window ``shift_at`` on. ``treatment_share`` splits the users unequally, and ``heavy_user``
 adds one user with that many lists to the treatment arm (a crawler holding most of a small
-arm: what the sandwich cannot see, clustered.MIN_USERS).
+arm: what the sandwich cannot see, clustered.MIN_USERS); ``first_segment_share`` skews two
+surfaces.
 
 ``simulate`` returns the window sums the engine's shares hold (clustered.row_width: n, Σy, Σy²,
 lists with a user id, the bootstrap's B pairs keyed by user), per arm, surface and window; the
@@ -72,6 +73,7 @@ class Traffic:
     replicates: int = 100
     treatment_share: float = 0.5  # of the users
     heavy_user: int = 0  # lists of one user in the treatment arm (a crawler), over every window
+    first_segment_share: float = 0.0  # of the lists on segment 0, the rest on segment 1 (0: even)
 
 
 def intraclass_correlation(strength: float) -> float:
@@ -114,7 +116,10 @@ def _chunk(t: Traffic, count: int, rng: np.random.Generator, first: int) -> NDAr
         heavy = user % t.users == 0
         sessions = rng.integers(0, t.windows, (count, t.heavy_user // t.session + 1))
         window[heavy] = sessions[user[heavy] // t.users, column[heavy]]
-    segment = rng.integers(0, t.segments, n)
+    if t.first_segment_share:
+        segment = (rng.random(n) >= t.first_segment_share).astype(np.int64)
+    else:
+        segment = rng.integers(0, t.segments, n)
     y = np.zeros(n)
     found = rng.random(n) < p[user]
     y[found] = rng.beta(2.0, 3.0, int(found.sum()))
