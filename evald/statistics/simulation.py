@@ -30,9 +30,8 @@ from numpy.typing import NDArray
 from evald.statistics.bootstrap import DEFAULT_SEED, poisson_weights
 from evald.statistics.clustered import (
     LIST_COLUMNS,
-    MIN_USERS,
     centred_replicates,
-    effective_users,
+    few_users,
     sketch_variance,
 )
 from evald.statistics.cusum import cusum_update, run_statistic
@@ -179,8 +178,8 @@ def _contrast(
         for side in (minus, plus)
     ]
     replicates = deviations[1] - deviations[0]
-    users = np.fmin(*(effective_users(side[..., 0], side[..., lo + b :]) for side in (minus, plus)))
-    clustered = np.where(users >= MIN_USERS, sketch_variance(variance, replicates), np.nan)
+    few = np.logical_or(*(few_users(side[..., 0], side[..., lo + b :]) for side in (minus, plus)))
+    clustered = np.where(few, np.nan, sketch_variance(variance, replicates))
     return difference, clustered, replicates
 
 

@@ -78,6 +78,21 @@ def worth(sums: np.ndarray, arm: int) -> list[float]:
     return [row.users_worth() for row in sums_of_rows(sums[arm, :, 0].sum(axis=1))]
 
 
+def test_lists_that_are_each_their_own_user_are_never_withheld_for_the_estimates_noise() -> None:
+    """Kish's number is estimated (±14% at B = 100): 30 lists of 30 users were withheld in
+    46% of windows by a bare ``< 30``; fewer than half the lists is the second condition."""
+    rng = np.random.default_rng(8)
+    for n in (30, 34, 40):
+        for _ in range(100):
+            keys = rng.integers(1, 2**63, n, dtype=np.uint64)
+            y = rng.random(n)
+            assert math.isfinite(BootstrapState.of(keys, y).interval().low)
+            users = [f"{n}-{i}-{rng.integers(1 << 40)}" for i in range(n)]
+            assert math.isfinite(mean_variance(sums_of(y, users))[0])
+    twenty = sums_of(rng.random(60), [f"u{i % 20}" for i in range(60)])  # 3 lists each
+    assert twenty.few_users() and math.isnan(mean_variance(twenty)[0])
+
+
 def limit(rate: float) -> float:
     return rate + 3 * math.sqrt(rate * (1 - rate) / STREAMS)
 
