@@ -461,6 +461,11 @@ def comparisons(engine: Engine) -> list[str]:
     return rows
 
 
+#: why a look has no band: below min_n lists an arm, lists worth too few users, or SE² 0
+#: (docs/statistics.md §3)
+NO_BAND = "no band yet (too few lists or users, or no variance)"
+
+
 def _why_list(r: dict[str, Any]) -> str:
     """Why a comparison's variance is the list-level one: an arm with too few lists is not
     lists without user ids (a segment holding one arm only has users and no band)."""
@@ -472,7 +477,7 @@ def _why_list(r: dict[str, Any]) -> str:
 def _comparison_lines(r: dict[str, Any]) -> list[str]:
     segment = " ".join(f"{k}={v}" for k, v in r["segment"].items())
     low, high = r["lower"], r["upper"]
-    band = "n too small" if low is None else f"[{low:+.6f}, {high:+.6f}]"
+    band = NO_BAND if low is None else f"[{low:+.6f}, {high:+.6f}]"
     if r["intersection_empty"]:
         band += " (the running intersection is empty: the difference changed)"
     elif r["intersection_lower"] is not None:

@@ -129,12 +129,14 @@ def mean_ci95(count: float, total: float, squares: float) -> tuple[float, float]
     """Mean and 95% CI half-width (normal approximation) from mergeable sums.
 
     Half-width = 1.96 * s / sqrt(n) with the sample standard deviation s; NaN when n < 2
-    (undefined), mean NaN when n = 0.
+    (undefined) or the sums overflowed (inf − inf), mean NaN when n = 0.
     """
     if count <= 0:
         return math.nan, math.nan
     mean = total / count
     if count < 2:
         return mean, math.nan
-    variance = max(0.0, (squares - total * total / count) / (count - 1))
-    return mean, Z95 * math.sqrt(variance / count)
+    variance = (squares - total * total / count) / (count - 1)
+    if math.isnan(variance):  # max(0.0, nan) would be 0: a half-width of 0
+        return mean, math.nan
+    return mean, Z95 * math.sqrt(max(0.0, variance) / count)

@@ -231,3 +231,5 @@ def test_a_segment_with_one_arm_is_list_level_for_too_few_lists_not_for_user_ids
     text = capsys.readouterr().out
     assert "variance list level (too few lists in an arm)" in text, text
     assert "no user ids" not in text
+    # a band is also held back for lists worth too few users and for SE² 0: not "n too small"
+    assert " no band yet (too few lists or users, or no variance)" in text, text

@@ -197,8 +197,8 @@ _WINDOW_HELP = {
     "ci95_halfwidth": "95% confidence half-width of the window mean: 1.96 * s / sqrt(n) with the "
     "sample standard deviation s; absent when n < 2.",
     "ci95_clustered_halfwidth": "95% confidence half-width of the window mean clustered by user "
-    "(hashed Poisson bootstrap, docs/statistics.md); absent below 30 lists or with no "
-    "replicates configured.",
+    "(hashed Poisson bootstrap, docs/statistics.md); absent below 30 lists, when a few users "
+    "hold most of them, or with no replicates configured.",
 }
 # NaN when the window has no finite value (mean) or too few for an interval.
 _WINDOW_MAYBE_NAN = frozenset({"mean", "ci95_halfwidth", "ci95_clustered_halfwidth"})

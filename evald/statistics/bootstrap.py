@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import norm
 
+from evald.statistics.clustered import few_users
 from evald.statistics.intervals import DEFAULT_MIN_N, Interval, Moments
 
 __all__ = [
@@ -249,9 +250,12 @@ class BootstrapState:
         return float(np.std(self.weighted_sum[used] / self.weight_sum[used], ddof=1))
 
     def interval(self, level: float = 0.95, min_n: int = DEFAULT_MIN_N) -> Interval:
-        """Mean ± z·SE with the bootstrap SE; bounds NaN when n < min_n."""
+        """Mean ± z·SE with the bootstrap SE; bounds NaN when n < min_n or the lists are worth
+        too few users (``clustered.few_users``; one user's lists alone: every replicate mean
+        is that user's, and the SE 0)."""
         mean = self.moments.mean
-        if self.moments.n < max(min_n, 2):
+        n = self.moments.n
+        if n < max(min_n, 2) or few_users(n, self.weight_sum):
             return Interval(mean, math.nan, math.nan, self.moments.n)
         half = normal_quantile(0.5 + level / 2.0) * self.standard_error()
         return Interval(mean, mean - half, mean + half, self.moments.n)

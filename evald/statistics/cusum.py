@@ -91,6 +91,8 @@ def siegmund_arl(k: float = DEFAULT_K, h: float = DEFAULT_H, drop: float = 0.0) 
     delta, b = drop - k, h + 1.166
     if abs(delta) < 1e-12:
         return b * b
+    if -2.0 * delta * b > 700.0:  # e^700 ≈ 1e304: beyond, the run length is not a double
+        return math.inf
     return (math.exp(-2.0 * delta * b) + 2.0 * delta * b - 1.0) / (2.0 * delta * delta)
 
 

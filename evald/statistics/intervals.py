@@ -46,14 +46,15 @@ class Moments:
 
     @property
     def variance(self) -> float:
-        """The unbiased sample variance (Q − S²/n)/(n − 1), clipped at 0; NaN when n < 2.
+        """The unbiased sample variance (Q − S²/n)/(n − 1), clipped at 0; NaN when n < 2 or
+        the sums overflowed (inf − inf: clipping it would claim a variance of 0).
 
         The one-pass form loses about eps·mean²/variance relative precision; for measures in
         [0, 1] that is far below anything an alert looks at.
         """
         if self.n < 2:
             return math.nan
-        return max(0.0, (self.squares - self.total * self.total / self.n) / (self.n - 1))
+        return _clipped((self.squares - self.total * self.total / self.n) / (self.n - 1))
 
     def to_json(self) -> dict[str, float | int]:
         return {"n": self.n, "sum": self.total, "sum_squares": self.squares}
@@ -61,6 +62,11 @@ class Moments:
     @classmethod
     def from_json(cls, data: dict[str, float | int]) -> Moments:
         return cls(int(data["n"]), float(data["sum"]), float(data["sum_squares"]))
+
+
+def _clipped(variance: float) -> float:
+    """max(0, variance), keeping a NaN (``max(0.0, nan)`` is 0.0)."""
+    return variance if math.isnan(variance) else max(0.0, variance)
 
 
 @dataclass(frozen=True)

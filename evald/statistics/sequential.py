@@ -110,9 +110,11 @@ def sequence_bound(
 
     n = n_T + n_C, s² = n·SE², half-width = s · √(2(nρ² + 1)/(n²ρ²) · ln(√(nρ² + 1)/α)),
     e-value at Δ0: exp(ρ²·S²/(2(nρ² + 1)))/√(nρ² + 1) with S² = n(Δ̂ − Δ0)²/SE².
-    The sequence excludes Δ0 exactly when e ≥ 1/α. No bound below ``min_n`` lists an arm.
+    The sequence excludes Δ0 exactly when e ≥ 1/α. No bound below ``min_n`` lists an arm, nor
+    while SE² is 0: every list of both arms alike (a rare event not seen yet) says the CLT the
+    sequence rests on has not kicked in, and a band of width 0 would exclude every Δ but Δ̂.
     """
-    if min(n_control, n_treatment) < max(min_n, 2) or not math.isfinite(se2):
+    if min(n_control, n_treatment) < max(min_n, 2) or not (math.isfinite(se2) and se2 > 0):
         return SequenceBound(difference, math.nan, math.nan, 1.0, n_control, n_treatment, clustered)
     n = n_control + n_treatment
     lower, upper, evalue = _look(difference, se2, n, alpha, tuning_n, null_difference)

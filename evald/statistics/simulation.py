@@ -6,7 +6,10 @@ sessions of ``session`` lists, each session in a window drawn at random over the
 list lands on one of ``segments`` surfaces at random. A list's measure is zero-heavy like a
 ranking measure: 0 unless the user found something (probability p_u), then Beta(2, 3). Users
 are assigned to an arm for good; ``shift`` lowers the treatment's measure by that share from
-window ``shift_at`` on.
+window ``shift_at`` on. ``treatment_share`` splits the users unequally, and ``heavy_user``
+adds one user with that many lists to the treatment arm (a crawler holding most of a small
+arm: what the sandwich cannot see, clustered.MIN_USERS); ``first_segment_share`` skews two
+surfaces.
 
 ``simulate`` returns the window sums the engine's shares hold (clustered.row_width: n, Σy, Σy²,
 lists with a user id, the bootstrap's B pairs keyed by user), per arm, surface and window; the
@@ -25,7 +28,12 @@ import scipy.sparse
 from numpy.typing import NDArray
 
 from evald.statistics.bootstrap import DEFAULT_SEED, poisson_weights
-from evald.statistics.clustered import LIST_COLUMNS, centred_replicates, sketch_variance
+from evald.statistics.clustered import (
+    LIST_COLUMNS,
+    centred_replicates,
+    few_users,
+    sketch_variance,
+)
 from evald.statistics.cusum import cusum_update, run_statistic
 from evald.statistics.sequential import half_width
 
@@ -62,6 +70,9 @@ class Traffic:
     shift: float = 0.0
     shift_at: int = 0
     replicates: int = 100
+    treatment_share: float = 0.5  # of the users
+    heavy_user: int = 0  # lists of one user in the treatment arm (a crawler), over every window
+    first_segment_share: float = 0.0  # of the lists on segment 0, the rest on segment 1 (0: even)
 
 
 def intraclass_correlation(strength: float) -> float:
@@ -87,14 +98,27 @@ _CHUNK = 2  # streams generated together: small arrays stay in cache
 def _chunk(t: Traffic, count: int, rng: np.random.Generator, first: int) -> NDArray[np.float64]:
     users = count * t.users
     lists = np.minimum(np.ceil(np.exp(rng.normal(_LOG_MEDIAN, 1.2, users))).astype(np.int64), _CAP)
-    arm_of = rng.integers(0, 2, users)
+    if t.treatment_share == 0.5:
+        arm_of = rng.integers(0, 2, users)
+    else:
+        arm_of = (rng.random(users) < t.treatment_share).astype(np.int64)
     p = np.clip(_BASE + t.strength * rng.normal(0.0, 1.0, users), 0.02, 0.98)
+    if t.heavy_user:  # the first user of each stream
+        lists[:: t.users], arm_of[:: t.users] = t.heavy_user, 1
     user = np.repeat(np.arange(users), lists)
     n = user.size
     rank = np.arange(n) - np.repeat(np.cumsum(lists) - lists, lists)
     session_window = rng.integers(0, t.windows, (users, _CAP // t.session + 1))
-    window = session_window[user, rank // t.session]
-    segment = rng.integers(0, t.segments, n)
+    column = rank // t.session
+    window = session_window[user, np.minimum(column, _CAP // t.session)]
+    if t.heavy_user:  # its sessions drawn apart: a row of _CAP's width for every user is enough
+        heavy = user % t.users == 0
+        sessions = rng.integers(0, t.windows, (count, t.heavy_user // t.session + 1))
+        window[heavy] = sessions[user[heavy] // t.users, column[heavy]]
+    if t.first_segment_share:
+        segment = (rng.random(n) >= t.first_segment_share).astype(np.int64)
+    else:
+        segment = rng.integers(0, t.segments, n)
     y = np.zeros(n)
     found = rng.random(n) < p[user]
     y[found] = rng.beta(2.0, 3.0, int(found.sum()))
@@ -154,7 +178,9 @@ def _contrast(
         for side in (minus, plus)
     ]
     replicates = deviations[1] - deviations[0]
-    return difference, sketch_variance(variance, replicates), replicates
+    few = np.logical_or(*(few_users(side[..., 0], side[..., lo + b :]) for side in (minus, plus)))
+    clustered = np.where(few, np.nan, sketch_variance(variance, replicates))
+    return difference, clustered, replicates
 
 
 def sequence_flags(
@@ -170,7 +196,7 @@ def sequence_flags(
     difference, variance, _ = _contrast(cumulative[0], cumulative[1], list_level)
     n_c, n_t = cumulative[0, ..., 0], cumulative[1, ..., 0]
     half = half_width(n_c + n_t, variance, alpha, tuning_n)
-    looked = (np.minimum(n_c, n_t) >= max(min_n, 2)) & np.isfinite(half)
+    looked = (np.minimum(n_c, n_t) >= max(min_n, 2)) & np.isfinite(half) & (variance > 0)
     excluded = looked & (np.abs(difference) > half)
     return first_true(excluded)
 

@@ -39,6 +39,14 @@ def test_mean_bound_is_the_one_sample_sequence(n, mean, sd):
     assert math.isnan(mean_bound(mean, se2, 99, ALPHA, TUNING).low)
 
 
+def test_every_compared_list_won_by_one_team_decides_where_two_arms_would_wait():
+    """SE² = 0: the one-sample band is the point Δ̂ (a verdict for the team that won every
+    list), where the two-sample sequence publishes no band until some list disagrees."""
+    won = mean_bound(1.0, 0.0, 150, ALPHA, TUNING)
+    assert won.low == won.high == 1.0 and won.p_value == 0.0
+    assert math.isnan(sequence_bound(1.0, 0.0, 75, 75, ALPHA, TUNING, min_n=2).low)
+
+
 def window_sums(d, users, leads, replicates=100):
     """One window's sums of one cell from per-list outcomes (d = None: not compared)."""
     state = PartitionCredit(60_000, replicates)

@@ -132,6 +132,26 @@ def test_clustered_interval_covers_where_the_unclustered_one_does_not() -> None:
     assert unclustered < 0.90, unclustered
 
 
+def test_heavy_tailed_lists_per_user_cover_a_little_under_the_level() -> None:
+    """Lists per user as in the A/B simulations (⌈lognormal(1, 1.2)⌉, up to 600), ICC 0.2,
+    400 users a window: the bootstrap covers 93.3% of 2000 windows (92.3% at 150 users: the few
+    heaviest users hold much of a window, the sandwich's small-sample bias), the plain t
+    interval 62%. Held to [92.5%, 96.5%] here, and said so in docs/statistics.md §2."""
+    rng = np.random.default_rng(4)
+    covered = plain = 0
+    for _ in range(2000):
+        lists = np.minimum(np.ceil(np.exp(rng.normal(1.0, 1.2, 400))), 600).astype(np.int64)
+        user = np.repeat(np.arange(400), lists)
+        y = rng.normal(0.0, np.sqrt(0.2), 400)[user] + rng.normal(0.0, np.sqrt(0.8), user.size)
+        keys = rng.integers(1, 2**63, 400, dtype=np.uint64)[user]
+        state = BootstrapState.of(keys, y)
+        boot, t = state.interval(), t_interval(state.moments)
+        covered += boot.low <= 0.0 <= boot.high
+        plain += t.low <= 0.0 <= t.high
+    assert 0.925 <= covered / 2000 <= 0.965, covered
+    assert plain / 2000 < 0.75, plain
+
+
 def test_without_clustering_the_two_agree() -> None:
     clustered, unclustered = _coverage(icc=0.0, windows=600, seed=8)
     assert abs(clustered - unclustered) <= 0.1 * unclustered

@@ -52,6 +52,9 @@ def test_siegmund_values_of_the_shared_table() -> None:
     assert siegmund_arl(0.5, 5.0) == pytest.approx(938, abs=1)
     assert siegmund_arl(0.5, 5.0, 1.0) == pytest.approx(10.34, abs=0.01)
     assert siegmund_arl(0.5, 5.0, 0.5) == pytest.approx(6.166**2)
+    # a threshold far past any alarm: a run length too long for a double, not an OverflowError
+    assert siegmund_arl(0.5, 1000.0) == math.inf
+    assert siegmund_arl(0.5, 1000.0, 1.0) == pytest.approx((1001.166 - 1) / 0.5)
 
 
 def test_windows_below_the_minimum_n_never_move_it() -> None:

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from evald.statistics.intervals import Moments, t_interval, t_quantile
+from evald.statistics.sequential import confidence_sequence
+from evald.stats import mean_ci95
 
 
 @pytest.mark.parametrize("level", [0.8, 0.95, 0.99])
@@ -37,6 +39,20 @@ def test_nan_below_the_minimum_n_and_undefined_values_skipped() -> None:
 def test_variance_keeps_precision_off_zero_mean() -> None:
     y = 1000.0 + np.random.default_rng(1).normal(0, 1, 10000)
     assert Moments.of(y).variance == pytest.approx(np.var(y, ddof=1), rel=1e-7)
+
+
+def test_overflowed_sums_give_no_interval_rather_than_one_of_width_zero() -> None:
+    """Σy² of values near 1e200 is +inf and Σy²/n − (Σy)²/n² is inf − inf: NaN, which
+    max(0, ·) used to turn into a variance of 0 — an interval of width 0 and a comparison
+    certain of its difference (p = 0)."""
+    y = 1e200 * (1.0 + np.random.default_rng(2).random(200))
+    with np.errstate(over="ignore"):
+        huge, other = Moments.of(y), Moments.of(1.1 * y)
+    assert math.isnan(huge.variance) and math.isnan(t_interval(huge).low)
+    assert math.isnan(mean_ci95(huge.n, huge.total, huge.squares)[1])
+    bound = confidence_sequence(huge, other)
+    assert math.isnan(bound.low) and bound.p_value == 1.0
+    assert Moments.of(np.full(50, 0.25)).variance == 0.0  # constant values: width 0, rightly
 
 
 @given(

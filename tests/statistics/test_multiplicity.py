@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from evald.statistics.multiplicity import bonferroni_alpha, holm_reject
 from evald.statistics.sequential import log_evalue
@@ -19,6 +22,26 @@ def test_holm_steps_down() -> None:
     assert bonferroni_alpha(0.05, 10) == pytest.approx(0.005)
     with pytest.raises(ValueError):
         bonferroni_alpha(0.05, 0)
+
+
+@given(
+    st.lists(st.sampled_from([0.0, 0.001, 0.01, 0.0125, 0.02, 0.025, 0.05, 0.3, 1.0]), max_size=7),
+    st.sampled_from([0.05, 0.1]),
+)
+def test_holm_is_closed_testing_with_bonferroni(p_values: list[float], alpha: float) -> None:
+    """Holm rejects H_i exactly when every intersection hypothesis holding i is rejected by
+    Bonferroni (min over S of p ≤ α/|S|): the brute force over all subsets, ties included."""
+    m = len(p_values)
+    closed = [
+        all(
+            min(p_values[j] for j in subset) <= alpha / len(subset)
+            for size in range(1, m + 1)
+            for subset in itertools.combinations(range(m), size)
+            if i in subset
+        )
+        for i in range(m)
+    ]
+    assert holm_reject(p_values, alpha) == closed
 
 
 def test_family_of_always_valid_p_values_stays_within_alpha() -> None:

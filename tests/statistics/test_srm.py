@@ -59,6 +59,17 @@ def test_finds_a_broken_split() -> None:
     assert _ever_flagged((1, 1), 0.47, 100, seed=2) > 0.8
 
 
+def test_a_99_to_1_split_stays_within_alpha_and_its_small_arm_is_watched() -> None:
+    """Extremely unequal: 1% of assignments to treatment (about 120 in a run). A/A: 3.55% of
+    2000 runs fire; the small arm at 1.4% or 0.6% instead of 1% is found in 85% and 97% of
+    200 (the negative controls)."""
+    runs = 2000
+    share = _ever_flagged((99, 1), 0.01, runs, seed=20261128)
+    assert share <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / runs), share
+    assert _ever_flagged((99, 1), 0.014, 200, seed=3) > 0.8
+    assert _ever_flagged((99, 1), 0.006, 200, seed=4) > 0.8
+
+
 def test_p_value_and_json() -> None:
     state = SampleRatio((0, 0)).look((5200, 4800), (1, 1))
     assert state.p_value == pytest.approx(math.exp(-state.max_log_evalue))
