@@ -230,3 +230,28 @@ def test_a_key_made_of_json_punctuation_is_still_compared(decoder):
     raw = b'{"request_id": "r1", "ts": 1000, "items": ["a"], "x": "v", ":": 1, ":": 2}'
     assert duplicate_key(raw) == ":"
     assert decoder.decode(raw).reason == "duplicate_key"
+
+
+@pytest.mark.parametrize(
+    ("ts", "detail"),
+    [
+        ("2024-05-01T12:00:00+02", None),  # accepted
+        ("2024-05-01T12:00:00.000", "ts: timestamp has no UTC offset: '2024-05-01T12:00:00.000'"),
+        ("yesterday", "ts: not an RFC 3339 timestamp: 'yesterday'"),
+        (1.5e12, "ts: expected RFC 3339 text with an offset or integer epoch milliseconds"),
+        (True, "ts: expected RFC 3339 text with an offset or integer epoch milliseconds"),
+        (-1, "ts: Input should be greater than or equal to 0"),
+    ],
+)
+def test_a_bad_time_is_explained_by_what_its_value_is(decoder, ts, detail):
+    # the union's first branch is the integer: a text time without an offset was reported as
+    # "ts.constrained-int: Input should be a valid integer", hiding what is wrong with it
+    for raw, kind in ((imp(ts=ts), None), (fb(ts=ts), "feedback")):
+        got = decoder.decode(raw, kind=kind)
+        if detail is None:
+            assert not isinstance(got, Rejection)
+        else:
+            assert isinstance(got, Rejection) and (got.reason, got.detail) == (
+                "bad_timestamp",
+                detail,
+            )
