@@ -603,32 +603,14 @@ def _check_flags(args: argparse.Namespace, config: EngineConfig) -> None:
     _check_outputs(args)
 
 
-#: the flags that name a file replay writes
-_OUTPUTS = ("results", "windows", "rejected", "looks", "queries")
-
-
 def _check_outputs(args: argparse.Namespace) -> None:
-    """An output that is an input, or another output, would be truncated before the input is
-    read or written over by the other: refused (UsageError naming the flags)."""
-    seen: dict[str, str] = {}
-    for flag in _OUTPUTS:
-        path = getattr(args, flag)
-        if path is None or path == "-":
-            continue
-        for source in args.files:
-            if source != "-" and _same_file(path, source):
-                raise UsageError(f"--{flag} {path} is also an input: it would be emptied unread")
-        key = os.path.realpath(path)
-        if key in seen:
-            raise UsageError(f"--{flag} {path} is also --{seen[key]}: give each its own file")
-        seen[key] = flag
+    """An output that is an input, or another output: refused (UsageError naming the flags)."""
+    from evald.output_files import clash
 
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # the output does not exist yet
-        return False
+    flags = ("results", "windows", "rejected", "looks", "queries")
+    problem = clash({f"--{flag}": getattr(args, flag) for flag in flags}, args.files)
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -169,12 +169,16 @@ def thresholds_of(args: argparse.Namespace) -> tuple[float, ...]:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``evald judge``."""
     from evald.clicks.judgments import judge
+    from evald.output_files import clash
 
     errors: list[str] = []
     try:
         thresholds = thresholds_of(args)
         if not 0 <= args.holdout < 1:
             raise ValueError("--holdout: must be in [0, 1)")
+        problem = clash({"--qrels": args.qrels, "--jsonl": args.jsonl}, [args.file])
+        if problem is not None:
+            raise ValueError(problem)
         name = "<stdin>" if args.file == "-" else args.file
         with contextlib.ExitStack() as stack:
             stream = (
