@@ -213,6 +213,9 @@ class View:
     progress: Progress = field(default_factory=lambda: Progress())
     #: per display group, the window's zero-feedback values (none: the signals are off)
     zero_feedback: list[zerofeedback.ZeroLine] = field(default_factory=list)
+    #: the measures the window holds, when ``measures`` (--measures) names one it does not
+    #: (a misspelt name showed as a row of dashes with n 0, as if nothing was scored)
+    exported: list[str] = field(default_factory=list)
 
 
 def verdicts(scrape: Scrape, arms: tuple[str, str]) -> list[Verdict]:
@@ -319,7 +322,8 @@ def build_view(
     """The frame for ``cur``; rates need ``prev``, the scrape before it (else they are None).
 
     ``arms`` names the (control, treatment) groups compared when both are shown."""
-    shown = list(measures) if measures is not None else _measures(cur, window)
+    exported = _measures(cur, window)
+    shown = list(measures) if measures is not None else exported
     sums = _group_sums(cur, window, group_by)
     groups = []
     for name in sorted(sums):
@@ -369,6 +373,7 @@ def build_view(
             watermark_pace=_pace(cur, prev),
         ),
         zero_feedback=zerofeedback.zero_lines(cur.samples, window, group_by),
+        exported=exported if exported and not set(shown) <= set(exported) else [],
     )
 
 

@@ -211,6 +211,11 @@ def _tables(view: View, width: int, plain: Callable[[str], str]) -> list[str]:
             if with_delta and view.comparison is not None:
                 row += rjust(plain(_comparison(view.comparison.get(measure))), delta_w)
             lines.append(row.rstrip())
+    if view.exported:
+        missing = ", ".join(m for m in view.measures if m not in view.exported)
+        lines.append(
+            f"not in the {view.window} window: {missing}; it has {', '.join(view.exported)}"
+        )
     return [shown(line, width) for line in lines]
 
 

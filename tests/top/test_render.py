@@ -377,3 +377,10 @@ def test_columns_after_a_wide_label_value_stand_in_line() -> None:
         assert _ends(ascii_row)[1:] == _ends(wide_row)[1:], lines
         assert _ends(n)[1:] == _ends(ascii_row)[1:3] == _ends(head)[1:3], lines
         assert _ends(ascii_row)[-1] == _ends(head)[-1], lines
+
+
+def test_a_measure_not_in_the_window_is_named_with_the_ones_it_has() -> None:
+    view = _view(measures=["ndcg@10", "RR"], exported=["nDCG@10", "RR"])
+    lines = render(view, 80).splitlines()
+    assert "not in the 5m window: ndcg@10; it has nDCG@10, RR" in lines
+    assert "not in the" not in render(_view(), 80)
