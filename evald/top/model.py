@@ -177,6 +177,9 @@ class Progress:
     oldest_open: float | None = None
     watermark: float | None = None
     watermark_pace: float | None = None
+    #: the windows that are complete, when the shown one is not: a window not among the
+    #: evald's ``windows`` never is, which only this tells apart from one still to come
+    complete: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -371,10 +374,16 @@ def build_view(
             oldest_open=cur.total("evald_oldest_open_impression_timestamp_seconds"),
             watermark=min(marks) if marks else None,
             watermark_pace=_pace(cur, prev),
+            complete=() if end is not None else _complete_windows(cur),
         ),
         zero_feedback=zerofeedback.zero_lines(cur.samples, window, group_by),
         exported=exported if exported and not set(shown) <= set(exported) else [],
     )
+
+
+def _complete_windows(scrape: Scrape) -> tuple[str, ...]:
+    ends = scrape.series("evald_window_end_timestamp_seconds")
+    return tuple(sorted({dict(key).get("window", "") for key in ends} - {""}))
 
 
 def _pace(cur: Scrape, prev: Scrape | None) -> float | None:

@@ -148,7 +148,16 @@ def _header(view: View, width: int) -> list[str]:
 
 def _waiting(view: View) -> list[str]:
     """Why no window is shown yet, and when the first one will be: it is complete when the
-    watermark passes its end plus the attribution window (every impression in it scored)."""
+    watermark passes its end plus the attribution window (every impression in it scored);
+    and, when other windows are complete, that a window not among the evald's never is."""
+    lines = _first_window(view)
+    if view.progress.complete:
+        have = ", ".join(view.progress.complete)
+        lines.append(f"complete: {have} (a window not in engine.windows never is)")
+    return lines
+
+
+def _first_window(view: View) -> list[str]:
     head = f"no complete {view.window} window yet"
     p = view.progress
     if p.watermark is None:

@@ -253,3 +253,9 @@ def test_a_measure_the_window_does_not_hold_is_told_apart_from_an_empty_one() ->
     assert build_view("h:1", scrape).exported == []
     # no window yet: the header says why, not this
     assert build_view("h:1", scrape, window="1h", measures=["RR"]).exported == []
+
+
+def test_the_complete_windows_are_listed_while_the_shown_one_is_not() -> None:
+    scrape = parse(_exposition(_values(), events=10, at_end=900.0), 0.0)
+    assert build_view("h:1", scrape, window="10m").progress.complete == ("5m",)
+    assert build_view("h:1", scrape, window="5m").progress.complete == ()
