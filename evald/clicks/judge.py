@@ -184,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
             stream = (
                 sys.stdin.buffer if args.file == "-" else stack.enter_context(open(args.file, "rb"))
             )
+            if hasattr(stream, "peek") and stream.peek(2)[:2] == b"\x1f\x8b":  # not UTF-8
+                raise ValueError(f"{name} is gzip-compressed: judge reads plain text (zcat it)")
             summary = judge(lines(stream, name, errors), args, thresholds)
     except (ValueError, OSError) as exc:
         for error in errors:  # the lines read so far: why none was left to fit, say

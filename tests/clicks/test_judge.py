@@ -287,3 +287,15 @@ def test_an_output_that_is_the_log_or_the_other_output_is_refused_before_the_fit
         assert "evald judge: --" in capsys.readouterr().err
     assert log.read_text() == text
     assert not out.exists()
+
+
+def test_a_gzip_compressed_log_exits_2_saying_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every line was rejected as not UTF-8, then nothing was left to fit
+    import gzip
+
+    packed = tmp_path / "clicks.jsonl.gz"
+    packed.write_bytes(gzip.compress(b'{"query": "q", "served": ["a"], "clicked": ["a"]}\n'))
+    assert main(["judge", str(packed)]) == 2
+    assert f"{packed} is gzip-compressed" in capsys.readouterr().err
