@@ -188,6 +188,12 @@ def interleaving_checked(event: Impression, raw: bytes) -> Impression | Rejectio
     return Rejection(found[0], found[1], raw, "impression")
 
 
+#: epoch seconds of any year from 1973 to 5138 read as milliseconds fall before this (March
+#: 1973), where no real event is: the unit is the likely mistake, and the message says so
+_SECONDS_AS_MS = 10**11
+_SECONDS_HINT = " (a number in ts is epoch milliseconds: is it in seconds?)"
+
+
 def _describe(error: Mapping[str, Any], errors: Sequence[Mapping[str, Any]] = ()) -> str:
     """``error`` in words; for ``ts``, the branch of its union the value took (``errors``
     holds both), so a text time says what is wrong with the text, not that it is no integer."""
@@ -268,7 +274,8 @@ class Decoder:
             )
         problem = implausibility(event.ts, self.min_ts, self.max_lead, reference)  # type: ignore[union-attr]
         if problem is not None:
-            return Rejection("implausible_timestamp", f"ts: {problem}", original, event.kind)
+            hint = _SECONDS_HINT if event.ts < _SECONDS_AS_MS else ""  # type: ignore[union-attr]
+            return Rejection("implausible_timestamp", f"ts: {problem}{hint}", original, event.kind)
         if event.kind == "impression":
             return interleaving_checked(event, original)  # type: ignore[arg-type]
         if event.action in self.action_grades:  # type: ignore[union-attr]

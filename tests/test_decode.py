@@ -255,3 +255,19 @@ def test_a_bad_time_is_explained_by_what_its_value_is(decoder, ts, detail):
                 "bad_timestamp",
                 detail,
             )
+
+
+def test_epoch_seconds_read_as_milliseconds_are_said_to_be_in_the_wrong_unit():
+    """Seconds in ``ts`` read as January 1970: the rejection now says what the likely mistake
+    is, as a mapping's does; an RFC 3339 time before the bound gets no such hint."""
+    decoder = Decoder(Limits(), GRADES, min_ts=946_684_800_000, max_lead=None)
+    got = decoder.decode(imp(ts=1_714_564_800))
+    assert isinstance(got, Rejection) and got.reason == "implausible_timestamp"
+    assert got.detail.endswith("(a number in ts is epoch milliseconds: is it in seconds?)")
+    old = decoder.decode(imp(ts="1999-12-31T00:00:00Z"))
+    assert isinstance(old, Rejection) and old.reason == "implausible_timestamp"
+    assert "seconds" not in old.detail
+    # the batch path says the same
+    rejections: list[tuple[int, Rejection]] = []
+    assert list(decoder.decode_many([imp(ts=1_714_564_800)], None, rejections)) == []
+    assert [r.detail for _, r in rejections] == [got.detail]
