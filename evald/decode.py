@@ -188,9 +188,28 @@ def interleaving_checked(event: Impression, raw: bytes) -> Impression | Rejectio
     return Rejection(found[0], found[1], raw, "impression")
 
 
-def _describe(error: Mapping[str, Any]) -> str:
+#: epoch seconds of any year from 1973 to 5138 read as milliseconds fall before this (March
+#: 1973), where no real event is: the unit is the likely mistake, and the message says so
+_SECONDS_AS_MS = 10**11
+_SECONDS_HINT = " (a number in ts is epoch milliseconds: is it in seconds?)"
+
+
+def _describe(error: Mapping[str, Any], errors: Sequence[Mapping[str, Any]] = ()) -> str:
+    """``error`` in words; for ``ts``, the branch of its union the value took (``errors``
+    holds both), so a text time says what is wrong with the text, not that it is no integer."""
+    if error["loc"][:1] == ("ts",):
+        return _time_words([e for e in errors or (error,) if e["loc"][:1] == ("ts",)])
     loc = ".".join(str(part) for part in error["loc"])
     return f"{loc}: {error['msg']}" if loc else str(error["msg"])
+
+
+def _time_words(errors: Sequence[Mapping[str, Any]]) -> str:
+    """The union ``int | str`` failed both ways: a branch that did not fail on the type is
+    the one the value took."""
+    for error in errors:
+        if error["type"] not in ("int_type", "string_type"):
+            return "ts: " + str(error["msg"]).removeprefix("Value error, ")
+    return "ts: expected RFC 3339 text with an offset or integer epoch milliseconds"
 
 
 class Decoder:
@@ -255,7 +274,8 @@ class Decoder:
             )
         problem = implausibility(event.ts, self.min_ts, self.max_lead, reference)  # type: ignore[union-attr]
         if problem is not None:
-            return Rejection("implausible_timestamp", f"ts: {problem}", original, event.kind)
+            hint = _SECONDS_HINT if event.ts < _SECONDS_AS_MS else ""  # type: ignore[union-attr]
+            return Rejection("implausible_timestamp", f"ts: {problem}{hint}", original, event.kind)
         if event.kind == "impression":
             return interleaving_checked(event, original)  # type: ignore[arg-type]
         if event.action in self.action_grades:  # type: ignore[union-attr]
@@ -281,7 +301,7 @@ class Decoder:
             errors = exc.errors(include_url=False, include_context=False, include_input=False)
             head = reason_of(errors[0])
             if second is None or head in ("invalid_json", "not_an_object"):
-                return Rejection(head, _describe(errors[0]), raw, kind or "unknown")
+                return Rejection(head, _describe(errors[0], errors), raw, kind or "unknown")
             try:
                 event = second(raw)
             except ValidationError as exc2:
@@ -378,7 +398,7 @@ class Decoder:
                 "unknown_kind", 'neither an impression ("items") nor feedback ("item")', raw
             )
         kind = "impression" if impression else "feedback"
-        return Rejection(reason_of(errors[0]), _describe(errors[0]), raw, kind)
+        return Rejection(reason_of(errors[0]), _describe(errors[0], errors), raw, kind)
 
     def _check(self, event: Impression | Feedback, raw: bytes) -> Impression | Feedback | Rejection:
         """Rules pydantic cannot express per configuration: known actions, judgment grades."""

@@ -605,6 +605,17 @@ def _check_flags(args: argparse.Namespace, config: EngineConfig) -> None:
             "--looks: no comparison is configured (a statistics block with comparisons in "
             "--config; see evald replay --help)"
         )
+    _check_outputs(args)
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """An output that is an input, or another output: refused (UsageError naming the flags)."""
+    from evald.output_files import clash
+
+    flags = ("results", "windows", "rejected", "looks", "queries")
+    problem = clash({f"--{flag}": getattr(args, flag) for flag in flags}, args.files)
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ says what to do, so each command exits 2 with it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -47,10 +48,43 @@ def read_settings_file(path: str | os.PathLike[str], *, json_text: bool = False)
         ) from None
     kind = "JSON" if json_text else "YAML"
     try:
-        return json.loads(text) if json_text else yaml.safe_load(text)
+        return json.loads(text) if json_text else yaml.load(text, Loader=_loader())
     except (ValueError, yaml.YAMLError) as exc:
         raise SettingsFileError(f"{where}: not valid {kind}: {exc}") from None
     except RecursionError:
         raise SettingsFileError(
             f"{where}: not valid {kind}: nested too deeply for the parser"
         ) from None
+
+
+class _RepeatedKey(ValueError):
+    """A mapping that gives one key twice: YAML would keep the last value without a word, so
+    a second ``statistics:`` block or ``window:`` silently replaced the first."""
+
+
+@functools.cache
+def _loader() -> Any:
+    """``yaml.SafeLoader`` refusing a repeated key (what a merge key ``<<`` brings in may still
+    be overridden, as YAML intends); built on first use, as yaml is imported then."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the parent class says what is wrong
+                    continue
+                if first is not None:
+                    raise _RepeatedKey(
+                        f"line {line}: {key!r} is given twice (first on line {first})"
+                    )
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader

@@ -230,3 +230,44 @@ def test_a_key_made_of_json_punctuation_is_still_compared(decoder):
     raw = b'{"request_id": "r1", "ts": 1000, "items": ["a"], "x": "v", ":": 1, ":": 2}'
     assert duplicate_key(raw) == ":"
     assert decoder.decode(raw).reason == "duplicate_key"
+
+
+@pytest.mark.parametrize(
+    ("ts", "detail"),
+    [
+        ("2024-05-01T12:00:00+02", None),  # accepted
+        ("2024-05-01T12:00:00.000", "ts: timestamp has no UTC offset: '2024-05-01T12:00:00.000'"),
+        ("yesterday", "ts: not an RFC 3339 timestamp: 'yesterday'"),
+        (1.5e12, "ts: expected RFC 3339 text with an offset or integer epoch milliseconds"),
+        (True, "ts: expected RFC 3339 text with an offset or integer epoch milliseconds"),
+        (-1, "ts: Input should be greater than or equal to 0"),
+    ],
+)
+def test_a_bad_time_is_explained_by_what_its_value_is(decoder, ts, detail):
+    # the union's first branch is the integer: a text time without an offset was reported as
+    # "ts.constrained-int: Input should be a valid integer", hiding what is wrong with it
+    for raw, kind in ((imp(ts=ts), None), (fb(ts=ts), "feedback")):
+        got = decoder.decode(raw, kind=kind)
+        if detail is None:
+            assert not isinstance(got, Rejection)
+        else:
+            assert isinstance(got, Rejection) and (got.reason, got.detail) == (
+                "bad_timestamp",
+                detail,
+            )
+
+
+def test_epoch_seconds_read_as_milliseconds_are_said_to_be_in_the_wrong_unit():
+    """Seconds in ``ts`` read as January 1970: the rejection now says what the likely mistake
+    is, as a mapping's does; an RFC 3339 time before the bound gets no such hint."""
+    decoder = Decoder(Limits(), GRADES, min_ts=946_684_800_000, max_lead=None)
+    got = decoder.decode(imp(ts=1_714_564_800))
+    assert isinstance(got, Rejection) and got.reason == "implausible_timestamp"
+    assert got.detail.endswith("(a number in ts is epoch milliseconds: is it in seconds?)")
+    old = decoder.decode(imp(ts="1999-12-31T00:00:00Z"))
+    assert isinstance(old, Rejection) and old.reason == "implausible_timestamp"
+    assert "seconds" not in old.detail
+    # the batch path says the same
+    rejections: list[tuple[int, Rejection]] = []
+    assert list(decoder.decode_many([imp(ts=1_714_564_800)], None, rejections)) == []
+    assert [r.detail for _, r in rejections] == [got.detail]

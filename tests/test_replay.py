@@ -439,3 +439,24 @@ def test_events_of_the_last_day_there_is_replay_with_their_windows_past_it(tmp_p
     # the comparison records carry the end as an int too: a five-digit year does not parse
     records = summary["comparisons"]
     assert records and all(format_timestamp(r["end_ms"]) == r["end"] for r in records)
+
+
+def test_an_output_that_is_an_input_or_another_output_is_refused_before_anything_is_written(
+    tmp_path, capsys
+):
+    # `--results events.jsonl` emptied the input before reading it: nothing replayed, exit 0
+    events = tmp_path / "events.jsonl"
+    line = '{"request_id": "r1", "ts": 1714564800000, "items": ["a"]}\n'
+    events.write_text(line)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(events)
+    for argv in (
+        ["--results", str(events)],
+        ["--rejected", str(link)],
+        ["--windows", str(tmp_path / "out.jsonl"), "--queries", str(tmp_path / "out.jsonl")],
+    ):
+        assert main(["replay", str(events), *argv]) == 2, argv
+        assert "evald replay: --" in capsys.readouterr().err
+    assert events.read_text() == line
+    assert not (tmp_path / "out.jsonl").exists()
+    assert main(["replay", str(events), "--results", "-", "--windows", "-"]) == 0

@@ -19,6 +19,11 @@ BAD_FILES = {
     "directory.yaml": (None, "Is a directory"),
     "broken.yaml": (b"measures: [RR\n  window: {\n", "not valid YAML"),
     "deep.yaml": (b"[" * 600, "not valid YAML: nested too deeply for the parser"),
+    # YAML keeps a repeated key's last value without a word: the first block was lost
+    "repeated.yaml": (
+        b"statistics: {window: 1h}\nwindow: 5m\nstatistics: {window: 5m}\n",
+        "not valid YAML: line 3: 'statistics' is given twice (first on line 1)",
+    ),
 }
 
 
@@ -103,5 +108,8 @@ def test_json_and_yaml_documents_are_read(tmp_path: Path) -> None:
     assert read_settings_file(yaml_path) == {"window": "5m"}
     assert read_settings_file(json_path, json_text=True) == {"window": "5m"}
     assert read_settings_file(empty) is None
+    merged = tmp_path / "merged.yaml"  # a merge key's values may be overridden, as YAML intends
+    merged.write_text("base: &b {window: 5m, lateness: 1m}\nengine: {<<: *b, window: 10m}\n")
+    assert read_settings_file(merged)["engine"] == {"window": "10m", "lateness": "1m"}
     with pytest.raises(SettingsFileError, match="not valid JSON"):
         read_settings_file(yaml_path, json_text=True)

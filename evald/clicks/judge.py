@@ -169,17 +169,23 @@ def thresholds_of(args: argparse.Namespace) -> tuple[float, ...]:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``evald judge``."""
     from evald.clicks.judgments import judge
+    from evald.output_files import clash
 
     errors: list[str] = []
     try:
         thresholds = thresholds_of(args)
         if not 0 <= args.holdout < 1:
             raise ValueError("--holdout: must be in [0, 1)")
+        problem = clash({"--qrels": args.qrels, "--jsonl": args.jsonl}, [args.file])
+        if problem is not None:
+            raise ValueError(problem)
         name = "<stdin>" if args.file == "-" else args.file
         with contextlib.ExitStack() as stack:
             stream = (
                 sys.stdin.buffer if args.file == "-" else stack.enter_context(open(args.file, "rb"))
             )
+            if hasattr(stream, "peek") and stream.peek(2)[:2] == b"\x1f\x8b":  # not UTF-8
+                raise ValueError(f"{name} is gzip-compressed: judge reads plain text (zcat it)")
             summary = judge(lines(stream, name, errors), args, thresholds)
     except (ValueError, OSError) as exc:
         for error in errors:  # the lines read so far: why none was left to fit, say

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TextIO
 
 from evald.daemon.settings import Settings, SettingsError
-from evald.daemon.topic_time import TimestampLimit
+from evald.daemon.topic_time import SENT_HEADER, TimestampLimit, TopicsEnd
 from evald.demo.command import share
 from evald.durations import readable
 from evald.signals import StopSignals
@@ -379,8 +379,8 @@ def _to_kafka(args: argparse.Namespace, run_id: str, stop: StopSignals) -> int:
     found = _input_topics(settings, args.partitions)
     if found is None:
         return 1
-    limit, last_ms = found
-    start_ms = _start_time(args.start, last_ms, limit)
+    limit, end = found
+    start_ms = _start_time(args.start, end, limit)
     if start_ms is None:
         return 2
     print(f"evald produce: {_describe(run_id, start_ms)}", file=sys.stderr)
@@ -398,7 +398,10 @@ def _to_kafka(args: argparse.Namespace, run_id: str, stop: StopSignals) -> int:
         if acks.refusal is not None:
             raise acks.refusal
         topic = topics.impressions if event.kind == IMPRESSION else topics.feedback
-        future = producer.send(topic, key=event.key, value=event.value, timestamp_ms=event.at_ms)
+        sent = [(SENT_HEADER, b"%d" % (time.time() * 1000))]  # where the next run goes on from
+        future = producer.send(
+            topic, key=event.key, value=event.value, timestamp_ms=event.at_ms, headers=sent
+        )
         acks.watch(future, topic, event.at_ms)
 
     where = f"{topics.impressions} / {topics.feedback}"
@@ -428,24 +431,38 @@ def _to_kafka(args: argparse.Namespace, run_id: str, stop: StopSignals) -> int:
 
 
 def _start_time(
-    start: int | None, last_ms: int | None, limit: TimestampLimit, now_ms: int | None = None
+    start: int | None, end: TopicsEnd | None, limit: TimestampLimit, now_ms: int | None = None
 ) -> int | None:
     """The event time of the run's first record: ``--start``, or now, or (when the topics
-    already hold records stamped later than now) right after them; None (after saying why)
-    when ``--start`` is further ahead than the broker accepts."""
+    already hold records stamped later than now, or `evald run`'s watermark has moved on past
+    now since they were sent) right after them; None (after saying why) when ``--start`` is
+    further ahead than the broker accepts."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     latest = limit.latest_ms(now)
+    last_ms = None if end is None else end.time_ms
     if start is None:
-        if last_ms is None or last_ms < now:
+        if end is None:
             return now
+        # while no record comes, evald run's idle fallback moves its watermark on with the wall
+        # clock from the newest one: this run starts no earlier than that watermark can be
+        quiet = 0 if end.sent_ms is None else max(0, now - end.sent_ms)
+        resume = end.time_ms + quiet
+        if resume < now:
+            return now
+        since = (
+            f", sent {readable(quiet / 1000)} ago (evald run's watermark moves on with the wall "
+            f"clock while its inputs are quiet)"
+            if quiet
+            else ""
+        )
         print(
-            f"evald produce: the topics hold records up to {_utc(last_ms)}, "
-            f"{readable((last_ms - now) / 1000)} ahead of the wall clock (an earlier run's "
-            "event time): going on from there, so that evald run does not take this run's "
-            "records for late ones (--start now starts at the wall clock)",
+            f"evald produce: the topics hold records up to {_utc(end.time_ms)} (an earlier "
+            f"run's event time){since}: going on from there, at {_utc(resume)}, so that evald "
+            "run does not take this run's records for late ones (--start now starts at the wall "
+            "clock)",
             file=sys.stderr,
         )
-        return last_ms + 1 if latest is None else min(last_ms + 1, latest)
+        return resume + 1 if latest is None else min(resume + 1, latest)
     if latest is not None and start > latest:
         print(
             f"evald produce: --start {_utc(start)} is {readable((start - now) / 1000)} ahead of "
@@ -565,7 +582,9 @@ class Horizon:
         return (at_ms - latest) / 1000.0
 
 
-def _input_topics(settings: Settings, partitions: int) -> tuple[TimestampLimit, int | None] | None:
+def _input_topics(
+    settings: Settings, partitions: int
+) -> tuple[TimestampLimit, TopicsEnd | None] | None:
     """Create the input topics that do not exist (``partitions`` each) and say which exist;
     return their timestamp limit and newest record time. None (after saying why) when Kafka
     cannot be reached."""

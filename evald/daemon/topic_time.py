@@ -7,7 +7,9 @@ Why produce needs both: it stamps each record with its simulated arrival time, w
 of its own clock, so a run has to stay below that. And `evald run`'s watermark follows the
 newest timestamps it read: a second run stamped "now", behind what the first run wrote, would
 be late on arrival (scored at once, with almost no feedback), so a run goes on from where the
-topics end.
+topics end. Where they end moves on while they are quiet: `evald run`'s idle fallback advances
+its watermark with the wall clock (docs/semantics.md §3), so produce stamps each record with
+the wall time it was sent (:data:`SENT_HEADER`) and the next run adds the time since.
 """
 
 from __future__ import annotations
@@ -26,6 +28,17 @@ AFTER_MAX = "message.timestamp.after.max.ms"
 BEFORE_MAX = "message.timestamp.before.max.ms"
 #: before Kafka 3.6 one setting bounded both directions
 DIFFERENCE_MAX = "message.timestamp.difference.max.ms"
+#: the record header holding the wall time (epoch ms, ASCII digits) produce sent the record at
+SENT_HEADER = "evald-sent-ms"
+
+
+@dataclass(frozen=True)
+class TopicsEnd:
+    """The newest record timestamp on the input topics, and the wall time that record was sent
+    at (None: not written by produce, or by a version that did not say)."""
+
+    time_ms: int
+    sent_ms: int | None
 
 
 @dataclass(frozen=True)
@@ -101,10 +114,10 @@ def _tighter(a: TimestampLimit, b: TimestampLimit) -> bool:
 
 def last_event_time(
     client: dict[str, Any], topics: list[str], timeout_s: float = 10.0
-) -> int | None:
+) -> TopicsEnd | None:
     """The newest record timestamp among the last few records of every partition of
-    ``topics``; None when they hold no record. produce writes in timestamp order, so a
-    partition's newest timestamp is among its last records."""
+    ``topics``, with its :data:`SENT_HEADER`; None when they hold no record. produce writes in
+    timestamp order, so a partition's newest timestamp is among its last records."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(enable_auto_commit=False, group_id=None, **client)
@@ -125,13 +138,22 @@ def last_event_time(
         consumer.assign(list(wanted))
         for tp, end in wanted.items():
             consumer.seek(tp, max(starts[tp], end - 8))
-        newest: int | None = None
+        newest: TopicsEnd | None = None
         deadline = time.monotonic() + timeout_s
         while wanted and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=200).values():
                 for record in records:
-                    newest = record.timestamp if newest is None else max(newest, record.timestamp)
+                    if newest is None or record.timestamp >= newest.time_ms:
+                        newest = TopicsEnd(record.timestamp, sent_at(record.headers))
             wanted = {tp: end for tp, end in wanted.items() if consumer.position(tp) < end}
         return newest
     finally:
         consumer.close()
+
+
+def sent_at(headers: Any) -> int | None:
+    """The wall time in a record's :data:`SENT_HEADER`, or None (absent or not digits)."""
+    for key, value in headers or ():
+        if key == SENT_HEADER and isinstance(value, bytes) and value.isdigit():
+            return int(value)
+    return None

@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 from pydantic_core import from_json
 
-from evald.input_rule import duplicate_key
+from evald.input_rule import BOM, duplicate_key
 from evald.mapping.keys import maybe_repeated
 
 #: an action line's first key, after optional whitespace
@@ -84,6 +84,7 @@ def _parsed(raw: bytes) -> Any:
 
 def _action(raw: bytes) -> tuple[str, str | None] | None:
     """(action, index or None) of a ``_bulk`` action line, or None: not one."""
+    raw = raw.removeprefix(BOM)  # a file's first line may carry one, as records may
     if _ACTION.match(raw) is None:
         return None
     doc = _parsed(raw)
@@ -98,6 +99,7 @@ def _action(raw: bytes) -> tuple[str, str | None] | None:
 
 def _hit(raw: bytes) -> tuple[bytes, str] | None:
     """(the ``_source`` record written back, its index) of a search hit, or None: not one."""
+    raw = raw.removeprefix(BOM)
     if _SOURCE.search(raw) is None:
         return None
     doc = _parsed(raw)

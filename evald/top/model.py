@@ -177,6 +177,9 @@ class Progress:
     oldest_open: float | None = None
     watermark: float | None = None
     watermark_pace: float | None = None
+    #: the windows that are complete, when the shown one is not: a window not among the
+    #: evald's ``windows`` never is, which only this tells apart from one still to come
+    complete: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,9 @@ class View:
     progress: Progress = field(default_factory=lambda: Progress())
     #: per display group, the window's zero-feedback values (none: the signals are off)
     zero_feedback: list[zerofeedback.ZeroLine] = field(default_factory=list)
+    #: the measures the window holds, when ``measures`` (--measures) names one it does not
+    #: (a misspelt name showed as a row of dashes with n 0, as if nothing was scored)
+    exported: list[str] = field(default_factory=list)
 
 
 def verdicts(scrape: Scrape, arms: tuple[str, str]) -> list[Verdict]:
@@ -319,7 +325,8 @@ def build_view(
     """The frame for ``cur``; rates need ``prev``, the scrape before it (else they are None).
 
     ``arms`` names the (control, treatment) groups compared when both are shown."""
-    shown = list(measures) if measures is not None else _measures(cur, window)
+    exported = _measures(cur, window)
+    shown = list(measures) if measures is not None else exported
     sums = _group_sums(cur, window, group_by)
     groups = []
     for name in sorted(sums):
@@ -367,9 +374,16 @@ def build_view(
             oldest_open=cur.total("evald_oldest_open_impression_timestamp_seconds"),
             watermark=min(marks) if marks else None,
             watermark_pace=_pace(cur, prev),
+            complete=() if end is not None else _complete_windows(cur),
         ),
         zero_feedback=zerofeedback.zero_lines(cur.samples, window, group_by),
+        exported=exported if exported and not set(shown) <= set(exported) else [],
     )
+
+
+def _complete_windows(scrape: Scrape) -> tuple[str, ...]:
+    ends = scrape.series("evald_window_end_timestamp_seconds")
+    return tuple(sorted({dict(key).get("window", "") for key in ends} - {""}))
 
 
 def _pace(cur: Scrape, prev: Scrape | None) -> float | None:

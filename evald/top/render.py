@@ -161,7 +161,16 @@ def _header(view: View, width: int) -> list[str]:
 
 def _waiting(view: View) -> list[str]:
     """Why no window is shown yet, and when the first one will be: it is complete when the
-    watermark passes its end plus the attribution window (every impression in it scored)."""
+    watermark passes its end plus the attribution window (every impression in it scored);
+    and, when other windows are complete, that a window not among the evald's never is."""
+    lines = _first_window(view)
+    if view.progress.complete:
+        have = ", ".join(view.progress.complete)
+        lines.append(f"complete: {have} (a window not in engine.windows never is)")
+    return lines
+
+
+def _first_window(view: View) -> list[str]:
     head = f"no complete {view.window} window yet"
     p = view.progress
     if p.watermark is None:
@@ -224,6 +233,11 @@ def _tables(view: View, width: int, plain: Callable[[str], str]) -> list[str]:
             if with_delta and view.comparison is not None:
                 row += rjust(plain(_comparison(view.comparison.get(measure))), delta_w)
             lines.append(row.rstrip())
+    if view.exported:
+        missing = ", ".join(m for m in view.measures if m not in view.exported)
+        lines.append(
+            f"not in the {view.window} window: {missing}; it has {', '.join(view.exported)}"
+        )
     return [shown(line, width) for line in lines]
 
 

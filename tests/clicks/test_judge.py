@@ -271,3 +271,31 @@ def test_ranks_no_list_reached_have_no_value(
     summary = json.loads(capsys.readouterr().out)
     curve = summary["rank_ctr" if model == "coec" else "examination"]
     assert len(curve) == 10 and None not in curve[:3] and curve[3:] == [None] * 7
+
+
+def test_an_output_that_is_the_log_or_the_other_output_is_refused_before_the_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--qrels clicks.jsonl` replaced the log with the judgments, and `--qrels x --jsonl x`
+    # wrote both into one file, each over the other; both exited 0
+    log = tmp_path / "clicks.jsonl"
+    text = '{"query": "q", "served": ["a", "b"], "clicked": ["b"]}\n' * 3
+    log.write_text(text)
+    out = tmp_path / "out"
+    for argv in (["--qrels", str(log)], ["--qrels", str(out), "--jsonl", str(out)]):
+        assert main(["judge", str(log), *argv]) == 2, argv
+        assert "evald judge: --" in capsys.readouterr().err
+    assert log.read_text() == text
+    assert not out.exists()
+
+
+def test_a_gzip_compressed_log_exits_2_saying_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every line was rejected as not UTF-8, then nothing was left to fit
+    import gzip
+
+    packed = tmp_path / "clicks.jsonl.gz"
+    packed.write_bytes(gzip.compress(b'{"query": "q", "served": ["a"], "clicked": ["a"]}\n'))
+    assert main(["judge", str(packed)]) == 2
+    assert f"{packed} is gzip-compressed" in capsys.readouterr().err

@@ -17,7 +17,13 @@ from kafka_harness import ENGINE, Broker, KafkaTools
 
 from evald.config import load_config
 from evald.daemon.produce import Horizon, _start_time
-from evald.daemon.topic_time import DEFAULT_AFTER_MAX_MS, TimestampLimit
+from evald.daemon.topic_time import (
+    DEFAULT_AFTER_MAX_MS,
+    SENT_HEADER,
+    TimestampLimit,
+    TopicsEnd,
+    sent_at,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,9 +169,32 @@ def test_the_start_is_now_or_after_the_topics_records() -> None:
     limit = TimestampLimit(DEFAULT_AFTER_MAX_MS, None, "Kafka's default")
     now = 1_800_000_000_000
     assert _start_time(None, None, limit, now) == now
-    assert _start_time(None, now - 5_000, limit, now) == now  # the topics end in the past
-    assert _start_time(None, now + 600_000, limit, now) == now + 600_001
+    assert _start_time(None, TopicsEnd(now - 5_000, None), limit, now) == now  # in the past
+    assert _start_time(None, TopicsEnd(now + 600_000, None), limit, now) == now + 600_001
     # the topics end at the limit already: this run starts at the limit
-    assert _start_time(None, now + DEFAULT_AFTER_MAX_MS, limit, now) == now + 3_540_000
-    assert _start_time(now - 10, now, limit, now) == now - 10  # --start is kept (with a warning)
+    end = TopicsEnd(now + DEFAULT_AFTER_MAX_MS, None)
+    assert _start_time(None, end, limit, now) == now + 3_540_000
+    # --start is kept (with a warning)
+    assert _start_time(now - 10, TopicsEnd(now, None), limit, now) == now - 10
     assert _start_time(now + DEFAULT_AFTER_MAX_MS, None, limit, now) is None
+
+
+def test_the_start_goes_on_by_the_time_the_topics_were_quiet() -> None:
+    """`evald run`'s idle fallback moves its watermark on with the wall clock while its inputs
+    are quiet: a run 12 minutes after the last one, started where the topics end, had its first
+    12 minutes of event time late (scored at once, their feedback orphaned)."""
+    limit = TimestampLimit(DEFAULT_AFTER_MAX_MS, None, "Kafka's default")
+    now = 1_800_000_000_000
+    sent_12_min_ago = now - 720_000
+    end = TopicsEnd(now + 600_000, sent_12_min_ago)  # 22 minutes ahead when it was sent
+    assert _start_time(None, end, limit, now) == now + 1_320_001
+    # the topics end in the past, but evald run's watermark is still 5 minutes ahead of now
+    assert _start_time(None, TopicsEnd(now - 60_000, now - 360_000), limit, now) == now + 300_001
+    # written just now: where the topics end, as before
+    assert _start_time(None, TopicsEnd(now + 600_000, now), limit, now) == now + 600_001
+
+
+def test_the_sent_header_is_read_when_it_is_digits() -> None:
+    assert sent_at([("other", b"1"), (SENT_HEADER, b"1800000000000")]) == 1_800_000_000_000
+    assert sent_at([(SENT_HEADER, b"soon")]) is None
+    assert sent_at(None) is None

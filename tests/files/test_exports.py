@@ -84,3 +84,13 @@ def test_blank_and_over_long_lines_are_handed_back_as_lines() -> None:
     long = Line("f", 2, b"x" * 10, 30, 30)
     got = list(unwrap([Line("f", 1, b"", 1, 0), long], Unwrapped(), 10))
     assert got == [Line("f", 1, b"", 1, 0), long]
+
+
+def test_a_wrapper_after_a_leading_bom_is_still_taken_off() -> None:
+    # a file saved with a UTF-8 BOM: its first line is an action or a hit all the same, and
+    # its record is not lost to a rejection
+    bom = "\ufeff"
+    hit = json.dumps({"_index": "ubi_queries", "_source": {"query_id": "q"}})
+    got, skipped = records(bom + '{"index": {"_index": "ubi_events"}}', '{"a": 1}', bom + hit)
+    assert got == [(2, b'{"a": 1}', "ubi_events"), (3, b'{"query_id":"q"}', "ubi_queries")]
+    assert skipped.actions == 1

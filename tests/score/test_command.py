@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import gzip
 import json
 import math
 import os
@@ -294,6 +295,20 @@ def test_output_onto_an_input_is_refused_before_truncating_it(
     result = evald_main("score", path, "--output", path)
     assert result.status == 2 and "is also an input" in result.err
     assert Path(path).read_text() == before
+
+
+def test_a_gzip_compressed_input_is_a_usage_error_saying_so(
+    evald_main: Evald, jsonl_file: WriteJsonl, tmp_path: Path
+) -> None:
+    """It was rejected line by line as not UTF-8 (exit 1, "0 queries scored")."""
+    packed = tmp_path / "in.jsonl.gz"
+    packed.write_bytes(gzip.compress(Path(jsonl_file(row("a", ["x"], {"x": 1}))).read_bytes()))
+    qrels = tmp_path / "q.txt"
+    qrels.write_text("a 0 x 1\n")
+    for argv in ([str(packed)], ["--run", str(packed), "--qrels", str(qrels)]):
+        result = evald_main("score", *argv)
+        assert result.status == 2, argv
+        assert f"{packed} is gzip-compressed: evald score reads plain text" in result.err
 
 
 def test_batch_size_must_be_a_positive_integer(evald_main: Evald) -> None:

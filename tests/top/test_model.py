@@ -241,3 +241,21 @@ def test_before_the_first_window_the_view_says_when_it_will_be_complete() -> Non
     assert view.window_end + 300 == announced
     watermark = view.progress.watermark
     assert watermark is not None and watermark >= announced - 0.001
+
+
+def test_a_measure_the_window_does_not_hold_is_told_apart_from_an_empty_one() -> None:
+    """``--measures ndcg@10`` (misspelt) showed a row of dashes with n 0, as if nothing was
+    scored: the view now carries the window's measures for the note that says so."""
+    scrape = parse(_exposition(_values(), events=10, at_end=900.0), 0.0)
+    view = build_view("h:1", scrape, measures=["ndcg@10", "RR"])
+    assert view.exported == ["nDCG@10", "RR"]
+    assert build_view("h:1", scrape, measures=["RR"]).exported == []
+    assert build_view("h:1", scrape).exported == []
+    # no window yet: the header says why, not this
+    assert build_view("h:1", scrape, window="1h", measures=["RR"]).exported == []
+
+
+def test_the_complete_windows_are_listed_while_the_shown_one_is_not() -> None:
+    scrape = parse(_exposition(_values(), events=10, at_end=900.0), 0.0)
+    assert build_view("h:1", scrape, window="10m").progress.complete == ("5m",)
+    assert build_view("h:1", scrape, window="5m").progress.complete == ()

@@ -410,3 +410,20 @@ def test_long_lines_wrap_between_words_in_terminal_columns() -> None:
     assert "complete at watermark 00:35:00 (its end + the 30m attribution window);" in " ".join(
         " ".join(lines).split()
     )
+
+
+def test_a_measure_not_in_the_window_is_named_with_the_ones_it_has() -> None:
+    view = _view(measures=["ndcg@10", "RR"], exported=["nDCG@10", "RR"])
+    lines = render(view, 80).splitlines()
+    assert "not in the 5m window: ndcg@10; it has nDCG@10, RR" in lines
+    assert "not in the" not in render(_view(), 80)
+
+
+def test_a_window_not_yet_complete_while_others_are_says_which_are() -> None:
+    """``--window 10m`` against an evald of 5m and 1h windows said when the first 10m window
+    would be complete, and went on saying it past that watermark: it never is."""
+    base = {"groups": [], "comparison": None, "window_end": None, "window": "10m"}
+    waiting = Progress(1800.0, 130.0, 600.0, 60.0, complete=("1h", "5m"))
+    lines = render(_view(**base, progress=waiting)).splitlines()
+    assert "complete: 1h, 5m (a window not in engine.windows never is)" in lines
+    assert "complete:" not in render(_view(**base, progress=Progress(1800.0, 130.0, 600.0)))
