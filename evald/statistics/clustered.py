@@ -24,8 +24,8 @@ The sandwich needs many users, none of whom holds most of the lists (Cameron & M
 account) holding most of an arm makes that arm's mean its own, and the sketch then sees almost
 no spread: an A/A comparison flagged 89% of streams so. The same sums give the number of users
 the lists are worth, Kish's N²/Σ_u N_u², since E[(W_b − N)²] = Σ_u N_u² (``effective_users``);
-below ``MIN_USERS`` (and half the lists, ``few_users``) in either term the variance is unknown
-(NaN): no band, no CUSUM step.
+below ``MIN_USERS`` = 10 (and half the lists, ``few_users``) in either term the variance is
+unknown (NaN): no band, no CUSUM step.
 
 Lists without a user id are their own cluster (their request id's key). Sums of lists none of
 which had a user id use the list-level variance itself — exactly the sequence gbstats computes
@@ -61,9 +61,11 @@ __all__ = [
 #: a row of sums: n, Σy, Σy² (``LIST_COLUMNS``, what list-level statistics need), then, when
 #: the replicates are kept, the lists with a user id, B sums Σ w·y and B sums Σ w
 LIST_COLUMNS = 3
-#: users a term of a clustered statistic must be worth (``effective_users``): below, the
-#: sandwich cannot see a heavy user's own effect and its variance is not published
-MIN_USERS = 30
+#: users a term of a clustered statistic must be worth (``effective_users``): below, a few
+#: users hold the lists, the sandwich cannot see their own effect and its variance is not
+#: published. Ordinary heavy-tailed traffic has windows of 60 to 80 lists worth 20 to 30 users
+#: (docs/statistics.md §3): at 30 most of its windows went dark; a crawler's are worth about 2
+MIN_USERS = 10
 
 
 def centred_replicates(
@@ -90,8 +92,7 @@ def effective_users(n: ArrayLike, weights: ArrayLike) -> NDArray[np.float64]:
 def few_users(n: ArrayLike, weights: ArrayLike) -> NDArray[np.bool_]:
     """Whether n lists are worth fewer than ``MIN_USERS`` users and fewer than half their
     number, element-wise: the estimate is noisy (±14% at B = 100), and without the second
-    condition 30 to 40 lists that are each their own user were withheld in up to half of the
-    windows."""
+    condition a handful of lists that are each their own user would be withheld."""
     n_ = np.asarray(n, dtype=np.float64)
     return np.asarray(effective_users(n_, weights) < np.fmin(MIN_USERS, n_ / 2.0))
 

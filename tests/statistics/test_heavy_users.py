@@ -1,8 +1,9 @@
 """One user holding most of an arm (a crawler, a monitoring account): the sandwich sees almost no
 spread, so before the guard an A/A comparison with a crawler in its small arm was flagged in
-80% of streams. The lists are worth Kish's N²/Σ_u N_u² users, which the replicate sums give;
-below MIN_USERS in either term no band, no interval and no CUSUM step is published. Unequal
-splits without a crawler keep their bands and stay within α."""
+89% of streams. The lists are worth Kish's N²/Σ_u N_u² users, which the replicate sums give;
+below MIN_USERS (and half the lists) in either term no band, no interval and no CUSUM step is
+published. Unequal splits without a crawler keep their bands and stay within α, and ordinary
+heavy-tailed traffic (windows of ~66 lists worth ~27 users) keeps every window."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from evald.statistics.clustered import (
     ClusterSums,
     contrast,
     effective_users,
+    few_users,
     mean_variance,
     sums_of_rows,
 )
@@ -89,12 +91,14 @@ def test_lists_that_are_each_their_own_user_are_never_withheld_for_the_estimates
             assert math.isfinite(BootstrapState.of(keys, y).interval().low)
             users = [f"{n}-{i}-{rng.integers(1 << 40)}" for i in range(n)]
             assert math.isfinite(mean_variance(sums_of(y, users))[0])
+    five = sums_of(rng.random(60), [f"u{i % 5}" for i in range(60)])  # 12 lists each
+    assert five.few_users() and math.isnan(mean_variance(five)[0])
     twenty = sums_of(rng.random(60), [f"u{i % 20}" for i in range(60)])  # 3 lists each
-    assert twenty.few_users() and math.isnan(mean_variance(twenty)[0])
+    assert not twenty.few_users() and math.isfinite(mean_variance(twenty)[0])
 
 
-def limit(rate: float) -> float:
-    return rate + 3 * math.sqrt(rate * (1 - rate) / STREAMS)
+def limit(rate: float, streams: int = STREAMS) -> float:
+    return rate + 3 * math.sqrt(rate * (1 - rate) / streams)
 
 
 def test_a_crawler_in_the_small_arm_does_not_flag_an_aa_comparison() -> None:
@@ -116,9 +120,29 @@ def test_unequal_splits_keep_their_bands_and_stay_within_alpha(share: float, ban
     assert np.mean(np.array(worth(sums, 1)) >= MIN_USERS) >= banded
     assert (sequence_flags(sums, ALPHA, 5000.0) > 0).mean() <= limit(ALPHA)
     assert (sequence_flags(sums, ALPHA, 5000.0, list_level=True) > 0).mean() > limit(ALPHA)
-    # the small arm's windows of ~80 lists are worth about 20 users: no CUSUM step (it alarmed
-    # in 9% of A/A streams at a 90/10 split before, its run length promising 3%)
+
+
+@pytest.mark.xfail(strict=True, reason="windows worth ~20 users: the CUSUM alarms in 11%")
+def test_the_cusum_of_a_ten_percent_arm_of_ordinary_traffic_holds_its_run_length() -> None:
+    """Not yet: the 10% arm's windows (~80 lists worth ~20 users, no heavy user) step and the
+    CUSUM against control alarms in 11% of A/A streams, its run length promising 3%. Withholding
+    them (a guard at 30 users) hid this by stepping in half of the windows, and went dark in
+    63% of the windows of ordinary 50/50 traffic too (below)."""
+    sums = simulate(Traffic(strength=0.2, segments=1, treatment_share=0.1), STREAMS, 32)
     assert (cusum_alarms(sums) > 0).mean() <= limit(0.0297)
+
+
+def test_ordinary_heavy_tailed_traffic_keeps_every_window_and_its_power() -> None:
+    """1,500 users over 34 windows and 2 surfaces: ~66 lists per arm, surface and window, worth
+    ~27 users. Almost no window is withheld (1 of 13,600), A/A stays within the run length's
+    share, and a 30% drop from window 18 alarms in 95% of streams (a guard at 30 users withheld
+    63% of the windows and alarmed in 6%)."""
+    aa = simulate(Traffic(users=1500, strength=0.2), 100, 9)
+    replicates = (aa.shape[-1] - 4) // 2
+    assert few_users(aa[..., 0], aa[..., 4 + replicates :]).mean() < 0.001
+    assert (cusum_alarms(aa) > 0).mean() <= limit(0.0297, 100)
+    drop = simulate(Traffic(users=1500, strength=0.2, shift=0.3, shift_at=17), 100, 9)
+    assert (cusum_alarms(drop) > 0).mean() >= 0.9
 
 
 def test_the_cusum_of_a_small_arm_with_users_enough_holds_its_run_length() -> None:
