@@ -24,8 +24,8 @@ The sandwich needs many users, none of whom holds most of the lists (Cameron & M
 account) holding most of an arm makes that arm's mean its own, and the sketch then sees almost
 no spread: an A/A comparison flagged 89% of streams so. The same sums give the number of users
 the lists are worth, Kish's N²/Σ_u N_u², since E[(W_b − N)²] = Σ_u N_u² (``effective_users``);
-below ``MIN_USERS`` = 10 (and half the lists, ``few_users``) in either term the variance is
-unknown (NaN): no band, no CUSUM step.
+below ``MIN_USERS`` = 10 (and half the lists, ``few_users``; with ``MIN_REPLICATES`` replicates
+or more) in either term the variance is unknown (NaN): no band, no CUSUM step.
 
 Lists without a user id are their own cluster (their request id's key). Sums of lists none of
 which had a user id use the list-level variance itself — exactly the sequence gbstats computes
@@ -44,6 +44,7 @@ from numpy.typing import ArrayLike, NDArray
 from evald.statistics.intervals import Moments
 
 __all__ = [
+    "MIN_REPLICATES",
     "MIN_USERS",
     "ClusterSums",
     "Contrast",
@@ -66,6 +67,9 @@ LIST_COLUMNS = 3
 #: published. Ordinary heavy-tailed traffic has windows of 60 to 80 lists worth 20 to 30 users
 #: (docs/statistics.md §3): at 30 most of its windows went dark; a crawler's are worth about 2
 MIN_USERS = 10
+#: replicates below which ``effective_users`` is too noisy to withhold anything (relative sd
+#: √(2/B): at B = 5, 8% of windows of 20 independent lists looked worth fewer than 10 users)
+MIN_REPLICATES = 20
 
 
 def centred_replicates(
@@ -91,10 +95,14 @@ def effective_users(n: ArrayLike, weights: ArrayLike) -> NDArray[np.float64]:
 
 def few_users(n: ArrayLike, weights: ArrayLike) -> NDArray[np.bool_]:
     """Whether n lists are worth fewer than ``MIN_USERS`` users and fewer than half their
-    number, element-wise: the estimate is noisy (±14% at B = 100), and without the second
-    condition a handful of lists that are each their own user would be withheld."""
+    number, element-wise; never with fewer than ``MIN_REPLICATES`` replicates. The estimate is
+    noisy (±14% at B = 100, ±63% at B = 5): without the second condition a handful of lists
+    that are each their own user would be withheld, and with few replicates any would."""
     n_ = np.asarray(n, dtype=np.float64)
-    return np.asarray(effective_users(n_, weights) < np.fmin(MIN_USERS, n_ / 2.0))
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape[-1] < MIN_REPLICATES:
+        return np.zeros(np.broadcast_shapes(n_.shape, w.shape[:-1]), dtype=np.bool_)
+    return np.asarray(effective_users(n_, w) < np.fmin(MIN_USERS, n_ / 2.0))
 
 
 def sketch_variance(list_level: ArrayLike, contrasts: ArrayLike) -> NDArray[np.float64]:

@@ -14,6 +14,7 @@ import pytest
 
 from evald.statistics.bootstrap import BootstrapState, poisson_weights, replicate_sums, user_cluster
 from evald.statistics.clustered import (
+    MIN_REPLICATES,
     MIN_USERS,
     ClusterSums,
     contrast,
@@ -155,3 +156,22 @@ def test_the_cusum_of_a_small_arm_with_users_enough_holds_its_run_length() -> No
     assert (effective_users(small[..., 0], small[..., 4 + replicates :]) >= MIN_USERS).all()
     assert (cusum_alarms(sums) > 0).mean() <= 0.0297 + 3 * math.sqrt(0.0297 * 0.97 / 100)
     assert (cusum_alarms(sums, list_level=True) > 0).mean() > 0.0297 + 3 * math.sqrt(0.03 / 100)
+
+
+def test_few_replicates_withhold_nothing_and_enough_still_withhold_a_crawler() -> None:
+    """Kish's number from B replicates has relative sd √(2/B): at B = 5 the guard withheld 8%
+    of windows of 20 independent lists (B = 10: 3%). Below MIN_REPLICATES it is off; at
+    MIN_REPLICATES one user's lists are still withheld."""
+    rng = np.random.default_rng(12)
+    withheld = []
+    for replicates in (5, 10):
+        for _ in range(200):
+            keys = rng.integers(1, 2**63, 20, dtype=np.uint64)
+            w = poisson_weights(keys, replicates).astype(np.float64)
+            withheld.append(bool(few_users(20.0, w.sum(axis=0))))
+    assert not any(withheld)
+    crawler = sums_of(
+        rng.random(200), ["crawler"] * 190 + [f"u{i}" for i in range(10)], MIN_REPLICATES
+    )
+    assert crawler.few_users() and math.isnan(mean_variance(crawler)[0])
+    assert not sums_of(rng.random(200), ["crawler"] * 200, MIN_REPLICATES - 1).few_users()
