@@ -34,6 +34,7 @@ from evald.clicks import replay_option as clicks_option
 from evald.durations import format_duration
 from evald.files.lines import InputError
 from evald.files.lines import bounded_lines as _bounded_lines
+from evald.interleaving.report import NO_BAND
 
 if TYPE_CHECKING:
     from evald.config import EngineConfig
@@ -463,7 +464,6 @@ def comparisons(engine: Engine) -> list[str]:
 
 #: why a look has no band: below min_n lists an arm, lists worth too few users, or SE² 0
 #: (docs/statistics.md §3)
-NO_BAND = "no band yet (too few lists or users, or no variance)"
 
 
 def _why_list(r: dict[str, Any]) -> str:

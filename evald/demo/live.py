@@ -20,7 +20,7 @@ import numpy as np
 
 from evald.aggregate import Aggregates
 from evald.durations import readable
-from evald.interleaving.report import NONE_NOW, NONE_YET, band_favours
+from evald.interleaving.report import NO_BAND, NONE_NOW, NONE_YET, band_favours
 from evald.statistics.live import ComparisonView
 from evald.stats import Stats, mean_ci95
 from evald.terminal import can_encode
@@ -139,10 +139,7 @@ def interleaving_lines(records: Sequence[dict[str, Any]]) -> list[str]:
             if (r["team_a"], r["team_b"]) != pair:
                 continue
             where = " ".join(v for k, v in r["segment"].items() if k not in ("arm", "model"))
-            if r["lower"] is None:
-                band = "band after interleaving.min_n compared lists"
-            else:
-                band = f"[{r['lower']:+.3f}, {r['upper']:+.3f}]"
+            band = NO_BAND if r["lower"] is None else f"[{r['lower']:+.3f}, {r['upper']:+.3f}]"
             winner = r["winner"]
             band += "" if winner is None else " ▲" if winner == pair[0] else " ▼"
             # decided_at: RFC 3339 UTC, its time of day as the view's other times
@@ -181,11 +178,7 @@ def comparison_lines(
             treatment, rest, _ = key
             bound = state.bounds[key]
             where = " ".join(v for _, v in rest) or "all"
-            band = (
-                "band after statistics.min_n lists per arm"
-                if math.isnan(bound.low)
-                else f"[{bound.low:+.3f}, {bound.high:+.3f}]"
-            )
+            band = NO_BAND if math.isnan(bound.low) else f"[{bound.low:+.3f}, {bound.high:+.3f}]"
             band += " ▲" if bound.low > 0 else " ▼" if bound.high < 0 else "  "
             cusum = state.vs_control[key].statistic
             # the running intersection of the bands is empty: the difference changed

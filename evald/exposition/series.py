@@ -513,8 +513,8 @@ _SEQUENCE_HELP = {
     "difference": "Treatment mean minus control mean since the comparison start, per measure "
     "and comparison segment (the arm label holds the treatment).",
     "lower": "Lower bound of the always-valid confidence sequence on the difference (at the "
-    "family rate split over the family: evald_comparison_alpha); absent until each arm has "
-    "statistics.min_n lists.",
+    "family rate split over the family: evald_comparison_alpha); absent below statistics.min_n "
+    "lists an arm, lists worth too few users (a few holding them) or no variance.",
     "upper": "Upper bound of the always-valid confidence sequence on the difference (the "
     "latest look's band); treatment-below-control alerts fire when it is below "
     "-evald_comparison_min_effect.",

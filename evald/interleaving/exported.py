@@ -26,13 +26,14 @@ PARTS: dict[str, tuple[str, str]] = {
     "lower": (
         "evald_interleaving_lower",
         "Lower bound of the always-valid confidence sequence on the preference (at "
-        "evald_interleaving_alpha); above 0: team_a beats team_b. Absent until "
-        "interleaving.min_n compared lists.",
+        "evald_interleaving_alpha); above 0: team_a beats team_b. Absent below "
+        "interleaving.min_n compared lists, lists worth too few users or no variance.",
     ),
     "upper": (
         "evald_interleaving_upper",
         "Upper bound of the always-valid confidence sequence on the preference; below 0: "
-        "team_b beats team_a. Absent until interleaving.min_n compared lists.",
+        "team_b beats team_a. Absent below interleaving.min_n compared lists, lists worth too "
+        "few users or no variance.",
     ),
     "p_value": (
         "evald_interleaving_p_value",

@@ -90,6 +90,9 @@ def records(
 #: shown
 NONE_YET = "no difference shown yet"
 NONE_NOW = "no difference shown now"
+#: why a band is absent: too few lists (``min_n``), lists worth too few users (a few users
+#: holding them: docs/statistics.md §3, "Heavy users"), or no variance yet
+NO_BAND = "no band yet (too few lists or users, or no variance)"
 
 
 def band_favours(team_a: str, team_b: str, lower: float | None, upper: float | None) -> str | None:
@@ -119,7 +122,7 @@ def verdict(r: dict[str, Any]) -> str:
             return f"{winner} won {decided}; {NONE_NOW} (the band holds 0)"
         return f"{winner} won {decided}; reversed since: the band now favours {favoured}"
     if r["lower"] is None:
-        return "no band yet (fewer compared lists than interleaving.min_n)"
+        return NO_BAND
     return f"{NONE_YET} (the band holds 0)"
 
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from evald.interleaving.report import NONE_NOW, NONE_YET, band_favours
+from evald.interleaving.report import NO_BAND, NONE_NOW, NONE_YET, band_favours
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -71,7 +71,7 @@ def parts(p: Preference) -> tuple[str, list[str]]:
     head = f"interleaving {p.segment}:"
     body = f"{p.team_a} vs {p.team_b} {p.preference:+.3f}"
     if not math.isfinite(p.lower):
-        return head, [f"{body} (band after interleaving.min_n compared lists)"]
+        return head, [f"{body}, {NO_BAND}"]
     body += f"±{(p.upper - p.lower) / 2:.3f}"
     if p.winner is None:
         return head, [f"{body} {NONE_YET}"]

@@ -141,7 +141,7 @@ class Verdict:
     segment: str  # ``surface=web`` (``all`` when the comparison has no other label)
     measure: str
     difference: float
-    lower: float  # NaN until each arm has statistics.min_n lists
+    lower: float  # NaN without a band (too few lists or users, or no variance)
     upper: float
     clustered: bool | None  # variance clustered by user; None: not exported
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from evald.durations import format_duration, readable
+from evald.interleaving.report import NO_BAND
 from evald.terminal import columns, fitted, ljust, rjust, shown, wrapped
 from evald.top import interleaving, zerofeedback
 from evald.top.model import Comparison, Estimate, Verdict, View
@@ -67,7 +68,7 @@ _MARKS = {"up": " ▲", "down": " ▼", "": ""}
 def _verdict(v: Verdict) -> str:
     """``nDCG@10 -0.012±0.004 ▼``: the band since the start, marked when it excludes 0."""
     if not math.isfinite(v.lower):
-        return f"{v.measure} {v.difference:+.3f} (band after statistics.min_n lists)"
+        return f"{v.measure} {v.difference:+.3f}, {NO_BAND}"
     half = (v.upper - v.lower) / 2
     return f"{v.measure} {v.difference:+.3f}±{half:.3f}{_MARKS[v.mark]}"
 

@@ -110,7 +110,8 @@ RBP(p=0.8)       0.402±0.003           0.410                  -
 since start, ab surface=web: nDCG@10 -0.012±0.004 ▼ · RR +0.001±0.004
   Success@10 +0.020±0.004 ▲
 since start, ab surface=app (list-level variance: no user ids):
-  nDCG@10 -0.002±0.004 · RR +0.001 (band after statistics.min_n lists)
+  nDCG@10 -0.002±0.004
+  RR +0.001, no band yet (too few lists or users, or no variance)
 ▲▼: the always-valid band since the start excludes 0 (a verdict)
 *: the window's difference is outside its own 95% interval (descriptive)
 
@@ -263,7 +264,7 @@ def test_an_interleaving_line_too_long_wraps_and_keeps_its_verdict() -> None:
     assert all(len(line) <= 80 for line in text.splitlines())
     assert "…" not in text
     assert f"interleaving {segment}:\n  ranker-v1 vs ranker-v2 -0.057±0.031 ranker-v2 beats" in text
-    assert "ranker-v1 vs ranker-v2 +0.250 (band after interleaving.min_n compared lists)" in text
+    assert "ranker-v1 vs ranker-v2 +0.250, no band yet (too few lists or users," in text
     short = Preference("surface=app", "A", "B", 0.12, 0.079, 0.161, "A")
     assert "interleaving surface=app: A vs B +0.120±0.041 A beats B\n" in render(
         _view(preferences=[short]), width=80
@@ -400,7 +401,7 @@ def test_long_lines_wrap_between_words_in_terminal_columns() -> None:
             band = "-0.011±0.004 ▼" if unicode else "-0.011+-0.004 v"
             for measure in ALL:
                 assert f"{measure} {band}" in words, block
-            assert "nDCG@10 +0.010 (band after statistics.min_n lists)" in words
+            assert "nDCG@10 +0.010, no band yet (too few lists or users, or no variance)" in words
             assert "since the start excludes 0 (a verdict)" in words
             assert "outside its own 95% interval (descriptive)" in words
     progress = Progress(attribution_s=1800.0, oldest_open=130.0, watermark=600.0)
