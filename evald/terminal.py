@@ -104,16 +104,17 @@ def wrapped(text: str, width: int, indent: str = "") -> list[str]:
     return [*lines, line]
 
 
-def fitted(lines: list[str], height: int, ellipsis: str = "…") -> list[str]:
+def fitted(lines: list[str], height: int, ellipsis: str = "…", what: str = "lines") -> list[str]:
     """``lines``, at most ``height`` of them: the last ones, past the terminal's rows, said
-    in a last line of their own (a frame taller than the terminal scrolls on every redraw,
-    its first lines out of sight); on one row that line alone, on none nothing."""
+    in a last line of their own (``… 3 more lines``, ``what`` naming them; a frame taller than
+    the terminal scrolls on every redraw, its first lines out of sight); on one row that line
+    alone, on none nothing."""
     if len(lines) <= height:
         return lines
     if height <= 0:
         return []
     cut = len(lines) - height + 1
-    return [*lines[: height - 1], f"{ellipsis} {cut} more lines: a taller terminal shows them"]
+    return [*lines[: height - 1], f"{ellipsis} {cut} more {what}: a taller terminal shows them"]
 
 
 #: The fewest rows a live view is drawn to fit with its content: its first line and the line
@@ -125,7 +126,11 @@ def rows(height: int, footer: int) -> tuple[int, int]:
     """(the view's rows, its footer's rows) on a terminal of ``height`` rows whose frames end
     in ``footer`` lines (the warnings printed before the view): the view keeps ``MIN_ROWS``
     (one on a terminal of one row, as on one that says it has none), the footer what is left,
-    so the whole frame fits (a taller one scrolls on every redraw)."""
+    so the whole frame fits (a taller one scrolls on every redraw). From 2 rows a footer keeps
+    one row at least, the view giving it up: a warning (a password sent in the clear) must
+    not vanish from the view without a word, so it or the line counting them stays."""
     height = max(1, height)
     view = max(min(height, MIN_ROWS), height - footer)
+    if footer and height >= 2:
+        view = min(view, height - 1)
     return view, height - view

@@ -289,7 +289,7 @@ class Top:
         width, height, footer = max(40, self.width()), None, list[str]()
         if fit:  # the view's rows, then the warnings in what is left (terminal.rows)
             height, room = rows(self.height(), len(self.warnings))
-            footer = notes(fitted(list(self.warnings), room), width)
+            footer = notes(fitted(list(self.warnings), room, what="warnings"), width)
         if not self.unicode:
             footer = [ascii_only(line) for line in footer]
         try:

@@ -109,7 +109,8 @@ def watch(
     rows cut; on one row that count alone); 1 on an answer no retry changes (credentials or
     certificate refused). ``warnings``, printed on stderr before, end every frame redrawn on
     a terminal (the redraw wipes them), a line each, cut like the rows; on a terminal too
-    short for them and two rows of the view, the last give way."""
+    short for them and two rows of the view, the last give way to a line counting them, which
+    keeps a row from 2 rows (``terminal.rows``)."""
     if once:
         try:
             stream.write(encodable(render_queries(fetch(url, client), measure), stream))
@@ -124,7 +125,9 @@ def watch(
             footer: list[str] = []
             if tty:
                 view_rows, room = rows(height(), len(warnings))
-                footer = [shown(text, cols, "~") for text in fitted(list(warnings), room, "~")]
+                footer = [
+                    shown(text, cols, "~") for text in fitted(list(warnings), room, "~", "warnings")
+                ]
             try:
                 text = render_queries(fetch(url, client), measure, cols, view_rows)
             except Refused:

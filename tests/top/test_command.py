@@ -262,7 +262,8 @@ def test_frames_fit_a_terminal_of_any_rows_from_two_with_the_warnings_below(rows
     """Frames were drawn for at least 10 rows, so a shorter terminal scrolled on every
     redraw. From 2 rows (``terminal.MIN_ROWS``) a frame keeps its first line and a count of
     the lines cut; on 1, that count alone; the warnings take what is left after 2 rows of the
-    view, the last giving way first, every line cut to the width (in ASCII too)."""
+    view, the last giving way first to a line counting them, which keeps a row from 2 rows
+    (the view's count alone above it), every line cut to the width (in ASCII too)."""
     from evald.top.command import Top
     from evald.top.model import Scrape, parse
     from top.test_model import _exposition, _values
@@ -281,16 +282,38 @@ def test_frames_fit_a_terminal_of_any_rows_from_two_with_the_warnings_below(rows
                   width=lambda: 40, height=lambda: rows, warnings=shown)  # fmt: skip
         lines = top.frame().splitlines()
         assert len(lines) == rows and max(map(len, lines)) <= 40, lines
-        view = lines[: max(min(rows, 2), rows - len(shown))]
+        view = lines[: {1: 1, 2: 1, 3: 2}.get(rows, rows - 2) if shown else rows]
         footer = lines[len(view) :]
         assert "more lines: a taller terminal" in view[-1]
-        assert rows == 1 or view[0].startswith("evald top")
+        assert len(view) == 1 or view[0].startswith("evald top")
         if shown and rows >= 4:
             assert footer == [HTTP_WARNING[:39] + "~", "warning: two"]
-        elif shown and rows == 3:
-            assert footer == ["~ 2 more lines: a taller terminal shows~"]
+        elif shown and rows in (2, 3):
+            assert footer == ["~ 2 more warnings: a taller terminal sh~"]
         else:
             assert footer == []
+
+
+def test_the_plain_http_warning_keeps_a_row_on_a_terminal_of_two() -> None:
+    """On 2 rows the view's 2 rows took the whole terminal and the password warning vanished
+    from every frame without a word: from 2 rows the warnings keep one (the view's count of
+    its cut lines above it)."""
+    from evald.top.command import Top
+    from evald.top.model import Scrape, parse
+    from top.test_model import _exposition, _values
+
+    page = _exposition(_values(), events=100, at_end=900.0)
+
+    class Page:
+        url = "http://127.0.0.1:9/metrics"
+
+        def scrape(self) -> Scrape:
+            return parse(page, 1000.0)
+
+    top = Top(Page(), window="5m", group_by=["arm"], measures=None, stream=io.StringIO(),  # type: ignore[arg-type]
+              width=lambda: 200, height=lambda: 2, warnings=[HTTP_WARNING])  # fmt: skip
+    first, last = top.frame().splitlines()
+    assert "more lines: a taller terminal" in first and last == HTTP_WARNING
 
 
 def _interrupt_second_sleep() -> Callable[[float], None]:
