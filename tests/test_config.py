@@ -49,6 +49,8 @@ def test_durations_and_measures_are_normalised():
         ({"window": "soon"}, "window"),
         ({"window": 0}, "window"),
         ({"lateness": -1}, "lateness"),
+        ({"bucket": 10**400, "windows": [10**400], "retention": 10**400}, "bucket"),
+        ({"idle_timeout": "1" * 5000}, "idle_timeout"),
         ({"measures": "nDCG@ten"}, "measures"),
         ({"label_keys": ["arm", "arm"]}, "label_keys"),
         ({"label_keys": ["bad-name"]}, "label_keys"),
