@@ -161,7 +161,9 @@ class ComparisonConfig(BaseModel):
 class StatisticsConfig(BaseModel):
     """The always-valid comparison, sample-ratio guard and CUSUM (docs/statistics.md)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # an infinite tuning_n made every bound NaN; an infinite cusum_k or cusum_h, a CUSUM that
+    # never alarms: each was taken without a word
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     window: Duration = Field(
         60 * 60_000, gt=0, description="window folded (one of windows, when comparing)"
@@ -175,7 +177,12 @@ class StatisticsConfig(BaseModel):
     cusum_min_n: int = Field(30, ge=2, description="lists per window before a CUSUM step")
     baseline_windows: int = Field(24, ge=1, description="trailing windows of an arm's baseline")
     bootstrap_replicates: int = Field(
-        100, ge=0, description="replicates of the clustered interval per window (0: none)"
+        100,
+        ge=0,
+        # each one is a row of a (clusters x replicates) draw and a pair in the checkpoint:
+        # 10**8 asked numpy for 821 GiB at the first window
+        le=10_000,
+        description="replicates of the clustered interval per window (0: none)",
     )
     comparisons: list[ComparisonConfig] = Field(default_factory=list)
 
@@ -191,7 +198,7 @@ class InterleavingConfig(BaseModel):
     """Interleaved impressions: how they are credited and the preference test (docs/statistics.md,
     "Interleaving")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     window: Duration = Field(
         60 * 60_000, gt=0, description="event-time window of the sums; each complete one is a look"

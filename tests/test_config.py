@@ -65,6 +65,17 @@ def test_durations_and_measures_are_normalised():
         ({"histogram_bounds": [0.5, 0.1]}, "histogram_bounds"),
         ({"typo": 1}, "typo"),
         ({"statistics": {"alpha": 1.5}}, "statistics.alpha"),
+        # 10**400 and 10**8 replicates ended `evald replay` with a traceback; an infinite
+        # tuning_n, cusum_k or cusum_h was taken without a word
+        ({"limits": {"max_items": 10**400}}, "limits.max_items"),
+        ({"limits": {"max_labels": 10**400}}, "limits.max_labels"),
+        ({"limits": {"max_string_length": 10**400}}, "limits.max_string_length"),
+        ({"limits": {"max_event_bytes": 10**400}}, "limits.max_event_bytes"),
+        ({"statistics": {"bootstrap_replicates": 10**8}}, "statistics.bootstrap_replicates"),
+        ({"statistics": {"tuning_n": float("inf")}}, "statistics.tuning_n"),
+        ({"statistics": {"cusum_k": float("inf")}}, "statistics.cusum_k"),
+        ({"statistics": {"cusum_h": float("inf")}}, "statistics.cusum_h"),
+        ({"interleaving": {"tuning_n": float("inf")}}, "interleaving.tuning_n"),
         ({"statistics": {"window": "10m", "comparisons": [AB]}}, "statistics.window"),
         ({"statistics": {"comparisons": [{**AB, "label": "color"}]}}, "statistics.comparisons.0"),
         ({"statistics": {"comparisons": [{**AB, "treatments": []}]}}, "statistics.comparisons.0"),
