@@ -500,12 +500,40 @@ class EngineConfig(BaseModel):
             for key in (comp.label, *comp.arm_scoped_labels):
                 if key not in self.label_keys:
                     raise ValueError(f"{where}: {key!r} is not one of label_keys {self.label_keys}")
+            self._check_arms(where, comp)
             for measure in comp.min_effect:
                 if measure not in self.measures:
                     raise ValueError(
                         f"{where}.min_effect: {measure!r} is not one of measures {self.measures}"
                     )
         return self
+
+    def _check_arms(self, where: str, comp: ComparisonConfig) -> None:
+        """Arms every event could show: each was taken, and the comparison then waited
+        forever for an arm no segment would ever hold."""
+        from evald.segments import NONE, OTHER
+
+        arms = [comp.control, *comp.treatments]
+        longest = self.limits.max_string_length
+        for arm in arms:
+            if not arm or arm in (NONE, OTHER):
+                raise ValueError(f"{where}: arm {arm!r}: arms are named, and not {NONE} or {OTHER}")
+            if len(arm) > longest:
+                raise ValueError(
+                    f"{where}: arm {arm!r} is longer than limits.max_string_length ({longest}): "
+                    "no event can carry it"
+                )
+        if comp.label in comp.arm_scoped_labels:
+            raise ValueError(
+                f"{where}.arm_scoped_labels: {comp.label!r} is the comparison's label, whose "
+                "values are the arms: it cannot be summed away"
+            )
+        room = min(self.label_value_cap, self.max_segments)
+        if len(arms) > room:
+            raise ValueError(
+                f"{where}: {len(arms)} arms, but label_value_cap and max_segments keep "
+                f"{room} value(s): the arms past it would all be {OTHER}"
+            )
 
     @model_validator(mode="after")
     def _check_drilldown(self) -> EngineConfig:

@@ -101,6 +101,35 @@ def test_durations_and_measures_are_normalised():
             "statistics.comparisons.0",
         ),
         ({"statistics": {"comparisons": [AB, AB]}}, "statistics"),
+        # arms no segment can ever hold: each was taken, the comparison waiting forever
+        (
+            {"label_value_cap": 1, "statistics": {"window": "5m", "comparisons": [AB]}},
+            "statistics.comparisons.0: 2 arms, but label_value_cap",
+        ),
+        (
+            {"max_segments": 1, "statistics": {"window": "5m", "comparisons": [AB]}},
+            "statistics.comparisons.0: 2 arms",
+        ),
+        (
+            {
+                "limits": {"max_string_length": 2},
+                "drilldown": {"max_query_length": 2},
+                "statistics": {"window": "5m", "comparisons": [{**AB, "control": "ctl"}]},
+            },
+            "statistics.comparisons.0: arm 'ctl' is longer than limits.max_string_length",
+        ),
+        (
+            {"statistics": {"window": "5m", "comparisons": [{**AB, "treatments": ["__other__"]}]}},
+            "statistics.comparisons.0: arm '__other__'",
+        ),
+        (
+            {"statistics": {"window": "5m", "comparisons": [{**AB, "treatments": [""]}]}},
+            "statistics.comparisons.0: arm ''",
+        ),
+        (
+            {"statistics": {"window": "5m", "comparisons": [{**AB, "arm_scoped_labels": ["arm"]}]}},
+            "statistics.comparisons.0.arm_scoped_labels",
+        ),
     ],
 )
 def test_errors_name_the_field(settings, field):
