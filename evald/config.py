@@ -13,7 +13,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -106,13 +107,30 @@ class ConfigError(ValueError):
     """Invalid engine configuration; ``str()`` names the offending field first."""
 
 
+class Section(BaseModel):
+    """A section of settings: ``true`` or ``false`` where a number goes is refused, where
+    pydantic's lax mode read it as 1 or 0 (``batch_size: true`` was a batch of one)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if {int, float} & set(get_args(annotation) or (annotation,)):
+                raise ValueError(
+                    f"a number, not {str(value).lower()} (YAML reads true/false, yes/no and "
+                    "on/off as booleans)"
+                )
+        return value
+
+
 def _default_measures() -> list[str]:
     from evald.metrics import DEFAULT_MEASURES
 
     return [part.strip() for part in DEFAULT_MEASURES.split(",")]
 
 
-class ComparisonConfig(BaseModel):
+class ComparisonConfig(Section):
     """One arm comparison (docs/statistics.md, "How it is wired")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -158,7 +176,7 @@ class ComparisonConfig(BaseModel):
         return self
 
 
-class StatisticsConfig(BaseModel):
+class StatisticsConfig(Section):
     """The always-valid comparison, sample-ratio guard and CUSUM (docs/statistics.md)."""
 
     # an infinite tuning_n made every bound NaN; an infinite cusum_k or cusum_h, a CUSUM that
@@ -194,7 +212,7 @@ class StatisticsConfig(BaseModel):
         return self
 
 
-class InterleavingConfig(BaseModel):
+class InterleavingConfig(Section):
     """Interleaved impressions: how they are credited and the preference test (docs/statistics.md,
     "Interleaving")."""
 
@@ -231,7 +249,7 @@ class InterleavingConfig(BaseModel):
         return value
 
 
-class DrilldownConfig(BaseModel):
+class DrilldownConfig(Section):
     """The queries of the served lists, per segment and window (docs/drilldown.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -265,7 +283,7 @@ class DrilldownConfig(BaseModel):
     )
 
 
-class ZeroFeedbackConfig(BaseModel):
+class ZeroFeedbackConfig(Section):
     """The signals of the served lists alone: RBO between arms, unjudged and empty lists
     (docs/drilldown.md, "Zero-feedback signals")."""
 
@@ -304,7 +322,7 @@ class ZeroFeedbackConfig(BaseModel):
     )
 
 
-class ClickModelConfig(BaseModel):
+class ClickModelConfig(Section):
     """A click model fitted online per partition and segment in the engine (docs/click-models.md,
     "In evald run"); ``model`` null: none (the default: it costs CPU and checkpoint bytes)."""
 
@@ -328,7 +346,7 @@ class ClickModelConfig(BaseModel):
     )
 
 
-class EngineConfig(BaseModel):
+class EngineConfig(Section):
     """Join, scoring and aggregation settings (docs/semantics.md explains each rule)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

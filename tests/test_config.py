@@ -49,6 +49,10 @@ def test_durations_and_measures_are_normalised():
         ({"window": "soon"}, "window"),
         ({"window": 0}, "window"),
         ({"lateness": -1}, "lateness"),
+        # YAML's true/false (yes/no, on/off) where a number goes: read as 1 or 0, silently
+        ({"batch_size": True}, "batch_size: a number, not true"),
+        ({"drilldown": {"capacity": True}}, "drilldown.capacity: a number, not true"),
+        ({"zero_feedback": {"depth": False}}, "zero_feedback.depth: a number, not false"),
         ({"bucket": 10**400, "windows": [10**400], "retention": 10**400}, "bucket"),
         ({"idle_timeout": "1" * 5000}, "idle_timeout"),
         ({"measures": "nDCG@ten"}, "measures"),

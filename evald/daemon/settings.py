@@ -35,7 +35,7 @@ from pydantic import (
     model_validator,
 )
 
-from evald.config import ConfigError, read_mapping_file
+from evald.config import ConfigError, Section, read_mapping_file
 from evald.daemon.names import checkpoint_topic, internal_topic, transactional_id
 
 __all__ = [
@@ -60,7 +60,7 @@ class SettingsError(ValueError):
     """An invalid setting; the message starts with the dotted field name and says why."""
 
 
-class _Strict(BaseModel):
+class _Strict(Section):
     # an infinite stall_timeout_s kept /readyz green forever, an infinite shutdown wait was
     # an OverflowError at the stop: no setting here means anything infinite
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

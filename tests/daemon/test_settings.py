@@ -93,6 +93,9 @@ HUGE = "1" + "0" * 400
         ({"EVALD_DAEMON__STALL_TIMEOUT_S": ".inf"}, "daemon.stall_timeout_s"),
         ({"EVALD_DAEMON__SHUTDOWN_TIMEOUT_S": ".inf"}, "daemon.shutdown_timeout_s"),
         ({"EVALD_DAEMON__SHUTDOWN_TIMEOUT_S": "1e308"}, "daemon.shutdown_timeout_s"),
+        # YAML reads yes/true as a boolean, which pydantic took as 1
+        ({"EVALD_DAEMON__PAUSE_AT": "yes"}, "daemon.pause_at: a number, not true"),
+        ({"EVALD_INPUT__REPARTITION_PARTITIONS": "on"}, "input.repartition_partitions: a number"),
     ],
 )
 def test_errors_name_the_field(env: dict[str, str], field: str) -> None:
