@@ -8,7 +8,6 @@ between two scrapes; intervals come from the exported window sums (see evald.top
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import sys
 import time
@@ -50,8 +49,9 @@ def _interval(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (math.isfinite(value) and value >= 0.1):
-        raise argparse.ArgumentTypeError(f"must be at least 0.1 seconds, got {text!r}")
+    # at most an hour: the view sleeps it between scrapes, and 1e308 is an OverflowError there
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be 0.1 to 3600 seconds, got {text!r}")
     return value
 
 

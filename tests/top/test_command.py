@@ -220,6 +220,17 @@ def test_urls_are_normalised_to_the_metrics_path() -> None:
     assert metrics_url("https://h/custom/metrics") == "https://h/custom/metrics"
 
 
+@pytest.mark.parametrize("seconds", ["0.05", "nan", "inf", "1e308", "3601"])
+def test_an_interval_out_of_range_is_a_usage_error(
+    seconds: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """1e308 passed, to end the live view with an OverflowError at its first sleep."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["top", "--interval", seconds])
+    assert exc.value.code == 2
+    assert "argument --interval: must be 0.1 to 3600 seconds" in capsys.readouterr().err
+
+
 # each was scraped anyway and failed with exit status 1 as if the evald were down (port
 # 70000 wrapped round to 4464); a window of 0 is none that is ever exported
 @pytest.mark.parametrize(
