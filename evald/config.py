@@ -13,7 +13,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -106,13 +107,30 @@ class ConfigError(ValueError):
     """Invalid engine configuration; ``str()`` names the offending field first."""
 
 
+class Section(BaseModel):
+    """A section of settings: ``true`` or ``false`` where a number goes is refused, where
+    pydantic's lax mode read it as 1 or 0 (``batch_size: true`` was a batch of one)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if {int, float} & set(get_args(annotation) or (annotation,)):
+                raise ValueError(
+                    f"a number, not {str(value).lower()} (YAML reads true/false, yes/no and "
+                    "on/off as booleans)"
+                )
+        return value
+
+
 def _default_measures() -> list[str]:
     from evald.metrics import DEFAULT_MEASURES
 
     return [part.strip() for part in DEFAULT_MEASURES.split(",")]
 
 
-class ComparisonConfig(BaseModel):
+class ComparisonConfig(Section):
     """One arm comparison (docs/statistics.md, "How it is wired")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -158,10 +176,12 @@ class ComparisonConfig(BaseModel):
         return self
 
 
-class StatisticsConfig(BaseModel):
+class StatisticsConfig(Section):
     """The always-valid comparison, sample-ratio guard and CUSUM (docs/statistics.md)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # an infinite tuning_n made every bound NaN; an infinite cusum_k or cusum_h, a CUSUM that
+    # never alarms: each was taken without a word
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     window: Duration = Field(
         60 * 60_000, gt=0, description="window folded (one of windows, when comparing)"
@@ -175,7 +195,12 @@ class StatisticsConfig(BaseModel):
     cusum_min_n: int = Field(30, ge=2, description="lists per window before a CUSUM step")
     baseline_windows: int = Field(24, ge=1, description="trailing windows of an arm's baseline")
     bootstrap_replicates: int = Field(
-        100, ge=0, description="replicates of the clustered interval per window (0: none)"
+        100,
+        ge=0,
+        # each one is a row of a (clusters x replicates) draw and a pair in the checkpoint:
+        # 10**8 asked numpy for 821 GiB at the first window
+        le=10_000,
+        description="replicates of the clustered interval per window (0: none)",
     )
     comparisons: list[ComparisonConfig] = Field(default_factory=list)
 
@@ -187,11 +212,11 @@ class StatisticsConfig(BaseModel):
         return self
 
 
-class InterleavingConfig(BaseModel):
+class InterleavingConfig(Section):
     """Interleaved impressions: how they are credited and the preference test (docs/statistics.md,
     "Interleaving")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     window: Duration = Field(
         60 * 60_000, gt=0, description="event-time window of the sums; each complete one is a look"
@@ -224,7 +249,7 @@ class InterleavingConfig(BaseModel):
         return value
 
 
-class DrilldownConfig(BaseModel):
+class DrilldownConfig(Section):
     """The queries of the served lists, per segment and window (docs/drilldown.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -258,7 +283,7 @@ class DrilldownConfig(BaseModel):
     )
 
 
-class ZeroFeedbackConfig(BaseModel):
+class ZeroFeedbackConfig(Section):
     """The signals of the served lists alone: RBO between arms, unjudged and empty lists
     (docs/drilldown.md, "Zero-feedback signals")."""
 
@@ -297,7 +322,7 @@ class ZeroFeedbackConfig(BaseModel):
     )
 
 
-class ClickModelConfig(BaseModel):
+class ClickModelConfig(Section):
     """A click model fitted online per partition and segment in the engine (docs/click-models.md,
     "In evald run"); ``model`` null: none (the default: it costs CPU and checkpoint bytes)."""
 
@@ -321,7 +346,7 @@ class ClickModelConfig(BaseModel):
     )
 
 
-class EngineConfig(BaseModel):
+class EngineConfig(Section):
     """Join, scoring and aggregation settings (docs/semantics.md explains each rule)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -493,12 +518,40 @@ class EngineConfig(BaseModel):
             for key in (comp.label, *comp.arm_scoped_labels):
                 if key not in self.label_keys:
                     raise ValueError(f"{where}: {key!r} is not one of label_keys {self.label_keys}")
+            self._check_arms(where, comp)
             for measure in comp.min_effect:
                 if measure not in self.measures:
                     raise ValueError(
                         f"{where}.min_effect: {measure!r} is not one of measures {self.measures}"
                     )
         return self
+
+    def _check_arms(self, where: str, comp: ComparisonConfig) -> None:
+        """Arms every event could show: each was taken, and the comparison then waited
+        forever for an arm no segment would ever hold."""
+        from evald.segments import NONE, OTHER
+
+        arms = [comp.control, *comp.treatments]
+        longest = self.limits.max_string_length
+        for arm in arms:
+            if not arm or arm in (NONE, OTHER):
+                raise ValueError(f"{where}: arm {arm!r}: arms are named, and not {NONE} or {OTHER}")
+            if len(arm) > longest:
+                raise ValueError(
+                    f"{where}: arm {arm!r} is longer than limits.max_string_length ({longest}): "
+                    "no event can carry it"
+                )
+        if comp.label in comp.arm_scoped_labels:
+            raise ValueError(
+                f"{where}.arm_scoped_labels: {comp.label!r} is the comparison's label, whose "
+                "values are the arms: it cannot be summed away"
+            )
+        room = min(self.label_value_cap, self.max_segments)
+        if len(arms) > room:
+            raise ValueError(
+                f"{where}: {len(arms)} arms, but label_value_cap and max_segments keep "
+                f"{room} value(s): the arms past it would all be {OTHER}"
+            )
 
     @model_validator(mode="after")
     def _check_drilldown(self) -> EngineConfig:

@@ -13,6 +13,11 @@ _PART = re.compile(r"(\d+)(ms|s|m|h|d)")
 _WHOLE = re.compile(r"(?:\d+(?:ms|s|m|h|d))+")
 
 
+#: the longest duration: 36500 days, a century. Longer ones mean nothing for event times
+#: (9999 is the last year) and overflow the int64 arithmetic of buckets and watermarks.
+MAX_MS = 36_500 * 86_400_000
+
+
 class DurationError(ValueError):
     """A duration that is neither milliseconds nor a ``1h30m``-style string."""
 
@@ -21,9 +26,16 @@ def parse_duration(value: str | int) -> int:
     """Milliseconds of ``value``; raises :class:`DurationError` on anything else.
 
     Accepts a non-negative int (ms), a digit string (ms) or concatenated ``<n><unit>`` parts with
-    units ``d h m s ms`` (``"1h30m"``, ``"90s"``, ``"250ms"``). Booleans and floats are refused
-    so that a YAML ``yes`` or ``1.5`` never becomes a silent duration.
+    units ``d h m s ms`` (``"1h30m"``, ``"90s"``, ``"250ms"``), up to :data:`MAX_MS`. Booleans
+    and floats are refused so that a YAML ``yes`` or ``1.5`` never becomes a silent duration.
     """
+    ms = _milliseconds(value)
+    if ms > MAX_MS:
+        raise DurationError("duration longer than 36500d (a century): use at most 36500d")
+    return ms
+
+
+def _milliseconds(value: str | int) -> int:
     if isinstance(value, bool):
         raise DurationError(f"expected a duration like '30m' or milliseconds, got {value!r}")
     if isinstance(value, int):
@@ -33,14 +45,17 @@ def parse_duration(value: str | int) -> int:
     if not isinstance(value, str):
         raise DurationError(f"expected a duration like '30m' or milliseconds, got {value!r}")
     text = value.strip().lower()
-    if text.isdigit():
-        return int(text)
+    if text.isdecimal():  # not isdigit(): int() refuses a superscript "²"
+        return int(text) if len(text) <= 20 else MAX_MS + 1  # and 4,300 digits
     if not text or not _WHOLE.fullmatch(text):
         raise DurationError(
             f"invalid duration {value!r}: use milliseconds or parts like '30m', '1h30m', "
             "'90s', '500ms' (units d, h, m, s, ms)"
         )
-    return sum(int(n) * _UNIT_MS[unit] for n, unit in _PART.findall(text))
+    parts = _PART.findall(text)
+    if any(len(n) > 20 for n, _ in parts):
+        return MAX_MS + 1
+    return sum(int(n) * _UNIT_MS[unit] for n, unit in parts)
 
 
 def format_duration(ms: int) -> str:

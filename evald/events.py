@@ -93,10 +93,14 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_items: int = Field(1000, ge=1, description="items per served list")
-    max_labels: int = Field(32, ge=0, description="label pairs per impression")
-    max_string_length: int = Field(512, ge=1, description="characters in any id, label or query")
-    max_event_bytes: int = Field(65_536, ge=64, description="bytes of one raw event")
+    # the upper bounds: far past any real event, short of where a bound stops fitting the
+    # validators' and readers' machine integers (10**400 ended a command with OverflowError)
+    max_items: int = Field(1000, ge=1, le=1_000_000, description="items per served list")
+    max_labels: int = Field(32, ge=0, le=10_000, description="label pairs per impression")
+    max_string_length: int = Field(
+        512, ge=1, le=2**24, description="characters in any id, label or query"
+    )
+    max_event_bytes: int = Field(65_536, ge=64, le=2**30, description="bytes of one raw event")
 
 
 #: pydantic-core caches parsed strings up to 64 chars by default; in events nearly every value

@@ -27,7 +27,8 @@ def read_settings_file(path: str | os.PathLike[str], *, json_text: bool = False)
     """The parsed document (None for an empty YAML file); ``json_text`` parses JSON instead.
 
     Raises :class:`SettingsFileError` for a file that is missing, a directory, unreadable,
-    larger than :data:`MAX_BYTES`, not UTF-8, not valid YAML/JSON or nested too deeply to parse.
+    larger than :data:`MAX_BYTES`, not UTF-8, not valid YAML/JSON, nested too deeply to parse
+    or holding one key twice in a mapping.
     """
     import yaml
 
@@ -48,7 +49,9 @@ def read_settings_file(path: str | os.PathLike[str], *, json_text: bool = False)
         ) from None
     kind = "JSON" if json_text else "YAML"
     try:
-        return json.loads(text) if json_text else yaml.load(text, Loader=_loader())
+        if json_text:
+            return json.loads(text, object_pairs_hook=_unique_object)
+        return yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader
     except (ValueError, yaml.YAMLError) as exc:
         raise SettingsFileError(f"{where}: not valid {kind}: {exc}") from None
     except RecursionError:
@@ -57,34 +60,41 @@ def read_settings_file(path: str | os.PathLike[str], *, json_text: bool = False)
         ) from None
 
 
-class _RepeatedKey(ValueError):
-    """A mapping that gives one key twice: YAML would keep the last value without a word, so
-    a second ``statistics:`` block or ``window:`` silently replaced the first."""
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are distinct: the parser's default keeps the last of two, so
+    one of two values a person wrote would be dropped without a word."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice in one object: keep one")
+        out[key] = value
+    return out
 
 
 @functools.cache
-def _loader() -> Any:
-    """``yaml.SafeLoader`` refusing a repeated key (what a merge key ``<<`` brings in may still
-    be overridden, as YAML intends); built on first use, as yaml is imported then."""
+def _unique_key_loader() -> type:
+    """PyYAML's SafeLoader refusing a key given twice in one mapping (YAML forbids it; PyYAML
+    keeps the last value). Keys a ``<<`` merge brings in may still be overridden."""
     import yaml
 
-    class Loader(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            seen: dict[Any, int] = {}
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            lines: dict[Any, int] = {}
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue
                 key = self.construct_object(key_node, deep=True)
                 line = key_node.start_mark.line + 1
                 try:
-                    first = seen.get(key)
-                except TypeError:  # an unhashable key: the parent class says what is wrong
+                    first = lines.get(key)
+                except TypeError:  # an unhashable key: the base class says so
                     continue
+                lines[key] = line
                 if first is not None:
-                    raise _RepeatedKey(
-                        f"line {line}: {key!r} is given twice (first on line {first})"
+                    at = f"lines {first} and {line}" if first != line else f"line {line}"
+                    raise yaml.YAMLError(
+                        f"key {key!r} appears twice in one mapping ({at}): keep one"
                     )
-                seen[key] = line
             return super().construct_mapping(node, deep=deep)
 
-    return Loader
+    return UniqueKeyLoader

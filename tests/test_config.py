@@ -49,6 +49,12 @@ def test_durations_and_measures_are_normalised():
         ({"window": "soon"}, "window"),
         ({"window": 0}, "window"),
         ({"lateness": -1}, "lateness"),
+        # YAML's true/false (yes/no, on/off) where a number goes: read as 1 or 0, silently
+        ({"batch_size": True}, "batch_size: a number, not true"),
+        ({"drilldown": {"capacity": True}}, "drilldown.capacity: a number, not true"),
+        ({"zero_feedback": {"depth": False}}, "zero_feedback.depth: a number, not false"),
+        ({"bucket": 10**400, "windows": [10**400], "retention": 10**400}, "bucket"),
+        ({"idle_timeout": "1" * 5000}, "idle_timeout"),
         ({"measures": "nDCG@ten"}, "measures"),
         ({"label_keys": ["arm", "arm"]}, "label_keys"),
         ({"label_keys": ["bad-name"]}, "label_keys"),
@@ -63,6 +69,17 @@ def test_durations_and_measures_are_normalised():
         ({"histogram_bounds": [0.5, 0.1]}, "histogram_bounds"),
         ({"typo": 1}, "typo"),
         ({"statistics": {"alpha": 1.5}}, "statistics.alpha"),
+        # 10**400 and 10**8 replicates ended `evald replay` with a traceback; an infinite
+        # tuning_n, cusum_k or cusum_h was taken without a word
+        ({"limits": {"max_items": 10**400}}, "limits.max_items"),
+        ({"limits": {"max_labels": 10**400}}, "limits.max_labels"),
+        ({"limits": {"max_string_length": 10**400}}, "limits.max_string_length"),
+        ({"limits": {"max_event_bytes": 10**400}}, "limits.max_event_bytes"),
+        ({"statistics": {"bootstrap_replicates": 10**8}}, "statistics.bootstrap_replicates"),
+        ({"statistics": {"tuning_n": float("inf")}}, "statistics.tuning_n"),
+        ({"statistics": {"cusum_k": float("inf")}}, "statistics.cusum_k"),
+        ({"statistics": {"cusum_h": float("inf")}}, "statistics.cusum_h"),
+        ({"interleaving": {"tuning_n": float("inf")}}, "interleaving.tuning_n"),
         ({"statistics": {"window": "10m", "comparisons": [AB]}}, "statistics.window"),
         ({"statistics": {"comparisons": [{**AB, "label": "color"}]}}, "statistics.comparisons.0"),
         ({"statistics": {"comparisons": [{**AB, "treatments": []}]}}, "statistics.comparisons.0"),
@@ -88,6 +105,35 @@ def test_durations_and_measures_are_normalised():
             "statistics.comparisons.0",
         ),
         ({"statistics": {"comparisons": [AB, AB]}}, "statistics"),
+        # arms no segment can ever hold: each was taken, the comparison waiting forever
+        (
+            {"label_value_cap": 1, "statistics": {"window": "5m", "comparisons": [AB]}},
+            "statistics.comparisons.0: 2 arms, but label_value_cap",
+        ),
+        (
+            {"max_segments": 1, "statistics": {"window": "5m", "comparisons": [AB]}},
+            "statistics.comparisons.0: 2 arms",
+        ),
+        (
+            {
+                "limits": {"max_string_length": 2},
+                "drilldown": {"max_query_length": 2},
+                "statistics": {"window": "5m", "comparisons": [{**AB, "control": "ctl"}]},
+            },
+            "statistics.comparisons.0: arm 'ctl' is longer than limits.max_string_length",
+        ),
+        (
+            {"statistics": {"window": "5m", "comparisons": [{**AB, "treatments": ["__other__"]}]}},
+            "statistics.comparisons.0: arm '__other__'",
+        ),
+        (
+            {"statistics": {"window": "5m", "comparisons": [{**AB, "treatments": [""]}]}},
+            "statistics.comparisons.0: arm ''",
+        ),
+        (
+            {"statistics": {"window": "5m", "comparisons": [{**AB, "arm_scoped_labels": ["arm"]}]}},
+            "statistics.comparisons.0.arm_scoped_labels",
+        ),
     ],
 )
 def test_errors_name_the_field(settings, field):

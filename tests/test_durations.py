@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evald.durations import DurationError, format_duration, parse_duration
+from evald.durations import MAX_MS, DurationError, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -18,6 +18,8 @@ from evald.durations import DurationError, format_duration, parse_duration
         (" 1H ", 3_600_000),
         (0, 0),
         (250, 250),
+        ("36500d", 36_500 * 86_400_000),
+        (MAX_MS, MAX_MS),
     ],
 )
 def test_parse(text, ms):
@@ -33,7 +35,18 @@ def test_parse_rejects(bad):
         parse_duration(bad)
 
 
-@given(st.integers(min_value=0, max_value=10**13))
+# past a century: a bucket of 10**400 ms ended `evald replay` with an OverflowError; a
+# superscript digit or 5,000 digits raised int()'s ValueError, a traceback where the
+# command catches DurationError
+@pytest.mark.parametrize(
+    "bad", [MAX_MS + 1, 10**400, "36501d", "1" * 21, "1" * 5000, "1" * 5000 + "d", "\u00b2"]
+)
+def test_parse_rejects_what_is_too_long_or_not_ascii_digits(bad):
+    with pytest.raises(DurationError, match="duration"):
+        parse_duration(bad)
+
+
+@given(st.integers(min_value=0, max_value=MAX_MS))
 def test_format_round_trips(ms):
     assert parse_duration(format_duration(ms)) == ms
 

@@ -19,10 +19,14 @@ BAD_FILES = {
     "directory.yaml": (None, "Is a directory"),
     "broken.yaml": (b"measures: [RR\n  window: {\n", "not valid YAML"),
     "deep.yaml": (b"[" * 600, "not valid YAML: nested too deeply for the parser"),
-    # YAML keeps a repeated key's last value without a word: the first block was lost
-    "repeated.yaml": (
-        b"statistics: {window: 1h}\nwindow: 5m\nstatistics: {window: 5m}\n",
-        "not valid YAML: line 3: 'statistics' is given twice (first on line 1)",
+    # PyYAML keeps the last of two values without a word: one of them was a mistake
+    "twice.yaml": (
+        b"measures: [RR]\nwindow: 5m\nmeasures: [AP]\n",
+        "not valid YAML: key 'measures' appears twice in one mapping (lines 1 and 3): keep one",
+    ),
+    "twice_flow.yaml": (
+        b"tls_server_config: {cert_file: a, cert_file: b}\n",
+        "not valid YAML: key 'cert_file' appears twice in one mapping (line 1): keep one",
     ),
 }
 
@@ -108,8 +112,18 @@ def test_json_and_yaml_documents_are_read(tmp_path: Path) -> None:
     assert read_settings_file(yaml_path) == {"window": "5m"}
     assert read_settings_file(json_path, json_text=True) == {"window": "5m"}
     assert read_settings_file(empty) is None
-    merged = tmp_path / "merged.yaml"  # a merge key's values may be overridden, as YAML intends
-    merged.write_text("base: &b {window: 5m, lateness: 1m}\nengine: {<<: *b, window: 10m}\n")
-    assert read_settings_file(merged)["engine"] == {"window": "10m", "lateness": "1m"}
     with pytest.raises(SettingsFileError, match="not valid JSON"):
         read_settings_file(yaml_path, json_text=True)
+
+
+def test_a_key_given_twice_in_json_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "twice.json"
+    path.write_text('{"fields": {"ts": "a", "query": "q", "ts": "b"}}')
+    with pytest.raises(SettingsFileError, match="key 'ts' appears twice in one object: keep one"):
+        read_settings_file(path, json_text=True)
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path: Path) -> None:
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &b {window: 5m, lateness: 0}\nother:\n  <<: *b\n  window: 10m\n")
+    assert read_settings_file(path)["other"] == {"window": "10m", "lateness": 0}

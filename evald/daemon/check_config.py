@@ -9,7 +9,6 @@ report of ``--connect`` follows the settings as YAML comments, so stdout stays v
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable
 from typing import Any, get_args
@@ -35,8 +34,10 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    # at most an hour, a wait no check needs: it is made integer milliseconds for the clients,
+    # which 1e308 (infinite, times 1000) ended with an OverflowError traceback
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be > 0 and <= 3600 seconds, got {text!r}")
     return value
 
 

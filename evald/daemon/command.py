@@ -64,9 +64,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _listen(server: Any) -> bool:
     """Start the metrics server; False, said on stderr, when it cannot listen (the port taken,
-    say by a `make demo` still running): no retry fixes that."""
+    say by a `make demo` still running, or a host name that does not resolve): no retry
+    fixes that."""
+    from evald.http import AddressError
+
     try:
         server.start()
+    except AddressError as exc:  # a ValueError: it ended the run with a traceback
+        print(
+            f"evald run: daemon.metrics_address: {exc}; use an IP address or a host name this "
+            "machine resolves (--metrics-address or daemon.metrics_address)",
+            file=sys.stderr,
+        )
+        return False
     except OSError as exc:
         print(
             f"evald run: {exc.strerror or exc}; is another evald serving it? Choose another "

@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from evald.daemon.settings import Settings, SettingsError
 from evald.daemon.topic_time import SENT_HEADER, TimestampLimit, TopicsEnd
-from evald.demo.command import share
+from evald.demo.command import MAX_NUMBER, regress_seconds, seed, share
 from evald.durations import readable
+from evald.events import MAX_TS_MS
 from evald.signals import StopSignals
 
 if TYPE_CHECKING:
@@ -56,8 +57,18 @@ def _start(text: str) -> int | None:
     """``now`` (None), epoch milliseconds, or an ISO 8601 time (UTC unless it says otherwise)."""
     if text.strip().lower() == "now":
         return None
-    if text.strip().isdigit():
-        return int(text)
+    if text.strip().isdecimal():
+        ms = int(text) if len(text.strip()) <= 15 else MAX_TS_MS + 1
+    else:
+        ms = _iso_ms(text)
+    if not 0 <= ms <= MAX_TS_MS:  # no event time is past 9999 (10**400 was a traceback)
+        raise argparse.ArgumentTypeError(
+            f"must be from 1970-01-01 to 9999-12-31 (epoch ms 0 to {MAX_TS_MS}), got {text!r}"
+        )
+    return ms
+
+
+def _iso_ms(text: str) -> int:
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
@@ -81,8 +92,10 @@ def _positive(kind: type) -> Callable[[str], Any]:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not value > 0 or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+        if not 0 < value <= MAX_NUMBER:
+            raise argparse.ArgumentTypeError(
+                f"must be positive, up to {MAX_NUMBER:g}, got {text!r}"
+            )
         return value
 
     return parse
@@ -143,7 +156,7 @@ def _traffic_flags(traffic: argparse._ArgumentGroup) -> None:
         default=None,
         help="stop after this many records (default: endless with --realtime, else 100000)",
     )
-    traffic.add_argument("--seed", type=int, default=0, help="simulation seed (default: 0)")
+    traffic.add_argument("--seed", type=seed, default=0, help="simulation seed (default: 0)")
     traffic.add_argument(
         "--rate",
         type=_positive(float),
@@ -180,7 +193,7 @@ def _traffic_flags(traffic: argparse._ArgumentGroup) -> None:
     )
     traffic.add_argument(
         "--regress-at",
-        type=float,
+        type=regress_seconds,
         default=None,
         metavar="SECONDS",
         help="wall seconds (at --speed) after which the treatment arm's ranker degrades, so "

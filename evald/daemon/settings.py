@@ -35,7 +35,7 @@ from pydantic import (
     model_validator,
 )
 
-from evald.config import ConfigError, read_mapping_file
+from evald.config import ConfigError, Section, read_mapping_file
 from evald.daemon.names import checkpoint_topic, internal_topic, transactional_id
 
 __all__ = [
@@ -60,8 +60,17 @@ class SettingsError(ValueError):
     """An invalid setting; the message starts with the dotted field name and says why."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(Section):
+    # an infinite stall_timeout_s kept /readyz green forever, an infinite shutdown wait was
+    # an OverflowError at the stop: no setting here means anything infinite
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+#: the Kafka protocol's INT32: a timeout or partition count past it cannot be sent (10**400
+#: passed validation and failed at the first request)
+INT32_MAX = 2**31 - 1
+#: a day: the longest wait or interval the consumer loop takes
+DAY_MS = 86_400_000
 
 
 class KafkaSettings(_Strict):
@@ -78,11 +87,11 @@ class KafkaSettings(_Strict):
     ssl_keyfile: str | None = None
     ssl_password: SecretStr | None = None
     ssl_check_hostname: bool = True
-    session_timeout_ms: int = Field(10_000, ge=1_000)
-    heartbeat_interval_ms: int = Field(3_000, ge=100)
-    max_poll_interval_ms: int = Field(300_000, ge=1_000)
-    request_timeout_ms: int = Field(30_000, ge=1_000)
-    transaction_timeout_ms: int = Field(60_000, ge=1_000)
+    session_timeout_ms: int = Field(10_000, ge=1_000, le=INT32_MAX)
+    heartbeat_interval_ms: int = Field(3_000, ge=100, le=INT32_MAX)
+    max_poll_interval_ms: int = Field(300_000, ge=1_000, le=INT32_MAX)
+    request_timeout_ms: int = Field(30_000, ge=1_000, le=INT32_MAX)
+    transaction_timeout_ms: int = Field(60_000, ge=1_000, le=INT32_MAX)
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod
@@ -184,18 +193,21 @@ class DaemonSettings(_Strict):
     group_id: str = Field("evald", min_length=1)
     instance_id: str = Field(default_factory=socket.gethostname, min_length=1)
     metrics_address: str = "127.0.0.1:9464"
-    commit_interval_ms: int = Field(1_000, ge=10)
+    commit_interval_ms: int = Field(1_000, ge=10, le=DAY_MS)
     commit_max_records: int = Field(10_000, ge=1)
     poll_timeout_ms: int = Field(200, ge=1, le=10_000)
     max_poll_records: int = Field(2_000, ge=1)
     pause_at: float = Field(0.9, gt=0, le=1, description="pause at this fraction of max_pending")
     resume_at: float = Field(0.6, gt=0, lt=1, description="resume under this fraction")
-    shutdown_timeout_s: float = Field(30.0, gt=0)
+    shutdown_timeout_s: float = Field(30.0, gt=0, le=DAY_MS / 1000)
     stall_timeout_s: float = Field(
-        300.0, gt=0, description="/readyz turns red when lag exists and nothing was fed this long"
+        300.0,
+        gt=0,
+        le=DAY_MS / 1000,
+        description="/readyz turns red when lag exists and nothing was fed this long",
     )
-    retry_backoff_initial_ms: int = Field(200, ge=1)
-    retry_backoff_max_ms: int = Field(10_000, ge=1)
+    retry_backoff_initial_ms: int = Field(200, ge=1, le=DAY_MS)
+    retry_backoff_max_ms: int = Field(10_000, ge=1, le=DAY_MS)
     static_membership: bool = Field(
         False,
         description="join as a static member (group.instance.id = instance_id): a "
@@ -288,6 +300,7 @@ class InputSettings(_Strict):
     repartition_partitions: int | None = Field(
         None,
         ge=1,
+        le=INT32_MAX,
         description="partitions of the internal topics when evald creates them (default: "
         "those of existing internal topics, else of the impressions topic)",
     )

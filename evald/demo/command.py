@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import math
 import os
 import sys
 import threading
@@ -50,25 +49,46 @@ DEFAULT_REGRESS_AT = 40.0
 DEFAULT_INTERLEAVE = 0.2
 
 
+#: the largest --duration, --speed, --rate or --regress-at (and `evald produce`'s): 31 years
+#: of seconds, a billion-fold speed; past it event times overflow (1e308 was a traceback)
+MAX_NUMBER = 1e9
+
+
 def _positive(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    if not 0 < value <= MAX_NUMBER:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number up to {MAX_NUMBER:g}, got {text!r}"
+        )
     return value
 
 
-def _regress_at(text: str) -> float | None:
+def regress_seconds(text: str) -> float | None:
+    """``--regress-at``: seconds from 0 to :data:`MAX_NUMBER`, or ``off`` (None)."""
     if text.strip().lower() in ("off", "never", "none"):
         return None
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds or 'off', got {text!r}") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text!r}")
+    if not 0 <= value <= MAX_NUMBER:
+        raise argparse.ArgumentTypeError(
+            f"must be from 0 to {MAX_NUMBER:g} seconds, or 'off', got {text!r}"
+        )
+    return value
+
+
+def seed(text: str) -> int:
+    """``--seed``: a non-negative integer (numpy's generators refuse a negative one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
     return value
 
 
@@ -156,10 +176,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="EVENTS_PER_S",
         help="records fed per wall second, approximately (default: %(default)s)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="simulation seed (default: 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="simulation seed (default: 0)")
     parser.add_argument(
         "--regress-at",
-        type=_regress_at,
+        type=regress_seconds,
         default=argparse.SUPPRESS,
         metavar="SECONDS",
         help="wall seconds after start when the treatment ranker degrades, or 'off' "

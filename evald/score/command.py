@@ -114,7 +114,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--digits",
-        type=_positive_int,
+        type=_digits,
         default=4,
         metavar="N",
         help="decimals in the table and trec formats (default 4, as trec_eval)",
@@ -178,6 +178,15 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError("must be ≥ 1")
+    return value
+
+
+def _digits(text: str) -> int:
+    """1 to 30 decimals: a double's 17 significant digits even for a value of 1e-13; far more
+    was Python's "Too many decimal digits" traceback, or gigabytes of zeros."""
+    value = _positive_int(text)
+    if value > 30:
+        raise argparse.ArgumentTypeError(f"at most 30 decimals, got {text!r}")
     return value
 
 

@@ -8,7 +8,6 @@ between two scrapes; intervals come from the exported window sums (see evald.top
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import sys
 import time
@@ -50,8 +49,9 @@ def _interval(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (math.isfinite(value) and value >= 0.1):
-        raise argparse.ArgumentTypeError(f"must be at least 0.1 seconds, got {text!r}")
+    # at most an hour: the view sleeps it between scrapes, and 1e308 is an OverflowError there
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be 0.1 to 3600 seconds, got {text!r}")
     return value
 
 
@@ -138,6 +138,14 @@ def metrics_url(text: str, *, tls: bool = False) -> str:
             f"the shell's history): pass --user NAME, the password in ${PASSWORD_ENV} or typed "
             "at the prompt"
         )
+    from urllib.parse import urlsplit
+
+    try:  # a port past 65535 or not a number, a bracket left open: no retry reaches it
+        port = urlsplit(url).port
+    except ValueError as exc:
+        raise ValueError(f"bad address in {text!r}: {exc}") from None
+    if port == 0:
+        raise ValueError(f"bad address in {text!r}: port 0 is no server's")
     if not path:
         path = "metrics"
     return f"{scheme}://{host}/{path}"
@@ -189,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         url = metrics_url(args.url, tls=wants_tls(args))
         window = format_duration(parse_duration(args.window))
+        if window == "0ms":  # no exported window is empty: the view would wait for nothing
+            raise DurationError(f"--window: must be longer than 0, got {args.window!r}")
         client = from_args(args, url, warn=warn, timeout=min(5.0, max(1.0, args.interval)))
     except (ValueError, DurationError) as exc:
         print(f"evald top: {exc}", file=sys.stderr)

@@ -335,3 +335,13 @@ def test_nested_and_optional_durations_and_instants_print_as_written(
 def test_a_max_event_lead_of_null_stays_null(capsys: pytest.CaptureFixture[str]) -> None:
     assert check_config.run(_parse(["--set", "engine.max_event_lead=null"])) == 0
     assert yaml.safe_load(capsys.readouterr().out)["engine"]["max_event_lead"] is None
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf", "1e308", "3601"])
+def test_a_connect_timeout_out_of_range_is_a_usage_error(
+    seconds: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _parse(["--connect", "--connect-timeout", seconds])
+    assert exc.value.code == 2
+    assert "argument --connect-timeout: must be > 0 and <= 3600 seconds" in capsys.readouterr().err

@@ -238,6 +238,33 @@ def test_help_lists_only_flags_produce_uses() -> None:
     assert bad.returncode == 2 and "--run-id" in bad.stderr
 
 
+# each ended `evald produce` with a traceback (an overflow, numpy refusing a negative seed,
+# islice refusing a count past sys.maxsize)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--events", "1" + "0" * 400],
+        ["--speed", "1e308"],
+        ["--start", "1" + "0" * 400],
+        ["--start", "99999999999999999"],
+        ["--regress-at", "inf"],
+        ["--regress-at", "nan"],
+        ["--regress-at", "1e308"],
+        ["--regress-at", "-1"],
+        ["--seed", "-1"],
+    ],
+)
+def test_flags_out_of_range_are_usage_errors(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    produce.configure(parser)
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["--output", "-", *argv])
+    assert exc.value.code == 2
+    assert f"argument {argv[0]}: " in capsys.readouterr().err
+
+
 def test_collector_exports_the_daemon_series() -> None:
     stats = DaemonStats(pauses=3, results_produced=42, ready=True)
     stats.dlq.update({"invalid_json": 2})

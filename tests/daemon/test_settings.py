@@ -66,6 +66,9 @@ def test_masked_hides_every_secret() -> None:
     assert data["kafka"]["sasl_username"] == "svc"
 
 
+HUGE = "1" + "0" * 400
+
+
 @pytest.mark.parametrize(
     ("env", "field"),
     [
@@ -78,6 +81,21 @@ def test_masked_hides_every_secret() -> None:
         ({"EVALD_DAEMON__METRICS_ADDRESS": "nowhere"}, "daemon.metrics_address"),
         ({"EVALD_DAEMON__PAUSE_AT": "0.5", "EVALD_DAEMON__RESUME_AT": "0.7"}, "daemon: resume_at"),
         ({"EVALD_ENGINE__WINDOW": "soon"}, "engine.window: invalid duration"),
+        # each passed, to fail at the first request (past the protocol's INT32), keep /readyz
+        # green forever or overflow at the stop
+        ({"EVALD_KAFKA__SESSION_TIMEOUT_MS": HUGE}, "kafka.session_timeout_ms"),
+        ({"EVALD_KAFKA__REQUEST_TIMEOUT_MS": HUGE}, "kafka.request_timeout_ms"),
+        ({"EVALD_KAFKA__MAX_POLL_INTERVAL_MS": HUGE}, "kafka.max_poll_interval_ms"),
+        ({"EVALD_KAFKA__TRANSACTION_TIMEOUT_MS": str(2**31)}, "kafka.transaction_timeout_ms"),
+        ({"EVALD_INPUT__REPARTITION_PARTITIONS": HUGE}, "input.repartition_partitions"),
+        ({"EVALD_DAEMON__COMMIT_INTERVAL_MS": HUGE}, "daemon.commit_interval_ms"),
+        ({"EVALD_DAEMON__RETRY_BACKOFF_MAX_MS": HUGE}, "daemon.retry_backoff_max_ms"),
+        ({"EVALD_DAEMON__STALL_TIMEOUT_S": ".inf"}, "daemon.stall_timeout_s"),
+        ({"EVALD_DAEMON__SHUTDOWN_TIMEOUT_S": ".inf"}, "daemon.shutdown_timeout_s"),
+        ({"EVALD_DAEMON__SHUTDOWN_TIMEOUT_S": "1e308"}, "daemon.shutdown_timeout_s"),
+        # YAML reads yes/true as a boolean, which pydantic took as 1
+        ({"EVALD_DAEMON__PAUSE_AT": "yes"}, "daemon.pause_at: a number, not true"),
+        ({"EVALD_INPUT__REPARTITION_PARTITIONS": "on"}, "input.repartition_partitions: a number"),
     ],
 )
 def test_errors_name_the_field(env: dict[str, str], field: str) -> None:

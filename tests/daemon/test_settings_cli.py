@@ -120,3 +120,14 @@ def test_a_metrics_port_already_taken_exits_2_saying_what_to_do() -> None:
     (last,) = done.stderr.strip().splitlines()[-1:]
     assert f"cannot listen on {address}: Address already in use" in last, done.stderr
     assert "--metrics-address" in last and "daemon.metrics_address" in last, done.stderr
+
+
+def test_a_metrics_host_that_does_not_resolve_exits_2_saying_what_to_do() -> None:
+    """It ended with an AddressError traceback and exit status 1."""
+    address = "no-such-host.invalid:9464"  # .invalid never resolves (RFC 2606)
+    done = evald("run", "--bootstrap-servers", CLOSED, "--metrics-address", address)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    (last,) = done.stderr.strip().splitlines()[-1:]
+    assert last.startswith("evald run: daemon.metrics_address: cannot resolve listen host"), last
+    assert "--metrics-address" in last, last

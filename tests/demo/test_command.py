@@ -171,7 +171,17 @@ def test_regress_at_defaults_to_mid_run() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--speed", "0"], ["--rate", "-1"], ["--duration", "nan"], ["--regress-at", "soon"]],
+    [
+        ["--speed", "0"],
+        ["--rate", "-1"],
+        ["--duration", "nan"],
+        ["--regress-at", "soon"],
+        # each ended the demo with a traceback: an event time past any float, a negative seed
+        ["--duration", "1e308"],
+        ["--speed", "1e308"],
+        ["--regress-at", "1e308"],
+        ["--seed", "-1"],
+    ],
 )
 def test_bad_flags_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:

@@ -311,10 +311,23 @@ def test_a_gzip_compressed_input_is_a_usage_error_saying_so(
         assert f"{packed} is gzip-compressed: evald score reads plain text" in result.err
 
 
-def test_batch_size_must_be_a_positive_integer(evald_main: Evald) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--batch-size", "0"],
+        # a traceback ("Too many decimal digits in format string"), or gigabytes of zeros
+        ["--digits", "1" + "0" * 400, "--format", "trec"],
+        ["--digits", "31", "--format", "trec"],
+        ["--digits", "0"],
+    ],
+)
+def test_counts_out_of_range_are_usage_errors(
+    evald_main: Evald, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
-        evald_main("score", "--batch-size", "0")
+        evald_main("score", "--example", *argv)
     assert exc.value.code == 2
+    assert f"argument {argv[0]}: " in capsys.readouterr().err
 
 
 def test_help_shows_examples_and_the_real_default_measures(

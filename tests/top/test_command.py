@@ -220,6 +220,37 @@ def test_urls_are_normalised_to_the_metrics_path() -> None:
     assert metrics_url("https://h/custom/metrics") == "https://h/custom/metrics"
 
 
+@pytest.mark.parametrize("seconds", ["0.05", "nan", "inf", "1e308", "3601"])
+def test_an_interval_out_of_range_is_a_usage_error(
+    seconds: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """1e308 passed, to end the live view with an OverflowError at its first sleep."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["top", "--interval", seconds])
+    assert exc.value.code == 2
+    assert "argument --interval: must be 0.1 to 3600 seconds" in capsys.readouterr().err
+
+
+# each was scraped anyway and failed with exit status 1 as if the evald were down (port
+# 70000 wrapped round to 4464); a window of 0 is none that is ever exported
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (["127.0.0.1:70000"], "bad address in '127.0.0.1:70000': Port out of range"),
+        (["127.0.0.1:abc"], "bad address in '127.0.0.1:abc': Port could not be cast"),
+        (["http://[::1/metrics"], "bad address in 'http://[::1/metrics': Invalid IPv6 URL"),
+        (["127.0.0.1:0"], "port 0 is no server's"),
+        (["127.0.0.1:9", "--window", "0"], "--window: must be longer than 0"),
+    ],
+)
+def test_an_address_or_window_no_retry_reaches_exits_2(
+    argv: list[str], reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["top", *argv, "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("evald top: ") and reason in err, err
+
+
 def test_live_frames_fit_the_terminal_rows_and_a_pipe_gets_them_whole() -> None:
     """The terminal's rows bound each redrawn frame, with no newline after its last row (which
     would scroll it); frames written to a pipe are whole."""
