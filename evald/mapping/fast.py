@@ -447,7 +447,7 @@ def _parse(w: _Writer) -> None:
     w("if raw.find(b'\": ', 0, 64) < 0:  # Python's default layout (seen at its first key)")
     w("    try:")
     w("        d = _decode(raw)")
-    w("    except ValueError:")
+    w("    except (ValueError, RecursionError):  # msgspec: nested past ~1000, not a ValueError")
     w("        pass")
     w(
         f"if d is None or _encode(d) != raw or (len(raw) >= {2 * _DEPTH} and "

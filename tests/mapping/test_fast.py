@@ -434,6 +434,24 @@ def test_records_nested_near_the_parser_limit_are_read_alike() -> None:
     assert refused > 0  # the limit lies in the range tried
 
 
+def test_records_nested_past_the_fast_parser_limit_are_refused_not_raised() -> None:
+    """msgspec raises RecursionError, not ValueError, past about 1000 containers: a record
+    nested that deep (one line of a file, one Kafka record) is refused as invalid JSON on
+    every path, as the exact path refuses it, where it crashed a replay or the daemon."""
+    for depth in (1000, 5000):
+        for opener, closer in (("[", "]"), ('{"k":', "}")):
+            deep = (opener * depth + '"x"' + closer * depth).encode()
+            raw = compact(nested_record(0, "[")).replace(b'"deep":"x"', b'"deep":' + deep)
+            for name, decoder in DECODERS.items():
+                exact = decoder.decode_exact(raw, None, NOW, None)
+                assert getattr(exact, "reason", None) == "invalid_json", (name, exact)
+                assert decoder.decode_fast(raw, None, NOW, None) is None
+                assert decoder.decode(raw, None, NOW) == exact
+                rejections: list[Any] = []
+                assert not list(decoder.decode_many([raw], None, rejections, NOW))
+                assert rejections == [(0, exact)]
+
+
 @settings(max_examples=1000, derandomize=True, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**80), 2**80))
 def test_both_parsers_read_a_written_back_number_alike(number: float) -> None:
