@@ -613,7 +613,10 @@ def _check_outputs(args: argparse.Namespace) -> None:
     from evald.output_files import clash
 
     flags = ("results", "windows", "rejected", "looks", "queries")
-    problem = clash({f"--{flag}": getattr(args, flag) for flag in flags}, args.files)
+    # --mapping is a file only when one is there (else a name: evald, ubi)
+    settings = (path for path in (args.config, args.mapping) if path and os.path.isfile(path))
+    inputs = [*args.files, *settings]
+    problem = clash({f"--{flag}": getattr(args, flag) for flag in flags}, inputs)
     if problem is not None:
         raise UsageError(problem)
 

@@ -460,3 +460,13 @@ def test_an_output_that_is_an_input_or_another_output_is_refused_before_anything
     assert events.read_text() == line
     assert not (tmp_path / "out.jsonl").exists()
     assert main(["replay", str(events), "--results", "-", "--windows", "-"]) == 0
+    # the settings a replay reads are inputs too: --config c.json --results c.json emptied it
+    config = tmp_path / "c.json"
+    config.write_text('{"windows": ["5m"]}')
+    mapping = tmp_path / "m.yaml"
+    mapping.write_text("name: m\n")
+    for argv in (["--config", str(config), "--results", str(config)],
+                 ["--mapping", str(mapping), "--rejected", str(mapping)]):  # fmt: skip
+        assert main(["replay", str(events), *argv]) == 2, argv
+        assert "is also an input" in capsys.readouterr().err
+    assert config.read_text() == '{"windows": ["5m"]}' and mapping.read_text() == "name: m\n"
