@@ -13,21 +13,20 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from evald.durations import parse_duration
 from evald.events import MAX_GRADE, MAX_TS_MS, Limits, parse_timestamp
+from evald.settings_section import Section
 
 #: label names the exposition itself uses; a segment key with one of these names would clash
 RESERVED_LABELS = frozenset(
@@ -105,23 +104,6 @@ MIN_SHARE = 1e-12
 
 class ConfigError(ValueError):
     """Invalid engine configuration; ``str()`` names the offending field first."""
-
-
-class Section(BaseModel):
-    """A section of settings: ``true`` or ``false`` where a number goes is refused, where
-    pydantic's lax mode read it as 1 or 0 (``batch_size: true`` was a batch of one)."""
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, bool) and info.field_name is not None:
-            annotation = cls.model_fields[info.field_name].annotation
-            if {int, float} & set(get_args(annotation) or (annotation,)):
-                raise ValueError(
-                    f"a number, not {str(value).lower()} (YAML reads true/false, yes/no and "
-                    "on/off as booleans)"
-                )
-        return value
 
 
 def _default_measures() -> list[str]:

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from evald.input_rule import MAX_GRADE as MAX_GRADE  # the one bound on grades, read here too
+from evald.settings_section import Section
 
 #: Latest accepted timestamp (9999-12-31T23:59:59.999Z): beyond it RFC 3339 cannot spell it.
 MAX_TS_MS = 253_402_300_799_999
@@ -88,7 +89,7 @@ else:
 NonNegativeGrade = Annotated[float, Field(ge=0, le=MAX_GRADE, allow_inf_nan=False, strict=True)]
 
 
-class Limits(BaseModel):
+class Limits(Section):
     """Bounds on one event so no single record can exhaust memory or a label set."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

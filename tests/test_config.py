@@ -53,6 +53,10 @@ def test_durations_and_measures_are_normalised():
         ({"batch_size": True}, "batch_size: a number, not true"),
         ({"drilldown": {"capacity": True}}, "drilldown.capacity: a number, not true"),
         ({"zero_feedback": {"depth": False}}, "zero_feedback.depth: a number, not false"),
+        # and inside a mapping or a list, and in the event limits (a grade of 1, a 50/50 split)
+        ({"limits": {"max_items": True}}, "limits.max_items: a number, not true"),
+        ({"action_grades": {"click": True}}, "action_grades: a number, not true or false"),
+        ({"histogram_bounds": [True, 2]}, "histogram_bounds: a number, not true or false"),
         ({"bucket": 10**400, "windows": [10**400], "retention": 10**400}, "bucket"),
         ({"idle_timeout": "1" * 5000}, "idle_timeout"),
         ({"measures": "nDCG@ten"}, "measures"),
@@ -105,6 +109,10 @@ def test_durations_and_measures_are_normalised():
             "statistics.comparisons.0",
         ),
         ({"statistics": {"comparisons": [AB, AB]}}, "statistics"),
+        (  # yes/yes was a 50/50 split
+            {"statistics": {"comparisons": [{**AB, "split": {"A": True, "B": True}}]}},
+            "statistics.comparisons.0.split: a number, not true or false",
+        ),
         # arms no segment can ever hold: each was taken, the comparison waiting forever
         (
             {"label_value_cap": 1, "statistics": {"window": "5m", "comparisons": [AB]}},

@@ -35,7 +35,8 @@ from pydantic import (
     model_validator,
 )
 
-from evald.config import ConfigError, Section, read_mapping_file
+from evald.config import ConfigError, read_mapping_file
+from evald.settings_section import Section
 from evald.daemon.names import checkpoint_topic, internal_topic, transactional_id
 
 __all__ = [
