@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 _UNIT_MS: dict[str, int] = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
-_WHOLE = re.compile(r"(?:\d+(?:ms|s|m|h|d))+")
+_PART = re.compile(r"([0-9]+)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"(?:[0-9]+(?:ms|s|m|h|d))+")
 
 
 #: the longest duration: 36500 days, a century. Longer ones mean nothing for event times
@@ -45,7 +45,7 @@ def _milliseconds(value: str | int) -> int:
     if not isinstance(value, str):
         raise DurationError(f"expected a duration like '30m' or milliseconds, got {value!r}")
     text = value.strip().lower()
-    if text.isdecimal():  # not isdigit(): int() refuses a superscript "²"
+    if text.isascii() and text.isdecimal():  # int() reads "١٠٠" and refuses "²"; neither is ours
         return int(text) if len(text) <= 20 else MAX_MS + 1  # and 4,300 digits
     if not text or not _WHOLE.fullmatch(text):
         raise DurationError(

@@ -39,7 +39,18 @@ def test_parse_rejects(bad):
 # superscript digit or 5,000 digits raised int()'s ValueError, a traceback where the
 # command catches DurationError
 @pytest.mark.parametrize(
-    "bad", [MAX_MS + 1, 10**400, "36501d", "1" * 21, "1" * 5000, "1" * 5000 + "d", "\u00b2"]
+    "bad",
+    [
+        MAX_MS + 1,
+        10**400,
+        "36501d",
+        "1" * 21,
+        "1" * 5000,
+        "1" * 5000 + "d",
+        "\u00b2",
+        "\u0661\u0660\u0660",
+        "\uff11h",
+    ],  # Arabic-Indic and fullwidth: int() reads 100, 1h
 )
 def test_parse_rejects_what_is_too_long_or_not_ascii_digits(bad):
     with pytest.raises(DurationError, match="duration"):

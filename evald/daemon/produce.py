@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TextIO
 
-from evald.daemon.settings import Settings, SettingsError
+from evald.daemon.settings import INT32_MAX, Settings, SettingsError
 from evald.daemon.topic_time import SENT_HEADER, TimestampLimit, TopicsEnd
 from evald.demo.command import MAX_NUMBER, regress_seconds, seed, share
 from evald.durations import readable
@@ -86,16 +86,17 @@ def _run_id(text: str) -> str:
     return text
 
 
-def _positive(kind: type) -> Callable[[str], Any]:
+def _positive(kind: type, most: float = MAX_NUMBER) -> Callable[[str], Any]:
+    """A positive ``kind`` up to ``most``: times and rates stop at ``MAX_NUMBER`` (event times
+    must stay within what a timestamp can spell); counts at what they are counted in."""
+
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not 0 < value <= MAX_NUMBER:
-            raise argparse.ArgumentTypeError(
-                f"must be positive, up to {MAX_NUMBER:g}, got {text!r}"
-            )
+        if not 0 < value <= most:
+            raise argparse.ArgumentTypeError(f"must be positive, up to {most:g}, got {text!r}")
         return value
 
     return parse
@@ -128,7 +129,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     kafka.add_argument(
         "--partitions",
-        type=_positive(int),
+        type=_positive(int, INT32_MAX),
         default=3,
         help="partition count when the input topics have to be created (default: %(default)s)",
     )
@@ -152,7 +153,7 @@ def _traffic_flags(traffic: argparse._ArgumentGroup) -> None:
     """The shape of the simulated traffic."""
     traffic.add_argument(
         "--events",
-        type=_positive(int),
+        type=_positive(int, sys.maxsize),
         default=None,
         help="stop after this many records (default: endless with --realtime, else 100000)",
     )

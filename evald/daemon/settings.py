@@ -36,8 +36,8 @@ from pydantic import (
 )
 
 from evald.config import ConfigError, read_mapping_file
-from evald.settings_section import Section
 from evald.daemon.names import checkpoint_topic, internal_topic, transactional_id
+from evald.settings_section import Section
 
 __all__ = [
     "DaemonSettings",

@@ -265,6 +265,17 @@ def test_flags_out_of_range_are_usage_errors(
     assert f"argument {argv[0]}: " in capsys.readouterr().err
 
 
+def test_counts_go_up_to_what_they_are_counted_in() -> None:
+    """--events stopped at 1e9 with the times and rates, refusing a soak test of 2e9 records:
+    a count makes no event time; it goes to sys.maxsize, --partitions to Kafka's INT32."""
+    parser = argparse.ArgumentParser()
+    produce.configure(parser)
+    args = parser.parse_args(["--output", "-", "--events", "2000000000", "--partitions", "5000"])
+    assert (args.events, args.partitions) == (2_000_000_000, 5000)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--output", "-", "--partitions", str(2**31)])
+
+
 def test_collector_exports_the_daemon_series() -> None:
     stats = DaemonStats(pauses=3, results_produced=42, ready=True)
     stats.dlq.update({"invalid_json": 2})
