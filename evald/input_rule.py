@@ -11,15 +11,17 @@ path never imports ``json``; ``duplicate_key``, the slow path, imports it when f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
 __all__ = [
     "BOM",
     "BOM_TEXT",
+    "GZIP_MAGIC",
     "JOIN_REASONS",
     "MAX_GRADE",
     "REASONS",
     "duplicate_key",
+    "gzipped",
     "implausibility",
     "repeated_key",
     "time_in_words",
@@ -61,6 +63,17 @@ MAX_GRADE = 100.0
 #: a UTF-8 byte-order mark: ignored at the start of a record (bytes) or a line (text), only there
 BOM = b"\xef\xbb\xbf"
 BOM_TEXT = "\ufeff"
+
+#: the first two bytes of a gzip stream; no UTF-8 text starts so (0x8b continues a character)
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def gzipped(stream: IO[bytes]) -> bool:
+    """Whether ``stream`` starts as gzip does, without consuming what it peeks at (one that
+    cannot be peeked at: no). `evald replay` decompresses such a file; `evald score` and
+    `evald judge` say what it is."""
+    peek = getattr(stream, "peek", None)
+    return peek is not None and peek(2)[:2] == GZIP_MAGIC
 
 
 def repeated_key(pairs: Sequence[tuple[str, Any]]) -> str | None:

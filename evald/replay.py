@@ -34,6 +34,7 @@ from evald.clicks import replay_option as clicks_option
 from evald.durations import format_duration
 from evald.files.lines import InputError
 from evald.files.lines import bounded_lines as _bounded_lines
+from evald.input_rule import GZIP_MAGIC
 from evald.interleaving.report import NO_BAND
 
 if TYPE_CHECKING:
@@ -550,7 +551,7 @@ def _plain(path: str) -> bool:
     """A readable file that is not gzip-compressed (its size is the progress bar's total)."""
     try:
         with open(path, "rb") as handle:
-            return handle.read(2) != b"\x1f\x8b"
+            return handle.read(2) != GZIP_MAGIC
     except OSError:
         return False
 

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
-from evald.input_rule import BOM_TEXT, repeated_key
+from evald.input_rule import BOM_TEXT, gzipped, repeated_key
 
 SUMMARY = "fit a click model on a session log and write judgments (TREC qrels, JSON Lines)"
 EXAMPLES = """\
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
             stream = (
                 sys.stdin.buffer if args.file == "-" else stack.enter_context(open(args.file, "rb"))
             )
-            if hasattr(stream, "peek") and stream.peek(2)[:2] == b"\x1f\x8b":  # not UTF-8
+            if gzipped(stream):  # not UTF-8
                 raise ValueError(f"{name} is gzip-compressed: judge reads plain text (zcat it)")
             summary = judge(lines(stream, name, errors), args, thresholds)
     except (ValueError, OSError) as exc:

@@ -12,10 +12,10 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
+from evald.input_rule import gzipped
+
 #: bytes read at a time while skipping the rest of an over-long line
 SKIP_CHUNK = 1 << 16
-
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 class InputError(Exception):
@@ -64,8 +64,7 @@ def _opened(path: str) -> contextlib.AbstractContextManager[Any]:
             stream = ctx = open(path, "rb")  # noqa: SIM115 (closed by the caller's with)
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror}") from None
-    peek = getattr(stream, "peek", None)
-    if peek is None or peek(2)[:2] != GZIP_MAGIC:
+    if not gzipped(stream):
         return ctx
     return _decompressed(ctx, stream)
 

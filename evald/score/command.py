@@ -445,15 +445,17 @@ def _name(path: str) -> str:
 def _lines(path: str, stack: contextlib.ExitStack) -> IO[bytes]:
     """The file (or stdin for '-') as binary lines; unreadable and gzip-compressed files are
     usage errors (a compressed file was rejected line by line as not UTF-8)."""
+    from evald.input_rule import gzipped  # its readers import it too
+
     try:
         if path == "-":
             stream: IO[bytes] = sys.stdin.buffer
         else:
             stream = stack.enter_context(open(path, "rb"))  # noqa: SIM115 (the stack closes it)
-        head = stream.peek(2)[:2] if hasattr(stream, "peek") else b""
+        packed = gzipped(stream)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if head == b"\x1f\x8b":  # no UTF-8 text starts so (0x8b continues a character)
+    if packed:
         raise UsageError(
             f"{_name(path)} is gzip-compressed: evald score reads plain text (zcat it first)"
         )
