@@ -13,6 +13,8 @@ import json
 import os
 from typing import Any
 
+from evald.input_rule import repeated_key
+
 __all__ = ["MAX_BYTES", "SettingsFileError", "read_settings_file"]
 
 #: a settings file larger than this is refused unread (``/dev/zero`` would never end)
@@ -63,12 +65,10 @@ def read_settings_file(path: str | os.PathLike[str], *, json_text: bool = False)
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object whose keys are distinct: the parser's default keeps the last of two, so
     one of two values a person wrote would be dropped without a word."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"key {key!r} appears twice in one object: keep one")
-        out[key] = value
-    return out
+    key = repeated_key(pairs)
+    if key is not None:
+        raise ValueError(f"key {key!r} appears twice in one object: keep one")
+    return dict(pairs)
 
 
 @functools.cache
