@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from evald.daemon.settings import INT32_MAX, Settings, SettingsError
 from evald.daemon.topic_time import SENT_HEADER, TimestampLimit, TopicsEnd
-from evald.demo.command import MAX_NUMBER, regress_seconds, seed, share
+from evald.demo.command import positive, regress_seconds, seed, share
 from evald.durations import readable
 from evald.events import MAX_TS_MS
 from evald.signals import StopSignals
@@ -86,22 +86,6 @@ def _run_id(text: str) -> str:
     return text
 
 
-def _positive(kind: type, most: float = MAX_NUMBER) -> Callable[[str], Any]:
-    """A positive ``kind`` up to ``most``: times and rates stop at ``MAX_NUMBER`` (event times
-    must stay within what a timestamp can spell); counts at what they are counted in."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not 0 < value <= most:
-            raise argparse.ArgumentTypeError(f"must be positive, up to {most:g}, got {text!r}")
-        return value
-
-    return parse
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
     """Connection and input-topic flags (the ones produce uses), plus the traffic shape."""
     parser.add_argument(
@@ -129,7 +113,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     kafka.add_argument(
         "--partitions",
-        type=_positive(int, INT32_MAX),
+        type=positive(int, INT32_MAX),
         default=3,
         help="partition count when the input topics have to be created (default: %(default)s)",
     )
@@ -142,7 +126,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--progress-interval",
-        type=_positive(float),
+        type=positive(float),
         default=10.0,
         metavar="SECONDS",
         help="a progress line on stderr this often (default: %(default)s)",
@@ -153,21 +137,21 @@ def _traffic_flags(traffic: argparse._ArgumentGroup) -> None:
     """The shape of the simulated traffic."""
     traffic.add_argument(
         "--events",
-        type=_positive(int, sys.maxsize),
+        type=positive(int, sys.maxsize),
         default=None,
         help="stop after this many records (default: endless with --realtime, else 100000)",
     )
     traffic.add_argument("--seed", type=seed, default=0, help="simulation seed (default: 0)")
     traffic.add_argument(
         "--rate",
-        type=_positive(float),
+        type=positive(float),
         default=3_000.0,
         help="records per wall second; with --speed it sets the traffic density in event time "
         "(default: %(default)s)",
     )
     traffic.add_argument(
         "--speed",
-        type=_positive(float),
+        type=positive(float),
         default=60.0,
         help="event-time seconds per wall second (default: %(default)s)",
     )

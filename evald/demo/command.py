@@ -54,16 +54,23 @@ DEFAULT_INTERLEAVE = 0.2
 MAX_NUMBER = 1e9
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= MAX_NUMBER:
-        raise argparse.ArgumentTypeError(
-            f"must be a positive number up to {MAX_NUMBER:g}, got {text!r}"
-        )
-    return value
+def positive(kind: type, most: float = MAX_NUMBER) -> Callable[[str], Any]:
+    """A flag's parser: a positive ``kind`` up to ``most``. Times and rates stop at
+    ``MAX_NUMBER`` (event times must stay within what a timestamp can spell); counts at what
+    they are counted in."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not 0 < value <= most:
+            raise argparse.ArgumentTypeError(
+                f"must be a positive number up to {most:g}, got {text!r}"
+            )
+        return value
+
+    return parse
 
 
 def regress_seconds(text: str) -> float | None:
@@ -147,7 +154,7 @@ def _interleave_flag(parser: argparse.ArgumentParser) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--duration",
-        type=_positive,
+        type=positive(float),
         metavar="SECONDS",
         help="stop after this many wall seconds (default: run until Ctrl-C)",
     )
@@ -165,13 +172,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--speed",
-        type=_positive,
+        type=positive(float),
         default=60.0,
         help="event time runs this many times faster than wall time (default: %(default)s)",
     )
     parser.add_argument(
         "--rate",
-        type=_positive,
+        type=positive(float),
         default=3000.0,
         metavar="EVENTS_PER_S",
         help="records fed per wall second, approximately (default: %(default)s)",
