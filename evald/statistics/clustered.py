@@ -179,13 +179,6 @@ class ClusterSums:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def users_worth(self) -> float:
-        """``effective_users`` of these lists; n when the replicates are unknown or no list had
-        a user id (every list its own cluster)."""
-        if self.weights is None or self.users == 0:
-            return float(self.moments.n)
-        return float(effective_users(self.moments.n, self.weights))
-
     def few_users(self) -> bool:
         """``few_users`` of these lists; False when the replicates are unknown or no list had a
         user id."""

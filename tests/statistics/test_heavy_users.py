@@ -70,15 +70,21 @@ def test_one_users_lists_give_no_clustered_interval_band_or_cusum_step() -> None
     assert math.isnan(standardized(contrast(control, treatment))[0])  # the CUSUM skips it
     assert math.isnan(mean_variance(treatment)[0])  # an interleaving preference alike
     many = sums_of(y[100:], [f"u{i}" for i in range(100)])
-    assert many.users_worth() >= MIN_USERS
+    assert users_worth(many) >= MIN_USERS
     assert math.isfinite(
         confidence_sequence(sums_of(y[:100], [f"v{i}" for i in range(100)]), many).low
     )
 
 
+def users_worth(sums: ClusterSums) -> float:
+    """``effective_users`` of the lists of ``sums`` (whose replicates are known)."""
+    assert sums.weights is not None
+    return float(effective_users(sums.moments.n, sums.weights))
+
+
 def worth(sums: np.ndarray, arm: int) -> list[float]:
     """Per stream, the users ``arm``'s lists over the whole stream are worth."""
-    return [row.users_worth() for row in sums_of_rows(sums[arm, :, 0].sum(axis=1))]
+    return [users_worth(row) for row in sums_of_rows(sums[arm, :, 0].sum(axis=1))]
 
 
 def test_lists_that_are_each_their_own_user_are_never_withheld_for_the_estimates_noise() -> None:
