@@ -15,7 +15,7 @@ from typing import Any
 
 from evald.input_rule import repeated_key
 
-__all__ = ["MAX_BYTES", "SettingsFileError", "read_settings_file"]
+__all__ = ["MAX_BYTES", "RepeatedKey", "SettingsFileError", "read_settings_file", "yaml_value"]
 
 #: a settings file larger than this is refused unread (``/dev/zero`` would never end)
 MAX_BYTES = 16 * 1024 * 1024
@@ -23,6 +23,20 @@ MAX_BYTES = 16 * 1024 * 1024
 
 class SettingsFileError(ValueError):
     """A file that cannot be read as YAML or JSON; the message starts with its path."""
+
+
+class RepeatedKey(ValueError):
+    """A mapping that gives one key twice: YAML and JSON parsers keep the last value, so one of
+    the two a person wrote would be dropped without a word."""
+
+
+def yaml_value(text: str) -> Any:
+    """``text`` parsed as YAML (safely), refusing a key given twice in one mapping
+    (:class:`RepeatedKey`): the files' rule, for values given inline too (``--set``, the
+    environment)."""
+    import yaml
+
+    return yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader
 
 
 def read_settings_file(path: str | os.PathLike[str], *, json_text: bool = False) -> Any:
@@ -53,7 +67,7 @@ def read_settings_file(path: str | os.PathLike[str], *, json_text: bool = False)
     try:
         if json_text:
             return json.loads(text, object_pairs_hook=_unique_object)
-        return yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader
+        return yaml_value(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise SettingsFileError(f"{where}: not valid {kind}: {exc}") from None
     except RecursionError:
@@ -63,11 +77,10 @@ def read_settings_file(path: str | os.PathLike[str], *, json_text: bool = False)
 
 
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are distinct: the parser's default keeps the last of two, so
-    one of two values a person wrote would be dropped without a word."""
+    """A JSON object whose keys are distinct (:class:`RepeatedKey`)."""
     key = repeated_key(pairs)
     if key is not None:
-        raise ValueError(f"key {key!r} appears twice in one object: keep one")
+        raise RepeatedKey(f"key {key!r} appears twice in one object: keep one")
     return dict(pairs)
 
 
@@ -92,9 +105,7 @@ def _unique_key_loader() -> type:
                 lines[key] = line
                 if first is not None:
                     at = f"lines {first} and {line}" if first != line else f"line {line}"
-                    raise yaml.YAMLError(
-                        f"key {key!r} appears twice in one mapping ({at}): keep one"
-                    )
+                    raise RepeatedKey(f"key {key!r} appears twice in one mapping ({at}): keep one")
             return super().construct_mapping(node, deep=deep)
 
     return UniqueKeyLoader

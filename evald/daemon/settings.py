@@ -37,6 +37,7 @@ from pydantic import (
 
 from evald.config import ConfigError, read_mapping_file
 from evald.daemon.names import checkpoint_topic, internal_topic, transactional_id
+from evald.settings_file import RepeatedKey, yaml_value
 from evald.settings_section import Section
 
 __all__ = [
@@ -384,10 +385,13 @@ def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def _scalar(text: str) -> Any:
-    """A value from the environment or ``--set``, read as a YAML scalar/flow value."""
+def _scalar(text: str, where: str) -> Any:
+    """A value from the environment or ``--set`` (``where`` names it), read as a YAML
+    scalar/flow value; a mapping giving one key twice is refused, as in a settings file."""
     try:
-        return yaml.safe_load(text) if text.strip() else text
+        return yaml_value(text) if text.strip() else text
+    except RepeatedKey as exc:
+        raise SettingsError(f"{where}: {exc}") from None
     except yaml.YAMLError:
         return text
 
@@ -408,7 +412,7 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
                 _IGNORED_LOGGED.add(name)
                 log.debug("%s is not a setting (EVALD_<SECTION>__<FIELD>): ignored", name)
             continue
-        value: Any = text if path[-1] in _STRING_FIELDS else _scalar(text)
+        value: Any = text if path[-1] in _STRING_FIELDS else _scalar(text, name)
         _set_path(tree, path, value)
     return tree
 
@@ -433,7 +437,8 @@ def set_overrides(items: list[str]) -> dict[str, Any]:
         path = [part.strip() for part in key.split(".")]
         if not sep or len(path) < 2 or not all(path):
             raise SettingsError(f"--set {item!r}: use SECTION.FIELD=VALUE, e.g. engine.window=30m")
-        _set_path(tree, path, text if path[-1] in _STRING_FIELDS else _scalar(text))
+        value = text if path[-1] in _STRING_FIELDS else _scalar(text, f"--set {key.strip()}")
+        _set_path(tree, path, value)
     return tree
 
 

@@ -9,7 +9,14 @@ import pytest
 
 from evald.daemon import check_config
 from evald.daemon.options import flag_overrides
-from evald.daemon.settings import MASK, SettingsError, env_overrides, load_settings, masked
+from evald.daemon.settings import (
+    MASK,
+    SettingsError,
+    env_overrides,
+    load_settings,
+    masked,
+    set_overrides,
+)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -178,3 +185,17 @@ def test_engine_fields_outside_the_engine_section_are_pointed_there() -> None:
         "engine.comparisons: unknown setting "
         "(did you mean engine.statistics.comparisons? it belongs there)"
     ) in lines
+
+
+def test_an_inline_mapping_giving_a_key_twice_is_refused_as_in_a_file() -> None:
+    """A settings file refused ``{click: 1, click: 2}``; the same value in ``--set`` or the
+    environment kept the last grade without a word."""
+    twice = "{click: 1, click: 2}"
+    with pytest.raises(SettingsError, match=r"^--set engine\.action_grades: key 'click' appears"):
+        set_overrides([f"engine.action_grades={twice}"])
+    with pytest.raises(SettingsError, match=r"^EVALD_ENGINE__ACTION_GRADES: key 'click' appears"):
+        env_overrides({"EVALD_ENGINE__ACTION_GRADES": twice})
+    assert set_overrides(["engine.action_grades={click: 1, buy: 2}"]) == {
+        "engine": {"action_grades": {"click": 1, "buy": 2}}
+    }
+    assert set_overrides(["engine.window={oops"]) == {"engine": {"window": "{oops"}}  # as before
