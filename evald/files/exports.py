@@ -84,7 +84,6 @@ def _parsed(raw: bytes) -> Any:
 
 def _action(raw: bytes) -> tuple[str, str | None] | None:
     """(action, index or None) of a ``_bulk`` action line, or None: not one."""
-    raw = raw.removeprefix(BOM)  # a file's first line may carry one, as records may
     if _ACTION.match(raw) is None:
         return None
     doc = _parsed(raw)
@@ -99,7 +98,6 @@ def _action(raw: bytes) -> tuple[str, str | None] | None:
 
 def _hit(raw: bytes) -> tuple[bytes, str] | None:
     """(the ``_source`` record written back, its index) of a search hit, or None: not one."""
-    raw = raw.removeprefix(BOM)
     if _SOURCE.search(raw) is None:
         return None
     doc = _parsed(raw)
@@ -138,13 +136,14 @@ def unwrap(lines: Iterable[Line], skipped: Unwrapped, limit: int) -> Iterator[Li
                 continue
             yield Record(line.name, line.number, line.raw, line.length, index)
             continue
-        found = _action(line.raw)
+        bare = line.raw.removeprefix(BOM)  # a file's first line may carry one, as records may
+        found = _action(bare)
         if found is not None:
             skipped.actions += 1
             skipped.by_action[found[0]] = skipped.by_action.get(found[0], 0) + 1
             pending = None if found[0] == "delete" else found
             continue
-        hit = _hit(line.raw)
+        hit = _hit(bare)
         if hit is not None:
             yield Record(line.name, line.number, hit[0], line.length, hit[1])
             continue
