@@ -13,6 +13,16 @@ of the current run (the windows since the statistic was last 0) by the run's own
 variance, never below m: C_t = max(0, −Z·√(m/v) − k·m) with Z the run's Σz and
 v = max(m, (1/B) Σ_b (Σ_run ζ_b)²). With v = m that is Page's recursion exactly, which is what a
 step without replicates (the request-level fallback) runs (docs/statistics.md §4).
+
+Treatment against control (``Cusum.step_contrast``) standardizes by a variance pooled over the
+stream rather than the window's own, which with few users per window is noisy and moves with
+the window's mean (a skewed, heavy-tailed z): the window's variance is predicted as
+(Σ_s V_s / Σ_s a_s)·a_t with a = 1/n_minus + 1/n_plus over the windows stepped so far, this one
+included (a self-starting chart: Hawkins, "Self-starting CUSUM charts for location and
+scale", The Statistician 1987). The run's variance is also kept from below by the stream's
+correlation between windows, taken as exchangeable: v ≥ m·(1 + (m − 1)·ρ), with
+ρ = (Φ − 1)/(t − 1) and Φ = (1/B) Σ_b (Σ_s D_b,s)² / Σ_s V_s the stream's design effect over its
+t windows.
 """
 
 from __future__ import annotations
@@ -33,9 +43,11 @@ __all__ = [
     "Cusum",
     "cusum_update",
     "difference_z",
+    "pooled_variance",
     "run_statistic",
     "siegmund_arl",
     "standardized_z",
+    "stream_correlation",
 ]
 
 #: k = 0.5 is tuned to a drop of 1 standard error of a window mean (k = shift/2 is optimal);
@@ -69,14 +81,41 @@ def cusum_update(statistic: ArrayLike, z: ArrayLike, k: float = DEFAULT_K) -> ND
     return np.maximum(0.0, np.asarray(statistic, dtype=np.float64) - np.asarray(z) - k)
 
 
-def run_statistic(
-    run_sum: ArrayLike, windows: ArrayLike, run_replicates: ArrayLike, k: float = DEFAULT_K
+def pooled_variance(
+    variance_sum: ArrayLike, scale_sum: ArrayLike, scale: ArrayLike
 ) -> NDArray[np.float64]:
-    """max(0, −Z·√(m/v) − k·m), v = max(m, mean_b R_b²): the statistic of a run of m windows
-    with Σz = Z and summed replicate deviations R (replicates on the last axis)."""
+    """(Σ_s V_s / Σ_s a_s)·a_t: a window's contrast variance predicted from the stream's, with
+    a = 1/n_minus + 1/n_plus (exact when both arms' lists have the same variance per list)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        total = np.asarray(scale_sum, dtype=np.float64)
+        return np.asarray(variance_sum, dtype=np.float64) / total * np.asarray(scale, np.float64)
+
+
+def stream_correlation(
+    stream_replicates: ArrayLike, variance_sum: ArrayLike, windows: ArrayLike
+) -> NDArray[np.float64]:
+    """ρ = max(0, Φ − 1)/(t − 1), Φ = mean_b (Σ_s D_b,s)² / Σ_s V_s: the correlation between two
+    windows' contrasts implied by the design effect of the stream's t windows (0 for t < 2)."""
+    t = np.asarray(windows, dtype=np.float64)
+    spread = np.mean(np.square(np.asarray(stream_replicates, dtype=np.float64)), axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = np.fmax(0.0, spread / np.asarray(variance_sum, np.float64) - 1.0) / (t - 1.0)
+    return np.where(t > 1, np.nan_to_num(rho), 0.0)
+
+
+def run_statistic(
+    run_sum: ArrayLike,
+    windows: ArrayLike,
+    run_replicates: ArrayLike,
+    k: float = DEFAULT_K,
+    correlation: ArrayLike = 0.0,
+) -> NDArray[np.float64]:
+    """max(0, −Z·√(m/v) − k·m), v = max(m·(1 + (m − 1)·ρ), mean_b R_b²): the statistic of a
+    run of m windows with Σz = Z, summed replicate deviations R (replicates on the last axis)
+    and windows correlating at ρ (``correlation``) at least."""
     m = np.asarray(windows, dtype=np.float64)
     spread = np.mean(np.square(np.asarray(run_replicates, dtype=np.float64)), axis=-1)
-    v = np.fmax(m, spread)
+    v = np.fmax(m * (1.0 + np.fmax(0.0, m - 1.0) * np.asarray(correlation)), spread)
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = np.where(m > 0, np.sqrt(m / v), 0.0)
     return np.maximum(0.0, -np.asarray(run_sum, dtype=np.float64) * scale - k * m)
@@ -102,7 +141,9 @@ class Cusum:
 
     ``run_sum``, ``run_windows`` and ``run_replicates`` describe the current run (the windows
     since the statistic was last 0) of a CUSUM fed replicate deviations; a CUSUM never fed any
-    keeps ``run_replicates`` None and follows Page's recursion."""
+    keeps ``run_replicates`` None and follows Page's recursion. ``variance_sum``,
+    ``scale_sum``, ``pooled_windows`` and ``stream_replicates`` (Σ V, Σ a, t and Σ D_b over the
+    windows ``step_contrast`` stepped) are the stream's pooled variance and design effect."""
 
     statistic: float = 0.0
     windows: int = 0
@@ -110,6 +151,10 @@ class Cusum:
     run_sum: float = 0.0
     run_windows: int = 0
     run_replicates: tuple[float, ...] | None = field(default=None, repr=False)
+    variance_sum: float = 0.0
+    scale_sum: float = 0.0
+    pooled_windows: int = 0
+    stream_replicates: tuple[float, ...] | None = field(default=None, repr=False)
 
     @property
     def alarmed(self) -> bool:
@@ -128,6 +173,43 @@ class Cusum:
         the replicate deviations of z (``replicates``, one per bootstrap replicate)."""
         if n < min_n or not math.isfinite(z):
             return self
+        return self._advance(z, replicates, k, h, 0.0)
+
+    def step_contrast(
+        self,
+        difference: float,
+        variance: float,
+        n_minus: int,
+        n_plus: int,
+        k: float = DEFAULT_K,
+        h: float = DEFAULT_H,
+        min_n: int = DEFAULT_MIN_N,
+        replicates: NDArray[np.float64] | None = None,
+    ) -> Cusum:
+        """Fold one window's contrast (difference, its own variance and, when clustered, its
+        replicate deviations D_b) standardized by the stream's pooled variance, this window
+        included; the run's variance kept from below by the stream's correlation."""
+        if min(n_minus, n_plus) < min_n or not (math.isfinite(difference) and variance > 0):
+            return self
+        scale = 1.0 / n_minus + 1.0 / n_plus
+        pooled = replace(
+            self,
+            variance_sum=self.variance_sum + variance,
+            scale_sum=self.scale_sum + scale,
+            pooled_windows=self.pooled_windows + 1,
+        )
+        sd = math.sqrt(float(pooled_variance(pooled.variance_sum, pooled.scale_sum, scale)))
+        if replicates is None:
+            return pooled._advance(difference / sd, None, k, h, 0.0)
+        before = self.stream_replicates
+        stream = replicates if before is None else np.asarray(before) + replicates
+        pooled = replace(pooled, stream_replicates=tuple(np.asarray(stream, np.float64).tolist()))
+        rho = float(stream_correlation(stream, pooled.variance_sum, pooled.pooled_windows))
+        return pooled._advance(difference / sd, replicates / sd, k, h, rho)
+
+    def _advance(
+        self, z: float, replicates: NDArray[np.float64] | None, k: float, h: float, rho: float
+    ) -> Cusum:
         fresh = self.statistic <= 0.0
         run_sum = z + (0.0 if fresh else self.run_sum)
         run_windows = 1 + (0 if fresh else self.run_windows)
@@ -137,7 +219,7 @@ class Cusum:
         if summed is None:  # Page's recursion, exactly
             statistic = float(cusum_update(self.statistic, z, k))
         else:
-            statistic = float(run_statistic(run_sum, run_windows, summed, k))
+            statistic = float(run_statistic(run_sum, run_windows, summed, k, rho))
         windows = self.windows + 1
         alarm = self.alarm_window
         if alarm is None and statistic > h:
@@ -162,13 +244,21 @@ class Cusum:
         }
         if self.run_replicates is not None:
             doc["run_replicates"] = list(self.run_replicates)
+        if self.pooled_windows:
+            doc["variance_sum"] = self.variance_sum
+            doc["scale_sum"] = self.scale_sum
+            doc["pooled_windows"] = self.pooled_windows
+        if self.stream_replicates is not None:
+            doc["stream_replicates"] = list(self.stream_replicates)
         return doc
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Cusum:
-        """The ``to_json`` form (the run fields default for a state written without them)."""
+        """The ``to_json`` form (the run and stream fields default for a state written without
+        them: a state of an older release pools from its next window on)."""
         alarm = data["alarm_window"]
         replicates = data.get("run_replicates")
+        stream = data.get("stream_replicates")
         return cls(
             float(data["statistic"]),
             int(data["windows"]),
@@ -176,4 +266,8 @@ class Cusum:
             float(data.get("run_sum", 0.0)),
             int(data.get("run_windows", 0)),
             None if replicates is None else tuple(float(x) for x in replicates),
+            float(data.get("variance_sum", 0.0)),
+            float(data.get("scale_sum", 0.0)),
+            int(data.get("pooled_windows", 0)),
+            None if stream is None else tuple(float(x) for x in stream),
         )

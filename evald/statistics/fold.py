@@ -253,14 +253,16 @@ def fold_window(
                 new.sequences[key], new.bounds[key] = seq.look(
                     c, t, alpha, settings.tuning_n, settings.min_n
                 )
-                z, replicates = standardized(contrast(c, t))
-                new.vs_control[key] = new.vs_control.get(key, Cusum()).step(
-                    z,
-                    min(c.n, t.n),
+                window_contrast = contrast(c, t)
+                new.vs_control[key] = new.vs_control.get(key, Cusum()).step_contrast(
+                    window_contrast.difference,
+                    window_contrast.variance,
+                    c.n,
+                    t.n,
                     settings.cusum_k,
                     settings.cusum_h,
                     settings.cusum_min_n,
-                    replicates,
+                    window_contrast.replicates,
                 )
         for arm in arms:
             for j, measure in enumerate(measures):

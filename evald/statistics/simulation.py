@@ -34,7 +34,12 @@ from evald.statistics.clustered import (
     few_users,
     sketch_variance,
 )
-from evald.statistics.cusum import cusum_update, run_statistic
+from evald.statistics.cusum import (
+    cusum_update,
+    pooled_variance,
+    run_statistic,
+    stream_correlation,
+)
 from evald.statistics.sequential import half_width
 
 __all__ = [
@@ -245,6 +250,51 @@ def _cusum(
     return first_true(alarm)
 
 
+def _pooled_cusum(
+    difference: NDArray[np.float64],
+    variance: NDArray[np.float64],
+    replicates: NDArray[np.float64] | None,
+    counts: tuple[NDArray[np.float64], NDArray[np.float64]],
+    k: float,
+    h: float,
+    min_n: int,
+) -> NDArray[np.int64]:
+    """Per segment, the first window whose CUSUM is above h (0: never), each window
+    standardized by the stream's pooled variance (cusum.Cusum.step_contrast, element-wise)."""
+    shape = difference.shape[:-1]
+    statistic, run_sum, run_windows = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    variance_sum, scale_sum, pooled = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    b = 0 if replicates is None else replicates.shape[-1]
+    run, stream = np.zeros((*shape, b)), np.zeros((*shape, b))
+    alarm = np.zeros(difference.shape, dtype=bool)
+    for t in range(difference.shape[-1]):
+        n_minus, n_plus = counts[0][..., t], counts[1][..., t]
+        d, v = difference[..., t], variance[..., t]
+        step = (np.minimum(n_minus, n_plus) >= min_n) & np.isfinite(d) & (v > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scale = 1.0 / n_minus + 1.0 / n_plus
+        variance_sum = np.where(step, variance_sum + v, variance_sum)
+        scale_sum = np.where(step, scale_sum + scale, scale_sum)
+        pooled = np.where(step, pooled + 1, pooled)
+        sd = np.sqrt(np.where(step, pooled_variance(variance_sum, scale_sum, scale), 1.0))
+        z = np.where(step, d / sd, 0.0)
+        fresh = statistic <= 0.0
+        run_sum = np.where(step, z + np.where(fresh, 0.0, run_sum), run_sum)
+        run_windows = np.where(step, 1 + np.where(fresh, 0, run_windows), run_windows)
+        if replicates is None:
+            moved = cusum_update(statistic, z, k)
+        else:
+            deviations = np.where(step[..., None], replicates[..., t, :], 0.0)
+            stream = stream + deviations
+            grown = np.where(fresh[..., None], 0.0, run) + deviations / sd[..., None]
+            run = np.where(step[..., None], grown, run)
+            rho = stream_correlation(stream, variance_sum, pooled)
+            moved = run_statistic(run_sum, run_windows, run, k, rho)
+        statistic = np.where(step, moved, statistic)
+        alarm[..., t] = statistic > h
+    return first_true(alarm)
+
+
 def cusum_alarms(
     sums: NDArray[np.float64],
     k: float = 0.5,
@@ -252,11 +302,11 @@ def cusum_alarms(
     min_n: int = 30,
     list_level: bool = False,
 ) -> NDArray[np.int64]:
-    """Per segment, the first window at which the CUSUM of treatment − control (per-window
-    standardized means) is above h; 0: never."""
+    """Per segment, the first window at which the CUSUM of treatment − control (window
+    differences standardized by the stream's pooled variance) is above h; 0: never."""
     difference, variance, replicates = _contrast(sums[0], sums[1], list_level)
-    z, zeta = _standardized(difference, variance, replicates)
-    return _cusum(z, zeta, np.minimum(sums[0, ..., 0], sums[1, ..., 0]), k, h, min_n)
+    counts = (sums[0, ..., 0], sums[1, ..., 0])
+    return _pooled_cusum(difference, variance, replicates, counts, k, h, min_n)
 
 
 def baseline_alarms(

@@ -12,8 +12,10 @@ from evald.statistics.cusum import (
     Cusum,
     cusum_update,
     difference_z,
+    run_statistic,
     siegmund_arl,
     standardized_z,
+    stream_correlation,
 )
 from evald.statistics.intervals import Moments
 
@@ -146,3 +148,56 @@ def test_the_run_state_round_trips_and_an_old_state_reads_without_it() -> None:
     assert Cusum.from_json(json.loads(json.dumps(state.to_json()))) == state
     old = Cusum.from_json({"statistic": 1.5, "windows": 3, "alarm_window": None})
     assert old == Cusum(1.5, 3, None) and old.run_replicates is None
+
+
+def test_a_contrast_of_steady_variance_steps_as_its_own_z() -> None:
+    """Every window with the same variance and lists: the pooled variance is the window's, so
+    the contrast step is Page's recursion on Δ/√V (without replicates) to rounding."""
+    rng = np.random.default_rng(6)
+    page, pooled = Cusum(), Cusum()
+    for d in rng.normal(-0.01, 0.02, 200):
+        page = page.step(float(d) / 0.02, 100)
+        pooled = pooled.step_contrast(float(d), 0.02**2, 100, 100)
+        assert pooled.statistic == pytest.approx(page.statistic, rel=1e-9, abs=1e-12)
+    assert pooled.alarm_window == page.alarm_window is not None
+    assert pooled.pooled_windows == 200 and pooled.stream_replicates is None
+
+
+def test_a_window_is_standardized_by_the_streams_variance_not_its_own() -> None:
+    """A window whose own variance came out a hundredth of the stream's (few users, all alike)
+    weighs by the stream's: a drop of one pooled SE stays one SE, not ten."""
+    state = Cusum()
+    for _ in range(99):
+        state = state.step_contrast(0.0, 1.0, 50, 50, k=0.0)
+    state = state.step_contrast(-1.0, 0.01, 50, 50, k=0.0)
+    assert state.statistic == pytest.approx(1.0 / math.sqrt(99.01 / 100), rel=1e-12)
+    assert Cusum().step(-1.0 / math.sqrt(0.01), 50, k=0.0).statistic == pytest.approx(10.0)
+
+
+def test_the_streams_correlation_between_windows() -> None:
+    """Windows whose replicate deviations are all alike correlate at 1; independent ones at
+    about 0; one window says nothing."""
+    zeta = np.random.default_rng(7).choice([-1.0, 1.0], 100)
+    assert float(stream_correlation(8 * zeta, 8.0, 8)) == pytest.approx(1.0)
+    independent = np.random.default_rng(8).normal(0.0, 1.0, (8, 4000)).sum(axis=0)
+    assert float(stream_correlation(independent, 8.0, 8)) == pytest.approx(0.0, abs=0.01)
+    assert float(stream_correlation(zeta, 1.0, 1)) == 0.0
+    # a run of m windows correlating at 1 weighs √m, not m, even where its replicates say less
+    assert float(run_statistic(-4.0, 4, np.zeros(100), 0.0, 1.0)) == pytest.approx(2.0)
+
+
+def test_the_pooled_state_restores_exactly() -> None:
+    """A checkpoint taken after any window, read back, continues bit for bit as the original."""
+    rng = np.random.default_rng(9)
+    windows = [
+        (float(rng.normal(-0.01, 0.02)), float(rng.uniform(2e-4, 6e-4)), int(rng.integers(40, 90)))
+        for _ in range(40)
+    ]
+    replicates = rng.normal(0.0, 0.02, (40, 100))
+    state = Cusum()
+    for i, (d, v, n) in enumerate(windows):
+        restored = Cusum.from_json(json.loads(json.dumps(state.to_json())))
+        assert restored == state
+        state = state.step_contrast(d, v, n, 9 * n, replicates=replicates[i])
+        assert restored.step_contrast(d, v, n, 9 * n, replicates=replicates[i]) == state
+    assert state.pooled_windows == 40 and state.stream_replicates is not None
