@@ -117,7 +117,8 @@ class ClusterSums:
     """Sums over some lists of one measure: the ``Moments``, how many of them had a user id,
     and the B replicate pairs (Σ w·y, Σ w) of the hashed bootstrap (None: not known, as in a
     share written before they were kept, or with ``bootstrap_replicates`` 0). ``a + b`` merges;
-    an empty side (no list) adds nothing, an unknown one makes the sum unknown."""
+    an empty side (no list) adds nothing, an unknown one makes the sum unknown, and so do sums of
+    another B (``bootstrap_replicates`` changed between two runs), as in ``shares.add_sums``."""
 
     moments: Moments = field(default_factory=Moments)
     users: int = 0
@@ -159,10 +160,9 @@ class ClusterSums:
         if self._empty:
             return other
         weighted = weights = None
-        if self.weighted is not None and other.weighted is not None:
-            if self.weighted.shape != other.weighted.shape:
-                raise ValueError("replicate sums of different sizes do not merge")
-            weighted = self.weighted + other.weighted
+        mine, theirs = self.weighted, other.weighted
+        if mine is not None and theirs is not None and mine.shape == theirs.shape:
+            weighted = mine + theirs
             weights = self.weights + other.weights  # type: ignore[operator]
         moments, users = self.moments + other.moments, self.users + other.users
         return ClusterSums(moments, users, weighted, weights)
@@ -252,7 +252,7 @@ def contrast(minus: ClusterSums | Moments, plus: ClusterSums | Moments) -> Contr
     if a.users + b.users == 0:
         return Contrast(difference, list_level, False)
     da, db = a.centred(), b.centred()
-    if da is None or db is None:
+    if da is None or db is None or da.shape != db.shape:  # unknown, or of two B
         return Contrast(difference, list_level, False)
     replicates = db - da
     if a.few_users() or b.few_users():

@@ -192,16 +192,20 @@ class Cusum:
         if min(n_minus, n_plus) < min_n or not (math.isfinite(difference) and variance > 0):
             return self
         scale = 1.0 / n_minus + 1.0 / n_plus
+        start = self
+        if _other_size(self.stream_replicates, replicates):  # B changed: pool afresh
+            start = replace(self, variance_sum=0.0, scale_sum=0.0, pooled_windows=0)
+            start = replace(start, stream_replicates=None)
         pooled = replace(
-            self,
-            variance_sum=self.variance_sum + variance,
-            scale_sum=self.scale_sum + scale,
-            pooled_windows=self.pooled_windows + 1,
+            start,
+            variance_sum=start.variance_sum + variance,
+            scale_sum=start.scale_sum + scale,
+            pooled_windows=start.pooled_windows + 1,
         )
         sd = math.sqrt(float(pooled_variance(pooled.variance_sum, pooled.scale_sum, scale)))
         if replicates is None:
             return pooled._advance(difference / sd, None, k, h, 0.0)
-        before = self.stream_replicates
+        before = pooled.stream_replicates
         stream = replicates if before is None else np.asarray(before) + replicates
         pooled = replace(pooled, stream_replicates=tuple(np.asarray(stream, np.float64).tolist()))
         rho = float(stream_correlation(stream, pooled.variance_sum, pooled.pooled_windows))
@@ -214,6 +218,8 @@ class Cusum:
         run_sum = z + (0.0 if fresh else self.run_sum)
         run_windows = 1 + (0 if fresh else self.run_windows)
         before = None if fresh else self.run_replicates
+        if _other_size(before, replicates):  # B changed mid-run: the run's replicates are unknown
+            before = None
         parts = [np.asarray(x, dtype=np.float64) for x in (before, replicates) if x is not None]
         summed = parts[0] + parts[1] if len(parts) == 2 else parts[0] if parts else None
         if summed is None:  # Page's recursion, exactly
@@ -271,3 +277,9 @@ class Cusum:
             int(data.get("pooled_windows", 0)),
             None if stream is None else tuple(float(x) for x in stream),
         )
+
+
+def _other_size(kept: tuple[float, ...] | None, replicates: NDArray[np.float64] | None) -> bool:
+    """Whether replicate sums kept and a window's are of two B (``bootstrap_replicates`` changed
+    between two runs): they do not add up."""
+    return kept is not None and replicates is not None and len(kept) != len(replicates)

@@ -13,6 +13,7 @@ all partitions").
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,11 +22,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evald.config import ComparisonConfig, EngineConfig
+from evald.input_rule import time_in_words
 from evald.statistics.fold import ComparisonState, Key, Rest, alerting_measures, fold_window
 from evald.statistics.gate import ShareGate
 from evald.statistics.shares import Frozen, Labels, Share, add_sums
 
 __all__ = ["SIGNALS", "ComparisonView", "Detection", "LiveStatistics"]
+
+log = logging.getLogger(__name__)
 
 #: the signals whose first look is kept: the band first excluding 0 (``excluded``) and first
 #: wholly below minus the minimum effect (``below``), keyed by (treatment, segment, measure);
@@ -78,6 +82,7 @@ class LiveStatistics:
         self.on_look: Callable[[ComparisonView], None] | None = None
         #: the shares until their window is complete in every partition
         self._gate: ShareGate[Share] = ShareGate(self.width)
+        self._other_replicates: set[int] = set()  # B of shares summed with another B, warned
 
     @property
     def ignored(self) -> int:
@@ -119,6 +124,7 @@ class LiveStatistics:
         total: dict[Labels, np.ndarray] = {}
         for share in shares:  # in (partition, chunk) order: the same sums wherever folded
             for labels, sums in share.segments:
+                self._note_replicates(start, sums)
                 before = total.get(labels)
                 total[labels] = sums if before is None else add_sums(before, sums)
         segments = [(dict(labels), total[labels]) for labels in sorted(total)]
@@ -139,6 +145,25 @@ class LiveStatistics:
                 self._last_end = end
                 self.on_look(self._views([comp.name])[0])
         self._last_end = end
+
+    def _note_replicates(self, start: int, sums: np.ndarray) -> None:
+        """Warn once per B when a share was summed with replicates of another B than the
+        settings' (``bootstrap_replicates`` changed between two runs): sums of two B add up at
+        list level only, so a comparison's sequence stays list level from that window on."""
+        width = sums.shape[1] if sums.ndim == 2 else 0
+        replicates = (width - 4) // 2 if width > 4 else 0
+        wanted = self.settings.bootstrap_replicates
+        if replicates in (0, wanted) or replicates in self._other_replicates:
+            return
+        self._other_replicates.add(replicates)
+        log.warning(
+            "statistics: the window from %s was summed with bootstrap_replicates %d, not %d: "
+            "comparisons reading it fold at list level (not clustered by user) from then on; "
+            "give them a later start to have clustered bands again",
+            time_in_words(start),
+            replicates,
+            wanted,
+        )
 
     def _note_detections(self, comp: ComparisonConfig, state: ComparisonState, end: int) -> None:
         seen = self._detected[comp.name]

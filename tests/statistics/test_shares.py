@@ -431,3 +431,41 @@ def test_a_checkpoint_of_the_release_before_loads_its_open_shares_at_list_level(
     ((_, sums),) = second.segments
     assert sums.shape == (2, 204)
     assert shares.state(0)["v"] == 2
+
+
+def test_a_restart_with_another_bootstrap_replicates_folds_on_without_a_crash(caplog):
+    """`statistics.bootstrap_replicates` changed between two runs: the statistics topic then
+    holds windows summed with B = 100 and later ones with B = 50. The CUSUMs' open runs (and the
+    stream's pooled replicate sums) of 100 numbers met 50 and the fold raised ValueError, which
+    stops the daemon's statistics; the run goes on at the new B."""
+    config = settings(min_n=2, cusum_min_n=2, bootstrap_replicates=50)
+    live = LiveStatistics(config, MEASURES)
+    segments = SegmentIndex(config.label_keys, config.label_value_cap, config.max_segments)
+    rng = np.random.default_rng(5)
+    for hour, replicates in enumerate([100] * 3 + [50] * 3):
+        shares = PartitionShares(
+            config.statistics.window, config.window, len(MEASURES), segments, replicates
+        )
+        for arm, level in (("A", 0.6), ("B", 0.3)):  # B far below: the CUSUM's run stays open
+            seg = segments.segment_of({"arm": arm, "model": "m", "surface": "web"})
+            ts = np.asarray([T0 + hour * HOUR + i for i in range(60)])
+            keys = np.asarray([user_cluster(f"u{arm}{i % 20}") for i in range(60)], np.uint64)
+            values = np.clip(level + 0.1 * rng.standard_normal((60, len(MEASURES))), 0, 1)
+            weights = poisson_weights(keys, replicates, DEFAULT_SEED)
+            shares.observe(
+                0, np.full(60, seg), ts, values, ["window"] * 60, weights, np.ones(60, bool)
+            )
+        frozen = shares.freeze(0, T0 + (hour + 1) * HOUR + config.window)
+        assert frozen is not None
+        live.add(frozen)
+    assert live.fold([0]) == 6
+    (view,) = live.views()
+    key = ("B", (("surface", "web"),), "nDCG@10")
+    cusum = view.state.vs_control[key]
+    assert cusum.windows == 6 and cusum.alarmed
+    assert cusum.run_replicates is not None and len(cusum.run_replicates) == 50
+    assert view.state.bounds[key].clustered is False  # the sums of two B: list level
+    # settings at B = 50: the three windows of B = 100 are named once, with what to do
+    messages = [r.getMessage() for r in caplog.records]
+    (warning,) = [m for m in messages if "bootstrap_replicates" in m]
+    assert "bootstrap_replicates 100, not 50" in warning and "later start" in warning
