@@ -5,7 +5,9 @@ that step: ``results_sent``, ``offsets_sent``, ``commit_in_flight``, ``committed
 commit, in a transaction holding results; see transaction.py), ``statistics_sent`` and
 ``statistics_committed`` (before and after the commit of a transaction holding comparison
 shares), ``revoking`` (a revocation
-commit, once results were committed) or ``restore`` (restoring a partition); with
+commit, once results were committed), ``restore`` (restoring partitions: the group's offsets
+fetched, nothing read yet) or ``restore_rebuilt`` (the engine rebuilt from the checkpoints,
+snapshots and committed results, the inputs not yet sought nor anything replayed); with
 ``input.repartition``, ``repartition_sent``, ``repartition_offsets_sent`` and
 ``repartition_committed`` (steps 4, 5 and 6 of the repartition cycle, in a transaction holding
 copies; see repartition.py). Not an ``EVALD_*`` name: those are all settings.
@@ -17,6 +19,9 @@ that crash point arms :func:`kill_when_the_commit_is_answered` instead of killin
 ``replay_committed`` is reached after a commit that wrote the checkpoint of a partition whose
 restore is still replaying (some of the replay not fed yet). ``<step>:term`` sends SIGTERM
 instead of SIGKILL, once: the clean stop (shutdown commit, leave the group) from that point.
+``<step>:fault`` raises a connection error there instead, once: what a broker lost at that
+point makes of the session (it ends and the process starts a new one, with a new engine, while
+its statistics topic reader, counters and HTTP server live on).
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ CRASH_ENV = "TESTING_EVALD_CRASH_AT"
 
 def crash_point(step: str, armed: bool = True) -> None:
     """SIGKILL this process when ``armed`` and ``TESTING_EVALD_CRASH_AT`` names ``step``;
-    SIGTERM it (once) when that is ``<step>:term``."""
+    SIGTERM it (once) when that is ``<step>:term``; raise a connection error (once) when that
+    is ``<step>:fault``."""
     if not armed:
         return
     wanted = os.environ.get(CRASH_ENV)
@@ -50,10 +56,19 @@ def crash_point(step: str, armed: bool = True) -> None:
             _terminated = True
             log.warning("%s=%s: stopping this process (SIGTERM)", CRASH_ENV, wanted)
             os.kill(os.getpid(), signal.SIGTERM)
+    elif wanted == f"{step}:fault":
+        global _faulted
+        if not _faulted:
+            _faulted = True
+            from kafka.errors import KafkaConnectionError
+
+            log.warning("%s=%s: failing this session (connection error)", CRASH_ENV, wanted)
+            raise KafkaConnectionError(f"{CRASH_ENV}={wanted}")
 
 
 _armed = False
 _terminated = False
+_faulted = False
 
 
 def kill_when_the_commit_is_answered() -> None:

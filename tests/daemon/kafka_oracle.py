@@ -16,6 +16,7 @@ import pytest
 from kafka_harness import KafkaTools, wait_until
 from kafka_instances import make_settings, names
 
+from evald.config import EngineConfig
 from evald.daemon.main.checkpoint import Checkpoint
 from evald.engine import Engine
 
@@ -149,15 +150,20 @@ def expected_results(tools: KafkaTools, unique: str) -> dict[str, Any]:
 
 
 def assert_matches_an_uninterrupted_run(
-    kafka_tools: KafkaTools, unique: str, windows: Path, *, leaky_broker: bool = False
+    kafka_tools: KafkaTools,
+    unique: str,
+    windows: Path,
+    *,
+    leaky_broker: bool = False,
+    config: EngineConfig | None = None,
 ) -> int:
     """Results read_committed exactly once (identical copies allowed only on a broker that
     leaks aborted records), the window rows equal to one engine fed every record, and the
     counters the last committed checkpoints carry, summed, equal to that engine's; returns
-    the copies seen."""
+    the copies seen. ``config``: the engine settings evald ran with (default: the tests')."""
     topics = names(unique)
     expected, reference = kafka_tools.expected(
-        make_settings(kafka_tools.bootstrap, unique).engine_config(),
+        config or make_settings(kafka_tools.bootstrap, unique).engine_config(),
         topics["impressions"],
         topics["feedback"],
     )
@@ -174,14 +180,16 @@ def assert_matches_an_uninterrupted_run(
     return copies
 
 
-def assert_dead_letters_once(tools: KafkaTools, unique: str) -> int:
+def assert_dead_letters_once(
+    tools: KafkaTools, unique: str, config: EngineConfig | None = None
+) -> int:
     """The DLQ read ``read_committed`` holds one letter per input record the engine refuses
     (found by decoding every record as the daemon does, with its record timestamp) and
-    nothing else; returns how many."""
+    nothing else; returns how many. ``config``: the engine settings evald ran with."""
     from evald.decode import Rejection
 
     topics = names(unique)
-    engine = Engine(make_settings(tools.bootstrap, unique).engine_config())
+    engine = Engine(config or make_settings(tools.bootstrap, unique).engine_config())
     want = set()
     for kind, topic in (("impression", topics["impressions"]), ("feedback", topics["feedback"])):
         for r in tools.read(topic):

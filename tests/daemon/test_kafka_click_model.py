@@ -93,14 +93,21 @@ def test_kill_9_at_a_commit_leaves_the_examination_curve_of_an_uninterrupted_run
 
     clicks = engine.clicks
     assert clicks is not None and all(m.fits >= 3 for m in clicks.models.values())
+    want = examination_curve(engine)
+    assert want and got == want
+
+
+def examination_curve(engine: Engine) -> dict[tuple[tuple[str, str], ...], float]:
+    """The ``evald_click_examination`` samples ``engine``'s click models give (labels ->
+    value), for the ranks shown at least once."""
+    assert engine.clicks is not None
     keys = list(engine.config.label_keys)
-    want = {
+    return {
         tuple(sorted({**dict(zip(keys, labels, strict=True)), "rank": str(r + 1)}.items())): v
-        for labels, curve, shown in clicks.rows()
+        for labels, curve, shown in engine.clicks.rows()
         for r, (v, n) in enumerate(zip(curve.tolist(), shown.tolist(), strict=True))
         if n > 0
     }
-    assert want and got == want
 
 
 def debiased_beyond(

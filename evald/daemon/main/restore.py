@@ -118,7 +118,8 @@ class Restorer:
            (``Engine.resume``: watermark, event times, evicted impressions, held feedback, open
            comparison shares) with its consumed offsets; refuse (or warn) when the statistics
            topic lost shares a comparison or the interleaving test needs; load each
-           snapshot, then read every committed result range at once, absorbed as it arrives.
+           snapshot, then read every committed result range at once, absorbed as it arrives
+           (crash point ``restore_rebuilt``).
         5. Seek both inputs of every partition to the committed offsets; records up to the
            consumed ones are replayed to rebuild pending joins.
         """
@@ -135,6 +136,7 @@ class Restorer:
         found = self._refuse(self._checkpoints, at, starts, ends, progress)  # 3
         read = {p: [1, len(checkpoint.encode())] for p, checkpoint in found.items()}
         absorbed = self._refuse(self._rebuild, found, starts, read, progress)  # 4
+        crash_point("restore_rebuilt")
         elapsed = self._clock() - started
         restored = {}
         for p in ps:  # 5

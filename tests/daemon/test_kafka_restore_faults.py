@@ -1,0 +1,299 @@
+"""Every output exactly once when the faults land *during* a restore, with every feature on at
+once (the chaos tier: four processes of `evald run`, under a minute).
+
+The comparison (with its drop attributed to a label that is not a segment key), the click
+model, the interleaving test, the zero-feedback signals and dead letters of planted malformed
+records, over two partitions. A first process commits some and is killed -9; a second dies
+(kill -9) restoring, its group's offsets fetched and nothing read yet (crash point
+``restore``); a third has its session fail after its engine was rebuilt from the checkpoints,
+snapshots and committed results but before an input was read (``restore_rebuilt:fault``, what
+a broker lost at that point does), restores again in a new session of the same process and
+consumes the rest. Then a member joins, dies restoring the partition it was given, and the
+third restores both again in-process, after its own commits (what a rolling restart does to
+the one that stays). Every output then equals one uninterrupted engine's: the results
+read_committed with no de-duplication (interleaving credit and zero-feedback signals in them),
+the window aggregates, the counters of the last checkpoints, one dead letter per refused
+record, each comparison and credit share once on the statistics topic, the comparison and
+preference series, the examination curve and the debiased click series, and the ``/queries``
+page (drill-down and label attribution). The UBI mapping, another decoder, goes through the
+same restarts in a test of its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from contextlib import nullcontext
+from itertools import islice
+from typing import Any
+
+import pytest
+from kafka_harness import ENGINE, KafkaTools, wait_until
+from kafka_instances import Instance, make_settings, names
+from kafka_oracle import assert_dead_letters_once, assert_matches_an_uninterrupted_run
+from prometheus_client import generate_latest
+from replay_traffic import MALFORMED
+from test_kafka import committed_checkpoint
+from test_kafka_click_model import debiased_beyond, examination_curve, exported
+from test_kafka_statistics import equal, show_differences
+
+from evald.config import EngineConfig, load_config
+from evald.daemon.main.checkpoint import SnapshotRef
+from evald.daemon.main.comparisons import decode_statistics, statistics_topic
+from evald.daemon.main.snapshots import whole
+from evald.daemon.settings import TopicSettings
+from evald.demo.simulator import IMPRESSION, TEAMS, Faults, Simulator
+from evald.drilldown.page import QueriesPage
+from evald.engine import Engine
+from evald.exposition import build_registry
+from evald.interleaving.shares import CreditShare
+from evald.statistics.shares import Share
+
+pytestmark = [pytest.mark.kafka, pytest.mark.chaos]
+
+PARTITIONS = (0, 1)
+#: "treatment" is the comparison's control: the control arm, worse on android (its lists
+#: reversed there), is the arm with a drop, which the attribution puts on device=android
+FEATURES: dict[str, Any] = {
+    "statistics": {
+        "window": "5m",
+        "min_n": 30,
+        "cusum_min_n": 10,
+        "tuning_n": 2000,
+        "comparisons": [
+            {
+                "name": "ab",
+                "label": "arm",
+                "control": "treatment",
+                "treatments": ["control"],
+                "start": 0,
+            }
+        ],
+    },
+    "interleaving": {"teams": list(TEAMS), "window": "5m", "min_n": 30},
+    "click_model": {"model": "pbm", "refit_every": 100},
+    "zero_feedback": {"depth": 10},
+    "label_keys": ["arm", "surface"],  # "model" and "device" are summarised, not segments
+}
+EXTRA = tuple(
+    arg for key, value in FEATURES.items() for arg in ("--set", f"engine.{key}={json.dumps(value)}")
+)
+#: simulator events (seed 23, 200 a wall second at 60x): 8,000 span about 42 minutes of event
+#: time, written in three chunks ending at these
+CHUNKS, SEED = (4000, 6000, 8000), 23
+#: a malformed impression every this many events
+PLANTED = 400
+#: what the series compared on /metrics start with
+PREFIXES = ("evald_comparison_", "evald_cusum_", "evald_interleaving_")
+
+
+def produce(tools: KafkaTools, topics: dict[str, str], start: int, stop: int) -> None:
+    """Simulator events ``start..stop`` (3 in 10 requests interleaved), each impression given
+    a device, the control arm's android lists reversed, and a malformed impression planted
+    every ``PLANTED`` events."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=tools.bootstrap, linger_ms=10)
+    try:
+        sim = Simulator(SEED, rate=200, speed=60, faults=Faults(), interleave=0.3)
+        for i, event in enumerate(islice(sim.events(), start, stop), start):
+            value = event.value
+            if event.kind == IMPRESSION:
+                value = with_device(event.key, value)
+                if i % PLANTED == 0:
+                    key = f"planted-{i}".encode()
+                    producer.send(
+                        topics["impressions"], key=key, value=MALFORMED, timestamp_ms=event.at_ms
+                    )
+            topic = topics["impressions" if event.kind == IMPRESSION else "feedback"]
+            producer.send(topic, key=event.key, value=value, timestamp_ms=event.at_ms)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+
+
+def with_device(key: bytes, value: bytes) -> bytes:
+    """The impression with a ``device`` label (android for a third of the request ids), its
+    items reversed on the control arm's android lists; a malformed one unchanged."""
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return value
+    if not isinstance(doc, dict) or not isinstance(doc.get("labels"), dict):
+        return value
+    android = zlib.crc32(key) % 3 == 0
+    doc["labels"]["device"] = "android" if android else "ios"
+    if android and doc["labels"].get("arm") == "control":
+        doc["items"] = doc["items"][::-1]
+    return json.dumps(doc).encode()
+
+
+def config() -> EngineConfig:
+    return load_config({**ENGINE, **FEATURES})
+
+
+def samples(text: str) -> dict[str, float]:
+    """The comparison, CUSUM and interleaving samples of an exposition."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(PREFIXES):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def queries(engine: Engine | None, inst: Instance | None = None) -> Any:
+    """The ``/queries?k=1000`` document of the engine, or the one ``inst`` serves."""
+    if inst is not None:
+        status, text = inst.get("/queries?k=1000")
+        return json.loads(text) if status == 200 else None
+    status, doc = QueriesPage(lambda: engine, nullcontext())({"k": ["1000"]})
+    assert status == 200
+    return json.loads(json.dumps(doc))
+
+
+def restored_clicks(tools: KafkaTools, unique: str) -> Engine:
+    """An engine holding the click models of the committed checkpoints: what a restore loads,
+    beyond which a process counts its debiased series."""
+    engine = Engine(config())
+    assert engine.clicks is not None
+    topic = make_settings(tools.bootstrap, unique).topics.checkpoint_topic
+    log = {(r.partition, r.offset): r.value for r in tools.read(topic)}
+    for p in PARTITIONS:
+        held = committed_checkpoint(tools, unique, p).state.click_model
+        assert held is not None
+        ref = SnapshotRef.from_json(held.get("records"))
+        if ref is not None:  # too large for the checkpoint record: in records of its own
+            raw = whole([log[(p, offset)] for offset in ref.offsets], ref)
+            held = {k: v for k, v in held.items() if k != "records"}
+            held["snapshot"] = base64.b64encode(raw).decode()
+        engine.clicks.load(p, held)
+    return engine
+
+
+def assert_shares_once(tools: KafkaTools, topics: dict[str, str]) -> Counter[str]:
+    """Each comparison share and credit share on the statistics topic once (read_committed);
+    returns how many of each kind."""
+    topic = statistics_topic(TopicSettings(**topics))
+    keys: Counter[bytes] = Counter()
+    kinds: Counter[str] = Counter()
+    for record in tools.read(topic, committed=True):
+        share = decode_statistics(record.value)
+        if isinstance(share, Share | CreditShare):
+            keys[record.key] += 1
+            kinds[type(share).__name__] += 1
+    twice = [key for key, n in keys.items() if n > 1]
+    assert not twice, f"{len(twice)} shares committed more than once, e.g. {twice[:3]}"
+    assert kinds["Share"] and kinds["CreditShare"], kinds
+    return kinds
+
+
+def faults(
+    tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> tuple[Instance, Engine]:
+    """The lives and their faults (see the module doc): returns the last process, by then
+    alone and caught up, and an engine holding the click models it restored first."""
+    topics = names(unique)
+    tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    produce(tools, topics, 0, CHUNKS[0])
+    first = instances("a", extra=EXTRA)
+    wait_until(lambda: first.metric("evald_results_produced_total") > 500, 120, "results")
+    first.kill()
+    produce(tools, topics, CHUNKS[0], CHUNKS[1])
+    dies = instances("a", extra=EXTRA, crash_at="restore")
+    wait_until(lambda: dies.proc.poll() is not None, 120, "the kill -9 while restoring")
+    assert dies.proc.returncode == -9
+    assert "=restore: killing this process" in dies.log_path.read_text(errors="replace")
+    restored = restored_clicks(tools, unique)  # the last process restores these
+    last = instances("a", extra=EXTRA, crash_at="restore_rebuilt:fault")
+    wait_until(lambda: last.lag_zero(2), 180, "the last process to restore twice, catch up")
+    assert "=restore_rebuilt:fault: failing this session" in last.log_path.read_text(
+        errors="replace"
+    ), "not the hook"
+    produce(tools, topics, CHUNKS[1], CHUNKS[2])
+    joins = instances("b", extra=EXTRA, crash_at="restore")
+    wait_until(lambda: joins.proc.poll() is not None, 120, "the member joining to die restoring")
+    assert joins.proc.returncode == -9
+    wait_until(lambda: last.alone(2), 180, "the last process to take everything back")
+    return last, restored
+
+
+def test_kills_while_restoring_and_a_broker_fault_after_the_rebuild_leave_every_output_exact(
+    kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    topics = names(unique)
+    last, restored = faults(kafka_tools, unique, instances)
+    want_engine = kafka_tools.expected(
+        config(), topics["impressions"], topics["feedback"], global_statistics=True
+    )[1]
+    want = samples(generate_latest(build_registry(want_engine, process=False)[0]).decode())
+    assert any(k.startswith("evald_comparison_lower{") for k in want), "no bound: too little"
+    assert any(k.startswith("evald_interleaving_lower{") for k in want), "no band: too little"
+    try:
+        wait_until(lambda: equal(samples(last.get("/metrics")[1]), want), 60, "the series")
+    finally:
+        show_differences(samples(last.get("/metrics")[1]), want)
+    want_page = queries(want_engine)
+    explained = [r for r in want_page["attribution"] if r["explanations"]]
+    assert explained and all(
+        (r["explanations"][0]["dimension"], r["explanations"][0]["value"]) == ("device", "android")
+        for r in explained
+    ), "the drop is not attributed: not effective"
+    wait_until(lambda: queries(None, last) == want_page, 60, "the /queries page")
+    curve = examination_curve(want_engine)
+    assert curve
+    wait_until(
+        lambda: exported(last, "evald_click_examination") == curve, 60, "the examination curve"
+    )
+    want_debiased = debiased_beyond(want_engine, restored)
+    assert all(any(v > 0 for v in part.values()) for part in want_debiased.values())
+    wait_until(
+        lambda: (
+            {p: exported(last, f"evald_click_measure_{p}") for p in want_debiased} == want_debiased
+        ),
+        60,
+        "the debiased click series",
+    )
+    assert last.terminate() == 0
+
+    assert_matches_an_uninterrupted_run(kafka_tools, unique, last.windows, config=config())
+    letters = assert_dead_letters_once(kafka_tools, unique, config())
+    kinds = assert_shares_once(kafka_tools, topics)
+    print(f"every output exact: {letters} dead letters, shares once {dict(kinds)}")
+
+
+def test_ubi_lists_through_kills_while_restoring_and_a_broker_fault_after_the_rebuild(
+    kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """The UBI mapping (another decoder, so a test of its own): lists assembled across
+    records and topics, items shown up to a minute after their query so that lists stay open
+    across the checkpoints, through the same faults; results exactly once and each equal to
+    the schema oracle's (test_kafka_ubi.py)."""
+    from test_kafka_ubi import MAPPING, assert_exact_and_meaningful
+    from test_kafka_ubi import produce as produce_ubi
+    from ubi_fixture import searches
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    found = searches(33, 600, gap_ms=2_000, scroll_ms=60_000)
+    produce_ubi(kafka_tools, unique, found, 33)
+    first = instances("a", extra=MAPPING)
+    wait_until(lambda: first.metric("evald_results_produced_total") > 100, 120, "results")
+    first.kill()
+    dies = instances("a", extra=MAPPING, crash_at="restore")
+    wait_until(lambda: dies.proc.poll() is not None, 120, "the kill -9 while restoring")
+    assert dies.proc.returncode == -9
+    last = instances("a", extra=MAPPING, crash_at="restore_rebuilt:fault")
+    wait_until(lambda: last.lag_zero(2), 180, "the last process to restore twice, catch up")
+    assert "=restore_rebuilt:fault: failing this session" in last.log_path.read_text(
+        errors="replace"
+    ), "not the hook"
+    wait_until(lambda: last.alone(2), 60, "the last process settled")
+    time.sleep(1.0)  # one more commit interval
+    assert last.terminate() == 0
+    checked = assert_exact_and_meaningful(kafka_tools, unique, found, last)
+    print(f"ubi lists through faults while restoring: {checked} lists exactly once")
