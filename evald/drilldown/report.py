@@ -94,6 +94,10 @@ class Scope:
         self.measures = aggregates.measures
         self._aggregates = aggregates
 
+    def starts(self, width: int) -> list[int]:
+        """The windows of ``width`` holding lists (the window sums: with a query or not)."""
+        return self._aggregates.window_starts(width)
+
     def sums(self, width: int, start: int) -> dict[int, list[tuple[float, float]]]:
         """segment -> per measure (count, sum) of the window, exact (the window sums)."""
         arr = self._aggregates.window_sums(start, start + width)
