@@ -165,3 +165,18 @@ def test_a_merge_is_the_query_by_query_sum_of_its_parts_with_the_bounds() -> Non
             assert n <= offset
         else:
             assert entry.lists <= n <= entry.lists_upper
+
+
+def test_a_merged_summary_over_twice_the_capacity_takes_new_queries() -> None:
+    """A restore folding two of the writer's segments into one (the overflow segment) merges
+    their summaries: more than 2k held. The next new query purges it as the rule says (the
+    oracle's purge of the merged state), where the table's growth once went negative."""
+    a, b = Summary(2, 1), Summary(2, 1)
+    a.add([f"a{i}" for i in range(4)], np.ones((4, 1)), np.ones((4, 1), bool))
+    b.add(["b0", "b0", "b1", "b2", "b3"], np.ones((5, 1)), np.ones((5, 1), bool))
+    a.merge(b)
+    assert len(a) == 8
+    a.add(["new"], np.full((1, 1), 0.5), np.ones((1, 1), bool))
+    # counters 1 (a0-a3, b1-b3, new) and 2 (b0): the 3rd largest is 1, so b0 alone is left
+    assert held(a) == {"b0": (2, 2, [2.0], [2])}
+    assert (a.offset, a.total) == (1, 10)
