@@ -443,6 +443,12 @@ class Aggregates:
         keys = [k for buckets in self._windows.values() for k in buckets]
         return (min(keys), max(keys)) if keys else None
 
+    def window_starts(self, width: int) -> list[int]:
+        """The starts of the aligned windows of ``width`` holding data, over all partitions."""
+        bucket = self.bucket_ms
+        keys = {k for buckets in self._windows.values() for k in buckets}
+        return sorted({k * bucket // width * width for k in keys})
+
     def window_sums(self, start_ms: int, end_ms: int) -> np.ndarray:
         """Merged (segments, measures, 3) sums of every bucket inside [start_ms, end_ms)."""
         out = np.zeros((len(self.segments), len(self.measures), 3))

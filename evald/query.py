@@ -3,12 +3,14 @@ shoes" are one query in results, summaries and series (docs/drilldown.md, "The q
 
 The rule, in order:
 
-1. Unicode NFKC (compatibility forms fold: full-width letters, ligatures, non-breaking spaces);
-2. case folding (``str.casefold``: "Straße" and "STRASSE" meet), then NFKC again, so the
-   result is stable under the rule;
-3. control characters (Unicode category Cc: NUL, escape, tab, newline ...) and every other
-   whitespace become a space; format characters (Cf: zero-width spaces, joiners, direction
-   marks and overrides, the byte-order mark) and lone surrogates (Cs) are removed;
+1. control characters (Unicode category Cc: NUL, escape, tab, newline ...) become a space;
+   format characters (Cf: zero-width spaces, joiners, direction marks and overrides, the
+   byte-order mark) and lone surrogates (Cs) are removed: first, so that a letter and its
+   combining mark with a format character between them compose like the pair typed alone;
+2. Unicode NFKC (compatibility forms fold: full-width letters, ligatures, non-breaking spaces);
+3. case folding (``str.casefold``: "Straße" and "STRASSE" meet), then NFKC again, so the
+   result is stable under the rule (neither step makes a character of step 1's categories:
+   checked over every code point); every other whitespace becomes a space;
 4. runs of spaces collapse to one, and spaces at both ends go;
 5. the first ``max_length`` characters (code points) are kept, spaces at the cut end go.
 
@@ -54,8 +56,11 @@ def normalize_query(text: str, max_length: int) -> str:
     if text.isascii():
         folded = text.lower().translate(_ASCII_CONTROLS)
     else:
+        # the controls and format characters first: removed after NFKC, a format character
+        # between a letter and its combining mark would leave the pair uncomposed ("e", ZWJ,
+        # U+0301 -> "e" U+0301, not "é"), another query than "é" and not stable under the rule
         nfkc = unicodedata.normalize
-        folded = nfkc("NFKC", nfkc("NFKC", text).casefold()).translate(_table())
+        folded = nfkc("NFKC", nfkc("NFKC", text.translate(_table())).casefold())
     out = " ".join(folded.split())
     if len(out) > max_length:
         out = out[:max_length].rstrip(" ")

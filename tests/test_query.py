@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import unicodedata
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -78,3 +79,43 @@ def test_a_length_bound_over_the_string_limit_is_refused_naming_the_field() -> N
     assert load_config({"drilldown": {"max_query_length": 512}}).drilldown.max_query_length == 512
     with pytest.raises(ConfigError, match=r"drilldown\.max_query_length: 513 is more than"):
         load_config({"drilldown": {"max_query_length": 513}})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["e\u200d\u0301", "e\u0301", "\u00e9", "E\u200b\u0301", "\ufeffe\u2060\u0301", "\u00c9"],
+)
+def test_a_format_character_inside_a_combining_sequence_does_not_make_another_query(
+    raw: str,
+) -> None:
+    """The format characters go before NFKC composes: "e", ZWJ, U+0301 is "é" like the
+    letter typed alone, not an uncomposed pair the rule would change on a second pass."""
+    assert normalize_query(raw, 100) == "\u00e9"
+
+
+#: hostile pieces: letters with combining marks, Hangul jamo that compose, format and control
+#: characters, compatibility forms, case pairs that fold to several letters, spaces
+_PIECES = [
+    "e", "E", "\u0301", "\u0308", "\u0327", "\u1100", "\u1161", "\u11a8", "\u200b", "\u200d",
+    "\u2060", "\ufeff", "\u202e", "\u00ad", "\x00", "\t", "\x1b", " ", "\u00a0", "\u3000",
+    "\ufb01", "\uff33", "\u00df", "\u0130", "\u03a3", "\u1e9e", "a", "\u212b",
+]  # fmt: skip
+_FORMAT = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u202e", "\u00ad", "\u2066"]
+
+
+def test_the_rule_on_seeded_hostile_text_against_its_definition() -> None:
+    """Oracle: format characters are removed, so inserting any anywhere changes nothing; the
+    rule is stable, NFKC-composed and within the bound, at every bound from 1 to past the
+    text (the cut lands inside combining sequences, on spaces, in Hangul syllables)."""
+    rng = np.random.default_rng(18)
+    for _ in range(3_000):
+        text = "".join(rng.choice(_PIECES, size=int(rng.integers(1, 16))).tolist())
+        spiked = list(text)
+        for _ in range(int(rng.integers(1, 4))):
+            spiked.insert(int(rng.integers(0, len(spiked) + 1)), str(rng.choice(_FORMAT)))
+        for cut in (1, 2, 3, 5, 8, 100):
+            out = normalize_query(text, cut)
+            assert normalize_query("".join(spiked), cut) == out, (text, spiked, cut)
+            assert normalize_query(out, cut) == out, (text, cut)
+            assert unicodedata.normalize("NFKC", out) == out
+            assert len(out) <= cut and out == out.strip() and "  " not in out

@@ -175,3 +175,21 @@ def test_the_native_schema_reads_a_bulk_file_too(
     assert results(out)["r"]["measures"]["RR"] == 0.5
     counts = summary(capsys)
     assert counts["rejected"] == {} and counts["lines"] == 4  # the action lines are no records
+
+
+def test_replay_queries_on_a_bulk_export_names_what_the_users_typed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--queries` on an export whose users typed "red shoes" three ways (spaces, case, a tab
+    and a zero-width space): every window's one query is "red shoes", and the lists of all
+    the 5-minute rows are the searches with a query record (the impression-events-only shape
+    has none)."""
+    found = searches(12, 400)
+    export = write(tmp_path / "ubi.ndjson", bulk_lines(exported(all_records(found, 12), 12)))
+    out = tmp_path / "queries.jsonl"
+    assert replay(str(export), "--mapping", "ubi", "--sort", "--queries", str(out)) == 0
+    capsys.readouterr()
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and {t["query"] for row in rows for t in row["top"]} == {QUERY}
+    five = [row for row in rows if row["window"] == "5m"]
+    assert sum(row["lists"] for row in five) == sum(s.shape != "events" for s in found)

@@ -69,12 +69,13 @@ def attribute(
     """Explanations of the treatment's drop against the control, best first, over the
     comparison's windows (those ending by ``complete_before``; None: every one held; and
     starting at ``since`` or later, None: since the comparison's start)."""
+    # the windows holding lists, not only those holding queries: a stream without queries
+    # has its drop carried by its labels
     starts = [
         s
-        for w, s in scope.windows.windows()
-        if w == width
-        and s >= max(comparison.start, since or 0)
-        and (complete_before is None or s + w <= complete_before)
+        for s in scope.starts(width)
+        if s >= max(comparison.start, since or 0)
+        and (complete_before is None or s + width <= complete_before)
     ]
     now, base = Side(treatment, starts), Side(comparison.control, starts)
     return explain_sides(scope, comparison.label, segment, measure, width, now, base, **thresholds)
@@ -96,7 +97,7 @@ def attribute_baseline(
     ``baseline_windows`` windows before the run that are still held (the baseline it had when
     the run began); the run's windows no longer held are left out."""
     end, windows = run
-    held = {s for w, s in scope.windows.windows() if w == width}
+    held = set(scope.starts(width))
     first = end - windows * width
     now = [s for s in range(first, end, width) if s in held]
     before = [first - i * width for i in range(baseline_windows, 0, -1)]

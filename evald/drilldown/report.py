@@ -40,13 +40,19 @@ def top(summary: Summary, measures: Sequence[str], k: int) -> list[dict[str, Any
 
 
 def changes(
-    current: Summary, baseline: Summary, measure: int, overall_change: float | None, k: int
+    current: Summary,
+    baseline: Summary,
+    measure: int,
+    lists: float,
+    overall_change: float | None,
+    k: int,
 ) -> list[dict[str, Any]]:
     """Queries held in both, most negative contribution first: ``contribution`` = (the query's
-    lists / the current summary's lists) x (its mean - its baseline mean), the amount it moved
-    the segment's mean at its current traffic; ``share`` = contribution / the segment's change
-    of mean (None when that is 0 or unknown)."""
-    n = current.total
+    lists / ``lists``, the segment's lists with a value of the measure, those without a query
+    too: the window sums') x (its mean - its baseline mean), the amount it moved the segment's
+    mean at its current traffic; ``share`` = contribution / the segment's change of mean
+    (None when that is 0 or unknown)."""
+    n = lists
     rows = []
     for entry in current.entries():
         base = baseline.entry(entry.query)
@@ -56,7 +62,7 @@ def changes(
         if mean != mean or before != before:
             continue
         change = mean - before
-        contribution = entry.lists / n * change
+        contribution = int(entry.finite[measure]) / n * change
         share = contribution / overall_change if overall_change else None
         rows.append(
             {
@@ -87,6 +93,10 @@ class Scope:
         self.labels_of = aggregates.segments.labels_of
         self.measures = aggregates.measures
         self._aggregates = aggregates
+
+    def starts(self, width: int) -> list[int]:
+        """The windows of ``width`` holding lists (the window sums: with a query or not)."""
+        return self._aggregates.window_starts(width)
 
     def sums(self, width: int, start: int) -> dict[int, list[tuple[float, float]]]:
         """segment -> per measure (count, sum) of the window, exact (the window sums)."""
@@ -157,7 +167,8 @@ def _window_rows(
             if (measure is not None and name != measure) or base is None:
                 continue
             overall = _mean(sums_now, seg, m) - _mean(sums_before, seg, m)
-            fallen[name] = changes(summary, base, m, _num(overall), k)
+            lists = sums_now[seg][m][0] if seg in sums_now else 0.0
+            fallen[name] = changes(summary, base, m, lists, _num(overall), k)
         out.append(
             {
                 "window": format_duration(w),

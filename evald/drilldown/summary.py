@@ -150,9 +150,11 @@ class Summary:
         np.add.at(table.reshape(-1), cells, rows.reshape(-1))
 
     def _fit(self, rows: int) -> None:
+        """Room for ``rows`` rows: doubling, up to ``2 * capacity + 1``, or more for a summary
+        that holds more (merged from two on a restore that folds segments into one)."""
         size = len(self._table)
         if rows > size:
-            self._grow(min(max(rows, 2 * size), 2 * self.capacity + 1) - size)
+            self._grow(max(rows, min(2 * size, 2 * self.capacity + 1)) - size)
 
     def _grow(self, extra: int) -> None:
         self._table = np.concatenate([self._table, np.zeros((extra, self._table.shape[1]))])

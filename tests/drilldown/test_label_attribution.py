@@ -15,6 +15,9 @@ from ab_comparison import ab_config
 from label_stream import events
 
 from evald.cli import main
+from evald.config import load_config
+from evald.drilldown.outputs import served_attribution
+from evald.engine import Engine
 
 CONFIG = ab_config()
 
@@ -70,3 +73,28 @@ def test_without_label_summaries_the_label_is_not_seen(tmp_path: Path) -> None:
     (tmp_path / "on").mkdir()
     for record in _drops(replay(tmp_path / "on", lines)):  # the same lines, summarised
         assert record["explanations"][0]["value"] == "android"
+
+
+def _without_queries(lines: list[str]) -> list[str]:
+    return [json.dumps({k: v for k, v in json.loads(x).items() if k != "query"}) for x in lines]
+
+
+def test_a_stream_without_queries_has_its_drop_named_by_the_label(tmp_path: Path) -> None:
+    """A recommender's lists carry no query: the windows of the drop are those holding lists,
+    not those holding queries (there are none), so the device is still named, in the replay's
+    summary and in what a running engine serves (only complete windows)."""
+    lines = _without_queries(events(27, spread=False))
+    summary = replay(tmp_path, lines)
+    assert summary["queries"] == []
+    for record in _drops(summary):
+        named = [(e["dimension"], e["value"]) for e in record["explanations"]]
+        assert named == [("device", "android")], record
+    engine = Engine(load_config(CONFIG), clock=lambda: 0.0, global_statistics=True)
+    for line in lines:
+        engine.feed(line.encode())
+    engine.tick()
+    served = [r for r in served_attribution(engine) if r["against"] == "control"]
+    assert served and all(
+        [(e["dimension"], e["value"]) for e in r["explanations"]] == [("device", "android")]
+        for r in served
+    )

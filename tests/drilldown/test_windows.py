@@ -10,6 +10,7 @@ import pytest
 from summary_restore import State, restored_at, summaries
 
 from evald.config import load_config
+from evald.drilldown.windows import QueryWindows
 from evald.engine import Engine, Result
 
 MIN = 60_000
@@ -184,3 +185,22 @@ def test_the_oldest_window_kept_keeps_the_summaries_of_all_of_it() -> None:
     assert {start for _, start in windows.windows()} == before
     engine.aggregates.prune(0, 60 * MIN)  # now it does
     assert min(start for _, start in windows.windows()) == 60 * MIN
+
+
+def test_a_restore_folding_two_segments_into_one_keeps_taking_lists() -> None:
+    """Two of the writer's segments that are one here (both past the segment budget: the
+    overflow) load as one merged summary holding more than 2 x capacity queries; the next
+    list of that segment and window is added and purges, not a crash."""
+    writer = QueryWindows(2, 1, [300_000])
+    seg, ts = np.array([0] * 4 + [1] * 4), np.zeros(8, np.int64)
+    queries = [f"a{i}" for i in range(4)] + [f"b{i}" for i in range(4)]
+    writer.observe(0, seg, ts, queries, np.ones((8, 1)), np.ones((8, 1), bool))
+    meta, arrays = writer.encode(0, {0: 0, 1: 1})
+    here = QueryWindows(2, 1, [300_000])
+    here.replace(0, here.decode(0, meta, arrays, np.array([5, 5])))
+    assert len(here.merged(300_000, 0)[5]) == 8
+    here.observe(
+        0, np.array([5]), np.array([1_000]), ["new"], np.ones((1, 1)), np.ones((1, 1), bool)
+    )
+    merged = here.merged(300_000, 0)[5]
+    assert merged.total == 9 and len(merged) <= 2
