@@ -10,7 +10,7 @@ path never imports ``json``; ``duplicate_key``, the slow path, imports it when f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import IO, Any
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "JOIN_REASONS",
     "MAX_GRADE",
     "REASONS",
+    "any_blank",
     "blank",
     "duplicate_key",
     "gzipped",
@@ -71,6 +72,12 @@ def blank(text: str) -> bool:
     """Whether ``text`` says nothing: empty, or white space only (``str.isspace``). A required
     id that is blank is rejected (``empty_id``); an optional one counts as absent."""
     return not text or text.isspace()
+
+
+def any_blank(ids: Collection[str]) -> bool:
+    """Whether any of ``ids`` (text) is blank, in two C-level passes: ``str.isspace`` is False
+    for the empty string, which ``in`` finds."""
+    return "" in ids or any(map(str.isspace, ids))
 
 
 #: The largest grade, in events, configurations and ``evald score``'s qrels alike: the measures'

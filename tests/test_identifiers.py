@@ -197,8 +197,11 @@ def test_replay_rejects_every_blank_id_as_empty_id_in_every_file_shape(
 
 
 def test_the_id_pattern_and_blank_agree_on_every_character() -> None:
-    """pydantic-core's regex (the models) and ``blank`` (the fast path, the optional ids) are
-    one rule: they agree on every one-character id."""
+    """pydantic-core's regex (the models), Python's (``evald score``'s chunked reader) and
+    ``blank`` (the fast paths, the optional ids) are one rule: they agree on every one-character
+    id."""
+    from evald.score.jsonl_chunks import read_chunk
+
     config = load_config({})
     dec = Decoder(config.limits, config.action_grades)
     for code in [*range(0x3000 + 1), *range(0xFEFF, 0xFF00)]:
@@ -207,6 +210,8 @@ def test_the_id_pattern_and_blank_agree_on_every_character() -> None:
         rid = chr(code)
         got = dec.decode(json.dumps({"request_id": rid, "ts": NOW, "items": []}).encode())
         assert isinstance(got, Rejection) == blank(rid), hex(code)
+        line = json.dumps({"qid": rid, "ranking": [], "qrels": {}}).encode()
+        assert bool(read_chunk([line], 0, "f").rejections) == blank(rid), hex(code)
 
 
 @pytest.mark.parametrize("bad", BLANKS, ids=repr)
@@ -246,3 +251,48 @@ def test_a_blank_event_id_does_not_make_feedback_a_duplicate(bad: str) -> None:
         click = {"request_id": "r", "ts": NOW + 1, "item": item, "action": "click", "event_id": bad}
         assert isinstance(engine.feed(json.dumps(click).encode()), Feedback)
     assert engine.stats.unattributed["duplicate"] == 0
+
+
+OFFLINE = [
+    ({"qid": "{bad}", "ranking": ["a"], "qrels": {}}, '"qid"'),
+    ({"qid": "q", "ranking": ["a", "{bad}"], "qrels": {}}, '"ranking"[1]'),
+    ({"qid": "q", "ranking": ["a"], "qrels": {"a": 1, "{bad}": 2}}, '"qrels" key {json}'),
+]
+
+
+@pytest.mark.parametrize("bad", BLANKS, ids=repr)
+@pytest.mark.parametrize("case", range(len(OFFLINE)))
+def test_evald_score_refuses_a_blank_qid_or_docid_on_every_reader(
+    case: int, bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """JSON Lines of ``evald score``: the exact reader words it, the two fast ones (per line,
+    per chunk) leave it to the exact one; the command reports the line."""
+    from evald.score.jsonl import accept_line, parse_line
+    from evald.score.jsonl_chunks import read_chunk
+
+    shape, where = OFFLINE[case]
+    line = json.dumps(shape).replace("{bad}", json.dumps(bad)[1:-1])
+    want = f"{where.replace('{json}', json.dumps(bad))}: {EMPTY_ID}"
+    assert parse_line(line) == want
+    assert accept_line(line.encode()) is None
+    good = json.dumps({"qid": "g", "ranking": ["a"], "qrels": {"a": 1}})
+    chunk = read_chunk([good.encode(), line.encode()], 0, "f")
+    assert chunk.qids == ["g"] and [r.reason for r in chunk.rejections] == [want]
+    path = tmp_path / "in.jsonl"
+    path.write_text(good + "\n" + line + "\n")
+    assert main(["score", str(path)]) == 1
+    assert f"{path}:2: {want}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", BLANKS, ids=repr)
+@pytest.mark.parametrize("field", ["query", "served"])
+def test_evald_judge_refuses_a_blank_query_or_served_id(
+    field: str, bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = {"query": "q", "served": ["a", "b"], "clicked": ["a"]}
+    line = {**good, "query": bad} if field == "query" else {**good, "served": ["a", bad]}
+    log = tmp_path / "s.jsonl"
+    log.write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
+    assert main(["judge", str(log), "--qrels", str(tmp_path / "j.qrels")]) == 1
+    where = '"query"' if field == "query" else '"served"[1]'
+    assert f"{log}:2: {where}: {EMPTY_ID}" in capsys.readouterr().err
