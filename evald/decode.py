@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from evald.events import Feedback, Impression, Limits, Shown, limited_models
-from evald.input_rule import BOM, duplicate_key, implausibility
+from evald.input_rule import BOM, EMPTY_ID, duplicate_key, implausibility
 
 # re-exported: the engine's counters and the exposition read the reasons here
 from evald.input_rule import JOIN_REASONS as JOIN_REASONS
@@ -174,7 +174,16 @@ def reason_of(error: Mapping[str, Any]) -> str:
         return "too_many_items"
     if etype == "string_too_long":
         return "string_too_long"
+    if etype == "string_pattern_mismatch":  # the one pattern of the models: ids (ID_PATTERN)
+        return "empty_id"
     return "wrong_type"
+
+
+def message_of(error: Mapping[str, Any]) -> str:
+    """One pydantic error entry's message, the blank id's in the input rule's words."""
+    if error["type"] == "string_pattern_mismatch":
+        return EMPTY_ID
+    return str(error["msg"])
 
 
 def interleaving_checked(event: Impression, raw: bytes) -> Impression | Rejection:
@@ -200,7 +209,7 @@ def _describe(error: Mapping[str, Any], errors: Sequence[Mapping[str, Any]] = ()
     if error["loc"][:1] == ("ts",):
         return _time_words([e for e in errors or (error,) if e["loc"][:1] == ("ts",)])
     loc = ".".join(str(part) for part in error["loc"])
-    return f"{loc}: {error['msg']}" if loc else str(error["msg"])
+    return f"{loc}: {message_of(error)}" if loc else message_of(error)
 
 
 def _time_words(errors: Sequence[Mapping[str, Any]]) -> str:

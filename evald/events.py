@@ -26,6 +26,7 @@ from pydantic import (
     create_model,
 )
 
+from evald.input_rule import ID_PATTERN
 from evald.input_rule import MAX_GRADE as MAX_GRADE  # the one bound on grades, read here too
 from evald.settings_section import Section
 
@@ -161,9 +162,16 @@ class Shown:
 
 @functools.lru_cache(maxsize=16)
 def limited_models(limits: Limits) -> tuple[type[Impression], type[Feedback]]:
-    """Subclasses of the models enforcing ``limits`` inside pydantic-core (no Python pass)."""
-    text = Annotated[str, StringConstraints(max_length=limits.max_string_length, strict=True)]
+    """Subclasses of the models enforcing ``limits`` inside pydantic-core (no Python pass).
+
+    The ids a record is keyed and joined by (its request id, the served items, a feedback's
+    item) are ``ident``: not blank (``input_rule.ID_PATTERN``; a blank one is ``empty_id``).
+    """
+    length = limits.max_string_length
+    text = Annotated[str, StringConstraints(max_length=length, strict=True)]
+    ident = Annotated[str, StringConstraints(max_length=length, strict=True, pattern=ID_PATTERN)]
     items = Annotated[list[text], Field(max_length=limits.max_items)]
+    served = Annotated[list[ident], Field(max_length=limits.max_items)]
     labels = Annotated[dict[text, text], Field(max_length=limits.max_labels)]
     scores = Annotated[
         list[Annotated[float, Field(allow_inf_nan=False, strict=True)]],
@@ -172,8 +180,8 @@ def limited_models(limits: Limits) -> tuple[type[Impression], type[Feedback]]:
     impression: Any = create_model(
         "Impression",
         __base__=Impression,
-        request_id=(text, ...),
-        items=(items, ...),
+        request_id=(ident, ...),
+        items=(served, ...),
         labels=(labels, Field(default_factory=dict)),
         query=(text | None, None),
         user_id=(text | None, None),
@@ -185,8 +193,8 @@ def limited_models(limits: Limits) -> tuple[type[Impression], type[Feedback]]:
     feedback: Any = create_model(
         "Feedback",
         __base__=Feedback,
-        request_id=(text, ...),
-        item=(text, ...),
+        request_id=(ident, ...),
+        item=(ident, ...),
         action=(text, ...),
         event_id=(text | None, None),
     )

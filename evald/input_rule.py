@@ -10,16 +10,20 @@ path never imports ``json``; ``duplicate_key``, the slow path, imports it when f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import IO, Any
 
 __all__ = [
     "BOM",
     "BOM_TEXT",
+    "EMPTY_ID",
     "GZIP_MAGIC",
+    "ID_PATTERN",
     "JOIN_REASONS",
     "MAX_GRADE",
     "REASONS",
+    "any_blank",
+    "blank",
     "duplicate_key",
     "gzipped",
     "implausibility",
@@ -41,6 +45,7 @@ REASONS: tuple[str, ...] = (
     "wrong_kind",
     "missing_field",
     "wrong_type",
+    "empty_id",
     "bad_timestamp",
     "implausible_timestamp",
     "bad_grade",
@@ -53,6 +58,27 @@ REASONS: tuple[str, ...] = (
     "bad_teams",
     *JOIN_REASONS,
 )
+
+#: Why a blank id is refused, in the words every reader gives (after the field it is about).
+EMPTY_ID = "an id is empty or only white space"
+
+#: A string that is not blank (docs/semantics.md, "Identifiers"): pydantic-core's regex
+#: (``\s`` is Unicode White_Space) with the four separators U+001C..U+001F that Python's
+#: ``str.isspace`` also counts, so this pattern and :func:`blank` agree on every character.
+ID_PATTERN = r"[^\s\x1c-\x1f]"
+
+
+def blank(text: str) -> bool:
+    """Whether ``text`` says nothing: empty, or white space only (``str.isspace``). A required
+    id that is blank is rejected (``empty_id``); an optional one counts as absent."""
+    return not text or text.isspace()
+
+
+def any_blank(ids: Collection[str]) -> bool:
+    """Whether any of ``ids`` (text) is blank, in two C-level passes: ``str.isspace`` is False
+    for the empty string, which ``in`` finds."""
+    return "" in ids or any(map(str.isspace, ids))
+
 
 #: The largest grade, in events, configurations and ``evald score``'s qrels alike: the measures'
 #: sums (2^grade - 1 gains, sums of squares over a window of lists or over a file's queries)

@@ -72,6 +72,8 @@ def shown(line: str, width: int, ellipsis: str = "…") -> str:
     ``?``, and cut (ending in ``ellipsis``) where its columns, not its characters, pass the
     width (a wide character takes two: a line of them longer than the terminal wraps, and the
     redrawn frame scrolls)."""
+    if width <= 0:  # (``line[:-1]`` would keep nearly all of it)
+        return ""
     if line.isascii() and line.isprintable():
         return line if len(line) <= width else line[: width - 1] + ellipsis
     chars = ["?" if unicodedata.category(c) in _UNSAFE else c for c in line]
@@ -104,17 +106,39 @@ def wrapped(text: str, width: int, indent: str = "") -> list[str]:
     return [*lines, line]
 
 
-def fitted(lines: list[str], height: int, ellipsis: str = "…", what: str = "lines") -> list[str]:
+def fitted(
+    lines: list[str],
+    height: int,
+    ellipsis: str = "…",
+    what: str = "lines",
+    width: int | None = None,
+) -> list[str]:
     """``lines``, at most ``height`` of them: the last ones, past the terminal's rows, said
     in a last line of their own (``… 3 more lines``, ``what`` naming them; a frame taller than
-    the terminal scrolls on every redraw, its first lines out of sight); on one row that line
-    alone, on none nothing."""
+    the terminal scrolls on every redraw, its first lines out of sight), in the longest of its
+    forms that fits ``width`` columns (:func:`longest`; None: the longest); on one row that
+    line alone, on none nothing."""
     if len(lines) <= height:
         return lines
     if height <= 0:
         return []
     cut = len(lines) - height + 1
-    return [*lines[: height - 1], f"{ellipsis} {cut} more {what}: a taller terminal shows them"]
+    forms = [f"{ellipsis} {cut} more {what}: a taller terminal shows them"]
+    if width is not None:
+        forms += [f"{ellipsis} {cut} more {what}", f"{ellipsis} {cut} more", f"{ellipsis}{cut}"]
+    return [*lines[: height - 1], longest(forms, width, ellipsis)]
+
+
+def longest(forms: list[str], width: int | None, ellipsis: str = "…") -> str:
+    """The first of ``forms`` (longest first) that fits ``width`` terminal columns, so that a
+    line saying what was cut is not cut itself (its count or its end lost); narrower than the
+    last, ``ellipsis`` alone: something is cut. None: the first."""
+    if width is None:
+        return forms[0]
+    for form in forms:
+        if columns(form) <= width:
+            return form
+    return ellipsis if width >= 1 else ""
 
 
 #: The fewest rows a live view is drawn to fit with its content: its first line and the line

@@ -60,6 +60,7 @@ CASES: dict[str, bytes] = {
     "wrong_kind": imp(kind="feedback"),
     "missing_field": fb(request_id=...),
     "wrong_type": imp(items="a"),
+    "empty_id": fb(request_id=""),
     "bad_timestamp": fb(ts="2024-01-01T00:00:00"),
     "implausible_timestamp": fb(ts=499),
     "bad_grade": fb(grade=-1),

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
-from evald.input_rule import BOM_TEXT, gzipped, repeated_key
+from evald.input_rule import BOM_TEXT, EMPTY_ID, any_blank, blank, gzipped, repeated_key
 
 SUMMARY = "fit a click model on a session log and write judgments (TREC qrels, JSON Lines)"
 EXAMPLES = """\
@@ -119,11 +119,12 @@ def read_line(text: str) -> tuple[str, list[str], set[str]]:
     for field, ids in (("served", served), ("clicked", clicked)):
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise BadLine(f'"{key[field]}" must be an array of strings')
-    # an empty id would leave a qrels line a column short, which no TREC reader accepts
-    if query == "":
-        raise BadLine(f'"{key["query"]}" is empty')
-    if "" in served:
-        raise BadLine(f'an empty id in "{key["served"]}"')
+    # a blank id names nothing, and would leave a qrels line a column short (input_rule.blank)
+    if isinstance(query, str) and blank(query):
+        raise BadLine(f'"{key["query"]}": {EMPTY_ID}')
+    if any_blank(served):
+        pos = next(i for i, item in enumerate(served) if blank(item))
+        raise BadLine(f'"{key["served"]}"[{pos}]: {EMPTY_ID}')
     if not all(map(_unicode, [str(query), *served])):
         raise BadLine("a lone surrogate in an id: not Unicode text")
     if len(set(served)) != len(served):

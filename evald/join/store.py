@@ -22,6 +22,7 @@ from typing import Any, cast
 import numpy as np
 
 from evald.events import Feedback, Impression, Shown
+from evald.input_rule import blank
 from evald.interleaving.teams import Teams
 from evald.join.clock import EventTimes, PartitionClock
 from evald.join.feedback import AttachedFeedback, HeldEntry, HeldFeedback
@@ -274,7 +275,8 @@ class JoinStore:
                 grade = event.grade
                 if grade is None:
                     grade = grades[event.action]
-                evid = 0 if event.event_id is None else hash(event.event_id) or 1
+                eid = event.event_id  # a blank one is none (docs/semantics.md, "Identifiers")
+                evid = 0 if eid is None or blank(eid) else hash(eid) or 1
                 off = 0 if offset is None else offset + 1
                 slot = table_get(hash(event.request_id))
                 if slot == NONE:
@@ -315,7 +317,8 @@ class JoinStore:
                     continue
                 # (a Shown took the branch above: ``__class__ is`` is cheap, mypy cannot see it)
                 user = event.user_id  # type: ignore[union-attr]
-                cluster = user_cluster(user) if user and user_cluster is not None else 0
+                named = user is not None and not blank(user)  # a blank user id is none
+                cluster = user_cluster(user) if named and user_cluster is not None else 0
                 labels = acquire(event.labels)  # type: ignore[union-attr]
                 query = query_of(event.query)  # type: ignore[union-attr]
                 fill(slot, ts, key, labels, event.items, rid, cluster, query)  # type: ignore[union-attr]
@@ -487,8 +490,9 @@ class JoinStore:
         lists, pending, labels = self._lists, self._pending, self.labels
         assert lists is not None
         old = pending.label_of(slot)
-        user = event.user_id
-        cluster = lists.user_cluster(user) if user and lists.user_cluster is not None else 0
+        user = event.user_id  # a blank one is none
+        named = lists.user_cluster is not None and user is not None and not blank(user)
+        cluster = lists.user_cluster(user) if named else 0  # type: ignore[arg-type,misc]
         pending.relabel(slot, labels.acquire(event.labels), cluster)
         labels.release(old)
         old_query = pending.query_of(slot)

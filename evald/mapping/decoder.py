@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from evald.decode import Rejection, Skipped, interleaving_checked, reason_of
+from evald.decode import Rejection, Skipped, interleaving_checked, message_of, reason_of
 from evald.events import Feedback, Impression, Limits, Shown, limited_models
-from evald.input_rule import BOM, duplicate_key, implausibility
+from evald.input_rule import BOM, blank, duplicate_key, implausibility
 from evald.mapping.fast import compile_fast
 from evald.mapping.keys import maybe_repeated
 from evald.mapping.labels import flatten, label_text, not_a_label
@@ -329,9 +329,9 @@ class MappingDecoder:
                 value = path.top(document)
                 _add_labels(labels, value, path.text, name)
             fields["labels"] = labels
-        for path in spec.user_id:  # an empty id (ubi.js writes user_id "") is none
+        for path in spec.user_id:  # a blank id (ubi.js writes user_id "") is none
             value = path.top(document)
-            if value is not MISSING and value is not None and value != "":
+            if value is not MISSING and value is not None and not _blank_text(value):
                 fields["user_id"] = value
                 break
         if spec.query is not None:
@@ -484,6 +484,11 @@ def _unit_hint(fmt: str) -> str:
     return "" if fmt == "rfc3339" else f" (read as {UNIT_WORDS[fmt]}: is that its unit?)"
 
 
+def _blank_text(value: Any) -> bool:
+    """``value`` is text that says nothing (an optional id that counts as absent)."""
+    return type(value) is str and blank(value)
+
+
 def _required(document: Any, path: _Path) -> Any:
     value = path.top(document)
     if value is MISSING or value is None:
@@ -524,7 +529,7 @@ def _rejection(exc: ValidationError, where: dict[str, str], raw: bytes, kind: st
     head = where.get(str(loc[0]), str(loc[0])) if loc else ""
     rest = "".join(f"/{part}" for part in loc[1:])
     reason = reason_of(error)
-    return Rejection(reason, f"{head}{rest}: {error['msg']}", raw, kind)
+    return Rejection(reason, f"{head}{rest}: {message_of(error)}", raw, kind)
 
 
 def _feedback_only(fast: Any) -> Any:

@@ -30,6 +30,7 @@ from pydantic_core import from_json
 
 from evald.decode import Skipped
 from evald.events import MAX_GRADE, MAX_TS_MS, Feedback, Impression, Limits, Shown, limited_models
+from evald.input_rule import blank
 from evald.mapping.keys import encode, maybe_repeated
 from evald.mapping.labels import flatten, label_text
 from evald.mapping.pointer import MISSING, parse_pointer, resolve
@@ -207,15 +208,7 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
         fields["labels"] = "labels"
     optional = {}
     if spec.user_id:
-        for index, path in enumerate(spec.user_id):  # the first present, not null or ""
-            if index:
-                w("if uid is _MISSING or uid is None or uid == '':")
-                w.depth += 1
-            _optional(w, "uid", path)
-            if index:
-                w.depth -= 1
-        w("if uid == '':")
-        w("    uid = None")
+        _user(w, spec.user_id)
         optional["user_id"] = "uid"
     if spec.query is not None:
         _optional(w, "query", spec.query)
@@ -225,9 +218,10 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
         w(f"    {target} = None")
     limit = w.limits.max_string_length
     sure = [
-        *_texts(("rid",), limit),
+        *_ids(("rid",), limit),
         f"type(items) is list and len(items) <= {w.limits.max_items!r}",
         f"len(''.join(items)) <= {limit!r}",  # all text (else TypeError), none too long
+        "'' not in items and not any(map(_isspace, items))",  # none blank
     ]
     if spec.labels:
         sure.append(
@@ -240,9 +234,30 @@ def _impression(w: _Writer, spec: ImpressionSpec) -> None:
     _build(w, "impression", spec.time.source == "record", sure, fields, optional)
 
 
+def _user(w: _Writer, paths: list[str]) -> None:
+    """``uid`` = the first user id present, not null or blank (a blank one is none)."""
+    blank = "uid is _MISSING or uid is None or (type(uid) is str and _blank(uid))"
+    for index, path in enumerate(paths):
+        if index:
+            w(f"if {blank}:")
+            w.depth += 1
+        _optional(w, "uid", path)
+        if index:
+            w.depth -= 1
+    w("if type(uid) is str and _blank(uid):")
+    w("    uid = None")
+
+
 def _texts(names: tuple[str, ...], limit: int) -> list[str]:
     """Conditions: each of ``names`` is text the limited model takes as it is."""
     return [f"type({name}) is str and len({name}) <= {limit!r}" for name in names]
+
+
+def _ids(names: tuple[str, ...], limit: int) -> list[str]:
+    """Conditions: each of ``names`` is an id the limited model takes as it is: text, and not
+    blank (``str.isspace`` is ``input_rule.blank``, the model's ``ID_PATTERN``)."""
+    texts = _texts(names, limit)
+    return [f"{t} and {n} != '' and not {n}.isspace()" for n, t in zip(names, texts, strict=True)]
 
 
 def _build(
@@ -358,7 +373,8 @@ def _feedback(w: _Writer, spec: FeedbackSpec) -> None:
             w(f"if {name} is _MISSING:")
             w(f"    {name} = None")
             optional[name] = name
-    sure = _texts(("rid", "item", "action"), w.limits.max_string_length)
+    limit = w.limits.max_string_length
+    sure = [*_ids(("rid", "item"), limit), *_texts(("action",), limit)]
     if spec.grade is not None:  # a grade the record gives: a float from 0 to MAX_GRADE as it is
         sure.append("type(grade) is float and 0.0 <= grade <= _MAX_GRADE")
     if spec.position is not None:
@@ -379,7 +395,8 @@ def _shown(w: _Writer, spec: FeedbackSpec) -> None:
     _required(w, "position", spec.position)
     _time(w, spec.time)
     sure = [
-        *_texts(("rid", "item", "action"), w.limits.max_string_length),
+        *_ids(("rid", "item"), w.limits.max_string_length),
+        *_texts(("action",), w.limits.max_string_length),
         "type(position) is int and position >= 0",
         f"0 <= ts <= {MAX_TS_MS!r}",
     ]
@@ -421,6 +438,8 @@ def _bind_names(w: _Writer, limits: Limits) -> None:
         _MILLIS=MILLIS,
         _flatten=flatten,
         _label_text=label_text,
+        _isspace=str.isspace,
+        _blank=blank,
         _Skipped=Skipped,
         _Shown=Shown,
         _validate_impression=w.models["impression"].__pydantic_validator__.validate_python,

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
-from evald.input_rule import BOM_TEXT, MAX_GRADE, repeated_key
+from evald.input_rule import BOM_TEXT, EMPTY_ID, MAX_GRADE, any_blank, blank, repeated_key
 from evald.score.records import Query, Rejection
 
 #: pydantic-core's parser, imported at the first line that needs it: most files are read by the
@@ -95,17 +95,25 @@ def parse_line(text: str) -> Query | str:
     qid = obj["qid"]
     if isinstance(qid, bool) or not isinstance(qid, (str, int)):
         return f'"qid" must be a string or an integer, got {json_type(qid)}'
+    if isinstance(qid, str) and blank(qid):
+        return f'"qid": {EMPTY_ID}'
     ranking = obj["ranking"]
     if not isinstance(ranking, list):
         return f'"ranking" must be an array of strings, got {json_type(ranking)}'
     if not set(map(type, ranking)) <= _STR:  # one C-level pass; find the culprit only if needed
         pos, doc = next((i, d) for i, d in enumerate(ranking) if not isinstance(d, str))
         return f'"ranking"[{pos}] must be a string, got {json_type(doc)}'
+    if any_blank(ranking):
+        pos = next(i for i, doc in enumerate(ranking) if blank(doc))
+        return f'"ranking"[{pos}]: {EMPTY_ID}'
     if len(set(ranking)) != len(ranking):
         return _duplicate_reason(ranking)
     qrels = obj["qrels"]
     if not isinstance(qrels, dict):
         return f'"qrels" must be an object, got {json_type(qrels)}'
+    if any_blank(qrels):
+        doc = next(doc for doc in qrels if blank(doc))
+        return f'"qrels" key {json.dumps(doc)}: {EMPTY_ID}'
     grades = list(qrels.values())
     if not _plain_grades(grades):
         for doc, grade in qrels.items():
@@ -116,6 +124,8 @@ def parse_line(text: str) -> Query | str:
 
 
 _STR = frozenset({str})
+
+
 #: ``\\uD800``-``\\uDFFF``: half of a UTF-16 pair. ``json`` decodes one standing alone to a
 #: lone surrogate, which is no Unicode character: it cannot be written out as UTF-8 (the rows
 #: echo the qid) and msgspec and pydantic-core refuse it, so the exact reader refuses it too.
@@ -225,6 +235,8 @@ def accept_line(raw: bytes) -> Query | None:
         return None
     if type(qid) is not str and type(qid) is not int:  # bool is an int subclass: not accepted
         return None
+    if type(qid) is str and blank(qid):
+        return None
     keys = len(obj) + len(qrels)
     if keys - len(qrels) != len(_FIELDS):  # unknown keys: count what their values hold too
         try:
@@ -232,6 +244,8 @@ def accept_line(raw: bytes) -> Query | None:
         except RecursionError:
             return None
     if not set(map(type, ranking)) <= _STR or len(set(ranking)) != len(ranking):
+        return None
+    if any_blank(ranking) or any_blank(qrels):  # (qrels keys are text: JSON's keys are)
         return None
     colons = raw.count(b":")
     if colons != keys and (

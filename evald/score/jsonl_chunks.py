@@ -33,11 +33,15 @@ _Grade = (
 )
 
 
+#: a qid that is not blank: Python's ``re`` (msgspec's), whose ``\S`` is ``not str.isspace``
+_Qid = Annotated[str, msgspec.Meta(pattern=r"\S")]
+
+
 class _Line(msgspec.Struct):
     """The three fields a line must have; unknown keys are skipped (and sent to the per-line
     reader by the colon count, since their keys are not counted)."""
 
-    qid: str | int
+    qid: _Qid | int
     ranking: list[str]
     qrels: dict[str, _Grade]
 
@@ -141,11 +145,14 @@ def _all_pass(
       such as ``sku:1``) are subtracted when no ``\\u003a`` escape could have made one that is
       not on the line; every subtraction can only make the total larger than the keys, never
       hide a repeated key.
+    * No blank docid (the per-line reader words it; a blank qid msgspec refuses).
     * Grades that fit a float (msgspec keeps huge integers, which the metric engine could not
       read): the float64 conversion of every grade does not overflow.
     """
     total = sum(map(len, rankings))
     if sum(map(len, map(set, rankings))) != total:
+        return False
+    if _blank_docid(rankings) or _blank_docid(qrels):
         return False
     keys = _FIELDS * len(good) + sum(map(len, qrels))
     colons = sum(map(bytes.count, lines, _colons))
@@ -155,6 +162,15 @@ def _all_pass(
         if colons - _string_colons(good, rankings, qrels) != keys:
             return False
     return _grades_fit(qrels)
+
+
+def _blank_docid(lists: list[list[str]] | list[dict[str, float]]) -> bool:
+    """Whether a docid of ``lists`` (rankings, or qrels by docid) is blank (empty, or white
+    space only: ``input_rule.blank``), in C-level passes."""
+    docids = chain.from_iterable(lists)
+    if min(map(len, docids), default=1) == 0:
+        return True
+    return any(map(str.isspace, chain.from_iterable(lists)))
 
 
 def _string_colons(

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import norm
 
+from evald.input_rule import blank
 from evald.statistics.clustered import few_users
 from evald.statistics.intervals import DEFAULT_MIN_N, Interval, Moments
 
@@ -66,15 +67,17 @@ def cluster_key(cluster: str) -> int:
 
 
 def list_cluster(user_id: str | None, request_id: str) -> int:
-    """The cluster of one list: its user, or the list alone when it has no user id.
+    """The cluster of one list: its user, or the list alone when it has no user id (none, or
+    blank: docs/semantics.md, "Identifiers").
 
     The prefixes keep a user id and a request id that happen to be equal apart.
     """
-    return cluster_key(f"u:{user_id}" if user_id else f"r:{request_id}")
+    named = user_id is not None and not blank(user_id)  # a blank user id is none
+    return cluster_key(f"u:{user_id}" if named else f"r:{request_id}")
 
 
 def user_cluster(user_id: str) -> int:
-    """``list_cluster`` of a list that has the user id ``user_id`` (not empty)."""
+    """``list_cluster`` of a list that has the user id ``user_id`` (not blank)."""
     return cluster_key(f"u:{user_id}")
 
 

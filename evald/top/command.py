@@ -296,10 +296,10 @@ class Top:
         raised: no retry helps)."""
         from evald.top.render import ascii_only, notes, render
 
-        width, height, footer = max(40, self.width()), None, list[str]()
+        width, height, footer = max(1, self.width()), None, list[str]()
         if fit:  # the view's rows, then the warnings in what is left (terminal.rows)
             height, room = rows(self.height(), len(self.warnings))
-            footer = notes(fitted(list(self.warnings), room, what="warnings"), width)
+            footer = notes(fitted(list(self.warnings), room, what="warnings", width=width), width)
         if not self.unicode:
             footer = [ascii_only(line) for line in footer]
         try:

@@ -85,7 +85,7 @@ def render_queries(
                 f"{f['baseline_mean']:>7.3f} {f['contribution']:>+9.4f}"
             )
     if height is not None:
-        out = fitted(out, height, "~")
+        out = fitted(out, height, "~", width=width)
     return "".join(shown(line, width, "~") + "\n" for line in out)
 
 
@@ -104,7 +104,7 @@ def watch(
     height: Callable[[], int] = lambda: shutil.get_terminal_size((80, 24)).lines,
 ) -> int:
     """One frame (``once``: 1 if unreachable; 80 columns, every line) or a redraw every
-    ``interval`` until Ctrl-C, to the terminal's width (at least 40) and rows (any number, as
+    ``interval`` until Ctrl-C, to the terminal's width (any: lines are cut) and rows (any number, as
     the metrics view: from ``terminal.MIN_ROWS``, 2, the segment's header and a count of the
     rows cut; on one row that count alone); 1 on an answer no retry changes (credentials or
     certificate refused). ``warnings``, printed on stderr before, end every frame redrawn on
@@ -120,13 +120,14 @@ def watch(
         return 0
     try:
         while True:
-            cols = max(40, width())
+            cols = max(1, width())  # any width: a line is cut (terminal.shown)
             view_rows: int | None = None
             footer: list[str] = []
             if tty:
                 view_rows, room = rows(height(), len(warnings))
                 footer = [
-                    shown(text, cols, "~") for text in fitted(list(warnings), room, "~", "warnings")
+                    shown(text, cols, "~")
+                    for text in fitted(list(warnings), room, "~", "warnings", cols)
                 ]
             try:
                 text = render_queries(fetch(url, client), measure, cols, view_rows)

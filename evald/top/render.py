@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 from evald.durations import format_duration, readable
 from evald.interleaving.report import NO_BAND
-from evald.terminal import columns, fitted, ljust, rjust, shown, wrapped
+from evald.terminal import columns, fitted, ljust, longest, rjust, shown, wrapped
 from evald.top import interleaving, zerofeedback
 from evald.top.model import Comparison, Estimate, Verdict, View
 
@@ -118,8 +118,16 @@ def _shorten(lines: list[str], over: int, width: int) -> list[str]:
         return lines
     keep = max(0, len(lines) - over - 1)
     hidden = len(lines) - keep
-    note = f"… {hidden} lines of verdicts: a taller terminal or `evald top --once` shows them"
-    return [*lines[:keep], shown(note, width)]
+    note = longest(
+        [
+            f"… {hidden} lines of verdicts: a taller terminal or `evald top --once` shows them",
+            f"… {hidden} lines of verdicts",
+            f"… {hidden} more",
+            f"…{hidden}",
+        ],
+        width,
+    )
+    return [*lines[:keep], note]
 
 
 def _wrap(items: Sequence[str], width: int, indent: str = "  ") -> list[str]:
@@ -302,7 +310,7 @@ def render(view: View, width: int = 80, *, unicode: bool = True, height: int | N
     marks = [plain(line) for line in [*verdict_lines, *legends]]
     lines = [*head, *tables, *marks, *tail]
     if height is not None:
-        lines = fitted(lines, height)
+        lines = fitted(lines, height, width=width)
     if unicode:
         lines = [shown(line, width) for line in lines]
     else:  # what ascii_only does not spell (a label value's own letters) as "?"

@@ -169,8 +169,8 @@ def test_lines_that_would_break_the_judgments_are_rejected_by_line(
     )
     assert main(["judge", str(log), "--qrels", str(qrels)]) == 1
     err = capsys.readouterr().err
-    assert f'{log}:2: "query" is empty' in err
-    assert f'{log}:3: an empty id in "served"' in err
+    assert f'{log}:2: "query": an id is empty or only white space' in err
+    assert f'{log}:3: "served"[0]: an id is empty or only white space' in err
     assert f"{log}:4: a lone surrogate in an id" in err
     assert f"{log}:5: a lone surrogate in an id" in err
     assert f'{log}:6: duplicate key "query"' in err

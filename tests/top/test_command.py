@@ -6,6 +6,7 @@ import contextlib
 import http.server
 import io
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -315,12 +316,12 @@ def test_frames_fit_a_terminal_of_any_rows_from_two_with_the_warnings_below(rows
         assert len(lines) == rows and max(map(len, lines)) <= 40, lines
         view = lines[: {1: 1, 2: 1, 3: 2}.get(rows, rows - 2) if shown else rows]
         footer = lines[len(view) :]
-        assert "more lines: a taller terminal" in view[-1]
+        assert re.fullmatch(r"[~…] \d+ more lines", view[-1]), view  # whole, in 40 columns
         assert len(view) == 1 or view[0].startswith("evald top")
         if shown and rows >= 4:
             assert footer == [HTTP_WARNING[:39] + "~", "warning: two"]
         elif shown and rows in (2, 3):
-            assert footer == ["~ 2 more warnings: a taller terminal sh~"]
+            assert footer == ["~ 2 more warnings"]
         else:
             assert footer == []
 
@@ -497,3 +498,33 @@ def test_a_terminal_without_unicode_gets_the_retry_line_and_warnings_it_can_prin
     text = raw.getvalue().decode("ascii")
     assert "evald top: cannot reach http://evald.in" in text
     assert "/run/s?cret" in text
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 8, 13, 20, 28, 39, 40, 41, 47, 80])
+def test_frames_fit_a_terminal_of_any_width_and_say_whole_how_many_lines_are_cut(
+    width: int,
+) -> None:
+    """A terminal narrower than 40 columns was drawn to 40: every line wrapped and the frame
+    scrolled on each redraw; at 40 the line counting the cut lines lost its end. Every line
+    now fits the width, and that count is whole, in the longest of its forms that fits."""
+    from evald.top.command import Top
+    from evald.top.model import Scrape, parse
+    from top.test_model import _exposition, _values
+
+    page = _exposition(_values(), events=100, at_end=900.0)
+
+    class Page:
+        url = "http://127.0.0.1:9/metrics"
+
+        def scrape(self) -> Scrape:
+            return parse(page, 1000.0)
+
+    top = Top(Page(), window="5m", group_by=["arm"], measures=None, stream=io.StringIO(),  # type: ignore[arg-type]
+              width=lambda: width, height=lambda: 6,
+              warnings=[f"warning: {n}" for n in range(5)])  # fmt: skip
+    lines = top.frame().splitlines()
+    assert len(lines) == 6 and max(map(len, lines)) <= width, lines
+    for line in (lines[1], lines[5]):  # the view's count (2 rows), the warnings' (4)
+        forms = r"… \d+ more (lines|warnings)(: a taller terminal shows them)?|… \d+ more|…\d+|…"
+        assert re.fullmatch(forms, line), line
+        assert line != "…" or width < 3, line  # the count is given up only where it cannot fit
