@@ -4,10 +4,13 @@ evald's own line, and data that cannot be written is dead-lettered, never looped
 
 from __future__ import annotations
 
-from kafka_harness import Broker, KafkaTools
-from kafka_instances import names, run_argv, run_to_exit
+import json
+from collections.abc import Callable
 
 import pytest
+from kafka_harness import Broker, KafkaTools, wait_until
+from kafka_instances import Instance, names, run_argv, run_to_exit
+from test_hostile_input import log_text
 
 pytestmark = pytest.mark.kafka
 
@@ -29,3 +32,62 @@ def test_a_transaction_timeout_above_the_brokers_maximum_exits_2_naming_both_set
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "kafka.transaction_timeout_ms" in proc.stderr
     assert "transaction.max.timeout.ms" in proc.stderr
+
+
+def test_a_result_larger_than_the_results_topic_accepts_is_dead_lettered_once(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """A results topic whose max.message.bytes is under what evald's input limits allow (20
+    labels of 300 characters make a 6.5 KB result): before, the broker refused the batch, the
+    transaction failed, and every session replayed the same impression into the same refusal,
+    forever. Now that result goes to the DLQ whole, in the same transaction, counted once."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka_instances import make_settings
+    from kafka_oracle import assert_exactly_once, results_by_id
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        limit = {"max.message.bytes": "4096"}
+        admin.create_topics([NewTopic(topics["results"], 1, 1, topic_configs=limit)])
+    finally:
+        admin.close()
+    imp, fb = topics["impressions"], topics["feedback"]
+    kafka_tools.produce_sim(imp, fb, events=1500, seed=15, clean=True)
+    ts = kafka_tools.read(imp)[-1].timestamp  # in the traffic's event time
+    big = [f"big-{i}" for i in range(3)]
+    labels = {f"l{j:02d}": "v" * 300 for j in range(20)}
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        for rid in big:
+            doc = {"request_id": rid, "ts": ts, "items": ["a", "b"], "labels": labels}
+            producer.send(imp, key=rid.encode(), value=json.dumps(doc).encode(), timestamp_ms=ts)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+    kafka_tools.produce_sim(imp, fb, events=1500, seed=15, skip=1500, clean=True)
+    inst = instances()
+    wait_until(lambda: inst.lag_zero(1), 120, "the daemon to catch up")
+    # clean traffic: these are the only dead letters
+    wait_until(lambda: inst.metric("evald_dlq_records_total") == 3, 60, "three letters counted")
+    assert inst.terminate() == 0
+    config = make_settings(broker.bootstrap, unique).engine_config()
+    expected, _ = kafka_tools.expected(config, imp, fb)
+    assert set(big) <= set(expected)  # the reference scored them: they were finalized
+    fitting = {rid: doc for rid, doc in expected.items() if rid not in big}
+    assert_exactly_once(results_by_id(kafka_tools, topics["results"]), fitting)
+    letters = [
+        letter
+        for letter in kafka_tools.read(topics["dlq"], committed=True)
+        if ("evald-reason", b"result_too_large") in letter.headers
+    ]
+    assert sorted(letter.key.decode() for letter in letters) == big  # each once
+    for letter in letters:
+        headers = {name: value.decode() for name, value in letter.headers}
+        assert headers["evald-kind"] == "result"
+        assert headers["evald-source-topic"] == topics["results"]
+        assert headers["evald-source-partition"] == "0"
+        assert json.loads(letter.value) == expected[letter.key.decode()]  # the whole result
+    assert "raise the topic's max.message.bytes" in log_text(inst)

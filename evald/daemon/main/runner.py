@@ -299,7 +299,8 @@ class Daemon:
         client = cfg.kafka.client_config(self._stop.client)
         self.stats.sessions += 1
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
-        self.dead_letters.limit = self.topics.start(self._admin)
+        limits = self.topics.start(self._admin)
+        self.dead_letters.limit, self.dead_letters.results_limit = limits.dlq, limits.results
         engine = self.open_engine()
         if publishes_statistics(engine.config) and self.comparisons is None:
             self._read_comparisons(self._admin, engine)
@@ -308,9 +309,10 @@ class Daemon:
             transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
             max_block_ms=cfg.kafka.request_timeout_ms,
             linger_ms=PRODUCER_LINGER_MS,
-            batch_size=PRODUCER_BATCH_BYTES,
-            # never refuse a dead letter the DLQ topic accepts (letters are fitted to its limit)
-            max_request_size=max(self.dead_letters.limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
+            batch_size=limits.batch_bytes(PRODUCER_BATCH_BYTES),
+            # never refuse a dead letter the DLQ topic accepts (letters are fitted to its
+            # limit) nor a result the results topic does (larger ones are dead-lettered)
+            max_request_size=max(*limits, KAFKA_PYTHON_MAX_REQUEST_SIZE),
             **without_auto_create(),
             **client,
         )
