@@ -5,7 +5,11 @@ evald's own line, and data that cannot be written is dead-lettered, never looped
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from kafka_harness import Broker, KafkaTools, wait_until
@@ -91,3 +95,68 @@ def test_a_result_larger_than_the_results_topic_accepts_is_dead_lettered_once(
         assert headers["evald-source-partition"] == "0"
         assert json.loads(letter.value) == expected[letter.key.decode()]  # the whole result
     assert "raise the topic's max.message.bytes" in log_text(inst)
+
+
+def _not_ready(inst: Instance, said: str) -> bool:
+    """/readyz is red and says ``said``; so does a WARNING of evald's own."""
+    status, reason = inst.get("/readyz")
+    return status == 503 and said in reason and said in _evald_lines(inst)
+
+
+def _evald_lines(inst: Instance) -> str:
+    return "\n".join(x for x in log_text(inst).splitlines() if " evald.daemon: " in x)
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "said"),
+    [
+        ("evald-no-such-broker.invalid:9092", "does not resolve"),
+        ("away", "accepts no connection"),
+    ],
+    ids=["name-does-not-resolve", "nothing-listens"],
+)
+def test_a_broker_not_reachable_is_retried_with_evalds_own_reason(
+    bootstrap: str, said: str, unique: str, tmp_path: Path
+) -> None:
+    """Both can fix themselves (a Kubernetes Service's name resolves once the Service exists; a
+    broker starting refuses connections): retried, with /readyz red and evald's own line
+    saying what is wrong with which address. Before, only kafka-python's lines said it, and
+    evald's said "Unable to bootstrap" once kafka-python gave up (kafka.request_timeout_ms)."""
+    if bootstrap == "away":
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            bootstrap = f"127.0.0.1:{sock.getsockname()[1]}"
+    inst = Instance(
+        bootstrap, unique, "a", tmp_path, extra=("--set", "kafka.request_timeout_ms=2000")
+    )
+    try:
+        wait_until(lambda: _not_ready(inst, said), 30, f"evald to say {said!r}")
+        assert bootstrap in _evald_lines(inst)
+        assert inst.proc.poll() is None  # retrying, not exiting
+        assert inst.terminate() == 0
+    finally:
+        inst.close()
+
+
+def test_a_bootstrap_address_that_answers_http_exits_2(unique: str) -> None:
+    """Another service on the port stays there: no retry fixes that. Before, evald retried
+    forever ("Request timed out" from kafka-python every kafka.request_timeout_ms)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_address[1]}"
+        argv = [*run_argv(address, unique, "127.0.0.1:0"), "--set", "kafka.request_timeout_ms=2000"]
+        proc = run_to_exit(argv)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"{address} answers HTTP, not Kafka" in proc.stderr
+    assert "kafka.bootstrap_servers" in proc.stderr
+
+
+def test_the_test_broker_answers_the_bootstrap_probe_as_kafka(broker: Broker) -> None:
+    """The other side of the check above: a real broker is never taken for another service."""
+    from evald.daemon.reach import probe
+
+    assert probe(broker.bootstrap, "PLAINTEXT", 5.0).kind == "kafka"

@@ -58,6 +58,7 @@ from evald.daemon.main.rebalance import Rebalance
 from evald.daemon.main.restore import RestoreError, Restorer
 from evald.daemon.main.transaction import Transaction
 from evald.daemon.permissions import explain_denial
+from evald.daemon.reach import check_resolves, diagnose
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
 from evald.daemon.topics import TopicGuard
@@ -202,15 +203,14 @@ class Daemon:
                 if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
                     log.info("stopping: the session ended on %s (%s)", type(exc).__name__, exc)
                     return 0
+                advice, why = self._explain(exc)
+                if advice is not None:
+                    log.error("evald run: cannot continue: %s", advice)
+                    return 2
                 self.health.set_ready(False)
                 delay = self._backoff.next_delay()
-                self.health.retry(f"retrying after {type(exc).__name__}: {exc}")
-                log.warning(
-                    "kafka session failed (%s: %s); retrying in %.1fs",
-                    type(exc).__name__,
-                    exc,
-                    delay,
-                )
+                self.health.retry(f"retrying after {why}")
+                log.warning("kafka session failed (%s); retrying in %.1fs", why, delay)
             except Exception:
                 # a topic deleted under the session shows up as surprises inside kafka-python
                 # first (a KeyError from ListOffsets, a seek on a partition no longer assigned)
@@ -226,6 +226,17 @@ class Daemon:
             self._beat()  # retrying a broker that is away is alive, only not ready
             self._stop.wait(delay)
         return 0
+
+    def _explain(self, exc: BaseException) -> tuple[str | None, str]:
+        """Why the session failed: advice when no retry can fix it (no bootstrap address
+        answers as Kafka and one answers as something else, reach.py), and the retry's
+        reason, with what each bootstrap address did when none could be bootstrapped from."""
+        why = f"{type(exc).__name__}: {exc}"
+        kafka = self.settings.kafka
+        diagnosis = diagnose(exc, kafka.bootstrap_servers, kafka.security_protocol)
+        if diagnosis is None:
+            return None, why
+        return diagnosis.advice, f"{why}: {diagnosis.hint}"
 
     def _topics_gone(self) -> int | None:
         """Check the topics at once after a surprise: the exit status when one is gone."""
@@ -298,6 +309,9 @@ class Daemon:
         cfg = self.settings
         client = cfg.kafka.client_config(self._stop.client)
         self.stats.sessions += 1
+        # a name that does not resolve fails at once, said by evald (kafka-python would retry
+        # it for its whole bootstrap, logging only its own lines)
+        check_resolves(cfg.kafka.bootstrap_servers)
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         limits = self.topics.start(self._admin)
         self.dead_letters.limit, self.dead_letters.results_limit = limits.dlq, limits.results
