@@ -160,3 +160,38 @@ def test_the_test_broker_answers_the_bootstrap_probe_as_kafka(broker: Broker) ->
     from evald.daemon.reach import probe
 
     assert probe(broker.bootstrap, "PLAINTEXT", 5.0).kind == "kafka"
+
+
+def test_dead_letters_onto_a_dlq_topic_with_a_small_limit_are_each_written_once(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """A DLQ topic accepting 2 KiB: a 20 KB rejected record's letter is truncated to fit (as
+    before), and the letters of small rejected records, which the producer batched up to
+    512 KiB, no longer make batches the topic refuses (the commit waited on them forever)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka_oracle import assert_dead_letters_once
+
+    topics = names(unique)
+    imp, fb = topics["impressions"], topics["feedback"]
+    kafka_tools.create({imp: 1, fb: 1})
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        limit = {"max.message.bytes": "2048"}
+        admin.create_topics([NewTopic(topics["dlq"], 1, 1, topic_configs=limit)])
+    finally:
+        admin.close()
+    kafka_tools.produce_sim(imp, fb, events=1500, seed=16)
+    ts = kafka_tools.read(imp)[-1].timestamp  # in the traffic's event time
+    for topic in (imp, fb):
+        garbage = [b"not json %d" % i + b" " * 200 for i in range(40)]
+        kafka_tools.produce_raw(topic, garbage, timestamp_ms=ts)
+    kafka_tools.produce_raw(imp, [b"{" + b"x" * 20_000], key=b"big-key", timestamp_ms=ts)
+    kafka_tools.produce_sim(imp, fb, events=1500, seed=16, skip=1500)
+    inst = instances()
+    wait_until(lambda: inst.lag_zero(1), 120, "the daemon to catch up")
+    assert inst.terminate() == 0
+    assert assert_dead_letters_once(kafka_tools, unique) == 81
+    (big,) = [r for r in kafka_tools.read(topics["dlq"], committed=True) if r.key == b"big-key"]
+    assert dict(big.headers)["evald-original-size"] == b"20001"
+    assert 0 < len(big.value) < 2048
