@@ -28,8 +28,10 @@ EXAMPLES = """\
   evald run --config /etc/evald/evald.yaml --metrics-address :9464
   EVALD_KAFKA__SASL_PASSWORD=... evald run --config evald.yaml --sasl-username svc
 exit status: 0 stopped by SIGTERM/SIGINT/SIGHUP, 2 invalid settings, the metrics address
-taken, input topics missing, not co-partitioned or changed under the running daemon, or a
-record no retry can write
+taken, input topics missing, not co-partitioned or changed under the running daemon, a record
+no retry can write, kafka.transaction_timeout_ms above the brokers' transaction.max.timeout.ms,
+or bootstrap servers that answer as another service (HTTP, TLS); a broker not reachable (a
+name that does not resolve yet, nothing listening) is retried, said in the log and on /readyz
 """
 
 log = logging.getLogger("evald.daemon")

@@ -1,6 +1,8 @@
 """`evald check-config --connect`: will `evald run` work against these brokers and topics?
 
-Checks, each reported as ok / note / FAIL with what to do: the brokers answer; both input topics
+Checks, each reported as ok / note / FAIL with what to do: the brokers answer;
+``kafka.transaction_timeout_ms`` is within a broker's ``transaction.max.timeout.ms`` (else
+`evald run` exits 2 at its first transaction); both input topics
 exist and are co-partitioned (same partition count); existing output topics have at least that
 many partitions (missing ones are created by `evald run`); and, where the broker reports the
 operations the client is authorized for (KIP-430), that the principal may read the inputs and
@@ -33,6 +35,7 @@ __all__ = [
     "layout_checks",
     "permission_checks",
     "statistics_check",
+    "transaction_timeout_check",
 ]
 
 OK, NOTE, FAIL = "ok", "note", "FAIL"
@@ -213,6 +216,48 @@ def permission_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list
     return out
 
 
+def transaction_timeout_check(settings: Settings, broker_max_ms: int | None) -> Check:
+    """``kafka.transaction_timeout_ms`` against the broker's ``transaction.max.timeout.ms``
+    (None: not reported): the broker refuses a larger one at every start (exit 2)."""
+    ours = settings.kafka.transaction_timeout_ms
+    subject = "kafka.transaction_timeout_ms"
+    if broker_max_ms is None:
+        return Check(NOTE, subject, f"{ours}; the broker did not report transaction.max.timeout.ms")
+    if ours > broker_max_ms:
+        return Check(
+            FAIL,
+            subject,
+            f"{ours} is above the broker's transaction.max.timeout.ms ({broker_max_ms}): the "
+            "broker refuses it (INVALID_TRANSACTION_TIMEOUT); lower kafka.transaction_timeout_ms "
+            "or raise transaction.max.timeout.ms on every broker",
+        )
+    return Check(OK, subject, f"{ours}, within the broker's transaction.max.timeout.ms")
+
+
+def _broker_max_transaction_ms(admin: Any, cluster: Mapping[str, Any]) -> int | None:
+    """One broker's ``transaction.max.timeout.ms``; None when it does not say (no
+    DescribeConfigs permission on the cluster, an old broker)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import KafkaError
+
+    brokers = cluster.get("brokers") or []
+    node = str(brokers[0].get("broker_id", brokers[0].get("node_id"))) if brokers else ""
+    if not node.isdigit():
+        return None
+    try:
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, node)], config_filter="all"
+        )
+    except (KafkaError, ValueError):
+        return None
+    entry = ((described or {}).get("broker", {}).get(node) or {}).get("transaction.max.timeout.ms")
+    value = entry.get("value") if isinstance(entry, dict) else entry
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _topic_info(desc: Mapping[str, Any]) -> TopicInfo:
     code = desc.get("error_code", 0)
     if code == 3:  # UNKNOWN_TOPIC_OR_PARTITION
@@ -263,6 +308,7 @@ def connect_checks(settings: Settings, timeout_s: float) -> list[Check]:
             brokers = len(cluster.get("brokers") or [])
             names = list(dict.fromkeys(name for _, name, _ in _roles(settings)))
             info = describe(admin, names)
+            most_ms = _broker_max_transaction_ms(admin, cluster)
             for setting, name, _ in _roles(settings):
                 if setting in STATISTICS_SETTINGS and info.get(name, TopicInfo(None)).partitions:
                     info[name] = replace(info[name], configs=topic_configs(admin, name))
@@ -273,4 +319,9 @@ def connect_checks(settings: Settings, timeout_s: float) -> list[Check]:
     finally:
         kafka_log.setLevel(level)
     head = Check(OK, "brokers", f"{brokers} broker(s) answered at {servers}")
-    return [head, *layout_checks(settings, info), *permission_checks(settings, info)]
+    return [
+        head,
+        transaction_timeout_check(settings, most_ms),
+        *layout_checks(settings, info),
+        *permission_checks(settings, info),
+    ]

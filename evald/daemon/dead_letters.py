@@ -29,6 +29,7 @@ from evald.decode import Rejection
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "RESULT_TOO_LARGE",
     "DeadLetters",
     "Letter",
     "build_letter",
@@ -43,6 +44,11 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 SLACK_BYTES = 64
 #: the longest key kept on a truncated letter (keys are request ids)
 MAX_TRUNCATED_KEY = 1024
+#: more than one record, in a batch of its own, adds to its key and value (a 61-byte batch
+#: header, the record's varints) plus the slack: a result this much under the limit fits
+RECORD_OVERHEAD = 192
+#: the reason of a result record the results topic would refuse (DeadLetters.divert_result)
+RESULT_TOO_LARGE = "result_too_large"
 
 Headers = list[tuple[str, bytes]]
 
@@ -87,8 +93,9 @@ def build_letter(
     return Letter(key, value[:keep], [*headers, *extra], truncated=True)
 
 
-#: where a record came from: (topic, partition, offset)
-Source = tuple[str, int, int]
+#: where a record came from: (topic, partition, offset); for a result that did not fit the
+#: results topic, (results topic, partition, request id)
+Source = tuple[str, int, int | str]
 
 #: a failed send that says nothing about the letter: the producer itself was fenced (a newer
 #: incarnation, or the broker bumped its epoch); the commit fails with it and the session retries
@@ -110,6 +117,8 @@ class DeadLetters:
         self.topic = topic
         #: the DLQ topic's ``max.message.bytes`` (see :func:`max_message_bytes`)
         self.limit = DEFAULT_MAX_MESSAGE_BYTES
+        #: the results topic's: a larger result is dead-lettered (:meth:`divert_result`)
+        self.results_limit = DEFAULT_MAX_MESSAGE_BYTES
         #: the reasons of the letters sent in the open transaction (counted once it commits)
         self._reasons: list[str] = []
         #: futures of the dead letters sent in the open transaction, with their source
@@ -132,8 +141,57 @@ class DeadLetters:
             ("evald-source-offset", str(record.offset).encode()),
             ("evald-kind", kind.encode()),
         ]
+        self._post(producer, source, record.key, value, headers, reason)
+
+    def divert_result(
+        self, producer: KafkaProducer, topic: str, partition: int, key: bytes, value: bytes
+    ) -> bool:
+        """Dead-letter a result record larger than the results topic accepts (True), else
+        nothing (False). The broker would refuse it and with it the transaction, and the
+        session replaying the same input would fail on it again, forever: the letter carries
+        the whole result (``evald-reason: result_too_large``), in the same transaction."""
+        limit = self.results_limit
+        if len(key) + len(value) + RECORD_OVERHEAD <= limit:
+            return False
+        size = record_size(key, value, [])
+        if size + SLACK_BYTES <= limit:
+            return False
+        detail = f"a result record of {size} bytes; {topic} accepts {limit} (max.message.bytes)"
+        headers = [
+            ("evald-reason", RESULT_TOO_LARGE.encode()),
+            ("evald-detail", detail.encode()),
+            ("evald-source-topic", topic.encode()),
+            ("evald-source-partition", str(partition).encode()),
+            ("evald-kind", b"result"),
+        ]
+        request_id = key.decode(errors="replace")
+        log.warning(
+            "the result of request %.200r (partition %d) is %d bytes, over %s's "
+            "max.message.bytes %d: dead-lettered to %s (%s); raise the topic's "
+            "max.message.bytes, or lower limits.max_labels and limits.max_string_length",
+            request_id,
+            partition,
+            size,
+            topic,
+            limit,
+            self.topic,
+            RESULT_TOO_LARGE,
+        )
+        self._post(producer, (topic, partition, request_id), key, value, headers, RESULT_TOO_LARGE)
+        return True
+
+    def _post(
+        self,
+        producer: KafkaProducer,
+        source: Source,
+        key: bytes | None,
+        value: bytes,
+        headers: Headers,
+        reason: str,
+    ) -> None:
+        """Send one letter, fitted to the DLQ topic (headers only once it was refused)."""
         minimal = source in self._minimal
-        letter = build_letter(record.key, value, headers, self.limit, minimal=minimal)
+        letter = build_letter(key, value, headers, self.limit, minimal=minimal)
         try:
             future = producer.send(
                 self.topic, key=letter.key, value=letter.value, headers=letter.headers
@@ -143,11 +201,11 @@ class DeadLetters:
                 raise self._refused(source, exc) from exc
             # refused before it left (the producer's own size check): headers only, at once
             self._minimal.add(source)
-            self.send(producer, rejection, record, kind)
+            self._post(producer, source, key, value, headers, reason)
             return
         if letter.truncated:
             log.warning(
-                "dead letter for %s/%d@%d truncated to %d of %d bytes (DLQ limit %d)",
+                "dead letter for %s/%s@%s truncated to %d of %d bytes (DLQ limit %d)",
                 *source,
                 len(letter.value),
                 len(value),

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 
 from kafka.errors import (
     AuthorizationError,
+    InvalidTransactionTimeoutError,
+    KafkaError,
     SaslAuthenticationFailedError,
     UnsupportedCodecError,
 )
@@ -75,6 +77,22 @@ def _advice(exc: BaseException) -> str | None:
             "and Write and Describe on its transactional id (evald/<group>/<instance>); see "
             "docs/daemon.md"
         )
+    if _is(exc, InvalidTransactionTimeoutError):
+        return (
+            "the broker refuses evald's transaction timeout (INVALID_TRANSACTION_TIMEOUT): "
+            "kafka.transaction_timeout_ms is above the brokers' transaction.max.timeout.ms "
+            "(900000, 15 minutes, unless changed); lower kafka.transaction_timeout_ms to at "
+            "most that (--set kafka.transaction_timeout_ms=..., "
+            "EVALD_KAFKA__TRANSACTION_TIMEOUT_MS), or raise transaction.max.timeout.ms on "
+            "every broker"
+        )
     if isinstance(exc, SaslAuthenticationFailedError):
         return f"the broker rejected evald's credentials ({exc}): check the kafka.sasl_* settings"
     return None
+
+
+def _is(exc: BaseException, error: type[KafkaError]) -> bool:
+    """``exc`` is ``error``, or kafka-python's plain ``KafkaError`` naming it: the producer
+    reports an unexpected InitProducerId answer as ``KafkaError("Unexpected error in
+    InitProducerIdResponse: [Error 50] InvalidTransactionTimeoutError")``."""
+    return isinstance(exc, error) or (type(exc) is KafkaError and error.__name__ in str(exc))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -13,9 +14,14 @@ from evald.daemon.main.inputs import Inputs
 from evald.daemon.main.merge import KINDS
 from evald.daemon.stats import DaemonStats
 
-__all__ = ["EndOffsets", "Health"]
+__all__ = ["TWIN_FENCES", "TWIN_WINDOW_S", "EndOffsets", "Health"]
 
 log = logging.getLogger("evald.daemon")
+
+#: sessions fenced by another holder of this instance's ids within TWIN_WINDOW_S that mean
+#: another process runs with them (Health.fenced)
+TWIN_FENCES = 3
+TWIN_WINDOW_S = 120.0
 
 
 class EndOffsets(Protocol):
@@ -53,6 +59,9 @@ class Health:
         self.standby = False
         #: since when the joined session owns no partition (None: it owns some, or not joined)
         self._unassigned_since: float | None = None
+        #: when sessions ended fenced by a producer with this instance's transactional id (or
+        #: a member with its static instance id), the last TWIN_WINDOW_S
+        self._fences: deque[float] = deque()
 
     def ready(self, *, connected: bool, waiting: list[int], owned: int) -> tuple[bool, str]:
         """/readyz: joined with partitions (``owned``) or as a standby, every assigned
@@ -142,6 +151,16 @@ class Health:
     def retry(self, why: str) -> None:
         """A session failed (``why``); the next one is tried after a backoff."""
         self.retrying = why
+
+    def fenced(self, now: float) -> int:
+        """A session ended fenced by another holder of this instance's ids: how many did in
+        the last TWIN_WINDOW_S. A takeover or a zombie fences once; two live processes with
+        the same ids fence each other at every session (each one's new producer fences the
+        other's), and neither makes progress."""
+        self._fences.append(now)
+        while self._fences[0] < now - TWIN_WINDOW_S:
+            self._fences.popleft()
+        return len(self._fences)
 
     def broker_lost(self) -> None:
         """The session's clients are being closed: the broker counts as away."""

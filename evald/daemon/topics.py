@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
@@ -25,13 +26,14 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from evald.daemon.dead_letters import max_message_bytes
+from evald.daemon.dead_letters import SLACK_BYTES, max_message_bytes
 from evald.daemon.fatal import Fatal
 from evald.daemon.permissions import acl_command, principal, topic_denied, topic_needs, unauthorized
 from evald.daemon.settings import Settings
 
 __all__ = [
     "TOPIC_CHECK_INTERVAL_S",
+    "OutputLimits",
     "TopicAccessDenied",
     "TopicGuard",
     "TopicLayoutError",
@@ -112,6 +114,21 @@ class TopicShape:
     topic_id: str | None
     partitions: int
     authorized: frozenset[str] | None = None
+
+
+class OutputLimits(NamedTuple):
+    """The largest record batch (``max.message.bytes``) the DLQ, the results and the checkpoint
+    topic accept."""
+
+    dlq: int
+    results: int
+    checkpoints: int
+
+    def batch_bytes(self, most: int) -> int:
+        """The producer's ``batch_size``: at most ``most``, and below every limit, which bounds
+        a whole batch, not a record (a topic accepting 64 KiB refused the batches of 300-byte
+        results that filled the 512 KiB default, each time again)."""
+        return max(1, min(most, *(limit - SLACK_BYTES for limit in self)))
 
 
 class TopicAccessDenied(Exception):
@@ -292,14 +309,15 @@ class TopicGuard:
             ids[self.statistics_name] = self.statistics_id
         return ids
 
-    def start(self, admin: KafkaAdminClient) -> int:
+    def start(self, admin: KafkaAdminClient) -> OutputLimits:
         """Refuse input topics that are missing, not co-partitioned or not those this process
         consumed before, output topics this process wrote that are gone, and topics evald's
-        principal may not use; create missing output topics. Returns the DLQ topic's
-        ``max.message.bytes``."""
+        principal may not use; create missing output topics. Returns the DLQ and results
+        topics' ``max.message.bytes``."""
         self._thread = threading.current_thread()
         topics = self._topics
-        outputs = (topics.results, topics.checkpoint_topic, topics.dlq)
+        ckpt = topics.checkpoint_topic
+        outputs = (topics.results, ckpt, topics.dlq)
         shapes = self._describe(admin, "refusing to start")
         counts = {
             name: None if shape is None else shape.partitions for name, shape in shapes.items()
@@ -318,7 +336,9 @@ class TopicGuard:
         inputs = (topics.impressions, topics.feedback)
         self.inputs = {name: shape for name in inputs if (shape := shapes[name]) is not None}
         self._last_check = self._clock()
-        limit = max_message_bytes(admin, topics.dlq)
+        limits = OutputLimits(
+            *(max_message_bytes(admin, name) for name in (topics.dlq, topics.results, ckpt))
+        )
         create = missing_outputs(counts, outputs)
         if create:
             self._create(admin, create, partitions)
@@ -332,7 +352,7 @@ class TopicGuard:
             self.statistics_id = self._statistics(admin, self.statistics_name)
         self._check_permissions(shapes, "refusing to start")
         self._keep_outputs(shapes)
-        return limit
+        return limits
 
     def _statistics(self, admin: KafkaAdminClient, name: str) -> str | None:
         """Create the statistics topic when it is missing; refuse one that is not compacted

@@ -162,6 +162,24 @@ def test_connect_against_a_real_broker(
     assert f"# FAIL  topics.feedback absent-{unique}: does not exist" in capsys.readouterr().out
 
 
+@pytest.mark.kafka
+def test_connect_fails_a_transaction_timeout_the_broker_refuses(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`evald run` would exit 2 at its producer's InitProducerId: say so before it is run."""
+    imp, fb = f"timp-{unique}", f"tfb-{unique}"
+    kafka_tools.create({imp: 1, fb: 1})
+    base = ["--bootstrap-servers", broker.bootstrap, "--impressions-topic", imp]
+    argv = [*base, "--feedback-topic", fb, "--connect"]
+    # the test broker keeps Kafka's default transaction.max.timeout.ms, 900000
+    assert check_config.run(_parse([*argv, "--set", "kafka.transaction_timeout_ms=900001"])) == 1
+    out = capsys.readouterr().out
+    assert "# FAIL  kafka.transaction_timeout_ms: 900001 is above the broker's " in out
+    assert "transaction.max.timeout.ms (900000)" in out
+    assert check_config.run(_parse(argv)) == 0
+    assert "# ok    kafka.transaction_timeout_ms: 60000, within" in capsys.readouterr().out
+
+
 def test_connect_to_nothing_fails_within_the_timeout(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--bootstrap-servers", f"127.0.0.1:{free_port()}", "--connect"]
     assert check_config.run(_parse([*argv, "--connect-timeout", "1"])) == 1

@@ -166,3 +166,25 @@ def test_a_letter_too_large_for_the_producer_is_sent_again_headers_only() -> Non
     with pytest.raises(Fatal):
         letters.send(producer, REJECTION, RECORD, "impression")  # type: ignore[arg-type]
     assert producer.calls == 2  # the letter, then the headers only
+
+
+def test_a_result_over_the_results_topics_limit_becomes_a_letter_of_it_whole() -> None:
+    letters = DeadLetters("dlq")
+    letters.results_limit = 4096
+    producer = FakeProducer()
+    small, large = b'{"request_id":"r"}', b'{"request_id":"r","labels":"' + b"v" * 5000 + b'"}'
+    assert not letters.divert_result(producer, "res", 2, b"r", small)  # type: ignore[arg-type]
+    assert producer.sent == []
+    assert letters.divert_result(producer, "res", 2, b"r", large)  # type: ignore[arg-type]
+    ((value, headers),) = producer.sent
+    assert value == large
+    assert dict(headers)["evald-reason"] == b"result_too_large"
+    assert dict(headers)["evald-source-partition"] == b"2"
+    assert letters.committed() == ["result_too_large"]  # counted when its transaction commits
+
+
+def test_no_producer_batch_is_larger_than_an_output_topic_accepts() -> None:
+    from evald.daemon.topics import OutputLimits
+
+    assert OutputLimits(DEFAULT_MAX_MESSAGE_BYTES, 4096, 2**20).batch_bytes(512 * 1024) < 4096
+    assert OutputLimits(*[DEFAULT_MAX_MESSAGE_BYTES] * 3).batch_bytes(512 * 1024) == 512 * 1024

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from kafka.errors import (
     GroupAuthorizationFailedError,
+    InvalidTransactionTimeoutError,
     KafkaConnectionError,
+    KafkaError,
     KafkaTimeoutError,
     NotCoordinatorError,
     ProducerFencedError,
@@ -26,6 +28,15 @@ from evald.daemon.fatal import unrecoverable
         (GroupAuthorizationFailedError(), "Read on its consumer group"),
         (TransactionalIdAuthorizationFailedError(), "transactional id"),
         (SaslAuthenticationFailedError(), "kafka.sasl_"),
+        (InvalidTransactionTimeoutError(), "transaction.max.timeout.ms"),
+        # as kafka-python's producer reports it: the error's name inside a plain KafkaError
+        (
+            KafkaError(
+                "Unexpected error in InitProducerIdResponse: [Error 50] "
+                "InvalidTransactionTimeoutError"
+            ),
+            "kafka.transaction_timeout_ms",
+        ),
     ],
 )
 def test_errors_no_retry_can_fix_come_with_what_to_do(exc: Exception, says: str) -> None:

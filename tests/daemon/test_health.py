@@ -58,3 +58,10 @@ def test_the_unassigned_time_counts_only_while_joined() -> None:
     clock.now += 5.0
     health.reset_session()
     assert health.unassigned_for(0) == 0.0 and not health.joined
+
+
+def test_fences_are_counted_over_the_last_two_minutes_only() -> None:
+    """A takeover or a zombie fences once in a while; a twin at every session."""
+    health = Health(DaemonStats(), SettableClock(), stall_timeout_s=60.0)
+    assert [health.fenced(t) for t in (0.0, 1.0, 2.0)] == [1, 2, 3]
+    assert health.fenced(121.5) == 2  # those at 0 and 1 s have left the window

@@ -43,7 +43,7 @@ from kafka.errors import (
 from evald.daemon.backoff import Backoff
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.fatal import Fatal, causes, unrecoverable
-from evald.daemon.health import Health
+from evald.daemon.health import TWIN_FENCES, TWIN_WINDOW_S, Health
 from evald.daemon.kafka_compat import (
     StopEvent,
     close_quietly,
@@ -58,6 +58,7 @@ from evald.daemon.main.rebalance import Rebalance
 from evald.daemon.main.restore import RestoreError, Restorer
 from evald.daemon.main.transaction import Transaction
 from evald.daemon.permissions import explain_denial
+from evald.daemon.reach import check_resolves, diagnose
 from evald.daemon.settings import Settings
 from evald.daemon.stats import DaemonStats
 from evald.daemon.topics import TopicGuard
@@ -88,6 +89,9 @@ FENCING_ERRORS = (
     FencedInstanceIdError,
 )
 
+#: fencing that says another process holds this instance's ids (its transactional id, or its
+#: static member id), not a rebalance
+TWIN_ERRORS = (ProducerFencedError, InvalidProducerEpochError, FencedInstanceIdError)
 
 #: a commit slower than this is logged (the broker was slow; scrapes are served meanwhile)
 SLOW_COMMIT_S = 5.0
@@ -194,23 +198,20 @@ class Daemon:
                 if advice is not None:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
-                # at a stop too (its transaction is lost), and wrapped as kafka-python
-                # wraps a failed transactional request's error in a later send's
-                if any(isinstance(cause, FENCING_ERRORS) for cause in causes(exc)):
-                    with self.stats.lock:
-                        self.stats.fenced_sessions += 1
+                twin = self._fenced(exc)
                 if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
                     log.info("stopping: the session ended on %s (%s)", type(exc).__name__, exc)
                     return 0
+                advice, why = self._explain(exc)
+                if advice is not None:
+                    log.error("evald run: cannot continue: %s", advice)
+                    return 2
+                if twin is not None:  # its own line: the session failures' are cut to 5/min
+                    log.error("evald run: %s", twin)
                 self.health.set_ready(False)
                 delay = self._backoff.next_delay()
-                self.health.retry(f"retrying after {type(exc).__name__}: {exc}")
-                log.warning(
-                    "kafka session failed (%s: %s); retrying in %.1fs",
-                    type(exc).__name__,
-                    exc,
-                    delay,
-                )
+                self.health.retry(f"retrying after {why}" if twin is None else twin)
+                log.warning("kafka session failed (%s); retrying in %.1fs", why, delay)
             except Exception:
                 # a topic deleted under the session shows up as surprises inside kafka-python
                 # first (a KeyError from ListOffsets, a seek on a partition no longer assigned)
@@ -226,6 +227,40 @@ class Daemon:
             self._beat()  # retrying a broker that is away is alive, only not ready
             self._stop.wait(delay)
         return 0
+
+    def _fenced(self, exc: BaseException) -> str | None:
+        """Count a session fenced (at a stop too: its transaction is lost; the error wrapped
+        as kafka-python wraps a failed transactional request's in a later send's). Returns
+        what to do when sessions are fenced again and again by a twin (Health.fenced)."""
+        found = [cause for cause in causes(exc) if isinstance(cause, FENCING_ERRORS)]
+        if not found:
+            return None
+        with self.stats.lock:
+            self.stats.fenced_sessions += 1
+        if not isinstance(found[0], TWIN_ERRORS) or self._stop.is_set():
+            return None
+        fences = self.health.fenced(self.clock())
+        if fences < TWIN_FENCES:
+            return None
+        daemon = self.settings.daemon
+        return (
+            f"{fences} sessions in {TWIN_WINDOW_S:.0f}s were fenced by another holder of this "
+            f"instance's ids (transactional id {daemon.transactional_id()}): another evald "
+            f"runs with daemon.group_id {daemon.group_id!r} and daemon.instance_id "
+            f"{daemon.instance_id!r} (the host name unless set), and each fences the other; "
+            "give every instance its own --instance-id (EVALD_DAEMON__INSTANCE_ID)"
+        )
+
+    def _explain(self, exc: BaseException) -> tuple[str | None, str]:
+        """Why the session failed: advice when no retry can fix it (no bootstrap address
+        answers as Kafka and one answers as something else, reach.py), and the retry's
+        reason, with what each bootstrap address did when none could be bootstrapped from."""
+        why = f"{type(exc).__name__}: {exc}"
+        kafka = self.settings.kafka
+        diagnosis = diagnose(exc, kafka.bootstrap_servers, kafka.security_protocol)
+        if diagnosis is None:
+            return None, why
+        return diagnosis.advice, f"{why}: {diagnosis.hint}"
 
     def _topics_gone(self) -> int | None:
         """Check the topics at once after a surprise: the exit status when one is gone."""
@@ -298,8 +333,12 @@ class Daemon:
         cfg = self.settings
         client = cfg.kafka.client_config(self._stop.client)
         self.stats.sessions += 1
+        # a name that does not resolve fails at once, said by evald (kafka-python would retry
+        # it for its whole bootstrap, logging only its own lines)
+        check_resolves(cfg.kafka.bootstrap_servers)
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
-        self.dead_letters.limit = self.topics.start(self._admin)
+        limits = self.topics.start(self._admin)
+        self.dead_letters.limit, self.dead_letters.results_limit = limits.dlq, limits.results
         engine = self.open_engine()
         if publishes_statistics(engine.config) and self.comparisons is None:
             self._read_comparisons(self._admin, engine)
@@ -308,9 +347,10 @@ class Daemon:
             transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
             max_block_ms=cfg.kafka.request_timeout_ms,
             linger_ms=PRODUCER_LINGER_MS,
-            batch_size=PRODUCER_BATCH_BYTES,
-            # never refuse a dead letter the DLQ topic accepts (letters are fitted to its limit)
-            max_request_size=max(self.dead_letters.limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
+            batch_size=limits.batch_bytes(PRODUCER_BATCH_BYTES),
+            # never refuse a dead letter the DLQ topic accepts (letters are fitted to its
+            # limit) nor a result the results topic does (larger ones are dead-lettered)
+            max_request_size=max(*limits, KAFKA_PYTHON_MAX_REQUEST_SIZE),
             **without_auto_create(),
             **client,
         )

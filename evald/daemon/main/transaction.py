@@ -210,8 +210,10 @@ class Transaction:
         """Send one result inside the open transaction (the engine's ``on_result``)."""
         p = result.partition
         key, value = self._encoder.encode(result)
-        if not self.open:
-            self.begin()
+        producer = self.begin()
+        topic = self._settings.topics.results
+        if self._dead_letters.divert_result(producer, topic, p, key, value):
+            return
         owned = p in self._inputs.parts
         first = not owned or self._interval.sent(p) is None
         tp = self._results_tps.get(p) or self._results_tp(p)

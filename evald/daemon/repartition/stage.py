@@ -81,6 +81,7 @@ from evald.daemon.kafka_compat import (
     without_auto_create,
 )
 from evald.daemon.names import internal_topic, repartition_group, repartition_member
+from evald.daemon.reach import check_resolves, diagnose
 from evald.daemon.repartition.interleave import Interleaver
 from evald.daemon.repartition.rekey import RequestIdReader, Unkeyable, partition_for
 from evald.daemon.settings import Settings
@@ -315,11 +316,17 @@ class Repartitioner:
                 if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
                     log.info("repartition stage stopping: the session ended on %r", exc)
                     return 0
+                kafka = self.settings.kafka
+                found = diagnose(exc, kafka.bootstrap_servers, kafka.security_protocol)
+                if found is not None and found.advice is not None:
+                    why = found.advice
+                    return self._fail(f"evald run: repartition stage cannot continue: {why}")
                 delay = self._backoff.next_delay()
                 log.warning(
-                    "repartition session failed (%s: %s); retrying in %.1fs",
+                    "repartition session failed (%s: %s%s); retrying in %.1fs",
                     type(exc).__name__,
                     exc,
+                    "" if found is None else f": {found.hint}",
                     delay,
                 )
             except Exception:
@@ -342,6 +349,7 @@ class Repartitioner:
     def _session(self) -> None:
         cfg = self.settings
         client = cfg.kafka.client_config(self._stop.client)
+        check_resolves(cfg.kafka.bootstrap_servers)  # evald says so, at once (reach.py)
         self._admin = KafkaAdminClient(bootstrap_timeout_ms=client["request_timeout_ms"], **client)
         self._prepare_topics(self._admin)
         # the static member id in the stage's own group (the transactional id: names.py)

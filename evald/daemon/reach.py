@@ -1,0 +1,179 @@
+"""What is wrong with ``kafka.bootstrap_servers`` when no broker can be reached, said by evald.
+
+kafka-python retries a host that does not resolve or a port nothing listens on for its whole
+bootstrap (``kafka.request_timeout_ms``, 30 s) and logs only its own connection errors; a port
+where something else listens (an HTTP server) costs the same 30 s and says "Request timed out".
+So:
+
+* before a session makes its clients, :func:`check_resolves`: when no bootstrap host resolves,
+  the session fails at once with :class:`BrokerUnreachable` (retried with backoff, its reason in
+  the log and on ``/readyz``). Retried, not fatal: in Kubernetes a Service's DNS name (a
+  StatefulSet pod's name behind a headless Service) resolves only once the Service exists or
+  the pod is ready, and a resolver may be away for a while.
+* after a session failed to bootstrap, :func:`diagnose` connects to every address and, on
+  plaintext listeners, sends Kafka's ApiVersions request. No address answering as Kafka and one
+  answering as something else (an HTTP response, a TLS record) is no retry's to fix: another
+  service stays on that port, so ``evald run`` exits 2 saying so. Otherwise the retry's log line
+  says what each address did (refused, timed out): a broker that is starting or restarting
+  refuses connections for a while.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+from dataclasses import dataclass
+
+from kafka.errors import KafkaError, KafkaTimeoutError
+
+from evald.daemon.fatal import causes
+
+__all__ = ["BrokerUnreachable", "Diagnosis", "Finding", "check_resolves", "diagnose", "probe"]
+
+#: ApiVersions (key 18) version 0: every Kafka broker answers it, before any authentication
+API_VERSIONS_V0 = 18, 0
+CORRELATION_ID = 0x65766164  # "evad"
+#: how long a listener gets to answer ApiVersions before it is asked to finish (a half-close:
+#: an HTTP server answers a request it has read to the end, a broker closes)
+ANSWER_S = 2.0
+#: the longest wait for a connection of the diagnosis
+CONNECT_S = 5.0
+#: what to read of an answer
+PEEK_BYTES = 8
+#: why a name that does not resolve is retried
+LATER = "a name that appears later, such as a Kubernetes Service's, is picked up"
+
+
+class BrokerUnreachable(KafkaError):
+    """No bootstrap host resolves (retried: the name may appear)."""
+
+    retriable = True
+
+    def __str__(self) -> str:  # KafkaError's repeats the class name, which the log line has
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one bootstrap address did: ``kafka`` (answered, or connected on a TLS listener,
+    or accepted and stayed silent), ``unreachable`` (no name, no listener) or ``other`` (a
+    service that is not Kafka); and what to tell the operator about it."""
+
+    address: str
+    kind: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """After a failed bootstrap: ``advice`` (exit 2) when no retry can fix it, else the
+    ``hint`` for the retry's log line."""
+
+    advice: str | None
+    hint: str
+
+
+def check_resolves(servers: list[str]) -> None:
+    """Raise :class:`BrokerUnreachable` when no host of ``servers`` resolves."""
+    failures = []
+    for server in servers:
+        host, port = _split(server)
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            return
+        except (OSError, UnicodeError) as exc:
+            failures.append(f"{server} does not resolve ({_why(exc)})")
+    raise BrokerUnreachable("kafka.bootstrap_servers: " + "; ".join(failures) + f"; {LATER}")
+
+
+def diagnose(exc: BaseException, servers: list[str], protocol: str) -> Diagnosis | None:
+    """What each bootstrap address does, when ``exc`` is a failed bootstrap; else None."""
+    if not any(_bootstrap_failed(cause) for cause in causes(exc)):
+        return None
+    findings = [probe(server, protocol, CONNECT_S) for server in servers]
+    others = [f for f in findings if f.kind == "other"]
+    if others and not any(f.kind == "kafka" for f in findings):
+        advice = (
+            "kafka.bootstrap_servers: "
+            + "; ".join(f"{f.address} {f.why}" for f in others)
+            + ": point kafka.bootstrap_servers (--bootstrap-servers, "
+            "EVALD_KAFKA__BOOTSTRAP_SERVERS) at the brokers' Kafka listener (9092 by default), "
+            "or set kafka.security_protocol to what that listener speaks"
+        )
+        return Diagnosis(advice, "")
+    return Diagnosis(None, "; ".join(f"{f.address} {f.why}" for f in findings))
+
+
+def _bootstrap_failed(exc: BaseException) -> bool:
+    """kafka-python's clients give up bootstrapping with "Unable to bootstrap from [...]"."""
+    return isinstance(exc, KafkaTimeoutError) and "Unable to bootstrap" in str(exc)
+
+
+def _split(server: str) -> tuple[str, int]:
+    host, _, port = server.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _why(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+def probe(server: str, protocol: str, timeout_s: float) -> Finding:
+    """Resolve, connect to and (plaintext listeners) ask ``server`` (HOST:PORT)."""
+    host, port = _split(server)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        return Finding(server, "unreachable", f"does not resolve ({_why(exc)}; {LATER})")
+    refused = "accepts no connection"
+    for family, kind, proto, _, address in infos:
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(timeout_s)
+                sock.connect(address)
+                if protocol in ("SSL", "SASL_SSL"):
+                    return Finding(server, "kafka", "accepts connections")
+                return _ask(sock, server)
+        except OSError as exc:
+            refused = f"accepts no connection ({_why(exc)}: no broker listens there yet)"
+    return Finding(server, "unreachable", refused)
+
+
+def _ask(sock: socket.socket, server: str) -> Finding:
+    """Send ApiVersions and judge the first bytes of the answer."""
+    client_id = b"evald"
+    header = struct.pack(">hhih", *API_VERSIONS_V0, CORRELATION_ID, len(client_id)) + client_id
+    sock.sendall(struct.pack(">i", len(header)) + header)
+    answer = _read(sock, ANSWER_S)
+    if not answer:
+        with contextlib.suppress(OSError):  # the peer closed already: nothing more comes
+            sock.shutdown(socket.SHUT_WR)
+            answer = _read(sock, ANSWER_S)
+    if len(answer) >= 8 and struct.unpack(">i", answer[4:8])[0] == CORRELATION_ID:
+        return Finding(server, "kafka", "answered ApiVersions")
+    if answer.startswith((b"HTTP/", b"<")):  # a status line, or an HTTP/0.9 error page
+        return Finding(server, "other", "answers HTTP, not Kafka (an HTTP server listens there)")
+    if answer[:1].isalpha():  # a text protocol's greeting or error (SSH, SMTP, Redis...)
+        return Finding(server, "other", f"answers {answer!r}..., not Kafka")
+    if answer[:1] in (b"\x15", b"\x16") and answer[1:2] == b"\x03":
+        return Finding(
+            server, "other", "answers TLS: set kafka.security_protocol to SSL or SASL_SSL"
+        )
+    # silent, closed, or bytes of no known kind: the clients find out (and retry)
+    return Finding(server, "kafka", "accepts connections but did not answer ApiVersions")
+
+
+def _read(sock: socket.socket, timeout_s: float) -> bytes:
+    """Up to PEEK_BYTES of what the peer sends within ``timeout_s`` (b"" for nothing)."""
+    sock.settimeout(timeout_s)
+    data = b""
+    try:
+        while len(data) < PEEK_BYTES:
+            chunk = sock.recv(PEEK_BYTES - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    return data

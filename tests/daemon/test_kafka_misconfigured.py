@@ -1,0 +1,219 @@
+"""`evald run` set up wrong in the ways a first hour gets it wrong, on the test broker: what no
+retry can fix exits 2 saying which setting to change, what may fix itself is retried with
+evald's own line, and data that cannot be written is dead-lettered, never looped on."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from kafka_harness import Broker, KafkaTools, wait_until
+from kafka_instances import Instance, names, run_argv, run_to_exit
+from test_hostile_input import log_text
+
+pytestmark = pytest.mark.kafka
+
+
+def test_a_transaction_timeout_above_the_brokers_maximum_exits_2_naming_both_settings(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """The broker refuses the producer's InitProducerId (INVALID_TRANSACTION_TIMEOUT) the same
+    way every time; before, evald retried it forever with a session a second."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    # the test broker keeps Kafka's default transaction.max.timeout.ms, 900000
+    argv = [
+        *run_argv(broker.bootstrap, unique, "127.0.0.1:0"),
+        "--set",
+        "kafka.transaction_timeout_ms=900001",
+    ]
+    proc = run_to_exit(argv)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "kafka.transaction_timeout_ms" in proc.stderr
+    assert "transaction.max.timeout.ms" in proc.stderr
+
+
+def test_a_result_larger_than_the_results_topic_accepts_is_dead_lettered_once(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """A results topic whose max.message.bytes is under what evald's input limits allow (20
+    labels of 300 characters make a 6.5 KB result): before, the broker refused the batch, the
+    transaction failed, and every session replayed the same impression into the same refusal,
+    forever. Now that result goes to the DLQ whole, in the same transaction, counted once."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka_instances import make_settings
+    from kafka_oracle import assert_exactly_once, results_by_id
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        limit = {"max.message.bytes": "4096"}
+        admin.create_topics([NewTopic(topics["results"], 1, 1, topic_configs=limit)])
+    finally:
+        admin.close()
+    imp, fb = topics["impressions"], topics["feedback"]
+    kafka_tools.produce_sim(imp, fb, events=1500, seed=15, clean=True)
+    ts = kafka_tools.read(imp)[-1].timestamp  # in the traffic's event time
+    big = [f"big-{i}" for i in range(3)]
+    labels = {f"l{j:02d}": "v" * 300 for j in range(20)}
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        for rid in big:
+            doc = {"request_id": rid, "ts": ts, "items": ["a", "b"], "labels": labels}
+            producer.send(imp, key=rid.encode(), value=json.dumps(doc).encode(), timestamp_ms=ts)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+    kafka_tools.produce_sim(imp, fb, events=1500, seed=15, skip=1500, clean=True)
+    inst = instances()
+    wait_until(lambda: inst.lag_zero(1), 120, "the daemon to catch up")
+    # clean traffic: these are the only dead letters
+    wait_until(lambda: inst.metric("evald_dlq_records_total") == 3, 60, "three letters counted")
+    assert inst.terminate() == 0
+    config = make_settings(broker.bootstrap, unique).engine_config()
+    expected, _ = kafka_tools.expected(config, imp, fb)
+    assert set(big) <= set(expected)  # the reference scored them: they were finalized
+    fitting = {rid: doc for rid, doc in expected.items() if rid not in big}
+    assert_exactly_once(results_by_id(kafka_tools, topics["results"]), fitting)
+    letters = [
+        letter
+        for letter in kafka_tools.read(topics["dlq"], committed=True)
+        if ("evald-reason", b"result_too_large") in letter.headers
+    ]
+    assert sorted(letter.key.decode() for letter in letters) == big  # each once
+    for letter in letters:
+        headers = {name: value.decode() for name, value in letter.headers}
+        assert headers["evald-kind"] == "result"
+        assert headers["evald-source-topic"] == topics["results"]
+        assert headers["evald-source-partition"] == "0"
+        assert json.loads(letter.value) == expected[letter.key.decode()]  # the whole result
+    assert "raise the topic's max.message.bytes" in log_text(inst)
+
+
+def _not_ready(inst: Instance, said: str) -> bool:
+    """/readyz is red and says ``said``; so does a WARNING of evald's own."""
+    status, reason = inst.get("/readyz")
+    return status == 503 and said in reason and said in _evald_lines(inst)
+
+
+def _evald_lines(inst: Instance) -> str:
+    return "\n".join(x for x in log_text(inst).splitlines() if " evald.daemon: " in x)
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "said"),
+    [
+        ("evald-no-such-broker.invalid:9092", "does not resolve"),
+        ("away", "accepts no connection"),
+    ],
+    ids=["name-does-not-resolve", "nothing-listens"],
+)
+def test_a_broker_not_reachable_is_retried_with_evalds_own_reason(
+    bootstrap: str, said: str, unique: str, tmp_path: Path
+) -> None:
+    """Both can fix themselves (a Kubernetes Service's name resolves once the Service exists; a
+    broker starting refuses connections): retried, with /readyz red and evald's own line
+    saying what is wrong with which address. Before, only kafka-python's lines said it, and
+    evald's said "Unable to bootstrap" once kafka-python gave up (kafka.request_timeout_ms)."""
+    if bootstrap == "away":
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            bootstrap = f"127.0.0.1:{sock.getsockname()[1]}"
+    inst = Instance(
+        bootstrap, unique, "a", tmp_path, extra=("--set", "kafka.request_timeout_ms=2000")
+    )
+    try:
+        wait_until(lambda: _not_ready(inst, said), 30, f"evald to say {said!r}")
+        assert bootstrap in _evald_lines(inst)
+        assert inst.proc.poll() is None  # retrying, not exiting
+        assert inst.terminate() == 0
+    finally:
+        inst.close()
+
+
+def test_a_bootstrap_address_that_answers_http_exits_2(unique: str) -> None:
+    """Another service on the port stays there: no retry fixes that. Before, evald retried
+    forever ("Request timed out" from kafka-python every kafka.request_timeout_ms)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_address[1]}"
+        argv = [*run_argv(address, unique, "127.0.0.1:0"), "--set", "kafka.request_timeout_ms=2000"]
+        proc = run_to_exit(argv)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"{address} answers HTTP, not Kafka" in proc.stderr
+    assert "kafka.bootstrap_servers" in proc.stderr
+
+
+def test_the_test_broker_answers_the_bootstrap_probe_as_kafka(broker: Broker) -> None:
+    """The other side of the check above: a real broker is never taken for another service."""
+    from evald.daemon.reach import probe
+
+    assert probe(broker.bootstrap, "PLAINTEXT", 5.0).kind == "kafka"
+
+
+def test_dead_letters_onto_a_dlq_topic_with_a_small_limit_are_each_written_once(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """A DLQ topic accepting 2 KiB: a 20 KB rejected record's letter is truncated to fit (as
+    before), and the letters of small rejected records, which the producer batched up to
+    512 KiB, no longer make batches the topic refuses (the commit waited on them forever)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka_oracle import assert_dead_letters_once
+
+    topics = names(unique)
+    imp, fb = topics["impressions"], topics["feedback"]
+    kafka_tools.create({imp: 1, fb: 1})
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        limit = {"max.message.bytes": "2048"}
+        admin.create_topics([NewTopic(topics["dlq"], 1, 1, topic_configs=limit)])
+    finally:
+        admin.close()
+    kafka_tools.produce_sim(imp, fb, events=1500, seed=16)
+    ts = kafka_tools.read(imp)[-1].timestamp  # in the traffic's event time
+    for topic in (imp, fb):
+        garbage = [b"not json %d" % i + b" " * 200 for i in range(40)]
+        kafka_tools.produce_raw(topic, garbage, timestamp_ms=ts)
+    kafka_tools.produce_raw(imp, [b"{" + b"x" * 20_000], key=b"big-key", timestamp_ms=ts)
+    kafka_tools.produce_sim(imp, fb, events=1500, seed=16, skip=1500)
+    inst = instances()
+    wait_until(lambda: inst.lag_zero(1), 120, "the daemon to catch up")
+    assert inst.terminate() == 0
+    assert assert_dead_letters_once(kafka_tools, unique) == 81
+    (big,) = [r for r in kafka_tools.read(topics["dlq"], committed=True) if r.key == b"big-key"]
+    assert dict(big.headers)["evald-original-size"] == b"20001"
+    assert 0 < len(big.value) < 2048
+
+
+def test_two_processes_with_one_instance_id_are_told_apart_from_a_takeover(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """Two `evald run` on one host without --instance-id (the host name by default) share a
+    transactional id: each session's producer fences the other's, forever, neither making
+    progress. Before, each said only "kafka session failed (ProducerFencedError)"; now, after
+    the third fence in two minutes, what is wrong and what to do, in the log and on /readyz."""
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
+    kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=1000, seed=17)
+    first, second = instances("twin"), instances("twin")
+    said = "another evald runs with daemon.group_id"
+
+    def told() -> bool:
+        return any(said in log_text(inst) for inst in (first, second))
+
+    wait_until(told, 90, "a twin to be named")
+    (inst,) = [inst for inst in (first, second) if said in log_text(inst)][:1]
+    assert "give every instance its own --instance-id" in log_text(inst)
+    assert first.terminate() == 0 and second.terminate() == 0
