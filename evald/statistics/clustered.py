@@ -54,6 +54,7 @@ __all__ = [
     "effective_users",
     "few_users",
     "mean_variance",
+    "replicates_of",
     "row_width",
     "sketch_variance",
     "sums_of_rows",
@@ -282,11 +283,16 @@ def row_width(replicates: int) -> int:
     return LIST_COLUMNS if replicates == 0 else LIST_COLUMNS + 1 + 2 * replicates
 
 
+def replicates_of(width: int) -> int:
+    """B of a row of ``width`` columns (``row_width``'s inverse; 0: list level)."""
+    return (width - LIST_COLUMNS - 1) // 2 if width > LIST_COLUMNS else 0
+
+
 def sums_of_rows(rows: NDArray[np.float64]) -> list[ClusterSums]:
     """One ``ClusterSums`` per row of an (M, columns) array of sums (``row_width``); rows of 3
     columns (list level, or written before the replicates were kept) have unknown replicates."""
     width = rows.shape[1]
-    replicates = (width - LIST_COLUMNS - 1) // 2 if width > LIST_COLUMNS else 0
+    replicates = replicates_of(width)
     if width != row_width(replicates):
         raise ValueError(f"a row of sums has 3 or 4 + 2B columns, not {width}")
     out = []

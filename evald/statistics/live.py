@@ -23,6 +23,7 @@ import numpy as np
 
 from evald.config import ComparisonConfig, EngineConfig
 from evald.input_rule import time_in_words
+from evald.statistics.clustered import replicates_of
 from evald.statistics.fold import ComparisonState, Key, Rest, alerting_measures, fold_window
 from evald.statistics.gate import ShareGate
 from evald.statistics.shares import Frozen, Labels, Share, add_sums
@@ -150,8 +151,7 @@ class LiveStatistics:
         """Warn once per B when a share was summed with replicates of another B than the
         settings' (``bootstrap_replicates`` changed between two runs): sums of two B add up at
         list level only, so a comparison's sequence stays list level from that window on."""
-        width = sums.shape[1] if sums.ndim == 2 else 0
-        replicates = (width - 4) // 2 if width > 4 else 0
+        replicates = replicates_of(sums.shape[1] if sums.ndim == 2 else 0)
         wanted = self.settings.bootstrap_replicates
         if replicates in (0, wanted) or replicates in self._other_replicates:
             return
