@@ -92,10 +92,13 @@ PLANTED = 400
 PREFIXES = ("evald_comparison_", "evald_cusum_", "evald_interleaving_")
 
 
-def produce(tools: KafkaTools, topics: dict[str, str], start: int, stop: int) -> None:
+def produce(
+    tools: KafkaTools, topics: dict[str, str], start: int, stop: int, pace: float = 0.0
+) -> None:
     """Simulator events ``start..stop`` (3 in 10 requests interleaved), each impression given
     a device, the control arm's android lists reversed, and a malformed impression planted
-    every ``PLANTED`` events."""
+    every ``PLANTED`` events; ``pace``: seconds to wait after every 100 events sent (traffic
+    that keeps flowing while instances stop, start and rebalance)."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=tools.bootstrap, linger_ms=10)
@@ -112,6 +115,9 @@ def produce(tools: KafkaTools, topics: dict[str, str], start: int, stop: int) ->
                     )
             topic = topics["impressions" if event.kind == IMPRESSION else "feedback"]
             producer.send(topic, key=event.key, value=value, timestamp_ms=event.at_ms)
+            if pace and i % 100 == 99:
+                producer.flush(timeout=30)
+                time.sleep(pace)
         producer.flush(timeout=30)
     finally:
         producer.close(timeout=5)
@@ -318,6 +324,12 @@ SHARED = (0, 1, 2, 3)
 #: the simulator events of the rolling restart: a backlog, a chunk during each restart, one
 #: more with both back, and the last one for the process that checks every output
 ROLLING = (3000, 5000, 7000, 8500, 10000)
+#: the traffic during each restart: 100 events every this many seconds, 6 s of traffic that
+#: the stop, the start and both rebalances land in (the revocations commit what was fed)
+PACE = 0.3
+#: the rolled instances commit every 2 s, not every 0.3: a stop or a revocation then finds
+#: work of its own to commit (or to lose, killed) while the traffic flows
+ROLLED = (*EXTRA, "--set", "daemon.commit_interval_ms=2000")
 #: how each of a and b is stopped: one SIGTERM (the clean stop: its revocation commits, the
 #: other takes its partitions at once) and one kill -9 (taken over after the session timeout
 #: from the last commit), in both orders
@@ -328,6 +340,12 @@ def sharing(live: dict[str, Instance]) -> bool:
     """Every instance ready and owning partitions, all of ``SHARED`` owned among them."""
     owned = [inst.owned() for inst in live.values()]
     return all(owned) and set().union(*(mine or set() for mine in owned)) == set(SHARED)
+
+
+def produced(live: dict[str, Instance]) -> float:
+    """Results the instances produced (the first to join may have taken everything so far
+    before the other's join moved partitions to it)."""
+    return sum(inst.metric("evald_results_produced_total") for inst in live.values())
 
 
 def caught_up(live: dict[str, Instance]) -> bool:
@@ -401,20 +419,13 @@ def rolling(
     topics = names(unique)
     tools.create({topics["impressions"]: len(SHARED), topics["feedback"]: len(SHARED)})
     produce(tools, topics, 0, ROLLING[0])
-    live = {name: instances(name, extra=EXTRA) for name in ("a", "b")}
-    wait_until(
-        lambda: (
-            sharing(live)
-            and all(inst.metric("evald_results_produced_total") > 100 for inst in live.values())
-        ),
-        180,
-        "two instances sharing the partitions, results from each",
-    )
+    live = {name: instances(name, extra=ROLLED) for name in ("a", "b")}
+    wait_until(lambda: sharing(live) and produced(live) > 500, 180, "two sharing, results")
     roll(
         live,
-        lambda name: instances(name, extra=EXTRA),
+        lambda name: instances(name, extra=ROLLED),
         stops,
-        lambda i: produce(tools, topics, ROLLING[i], ROLLING[i + 1]),
+        lambda i: produce(tools, topics, ROLLING[i], ROLLING[i + 1], pace=PACE),
     )
     produce(tools, topics, ROLLING[2], ROLLING[3])
     wait_until(lambda: caught_up(live), 180, "both instances caught up")
@@ -461,18 +472,12 @@ def test_ubi_lists_through_a_rolling_restart_of_two_instances(
     kafka_tools.create({topics["impressions"]: len(SHARED), topics["feedback"]: len(SHARED)})
     found = searches(34, 1200, gap_ms=2_000, scroll_ms=60_000)
     produce_ubi(kafka_tools, unique, found, 34)
-    live = {name: instances(name, extra=MAPPING) for name in ("a", "b")}
-    wait_until(
-        lambda: (
-            sharing(live)
-            and all(inst.metric("evald_results_produced_total") > 20 for inst in live.values())
-        ),
-        180,
-        "two instances sharing the partitions, results from each",
-    )
+    rolled = (*MAPPING, *ROLLED[len(EXTRA) :])  # its commits as far apart
+    live = {name: instances(name, extra=rolled) for name in ("a", "b")}
+    wait_until(lambda: sharing(live) and produced(live) > 100, 180, "two sharing, results")
     roll(
         live,
-        lambda name: instances(name, extra=MAPPING),
+        lambda name: instances(name, extra=rolled),
         ORDERS["a-sigterm-b-kill9"],
         lambda i: None,
     )
