@@ -17,6 +17,14 @@ record, each comparison and credit share once on the statistics topic, the compa
 preference series, the examination curve and the debiased click series, and the ``/queries``
 page (drill-down and label attribution). The UBI mapping, another decoder, goes through the
 same restarts in a test of its own.
+
+A rolling restart of two instances sharing four partitions, with the same features and then
+with UBI: ``a`` is stopped and started again while traffic flows, then ``b`` once ``a`` owns
+partitions again, one stop a SIGTERM and the other a kill -9 (both orders); the instances
+commit every 2 s, so that the revocations and stops commit work of their own. Caught up, each
+instance must show the uninterrupted engine's comparison and preference series and the
+examination curve of exactly the partitions it owns; then a last process restores all four
+partitions and every output is checked as above.
 """
 
 from __future__ import annotations
