@@ -73,8 +73,9 @@ test: $(STAMP) tools java
 # comparison shares, the repartition stage through an outage, a test broker whose port was taken,
 # rolling SIGTERM and kill -9 restarts of two instances during replays, six seeded kills of
 # `evald run --mapping ubi` while lists assemble, the zero-feedback signals and the click model
-# through a kill -9, kills around the first interleaving credit share (36 tests; measured figures
-# in docs/performance.md).
+# through a kill -9, kills around the first interleaving credit share, faults while restoring and
+# rolling restarts of two instances with every feature on and with UBI (41 tests; measured
+# figures in docs/performance.md).
 test-chaos: $(STAMP) java
 	$(BIN)/python -m pytest -q -m chaos
 

@@ -17,6 +17,14 @@ record, each comparison and credit share once on the statistics topic, the compa
 preference series, the examination curve and the debiased click series, and the ``/queries``
 page (drill-down and label attribution). The UBI mapping, another decoder, goes through the
 same restarts in a test of its own.
+
+A rolling restart of two instances sharing four partitions, with the same features and then
+with UBI: ``a`` is stopped and started again while traffic flows, then ``b`` once ``a`` owns
+partitions again, one stop a SIGTERM and the other a kill -9 (both orders); the instances
+commit every 2 s, so that the revocations and stops commit work of their own. Caught up, each
+instance must show the uninterrupted engine's comparison and preference series and the
+examination curve of exactly the partitions it owns; then a last process restores all four
+partitions and every output is checked as above.
 """
 
 from __future__ import annotations
@@ -26,7 +34,8 @@ import json
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from itertools import islice
 from typing import Any
@@ -91,10 +100,13 @@ PLANTED = 400
 PREFIXES = ("evald_comparison_", "evald_cusum_", "evald_interleaving_")
 
 
-def produce(tools: KafkaTools, topics: dict[str, str], start: int, stop: int) -> None:
+def produce(
+    tools: KafkaTools, topics: dict[str, str], start: int, stop: int, pace: float = 0.0
+) -> None:
     """Simulator events ``start..stop`` (3 in 10 requests interleaved), each impression given
     a device, the control arm's android lists reversed, and a malformed impression planted
-    every ``PLANTED`` events."""
+    every ``PLANTED`` events; ``pace``: seconds to wait after every 100 events sent (traffic
+    that keeps flowing while instances stop, start and rebalance)."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=tools.bootstrap, linger_ms=10)
@@ -111,6 +123,9 @@ def produce(tools: KafkaTools, topics: dict[str, str], start: int, stop: int) ->
                     )
             topic = topics["impressions" if event.kind == IMPRESSION else "feedback"]
             producer.send(topic, key=event.key, value=value, timestamp_ms=event.at_ms)
+            if pace and i % 100 == 99:
+                producer.flush(timeout=30)
+                time.sleep(pace)
         producer.flush(timeout=30)
     finally:
         producer.close(timeout=5)
@@ -156,14 +171,16 @@ def queries(engine: Engine | None, inst: Instance | None = None) -> Any:
     return json.loads(json.dumps(doc))
 
 
-def restored_clicks(tools: KafkaTools, unique: str) -> Engine:
-    """An engine holding the click models of the committed checkpoints: what a restore loads,
-    beyond which a process counts its debiased series."""
+def restored_clicks(
+    tools: KafkaTools, unique: str, partitions: Iterable[int] = PARTITIONS
+) -> Engine:
+    """An engine holding the click models of the committed checkpoints of ``partitions``:
+    what a restore loads, beyond which a process counts its debiased series."""
     engine = Engine(config())
     assert engine.clicks is not None
     topic = make_settings(tools.bootstrap, unique).topics.checkpoint_topic
     log = {(r.partition, r.offset): r.value for r in tools.read(topic)}
-    for p in PARTITIONS:
+    for p in partitions:
         held = committed_checkpoint(tools, unique, p).state.click_model
         assert held is not None
         ref = SnapshotRef.from_json(held.get("records"))
@@ -225,8 +242,17 @@ def faults(
 def test_kills_while_restoring_and_a_broker_fault_after_the_rebuild_leave_every_output_exact(
     kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
 ) -> None:
-    topics = names(unique)
     last, restored = faults(kafka_tools, unique, instances)
+    assert_every_output_exact(kafka_tools, unique, last, restored)
+
+
+def assert_every_output_exact(
+    kafka_tools: KafkaTools, unique: str, last: Instance, restored: Engine
+) -> None:
+    """Every output of the run equals one uninterrupted engine's (the module doc's list);
+    ``last``: the last process, alone and caught up, stopped here; ``restored``: the click
+    models it restored first, beyond which it counts its debiased series."""
+    topics = names(unique)
     want_engine = kafka_tools.expected(
         config(), topics["impressions"], topics["feedback"], global_statistics=True
     )[1]
@@ -297,3 +323,176 @@ def test_ubi_lists_through_kills_while_restoring_and_a_broker_fault_after_the_re
     assert last.terminate() == 0
     checked = assert_exact_and_meaningful(kafka_tools, unique, found, last)
     print(f"ubi lists through faults while restoring: {checked} lists exactly once")
+
+
+# -- a rolling restart of two instances -------------------------------------------------------
+
+#: four partitions shared by two instances (a, then b, restarted)
+SHARED = (0, 1, 2, 3)
+#: the simulator events of the rolling restart: a backlog, a chunk during each restart, one
+#: more with both back, and the last one for the process that checks every output
+ROLLING = (3000, 5000, 7000, 8500, 10000)
+#: the traffic during each restart: 100 events every this many seconds, 6 s of traffic that
+#: the stop, the start and both rebalances land in (the revocations commit what was fed)
+PACE = 0.3
+#: the rolled instances commit every 2 s, not every 0.3: a stop or a revocation then finds
+#: work of its own to commit (or to lose, killed) while the traffic flows
+APART = ("--set", "daemon.commit_interval_ms=2000")
+ROLLED = (*EXTRA, *APART)
+#: how each of a and b is stopped: one SIGTERM (the clean stop: its revocation commits, the
+#: other takes its partitions at once) and one kill -9 (taken over after the session timeout
+#: from the last commit), in both orders
+ORDERS = {"a-sigterm-b-kill9": ("sigterm", "kill-9"), "a-kill9-b-sigterm": ("kill-9", "sigterm")}
+
+
+def sharing(live: dict[str, Instance]) -> bool:
+    """Every instance ready and owning partitions, all of ``SHARED`` owned among them."""
+    owned = [inst.owned() for inst in live.values()]
+    return all(owned) and set().union(*(mine or set() for mine in owned)) == set(SHARED)
+
+
+def produced(live: dict[str, Instance]) -> float:
+    """Results the instances produced (the first to join may have taken everything so far
+    before the other's join moved partitions to it)."""
+    return sum(inst.metric("evald_results_produced_total") for inst in live.values())
+
+
+def caught_up(live: dict[str, Instance]) -> bool:
+    """Sharing, and every instance with no lag on what it owns."""
+    return sharing(live) and all(inst.lag_zero(len(inst.owned() or ())) for inst in live.values())
+
+
+def assert_each_instance_exact(tools: KafkaTools, unique: str, live: dict[str, Instance]) -> None:
+    """The rolled instances themselves, caught up and sharing the partitions: each shows
+    the comparison, CUSUM and interleaving series of one uninterrupted engine (each reads
+    every instance's shares), and the examination curve of that engine's click models of
+    the partitions it owns (none of a partition it gave away, each it took restored)."""
+    topics = names(unique)
+
+    def uninterrupted() -> Engine:
+        return tools.expected(
+            config(), topics["impressions"], topics["feedback"], global_statistics=True
+        )[1]
+
+    first = uninterrupted()
+    want = samples(generate_latest(build_registry(first, process=False)[0]).decode())
+    for name, inst in live.items():
+        got = lambda inst=inst: samples(inst.get("/metrics")[1])  # noqa: E731
+        try:
+            wait_until(lambda got=got: equal(got(), want), 60, f"{name}'s series")
+        finally:
+            show_differences(got(), want)
+    for i, (name, inst) in enumerate(live.items()):
+        owned = inst.owned() or set()
+        engine = first if i == 0 else uninterrupted()  # one per instance: the others dropped
+        assert engine.clicks is not None
+        for p in set(engine.clicks.models) - owned:
+            engine.clicks.drop(p)
+        curve = examination_curve(engine)
+        assert curve, name
+        wait_until(
+            lambda inst=inst, curve=curve: exported(inst, "evald_click_examination") == curve,
+            60,
+            f"{name}'s examination curve, of partitions {sorted(owned)}",
+        )
+
+
+def roll(
+    live: dict[str, Instance],
+    start: Callable[[str], Instance],
+    stops: tuple[str, str],
+    during: Callable[[int], None],
+) -> None:
+    """The rolling restart: ``a``, then ``b`` once ``a`` is back and owns partitions, each
+    stopped as ``stops`` says and started again at once, ``during(i)`` (more traffic) running
+    on a thread meanwhile; returns once both are back and share the partitions."""
+    with ThreadPoolExecutor(1) as pool:
+        for i, (name, how) in enumerate(zip(("a", "b"), stops, strict=True)):
+            feed = pool.submit(during, i)
+            if how == "kill-9":
+                live[name].kill()
+            else:
+                assert live[name].terminate() == 0
+            live[name] = start(name)
+            feed.result()
+            wait_until(lambda: sharing(live), 180, f"{name} back, both owning partitions")
+
+
+def rolling(
+    tools: KafkaTools, unique: str, instances: Callable[..., Instance], stops: tuple[str, str]
+) -> tuple[Instance, Engine]:
+    """Two instances share four partitions, roll (:func:`roll`, traffic during each
+    restart), take more traffic and stop (SIGTERM); then a last process restores every
+    partition they left and consumes the last chunk alone. Returns it, caught up, and an
+    engine holding the click models it restored."""
+    topics = names(unique)
+    tools.create({topics["impressions"]: len(SHARED), topics["feedback"]: len(SHARED)})
+    produce(tools, topics, 0, ROLLING[0])
+    live = {name: instances(name, extra=ROLLED) for name in ("a", "b")}
+    wait_until(lambda: sharing(live) and produced(live) > 500, 180, "two sharing, results")
+    roll(
+        live,
+        lambda name: instances(name, extra=ROLLED),
+        stops,
+        lambda i: produce(tools, topics, ROLLING[i], ROLLING[i + 1], pace=PACE),
+    )
+    produce(tools, topics, ROLLING[2], ROLLING[3])
+    wait_until(lambda: caught_up(live), 180, "both instances caught up")
+    assert_each_instance_exact(tools, unique, live)
+    for inst in (live["b"], live["a"]):
+        assert inst.terminate() == 0
+    restored = restored_clicks(tools, unique, SHARED)
+    produce(tools, topics, ROLLING[3], ROLLING[4])
+    last = instances("a", extra=EXTRA)
+    wait_until(lambda: last.alone(len(SHARED)), 180, "the last process alone, caught up")
+    return last, restored
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("stops", list(ORDERS.values()), ids=list(ORDERS))
+def test_a_rolling_restart_of_two_instances_leaves_every_output_exact(
+    kafka_tools: KafkaTools,
+    unique: str,
+    instances: Callable[..., Instance],
+    stops: tuple[str, str],
+) -> None:
+    """Every feature on, four partitions shared by two instances: ``a`` is stopped and
+    started again while traffic flows, then ``b`` once ``a`` owns partitions again, one of
+    the stops a SIGTERM and the other a kill -9; more traffic, both stop, and a last process
+    restores all four partitions and takes the last chunk alone. Every output equals one
+    uninterrupted engine's, as after the faults while restoring."""
+    last, restored = rolling(kafka_tools, unique, instances, stops)
+    assert_every_output_exact(kafka_tools, unique, last, restored)
+
+
+@pytest.mark.timeout(600)
+def test_ubi_lists_through_a_rolling_restart_of_two_instances(
+    kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
+) -> None:
+    """The UBI mapping through the same rolling restart (a SIGTERM, then b kill -9) while
+    the two instances work through the records (all produced first: the lists are assembled
+    across records and topics, so chunks cut at a time would reorder them): results exactly
+    once and each equal to the schema oracle's."""
+    from test_kafka_ubi import MAPPING, assert_exact_and_meaningful
+    from test_kafka_ubi import produce as produce_ubi
+    from ubi_fixture import searches
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: len(SHARED), topics["feedback"]: len(SHARED)})
+    found = searches(34, 1200, gap_ms=2_000, scroll_ms=60_000)
+    produce_ubi(kafka_tools, unique, found, 34)
+    rolled = (*MAPPING, *APART)
+    live = {name: instances(name, extra=rolled) for name in ("a", "b")}
+    wait_until(lambda: sharing(live) and produced(live) > 100, 180, "two sharing, results")
+    roll(
+        live,
+        lambda name: instances(name, extra=rolled),
+        ORDERS["a-sigterm-b-kill9"],
+        lambda i: None,
+    )
+    wait_until(lambda: caught_up(live), 180, "both instances caught up")
+    assert live["b"].terminate() == 0
+    wait_until(lambda: live["a"].alone(len(SHARED)), 180, "a alone, caught up")
+    assert live["a"].terminate() == 0  # its shutdown commits the rest
+    checked = assert_exact_and_meaningful(kafka_tools, unique, found, live["a"])
+    print(f"ubi lists through a rolling restart: {checked} lists exactly once")
