@@ -584,9 +584,13 @@ def statistics_policy_problem(name: str, configs: Mapping[str, str] | None) -> s
 def ensure_statistics_topic(admin: KafkaAdminClient, name: str) -> None:
     """Create the statistics topic (evald/daemon/main/comparisons.py) if missing: one partition,
     so its records are read in the order written; compacted, since a share is written once
-    per key and only a partition's newest final mark is needed."""
+    per key and only a partition's newest final mark is needed; Kafka's default
+    ``max.message.bytes`` whatever the broker's, since a share record holds up to
+    ``shares.CELLS_PER_RECORD`` sums (about 250 KiB) and a smaller broker default would refuse
+    it in every session."""
     if name in set(admin.list_topics()):
         return
     log.info("creating statistics topic %s (1 partition, compacted)", name)
+    configs = {"cleanup.policy": "compact", "max.message.bytes": str(DEFAULT_MAX_MESSAGE_BYTES)}
     with contextlib.suppress(TopicAlreadyExistsError):
-        admin.create_topics([NewTopic(name, 1, -1, topic_configs={"cleanup.policy": "compact"})])
+        admin.create_topics([NewTopic(name, 1, -1, topic_configs=configs)])
