@@ -7,8 +7,10 @@ exist and are co-partitioned (same partition count); existing output topics have
 many partitions (missing ones are created by `evald run`); and, where the broker reports the
 operations the client is authorized for (KIP-430), that the principal may read the inputs and
 write the outputs; with comparisons configured, that the statistics topic is compacted (or
-missing: `evald run` creates it so). The decisions are pure functions of the described topics,
-so they are tested without a broker; :func:`connect_checks` only fetches the description.
+missing: `evald run` creates it so); that the checkpoint and dead-letter topics accept the
+largest record evald writes to them (record_limits.py). The decisions are pure functions of
+the described topics, so they are tested without a broker; :func:`connect_checks` only fetches
+the description.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from evald.daemon.names import internal_topic
 from evald.daemon.permissions import STATISTICS_SETTINGS, acl_command, topic_needs
+from evald.daemon.record_limits import needs, shortfall
 from evald.daemon.settings import Settings
 from evald.daemon.topics import (
     TopicLayoutError,
@@ -34,6 +37,7 @@ __all__ = [
     "connect_checks",
     "layout_checks",
     "permission_checks",
+    "record_size_checks",
     "statistics_check",
     "transaction_timeout_check",
 ]
@@ -309,8 +313,10 @@ def connect_checks(settings: Settings, timeout_s: float) -> list[Check]:
             names = list(dict.fromkeys(name for _, name, _ in _roles(settings)))
             info = describe(admin, names)
             most_ms = _broker_max_transaction_ms(admin, cluster)
+            limited = {need.topic for need in needs(settings.topics)}
             for setting, name, _ in _roles(settings):
-                if setting in STATISTICS_SETTINGS and info.get(name, TopicInfo(None)).partitions:
+                wanted = setting in STATISTICS_SETTINGS or name in limited
+                if wanted and info.get(name, TopicInfo(None)).partitions:
                     info[name] = replace(info[name], configs=topic_configs(admin, name))
         except KafkaError as exc:
             return [Check(FAIL, "brokers", f"{servers} answered but then failed: {exc}")]
@@ -323,5 +329,26 @@ def connect_checks(settings: Settings, timeout_s: float) -> list[Check]:
         head,
         transaction_timeout_check(settings, most_ms),
         *layout_checks(settings, info),
+        *record_size_checks(settings, info),
         *permission_checks(settings, info),
     ]
+
+
+def record_size_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Check]:
+    """Existing topics whose ``max.message.bytes`` is below the largest record evald writes to
+    them (record_limits): `evald run` exits 2 at start, naming the same."""
+    out = []
+    for need in needs(settings.topics):
+        configs = info.get(need.topic, TopicInfo(None)).configs or {}
+        try:
+            limit = int(configs["max.message.bytes"])
+        except (KeyError, ValueError):
+            continue  # missing, or not reported: `evald run` checks it again
+        problem = shortfall(need, limit)
+        subject = f"{need.setting} {need.topic}"
+        if problem is None:
+            detail = f"max.message.bytes {limit}, at least the {need.need} evald's records need"
+            out.append(Check(OK, subject, detail))
+        else:
+            out.append(Check(FAIL, subject, problem))
+    return out

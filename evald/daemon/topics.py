@@ -26,9 +26,10 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from evald.daemon.dead_letters import SLACK_BYTES, max_message_bytes
+from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, SLACK_BYTES, max_message_bytes
 from evald.daemon.fatal import Fatal
 from evald.daemon.permissions import acl_command, principal, topic_denied, topic_needs, unauthorized
+from evald.daemon.record_limits import needs, shortfall
 from evald.daemon.settings import Settings
 
 __all__ = [
@@ -312,8 +313,9 @@ class TopicGuard:
     def start(self, admin: KafkaAdminClient) -> OutputLimits:
         """Refuse input topics that are missing, not co-partitioned or not those this process
         consumed before, output topics this process wrote that are gone, and topics evald's
-        principal may not use; create missing output topics. Returns the DLQ and results
-        topics' ``max.message.bytes``."""
+        principal may not use, and output topics whose ``max.message.bytes`` is below what
+        evald's records need; create missing output topics. Returns the DLQ, results and
+        checkpoint topics' ``max.message.bytes``."""
         self._thread = threading.current_thread()
         topics = self._topics
         ckpt = topics.checkpoint_topic
@@ -336,9 +338,6 @@ class TopicGuard:
         inputs = (topics.impressions, topics.feedback)
         self.inputs = {name: shape for name in inputs if (shape := shapes[name]) is not None}
         self._last_check = self._clock()
-        limits = OutputLimits(
-            *(max_message_bytes(admin, name) for name in (topics.dlq, topics.results, ckpt))
-        )
         create = missing_outputs(counts, outputs)
         if create:
             self._create(admin, create, partitions)
@@ -352,6 +351,28 @@ class TopicGuard:
             self.statistics_id = self._statistics(admin, self.statistics_name)
         self._check_permissions(shapes, "refusing to start")
         self._keep_outputs(shapes)
+        # read after creating: a topic evald created has the broker's default, maybe too small
+        return self._limits(admin)
+
+    def _limits(self, admin: KafkaAdminClient) -> OutputLimits:
+        """The output topics' ``max.message.bytes``; a topic whose limit is below the largest
+        record evald writes to it (record_limits) is fatal: the broker would refuse that
+        record's transaction in every session."""
+        topics = self._topics
+        limits = OutputLimits(
+            *(
+                max_message_bytes(admin, name)
+                for name in (topics.dlq, topics.results, topics.checkpoint_topic)
+            )
+        )
+        of = {topics.dlq: limits.dlq, topics.checkpoint_topic: limits.checkpoints}
+        said = [
+            f"{need.setting} {need.topic} {problem}"
+            for need in needs(topics)
+            if (problem := shortfall(need, of[need.topic]))
+        ]
+        if said:
+            raise Fatal(2, "evald run: refusing to start: " + "; and ".join(said))
         return limits
 
     def _statistics(self, admin: KafkaAdminClient, name: str) -> str | None:
@@ -453,10 +474,20 @@ class TopicGuard:
             raise Fatal(2, f"evald run: {verb}: " + "; and ".join(said))
 
     def _create(self, admin: KafkaAdminClient, names: list[str], partitions: int) -> None:
+        """Create the missing output topics; the checkpoint topic with Kafka's default
+        ``max.message.bytes``, whatever the broker's default (its chunks need a quarter of it,
+        record_limits.CHECKPOINT_NEED)."""
         log.info("creating output topics %s with %d partitions", names, partitions)
+        limit = {"max.message.bytes": str(DEFAULT_MAX_MESSAGE_BYTES)}
+        ckpt = self._topics.checkpoint_topic
         try:
             with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics([NewTopic(name, partitions, -1) for name in names])
+                admin.create_topics(
+                    [
+                        NewTopic(name, partitions, -1, topic_configs=limit if name == ckpt else {})
+                        for name in names
+                    ]
+                )
         except (TopicAuthorizationFailedError, ClusterAuthorizationFailedError) as exc:
             grant = acl_command(self._settings, "--cluster", ["CREATE"])
             raise Fatal(
@@ -553,9 +584,13 @@ def statistics_policy_problem(name: str, configs: Mapping[str, str] | None) -> s
 def ensure_statistics_topic(admin: KafkaAdminClient, name: str) -> None:
     """Create the statistics topic (evald/daemon/main/comparisons.py) if missing: one partition,
     so its records are read in the order written; compacted, since a share is written once
-    per key and only a partition's newest final mark is needed."""
+    per key and only a partition's newest final mark is needed; Kafka's default
+    ``max.message.bytes`` whatever the broker's, since a share record holds up to
+    ``shares.CELLS_PER_RECORD`` sums (about 250 KiB) and a smaller broker default would refuse
+    it in every session."""
     if name in set(admin.list_topics()):
         return
     log.info("creating statistics topic %s (1 partition, compacted)", name)
+    configs = {"cleanup.policy": "compact", "max.message.bytes": str(DEFAULT_MAX_MESSAGE_BYTES)}
     with contextlib.suppress(TopicAlreadyExistsError):
-        admin.create_topics([NewTopic(name, 1, -1, topic_configs={"cleanup.policy": "compact"})])
+        admin.create_topics([NewTopic(name, 1, -1, topic_configs=configs)])

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka_harness import Broker, KafkaTools, wait_until
@@ -165,9 +166,10 @@ def test_the_test_broker_answers_the_bootstrap_probe_as_kafka(broker: Broker) ->
 def test_dead_letters_onto_a_dlq_topic_with_a_small_limit_are_each_written_once(
     broker: Broker, kafka_tools: KafkaTools, unique: str, instances: Callable[..., Instance]
 ) -> None:
-    """A DLQ topic accepting 2 KiB: a 20 KB rejected record's letter is truncated to fit (as
-    before), and the letters of small rejected records, which the producer batched up to
-    512 KiB, no longer make batches the topic refuses (the commit waited on them forever)."""
+    """A DLQ topic accepting 6 KiB (evald refuses less, record_limits.DLQ_NEED): a 20 KB
+    rejected record's letter is truncated to fit (as before), and the letters of small
+    rejected records, which the producer batched up to 512 KiB, no longer make batches the
+    topic refuses (the commit waited on them forever)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka_oracle import assert_dead_letters_once
@@ -177,7 +179,7 @@ def test_dead_letters_onto_a_dlq_topic_with_a_small_limit_are_each_written_once(
     kafka_tools.create({imp: 1, fb: 1})
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
-        limit = {"max.message.bytes": "2048"}
+        limit = {"max.message.bytes": "6144"}
         admin.create_topics([NewTopic(topics["dlq"], 1, 1, topic_configs=limit)])
     finally:
         admin.close()
@@ -194,7 +196,7 @@ def test_dead_letters_onto_a_dlq_topic_with_a_small_limit_are_each_written_once(
     assert assert_dead_letters_once(kafka_tools, unique) == 81
     (big,) = [r for r in kafka_tools.read(topics["dlq"], committed=True) if r.key == b"big-key"]
     assert dict(big.headers)["evald-original-size"] == b"20001"
-    assert 0 < len(big.value) < 2048
+    assert 0 < len(big.value) < 6144
 
 
 def test_two_processes_with_one_instance_id_are_told_apart_from_a_takeover(
@@ -217,3 +219,64 @@ def test_two_processes_with_one_instance_id_are_told_apart_from_a_takeover(
     (inst,) = [inst for inst in (first, second) if said in log_text(inst)][:1]
     assert "give every instance its own --instance-id" in log_text(inst)
     assert first.terminate() == 0 and second.terminate() == 0
+
+
+def _topic_limit(admin: Any, topic: str, configs: dict[str, str] | None = None) -> str | None:
+    """The topic's max.message.bytes set on the topic itself (None: the broker's default);
+    ``configs`` are set first."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)
+    if configs:
+        admin.alter_configs([resource])
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    entry = described["topic"][topic].get("max.message.bytes")
+    return None if entry is None else str(entry["value"])
+
+
+def test_an_output_topic_below_evalds_largest_record_exits_2_and_check_config_fails_it(
+    broker: Broker, kafka_tools: KafkaTools, unique: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint topic accepting 64 KiB: the first snapshot's 256 KiB chunk was refused with
+    its transaction in every session, forever (a DLQ below a headers-only letter the same).
+    Now `evald run` exits 2 at start naming the topic, its limit and what evald needs, and
+    check-config --connect fails it; a checkpoint topic evald creates gets Kafka's default
+    limit whatever the broker's."""
+    import argparse
+
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    from evald.daemon import check_config
+    from evald.daemon.record_limits import CHECKPOINT_NEED, DLQ_NEED
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    checkpoints, dlq = f"{topics['results']}.checkpoints", topics["dlq"]
+    argv = run_argv(broker.bootstrap, unique, "127.0.0.1:0")
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        small = {"max.message.bytes": "4096"}
+        admin.create_topics([NewTopic(dlq, 1, 1, topic_configs=small)])
+        proc = run_to_exit(argv, timeout=45)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert f"topics.dlq {dlq} accepts records of at most 4096 bytes" in proc.stderr
+        assert f"max.message.bytes={DLQ_NEED}" in proc.stderr
+        assert _topic_limit(admin, checkpoints) == "1048588"  # created by evald, set explicitly
+        _topic_limit(admin, dlq, {"max.message.bytes": "1048588"})
+        assert _topic_limit(admin, checkpoints, {"max.message.bytes": "65536"}) == "65536"
+    finally:
+        admin.close()
+    proc = run_to_exit(argv, timeout=45)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    named, said = f"topics.checkpoints {checkpoints}", "accepts records of at most 65536 bytes"
+    assert f"{named} {said}" in proc.stderr
+    assert f"--entity-name {checkpoints} --add-config max.message.bytes={CHECKPOINT_NEED}" in (
+        proc.stderr
+    )
+    parser = argparse.ArgumentParser()
+    check_config.configure(parser)
+    assert check_config.run(parser.parse_args([*argv[4:-2], "--connect"])) == 1  # no metrics
+    out = capsys.readouterr().out
+    assert f"# FAIL  {named}: {said}" in out
+    assert f"# ok    topics.dlq {dlq}: max.message.bytes 1048588, at least " in out

@@ -11,7 +11,7 @@ from settable_clock import SettableClock
 
 from evald.daemon.fatal import Fatal
 from evald.daemon.settings import Settings, load_settings
-from evald.daemon.topics import TOPIC_CHECK_INTERVAL_S, TopicGuard
+from evald.daemon.topics import TOPIC_CHECK_INTERVAL_S, TopicGuard, ensure_statistics_topic
 
 ALL = frozenset({"DESCRIBE", "READ", "WRITE", "CREATE", "DELETE", "ALTER"})
 DENIED = "denied"  # the broker refuses to describe the topic (TOPIC_AUTHORIZATION_FAILED)
@@ -172,3 +172,20 @@ def test_a_topic_the_broker_cannot_describe_yet_is_not_taken_for_deleted() -> No
     guard.recheck(admin, clock())  # skipped (logged at debug), not a Fatal
     with pytest.raises(KafkaError, match="describing topic res: error code 5"):
         guard.start(admin)  # a session start retries later
+
+
+def test_the_statistics_topic_is_created_with_kafkas_default_limit_whatever_the_brokers() -> None:
+    """A share record is about 250 KiB: a broker whose message.max.bytes is smaller would give
+    the created topic a limit that refuses it in every session."""
+    created: list[Any] = []
+
+    class StatisticsAdmin:
+        def list_topics(self) -> list[str]:
+            return []
+
+        def create_topics(self, new: list[Any]) -> None:
+            created.extend(new)
+
+    ensure_statistics_topic(StatisticsAdmin(), "stats")  # type: ignore[arg-type]
+    (topic,) = created
+    assert topic.topic_configs == {"cleanup.policy": "compact", "max.message.bytes": "1048588"}

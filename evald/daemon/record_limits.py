@@ -1,0 +1,100 @@
+"""The smallest ``max.message.bytes`` the records evald writes need, topic by topic.
+
+evald keeps its producer's batches under every output topic's limit (topics.OutputLimits), but
+a single record larger than a topic accepts is refused whatever the batch: the transaction
+fails, and the next session writes the same record into the same refusal, forever. Where
+evald's own constants bound a topic's largest record, a limit below it is refused at start
+(exit 2) and by `evald check-config --connect`, naming what to change:
+
+- the checkpoint topic gets snapshot and statistics chunks of ``snapshots.CHUNK_BYTES`` each
+  (no setting shrinks them);
+- the dead-letter topic gets letters cut to fit its limit, but never below the headers-only
+  letter (a detail of at most 4 KiB, a key of at most 1 KiB, the source coordinates).
+
+Results are dead-lettered when too large (dead_letters.DeadLetters.divert_result); statistics
+shares and repartitioned inputs have no bound a constant gives (docs/daemon.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evald.daemon.dead_letters import SLACK_BYTES, build_letter, record_size
+from evald.daemon.main.snapshots import CHUNK_BYTES
+from evald.daemon.settings import TopicSettings
+
+__all__ = ["CHECKPOINT_NEED", "DLQ_NEED", "RecordNeed", "needs", "shortfall"]
+
+#: the longest topic name Kafka allows, digits of the largest partition and offset
+_TOPIC, _PARTITION, _OFFSET = "t" * 249, str(2**31 - 1), str(2**63 - 1)
+
+
+def _checkpoint_need() -> int:
+    """A full chunk under the longest key evald gives one (``<partition>.statistics``)."""
+    key = f"{_PARTITION}.statistics".encode()
+    return record_size(key, b"\0" * CHUNK_BYTES, []) + SLACK_BYTES
+
+
+def _dlq_need() -> int:
+    """The largest headers-only letter (dead_letters.DeadLetters.send's headers at their
+    longest, a reason of up to 64 characters, a key cut to 1 KiB) plus the slack."""
+    headers = [
+        ("evald-reason", b"r" * 64),
+        ("evald-detail", b"d" * 4096),
+        ("evald-source-topic", _TOPIC.encode()),
+        ("evald-source-partition", _PARTITION.encode()),
+        ("evald-source-offset", _OFFSET.encode()),
+        ("evald-kind", b"impression"),
+    ]
+    letter = build_letter(b"k" * 2048, b"v", headers, 0, minimal=True)
+    # the original's size has 10 digits at most (a record of a few GiB), not 1
+    return record_size(letter.key, letter.value, letter.headers) + 9 + SLACK_BYTES
+
+
+#: the smallest max.message.bytes of the checkpoint topic
+CHECKPOINT_NEED = _checkpoint_need()
+#: ... and of the dead-letter topic
+DLQ_NEED = _dlq_need()
+
+
+@dataclass(frozen=True)
+class RecordNeed:
+    """What one topic's ``max.message.bytes`` must be at least, and why."""
+
+    setting: str
+    topic: str
+    need: int
+    records: str
+
+
+def needs(topics: TopicSettings) -> list[RecordNeed]:
+    """The topics whose largest record evald's constants bound, with that bound."""
+    return [
+        RecordNeed(
+            "topics.checkpoints",
+            topics.checkpoint_topic,
+            CHECKPOINT_NEED,
+            f"snapshot and statistics chunks of {CHUNK_BYTES // 1024} KiB",
+        ),
+        RecordNeed(
+            "topics.dlq",
+            topics.dlq,
+            DLQ_NEED,
+            "dead letters, cut to fit but never below their headers",
+        ),
+    ]
+
+
+def shortfall(need: RecordNeed, limit: int) -> str | None:
+    """What is wrong when ``limit`` (the topic's max.message.bytes) is below the need, with the
+    command that fixes it; None when it is not. The caller names the setting and topic."""
+    if limit >= need.need:
+        return None
+    return (
+        f"accepts records of at most {limit} bytes (max.message.bytes) but evald writes "
+        f"records of up to {need.need} bytes to it ({need.records}; no evald setting shrinks "
+        "them): the broker would refuse the transaction holding one, in every session. Raise "
+        f"the topic's limit: kafka-configs.sh --alter --entity-type topics --entity-name "
+        f"{need.topic} --add-config max.message.bytes={need.need} (or more; Kafka's default "
+        "is 1048588)"
+    )

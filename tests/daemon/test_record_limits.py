@@ -1,0 +1,43 @@
+"""The smallest max.message.bytes evald's checkpoint and DLQ topics need, and the check-config
+lines that say so (the broker-side behaviour: test_kafka_misconfigured.py)."""
+
+from __future__ import annotations
+
+from evald.daemon.connect_check import FAIL, OK, TopicInfo, record_size_checks
+from evald.daemon.dead_letters import SLACK_BYTES, build_letter, record_size
+from evald.daemon.main.snapshots import CHUNK_BYTES, chunks
+from evald.daemon.record_limits import CHECKPOINT_NEED, DLQ_NEED
+from evald.daemon.settings import load_settings
+
+
+def test_a_full_snapshot_chunk_under_its_longest_key_fits_the_checkpoint_need() -> None:
+    (chunk, _) = chunks(b"\x7f" * (CHUNK_BYTES + 1))
+    assert record_size(b"2147483647.statistics", chunk, []) + SLACK_BYTES == CHECKPOINT_NEED
+
+
+def test_the_largest_headers_only_letter_fits_the_dlq_need() -> None:
+    headers = [
+        ("evald-reason", b"implausible_timestamp"),
+        ("evald-detail", b"d" * 4096),  # the senders cut it there
+        ("evald-source-topic", b"t" * 249),
+        ("evald-source-partition", b"2147483647"),
+        ("evald-source-offset", b"9223372036854775807"),
+        ("evald-kind", b"impression"),
+    ]
+    letter = build_letter(b"k" * 5000, b"v" * 10_000_000, headers, DLQ_NEED)
+    assert letter.truncated  # to fit, never below its headers (a reason under 64 bytes
+    # and an original size of 8 digits leave room for a few bytes of the value)
+    assert record_size(letter.key, letter.value, letter.headers) + SLACK_BYTES <= DLQ_NEED
+
+
+def test_check_config_fails_a_checkpoint_topic_below_the_need_and_skips_unreported_limits() -> None:
+    settings = load_settings(environ={}, flags={"topics": {"results": "res", "dlq": "dlq"}})
+    info = {
+        "res.checkpoints": TopicInfo(1, configs={"max.message.bytes": str(CHECKPOINT_NEED - 1)}),
+        "dlq": TopicInfo(1, configs={"cleanup.policy": "delete"}),
+    }
+    (check,) = record_size_checks(settings, info)
+    assert (check.status, check.subject) == (FAIL, "topics.checkpoints res.checkpoints")
+    assert f"max.message.bytes={CHECKPOINT_NEED}" in check.detail
+    info["res.checkpoints"] = TopicInfo(1, configs={"max.message.bytes": str(CHECKPOINT_NEED)})
+    assert [c.status for c in record_size_checks(settings, info)] == [OK]
