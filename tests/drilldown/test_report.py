@@ -8,18 +8,16 @@ import json
 import numpy as np
 import pytest
 
-from evald.config import load_config
+from evald.config import EngineConfig, load_config
 from evald.drilldown.report import Scope, query_report
 from evald.engine import Engine, Result
 
 MIN = 60_000
 
 
-def engine_with(degrade_from: int) -> tuple[Engine, list[Result]]:
-    """Two 5-minute windows of lists for 6 queries; from ``degrade_from`` ms, queries "q1" and
-    "q2" get their click at rank 4 instead of 1 (RR 0.25 instead of 1)."""
-    results: list[Result] = []
-    config = load_config(
+def report_config(**extra: object) -> EngineConfig:
+    """RR over 5-minute windows of 1-minute attribution, lists at any event time."""
+    return load_config(
         {
             "min_event_time": 0,
             "max_event_lead": None,
@@ -29,8 +27,16 @@ def engine_with(degrade_from: int) -> tuple[Engine, list[Result]]:
             "windows": ["5m"],
             "label_keys": ["arm"],
             "statistics": {"bootstrap_replicates": 0},
+            **extra,
         }
     )
+
+
+def engine_with(degrade_from: int) -> tuple[Engine, list[Result]]:
+    """Two 5-minute windows of lists for 6 queries; from ``degrade_from`` ms, queries "q1" and
+    "q2" get their click at rank 4 instead of 1 (RR 0.25 instead of 1)."""
+    results: list[Result] = []
+    config = report_config()
     engine = Engine(config, clock=lambda: 0.0, on_result=results.append)
     rng = np.random.default_rng(3)
     for k in range(3_000):

@@ -13,8 +13,8 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from test_report import report_config
 
-from evald.config import load_config
 from evald.drilldown.report import Scope, query_report
 from evald.engine import Engine, Result
 
@@ -26,19 +26,7 @@ def replay(schedule: list[str | None], degraded: set[str], seed: int) -> tuple[d
     """The report's rows of the second window, and the results, for ``schedule`` served in
     each window; the degraded queries' click moves 3 ranks down in the second."""
     results: list[Result] = []
-    config = load_config(
-        {
-            "min_event_time": 0,
-            "max_event_lead": None,
-            "window": "1m",
-            "lateness": "30s",
-            "measures": "RR",
-            "windows": ["5m"],
-            "label_keys": ["arm"],
-            "drilldown": {"capacity": 256, "top": 1000},
-            "statistics": {"bootstrap_replicates": 0},
-        }
-    )
+    config = report_config(drilldown={"capacity": 256, "top": 1000})
     engine = Engine(config, clock=lambda: 0.0, on_result=results.append)
     ranks = np.random.default_rng(seed).integers(0, 4, len(schedule)).tolist()
     step = WINDOW // len(schedule)
