@@ -15,14 +15,15 @@ v = max(m, (1/B) Σ_b (Σ_run ζ_b)²). With v = m that is Page's recursion exac
 step without replicates (the request-level fallback) runs (docs/statistics.md §4).
 
 Treatment against control (``Cusum.step_contrast``) standardizes by a variance pooled over the
-stream rather than the window's own, which with few users per window is noisy and moves with
-the window's mean (a skewed, heavy-tailed z): the window's variance is predicted as
-(Σ_s V_s / Σ_s a_s)·a_t with a = 1/n_minus + 1/n_plus over the windows stepped so far, this one
-included (a self-starting chart: Hawkins, "Self-starting CUSUM charts for location and
-scale", The Statistician 1987). The run's variance is also kept from below by the stream's
-correlation between windows, taken as exchangeable: v ≥ m·(1 + (m − 1)·ρ), with
-ρ = (Φ − 1)/(t − 1) and Φ = (1/B) Σ_b (Σ_s D_b,s)² / Σ_s V_s the stream's design effect over its
-t windows.
+stream when the window's own is smaller, which with few users per window is noisy and moves
+with the window's mean (a skewed, heavy-tailed z): the window's variance is taken as
+max(V_t, (Σ_s w_s V_s / Σ_s w_s a_s)·a_t) with a = 1/n_minus + 1/n_plus over the windows
+stepped so far, this one included, each weighing w_s = 2^(−age/POOL_HALF_LIFE) (a self-starting
+chart: Hawkins, "Self-starting CUSUM charts for location and scale", The Statistician 1987,
+made to forget so that a change of the measure's variance neither alarms nor deafens it for
+good). The run's variance is also kept from below by the stream's correlation between windows
+with replicates, taken as exchangeable: v ≥ m·(1 + (m − 1)·ρ), ρ from the spread of their
+weighted replicate sums (``stream_correlation``).
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ __all__ = [
     "DEFAULT_H",
     "DEFAULT_K",
     "DEFAULT_MIN_N",
+    "POOL_HALF_LIFE",
     "Cusum",
     "cusum_update",
     "difference_z",
+    "forgetting",
     "pooled_variance",
     "run_statistic",
     "siegmund_arl",
@@ -56,6 +59,11 @@ __all__ = [
 DEFAULT_K = 0.5
 DEFAULT_H = 5.0
 DEFAULT_MIN_N = 30
+#: The pooled variance's half-life, in windows: a day of hourly windows, as the baseline's
+#: default ``baseline_windows``. Its pool is worth 1/(1 − 2^(−1/24)) ≈ 35 windows, so its
+#: estimate still varies ~4x less than a window's own, and a change of the measure's variance
+#: is half forgotten in a day.
+POOL_HALF_LIFE = 24.0
 
 
 def standardized_z(window: Moments, mu0: float, sigma0: float) -> float:
@@ -92,15 +100,23 @@ def pooled_variance(
 
 
 def stream_correlation(
-    stream_replicates: ArrayLike, variance_sum: ArrayLike, windows: ArrayLike
+    stream_replicates: ArrayLike, squared_sum: ArrayLike, sd_sum: ArrayLike, windows: ArrayLike
 ) -> NDArray[np.float64]:
-    """ρ = max(0, Φ − 1)/(t − 1), Φ = mean_b (Σ_s D_b,s)² / Σ_s V_s: the correlation between two
-    windows' contrasts implied by the design effect of the stream's t windows (0 for t < 2)."""
+    """ρ = max(0, mean_b S_b² − Q)/(R² − Q): the correlation between two windows' contrasts,
+    taken as exchangeable, implied by the spread of S_b = Σ_s w_s D_b,s, with Q = Σ_s w_s² V_s
+    and R = Σ_s w_s √V_s over the stream's windows with replicates (weights w_s; 0 for fewer
+    than two windows). With w = 1 and equal V it is (Φ − 1)/(t − 1), Φ the design effect."""
     t = np.asarray(windows, dtype=np.float64)
     spread = np.mean(np.square(np.asarray(stream_replicates, dtype=np.float64)), axis=-1)
+    q, r = np.asarray(squared_sum, np.float64), np.asarray(sd_sum, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        rho = np.fmax(0.0, spread / np.asarray(variance_sum, np.float64) - 1.0) / (t - 1.0)
-    return np.where(t > 1, np.nan_to_num(rho), 0.0)
+        rho = np.fmax(0.0, spread - q) / (r * r - q)
+    return np.where(t > 1, np.nan_to_num(rho, posinf=0.0), 0.0)
+
+
+def forgetting(half_life: float) -> float:
+    """The weight a pooled window loses per window: 2^(−1/half-life) (1: never forgets)."""
+    return 2.0 ** (-1.0 / half_life)
 
 
 def run_statistic(
@@ -141,9 +157,11 @@ class Cusum:
 
     ``run_sum``, ``run_windows`` and ``run_replicates`` describe the current run (the windows
     since the statistic was last 0) of a CUSUM fed replicate deviations; a CUSUM never fed any
-    keeps ``run_replicates`` None and follows Page's recursion. ``variance_sum``,
-    ``scale_sum``, ``pooled_windows`` and ``stream_replicates`` (Σ V, Σ a, t and Σ D_b over the
-    windows ``step_contrast`` stepped) are the stream's pooled variance and design effect."""
+    keeps ``run_replicates`` None and follows Page's recursion. ``variance_sum`` and
+    ``scale_sum`` (Σ V and Σ a, each window weighing 2^(−age/half-life)) over the
+    ``pooled_windows`` windows ``step_contrast`` stepped are the stream's pooled variance;
+    ``stream_replicates``, ``replicate_variance``, ``replicate_sd`` (Σ w D_b, Σ w² V, Σ w √V)
+    over its ``replicate_windows`` windows with replicates, its correlation between windows."""
 
     statistic: float = 0.0
     windows: int = 0
@@ -155,6 +173,9 @@ class Cusum:
     scale_sum: float = 0.0
     pooled_windows: int = 0
     stream_replicates: tuple[float, ...] | None = field(default=None, repr=False)
+    replicate_variance: float = 0.0
+    replicate_sd: float = 0.0
+    replicate_windows: int = 0
 
     @property
     def alarmed(self) -> bool:
@@ -185,31 +206,54 @@ class Cusum:
         h: float = DEFAULT_H,
         min_n: int = DEFAULT_MIN_N,
         replicates: NDArray[np.float64] | None = None,
+        half_life: float = POOL_HALF_LIFE,
     ) -> Cusum:
         """Fold one window's contrast (difference, its own variance and, when clustered, its
         replicate deviations D_b) standardized by the stream's pooled variance, this window
-        included; the run's variance kept from below by the stream's correlation."""
+        included and earlier ones weighing half per ``half_life`` windows; the run's variance
+        kept from below by the stream's correlation between windows with replicates."""
         if min(n_minus, n_plus) < min_n or not (math.isfinite(difference) and variance > 0):
             return self
         scale = 1.0 / n_minus + 1.0 / n_plus
+        decay = forgetting(half_life)
         start = self
-        if _other_size(self.stream_replicates, replicates):  # B changed: pool afresh
+        if replicates is not None and (
+            _other_size(self.stream_replicates, replicates)
+            or (self.stream_replicates is None and self.pooled_windows)
+        ):  # B changed, or replicates began: another kind of variance, pooled afresh
             start = replace(self, variance_sum=0.0, scale_sum=0.0, pooled_windows=0)
-            start = replace(start, stream_replicates=None)
+            start = replace(start, stream_replicates=None, replicate_windows=0)
+            start = replace(start, replicate_variance=0.0, replicate_sd=0.0)
         pooled = replace(
             start,
-            variance_sum=start.variance_sum + variance,
-            scale_sum=start.scale_sum + scale,
+            variance_sum=decay * start.variance_sum + variance,
+            scale_sum=decay * start.scale_sum + scale,
             pooled_windows=start.pooled_windows + 1,
         )
-        sd = math.sqrt(float(pooled_variance(pooled.variance_sum, pooled.scale_sum, scale)))
-        if replicates is None:
-            return pooled._advance(difference / sd, None, k, h, 0.0)
-        before = pooled.stream_replicates
-        stream = replicates if before is None else np.asarray(before) + replicates
-        pooled = replace(pooled, stream_replicates=tuple(np.asarray(stream, np.float64).tolist()))
-        rho = float(stream_correlation(stream, pooled.variance_sum, pooled.pooled_windows))
-        return pooled._advance(difference / sd, replicates / sd, k, h, rho)
+        predicted = float(pooled_variance(pooled.variance_sum, pooled.scale_sum, scale))
+        sd = math.sqrt(max(variance, predicted))
+        if replicates is not None:
+            before = pooled.stream_replicates
+            stream = replicates + (0.0 if before is None else decay * np.asarray(before))
+            pooled = replace(
+                pooled,
+                stream_replicates=tuple(np.asarray(stream, np.float64).tolist()),
+                replicate_variance=decay * decay * pooled.replicate_variance + variance,
+                replicate_sd=decay * pooled.replicate_sd + math.sqrt(variance),
+                replicate_windows=pooled.replicate_windows + 1,
+            )
+        rho = 0.0
+        if pooled.stream_replicates is not None:
+            rho = float(
+                stream_correlation(
+                    pooled.stream_replicates,
+                    pooled.replicate_variance,
+                    pooled.replicate_sd,
+                    pooled.replicate_windows,
+                )
+            )
+        deviations = None if replicates is None else replicates / sd
+        return pooled._advance(difference / sd, deviations, k, h, rho)
 
     def _advance(
         self, z: float, replicates: NDArray[np.float64] | None, k: float, h: float, rho: float
@@ -222,10 +266,11 @@ class Cusum:
             before = None
         parts = [np.asarray(x, dtype=np.float64) for x in (before, replicates) if x is not None]
         summed = parts[0] + parts[1] if len(parts) == 2 else parts[0] if parts else None
-        if summed is None:  # Page's recursion, exactly
+        if summed is None and rho == 0.0:  # Page's recursion, exactly
             statistic = float(cusum_update(self.statistic, z, k))
-        else:
-            statistic = float(run_statistic(run_sum, run_windows, summed, k, rho))
+        else:  # a window without replicates adds its z and nothing to the run's deviations
+            spread = np.zeros(1) if summed is None else summed
+            statistic = float(run_statistic(run_sum, run_windows, spread, k, rho))
         windows = self.windows + 1
         alarm = self.alarm_window
         if alarm is None and statistic > h:
@@ -256,6 +301,9 @@ class Cusum:
             doc["pooled_windows"] = self.pooled_windows
         if self.stream_replicates is not None:
             doc["stream_replicates"] = list(self.stream_replicates)
+            doc["replicate_variance"] = self.replicate_variance
+            doc["replicate_sd"] = self.replicate_sd
+            doc["replicate_windows"] = self.replicate_windows
         return doc
 
     @classmethod
@@ -264,7 +312,7 @@ class Cusum:
         them: a state of an older release pools from its next window on)."""
         alarm = data["alarm_window"]
         replicates = data.get("run_replicates")
-        stream = data.get("stream_replicates")
+        stream = data.get("stream_replicates") if "replicate_windows" in data else None
         return cls(
             float(data["statistic"]),
             int(data["windows"]),
@@ -276,6 +324,9 @@ class Cusum:
             float(data.get("scale_sum", 0.0)),
             int(data.get("pooled_windows", 0)),
             None if stream is None else tuple(float(x) for x in stream),
+            float(data.get("replicate_variance", 0.0)),
+            float(data.get("replicate_sd", 0.0)),
+            int(data.get("replicate_windows", 0)),
         )
 
 

@@ -35,7 +35,9 @@ from evald.statistics.clustered import (
     sketch_variance,
 )
 from evald.statistics.cusum import (
+    POOL_HALF_LIFE,
     cusum_update,
+    forgetting,
     pooled_variance,
     run_statistic,
     stream_correlation,
@@ -255,15 +257,16 @@ def _pooled_cusum(
     variance: NDArray[np.float64],
     replicates: NDArray[np.float64] | None,
     counts: tuple[NDArray[np.float64], NDArray[np.float64]],
-    k: float,
-    h: float,
-    min_n: int,
+    limits: tuple[float, float, int],
+    half_life: float,
 ) -> NDArray[np.int64]:
     """Per segment, the first window whose CUSUM is above h (0: never), each window
     standardized by the stream's pooled variance (cusum.Cusum.step_contrast, element-wise)."""
-    shape = difference.shape[:-1]
+    k, h, min_n = limits
+    decay, shape = forgetting(half_life), difference.shape[:-1]
     statistic, run_sum, run_windows = np.zeros(shape), np.zeros(shape), np.zeros(shape)
     variance_sum, scale_sum, pooled = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    squared_sum, sd_sum = np.zeros(shape), np.zeros(shape)
     b = 0 if replicates is None else replicates.shape[-1]
     run, stream = np.zeros((*shape, b)), np.zeros((*shape, b))
     alarm = np.zeros(difference.shape, dtype=bool)
@@ -273,10 +276,11 @@ def _pooled_cusum(
         step = (np.minimum(n_minus, n_plus) >= min_n) & np.isfinite(d) & (v > 0)
         with np.errstate(divide="ignore", invalid="ignore"):
             scale = 1.0 / n_minus + 1.0 / n_plus
-        variance_sum = np.where(step, variance_sum + v, variance_sum)
-        scale_sum = np.where(step, scale_sum + scale, scale_sum)
+        variance_sum = np.where(step, decay * variance_sum + v, variance_sum)
+        scale_sum = np.where(step, decay * scale_sum + scale, scale_sum)
         pooled = np.where(step, pooled + 1, pooled)
-        sd = np.sqrt(np.where(step, pooled_variance(variance_sum, scale_sum, scale), 1.0))
+        predicted = np.fmax(v, pooled_variance(variance_sum, scale_sum, scale))
+        sd = np.sqrt(np.where(step, predicted, 1.0))
         z = np.where(step, d / sd, 0.0)
         fresh = statistic <= 0.0
         run_sum = np.where(step, z + np.where(fresh, 0.0, run_sum), run_sum)
@@ -285,10 +289,12 @@ def _pooled_cusum(
             moved = cusum_update(statistic, z, k)
         else:
             deviations = np.where(step[..., None], replicates[..., t, :], 0.0)
-            stream = stream + deviations
+            stream = np.where(step[..., None], deviations + decay * stream, stream)
+            squared_sum = np.where(step, decay * decay * squared_sum + v, squared_sum)
+            sd_sum = np.where(step, decay * sd_sum + np.sqrt(np.where(step, v, 0.0)), sd_sum)
             grown = np.where(fresh[..., None], 0.0, run) + deviations / sd[..., None]
             run = np.where(step[..., None], grown, run)
-            rho = stream_correlation(stream, variance_sum, pooled)
+            rho = stream_correlation(stream, squared_sum, sd_sum, pooled)
             moved = run_statistic(run_sum, run_windows, run, k, rho)
         statistic = np.where(step, moved, statistic)
         alarm[..., t] = statistic > h
@@ -301,12 +307,13 @@ def cusum_alarms(
     h: float = 5.0,
     min_n: int = 30,
     list_level: bool = False,
+    half_life: float = POOL_HALF_LIFE,
 ) -> NDArray[np.int64]:
     """Per segment, the first window at which the CUSUM of treatment − control (window
     differences standardized by the stream's pooled variance) is above h; 0: never."""
     difference, variance, replicates = _contrast(sums[0], sums[1], list_level)
     counts = (sums[0, ..., 0], sums[1, ..., 0])
-    return _pooled_cusum(difference, variance, replicates, counts, k, h, min_n)
+    return _pooled_cusum(difference, variance, replicates, counts, (k, h, min_n), half_life)
 
 
 def baseline_alarms(

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from evald.statistics.clustered import contrast, sums_of_rows
 from evald.statistics.cusum import (
     Cusum,
     cusum_update,
@@ -18,6 +19,7 @@ from evald.statistics.cusum import (
     stream_correlation,
 )
 from evald.statistics.intervals import Moments
+from evald.statistics.simulation import Traffic, cusum_alarms, simulate
 
 
 def _run_lengths(runs: int, k: float, h: float, drop: float, seed: int) -> np.ndarray:
@@ -77,9 +79,9 @@ def _zero_heavy(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _alarm_share(traffic: list[int], runs: int, seed: int, stale_n: int | None = None) -> float:
-    """Share of runs whose CUSUM (k 0.5, h 5) on treatment − control alarms; A/A data, window w
-    holding traffic[w] lists per arm. ``stale_n`` standardizes by a fixed n instead of the
-    window's own (the negative control)."""
+    """Share of runs whose CUSUM (k 0.5, h 5) on treatment − control (``Cusum.step_contrast``)
+    alarms; A/A data, window w holding traffic[w] lists per arm. ``stale_n`` standardizes each
+    window's own z by a fixed n instead (the negative control)."""
     rng = np.random.default_rng(seed)
     states = [Cusum() for _ in range(runs)]
     for n in traffic:
@@ -89,7 +91,10 @@ def _alarm_share(traffic: list[int], runs: int, seed: int, stale_n: int | None =
         assert z[0] == pytest.approx(difference_z(Moments.of(y[0, 0]), Moments.of(y[0, 1])))
         if stale_n is not None:
             z *= math.sqrt(stale_n / n)
-        states = [state.step(float(z_r), n) for state, z_r in zip(states, z, strict=True)]
+            states = [state.step(float(z_r), n) for state, z_r in zip(states, z, strict=True)]
+        else:  # the daemon's step: the difference and its variance, standardized by the stream's
+            pairs = zip(states, z * se, se * se, strict=True)
+            states = [state.step_contrast(float(d), float(v), n, n) for state, d, v in pairs]
     return sum(s.alarmed for s in states) / runs
 
 
@@ -168,20 +173,33 @@ def test_a_window_is_standardized_by_the_streams_variance_not_its_own() -> None:
     weighs by the stream's: a drop of one pooled SE stays one SE, not ten."""
     state = Cusum()
     for _ in range(99):
-        state = state.step_contrast(0.0, 1.0, 50, 50, k=0.0)
-    state = state.step_contrast(-1.0, 0.01, 50, 50, k=0.0)
+        state = state.step_contrast(0.0, 1.0, 50, 50, k=0.0, half_life=math.inf)
+    state = state.step_contrast(-1.0, 0.01, 50, 50, k=0.0, half_life=math.inf)
     assert state.statistic == pytest.approx(1.0 / math.sqrt(99.01 / 100), rel=1e-12)
     assert Cusum().step(-1.0 / math.sqrt(0.01), 50, k=0.0).statistic == pytest.approx(10.0)
+
+
+def test_a_window_more_varied_than_the_stream_weighs_by_its_own_and_the_pool_forgets() -> None:
+    """A window whose own variance is 4 times the stream's weighs by its own (a drop of 2 own
+    SE counts 1); 24 windows later the stream's variance is half what it was."""
+    steady = Cusum()
+    for _ in range(1000):
+        steady = steady.step_contrast(0.0, 1.0, 50, 50, k=0.0)
+    assert steady.step_contrast(-2.0, 4.0, 50, 50, k=0.0).statistic == pytest.approx(1.0)
+    state = steady
+    for _ in range(24):
+        state = state.step_contrast(0.0, 2.0, 50, 50, k=0.0)
+    assert state.variance_sum / state.scale_sum * 0.04 == pytest.approx(1.5, rel=0.02)
 
 
 def test_the_streams_correlation_between_windows() -> None:
     """Windows whose replicate deviations are all alike correlate at 1; independent ones at
     about 0; one window says nothing."""
     zeta = np.random.default_rng(7).choice([-1.0, 1.0], 100)
-    assert float(stream_correlation(8 * zeta, 8.0, 8)) == pytest.approx(1.0)
+    assert float(stream_correlation(8 * zeta, 8.0, 8.0, 8)) == pytest.approx(1.0)
     independent = np.random.default_rng(8).normal(0.0, 1.0, (8, 4000)).sum(axis=0)
-    assert float(stream_correlation(independent, 8.0, 8)) == pytest.approx(0.0, abs=0.01)
-    assert float(stream_correlation(zeta, 1.0, 1)) == 0.0
+    assert float(stream_correlation(independent, 8.0, 8.0, 8)) == pytest.approx(0.0, abs=0.01)
+    assert float(stream_correlation(zeta, 1.0, 1.0, 1)) == 0.0
     # a run of m windows correlating at 1 weighs √m, not m, even where its replicates say less
     assert float(run_statistic(-4.0, 4, np.zeros(100), 0.0, 1.0)) == pytest.approx(2.0)
 
@@ -201,3 +219,72 @@ def test_the_pooled_state_restores_exactly() -> None:
         state = state.step_contrast(d, v, n, 9 * n, replicates=replicates[i])
         assert restored.step_contrast(d, v, n, 9 * n, replicates=replicates[i]) == state
     assert state.pooled_windows == 40 and state.stream_replicates is not None
+
+
+def _first_alarm(windows: np.ndarray, k: float, h: float) -> int:
+    """The window (from 1; 0: none) at which one stream's CUSUM against control, folded as the
+    daemon folds it, first alarms (2 arms, windows, columns)."""
+    state = Cusum()
+    rows = zip(sums_of_rows(windows[0]), sums_of_rows(windows[1]), strict=True)
+    for i, (c, t) in enumerate(rows, 1):
+        w = contrast(c, t)
+        state = state.step_contrast(w.difference, w.variance, c.n, t.n, k, h, 30, w.replicates)
+        if state.alarmed:
+            return i
+    return 0
+
+
+@pytest.mark.parametrize("list_level", [False, True])
+def test_the_simulations_array_form_steps_as_step_contrast(list_level: bool) -> None:
+    """The figures of docs/statistics.md come from simulation.cusum_alarms: on A/A streams and
+    streams with a drop, each alarms at the window ``Cusum.step_contrast`` alarms at."""
+    aa = simulate(Traffic(users=1500, strength=0.2, windows=40), 3, 9)
+    drop = simulate(Traffic(users=1500, strength=0.2, windows=40, shift=0.2, shift_at=5), 3, 9)
+    sums = np.concatenate([aa, drop], axis=1)
+    if list_level:
+        sums = sums[..., :3]
+    for h in (1.0, 3.0, 5.0):
+        array = cusum_alarms(sums, k=0.25, h=h)
+        stepped = [
+            [_first_alarm(sums[:, i, j], 0.25, h) for j in range(sums.shape[2])]
+            for i in range(sums.shape[1])
+        ]
+        assert array.tolist() == stepped
+    assert (array > 0).any()
+
+
+def test_the_correlation_counts_only_windows_with_replicates() -> None:
+    """Windows correlating at 0.2: the stream's ρ says about 0.2 whether or not a window
+    without replicates follows each, and after 1000 windows without any (replicates began:
+    pooled afresh). It said 0.045 and 0.0005 when those windows counted."""
+    rng = np.random.default_rng(2)
+    shared = rng.normal(size=100)
+
+    def correlated() -> np.ndarray:
+        return math.sqrt(0.2) * shared + math.sqrt(0.8) * rng.normal(size=100)
+
+    mixed, late = Cusum(), Cusum()
+    for _ in range(1000):
+        late = late.step_contrast(0.0, 1.0, 100, 100)
+    for _ in range(200):
+        mixed = mixed.step_contrast(0.0, 1.0, 100, 100, replicates=correlated())
+        mixed = mixed.step_contrast(0.0, 1.0, 100, 100)
+        late = late.step_contrast(0.0, 1.0, 100, 100, replicates=correlated())
+    for state in (mixed, late):
+        sums = (state.replicate_variance, state.replicate_sd, state.replicate_windows)
+        assert 0.1 < float(stream_correlation(state.stream_replicates, *sums)) < 0.3
+    assert late.replicate_windows == late.pooled_windows == 200
+
+
+def test_a_window_without_replicates_in_a_run_keeps_the_streams_correlation() -> None:
+    """Windows moving as one (ρ = 1): a sixth window of the run without replicates counts as
+    the run's correlation says, √6 for 6 drops of one SE, as with its replicates (ρ = 0 made
+    it 6·√(6/25))."""
+    alike = np.random.default_rng(3).choice([-1.0, 1.0], 100)
+    state = Cusum()
+    for _ in range(5):
+        state = state.step_contrast(-1.0, 1.0, 100, 100, k=0.0, replicates=alike)
+    assert state.statistic == pytest.approx(math.sqrt(5))
+    without = state.step_contrast(-1.0, 1.0, 100, 100, k=0.0)
+    with_them = state.step_contrast(-1.0, 1.0, 100, 100, k=0.0, replicates=alike)
+    assert without.statistic == pytest.approx(with_them.statistic) == pytest.approx(math.sqrt(6))

@@ -134,7 +134,7 @@ def test_the_cusum_of_a_ten_percent_arm_of_ordinary_traffic_holds_its_run_length
     """The 10% arm's windows (~80 lists worth ~20 users, no heavy user) step; standardized by
     their own variance, which moves with their mean, the CUSUM against control alarmed in 11%
     of A/A streams (its run length promising 3%). By the stream's pooled variance and the
-    stream's correlation between windows: within the limit (4.1% over 750 streams)."""
+    stream's correlation between windows: within the limit (3.7% over 750 streams)."""
     sums = simulate(Traffic(strength=0.2, segments=1, treatment_share=0.1), STREAMS, 32)
     assert (cusum_alarms(sums) > 0).mean() <= limit(0.0297)
     # the negative control: the same windows, each standardized by its own variance
@@ -156,7 +156,7 @@ def own_variance_cusum(windows: np.ndarray) -> Cusum:
 def test_ordinary_heavy_tailed_traffic_keeps_every_window_and_its_power() -> None:
     """1,500 users over 34 windows and 2 surfaces: ~66 lists per arm, surface and window, worth
     ~27 users. Almost no window is withheld (1 of 13,600), A/A stays within the run length's
-    share, and a 30% drop from window 18 alarms in 90% of streams (95.5% by each window's own
+    share, and a 30% drop from window 18 alarms in 91% of streams (95.5% by each window's own
     variance, which also alarmed more in A/A; a guard at 30 users withheld 63% of the windows
     and alarmed in 6%)."""
     aa = simulate(Traffic(users=1500, strength=0.2), 100, 9)
