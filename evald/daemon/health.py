@@ -1,4 +1,6 @@
-"""What /readyz and /healthz say about the loop: readiness, the stall signal and the lag probe."""
+"""What /readyz and /healthz say about the loop: readiness, the stall signal, the lag probe,
+and the counts behind naming a second process with this instance's ids and a bootstrap
+address that is another service (reach.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from kafka.errors import KafkaError
 
 from evald.daemon.main.inputs import Inputs
 from evald.daemon.main.merge import KINDS
+from evald.daemon.reach import Misdirected
 from evald.daemon.stats import DaemonStats
 
 __all__ = ["TWIN_FENCES", "TWIN_WINDOW_S", "EndOffsets", "Health"]
@@ -62,6 +65,8 @@ class Health:
         #: when sessions ended fenced by a producer with this instance's transactional id (or
         #: a member with its static instance id), the last TWIN_WINDOW_S
         self._fences: deque[float] = deque()
+        #: failed bootstraps in a row on which every address answered as another service
+        self.misdirected = Misdirected()
 
     def ready(self, *, connected: bool, waiting: list[int], owned: int) -> tuple[bool, str]:
         """/readyz: joined with partitions (``owned``) or as a standby, every assigned

@@ -138,21 +138,30 @@ def test_a_broker_not_reachable_is_retried_with_evalds_own_reason(
         inst.close()
 
 
-def test_a_bootstrap_address_that_answers_http_exits_2(unique: str) -> None:
-    """Another service on the port stays there: no retry fixes that. Before, evald retried
-    forever ("Request timed out" from kafka-python every kafka.request_timeout_ms)."""
+def test_a_bootstrap_address_that_answers_http_is_named_and_a_stop_exits_0(
+    unique: str, tmp_path: Path
+) -> None:
+    """Another service on the port: named at the first failed bootstrap in evald's line and on
+    /readyz (before, kafka-python's "Request timed out" every kafka.request_timeout_ms). The
+    exit 2 comes only after three such bootstraps over a minute (test_reach.py): an address
+    answering HTTP for a while is also what a proxy does while a broker restarts. A stop while
+    it retries (and diagnoses) exits 0."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    inst = Instance(
+        address, unique, "a", tmp_path, extra=("--set", "kafka.request_timeout_ms=2000")
+    )
     try:
-        address = f"127.0.0.1:{server.server_address[1]}"
-        argv = [*run_argv(address, unique, "127.0.0.1:0"), "--set", "kafka.request_timeout_ms=2000"]
-        proc = run_to_exit(argv)
+        said = "every address answers as another service"
+        wait_until(lambda: _not_ready(inst, said), 30, f"evald to say {said!r}")
+        assert f"{address} answers HTTP, not Kafka" in _evald_lines(inst)
+        assert inst.proc.poll() is None  # retrying, not exiting
+        assert inst.terminate() == 0
     finally:
+        inst.close()
         server.shutdown()
         server.server_close()
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert f"{address} answers HTTP, not Kafka" in proc.stderr
-    assert "kafka.bootstrap_servers" in proc.stderr
 
 
 def test_the_test_broker_answers_the_bootstrap_probe_as_kafka(broker: Broker) -> None:

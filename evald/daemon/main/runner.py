@@ -199,10 +199,12 @@ class Daemon:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
                 twin = self._fenced(exc)
-                if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
+                advice, why = self._explain(exc)
+                # e.g. the stop ended a bootstrap, or came during the diagnosis: nothing to
+                # retry, and nothing to exit 2 for
+                if self._stop.is_set():
                     log.info("stopping: the session ended on %s (%s)", type(exc).__name__, exc)
                     return 0
-                advice, why = self._explain(exc)
                 if advice is not None:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
@@ -218,6 +220,7 @@ class Daemon:
                 status = self._topics_gone()
                 if status is not None:
                     return status
+                self.health.misdirected.reset()  # this session got past its bootstrap
                 # never die on a surprise: the state is in Kafka, a new session restores it
                 self.health.set_ready(False)
                 delay = self._backoff.next_delay()
@@ -252,15 +255,17 @@ class Daemon:
         )
 
     def _explain(self, exc: BaseException) -> tuple[str | None, str]:
-        """Why the session failed: advice when no retry can fix it (no bootstrap address
-        answers as Kafka and one answers as something else, reach.py), and the retry's
+        """Why the session failed: advice when no retry can fix it (every bootstrap address
+        answered as another service, bootstrap after bootstrap: reach.py), and the retry's
         reason, with what each bootstrap address did when none could be bootstrapped from."""
         why = f"{type(exc).__name__}: {exc}"
         kafka = self.settings.kafka
-        diagnosis = diagnose(exc, kafka.bootstrap_servers, kafka.security_protocol)
-        if diagnosis is None:
+        found = diagnose(exc, kafka.bootstrap_servers, kafka.security_protocol, self._stop)
+        if found is None:
+            self.health.misdirected.reset()
             return None, why
-        return diagnosis.advice, f"{why}: {diagnosis.hint}"
+        advice, hint = self.health.misdirected.judge(found, self.clock())
+        return advice, f"{why}: {hint}"
 
     def _topics_gone(self) -> int | None:
         """Check the topics at once after a surprise: the exit status when one is gone."""
