@@ -43,7 +43,7 @@ from kafka.errors import (
 from evald.daemon.backoff import Backoff
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.fatal import Fatal, causes, unrecoverable
-from evald.daemon.health import TWIN_FENCES, TWIN_WINDOW_S, Health
+from evald.daemon.health import TWIN_FENCES, Health
 from evald.daemon.kafka_compat import (
     StopEvent,
     close_quietly,
@@ -208,8 +208,8 @@ class Daemon:
                 if advice is not None:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
-                if twin is not None:  # its own line: the session failures' are cut to 5/min
-                    log.error("evald run: %s", twin)
+                if twin is not None and self.health.twin_due(self.clock()):
+                    log.error("evald run: %s", twin)  # also on /readyz, at every fence
                 self.health.set_ready(False)
                 delay = self._backoff.next_delay()
                 self.health.retry(f"retrying after {why}" if twin is None else twin)
@@ -242,14 +242,14 @@ class Daemon:
             self.stats.fenced_sessions += 1
         if not isinstance(found[0], TWIN_ERRORS) or self._stop.is_set():
             return None
-        fences = self.health.fenced(self.clock())
+        fences = self.health.fenced(self.stats.commits)
         if fences < TWIN_FENCES:
             return None
         daemon = self.settings.daemon
         return (
-            f"{fences} sessions in {TWIN_WINDOW_S:.0f}s were fenced by another holder of this "
-            f"instance's ids (transactional id {daemon.transactional_id()}): another evald "
-            f"runs with daemon.group_id {daemon.group_id!r} and daemon.instance_id "
+            f"{fences} sessions in a row, with no commit between them, were fenced by another "
+            f"holder of this instance's ids (transactional id {daemon.transactional_id()}): "
+            f"another evald runs with daemon.group_id {daemon.group_id!r} and daemon.instance_id "
             f"{daemon.instance_id!r} (the host name unless set), and each fences the other; "
             "give every instance its own --instance-id (EVALD_DAEMON__INSTANCE_ID)"
         )
