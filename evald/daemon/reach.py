@@ -241,7 +241,8 @@ def _ask(sock: socket.socket, server: str) -> Finding:
     if len(answer) >= 8 and struct.unpack(">i", answer[4:8])[0] == CORRELATION_ID:
         return Finding(server, "kafka", "answered ApiVersions")
     if answer.startswith((b"HTTP/", b"<")):  # a status line, or an HTTP/0.9 error page
-        return Finding(server, "other", "answers HTTP, not Kafka (an HTTP server listens there)")
+        why = "an HTTP server listens there, or a proxy answers for an address it cannot reach"
+        return Finding(server, "other", f"answers HTTP, not Kafka ({why})")
     if answer[:1].isalpha():  # a text protocol's greeting or error (SSH, SMTP, Redis...)
         return Finding(server, "other", f"answers {answer!r}..., not Kafka")
     if answer[:1] in (b"\x15", b"\x16") and answer[1:2] == b"\x03":
