@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from evald.daemon.broker_config import described_int
 from evald.daemon.names import internal_topic
 from evald.daemon.permissions import STATISTICS_SETTINGS, acl_command, topic_needs
 from evald.daemon.record_limits import needs, shortfall
@@ -241,25 +242,11 @@ def transaction_timeout_check(settings: Settings, broker_max_ms: int | None) -> 
 def _broker_max_transaction_ms(admin: Any, cluster: Mapping[str, Any]) -> int | None:
     """One broker's ``transaction.max.timeout.ms``; None when it does not say (no
     DescribeConfigs permission on the cluster, an old broker)."""
-    from kafka.admin import ConfigResource, ConfigResourceType
-    from kafka.errors import KafkaError
-
     brokers = cluster.get("brokers") or []
     node = str(brokers[0].get("broker_id", brokers[0].get("node_id"))) if brokers else ""
     if not node.isdigit():
         return None
-    try:
-        described = admin.describe_configs(
-            [ConfigResource(ConfigResourceType.BROKER, node)], config_filter="all"
-        )
-    except (KafkaError, ValueError):
-        return None
-    entry = ((described or {}).get("broker", {}).get(node) or {}).get("transaction.max.timeout.ms")
-    value = entry.get("value") if isinstance(entry, dict) else entry
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+    return described_int(admin, "broker", node, "transaction.max.timeout.ms")
 
 
 def _topic_info(desc: Mapping[str, Any]) -> TopicInfo:

@@ -24,6 +24,7 @@ from kafka.errors import (
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from evald.daemon.broker_config import described_int
 from evald.daemon.fatal import Fatal
 from evald.decode import Rejection
 
@@ -255,18 +256,5 @@ class DeadLetters:
 def max_message_bytes(admin: Any, topic: str) -> int:
     """The topic's ``max.message.bytes``; Kafka's default when the broker does not say (tansu
     answers with no configs) or the topic does not exist yet."""
-    from kafka.admin import ConfigResource, ConfigResourceType
-
-    try:
-        described = admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"
-        )
-    except Exception:  # an old broker, no DescribeConfigs ACL: the default is the honest guess
-        return DEFAULT_MAX_MESSAGE_BYTES
-    entries = (described or {}).get("topic", {}).get(topic) or {}
-    entry = entries.get("max.message.bytes")
-    value = entry.get("value") if isinstance(entry, dict) else entry
-    try:
-        return int(value) if value is not None else DEFAULT_MAX_MESSAGE_BYTES
-    except (TypeError, ValueError):
-        return DEFAULT_MAX_MESSAGE_BYTES
+    limit = described_int(admin, "topic", topic, "max.message.bytes")
+    return DEFAULT_MAX_MESSAGE_BYTES if limit is None else limit

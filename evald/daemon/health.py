@@ -1,9 +1,10 @@
-"""What /readyz and /healthz say about the loop: readiness, the stall signal and the lag probe."""
+"""What /readyz and /healthz say about the loop: readiness, the stall signal, the lag probe,
+and the counts behind naming a second process with this instance's ids and a bootstrap
+address that is another service (reach.py)."""
 
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -12,16 +13,19 @@ from kafka.errors import KafkaError
 
 from evald.daemon.main.inputs import Inputs
 from evald.daemon.main.merge import KINDS
+from evald.daemon.reach import Misdirected
 from evald.daemon.stats import DaemonStats
 
-__all__ = ["TWIN_FENCES", "TWIN_WINDOW_S", "EndOffsets", "Health"]
+__all__ = ["TWIN_FENCES", "TWIN_LOG_S", "EndOffsets", "Health"]
 
 log = logging.getLogger("evald.daemon")
 
-#: sessions fenced by another holder of this instance's ids within TWIN_WINDOW_S that mean
-#: another process runs with them (Health.fenced)
+#: sessions fenced in a row by another holder of this instance's ids, no commit between them,
+#: that mean another process runs with them (Health.fenced). Counted by commits, not in a
+#: time window: a twin's fence cycle (rejoin, restore, backoff) may take minutes
 TWIN_FENCES = 3
-TWIN_WINDOW_S = 120.0
+#: the ERROR naming a twin is logged at most this often (/readyz says it at every fence)
+TWIN_LOG_S = 300.0
 
 
 class EndOffsets(Protocol):
@@ -59,9 +63,14 @@ class Health:
         self.standby = False
         #: since when the joined session owns no partition (None: it owns some, or not joined)
         self._unassigned_since: float | None = None
-        #: when sessions ended fenced by a producer with this instance's transactional id (or
-        #: a member with its static instance id), the last TWIN_WINDOW_S
-        self._fences: deque[float] = deque()
+        #: sessions ended in a row fenced by a producer with this instance's transactional id
+        #: (or a member with its static instance id), and the commit count at the last one
+        self._fences = 0
+        self._commits_at_fence = 0
+        #: when the ERROR naming a twin was last logged
+        self._twin_logged: float | None = None
+        #: failed bootstraps in a row on which every address answered as another service
+        self.misdirected = Misdirected()
 
     def ready(self, *, connected: bool, waiting: list[int], owned: int) -> tuple[bool, str]:
         """/readyz: joined with partitions (``owned``) or as a standby, every assigned
@@ -152,15 +161,23 @@ class Health:
         """A session failed (``why``); the next one is tried after a backoff."""
         self.retrying = why
 
-    def fenced(self, now: float) -> int:
-        """A session ended fenced by another holder of this instance's ids: how many did in
-        the last TWIN_WINDOW_S. A takeover or a zombie fences once; two live processes with
-        the same ids fence each other at every session (each one's new producer fences the
-        other's), and neither makes progress."""
-        self._fences.append(now)
-        while self._fences[0] < now - TWIN_WINDOW_S:
-            self._fences.popleft()
-        return len(self._fences)
+    def fenced(self, commits: int) -> int:
+        """A session ended fenced by another holder of this instance's ids, ``commits``
+        transactions committed so far: how many sessions were in a row with no commit
+        between them. A takeover or a zombie fences once, and the next session commits; two
+        live processes with the same ids fence each other at every session (each one's new
+        producer fences the other's), and neither commits."""
+        if commits != self._commits_at_fence:
+            self._fences, self._commits_at_fence = 0, commits
+        self._fences += 1
+        return self._fences
+
+    def twin_due(self, now: float) -> bool:
+        """Whether to log the ERROR naming a twin now: at most every TWIN_LOG_S."""
+        if self._twin_logged is not None and now - self._twin_logged < TWIN_LOG_S:
+            return False
+        self._twin_logged = now
+        return True
 
     def broker_lost(self) -> None:
         """The session's clients are being closed: the broker counts as away."""

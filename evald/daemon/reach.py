@@ -10,26 +10,42 @@ So:
   the log and on ``/readyz``). Retried, not fatal: in Kubernetes a Service's DNS name (a
   StatefulSet pod's name behind a headless Service) resolves only once the Service exists or
   the pod is ready, and a resolver may be away for a while.
-* after a session failed to bootstrap, :func:`diagnose` connects to every address and, on
-  plaintext listeners, sends Kafka's ApiVersions request. No address answering as Kafka and one
-  answering as something else (an HTTP response, a TLS record) is no retry's to fix: another
-  service stays on that port, so ``evald run`` exits 2 saying so. Otherwise the retry's log line
-  says what each address did (refused, timed out): a broker that is starting or restarting
-  refuses connections for a while.
+* after a session failed to bootstrap, :func:`diagnose` connects to every address at once
+  (under one deadline that a stop ends) and, on plaintext listeners, sends Kafka's
+  ApiVersions request. The retry's log line and ``/readyz`` say what each address did
+  (refused, timed out, answered as another service). :class:`Misdirected` turns it into an
+  exit 2 only when *every* address answered as another service (an HTTP response, a TLS
+  record) on MISDIRECTED_TIMES failed bootstraps in a row spanning MISDIRECTED_SPAN_S: one
+  address answering HTTP while the others refuse is a stale entry (kafka-python bootstraps
+  from the others once they are up), and an address that answers HTTP for a while is also
+  what an egress proxy or a pod IP handed to another pod during a broker's reschedule does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import struct
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafka.errors import KafkaError, KafkaTimeoutError
 
 from evald.daemon.fatal import causes
+from evald.daemon.settings import host_port
 
-__all__ = ["BrokerUnreachable", "Diagnosis", "Finding", "check_resolves", "diagnose", "probe"]
+__all__ = [
+    "BrokerUnreachable",
+    "Diagnosis",
+    "Finding",
+    "Misdirected",
+    "check_resolves",
+    "diagnose",
+    "probe",
+]
 
 #: ApiVersions (key 18) version 0: every Kafka broker answers it, before any authentication
 API_VERSIONS_V0 = 18, 0
@@ -39,6 +55,18 @@ CORRELATION_ID = 0x65766164  # "evad"
 ANSWER_S = 2.0
 #: the longest wait for a connection of the diagnosis
 CONNECT_S = 5.0
+#: the longest a diagnosis takes: a connection and two reads, the addresses side by side (an
+#: address whose probe is not done by then counts as not answering)
+DIAGNOSIS_S = CONNECT_S + 2 * ANSWER_S + 1.0
+#: how often a diagnosis looks at the stop while its probes run
+STOP_CHECK_S = 0.05
+#: failed bootstraps in a row on which every address answers as another service, over at
+#: least MISDIRECTED_SPAN_S, before ``evald run`` exits 2: a broker restarting (or a pod
+#: rescheduled, its old IP briefly another pod's) is back within a minute; a listener that
+#: is another service for longer is a setting to change. With the default 30 s bootstrap
+#: (kafka.request_timeout_ms) three failures take 90 s or more anyway
+MISDIRECTED_TIMES = 3
+MISDIRECTED_SPAN_S = 60.0
 #: what to read of an answer
 PEEK_BYTES = 8
 #: why a name that does not resolve is retried
@@ -67,18 +95,58 @@ class Finding:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """After a failed bootstrap: ``advice`` (exit 2) when no retry can fix it, else the
-    ``hint`` for the retry's log line."""
+    """After a failed bootstrap: what each address did (``hint``, for the retry's line) and,
+    when every address answered as another service, that verdict (``misdirected``)."""
 
-    advice: str | None
+    misdirected: str | None
     hint: str
+
+
+class Misdirected:
+    """Decides when a verdict of :func:`diagnose` is no retry's to fix: the same one on
+    MISDIRECTED_TIMES failed bootstraps in a row, spanning MISDIRECTED_SPAN_S."""
+
+    def __init__(self) -> None:
+        self._verdict: str | None = None
+        self._times: list[float] = []
+
+    def reset(self) -> None:
+        """A session got past its bootstrap (or failed otherwise): start counting afresh."""
+        self._verdict, self._times = None, []
+
+    def judge(self, diagnosis: Diagnosis, now: float) -> tuple[str | None, str]:
+        """The advice to exit 2 with (None: retry), and the retry's reason."""
+        verdict = diagnosis.misdirected
+        if verdict is None:
+            self.reset()
+            return None, diagnosis.hint
+        if verdict != self._verdict:
+            self.reset()
+            self._verdict = verdict
+        self._times.append(now)
+        seen, span = len(self._times), now - self._times[0]
+        if seen >= MISDIRECTED_TIMES and span >= MISDIRECTED_SPAN_S:
+            return _advice(verdict), diagnosis.hint
+        return None, (
+            f"every address answers as another service: {verdict} (failed bootstrap {seen}; "
+            f"evald run exits 2 after {MISDIRECTED_TIMES} in a row over "
+            f"{MISDIRECTED_SPAN_S:.0f}s)"
+        )
+
+
+def _advice(verdict: str) -> str:
+    return (
+        f"kafka.bootstrap_servers: {verdict}: point kafka.bootstrap_servers "
+        "(--bootstrap-servers, EVALD_KAFKA__BOOTSTRAP_SERVERS) at the brokers' Kafka listener "
+        "(9092 by default), or set kafka.security_protocol to what that listener speaks"
+    )
 
 
 def check_resolves(servers: list[str]) -> None:
     """Raise :class:`BrokerUnreachable` when no host of ``servers`` resolves."""
     failures = []
     for server in servers:
-        host, port = _split(server)
+        host, port = host_port(server)
         try:
             socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             return
@@ -87,32 +155,52 @@ def check_resolves(servers: list[str]) -> None:
     raise BrokerUnreachable("kafka.bootstrap_servers: " + "; ".join(failures) + f"; {LATER}")
 
 
-def diagnose(exc: BaseException, servers: list[str], protocol: str) -> Diagnosis | None:
-    """What each bootstrap address does, when ``exc`` is a failed bootstrap; else None."""
-    if not any(_bootstrap_failed(cause) for cause in causes(exc)):
+def diagnose(
+    exc: BaseException,
+    servers: list[str],
+    protocol: str,
+    stop: threading.Event,
+    clock: Callable[[], float] = time.monotonic,
+) -> Diagnosis | None:
+    """What each bootstrap address does, when ``exc`` is a failed bootstrap; else None, and
+    None as soon as ``stop`` is set (nothing is left to retry)."""
+    if stop.is_set() or not any(_bootstrap_failed(cause) for cause in causes(exc)):
         return None
-    findings = [probe(server, protocol, CONNECT_S) for server in servers]
-    others = [f for f in findings if f.kind == "other"]
-    if others and not any(f.kind == "kafka" for f in findings):
-        advice = (
-            "kafka.bootstrap_servers: "
-            + "; ".join(f"{f.address} {f.why}" for f in others)
-            + ": point kafka.bootstrap_servers (--bootstrap-servers, "
-            "EVALD_KAFKA__BOOTSTRAP_SERVERS) at the brokers' Kafka listener (9092 by default), "
-            "or set kafka.security_protocol to what that listener speaks"
-        )
-        return Diagnosis(advice, "")
-    return Diagnosis(None, "; ".join(f"{f.address} {f.why}" for f in findings))
+    findings = _probe_all(servers, protocol, stop, clock)
+    if findings is None:
+        return None
+    hint = "; ".join(f"{f.address} {f.why}" for f in findings)
+    return Diagnosis(hint if all(f.kind == "other" for f in findings) else None, hint)
+
+
+def _probe_all(
+    servers: list[str], protocol: str, stop: threading.Event, clock: Callable[[], float]
+) -> list[Finding] | None:
+    """Probe ``servers`` side by side, each on a daemon thread (a probe's socket calls cannot
+    be interrupted; one still running when this returns ends within its own timeouts).
+    None when ``stop`` is set meanwhile."""
+    done: queue.Queue[tuple[int, Finding]] = queue.Queue()
+    for i, server in enumerate(servers):
+        threading.Thread(
+            target=lambda i=i, server=server: done.put((i, probe(server, protocol, CONNECT_S))),
+            name=f"evald-probe-{server}",
+            daemon=True,
+        ).start()
+    found: dict[int, Finding] = {}
+    deadline = clock() + DIAGNOSIS_S
+    while len(found) < len(servers) and clock() < deadline:
+        if stop.is_set():
+            return None
+        with contextlib.suppress(queue.Empty):
+            i, finding = done.get(timeout=STOP_CHECK_S)
+            found[i] = finding
+    late = f"did not answer within {DIAGNOSIS_S:.0f}s"
+    return [found.get(i) or Finding(s, "unreachable", late) for i, s in enumerate(servers)]
 
 
 def _bootstrap_failed(exc: BaseException) -> bool:
     """kafka-python's clients give up bootstrapping with "Unable to bootstrap from [...]"."""
     return isinstance(exc, KafkaTimeoutError) and "Unable to bootstrap" in str(exc)
-
-
-def _split(server: str) -> tuple[str, int]:
-    host, _, port = server.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 def _why(exc: BaseException) -> str:
@@ -121,7 +209,7 @@ def _why(exc: BaseException) -> str:
 
 def probe(server: str, protocol: str, timeout_s: float) -> Finding:
     """Resolve, connect to and (plaintext listeners) ask ``server`` (HOST:PORT)."""
-    host, port = _split(server)
+    host, port = host_port(server)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
@@ -153,7 +241,8 @@ def _ask(sock: socket.socket, server: str) -> Finding:
     if len(answer) >= 8 and struct.unpack(">i", answer[4:8])[0] == CORRELATION_ID:
         return Finding(server, "kafka", "answered ApiVersions")
     if answer.startswith((b"HTTP/", b"<")):  # a status line, or an HTTP/0.9 error page
-        return Finding(server, "other", "answers HTTP, not Kafka (an HTTP server listens there)")
+        why = "an HTTP server listens there, or a proxy answers for an address it cannot reach"
+        return Finding(server, "other", f"answers HTTP, not Kafka ({why})")
     if answer[:1].isalpha():  # a text protocol's greeting or error (SSH, SMTP, Redis...)
         return Finding(server, "other", f"answers {answer!r}..., not Kafka")
     if answer[:1] in (b"\x15", b"\x16") and answer[1:2] == b"\x03":

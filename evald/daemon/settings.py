@@ -47,6 +47,7 @@ __all__ = [
     "SettingsError",
     "TopicSettings",
     "env_overrides",
+    "host_port",
     "load_settings",
     "masked",
     "merge",
@@ -60,6 +61,15 @@ MASK = "********"
 
 class SettingsError(ValueError):
     """An invalid setting; the message starts with the dotted field name and says why."""
+
+
+def host_port(server: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) as kafka-python reads a bootstrap address; a
+    ValueError for anything else."""
+    host, sep, port = server.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{server!r} is not HOST:PORT (e.g. kafka-1:9092)")
+    return host.strip("[]"), int(port)
 
 
 class _Strict(Section):
@@ -106,9 +116,7 @@ class KafkaSettings(_Strict):
     @classmethod
     def _host_port(cls, value: list[str]) -> list[str]:
         for server in value:
-            host, sep, port = server.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"{server!r} is not HOST:PORT (e.g. kafka-1:9092)")
+            host_port(server)
         return value
 
     @model_validator(mode="after")

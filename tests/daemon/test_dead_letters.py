@@ -77,7 +77,7 @@ class _Admin:
         ({"topic": {"dlq": {"max.message.bytes": {"value": "5242880"}}}}, 5_242_880),
         ({"topic": {"dlq": {"max.message.bytes": "2000000"}}}, 2_000_000),
         ({"topic": {"dlq": {}}}, DEFAULT_MAX_MESSAGE_BYTES),  # tansu: no configs
-        (RuntimeError("no DescribeConfigs"), DEFAULT_MAX_MESSAGE_BYTES),
+        (KafkaError("no DescribeConfigs"), DEFAULT_MAX_MESSAGE_BYTES),
     ],
 )
 def test_the_dlq_limit_is_the_topics_or_kafkas_default(answer: object, limit: int) -> None:

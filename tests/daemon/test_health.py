@@ -60,8 +60,21 @@ def test_the_unassigned_time_counts_only_while_joined() -> None:
     assert health.unassigned_for(0) == 0.0 and not health.joined
 
 
-def test_fences_are_counted_over_the_last_two_minutes_only() -> None:
-    """A takeover or a zombie fences once in a while; a twin at every session."""
+def test_fences_are_counted_in_a_row_until_a_commit_however_far_apart() -> None:
+    """A twin fences at every session, but a fence cycle (rejoin, restore, backoff) can take
+    minutes: counted in a time window, three fences were never seen together. A takeover or
+    a zombie fences once, and the next session commits."""
     health = Health(DaemonStats(), SettableClock(), stall_timeout_s=60.0)
-    assert [health.fenced(t) for t in (0.0, 1.0, 2.0)] == [1, 2, 3]
-    assert health.fenced(121.5) == 2  # those at 0 and 1 s have left the window
+    assert [health.fenced(commits=5) for _ in range(3)] == [1, 2, 3]
+    assert health.fenced(commits=6) == 1  # a commit came between: counted afresh
+    assert health.fenced(commits=6) == 2
+
+
+def test_the_error_naming_a_twin_is_logged_at_most_every_five_minutes() -> None:
+    clock = SettableClock()
+    health = Health(DaemonStats(), clock, stall_timeout_s=60.0)
+    assert health.twin_due(clock())
+    clock.now += 299.0
+    assert not health.twin_due(clock())
+    clock.now += 1.0
+    assert health.twin_due(clock())

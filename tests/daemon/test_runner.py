@@ -416,3 +416,30 @@ def test_a_fence_is_counted_when_it_ends_a_session_at_a_stop_as_on_a_retry(caplo
     stopping = [r for r in caplog.records if r.getMessage().startswith("stopping:")]
     assert [r.levelno for r in stopping] == [logging.INFO], stopping
     assert "ProducerFencedError" in stopping[0].getMessage()
+
+
+def test_a_twin_is_named_however_slow_its_fence_cycle_and_its_error_logged_once(
+    caplog: Any,
+) -> None:
+    """Sessions fenced 70 s apart (rejoin, a restore, the backoff) with no commit between:
+    counted over 120 s, never three at once, so the twin was never named; and once named, the
+    ERROR came at every fence. Now /readyz names it from the third fence on, the log once."""
+    h = Harness()
+    h.daemon._backoff = Backoff(0.001, 0.001)
+    fences, readyz = 6, []
+
+    def session() -> None:
+        h.clock.now += 70.0
+        readyz.append(h.daemon.ready()[1])
+        if len(readyz) > fences:
+            h.daemon.stop()
+            return
+        raise ProducerFencedError()
+
+    h.daemon._session = session  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="evald.daemon"):
+        assert h.daemon.run() == 0
+    named = "give every instance its own --instance-id"
+    assert [named in why for why in readyz] == [False] * 3 + [True] * 4
+    errors = [r for r in caplog.records if named in r.getMessage()]
+    assert [r.levelno for r in errors] == [logging.ERROR]

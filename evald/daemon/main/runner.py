@@ -43,7 +43,7 @@ from kafka.errors import (
 from evald.daemon.backoff import Backoff
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.fatal import Fatal, causes, unrecoverable
-from evald.daemon.health import TWIN_FENCES, TWIN_WINDOW_S, Health
+from evald.daemon.health import TWIN_FENCES, Health
 from evald.daemon.kafka_compat import (
     StopEvent,
     close_quietly,
@@ -199,15 +199,17 @@ class Daemon:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
                 twin = self._fenced(exc)
-                if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
+                advice, why = self._explain(exc)
+                # e.g. the stop ended a bootstrap, or came during the diagnosis: nothing to
+                # retry, and nothing to exit 2 for
+                if self._stop.is_set():
                     log.info("stopping: the session ended on %s (%s)", type(exc).__name__, exc)
                     return 0
-                advice, why = self._explain(exc)
                 if advice is not None:
                     log.error("evald run: cannot continue: %s", advice)
                     return 2
-                if twin is not None:  # its own line: the session failures' are cut to 5/min
-                    log.error("evald run: %s", twin)
+                if twin is not None and self.health.twin_due(self.clock()):
+                    log.error("evald run: %s", twin)  # also on /readyz, at every fence
                 self.health.set_ready(False)
                 delay = self._backoff.next_delay()
                 self.health.retry(f"retrying after {why}" if twin is None else twin)
@@ -218,6 +220,7 @@ class Daemon:
                 status = self._topics_gone()
                 if status is not None:
                     return status
+                self.health.misdirected.reset()  # this session got past its bootstrap
                 # never die on a surprise: the state is in Kafka, a new session restores it
                 self.health.set_ready(False)
                 delay = self._backoff.next_delay()
@@ -239,28 +242,30 @@ class Daemon:
             self.stats.fenced_sessions += 1
         if not isinstance(found[0], TWIN_ERRORS) or self._stop.is_set():
             return None
-        fences = self.health.fenced(self.clock())
+        fences = self.health.fenced(self.stats.commits)
         if fences < TWIN_FENCES:
             return None
         daemon = self.settings.daemon
         return (
-            f"{fences} sessions in {TWIN_WINDOW_S:.0f}s were fenced by another holder of this "
-            f"instance's ids (transactional id {daemon.transactional_id()}): another evald "
-            f"runs with daemon.group_id {daemon.group_id!r} and daemon.instance_id "
+            f"{fences} sessions in a row, with no commit between them, were fenced by another "
+            f"holder of this instance's ids (transactional id {daemon.transactional_id()}): "
+            f"another evald runs with daemon.group_id {daemon.group_id!r} and daemon.instance_id "
             f"{daemon.instance_id!r} (the host name unless set), and each fences the other; "
             "give every instance its own --instance-id (EVALD_DAEMON__INSTANCE_ID)"
         )
 
     def _explain(self, exc: BaseException) -> tuple[str | None, str]:
-        """Why the session failed: advice when no retry can fix it (no bootstrap address
-        answers as Kafka and one answers as something else, reach.py), and the retry's
+        """Why the session failed: advice when no retry can fix it (every bootstrap address
+        answered as another service, bootstrap after bootstrap: reach.py), and the retry's
         reason, with what each bootstrap address did when none could be bootstrapped from."""
         why = f"{type(exc).__name__}: {exc}"
         kafka = self.settings.kafka
-        diagnosis = diagnose(exc, kafka.bootstrap_servers, kafka.security_protocol)
-        if diagnosis is None:
+        found = diagnose(exc, kafka.bootstrap_servers, kafka.security_protocol, self._stop)
+        if found is None:
+            self.health.misdirected.reset()
             return None, why
-        return diagnosis.advice, f"{why}: {diagnosis.hint}"
+        advice, hint = self.health.misdirected.judge(found, self.clock())
+        return advice, f"{why}: {hint}"
 
     def _topics_gone(self) -> int | None:
         """Check the topics at once after a surprise: the exit status when one is gone."""

@@ -81,7 +81,7 @@ from evald.daemon.kafka_compat import (
     without_auto_create,
 )
 from evald.daemon.names import internal_topic, repartition_group, repartition_member
-from evald.daemon.reach import check_resolves, diagnose
+from evald.daemon.reach import Misdirected, check_resolves, diagnose
 from evald.daemon.repartition.interleave import Interleaver
 from evald.daemon.repartition.rekey import RequestIdReader, Unkeyable, partition_for
 from evald.daemon.settings import Settings
@@ -237,7 +237,11 @@ class _Layout:
 
 class Repartitioner:
     """The stage. ``start()`` runs it on a thread; ``topics_ready`` is set once the internal
-    topics exist; ``status`` is 2 after a fatal error (then ``on_fatal`` was called)."""
+    topics exist; ``status`` is 2 after a fatal error (then ``on_fatal`` was called).
+
+    Long because: one loop's clients, buffers and retry state (stop, backoff, the bootstrap
+    verdicts in a row); what each does lives in the modules it imports.
+    """
 
     def __init__(
         self,
@@ -257,6 +261,8 @@ class Repartitioner:
         #: the stage's stop, which also ends a bootstrap under way; it closes each session's
         #: clients at its end (one whose constructor raised keeps its I/O thread otherwise)
         self._stop = StopEvent()
+        #: failed bootstraps on which every address answered as another service (reach.py)
+        self._misdirected = Misdirected()
         self._notes = _RebalanceNotes()
         self._thread: threading.Thread | None = None
         self._ids = RequestIdReader(settings.input.mapping)
@@ -313,23 +319,23 @@ class Repartitioner:
                 advice = unrecoverable(exc)
                 if advice is not None:
                     return self._fail(f"evald run: repartition stage cannot continue: {advice}")
-                if self._stop.is_set():  # e.g. the stop ended a bootstrap: nothing to retry
+                why, hint = self._explain(exc)
+                # e.g. the stop ended a bootstrap, or came during the diagnosis
+                if self._stop.is_set():
                     log.info("repartition stage stopping: the session ended on %r", exc)
                     return 0
-                kafka = self.settings.kafka
-                found = diagnose(exc, kafka.bootstrap_servers, kafka.security_protocol)
-                if found is not None and found.advice is not None:
-                    why = found.advice
+                if why is not None:
                     return self._fail(f"evald run: repartition stage cannot continue: {why}")
                 delay = self._backoff.next_delay()
                 log.warning(
                     "repartition session failed (%s: %s%s); retrying in %.1fs",
                     type(exc).__name__,
                     exc,
-                    "" if found is None else f": {found.hint}",
+                    hint,
                     delay,
                 )
             except Exception:
+                self._misdirected.reset()  # this session got past its bootstrap
                 # never die on a surprise: the state is in Kafka, a new session resumes it
                 delay = self._backoff.next_delay()
                 log.exception("repartition session failed unexpectedly; retrying in %.1fs", delay)
@@ -339,6 +345,17 @@ class Repartitioner:
         return 0
 
     # -- session --------------------------------------------------------------------------
+
+    def _explain(self, exc: BaseException) -> tuple[str | None, str]:
+        """Advice when no retry can fix a failed bootstrap (reach.py), and what each
+        bootstrap address did for the retry's line ("" when not a failed bootstrap)."""
+        kafka = self.settings.kafka
+        found = diagnose(exc, kafka.bootstrap_servers, kafka.security_protocol, self._stop)
+        if found is None:
+            self._misdirected.reset()
+            return None, ""
+        advice, hint = self._misdirected.judge(found, self.clock())
+        return advice, f": {hint}"
 
     def _fail(self, message: str) -> int:
         log.error("%s", message)
