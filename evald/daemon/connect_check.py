@@ -22,7 +22,7 @@ from typing import Any
 
 from evald.daemon.names import internal_topic
 from evald.daemon.permissions import STATISTICS_SETTINGS, acl_command, topic_needs
-from evald.daemon.record_limits import needs, shortfall
+from evald.daemon.record_limits import needs, shortfall, statistics_need
 from evald.daemon.settings import Settings
 from evald.daemon.topics import (
     TopicLayoutError,
@@ -338,7 +338,8 @@ def record_size_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> lis
     """Existing topics whose ``max.message.bytes`` is below the largest record evald writes to
     them (record_limits): `evald run` exits 2 at start, naming the same."""
     out = []
-    for need in needs(settings.topics):
+    stats = {name for setting, name, _ in _roles(settings) if setting in STATISTICS_SETTINGS}
+    for need in [*needs(settings.topics), *map(statistics_need, sorted(stats))]:
         configs = info.get(need.topic, TopicInfo(None)).configs or {}
         try:
             limit = int(configs["max.message.bytes"])

@@ -29,7 +29,7 @@ from kafka.errors import (
 from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, SLACK_BYTES, max_message_bytes
 from evald.daemon.fatal import Fatal
 from evald.daemon.permissions import acl_command, principal, topic_denied, topic_needs, unauthorized
-from evald.daemon.record_limits import needs, shortfall
+from evald.daemon.record_limits import needs, shortfall, statistics_need
 from evald.daemon.settings import Settings
 
 __all__ = [
@@ -118,12 +118,13 @@ class TopicShape:
 
 
 class OutputLimits(NamedTuple):
-    """The largest record batch (``max.message.bytes``) the DLQ, the results and the checkpoint
-    topic accept."""
+    """The largest record batch (``max.message.bytes``) the DLQ, the results, the checkpoint
+    and the statistics topic accept (the same transactional producer writes all four)."""
 
     dlq: int
     results: int
     checkpoints: int
+    statistics: int = DEFAULT_MAX_MESSAGE_BYTES
 
     def batch_bytes(self, most: int) -> int:
         """The producer's ``batch_size``: at most ``most``, and below every limit, which bounds
@@ -314,8 +315,8 @@ class TopicGuard:
         """Refuse input topics that are missing, not co-partitioned or not those this process
         consumed before, output topics this process wrote that are gone, and topics evald's
         principal may not use, and output topics whose ``max.message.bytes`` is below what
-        evald's records need; create missing output topics. Returns the DLQ, results and
-        checkpoint topics' ``max.message.bytes``."""
+        evald's records need; create missing output topics. Returns the DLQ, results,
+        checkpoint and statistics topics' ``max.message.bytes``."""
         self._thread = threading.current_thread()
         topics = self._topics
         ckpt = topics.checkpoint_topic
@@ -357,18 +358,20 @@ class TopicGuard:
     def _limits(self, admin: KafkaAdminClient) -> OutputLimits:
         """The output topics' ``max.message.bytes``; a topic whose limit is below the largest
         record evald writes to it (record_limits) is fatal: the broker would refuse that
-        record's transaction in every session."""
+        record's transaction in every session. The statistics topic's is left at Kafka's
+        default when evald writes none (its shares share the commit transaction)."""
         topics = self._topics
-        limits = OutputLimits(
-            *(
-                max_message_bytes(admin, name)
-                for name in (topics.dlq, topics.results, topics.checkpoint_topic)
-            )
-        )
+        stats = self.statistics_name
+        names = (topics.dlq, topics.results, topics.checkpoint_topic, *((stats,) if stats else ()))
+        limits = OutputLimits(*(max_message_bytes(admin, name) for name in names))
         of = {topics.dlq: limits.dlq, topics.checkpoint_topic: limits.checkpoints}
+        limited = needs(topics)
+        if stats:
+            of[stats] = limits.statistics
+            limited.append(statistics_need(stats))
         said = [
             f"{need.setting} {need.topic} {problem}"
-            for need in needs(topics)
+            for need in limited
             if (problem := shortfall(need, of[need.topic]))
         ]
         if said:

@@ -41,3 +41,30 @@ def test_check_config_fails_a_checkpoint_topic_below_the_need_and_skips_unreport
     assert f"max.message.bytes={CHECKPOINT_NEED}" in check.detail
     info["res.checkpoints"] = TopicInfo(1, configs={"max.message.bytes": str(CHECKPOINT_NEED)})
     assert [c.status for c in record_size_checks(settings, info)] == [OK]
+
+
+def test_a_full_share_record_fits_the_statistics_need() -> None:
+    """CELLS_PER_RECORD sums of any value, at the widest key, under no labels."""
+    import numpy as np
+
+    from evald.daemon.record_limits import STATISTICS_NEED
+    from evald.statistics.shares import CELLS_PER_RECORD, Share
+
+    rng = np.random.default_rng(7)
+    sums = rng.standard_normal((CELLS_PER_RECORD // 3, 3)) * 10.0 ** rng.integers(-300, 300, (1, 1))
+    sums[0, 0] = -2.2250738585072014e-308
+    share = Share(-(2**62), 2**62, 2**31 - 1, (((), sums),), chunk=999)
+    assert record_size(share.key, share.encode(), []) + SLACK_BYTES <= STATISTICS_NEED
+
+
+def test_check_config_fails_a_statistics_topic_below_a_full_share_record() -> None:
+    from evald.daemon.record_limits import STATISTICS_NEED
+
+    comparison = {"name": "ab", "label": "arm", "control": "c", "treatments": ["t"], "start": 0}
+    statistics = {"comparisons": [comparison]}
+    flags = {"topics": {"results": "res", "dlq": "dlq"}, "engine": {"statistics": statistics}}
+    settings = load_settings(environ={}, flags=flags)
+    name = "res.checkpoints.statistics"
+    info = {name: TopicInfo(1, configs={"max.message.bytes": str(STATISTICS_NEED - 1)})}
+    (check,) = record_size_checks(settings, info)
+    assert (check.status, check.subject) == (FAIL, f"statistics topic {name}")
