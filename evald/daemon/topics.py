@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -39,6 +39,7 @@ __all__ = [
     "TopicGuard",
     "TopicLayoutError",
     "TopicShape",
+    "batch_under",
     "check_checkpoint_ids",
     "check_layout",
     "check_outputs_kept",
@@ -130,7 +131,13 @@ class OutputLimits(NamedTuple):
         """The producer's ``batch_size``: at most ``most``, and below every limit, which bounds
         a whole batch, not a record (a topic accepting 64 KiB refused the batches of 300-byte
         results that filled the 512 KiB default, each time again)."""
-        return max(1, min(most, *(limit - SLACK_BYTES for limit in self)))
+        return batch_under(most, self)
+
+
+def batch_under(most: int, limits: Iterable[int]) -> int:
+    """A producer ``batch_size`` of at most ``most`` bytes that every topic of ``limits``
+    (their ``max.message.bytes``) accepts, with room for what the producer's count misses."""
+    return max(1, min(most, *(limit - SLACK_BYTES for limit in limits)))
 
 
 class TopicAccessDenied(Exception):

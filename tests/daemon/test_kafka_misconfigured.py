@@ -280,3 +280,51 @@ def test_an_output_topic_below_evalds_largest_record_exits_2_and_check_config_fa
     out = capsys.readouterr().out
     assert f"# FAIL  {named}: {said}" in out
     assert f"# ok    topics.dlq {dlq}: max.message.bytes 1048588, at least " in out
+
+
+def test_the_repartition_stage_keeps_its_batches_under_its_internal_topics_limit(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """Internal topics accepting 16 KiB: before, the stage's 512 KiB batches of small copies
+    were refused, and its transaction waited on them forever (nothing reached the topic)."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka_instances import make_settings
+
+    from evald.daemon.names import internal_topic
+    from evald.daemon.repartition.stage import Repartitioner
+
+    topics = names(unique)
+    imp, fb = topics["impressions"], topics["feedback"]
+    kafka_tools.create({imp: 1, fb: 1})
+    group = f"g-{unique}"
+    internal = [internal_topic(group, name) for name in (imp, fb)]
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        limit = {"max.message.bytes": "16384", "message.timestamp.type": "CreateTime"}
+        admin.create_topics([NewTopic(name, 1, 1, topic_configs=limit) for name in internal])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=50)
+    try:
+        for n in range(2000):
+            doc = {"request_id": f"r{n}", "ts": 1_700_000_000_000 + n, "items": ["a", "b"]}
+            producer.send(imp, key=b"client", value=json.dumps(doc).encode())
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+    settings = make_settings(broker.bootstrap, unique)
+    settings = settings.model_copy(
+        update={"input": settings.input.model_copy(update={"repartition": True})}
+    )
+    stage = Repartitioner(settings)
+    stage.start()
+    try:
+        wait_until(
+            lambda: len(kafka_tools.read(internal[0], committed=True)) == 2000,
+            60,
+            "every impression copied into the internal topic",
+        )
+    finally:
+        stage.stop(timeout=15)
+    assert stage.status is None

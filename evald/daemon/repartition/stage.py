@@ -85,6 +85,7 @@ from evald.daemon.reach import check_resolves, diagnose
 from evald.daemon.repartition.interleave import Interleaver
 from evald.daemon.repartition.rekey import RequestIdReader, Unkeyable, partition_for
 from evald.daemon.settings import Settings
+from evald.daemon.topics import batch_under
 
 __all__ = [
     "RepartitionCollector",
@@ -233,6 +234,8 @@ class _Layout:
 
     partitions: int = 1
     dlq_limit: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: the producer's batch_size, under the internal and DLQ topics' max.message.bytes
+    batch_bytes: int = PRODUCER_BATCH_BYTES
 
 
 class Repartitioner:
@@ -359,7 +362,7 @@ class Repartitioner:
             transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
             max_block_ms=cfg.kafka.request_timeout_ms,
             linger_ms=PRODUCER_LINGER_MS,
-            batch_size=PRODUCER_BATCH_BYTES,
+            batch_size=self._layout.batch_bytes,
             max_request_size=max(self._layout.dlq_limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
             **without_auto_create(),
             **client,
@@ -434,7 +437,11 @@ class Repartitioner:
                     ]
                 )
             self._await_created(admin, internal, wanted)
-        self._layout = _Layout(wanted, max_message_bytes(admin, topics.dlq))
+        # a limit bounds a whole batch: an internal topic accepting less than the batch refused
+        # every batch of small copies, and the transaction waited on them forever
+        dlq = max_message_bytes(admin, topics.dlq)
+        limits = [dlq, *(max_message_bytes(admin, name) for name in internal)]
+        self._layout = _Layout(wanted, dlq, batch_under(PRODUCER_BATCH_BYTES, limits))
 
     def _await_created(self, admin: KafkaAdminClient, names: tuple[str, ...], count: int) -> None:
         """Return once the new topics are described with all their partitions, so the main
