@@ -34,6 +34,7 @@ from evald.statistics.shares import CELLS_PER_RECORD, Share
 __all__ = [
     "CHECKPOINT_NEED",
     "DLQ_NEED",
+    "RESULT_LETTER_ROOM",
     "STATISTICS_NEED",
     "RecordNeed",
     "needs",
@@ -76,10 +77,27 @@ def _statistics_need() -> int:
     return record_size(share.key, share.encode(), []) + SLACK_BYTES
 
 
+def _result_letter_room() -> int:
+    """What a ``result_too_large`` letter adds to its result: the headers of
+    ``dead_letters.DeadLetters.divert_result`` at their longest (topic names of 249 characters,
+    sizes of 10 digits), plus the slack."""
+    detail = f"a result record of {_PARTITION} bytes; {_TOPIC} accepts {_PARTITION} (m)"
+    headers = [
+        ("evald-reason", b"result_too_large"),
+        ("evald-detail", (detail + "x" * 32).encode()),
+        ("evald-source-topic", _TOPIC.encode()),
+        ("evald-source-partition", _PARTITION.encode()),
+        ("evald-kind", b"result"),
+    ]
+    return record_size(None, b"", headers) - record_size(None, b"", []) + SLACK_BYTES
+
+
 #: the smallest max.message.bytes of the checkpoint topic
 CHECKPOINT_NEED = _checkpoint_need()
 #: ... and of the dead-letter topic
 DLQ_NEED = _dlq_need()
+#: what the dead-letter topic needs above the results topic's limit to take a result whole
+RESULT_LETTER_ROOM = _result_letter_room()
 #: ... and of the statistics topic, labels left out
 STATISTICS_NEED = _statistics_need()
 

@@ -29,7 +29,7 @@ from kafka.errors import (
 from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, SLACK_BYTES, max_message_bytes
 from evald.daemon.fatal import Fatal
 from evald.daemon.permissions import acl_command, principal, topic_denied, topic_needs, unauthorized
-from evald.daemon.record_limits import needs, shortfall, statistics_need
+from evald.daemon.record_limits import RESULT_LETTER_ROOM, needs, shortfall, statistics_need
 from evald.daemon.settings import Settings
 
 __all__ = [
@@ -44,7 +44,9 @@ __all__ = [
     "check_layout",
     "check_outputs_kept",
     "check_unchanged",
+    "create_dlq",
     "describe",
+    "dlq_limit",
     "ensure_statistics_topic",
     "missing_outputs",
     "statistics_policy_problem",
@@ -486,18 +488,23 @@ class TopicGuard:
     def _create(self, admin: KafkaAdminClient, names: list[str], partitions: int) -> None:
         """Create the missing output topics; the checkpoint topic with Kafka's default
         ``max.message.bytes``, whatever the broker's default (its chunks need a quarter of it,
-        record_limits.CHECKPOINT_NEED)."""
+        record_limits.CHECKPOINT_NEED); the DLQ with room for a result the results topic
+        refuses (:func:`create_dlq`)."""
         log.info("creating output topics %s with %d partitions", names, partitions)
         limit = {"max.message.bytes": str(DEFAULT_MAX_MESSAGE_BYTES)}
-        ckpt = self._topics.checkpoint_topic
+        ckpt, dlq = self._topics.checkpoint_topic, self._topics.dlq
         try:
             with contextlib.suppress(TopicAlreadyExistsError):
+                # the DLQ last: its limit follows the results topic's, which may be created now
                 admin.create_topics(
                     [
                         NewTopic(name, partitions, -1, topic_configs=limit if name == ckpt else {})
                         for name in names
+                        if name != dlq
                     ]
                 )
+            if dlq in names:
+                create_dlq(admin, dlq, partitions, self._topics.results)
         except (TopicAuthorizationFailedError, ClusterAuthorizationFailedError) as exc:
             grant = acl_command(self._settings, "--cluster", ["CREATE"])
             raise Fatal(
@@ -532,6 +539,23 @@ class TopicGuard:
             )
         except TopicLayoutError as exc:
             raise Fatal(2, f"evald run: refusing to restore: {exc}") from None
+
+
+def dlq_limit(results_limit: int) -> int:
+    """The ``max.message.bytes`` evald gives a DLQ topic it creates: a result_too_large letter
+    holds its whole result up to the results topic's limit, whatever that is, and no letter
+    gets less room than Kafka's default (a topic-level limit may exceed the broker's
+    ``message.max.bytes``; replicas and consumers fetch a larger batch all the same)."""
+    return max(results_limit, DEFAULT_MAX_MESSAGE_BYTES) + RESULT_LETTER_ROOM
+
+
+def create_dlq(admin: KafkaAdminClient, name: str, partitions: int, results: str) -> None:
+    """Create the dead-letter topic with :func:`dlq_limit` of the results topic's limit (Kafka's
+    default when the results topic does not exist yet or the broker does not say)."""
+    limit = dlq_limit(max_message_bytes(admin, results))
+    configs = {"max.message.bytes": str(limit)}
+    with contextlib.suppress(TopicAlreadyExistsError):
+        admin.create_topics([NewTopic(name, partitions, -1, topic_configs=configs)])
 
 
 def check_statistics_unchanged(name: str, seen: str | None, now: TopicShape | None) -> None:

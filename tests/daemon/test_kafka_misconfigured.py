@@ -291,8 +291,10 @@ def test_the_repartition_stage_keeps_its_batches_under_its_internal_topics_limit
     from kafka.admin import NewTopic
     from kafka_instances import make_settings
 
+    from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, max_message_bytes
     from evald.daemon.names import internal_topic
     from evald.daemon.repartition.stage import Repartitioner
+    from evald.daemon.topics import dlq_limit
 
     topics = names(unique)
     imp, fb = topics["impressions"], topics["feedback"]
@@ -328,3 +330,56 @@ def test_the_repartition_stage_keeps_its_batches_under_its_internal_topics_limit
     finally:
         stage.stop(timeout=15)
     assert stage.status is None
+    # the DLQ this stage created has room for a result the results topic refuses
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        assert max_message_bytes(admin, topics["dlq"]) == dlq_limit(DEFAULT_MAX_MESSAGE_BYTES)
+    finally:
+        admin.close()
+
+
+def test_a_result_the_default_results_topic_refuses_is_dead_lettered_whole(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """Both topics as evald creates them, at Kafka's default: before, the DLQ got the same
+    1048588 bytes as the results topic, so every result over the results topic's limit was
+    truncated to fit it (only its SHA-256 kept). The DLQ's larger topic-level limit is above
+    the broker's message.max.bytes: the broker takes the letter and a consumer reads it back."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka_instances import make_settings
+    from settable_clock import SettableClock
+
+    from evald.daemon.dead_letters import (
+        DEFAULT_MAX_MESSAGE_BYTES,
+        SLACK_BYTES,
+        DeadLetters,
+        record_size,
+    )
+    from evald.daemon.topics import TopicGuard
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        limits = TopicGuard(make_settings(broker.bootstrap, unique), SettableClock()).start(admin)
+    finally:
+        admin.close()
+    assert limits.results == DEFAULT_MAX_MESSAGE_BYTES < limits.dlq
+    letters = DeadLetters(topics["dlq"])
+    letters.limit, letters.results_limit = limits.dlq, limits.results
+    # the smallest result the results topic refuses
+    key, value = b"r" * 16, b"v" * (DEFAULT_MAX_MESSAGE_BYTES - 64 - 16)
+    while record_size(key, value, []) + SLACK_BYTES <= limits.results:
+        value += b"v"
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=2 * limits.dlq)
+    try:
+        assert letters.divert_result(producer, topics["results"], 0, key, value)
+        producer.flush(timeout=30)
+        letters.check()
+    finally:
+        producer.close(timeout=5)
+    (letter,) = kafka_tools.read(topics["dlq"])
+    headers = dict(letter.headers)
+    assert headers["evald-reason"] == b"result_too_large"
+    assert "evald-truncated" not in headers
+    assert letter.value == value

@@ -68,3 +68,19 @@ def test_check_config_fails_a_statistics_topic_below_a_full_share_record() -> No
     info = {name: TopicInfo(1, configs={"max.message.bytes": str(STATISTICS_NEED - 1)})}
     (check,) = record_size_checks(settings, info)
     assert (check.status, check.subject) == (FAIL, f"statistics topic {name}")
+
+
+def test_check_config_notes_a_dlq_without_room_for_a_refused_result() -> None:
+    """Kafka's default on both topics: a result the results topic refuses is dead-lettered
+    truncated. A note, not a FAIL: evald runs, only that letter loses its value."""
+    from evald.daemon.connect_check import NOTE
+    from evald.daemon.record_limits import RESULT_LETTER_ROOM
+
+    settings = load_settings(environ={}, flags={"topics": {"results": "res", "dlq": "dlq"}})
+    info = {name: TopicInfo(1, configs={"max.message.bytes": "1048588"}) for name in ("res", "dlq")}
+    checks = record_size_checks(settings, info)
+    (note,) = [c for c in checks if c.status == NOTE]
+    assert note.subject == "topics.dlq dlq"
+    assert f"max.message.bytes={1048588 + RESULT_LETTER_ROOM}" in note.detail
+    info["dlq"] = TopicInfo(1, configs={"max.message.bytes": str(1048588 + RESULT_LETTER_ROOM)})
+    assert all(c.status == OK for c in record_size_checks(settings, info))

@@ -85,7 +85,7 @@ from evald.daemon.reach import check_resolves, diagnose
 from evald.daemon.repartition.interleave import Interleaver
 from evald.daemon.repartition.rekey import RequestIdReader, Unkeyable, partition_for
 from evald.daemon.settings import Settings
-from evald.daemon.topics import batch_under
+from evald.daemon.topics import batch_under, create_dlq
 
 __all__ = [
     "RepartitionCollector",
@@ -423,20 +423,19 @@ class Repartitioner:
                 "consumer groups of this daemon and its results/checkpoint topics) to start over"
             )
         create = [name for name in internal if name not in existing]
-        if counts[topics.dlq] is None:
-            create.append(topics.dlq)
         if create:
             log.info("creating topics %s with %d partitions", create, wanted)
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(
                     [
                         NewTopic(name, wanted, -1, topic_configs=INTERNAL_TOPIC_CONFIGS)
-                        if name in internal
-                        else NewTopic(name, wanted, -1)
                         for name in create
                     ]
                 )
             self._await_created(admin, internal, wanted)
+        if counts[topics.dlq] is None:
+            log.info("creating topic %s with %d partitions", topics.dlq, wanted)
+            create_dlq(admin, topics.dlq, wanted, topics.results)
         # a limit bounds a whole batch: an internal topic accepting less than the batch refused
         # every batch of small copies, and the transaction waited on them forever
         dlq = max_message_bytes(admin, topics.dlq)
