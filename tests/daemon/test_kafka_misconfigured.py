@@ -383,3 +383,51 @@ def test_a_result_the_default_results_topic_refuses_is_dead_lettered_whole(
     assert headers["evald-reason"] == b"result_too_large"
     assert "evald-truncated" not in headers
     assert letter.value == value
+
+
+def test_share_records_batch_under_a_statistics_topic_at_the_smallest_limit_evald_accepts(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """A statistics topic at record_limits.STATISTICS_NEED takes evald's share records batched
+    as the commit producer batches them. Before, its limit did not bound the batches: six
+    shares of 100 KB went out in 512 KiB batches, which the broker refused: the flush never
+    completed (as the commit's, in every session)."""
+    import numpy as np
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka_instances import make_settings
+    from settable_clock import SettableClock
+
+    from evald.daemon.main.runner import PRODUCER_BATCH_BYTES
+    from evald.daemon.names import statistics_topic
+    from evald.daemon.record_limits import STATISTICS_NEED
+    from evald.daemon.topics import TopicGuard
+    from evald.statistics.shares import Share
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    settings = make_settings(broker.bootstrap, unique)
+    stats = statistics_topic(settings.topics.checkpoint_topic)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        configs = {"cleanup.policy": "compact", "max.message.bytes": str(STATISTICS_NEED)}
+        admin.create_topics([NewTopic(stats, 1, 1, topic_configs=configs)])
+        limits = TopicGuard(settings, SettableClock(), stats).start(admin)
+    finally:
+        admin.close()
+    sums = np.full((1400, 3), -1.2345678901234567e-300)
+    shares = [Share(0, 60_000, 0, (((), sums),), chunk) for chunk in range(6)]
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        batch_size=limits.batch_bytes(PRODUCER_BATCH_BYTES),
+        linger_ms=500,
+        max_request_size=max(*limits, 1_048_576),
+    )
+    try:
+        sent = [producer.send(stats, key=s.key, value=s.encode()) for s in shares]
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+    assert 90_000 < len(shares[0].encode()) < STATISTICS_NEED // 2
+    assert [future.succeeded() for future in sent] == [True] * 6
+    assert len(kafka_tools.read(stats)) == 6
