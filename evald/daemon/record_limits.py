@@ -12,8 +12,9 @@ evald's own constants bound a topic's largest record, a limit below it is refuse
   letter (a detail of at most 4 KiB, a key of at most 1 KiB, the source coordinates);
 - the statistics topic gets share records of up to ``shares.CELLS_PER_RECORD`` numbers
   (interleaving's ``NUMBERS_PER_RECORD`` is the same), each at its widest as JSON. Their
-  labels add what the input limits allow, and one segment of many measures and bootstrap
-  replicates is not cut: that part has no bound a constant gives, so the need is a floor.
+  labels add up to ``shares.LABEL_BYTES_PER_RECORD`` but one segment's are never cut (the input
+  limits bound them), nor is one segment of many measures and bootstrap replicates: that part
+  has no bound a constant gives, so the need is a floor.
 
 Results are dead-lettered when too large (dead_letters.DeadLetters.divert_result);
 repartitioned inputs have no bound a constant gives (docs/daemon.md).
