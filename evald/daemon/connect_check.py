@@ -23,7 +23,12 @@ from typing import Any
 from evald.daemon.broker_config import described_int
 from evald.daemon.names import internal_topic
 from evald.daemon.permissions import STATISTICS_SETTINGS, acl_command, topic_needs
-from evald.daemon.record_limits import needs, shortfall
+from evald.daemon.record_limits import (
+    RESULT_LETTER_ROOM,
+    needs,
+    shortfall,
+    statistics_need,
+)
 from evald.daemon.settings import Settings
 from evald.daemon.topics import (
     TopicLayoutError,
@@ -300,7 +305,7 @@ def connect_checks(settings: Settings, timeout_s: float) -> list[Check]:
             names = list(dict.fromkeys(name for _, name, _ in _roles(settings)))
             info = describe(admin, names)
             most_ms = _broker_max_transaction_ms(admin, cluster)
-            limited = {need.topic for need in needs(settings.topics)}
+            limited = {need.topic for need in needs(settings.topics)} | {settings.topics.results}
             for setting, name, _ in _roles(settings):
                 wanted = setting in STATISTICS_SETTINGS or name in limited
                 if wanted and info.get(name, TopicInfo(None)).partitions:
@@ -325,7 +330,8 @@ def record_size_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> lis
     """Existing topics whose ``max.message.bytes`` is below the largest record evald writes to
     them (record_limits): `evald run` exits 2 at start, naming the same."""
     out = []
-    for need in needs(settings.topics):
+    stats = {name for setting, name, _ in _roles(settings) if setting in STATISTICS_SETTINGS}
+    for need in [*needs(settings.topics), *map(statistics_need, sorted(stats))]:
         configs = info.get(need.topic, TopicInfo(None)).configs or {}
         try:
             limit = int(configs["max.message.bytes"])
@@ -338,4 +344,29 @@ def record_size_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> lis
             out.append(Check(OK, subject, detail))
         else:
             out.append(Check(FAIL, subject, problem))
-    return out
+    return out + letter_room_check(settings, info)
+
+
+def letter_room_check(settings: Settings, info: Mapping[str, TopicInfo]) -> list[Check]:
+    """A note when the DLQ topic cannot take a result the results topic refuses whole: its
+    letter is then truncated to fit, only the result's size and SHA-256 kept (evald creates the
+    DLQ with the room, topics.dlq_limit)."""
+    topics = settings.topics
+    try:
+        limits = [
+            int((info[name].configs or {})["max.message.bytes"])
+            for name in (topics.dlq, topics.results)
+        ]
+    except (KeyError, ValueError):
+        return []
+    dlq, results = limits
+    if dlq >= results + RESULT_LETTER_ROOM:
+        return []
+    detail = (
+        f"max.message.bytes {dlq} leaves no room for a result that {topics.results} "
+        f"(max.message.bytes {results}) refuses: such a result is dead-lettered truncated, "
+        "its size and SHA-256 kept. To keep it whole: kafka-configs.sh --alter --entity-type "
+        f"topics --entity-name {topics.dlq} --add-config "
+        f"max.message.bytes={results + RESULT_LETTER_ROOM} (or more)"
+    )
+    return [Check(NOTE, f"topics.dlq {topics.dlq}", detail)]

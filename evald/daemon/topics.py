@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -29,7 +29,7 @@ from kafka.errors import (
 from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, SLACK_BYTES, max_message_bytes
 from evald.daemon.fatal import Fatal
 from evald.daemon.permissions import acl_command, principal, topic_denied, topic_needs, unauthorized
-from evald.daemon.record_limits import needs, shortfall
+from evald.daemon.record_limits import RESULT_LETTER_ROOM, needs, shortfall, statistics_need
 from evald.daemon.settings import Settings
 
 __all__ = [
@@ -39,11 +39,14 @@ __all__ = [
     "TopicGuard",
     "TopicLayoutError",
     "TopicShape",
+    "batch_under",
     "check_checkpoint_ids",
     "check_layout",
     "check_outputs_kept",
     "check_unchanged",
+    "create_dlq",
     "describe",
+    "dlq_limit",
     "ensure_statistics_topic",
     "missing_outputs",
     "statistics_policy_problem",
@@ -118,18 +121,25 @@ class TopicShape:
 
 
 class OutputLimits(NamedTuple):
-    """The largest record batch (``max.message.bytes``) the DLQ, the results and the checkpoint
-    topic accept."""
+    """The largest record batch (``max.message.bytes``) the DLQ, the results, the checkpoint
+    and the statistics topic accept (the same transactional producer writes all four)."""
 
     dlq: int
     results: int
     checkpoints: int
+    statistics: int = DEFAULT_MAX_MESSAGE_BYTES
 
     def batch_bytes(self, most: int) -> int:
         """The producer's ``batch_size``: at most ``most``, and below every limit, which bounds
         a whole batch, not a record (a topic accepting 64 KiB refused the batches of 300-byte
         results that filled the 512 KiB default, each time again)."""
-        return max(1, min(most, *(limit - SLACK_BYTES for limit in self)))
+        return batch_under(most, self)
+
+
+def batch_under(most: int, limits: Iterable[int]) -> int:
+    """A producer ``batch_size`` of at most ``most`` bytes that every topic of ``limits``
+    (their ``max.message.bytes``) accepts, with room for what the producer's count misses."""
+    return max(1, min(most, *(limit - SLACK_BYTES for limit in limits)))
 
 
 class TopicAccessDenied(Exception):
@@ -314,8 +324,8 @@ class TopicGuard:
         """Refuse input topics that are missing, not co-partitioned or not those this process
         consumed before, output topics this process wrote that are gone, and topics evald's
         principal may not use, and output topics whose ``max.message.bytes`` is below what
-        evald's records need; create missing output topics. Returns the DLQ, results and
-        checkpoint topics' ``max.message.bytes``."""
+        evald's records need; create missing output topics. Returns the DLQ, results,
+        checkpoint and statistics topics' ``max.message.bytes``."""
         self._thread = threading.current_thread()
         topics = self._topics
         ckpt = topics.checkpoint_topic
@@ -357,18 +367,20 @@ class TopicGuard:
     def _limits(self, admin: KafkaAdminClient) -> OutputLimits:
         """The output topics' ``max.message.bytes``; a topic whose limit is below the largest
         record evald writes to it (record_limits) is fatal: the broker would refuse that
-        record's transaction in every session."""
+        record's transaction in every session. The statistics topic's is left at Kafka's
+        default when evald writes none (its shares share the commit transaction)."""
         topics = self._topics
-        limits = OutputLimits(
-            *(
-                max_message_bytes(admin, name)
-                for name in (topics.dlq, topics.results, topics.checkpoint_topic)
-            )
-        )
+        stats = self.statistics_name
+        names = (topics.dlq, topics.results, topics.checkpoint_topic, *((stats,) if stats else ()))
+        limits = OutputLimits(*(max_message_bytes(admin, name) for name in names))
         of = {topics.dlq: limits.dlq, topics.checkpoint_topic: limits.checkpoints}
+        limited = needs(topics)
+        if stats:
+            of[stats] = limits.statistics
+            limited.append(statistics_need(stats))
         said = [
             f"{need.setting} {need.topic} {problem}"
-            for need in needs(topics)
+            for need in limited
             if (problem := shortfall(need, of[need.topic]))
         ]
         if said:
@@ -476,18 +488,23 @@ class TopicGuard:
     def _create(self, admin: KafkaAdminClient, names: list[str], partitions: int) -> None:
         """Create the missing output topics; the checkpoint topic with Kafka's default
         ``max.message.bytes``, whatever the broker's default (its chunks need a quarter of it,
-        record_limits.CHECKPOINT_NEED)."""
+        record_limits.CHECKPOINT_NEED); the DLQ with room for a result the results topic
+        refuses (:func:`create_dlq`)."""
         log.info("creating output topics %s with %d partitions", names, partitions)
         limit = {"max.message.bytes": str(DEFAULT_MAX_MESSAGE_BYTES)}
-        ckpt = self._topics.checkpoint_topic
+        ckpt, dlq = self._topics.checkpoint_topic, self._topics.dlq
         try:
             with contextlib.suppress(TopicAlreadyExistsError):
+                # the DLQ last: its limit follows the results topic's, which may be created now
                 admin.create_topics(
                     [
                         NewTopic(name, partitions, -1, topic_configs=limit if name == ckpt else {})
                         for name in names
+                        if name != dlq
                     ]
                 )
+            if dlq in names:
+                create_dlq(admin, dlq, partitions, self._topics.results)
         except (TopicAuthorizationFailedError, ClusterAuthorizationFailedError) as exc:
             grant = acl_command(self._settings, "--cluster", ["CREATE"])
             raise Fatal(
@@ -522,6 +539,23 @@ class TopicGuard:
             )
         except TopicLayoutError as exc:
             raise Fatal(2, f"evald run: refusing to restore: {exc}") from None
+
+
+def dlq_limit(results_limit: int) -> int:
+    """The ``max.message.bytes`` evald gives a DLQ topic it creates: a result_too_large letter
+    holds its whole result up to the results topic's limit, whatever that is, and no letter
+    gets less room than Kafka's default (a topic-level limit may exceed the broker's
+    ``message.max.bytes``; replicas and consumers fetch a larger batch all the same)."""
+    return max(results_limit, DEFAULT_MAX_MESSAGE_BYTES) + RESULT_LETTER_ROOM
+
+
+def create_dlq(admin: KafkaAdminClient, name: str, partitions: int, results: str) -> None:
+    """Create the dead-letter topic with :func:`dlq_limit` of the results topic's limit (Kafka's
+    default when the results topic does not exist yet or the broker does not say)."""
+    limit = dlq_limit(max_message_bytes(admin, results))
+    configs = {"max.message.bytes": str(limit)}
+    with contextlib.suppress(TopicAlreadyExistsError):
+        admin.create_topics([NewTopic(name, partitions, -1, topic_configs=configs)])
 
 
 def check_statistics_unchanged(name: str, seen: str | None, now: TopicShape | None) -> None:

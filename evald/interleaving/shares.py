@@ -28,6 +28,7 @@ import numpy as np
 from evald.interleaving.sums import PairSums
 from evald.interleaving.windows import Cell, PartitionCredit, Windows
 from evald.join.window import complete_before
+from evald.statistics.shares import pieces
 
 __all__ = [
     "KINDS",
@@ -47,6 +48,13 @@ FINAL = 1 << 62
 NUMBERS_PER_RECORD = 12_000
 #: the counts of a PairSums, in record order
 COUNTS = ("lists", "lead_a", "wins_a", "wins_b", "ties", "users")
+
+
+def _label_bytes(cell: tuple[Cell, PairSums]) -> int:
+    """The JSON bytes of a cell's segment and team names in its share record (a share of many
+    cells with long names is cut by them too: shares.LABEL_BYTES_PER_RECORD)."""
+    (segment, a, b), _ = cell
+    return len(json.dumps([list(segment), a, b], separators=(",", ":")))
 
 
 def _encode_cells(cells: tuple[tuple[Cell, PairSums], ...]) -> list[Any]:
@@ -222,8 +230,7 @@ class CreditShares:
         for start, cells in taken.items():
             ordered = tuple(sorted(cells.items(), key=lambda item: item[0]))
             step = max(1, NUMBERS_PER_RECORD // (len(COUNTS) + 2 * self.replicates))
-            for chunk, first in enumerate(range(0, len(ordered), step)):
-                piece = ordered[first : first + step]
+            for chunk, piece in enumerate(pieces(ordered, step, _label_bytes)):
                 shares.append(CreditShare(start, self.width, partition, piece, chunk))
         return CreditFrozen(partition, until, tuple(shares))
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -43,6 +43,7 @@ __all__ = [
     "Share",
     "add_sums",
     "decode_record",
+    "pieces",
 ]
 
 #: "every window is final" (a drain: all data is in)
@@ -56,9 +57,39 @@ READABLE = frozenset({1, VERSION})
 LATE = "late"
 #: sums per share record (segments x measures x 3): about 250 KiB of JSON with the labels
 CELLS_PER_RECORD = 12_000
+#: bytes of labels (their JSON) per share record, on top of its sums: a share of many segments
+#: with long labels stays under Kafka's default max.message.bytes (before, 2000 segments of two
+#: measures with 512-character labels made one record of 1.3 MB). One segment's labels are never
+#: cut.
+LABEL_BYTES_PER_RECORD = 256 * 1024
 
+#: an item of a share (a segment, a credit cell)
+T = TypeVar("T")
 #: a segment's labels as (key, value) pairs, in the engine's ``label_keys`` order
 Labels = tuple[tuple[str, str], ...]
+
+
+def pieces(items: Sequence[T], step: int, weight: Callable[[T], int]) -> list[tuple[T, ...]]:
+    """``items`` cut, in order, into runs of at most ``step`` whose ``weight`` adds up to at most
+    ``LABEL_BYTES_PER_RECORD`` (an item heavier than that goes alone): the records of a share."""
+    out: list[tuple[T, ...]] = []
+    run: list[T] = []
+    held = 0
+    for item in items:
+        size = weight(item)
+        if run and (len(run) == step or held + size > LABEL_BYTES_PER_RECORD):
+            out.append(tuple(run))
+            run, held = [], 0
+        run.append(item)
+        held += size
+    if run:
+        out.append(tuple(run))
+    return out
+
+
+def _label_bytes(segment: tuple[Labels, np.ndarray]) -> int:
+    """The JSON bytes of a segment's labels in its share record."""
+    return len(json.dumps([list(pair) for pair in segment[0]], separators=(",", ":")))
 
 
 @dataclass(frozen=True)
@@ -306,8 +337,7 @@ class PartitionShares:
             segments = self._take(partition, start)
             if segments:
                 step = max(1, CELLS_PER_RECORD // (self.columns * self.measures))
-                for chunk, first in enumerate(range(0, len(segments), step)):
-                    piece = segments[first : first + step]
+                for chunk, piece in enumerate(pieces(segments, step, _label_bytes)):
                     shares.append(Share(start, self.width, partition, piece, chunk))
         return Frozen(partition, until, tuple(shares))
 

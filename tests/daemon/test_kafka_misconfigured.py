@@ -295,3 +295,154 @@ def test_an_output_topic_below_evalds_largest_record_exits_2_and_check_config_fa
     out = capsys.readouterr().out
     assert f"# FAIL  {named}: {said}" in out
     assert f"# ok    topics.dlq {dlq}: max.message.bytes 1048588, at least " in out
+
+
+def test_the_repartition_stage_keeps_its_batches_under_its_internal_topics_limit(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """Internal topics accepting 16 KiB: before, the stage's 512 KiB batches of small copies
+    were refused, and its transaction waited on them forever (nothing reached the topic)."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka_instances import make_settings
+
+    from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, max_message_bytes
+    from evald.daemon.names import internal_topic
+    from evald.daemon.repartition.stage import Repartitioner
+    from evald.daemon.topics import dlq_limit
+
+    topics = names(unique)
+    imp, fb = topics["impressions"], topics["feedback"]
+    kafka_tools.create({imp: 1, fb: 1})
+    group = f"g-{unique}"
+    internal = [internal_topic(group, name) for name in (imp, fb)]
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        limit = {"max.message.bytes": "16384", "message.timestamp.type": "CreateTime"}
+        admin.create_topics([NewTopic(name, 1, 1, topic_configs=limit) for name in internal])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=50)
+    try:
+        for n in range(2000):
+            doc = {"request_id": f"r{n}", "ts": 1_700_000_000_000 + n, "items": ["a", "b"]}
+            producer.send(imp, key=b"client", value=json.dumps(doc).encode())
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+    settings = make_settings(broker.bootstrap, unique)
+    settings = settings.model_copy(
+        update={"input": settings.input.model_copy(update={"repartition": True})}
+    )
+    stage = Repartitioner(settings)
+    stage.start()
+    try:
+        wait_until(
+            lambda: len(kafka_tools.read(internal[0], committed=True)) == 2000,
+            60,
+            "every impression copied into the internal topic",
+        )
+    finally:
+        stage.stop(timeout=15)
+    assert stage.status is None
+    # the DLQ this stage created has room for a result the results topic refuses
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        assert max_message_bytes(admin, topics["dlq"]) == dlq_limit(DEFAULT_MAX_MESSAGE_BYTES)
+    finally:
+        admin.close()
+
+
+def test_a_result_the_default_results_topic_refuses_is_dead_lettered_whole(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """Both topics as evald creates them, at Kafka's default: before, the DLQ got the same
+    1048588 bytes as the results topic, so every result over the results topic's limit was
+    truncated to fit it (only its SHA-256 kept). The DLQ's larger topic-level limit is above
+    the broker's message.max.bytes: the broker takes the letter and a consumer reads it back."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka_instances import make_settings
+    from settable_clock import SettableClock
+
+    from evald.daemon.dead_letters import (
+        DEFAULT_MAX_MESSAGE_BYTES,
+        SLACK_BYTES,
+        DeadLetters,
+        record_size,
+    )
+    from evald.daemon.topics import TopicGuard
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        limits = TopicGuard(make_settings(broker.bootstrap, unique), SettableClock()).start(admin)
+    finally:
+        admin.close()
+    assert limits.results == DEFAULT_MAX_MESSAGE_BYTES < limits.dlq
+    letters = DeadLetters(topics["dlq"])
+    letters.limit, letters.results_limit = limits.dlq, limits.results
+    # the smallest result the results topic refuses
+    key, value = b"r" * 16, b"v" * (DEFAULT_MAX_MESSAGE_BYTES - 64 - 16)
+    while record_size(key, value, []) + SLACK_BYTES <= limits.results:
+        value += b"v"
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=2 * limits.dlq)
+    try:
+        assert letters.divert_result(producer, topics["results"], 0, key, value)
+        producer.flush(timeout=30)
+        letters.check()
+    finally:
+        producer.close(timeout=5)
+    (letter,) = kafka_tools.read(topics["dlq"])
+    headers = dict(letter.headers)
+    assert headers["evald-reason"] == b"result_too_large"
+    assert "evald-truncated" not in headers
+    assert letter.value == value
+
+
+def test_share_records_batch_under_a_statistics_topic_at_the_smallest_limit_evald_accepts(
+    broker: Broker, kafka_tools: KafkaTools, unique: str
+) -> None:
+    """A statistics topic at record_limits.STATISTICS_NEED takes evald's share records batched
+    as the commit producer batches them. Before, its limit did not bound the batches: six
+    shares of 100 KB went out in 512 KiB batches, which the broker refused: the flush never
+    completed (as the commit's, in every session)."""
+    import numpy as np
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka_instances import make_settings
+    from settable_clock import SettableClock
+
+    from evald.daemon.main.runner import PRODUCER_BATCH_BYTES
+    from evald.daemon.names import statistics_topic
+    from evald.daemon.record_limits import STATISTICS_NEED
+    from evald.daemon.topics import TopicGuard
+    from evald.statistics.shares import Share
+
+    topics = names(unique)
+    kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
+    settings = make_settings(broker.bootstrap, unique)
+    stats = statistics_topic(settings.topics.checkpoint_topic)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        configs = {"cleanup.policy": "compact", "max.message.bytes": str(STATISTICS_NEED)}
+        admin.create_topics([NewTopic(stats, 1, 1, topic_configs=configs)])
+        limits = TopicGuard(settings, SettableClock(), stats).start(admin)
+    finally:
+        admin.close()
+    sums = np.full((1400, 3), -1.2345678901234567e-300)
+    shares = [Share(0, 60_000, 0, (((), sums),), chunk) for chunk in range(6)]
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        batch_size=limits.batch_bytes(PRODUCER_BATCH_BYTES),
+        linger_ms=500,
+        max_request_size=max(*limits, 1_048_576),
+    )
+    try:
+        sent = [producer.send(stats, key=s.key, value=s.encode()) for s in shares]
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+    assert 90_000 < len(shares[0].encode()) < STATISTICS_NEED // 2
+    assert [future.succeeded() for future in sent] == [True] * 6
+    assert len(kafka_tools.read(stats)) == 6

@@ -41,3 +41,46 @@ def test_check_config_fails_a_checkpoint_topic_below_the_need_and_skips_unreport
     assert f"max.message.bytes={CHECKPOINT_NEED}" in check.detail
     info["res.checkpoints"] = TopicInfo(1, configs={"max.message.bytes": str(CHECKPOINT_NEED)})
     assert [c.status for c in record_size_checks(settings, info)] == [OK]
+
+
+def test_a_full_share_record_fits_the_statistics_need() -> None:
+    """CELLS_PER_RECORD sums of any value, at the widest key, under no labels."""
+    import numpy as np
+
+    from evald.daemon.record_limits import STATISTICS_NEED
+    from evald.statistics.shares import CELLS_PER_RECORD, Share
+
+    rng = np.random.default_rng(7)
+    sums = rng.standard_normal((CELLS_PER_RECORD // 3, 3)) * 10.0 ** rng.integers(-300, 300, (1, 1))
+    sums[0, 0] = -2.2250738585072014e-308
+    share = Share(-(2**62), 2**62, 2**31 - 1, (((), sums),), chunk=999)
+    assert record_size(share.key, share.encode(), []) + SLACK_BYTES <= STATISTICS_NEED
+
+
+def test_check_config_fails_a_statistics_topic_below_a_full_share_record() -> None:
+    from evald.daemon.record_limits import STATISTICS_NEED
+
+    comparison = {"name": "ab", "label": "arm", "control": "c", "treatments": ["t"], "start": 0}
+    statistics = {"comparisons": [comparison]}
+    flags = {"topics": {"results": "res", "dlq": "dlq"}, "engine": {"statistics": statistics}}
+    settings = load_settings(environ={}, flags=flags)
+    name = "res.checkpoints.statistics"
+    info = {name: TopicInfo(1, configs={"max.message.bytes": str(STATISTICS_NEED - 1)})}
+    (check,) = record_size_checks(settings, info)
+    assert (check.status, check.subject) == (FAIL, f"statistics topic {name}")
+
+
+def test_check_config_notes_a_dlq_without_room_for_a_refused_result() -> None:
+    """Kafka's default on both topics: a result the results topic refuses is dead-lettered
+    truncated. A note, not a FAIL: evald runs, only that letter loses its value."""
+    from evald.daemon.connect_check import NOTE
+    from evald.daemon.record_limits import RESULT_LETTER_ROOM
+
+    settings = load_settings(environ={}, flags={"topics": {"results": "res", "dlq": "dlq"}})
+    info = {name: TopicInfo(1, configs={"max.message.bytes": "1048588"}) for name in ("res", "dlq")}
+    checks = record_size_checks(settings, info)
+    (note,) = [c for c in checks if c.status == NOTE]
+    assert note.subject == "topics.dlq dlq"
+    assert f"max.message.bytes={1048588 + RESULT_LETTER_ROOM}" in note.detail
+    info["dlq"] = TopicInfo(1, configs={"max.message.bytes": str(1048588 + RESULT_LETTER_ROOM)})
+    assert all(c.status == OK for c in record_size_checks(settings, info))

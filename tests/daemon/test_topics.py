@@ -189,3 +189,51 @@ def test_the_statistics_topic_is_created_with_kafkas_default_limit_whatever_the_
     ensure_statistics_topic(StatisticsAdmin(), "stats")  # type: ignore[arg-type]
     (topic,) = created
     assert topic.topic_configs == {"cleanup.policy": "compact", "max.message.bytes": "1048588"}
+
+
+class LimitedAdmin(Admin):
+    """Topics with a ``max.message.bytes`` each (Kafka's default where not given), the
+    statistics topic existing and compacted."""
+
+    def __init__(self, topics: dict[str, tuple[str, int, Any]], limits: dict[str, int]) -> None:
+        super().__init__(topics)
+        self.limits = limits
+
+    def list_topics(self) -> list[str]:
+        return list(self.topics)
+
+    def describe_configs(self, resources: list[Any], **kwargs: Any) -> dict[str, Any]:
+        name = resources[0].name
+        configs = {"cleanup.policy": {"value": "compact"}}
+        if name in self.limits:
+            configs["max.message.bytes"] = {"value": str(self.limits[name])}
+        return {"topic": {name: configs}}
+
+
+def test_the_producers_batches_stay_under_the_statistics_topics_limit() -> None:
+    """The commit transaction writes the shares with the results: a statistics topic accepting
+    less than the 512 KiB batch refused the batch of several shares, in every session."""
+    from evald.daemon.record_limits import STATISTICS_NEED
+
+    limit = STATISTICS_NEED + 10_000
+    admin = LimitedAdmin({**inputs(), "stats": ("id-stats", 1, ALL)}, {"stats": limit})
+    limits = TopicGuard(settings(), SettableClock(), "stats").start(admin)
+    assert limits.statistics == limit
+    assert limits.batch_bytes(512 * 1024) < limit
+
+
+def test_a_statistics_topic_below_a_full_share_record_exits_2_at_start() -> None:
+    """A share of CELLS_PER_RECORD sums is cut no further: the broker would refuse its
+    transaction in every session."""
+    from evald.daemon.record_limits import STATISTICS_NEED
+
+    admin = LimitedAdmin(
+        {**inputs(), "stats": ("id-stats", 1, ALL)}, {"stats": STATISTICS_NEED - 1}
+    )
+    with pytest.raises(Fatal) as raised:
+        TopicGuard(settings(), SettableClock(), "stats").start(admin)
+    assert raised.value.status == 2
+    assert f"statistics topic stats accepts records of at most {STATISTICS_NEED - 1}" in str(
+        raised.value
+    )
+    assert f"max.message.bytes={STATISTICS_NEED}" in str(raised.value)

@@ -235,3 +235,16 @@ def test_windows_starting_before_the_tests_start_are_not_folded() -> None:
         live.add(frozen)
         assert live.fold([0]) == (lists > 0) + (lists == 14)
         assert sum(r["lists"] for r in live.records(["surface"])) == lists
+
+
+def test_a_share_of_cells_with_long_names_is_cut_by_their_bytes_too(monkeypatch) -> None:
+    """Cells of ``[["s0"],"A","B"]`` (16 bytes of names) under a 40-byte budget: 2 a record,
+    however few numbers they hold (the statistics topic's records stay under its limit)."""
+    monkeypatch.setattr("evald.statistics.shares.LABEL_BYTES_PER_RECORD", 40, raising=False)
+    shares = CreditShares(WIDTH, WINDOW, 0)
+    for i in range(5):
+        observe(shares, 1, [T0 + j for j in range(3)], surface=f"s{i}")
+    frozen = shares.freeze(1, None, final=True)
+    assert frozen is not None
+    assert [len(s.cells) for s in frozen.shares] == [2, 2, 1]
+    assert [s.chunk for s in frozen.shares] == [0, 1, 2]

@@ -469,3 +469,32 @@ def test_a_restart_with_another_bootstrap_replicates_folds_on_without_a_crash(ca
     messages = [r.getMessage() for r in caplog.records]
     (warning,) = [m for m in messages if "bootstrap_replicates" in m]
     assert "bootstrap_replicates 100, not 50" in warning and "later start" in warning
+
+
+def test_a_share_of_many_segments_with_long_labels_is_cut_by_their_bytes_too():
+    """2000 segments (of two measures) whose labels take 512 characters: cut by the sums
+    alone, they made one record of 1.3 MB, over Kafka's default max.message.bytes; cut by the
+    labels' bytes too, each record holds at most LABEL_BYTES_PER_RECORD of them, and the
+    chunks still add up."""
+    config = settings(min_n=2, cusum_min_n=2)
+    segments = SegmentIndex(("arm", "surface"), 5000, 5000)
+    shares = PartitionShares(config.statistics.window, config.window, len(MEASURES), segments)
+    labels = [{"arm": a, "surface": f"{i:04d}" + "s" * 508} for i in range(1000) for a in "AB"]
+    seg = np.asarray([segments.segment_of(lab) for lab in labels] * 2)
+    values = np.random.default_rng(3).random((len(seg), len(MEASURES)))
+    ts = np.full(len(seg), T0 + 5)
+    shares.observe(0, seg, ts, values, ["window"] * len(seg), None, None)
+    frozen = shares.freeze(0, None, final=True)
+    assert frozen is not None
+    records = [s.encode() for s in frozen.shares]
+    assert max(len(r) for r in records) < 1_048_588 - 4096
+    from evald.statistics.shares import LABEL_BYTES_PER_RECORD
+
+    for share in frozen.shares:
+        held = sum(
+            len(json.dumps([list(p) for p in lab], separators=(",", ":")))
+            for lab, _ in share.segments
+        )
+        assert held <= LABEL_BYTES_PER_RECORD
+    assert [s.chunk for s in frozen.shares] == list(range(len(records)))
+    assert sum(len(s.segments) for s in frozen.shares) == 2000

@@ -85,6 +85,7 @@ from evald.daemon.reach import Misdirected, check_resolves, diagnose
 from evald.daemon.repartition.interleave import Interleaver
 from evald.daemon.repartition.rekey import RequestIdReader, Unkeyable, partition_for
 from evald.daemon.settings import Settings
+from evald.daemon.topics import batch_under, create_dlq
 
 __all__ = [
     "RepartitionCollector",
@@ -233,6 +234,8 @@ class _Layout:
 
     partitions: int = 1
     dlq_limit: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: the producer's batch_size, under the internal and DLQ topics' max.message.bytes
+    batch_bytes: int = PRODUCER_BATCH_BYTES
 
 
 class Repartitioner:
@@ -376,7 +379,7 @@ class Repartitioner:
             transaction_timeout_ms=cfg.kafka.transaction_timeout_ms,
             max_block_ms=cfg.kafka.request_timeout_ms,
             linger_ms=PRODUCER_LINGER_MS,
-            batch_size=PRODUCER_BATCH_BYTES,
+            batch_size=self._layout.batch_bytes,
             max_request_size=max(self._layout.dlq_limit, KAFKA_PYTHON_MAX_REQUEST_SIZE),
             **without_auto_create(),
             **client,
@@ -437,21 +440,24 @@ class Repartitioner:
                 "consumer groups of this daemon and its results/checkpoint topics) to start over"
             )
         create = [name for name in internal if name not in existing]
-        if counts[topics.dlq] is None:
-            create.append(topics.dlq)
         if create:
             log.info("creating topics %s with %d partitions", create, wanted)
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(
                     [
                         NewTopic(name, wanted, -1, topic_configs=INTERNAL_TOPIC_CONFIGS)
-                        if name in internal
-                        else NewTopic(name, wanted, -1)
                         for name in create
                     ]
                 )
             self._await_created(admin, internal, wanted)
-        self._layout = _Layout(wanted, max_message_bytes(admin, topics.dlq))
+        if counts[topics.dlq] is None:
+            log.info("creating topic %s with %d partitions", topics.dlq, wanted)
+            create_dlq(admin, topics.dlq, wanted, topics.results)
+        # a limit bounds a whole batch: an internal topic accepting less than the batch refused
+        # every batch of small copies, and the transaction waited on them forever
+        dlq = max_message_bytes(admin, topics.dlq)
+        limits = [dlq, *(max_message_bytes(admin, name) for name in internal)]
+        self._layout = _Layout(wanted, dlq, batch_under(PRODUCER_BATCH_BYTES, limits))
 
     def _await_created(self, admin: KafkaAdminClient, names: tuple[str, ...], count: int) -> None:
         """Return once the new topics are described with all their partitions, so the main
