@@ -242,14 +242,16 @@ class DeadLetters:
         self._sent = []
 
     def _refused(self, source: Source, exc: Exception) -> Fatal:
+        from evald.daemon.record_limits import DLQ_NEED  # it sizes the letters of this module
+
         topic = self.topic
         return Fatal(
             2,
             f"evald run: stopping: the DLQ topic {topic} refused even a headers-only dead letter "
             f"(for {source[0]}/{source[1]}@{source[2]}: {type(exc).__name__}: {exc}); no retry "
             f"can fix that. Check that {topic} exists, is writable by evald and that its "
-            "max.message.bytes (and the broker's message.max.bytes) are at least a few KiB, "
-            "then restart evald",
+            f"max.message.bytes (and the broker's message.max.bytes) are at least {DLQ_NEED:,} "
+            "bytes (the largest headers-only letter), then restart evald",
         )
 
 

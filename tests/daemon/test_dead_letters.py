@@ -23,6 +23,7 @@ from evald.daemon.dead_letters import (
     record_size,
 )
 from evald.daemon.fatal import Fatal
+from evald.daemon.record_limits import DLQ_NEED
 from evald.decode import Rejection
 
 HEADERS = [("evald-reason", b"too_large"), ("evald-source-offset", b"17")]
@@ -122,6 +123,7 @@ def test_a_letter_the_broker_refuses_is_written_headers_only_and_a_second_refusa
     assert refused.value.status == 2 and "refused even a headers-only dead letter" in str(
         refused.value
     )
+    assert f"at least {DLQ_NEED:,} bytes" in str(refused.value)  # what evald checks at start
 
 
 @pytest.mark.parametrize("exc", [ProducerFencedError(), InvalidProducerEpochError()])
