@@ -161,7 +161,10 @@ class Cusum:
     ``scale_sum`` (Σ V and Σ a, each window weighing 2^(−age/half-life)) over the
     ``pooled_windows`` windows ``step_contrast`` stepped are the stream's pooled variance;
     ``stream_replicates``, ``replicate_variance``, ``replicate_sd`` (Σ w D_b, Σ w² V, Σ w √V)
-    over its ``replicate_windows`` windows with replicates, its correlation between windows."""
+    over its ``replicate_windows`` windows with replicates, its correlation between windows;
+    ``replicate_gap``: the windows stepped since the last with replicates, over which that
+    correlation fades as the pool does (replicates that stopped, as after a restart with
+    ``bootstrap_replicates: 0``, do not floor the runs of the windows after them for ever)."""
 
     statistic: float = 0.0
     windows: int = 0
@@ -176,6 +179,7 @@ class Cusum:
     replicate_variance: float = 0.0
     replicate_sd: float = 0.0
     replicate_windows: int = 0
+    replicate_gap: int = 0
 
     @property
     def alarmed(self) -> bool:
@@ -241,17 +245,14 @@ class Cusum:
                 replicate_variance=decay * decay * pooled.replicate_variance + variance,
                 replicate_sd=decay * pooled.replicate_sd + math.sqrt(variance),
                 replicate_windows=pooled.replicate_windows + 1,
+                replicate_gap=0,
             )
-        rho = 0.0
-        if pooled.stream_replicates is not None:
-            rho = float(
-                stream_correlation(
-                    pooled.stream_replicates,
-                    pooled.replicate_variance,
-                    pooled.replicate_sd,
-                    pooled.replicate_windows,
-                )
-            )
+        rho, kept = 0.0, pooled.stream_replicates
+        if kept is not None:
+            if replicates is None:
+                pooled = replace(pooled, replicate_gap=pooled.replicate_gap + 1)
+            sums = (pooled.replicate_variance, pooled.replicate_sd, pooled.replicate_windows)
+            rho = float(stream_correlation(kept, *sums)) * decay**pooled.replicate_gap
         deviations = None if replicates is None else replicates / sd
         return pooled._advance(difference / sd, deviations, k, h, rho)
 
@@ -304,6 +305,8 @@ class Cusum:
             doc["replicate_variance"] = self.replicate_variance
             doc["replicate_sd"] = self.replicate_sd
             doc["replicate_windows"] = self.replicate_windows
+            if self.replicate_gap:
+                doc["replicate_gap"] = self.replicate_gap
         return doc
 
     @classmethod
@@ -327,6 +330,7 @@ class Cusum:
             float(data.get("replicate_variance", 0.0)),
             float(data.get("replicate_sd", 0.0)),
             int(data.get("replicate_windows", 0)),
+            int(data.get("replicate_gap", 0)),
         )
 
 

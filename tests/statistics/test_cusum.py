@@ -10,9 +10,11 @@ import pytest
 
 from evald.statistics.clustered import contrast, sums_of_rows
 from evald.statistics.cusum import (
+    POOL_HALF_LIFE,
     Cusum,
     cusum_update,
     difference_z,
+    forgetting,
     run_statistic,
     siegmund_arl,
     standardized_z,
@@ -279,7 +281,7 @@ def test_the_correlation_counts_only_windows_with_replicates() -> None:
 def test_a_window_without_replicates_in_a_run_keeps_the_streams_correlation() -> None:
     """Windows moving as one (ρ = 1): a sixth window of the run without replicates counts as
     the run's correlation says, √6 for 6 drops of one SE, as with its replicates (ρ = 0 made
-    it 6·√(6/25))."""
+    it 6·√(6/25)), but for the correlation's fading by one window (2^(−1/24))."""
     alike = np.random.default_rng(3).choice([-1.0, 1.0], 100)
     state = Cusum()
     for _ in range(5):
@@ -287,4 +289,24 @@ def test_a_window_without_replicates_in_a_run_keeps_the_streams_correlation() ->
     assert state.statistic == pytest.approx(math.sqrt(5))
     without = state.step_contrast(-1.0, 1.0, 100, 100, k=0.0)
     with_them = state.step_contrast(-1.0, 1.0, 100, 100, k=0.0, replicates=alike)
-    assert without.statistic == pytest.approx(with_them.statistic) == pytest.approx(math.sqrt(6))
+    assert with_them.statistic == pytest.approx(math.sqrt(6))
+    faded = 6 * math.sqrt(6 / (6 * (1 + 5 * forgetting(POOL_HALF_LIFE))))
+    assert without.statistic == pytest.approx(faded) and faded == pytest.approx(math.sqrt(6), 0.02)
+
+
+def test_replicates_that_stopped_floor_the_runs_after_them_less_and_less() -> None:
+    """Windows moving as one (ρ = 1), then the replicates stop (a restart with
+    ``bootstrap_replicates: 0``, users without ids): their correlation fades as the pool does,
+    so after 10 half-lives six drops of one SE are Page's 6 again. Frozen, ρ stayed 1 for ever
+    and the same drops scored √6 ≈ 2.45, whatever the windows since."""
+    alike = np.random.default_rng(3).choice([-1.0, 1.0], 100)
+    state = Cusum()
+    for _ in range(50):
+        state = state.step_contrast(0.0, 1.0, 100, 100, replicates=alike)
+    for _ in range(10 * int(POOL_HALF_LIFE)):
+        state = state.step_contrast(0.0, 1.0, 100, 100)
+    assert state.replicate_gap == 10 * POOL_HALF_LIFE
+    assert Cusum.from_json(json.loads(json.dumps(state.to_json()))) == state
+    for _ in range(6):
+        state = state.step_contrast(-1.0, 1.0, 100, 100, k=0.0)
+    assert state.statistic == pytest.approx(6.0, rel=0.01)
