@@ -61,12 +61,13 @@ DIAGNOSIS_S = CONNECT_S + 2 * ANSWER_S + 1.0
 #: how often a diagnosis looks at the stop while its probes run
 STOP_CHECK_S = 0.05
 #: failed bootstraps in a row on which every address answers as another service, over at
-#: least MISDIRECTED_SPAN_S, before ``evald run`` exits 2: a broker restarting (or a pod
-#: rescheduled, its old IP briefly another pod's) is back within a minute; a listener that
-#: is another service for longer is a setting to change. With the default 30 s bootstrap
-#: (kafka.request_timeout_ms) three failures take 90 s or more anyway
+#: least MISDIRECTED_SPAN_S, before ``evald run`` exits 2. Ten minutes, not one: where a
+#: transparent or egress proxy answers HTTP for an address it cannot reach, a broker that is
+#: merely down (a restart recovering its logs after an unclean stop takes minutes) looks like
+#: another service; a listener that is another service for ten minutes is a setting to change,
+#: and a wrong exit costs a restart, nothing of the state
 MISDIRECTED_TIMES = 3
-MISDIRECTED_SPAN_S = 60.0
+MISDIRECTED_SPAN_S = 600.0
 #: what to read of an answer
 PEEK_BYTES = 8
 #: why a name that does not resolve is retried

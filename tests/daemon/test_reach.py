@@ -17,6 +17,7 @@ from settable_clock import SettableClock
 from evald.daemon.backoff import Backoff
 from evald.daemon.main.runner import Daemon
 from evald.daemon.reach import (
+    MISDIRECTED_SPAN_S,
     MISDIRECTED_TIMES,
     BrokerUnreachable,
     Diagnosis,
@@ -125,19 +126,24 @@ def test_only_every_address_answering_as_another_service_is_a_verdict() -> None:
     assert both is not None and both.misdirected == both.hint
 
 
-def test_a_verdict_is_advice_only_on_three_failed_bootstraps_in_a_row_over_a_minute() -> None:
-    """An address may answer HTTP for a while (an egress proxy, a pod IP that another pod
-    holds while the broker is rescheduled): one failed bootstrap is no reason to exit 2."""
+def test_a_verdict_is_advice_only_on_three_failed_bootstraps_in_a_row_over_ten_minutes() -> None:
+    """An address may answer HTTP for a while (an egress proxy in front of a broker that is
+    down, a pod IP that another pod holds while the broker is rescheduled): one failed
+    bootstrap, or three within minutes, is no reason to exit 2."""
+    span = MISDIRECTED_SPAN_S
+    assert span == 600.0
     judge = Misdirected()
     http = Diagnosis("x answers HTTP", "x answers HTTP")
-    retried = [judge.judge(http, t)[0] for t in (0.0, 10.0, 20.0)]
-    assert retried == [None, None, None]  # three, but within 20 s
-    assert judge.judge(http, 60.0)[0] is not None
+    retried = [judge.judge(http, t)[0] for t in (0.0, 90.0, span - 1)]
+    assert retried == [None, None, None]  # three, but within the span
+    assert judge.judge(http, span)[0] is not None
     judge.reset()  # a session got past its bootstrap
-    assert judge.judge(http, 100.0)[0] is None
-    assert judge.judge(Diagnosis(None, "x refused"), 130.0)[0] is None  # not in a row
-    assert [judge.judge(http, t)[0] is None for t in (160.0, 180.0, 200.0)] == [True] * 3
-    advice, _ = judge.judge(http, 230.0)
+    t0 = 2 * span
+    assert judge.judge(http, t0)[0] is None
+    assert judge.judge(Diagnosis(None, "x refused"), t0 + 30)[0] is None  # not in a row
+    later = [t0 + 60, t0 + 80, t0 + 100]
+    assert [judge.judge(http, t)[0] is None for t in later] == [True] * 3
+    advice, _ = judge.judge(http, t0 + 60 + span)
     assert advice is not None and "point kafka.bootstrap_servers" in advice
 
 
@@ -152,14 +158,14 @@ def test_evald_run_retries_a_misdirected_bootstrap_then_exits_2_saying_why(
         loop = stage_for(stage, [http], clock)
 
         def session() -> None:
-            clock.now += 25.0
+            clock.now += MISDIRECTED_SPAN_S * 5 / 12
             sessions.append(getattr(loop, "ready", lambda: (False, ""))()[1])
             raise failed([http])
 
         loop._session = session  # type: ignore[method-assign]
         with caplog.at_level(logging.INFO, logger="evald.daemon"):
             assert loop.run() == 2
-    # the 4th failure: three at 25 s apart span only 50 s
+    # the 4th failure: three 5/12 of the span apart span only 5/6 of it
     assert len(sessions) == 4
     if stage == "main":  # /readyz says it meanwhile
         assert "every address answers as another service" in sessions[-1]
@@ -173,18 +179,26 @@ def test_a_stop_during_the_diagnosis_exits_0(stage: str) -> None:
     """SIGTERM while the bootstrap addresses are probed: before, unseen, and an exit 2."""
     clock = SettableClock()
     loops: list[Any] = []
-    with http_server(on_connect=lambda: loops[0].stop()) as http:  # stopped while probed
+    armed = threading.Event()
+    with http_server(on_connect=lambda: armed.is_set() and loops[0].stop()) as http:
         loop = stage_for(stage, [http], clock)
         loops.append(loop)
 
         def session() -> None:
-            clock.now += 100.0  # past any span: the verdict alone would exit 2
+            clock.now += MISDIRECTED_SPAN_S  # past the span: the verdict alone would exit 2
             raise failed([http])
 
         loop._session = session  # type: ignore[method-assign]
         judge = loop.health.misdirected if stage == "main" else loop._misdirected
-        for _ in range(MISDIRECTED_TIMES - 1):  # the verdicts before: only the stop is left
-            judge.judge(Diagnosis(f"{http} answers HTTP", ""), clock())
+        verdict = diagnose(failed([http]), [http], "PLAINTEXT", threading.Event())
+        assert verdict is not None and verdict.misdirected is not None
+        for _ in range(MISDIRECTED_TIMES - 1):  # the same verdicts before: the stop is left
+            assert judge.judge(verdict, clock())[0] is None
+        judge_alone = Misdirected()  # the control: these verdicts and one more would exit 2
+        for t in range(MISDIRECTED_TIMES - 1):
+            judge_alone.judge(verdict, clock() + t)
+        assert judge_alone.judge(verdict, clock() + 2 * MISDIRECTED_SPAN_S)[0] is not None
+        armed.set()  # stopped while probed
         assert loop.run() == 0
 
 
