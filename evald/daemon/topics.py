@@ -493,16 +493,16 @@ class TopicGuard:
         log.info("creating output topics %s with %d partitions", names, partitions)
         limit = {"max.message.bytes": str(DEFAULT_MAX_MESSAGE_BYTES)}
         ckpt, dlq = self._topics.checkpoint_topic, self._topics.dlq
+        others = [
+            NewTopic(name, partitions, -1, topic_configs=limit if name == ckpt else {})
+            for name in names
+            if name != dlq
+        ]
         try:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                # the DLQ last: its limit follows the results topic's, which may be created now
-                admin.create_topics(
-                    [
-                        NewTopic(name, partitions, -1, topic_configs=limit if name == ckpt else {})
-                        for name in names
-                        if name != dlq
-                    ]
-                )
+            if others:  # kafka-python refuses an empty list (the DLQ alone missing)
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    # the DLQ last: its limit follows the results topic's, which may be new
+                    admin.create_topics(others)
             if dlq in names:
                 create_dlq(admin, dlq, partitions, self._topics.results)
         except (TopicAuthorizationFailedError, ClusterAuthorizationFailedError) as exc:
