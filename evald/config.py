@@ -508,6 +508,41 @@ class EngineConfig(Section):
                     )
         return self
 
+    @model_validator(mode="after")
+    def _check_share_rows(self) -> EngineConfig:
+        """One segment's row of a comparison share (and one interleaving credit cell) is never
+        cut across records: past a record's number budget it made a record no statistics topic
+        at Kafka's default limit takes, refused in every session (the commit stalled)."""
+        from evald.interleaving.shares import COUNTS, NUMBERS_PER_RECORD
+        from evald.statistics.clustered import row_width
+        from evald.statistics.shares import CELLS_PER_RECORD
+
+        b = self.statistics.bootstrap_replicates
+        m = len(self.measures)
+        if self.statistics.comparisons and m * row_width(0) > CELLS_PER_RECORD:
+            raise ValueError(
+                f"measures: {m} measures make one segment's row of a comparison share more than "
+                f"the {CELLS_PER_RECORD} numbers a share record holds; compare at most "
+                f"{CELLS_PER_RECORD // row_width(0)}"
+            )
+        if self.statistics.comparisons and m * row_width(b) > CELLS_PER_RECORD:
+            most = (CELLS_PER_RECORD // m - row_width(0) - 1) // 2
+            raise ValueError(
+                f"statistics.bootstrap_replicates: {b} replicates make one segment's row of a "
+                f"comparison share {m} x {row_width(b)} = {m * row_width(b)} numbers, more than "
+                f"the {CELLS_PER_RECORD} a share record holds (one segment is never cut): at "
+                f"most {max(most, 0)} with {m} measures"
+            )
+        cell = len(COUNTS) + 2 * b
+        if self.interleaving.teams and cell > NUMBERS_PER_RECORD:
+            raise ValueError(
+                f"statistics.bootstrap_replicates: {b} replicates make one interleaving credit "
+                f"cell {cell} numbers, more than the {NUMBERS_PER_RECORD} a credit share record "
+                f"holds (one cell is never cut): at most "
+                f"{(NUMBERS_PER_RECORD - len(COUNTS)) // 2} with interleaving.teams"
+            )
+        return self
+
     def _check_arms(self, where: str, comp: ComparisonConfig) -> None:
         """Arms every event could show: each was taken, and the comparison then waited
         forever for an arm no segment would ever hold."""

@@ -150,6 +150,29 @@ def test_errors_name_the_field(settings, field):
     assert str(err.value).startswith(field), str(err.value)
 
 
+def test_replicates_past_a_share_records_numbers_are_refused_naming_the_largest_allowed():
+    """One segment's row of a comparison share (M x (4 + 2B) numbers) and one credit cell
+    (6 + 2B) are never cut across records: 10,000 replicates of 5 measures made a share record
+    of 1.17 MB, which a statistics topic at Kafka's default refused in every session."""
+    measures = ["nDCG@10", "RR", "P@10", "R@10", "AP@10"]
+    comparing = {"comparisons": [AB], "window": "5m"}
+    with pytest.raises(ConfigError) as err:
+        load_config(measures=measures, statistics={**comparing, "bootstrap_replicates": 10_000})
+    assert str(err.value).startswith("statistics.bootstrap_replicates: 10000 replicates")
+    assert "at most 1198 with 5 measures" in str(err.value)
+    load_config(measures=measures, statistics={**comparing, "bootstrap_replicates": 1198})
+    with pytest.raises(ConfigError, match="at most 1198"):
+        load_config(measures=measures, statistics={**comparing, "bootstrap_replicates": 1199})
+    # without comparisons no share is written; with interleaving teams a credit cell is
+    load_config(measures=measures, statistics={"bootstrap_replicates": 10_000})
+    teams = {"teams": ["a", "b"]}
+    with pytest.raises(ConfigError) as err:
+        load_config(interleaving=teams, statistics={"bootstrap_replicates": 6000})
+    assert str(err.value).startswith("statistics.bootstrap_replicates: 6000 replicates")
+    assert "at most 5997" in str(err.value)
+    load_config(interleaving=teams, statistics={"bootstrap_replicates": 5997})
+
+
 @pytest.mark.parametrize("key", sorted(RESERVED_LABELS))
 def test_reserved_label_keys_refused(key):
     with pytest.raises(ConfigError, match="reserved"):

@@ -331,7 +331,9 @@ def record_size_checks(settings: Settings, info: Mapping[str, TopicInfo]) -> lis
     them (record_limits): `evald run` exits 2 at start, naming the same."""
     out = []
     stats = {name for setting, name, _ in _roles(settings) if setting in STATISTICS_SETTINGS}
-    for need in [*needs(settings.topics), *map(statistics_need, sorted(stats))]:
+    engine = settings.engine_config()
+    statistics = [statistics_need(name, engine) for name in sorted(stats)]
+    for need in [*needs(settings.topics), *statistics]:
         configs = info.get(need.topic, TopicInfo(None)).configs or {}
         try:
             limit = int(configs["max.message.bytes"])

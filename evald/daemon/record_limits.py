@@ -11,10 +11,13 @@ evald's own constants bound a topic's largest record, a limit below it is refuse
 - the dead-letter topic gets letters cut to fit its limit, but never below the headers-only
   letter (a detail of at most 4 KiB, a key of at most 1 KiB, the source coordinates);
 - the statistics topic gets share records of up to ``shares.CELLS_PER_RECORD`` numbers
-  (interleaving's ``NUMBERS_PER_RECORD`` is the same), each at its widest as JSON. Their
-  labels add up to ``shares.LABEL_BYTES_PER_RECORD`` but one segment's are never cut (the input
-  limits bound them), nor is one segment of many measures and bootstrap replicates: that part
-  has no bound a constant gives, so the need is a floor.
+  (interleaving's ``NUMBERS_PER_RECORD`` is the same), each at its widest as JSON, in the
+  most segments (credit cells) the settings' measures and bootstrap replicates let a record
+  hold, plus their labels: up to ``shares.LABEL_BYTES_PER_RECORD``, or one segment's at their
+  widest where that is more (a heavier segment goes alone; the settings bound it:
+  ``label_keys``, ``limits.max_string_length``, each character escaped as JSON's longest).
+  One segment's row is never cut: the engine settings refuse one larger than a record's
+  numbers (evald.config), so this is a bound of the settings (``statistics_bytes``).
 
 Results are dead-lettered when too large (dead_letters.DeadLetters.divert_result);
 repartitioned inputs have no bound a constant gives (docs/daemon.md).
@@ -22,24 +25,30 @@ repartitioned inputs have no bound a constant gives (docs/daemon.md).
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 
 import numpy as np
 
+from evald.config import EngineConfig
 from evald.daemon.dead_letters import SLACK_BYTES, build_letter, record_size
 from evald.daemon.main.snapshots import CHUNK_BYTES
 from evald.daemon.settings import TopicSettings
-from evald.statistics.clustered import LIST_COLUMNS
-from evald.statistics.shares import CELLS_PER_RECORD, Share
+from evald.interleaving.shares import COUNTS, NUMBERS_PER_RECORD, CreditShare
+from evald.interleaving.sums import PairSums
+from evald.segments import NONE, OTHER
+from evald.statistics.clustered import row_width
+from evald.statistics.shares import CELLS_PER_RECORD, LABEL_BYTES_PER_RECORD, Share
 
 __all__ = [
     "CHECKPOINT_NEED",
     "DLQ_NEED",
     "RESULT_LETTER_ROOM",
-    "STATISTICS_NEED",
     "RecordNeed",
     "needs",
     "shortfall",
+    "statistics_bytes",
     "statistics_need",
 ]
 
@@ -69,13 +78,78 @@ def _dlq_need() -> int:
     return record_size(letter.key, letter.value, letter.headers) + 9 + SLACK_BYTES
 
 
-def _statistics_need() -> int:
-    """A share of ``CELLS_PER_RECORD`` sums, each the widest float JSON writes, in rows of the
-    fewest columns (the most brackets), under no labels, at the widest window and partition."""
-    widest = -2.2250738585072014e-308
-    rows = np.full((CELLS_PER_RECORD // LIST_COLUMNS, LIST_COLUMNS), widest)
-    share = Share(-(2**62), 2**62, 2**31 - 1, (((), rows),), chunk=2**31 - 1)
-    return record_size(share.key, share.encode(), []) + SLACK_BYTES
+#: the widest float JSON writes (24 characters), and the widest a string's character is
+#: (a code point past U+FFFF, escaped as two surrogates: ``\\udbff\\udfff``)
+_WIDEST_FLOAT, _WIDEST_CHAR = -2.2250738585072014e-308, 12
+#: the widest window start, width, partition and chunk of a share record
+_START, _WIDTH, _NUMBER = -(2**62), 2**62, 2**31 - 1
+
+
+def _list_bytes(items: list[int]) -> int:
+    """Bytes of a JSON list (no spaces) of items of these sizes."""
+    return 2 + sum(items) + max(len(items) - 1, 0)
+
+
+def _share_bytes(measures: int, replicates: int) -> int:
+    """A comparison share record of the most segments a record holds, each of ``measures``
+    rows of widest floats, under empty labels (the labels are added by the caller)."""
+    columns = row_width(replicates)
+    step = max(1, CELLS_PER_RECORD // (columns * measures))
+    rows = np.full((measures, columns), _WIDEST_FLOAT)
+    share = Share(_START, _WIDTH, _NUMBER, (((), rows),) * step, chunk=_NUMBER)
+    return record_size(share.key, share.encode(), [])
+
+
+def _credit_bytes(replicates: int) -> int:
+    """A credit share record of the most cells a record holds, counts of 20 digits and
+    replicate sums of widest floats, under empty names (added by the caller)."""
+    step = max(1, NUMBERS_PER_RECORD // (len(COUNTS) + 2 * replicates))
+    reps = np.full(replicates, _WIDEST_FLOAT) if replicates else None
+    count = -(2**63)  # far past any count of lists, the widest a machine integer writes
+    sums = PairSums(count, count, count, count, count, count, reps, reps)
+    share = CreditShare(_START, _WIDTH, _NUMBER, ((((), "", ""), sums),) * step, _NUMBER)
+    return record_size(share.key, share.encode(), [])
+
+
+def _label_allowance(keys: tuple[str, ...], longest: int, credit: bool) -> int:
+    """What labels add to a record: up to ``LABEL_BYTES_PER_RECORD``, or one segment's (a
+    credit cell's) at their widest when that is more, as it then goes alone (shares.pieces).
+    A value is at most ``longest`` characters (or an overflow value), each at its widest."""
+    value = max(2 + _WIDEST_CHAR * longest, len(json.dumps(OTHER)), len(json.dumps(NONE)))
+    if credit:  # [[values...],"team a","team b"]: team names are input strings too
+        one = _list_bytes([_list_bytes([value] * len(keys)), value, value])
+    else:  # [["key","value"],...]
+        one = _list_bytes([_list_bytes([len(json.dumps(key)), value]) for key in keys])
+    return max(LABEL_BYTES_PER_RECORD, one)
+
+
+@functools.lru_cache(maxsize=32)
+def _statistics_bytes(
+    measures: int, replicates: int, keys: tuple[str, ...], longest: int, kinds: tuple[str, ...]
+) -> int:
+    out = 0
+    if "share" in kinds:
+        out = _share_bytes(measures, replicates) + _label_allowance(keys, longest, False)
+    if "credit" in kinds:
+        credit = _credit_bytes(replicates) + _label_allowance(keys, longest, True)
+        out = max(out, credit)
+    return out + SLACK_BYTES
+
+
+def statistics_bytes(engine: EngineConfig) -> int:
+    """The largest statistics record ``engine``'s settings let evald write, with its key:
+    the comparison shares' (with comparisons) and the credit shares' (with interleaving
+    teams; both when neither is set)."""
+    kinds = ("share",) * bool(engine.statistics.comparisons) + ("credit",) * bool(
+        engine.interleaving.teams
+    )
+    return _statistics_bytes(
+        len(engine.measures),
+        engine.statistics.bootstrap_replicates,
+        tuple(engine.label_keys),
+        engine.limits.max_string_length,
+        kinds or ("share", "credit"),
+    )
 
 
 def _result_letter_room() -> int:
@@ -99,8 +173,6 @@ CHECKPOINT_NEED = _checkpoint_need()
 DLQ_NEED = _dlq_need()
 #: what the dead-letter topic needs above the results topic's limit to take a result whole
 RESULT_LETTER_ROOM = _result_letter_room()
-#: ... and of the statistics topic, labels left out
-STATISTICS_NEED = _statistics_need()
 
 
 @dataclass(frozen=True)
@@ -120,25 +192,27 @@ def needs(topics: TopicSettings) -> list[RecordNeed]:
             "topics.checkpoints",
             topics.checkpoint_topic,
             CHECKPOINT_NEED,
-            f"snapshot and statistics chunks of {CHUNK_BYTES // 1024} KiB",
+            f"snapshot and statistics chunks of {CHUNK_BYTES // 1024} KiB; no evald setting "
+            "shrinks them",
         ),
         RecordNeed(
             "topics.dlq",
             topics.dlq,
             DLQ_NEED,
-            "dead letters, cut to fit but never below their headers",
+            "dead letters, cut to fit but never below their headers; no evald setting shrinks them",
         ),
     ]
 
 
-def statistics_need(topic: str) -> RecordNeed:
+def statistics_need(topic: str, engine: EngineConfig) -> RecordNeed:
     """The statistics topic's need (``<checkpoints>.statistics``, with comparisons or
-    interleaving on)."""
+    interleaving on) under ``engine``'s settings (``statistics_bytes``)."""
     return RecordNeed(
         "statistics topic",
         topic,
-        STATISTICS_NEED,
-        f"comparison and credit shares of up to {CELLS_PER_RECORD} numbers, plus their labels",
+        statistics_bytes(engine),
+        f"comparison and credit shares of up to {CELLS_PER_RECORD} numbers, plus their labels "
+        "(256 KiB, or one segment's at engine.label_keys and limits.max_string_length)",
     )
 
 
@@ -149,9 +223,9 @@ def shortfall(need: RecordNeed, limit: int) -> str | None:
         return None
     return (
         f"accepts records of at most {limit} bytes (max.message.bytes) but evald writes "
-        f"records of up to {need.need} bytes to it ({need.records}; no evald setting shrinks "
-        "them): the broker would refuse the transaction holding one, in every session. Raise "
-        f"the topic's limit: kafka-configs.sh --alter --entity-type topics --entity-name "
+        f"records of up to {need.need} bytes to it ({need.records}): the broker would refuse "
+        "the transaction holding one, in every session. Raise the topic's limit: "
+        "kafka-configs.sh --alter --entity-type topics --entity-name "
         f"{need.topic} --add-config max.message.bytes={need.need} (or more; Kafka's default "
         "is 1048588)"
     )

@@ -469,8 +469,9 @@ def _describe(
         loc = prefix + ".".join(parts) if parts else prefix.rstrip(".") or "settings"
         message = item["msg"].removeprefix("Value error, ")
         field, sep, rest = message.partition(": ")
-        if not parts and sep and field in model.model_fields:
-            # a cross-field check names its field first: show it as a dotted path too
+        if not parts and sep and field.split(".")[0] in model.model_fields:
+            # a cross-field check names its field first (maybe nested, ``statistics.window``):
+            # show it as a dotted path too
             loc, message = prefix + field, rest
         if item["type"] == "extra_forbidden":
             message = "unknown setting" + _did_you_mean(model, parts, prefix)

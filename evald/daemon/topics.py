@@ -29,7 +29,13 @@ from kafka.errors import (
 from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, SLACK_BYTES, max_message_bytes
 from evald.daemon.fatal import Fatal
 from evald.daemon.permissions import acl_command, principal, topic_denied, topic_needs, unauthorized
-from evald.daemon.record_limits import RESULT_LETTER_ROOM, needs, shortfall, statistics_need
+from evald.daemon.record_limits import (
+    RESULT_LETTER_ROOM,
+    needs,
+    shortfall,
+    statistics_bytes,
+    statistics_need,
+)
 from evald.daemon.settings import Settings
 
 __all__ = [
@@ -377,7 +383,7 @@ class TopicGuard:
         limited = needs(topics)
         if stats:
             of[stats] = limits.statistics
-            limited.append(statistics_need(stats))
+            limited.append(statistics_need(stats, self._settings.engine_config()))
         said = [
             f"{need.setting} {need.topic} {problem}"
             for need in limited
@@ -391,7 +397,7 @@ class TopicGuard:
         """Create the statistics topic when it is missing; refuse one that is not compacted
         (a client's metadata request re-creates a deleted topic with the broker's defaults
         where the broker allows it). Returns its id."""
-        ensure_statistics_topic(admin, name)
+        ensure_statistics_topic(admin, name, statistics_bytes(self._settings.engine_config()))
         problem = statistics_policy_problem(name, topic_configs(admin, name))
         if problem is not None:
             raise Fatal(2, f"evald run: refusing to start: statistics topic {name}: {problem}")
@@ -615,16 +621,16 @@ def statistics_policy_problem(name: str, configs: Mapping[str, str] | None) -> s
     )
 
 
-def ensure_statistics_topic(admin: KafkaAdminClient, name: str) -> None:
+def ensure_statistics_topic(admin: KafkaAdminClient, name: str, need: int) -> None:
     """Create the statistics topic (evald/daemon/main/comparisons.py) if missing: one partition,
     so its records are read in the order written; compacted, since a share is written once
-    per key and only a partition's newest final mark is needed; Kafka's default
-    ``max.message.bytes`` whatever the broker's, since a share record holds up to
-    ``shares.CELLS_PER_RECORD`` sums (about 250 KiB) and a smaller broker default would refuse
-    it in every session."""
+    per key and only a partition's newest final mark is needed; ``max.message.bytes`` Kafka's
+    default whatever the broker's, or ``need`` (record_limits.statistics_bytes) where the
+    settings' labels make a record larger: a smaller limit would refuse it in every session."""
     if name in set(admin.list_topics()):
         return
     log.info("creating statistics topic %s (1 partition, compacted)", name)
-    configs = {"cleanup.policy": "compact", "max.message.bytes": str(DEFAULT_MAX_MESSAGE_BYTES)}
+    limit = max(DEFAULT_MAX_MESSAGE_BYTES, need)
+    configs = {"cleanup.policy": "compact", "max.message.bytes": str(limit)}
     with contextlib.suppress(TopicAlreadyExistsError):
         admin.create_topics([NewTopic(name, 1, -1, topic_configs=configs)])

@@ -363,3 +363,22 @@ def test_a_connect_timeout_out_of_range_is_a_usage_error(
         _parse(["--connect", "--connect-timeout", seconds])
     assert exc.value.code == 2
     assert "argument --connect-timeout: must be > 0 and <= 3600 seconds" in capsys.readouterr().err
+
+
+def test_replicates_a_share_record_cannot_hold_exit_2_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """10,000 replicates of 5 measures: one segment's share record of 1.17 MB, refused by a
+    statistics topic at Kafka's default in every session; now refused here (and by `evald run`
+    and `evald replay --config`, which validate the same engine settings)."""
+    comparison = {"name": "ab", "label": "arm", "control": "c", "treatments": ["t"], "start": 0}
+    engine = {
+        "measures": ["nDCG@10", "RR", "P@10", "R@10", "AP@10"],
+        "windows": ["5m", "1h"],
+        "statistics": {"bootstrap_replicates": 10_000, "comparisons": [comparison]},
+    }
+    (tmp_path / "evald.yaml").write_text(yaml.safe_dump({"engine": engine}))
+    assert check_config.run(_parse(["--config", str(tmp_path / "evald.yaml")])) == 2
+    err = capsys.readouterr().err
+    assert "engine.statistics.bootstrap_replicates: 10000 replicates" in err
+    assert "at most 1198 with 5 measures" in err

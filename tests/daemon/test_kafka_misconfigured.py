@@ -403,10 +403,10 @@ def test_a_result_the_default_results_topic_refuses_is_dead_lettered_whole(
 def test_share_records_batch_under_a_statistics_topic_at_the_smallest_limit_evald_accepts(
     broker: Broker, kafka_tools: KafkaTools, unique: str
 ) -> None:
-    """A statistics topic at record_limits.STATISTICS_NEED takes evald's share records batched
-    as the commit producer batches them. Before, its limit did not bound the batches: six
-    shares of 100 KB went out in 512 KiB batches, which the broker refused: the flush never
-    completed (as the commit's, in every session)."""
+    """A statistics topic at the need record_limits.statistics_bytes gives takes evald's share
+    records batched as the commit producer batches them. Before, its limit did not bound the
+    batches: six shares of 100 KB went out in 512 KiB batches, which the broker refused: the
+    flush never completed (as the commit's, in every session)."""
     import numpy as np
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
@@ -415,7 +415,7 @@ def test_share_records_batch_under_a_statistics_topic_at_the_smallest_limit_eval
 
     from evald.daemon.main.runner import PRODUCER_BATCH_BYTES
     from evald.daemon.names import statistics_topic
-    from evald.daemon.record_limits import STATISTICS_NEED
+    from evald.daemon.record_limits import statistics_bytes
     from evald.daemon.topics import TopicGuard
     from evald.statistics.shares import Share
 
@@ -423,9 +423,10 @@ def test_share_records_batch_under_a_statistics_topic_at_the_smallest_limit_eval
     kafka_tools.create({topics["impressions"]: 1, topics["feedback"]: 1})
     settings = make_settings(broker.bootstrap, unique)
     stats = statistics_topic(settings.topics.checkpoint_topic)
+    need = statistics_bytes(settings.engine_config())
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
-        configs = {"cleanup.policy": "compact", "max.message.bytes": str(STATISTICS_NEED)}
+        configs = {"cleanup.policy": "compact", "max.message.bytes": str(need)}
         admin.create_topics([NewTopic(stats, 1, 1, topic_configs=configs)])
         limits = TopicGuard(settings, SettableClock(), stats).start(admin)
     finally:
@@ -443,6 +444,6 @@ def test_share_records_batch_under_a_statistics_topic_at_the_smallest_limit_eval
         producer.flush(timeout=30)
     finally:
         producer.close(timeout=5)
-    assert 90_000 < len(shares[0].encode()) < STATISTICS_NEED // 2
+    assert 90_000 < len(shares[0].encode()) < need // 2
     assert [future.succeeded() for future in sent] == [True] * 6
     assert len(kafka_tools.read(stats)) == 6

@@ -186,9 +186,12 @@ def test_the_statistics_topic_is_created_with_kafkas_default_limit_whatever_the_
         def create_topics(self, new: list[Any]) -> None:
             created.extend(new)
 
-    ensure_statistics_topic(StatisticsAdmin(), "stats")  # type: ignore[arg-type]
+    ensure_statistics_topic(StatisticsAdmin(), "stats", 600_000)  # type: ignore[arg-type]
     (topic,) = created
     assert topic.topic_configs == {"cleanup.policy": "compact", "max.message.bytes": "1048588"}
+    # settings whose labels make a record larger than Kafka's default get a topic that takes it
+    ensure_statistics_topic(StatisticsAdmin(), "big", 2_000_000)  # type: ignore[arg-type]
+    assert created[1].topic_configs["max.message.bytes"] == "2000000"
 
 
 class LimitedAdmin(Admin):
@@ -213,9 +216,9 @@ class LimitedAdmin(Admin):
 def test_the_producers_batches_stay_under_the_statistics_topics_limit() -> None:
     """The commit transaction writes the shares with the results: a statistics topic accepting
     less than the 512 KiB batch refused the batch of several shares, in every session."""
-    from evald.daemon.record_limits import STATISTICS_NEED
+    from evald.daemon.record_limits import statistics_bytes
 
-    limit = STATISTICS_NEED + 10_000
+    limit = statistics_bytes(settings().engine_config()) + 10_000
     admin = LimitedAdmin({**inputs(), "stats": ("id-stats", 1, ALL)}, {"stats": limit})
     limits = TopicGuard(settings(), SettableClock(), "stats").start(admin)
     assert limits.statistics == limit
@@ -225,15 +228,32 @@ def test_the_producers_batches_stay_under_the_statistics_topics_limit() -> None:
 def test_a_statistics_topic_below_a_full_share_record_exits_2_at_start() -> None:
     """A share of CELLS_PER_RECORD sums is cut no further: the broker would refuse its
     transaction in every session."""
-    from evald.daemon.record_limits import STATISTICS_NEED
+    from evald.daemon.record_limits import statistics_bytes
 
-    admin = LimitedAdmin(
-        {**inputs(), "stats": ("id-stats", 1, ALL)}, {"stats": STATISTICS_NEED - 1}
-    )
+    need = statistics_bytes(settings().engine_config())
+
+    admin = LimitedAdmin({**inputs(), "stats": ("id-stats", 1, ALL)}, {"stats": need - 1})
     with pytest.raises(Fatal) as raised:
         TopicGuard(settings(), SettableClock(), "stats").start(admin)
     assert raised.value.status == 2
-    assert f"statistics topic stats accepts records of at most {STATISTICS_NEED - 1}" in str(
-        raised.value
-    )
-    assert f"max.message.bytes={STATISTICS_NEED}" in str(raised.value)
+    assert f"statistics topic stats accepts records of at most {need - 1}" in str(raised.value)
+    assert f"max.message.bytes={need}" in str(raised.value)
+
+
+def test_a_statistics_topic_at_a_records_numbers_alone_exits_2_at_start() -> None:
+    """308,340 bytes (a record's numbers, its labels left out) was the need: a topic there
+    started, then refused a share record holding labels in every session."""
+    from evald.daemon.record_limits import statistics_bytes
+
+    comparison = {"name": "ab", "label": "arm", "control": "c", "treatments": ["t"], "start": 0}
+    flags = {
+        "topics": {"impressions": "imp", "feedback": "fb", "results": "res", "dlq": "dlq"},
+        "daemon": {"group_id": "g"},
+        "engine": {"statistics": {"comparisons": [comparison]}},
+    }
+    comparing = load_settings(environ={}, flags=flags)
+    admin = LimitedAdmin({**inputs(), "stats": ("id-stats", 1, ALL)}, {"stats": 308_340})
+    with pytest.raises(Fatal) as raised:
+        TopicGuard(comparing, SettableClock(), "stats").start(admin)
+    need = statistics_bytes(comparing.engine_config())
+    assert raised.value.status == 2 and f"max.message.bytes={need}" in str(raised.value)
