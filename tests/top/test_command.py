@@ -24,9 +24,20 @@ from child_processes import announced_url, die_with_parent
 
 from evald import cli
 from evald.top.command import metrics_url
+from evald.top.model import Scrape, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = [sys.executable, "-m", "evald", "demo", "--no-live", "--speed", "600"]
+
+
+class StillPage:
+    """A daemon's /metrics page that answers one exposition at every scrape."""
+
+    def __init__(self, text: str, url: str = "http://127.0.0.1:9/metrics") -> None:
+        self.text, self.url = text, url
+
+    def scrape(self) -> Scrape:
+        return parse(self.text, 1000.0)
 
 
 def _wait_for(what: str, check: Callable[[], object], timeout: float = 60.0) -> object:
@@ -256,22 +267,17 @@ def test_live_frames_fit_the_terminal_rows_and_a_pipe_gets_them_whole() -> None:
     """The terminal's rows bound each redrawn frame, with no newline after its last row (which
     would scroll it); frames written to a pipe are whole."""
     from evald.top.command import Top
-    from evald.top.model import Scrape, parse
     from top.test_model import _exposition, _values
 
     page = _exposition(_values(), events=100, at_end=900.0)
 
-    class Page:
-        url = "http://127.0.0.1:9/metrics"
-
-        def scrape(self) -> Scrape:
-            return parse(page, 1000.0)
+    source = StillPage(page)
 
     whole = render_lines = 0
     for tty in (True, False):
         out = io.StringIO()
         sleep = _interrupt_second_sleep()
-        top = Top(Page(), window="5m", group_by=["arm", "surface"], measures=None,  # type: ignore[arg-type]
+        top = Top(source, window="5m", group_by=["arm", "surface"], measures=None,  # type: ignore[arg-type]
                   stream=out, sleep=sleep, width=lambda: 80, height=lambda: 10)  # fmt: skip
         assert top.live(0.1, tty=tty) == 0
         text = out.getvalue()
@@ -297,20 +303,15 @@ def test_frames_fit_a_terminal_of_any_rows_from_two_with_the_warnings_below(rows
     view, the last giving way first to a line counting them, which keeps a row from 2 rows
     (the view's count alone above it), every line cut to the width (in ASCII too)."""
     from evald.top.command import Top
-    from evald.top.model import Scrape, parse
     from top.test_model import _exposition, _values
 
     page = _exposition(_values(), events=100, at_end=900.0)
 
-    class Page:
-        url = "http://127.0.0.1:9/metrics"
-
-        def scrape(self) -> Scrape:
-            return parse(page, 1000.0)
+    source = StillPage(page)
 
     warnings = [HTTP_WARNING, "warning: two"]
     for shown, out in (([], io.StringIO()), (warnings, io.TextIOWrapper(io.BytesIO(), "ascii"))):
-        top = Top(Page(), window="5m", group_by=["arm"], measures=None, stream=out,  # type: ignore[arg-type]
+        top = Top(source, window="5m", group_by=["arm"], measures=None, stream=out,  # type: ignore[arg-type]
                   width=lambda: 40, height=lambda: rows, warnings=shown)  # fmt: skip
         lines = top.frame().splitlines()
         assert len(lines) == rows and max(map(len, lines)) <= 40, lines
@@ -331,18 +332,13 @@ def test_the_plain_http_warning_keeps_a_row_on_a_terminal_of_two() -> None:
     from every frame without a word: from 2 rows the warnings keep one (the view's count of
     its cut lines above it)."""
     from evald.top.command import Top
-    from evald.top.model import Scrape, parse
     from top.test_model import _exposition, _values
 
     page = _exposition(_values(), events=100, at_end=900.0)
 
-    class Page:
-        url = "http://127.0.0.1:9/metrics"
+    source = StillPage(page)
 
-        def scrape(self) -> Scrape:
-            return parse(page, 1000.0)
-
-    top = Top(Page(), window="5m", group_by=["arm"], measures=None, stream=io.StringIO(),  # type: ignore[arg-type]
+    top = Top(source, window="5m", group_by=["arm"], measures=None, stream=io.StringIO(),  # type: ignore[arg-type]
               width=lambda: 200, height=lambda: 2, warnings=[HTTP_WARNING])  # fmt: skip
     first, last = top.frame().splitlines()
     assert "more lines: a taller terminal" in first and last == HTTP_WARNING
@@ -373,22 +369,17 @@ def test_the_warnings_printed_before_the_live_view_end_each_of_its_frames(column
     every frame, a line each cut to the width like the rows (a wrapped one scrolled the frame),
     within its rows and columns; a pipe keeps them on stderr only."""
     from evald.top.command import Top
-    from evald.top.model import Scrape, parse
     from top.test_model import _exposition, _values
 
     page = _exposition(_values(), events=100, at_end=900.0)
     warnings = [HTTP_WARNING, "warning: --password-file /run/s is readable by every user"]
 
-    class Page:
-        url = "http://evald.invalid:9464/metrics"
-
-        def scrape(self) -> Scrape:
-            return parse(page, 1000.0)
+    source = StillPage(page, "http://evald.invalid:9464/metrics")
 
     for tty in (True, False):
         out = io.StringIO()
         sleep = _interrupt_second_sleep()
-        top = Top(Page(), window="5m", group_by=["arm", "surface"], measures=None,  # type: ignore[arg-type]
+        top = Top(source, window="5m", group_by=["arm", "surface"], measures=None,  # type: ignore[arg-type]
                   stream=out, sleep=sleep, width=lambda: columns, height=lambda: 12,
                   warnings=warnings)  # fmt: skip
         assert top.live(0.1, tty=tty) == 0
@@ -414,19 +405,14 @@ def test_a_terminal_without_unicode_gets_the_warnings_cut_in_ascii() -> None:
     """The cut warning's ellipsis is spelt ``~`` where the frame's are: an ASCII terminal
     cannot encode ``…``."""
     from evald.top.command import Top
-    from evald.top.model import Scrape, parse
     from top.test_model import _exposition, _values
 
     page = _exposition(_values(), events=100, at_end=900.0)
 
-    class Page:
-        url = "http://evald.invalid:9464/metrics"
-
-        def scrape(self) -> Scrape:
-            return parse(page, 1000.0)
+    source = StillPage(page, "http://evald.invalid:9464/metrics")
 
     out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
-    top = Top(Page(), window="5m", group_by=["arm"], measures=None, stream=out,  # type: ignore[arg-type]
+    top = Top(source, window="5m", group_by=["arm"], measures=None, stream=out,  # type: ignore[arg-type]
               width=lambda: 40, height=lambda: 12, warnings=[HTTP_WARNING])  # fmt: skip
     assert not top.unicode
     assert top.frame().splitlines()[-1] == HTTP_WARNING[:39] + "~"
@@ -508,18 +494,13 @@ def test_frames_fit_a_terminal_of_any_width_and_say_whole_how_many_lines_are_cut
     scrolled on each redraw; at 40 the line counting the cut lines lost its end. Every line
     now fits the width, and that count is whole, in the longest of its forms that fits."""
     from evald.top.command import Top
-    from evald.top.model import Scrape, parse
     from top.test_model import _exposition, _values
 
     page = _exposition(_values(), events=100, at_end=900.0)
 
-    class Page:
-        url = "http://127.0.0.1:9/metrics"
+    source = StillPage(page)
 
-        def scrape(self) -> Scrape:
-            return parse(page, 1000.0)
-
-    top = Top(Page(), window="5m", group_by=["arm"], measures=None, stream=io.StringIO(),  # type: ignore[arg-type]
+    top = Top(source, window="5m", group_by=["arm"], measures=None, stream=io.StringIO(),  # type: ignore[arg-type]
               width=lambda: width, height=lambda: 6,
               warnings=[f"warning: {n}" for n in range(5)])  # fmt: skip
     lines = top.frame().splitlines()
