@@ -188,7 +188,7 @@ def limited_models(limits: Limits) -> tuple[type[Impression], type[Feedback]]:
         scores=(scores | None, None),
         teams=(items | None, None),
         interleaving=(text | None, None),
-        rankings=(Annotated[dict[text, items], Field(max_length=16)] | None, None),
+        rankings=(Annotated[dict[text, served], Field(max_length=16)] | None, None),
     )
     feedback: Any = create_model(
         "Feedback",

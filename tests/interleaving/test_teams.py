@@ -52,6 +52,15 @@ BAD = [
         "bad_teams",
         "items/2: 'c' is not in team 'A'",
     ),
+    (  # a ranker's blank id is an id as a served one is: before, it shifted the ranks
+        imp(
+            teams=["A", "B", "A"],
+            interleaving="balanced",
+            rankings={"A": ["a", " ", "c"], "B": ["b"]},
+        ),
+        "empty_id",
+        "an id is empty or only white space",
+    ),
     (imp(teams=["A", 3, "B"], interleaving="team_draft"), "wrong_type", "teams"),
     (imp(teams=["A", "B", "A", "B", "A", "B", "A"], interleaving="team_draft"), None, None),
 ]
