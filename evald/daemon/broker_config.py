@@ -12,24 +12,34 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-__all__ = ["described_int"]
+__all__ = ["described", "described_int"]
 
 
-def described_int(admin: Any, kind: Literal["topic", "broker"], name: str, key: str) -> int | None:
-    """``key`` of the topic or broker ``name``; None when the broker does not say (see the
-    module doc), has no such key (tansu answers no configs) or no integer there."""
+def described(admin: Any, kind: Literal["topic", "broker"], name: str) -> dict[str, str] | None:
+    """Every config of the topic or broker ``name`` that has a value, as strings; None when
+    the broker does not say (see the module doc) or answers none (tansu)."""
     from kafka.admin import ConfigResource, ConfigResourceType
     from kafka.errors import KafkaError
 
     resource = ConfigResource(ConfigResourceType[kind.upper()], name)
     try:
-        described = admin.describe_configs([resource], config_filter="all")
+        answer = admin.describe_configs([resource], config_filter="all")
     except (KafkaError, ValueError):
         return None
-    entries = (described or {}).get(kind, {}).get(name) or {}
-    entry = entries.get(key)
-    value = entry.get("value") if isinstance(entry, dict) else entry  # kafka-python: either
+    entries = (answer or {}).get(kind, {}).get(name) or {}
+    out = {}
+    for key, entry in entries.items():
+        value = entry.get("value") if isinstance(entry, dict) else entry  # kafka-python: either
+        if value is not None:
+            out[key] = str(value)
+    return out or None
+
+
+def described_int(admin: Any, kind: Literal["topic", "broker"], name: str, key: str) -> int | None:
+    """``key`` of the topic or broker ``name``; None when the broker does not say (see the
+    module doc), has no such key (tansu answers no configs) or no integer there."""
+    value = (described(admin, kind, name) or {}).get(key)
     try:
         return int(value) if value is not None else None
-    except (TypeError, ValueError):
+    except ValueError:
         return None

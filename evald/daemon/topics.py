@@ -26,6 +26,7 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from evald.daemon.broker_config import described
 from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, SLACK_BYTES, max_message_bytes
 from evald.daemon.fatal import Fatal
 from evald.daemon.permissions import acl_command, principal, topic_denied, topic_needs, unauthorized
@@ -583,22 +584,8 @@ def check_statistics_unchanged(name: str, seen: str | None, now: TopicShape | No
 
 def topic_configs(admin: KafkaAdminClient, name: str) -> dict[str, str] | None:
     """The topic's configs as strings; None when the broker does not answer them (an old
-    broker, no DescribeConfigs permission)."""
-    from kafka.admin import ConfigResource, ConfigResourceType
-
-    try:
-        described = admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, name)], config_filter="all"
-        )
-    except KafkaError:
-        return None
-    entries = (described or {}).get("topic", {}).get(name) or {}
-    out = {}
-    for key, entry in entries.items():
-        value = entry.get("value") if isinstance(entry, dict) else entry
-        if value is not None:
-            out[key] = str(value)
-    return out or None
+    broker, no DescribeConfigs permission: ``broker_config.described``)."""
+    return described(admin, "topic", name)
 
 
 def statistics_policy_problem(name: str, configs: Mapping[str, str] | None) -> str | None:

@@ -10,6 +10,7 @@ from kafka.errors import ClusterAuthorizationFailedError, UnsupportedVersionErro
 from evald.daemon.broker_config import described_int
 from evald.daemon.connect_check import _broker_max_transaction_ms
 from evald.daemon.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, max_message_bytes
+from evald.daemon.topics import topic_configs
 
 CLUSTER = {"brokers": [{"node_id": 1}]}
 
@@ -50,3 +51,17 @@ def test_a_bug_is_raised_by_every_reader_not_taken_for_the_brokers_default() -> 
     with pytest.raises(AttributeError):
         _broker_max_transaction_ms(bug, CLUSTER)
     assert max_message_bytes(Admin(UnsupportedVersionError()), "dlq") == DEFAULT_MAX_MESSAGE_BYTES
+
+
+@pytest.mark.parametrize("failure", [UnsupportedVersionError(), ValueError("broker id")])
+def test_the_statistics_topics_policy_reader_takes_the_same_failures_as_unknown(
+    failure: Exception,
+) -> None:
+    """``topics.topic_configs`` (the statistics topic's cleanup policy) read DescribeConfigs on
+    its own and let a ValueError through, which failed the session, where the limits' reader
+    took it as "the broker does not say"."""
+    assert topic_configs(Admin(failure), "stats") is None  # type: ignore[arg-type]
+    answer = {"topic": {"stats": {"cleanup.policy": {"value": "compact"}, "x": {"value": None}}}}
+    assert topic_configs(Admin(answer), "stats") == {"cleanup.policy": "compact"}  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):
+        topic_configs(Admin(AttributeError("a bug")), "stats")  # type: ignore[arg-type]
