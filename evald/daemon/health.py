@@ -5,6 +5,7 @@ address that is another service (reach.py)."""
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -16,14 +17,16 @@ from evald.daemon.main.merge import KINDS
 from evald.daemon.reach import Misdirected
 from evald.daemon.stats import DaemonStats
 
-__all__ = ["TWIN_FENCES", "TWIN_LOG_S", "EndOffsets", "Health"]
+__all__ = ["TWIN_FENCES", "TWIN_LOG_S", "TWIN_WINDOW_S", "EndOffsets", "Health"]
 
 log = logging.getLogger("evald.daemon")
 
-#: sessions fenced in a row by another holder of this instance's ids, no commit between them,
-#: that mean another process runs with them (Health.fenced). Counted by commits, not in a
-#: time window: a twin's fence cycle (rejoin, restore, backoff) may take minutes
+#: sessions fenced by another holder of this instance's ids that mean another process runs
+#: with them (Health.fenced): in a row with no commit between them (a twin's fence cycle,
+#: rejoin, restore and backoff, may take minutes), or within TWIN_WINDOW_S however many
+#: commits came between (under steady traffic each twin may commit once before it is fenced)
 TWIN_FENCES = 3
+TWIN_WINDOW_S = 600.0
 #: the ERROR naming a twin is logged at most this often (/readyz says it at every fence)
 TWIN_LOG_S = 300.0
 
@@ -67,6 +70,8 @@ class Health:
         #: (or a member with its static instance id), and the commit count at the last one
         self._fences = 0
         self._commits_at_fence = 0
+        #: when the sessions of the last TWIN_WINDOW_S were fenced so
+        self._fence_times: deque[float] = deque()
         #: when the ERROR naming a twin was last logged
         self._twin_logged: float | None = None
         #: failed bootstraps in a row on which every address answered as another service
@@ -163,14 +168,18 @@ class Health:
 
     def fenced(self, commits: int) -> int:
         """A session ended fenced by another holder of this instance's ids, ``commits``
-        transactions committed so far: how many sessions were in a row with no commit
-        between them. A takeover or a zombie fences once, and the next session commits; two
-        live processes with the same ids fence each other at every session (each one's new
-        producer fences the other's), and neither commits."""
+        transactions committed so far: how many sessions were, in a row with no commit
+        between them or within TWIN_WINDOW_S (the larger). A takeover or a zombie fences once,
+        and the next session commits; two live processes with the same ids fence each other
+        at every session (each one's new producer fences the other's)."""
         if commits != self._commits_at_fence:
             self._fences, self._commits_at_fence = 0, commits
         self._fences += 1
-        return self._fences
+        now = self._clock()
+        self._fence_times.append(now)
+        while now - self._fence_times[0] > TWIN_WINDOW_S:
+            self._fence_times.popleft()
+        return max(self._fences, len(self._fence_times))
 
     def twin_due(self, now: float) -> bool:
         """Whether to log the ERROR naming a twin now: at most every TWIN_LOG_S."""

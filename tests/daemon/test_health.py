@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from settable_clock import SettableClock
 
-from evald.daemon.health import Health
+from evald.daemon.health import TWIN_WINDOW_S, Health
 from evald.daemon.stats import DaemonStats
 
 
@@ -64,10 +64,35 @@ def test_fences_are_counted_in_a_row_until_a_commit_however_far_apart() -> None:
     """A twin fences at every session, but a fence cycle (rejoin, restore, backoff) can take
     minutes: counted in a time window, three fences were never seen together. A takeover or
     a zombie fences once, and the next session commits."""
-    health = Health(DaemonStats(), SettableClock(), stall_timeout_s=60.0)
-    assert [health.fenced(commits=5) for _ in range(3)] == [1, 2, 3]
-    assert health.fenced(commits=6) == 1  # a commit came between: counted afresh
-    assert health.fenced(commits=6) == 2
+    clock = SettableClock()
+    health = Health(DaemonStats(), clock, stall_timeout_s=60.0)
+
+    def fenced(commits: int) -> int:
+        clock.now += TWIN_WINDOW_S + 1  # farther apart than the window counts
+        return health.fenced(commits=commits)
+
+    assert [fenced(5) for _ in range(3)] == [1, 2, 3]
+    assert fenced(6) == 1  # a commit came between: counted afresh
+    assert fenced(6) == 2
+
+
+def test_fences_close_together_are_a_twin_even_with_commits_between() -> None:
+    """Under steady traffic each twin's session may commit once before the other fences it:
+    counted by commits alone, the count went back to 1 at every fence and the twin was never
+    named. Three fences within TWIN_WINDOW_S are; a takeover now and then is not."""
+    clock = SettableClock()
+    health = Health(DaemonStats(), clock, stall_timeout_s=60.0)
+    counts = []
+    for commits in (5, 6, 7):
+        counts.append(health.fenced(commits=commits))
+        clock.now += 100.0
+    assert counts == [1, 2, 3]
+    apart = Health(DaemonStats(), clock, stall_timeout_s=60.0)
+    spaced = []
+    for commits in (5, 6, 7):
+        spaced.append(apart.fenced(commits=commits))
+        clock.now += TWIN_WINDOW_S + 1
+    assert spaced == [1, 1, 1]
 
 
 def test_the_error_naming_a_twin_is_logged_at_most_every_five_minutes() -> None:

@@ -214,9 +214,9 @@ def test_two_processes_with_one_instance_id_are_named_in_the_log_and_on_readyz(
     """Two `evald run` on one host without --instance-id (the host name by default) share a
     transactional id: each session's producer fences the other's, forever, neither making
     progress. Before, each said only "kafka session failed (ProducerFencedError)"; now, after
-    three fenced sessions in a row with no commit between, what is wrong and what to do, in
-    the log and on /readyz. (A takeover's single fence, followed by a commit, is not a twin:
-    test_health.py.)"""
+    three fenced sessions in a row with no commit between (or within 10 minutes), what is
+    wrong and what to do, in the log and on /readyz. (A takeover's single fence, followed by
+    a commit, is not a twin: test_health.py.)"""
     topics = names(unique)
     kafka_tools.create({topics["impressions"]: 2, topics["feedback"]: 2})
     kafka_tools.produce_sim(topics["impressions"], topics["feedback"], events=1000, seed=17)

@@ -43,7 +43,7 @@ from kafka.errors import (
 from evald.daemon.backoff import Backoff
 from evald.daemon.dead_letters import DeadLetters
 from evald.daemon.fatal import Fatal, causes, unrecoverable
-from evald.daemon.health import TWIN_FENCES, Health
+from evald.daemon.health import TWIN_FENCES, TWIN_WINDOW_S, Health
 from evald.daemon.kafka_compat import (
     StopEvent,
     close_quietly,
@@ -247,7 +247,8 @@ class Daemon:
             return None
         daemon = self.settings.daemon
         return (
-            f"{fences} sessions in a row, with no commit between them, were fenced by another "
+            f"{fences} sessions (in a row with no commit between them, or within "
+            f"{TWIN_WINDOW_S / 60:.0f} minutes) were fenced by another "
             f"holder of this instance's ids (transactional id {daemon.transactional_id()}): "
             f"another evald runs with daemon.group_id {daemon.group_id!r} and daemon.instance_id "
             f"{daemon.instance_id!r} (the host name unless set), and each fences the other; "
