@@ -52,3 +52,13 @@ def test_a_slice_must_fall_more_than_the_scope_by_the_minimum_lift() -> None:
     (found,) = explain({"device": devices}, total)
     assert (found.value, found.power) == ("a", pytest.approx(0.9))
     assert explain({"device": devices}, total, min_lift=3.01) == []
+
+
+def test_a_total_within_rounding_of_its_forecast_is_no_drop() -> None:
+    """Slices that fell and rose by as much leave the total's sum one ulp under its forecast
+    (0.3 against 0.1 + 0.2): its EP divided by that named slice "a" with a power of 1.8e15."""
+    slices = {"d": [Slice("a", 1, 0.0, 1, 0.1), Slice("b", 2, 0.3, 2, 0.2)]}
+    assert explain(slices, Slice("", 3, 0.3, 3, 0.1 + 0.2)) == []
+    # the control: a real drop of the same slices' total (0.1 of 0.4) is explained by "a"
+    (found,) = explain(slices, Slice("", 3, 0.3, 3, 0.4))
+    assert found.value == "a" and 0 < found.power < 10
