@@ -32,7 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from evald.config import EngineConfig
-from evald.daemon.dead_letters import SLACK_BYTES, build_letter, record_size
+from evald.daemon.dead_letters import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    SLACK_BYTES,
+    build_letter,
+    record_size,
+)
 from evald.daemon.main.snapshots import CHUNK_BYTES
 from evald.daemon.settings import TopicSettings
 from evald.interleaving.shares import COUNTS, NUMBERS_PER_RECORD, CreditShare
@@ -212,7 +217,8 @@ def statistics_need(topic: str, engine: EngineConfig) -> RecordNeed:
         topic,
         statistics_bytes(engine),
         f"comparison and credit shares of up to {CELLS_PER_RECORD} numbers, plus their labels "
-        "(256 KiB, or one segment's at engine.label_keys and limits.max_string_length)",
+        f"({LABEL_BYTES_PER_RECORD // 1024} KiB, or one segment's at engine.label_keys and "
+        "limits.max_string_length)",
     )
 
 
@@ -227,5 +233,5 @@ def shortfall(need: RecordNeed, limit: int) -> str | None:
         "the transaction holding one, in every session. Raise the topic's limit: "
         "kafka-configs.sh --alter --entity-type topics --entity-name "
         f"{need.topic} --add-config max.message.bytes={need.need} (or more; Kafka's default "
-        "is 1048588)"
+        f"is {DEFAULT_MAX_MESSAGE_BYTES})"
     )
